@@ -1,0 +1,31 @@
+# memsweep: `make run` and `make test` work on a fresh clone (they create .venv when missing).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# The CPU build of PyTorch 2.13.0 is pinned here: an unpinned torch pulls a multi-GB CUDA build.
+TORCH  := torch==2.13.0
+
+.PHONY: install run test gpu-check clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[test]" --config-settings editable_mode=compat
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The default job: a batch sweep of the mlp workload at an emulated capacity, then the frontier.
+run: $(STAMP)
+	$(VENV)/bin/memsweep sweep sweep=batch capacity=256MiB
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+gpu-check: $(STAMP)
+	$(PY) scripts/gpu_check.py
+
+clean:
+	rm -rf $(VENV) results multirun outputs

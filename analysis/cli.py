@@ -1,0 +1,113 @@
+"""``memsweep analyze SWEEP_DIR [SWEEP_DIR ...] [--out DIR]``.
+
+Reads every run under the sweep directories and writes ``runs.parquet``, ``phases.parquet``
+and ``frontier.parquet`` (explicit schemas, raw bytes) into ``--out`` (default: the single
+sweep directory given), then prints the frontier table with sizes in GiB (2^30 bytes).
+An existing output file is never overwritten: the command refuses and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from worker.records import GiB
+
+from .frontier import frontier_table
+from .tables import build_tables
+
+log = logging.getLogger("memsweep")
+OUTPUTS = ("runs.parquet", "phases.parquet", "frontier.parquet")
+
+
+class OutputExists(FileExistsError):
+    pass
+
+
+def gib(value) -> str:
+    """Bytes -> 'x.xx' GiB (2^30 bytes) for printing; null stays '-'."""
+    return "-" if value is None else f"{value / GiB:.3f}"
+
+
+def write_parquet_atomic(table: pa.Table, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def format_frontier(frontier: pa.Table) -> str:
+    """The frontier as a text table; sizes in GiB (2^30 bytes)."""
+    if frontier.num_rows == 0:
+        return "no frontier: no variable was swept over two or more values"
+    lines = [f"{'axis':<8} {'fixed load':<44} {'max_ok':>8} {'min_oom':>8} {'exact':>5} {'monot.':>6} "
+             f"{'peak_alloc@max_ok':>17} {'peak_resv@max_ok':>16} {'capacity':>9}",
+             f"{'':<8} {'':<44} {'':>8} {'':>8} {'':>5} {'':>6} {'GiB':>17} {'GiB':>16} {'GiB':>9}"]
+    for r in frontier.to_pylist():
+        fixed = " ".join(f"{k}={r[k]}" for k in ("batch", "context", "width", "dtype") if r[k] is not None)
+        fixed = f"{r['mode']} {r['device']} {fixed}"
+        lines.append(f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "
+                     f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "
+                     f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "
+                     f"{gib(r['capacity_bytes']):>9}")
+    return "\n".join(lines)
+
+
+def analyze(sweep_dirs: list[Path], out_dir: Path, stream=None) -> dict[str, pa.Table]:
+    """Write the three Parquet tables for ``sweep_dirs`` into ``out_dir`` and print the frontier.
+
+    Raises:
+        FileNotFoundError: a sweep directory does not exist.
+        OutputExists: one of the output files already exists (nothing is written).
+    """
+    stream = stream or sys.stdout
+    for d in sweep_dirs:
+        if not Path(d).is_dir():
+            raise FileNotFoundError(f"sweep directory {d} does not exist")
+    out_dir = Path(out_dir)
+    existing = [out_dir / n for n in OUTPUTS if (out_dir / n).exists()]
+    if existing:
+        raise OutputExists(f"{existing[0]} already exists: memsweep never overwrites a result; "
+                           f"use --out NEW_DIR")
+    runs, phases, problems = build_tables(sweep_dirs)
+    frontier = frontier_table(runs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables = dict(zip(OUTPUTS, (runs, phases, frontier)))
+    for name, table in tables.items():
+        write_parquet_atomic(table, out_dir / name)
+    outcomes = runs.column("outcome").to_pylist()
+    counts = ", ".join(f"{o}: {outcomes.count(o)}" for o in dict.fromkeys(outcomes))
+    print(f"memsweep: {runs.num_rows} runs ({counts}) -> {out_dir}/{{{','.join(OUTPUTS)}}}", file=stream)
+    for p in problems:
+        print(f"memsweep: problem: {p}", file=stream)
+    sources = set(runs.column("source_allocated").to_pylist()) - {None}
+    if any(s.startswith("cpu") for s in sources):
+        print("memsweep: CPU run(s): allocated = tracked live tensor bytes, reserved = process RSS; "
+              "not a GPU measurement", file=stream)
+    print(format_frontier(frontier), file=stream)
+    return tables
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memsweep analyze", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="directory for the Parquet files (default: the sweep directory; "
+                             "required with several sweep directories)")
+    args = parser.parse_args(argv)
+    if args.out is None:
+        if len(args.sweep_dirs) > 1:
+            parser.error("--out is required when several sweep directories are analyzed")
+        args.out = args.sweep_dirs[0]
+    try:
+        analyze(args.sweep_dirs, args.out)
+    except (FileNotFoundError, OutputExists) as exc:
+        print(f"memsweep analyze: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,95 @@
+"""The success/OOM frontier of each swept variable, everything else fixed.
+
+For an axis (batch, context, width, or dtype ordered by bytes per element) and a group of
+runs identical in every other load field: ``max_ok`` is the largest value that ran
+(outcome ``ok``), ``min_oom`` the smallest that ran out of memory (``oom``). Only ``oom``
+says "does not fit": ``error``, ``crash`` and ``timeout`` runs are counted apart and are
+never either side. ``exact`` when the two are neighbours among the values run and the
+results are monotonic (every ok below every oom); a non-monotonic group is flagged, never
+smoothed away; ``stable`` is false when one value had both ok and oom runs.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+
+from worker.records import DTYPE_BYTES
+
+AXES = ("batch", "context", "width", "dtype")
+IDENTITY = ("sweep_dir", "workload", "mode", "device", "capacity_bytes", "depth", "hidden", "activation",
+            "warmup", "repeats", "batch", "context", "width", "dtype")
+
+FRONTIER_SCHEMA = pa.schema([
+    ("sweep_dir", pa.string()), ("axis", pa.string()), ("workload", pa.string()), ("mode", pa.string()),
+    ("device", pa.string()), ("capacity_bytes", pa.int64()),
+    ("batch", pa.int64()), ("context", pa.int64()), ("width", pa.int64()), ("dtype", pa.string()),
+    ("values", pa.string()), ("n_runs", pa.int64()), ("n_ok", pa.int64()), ("n_oom", pa.int64()),
+    ("n_other", pa.int64()),
+    ("max_ok", pa.int64()), ("min_oom", pa.int64()), ("max_ok_label", pa.string()),
+    ("min_oom_label", pa.string()),
+    ("exact", pa.bool_()), ("monotonic", pa.bool_()), ("stable", pa.bool_()),
+    ("max_ok_max_memory_allocated", pa.int64()), ("max_ok_max_memory_reserved", pa.int64()),
+])
+"""One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
+null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
+(dtypes ordered by bytes per element, then name); ``values`` lists the values run, in order;
+``max_ok_max_memory_*``: the peaks (bytes) of the max_ok run."""
+
+
+def _order(axis: str, value):
+    return (DTYPE_BYTES.get(value, 0), value) if axis == "dtype" else value
+
+
+def frontier_rows(runs: pd.DataFrame) -> list[dict]:
+    rows = []
+    if runs.empty:
+        return rows
+    for axis in AXES:
+        keys = [k for k in IDENTITY if k != axis]
+        for key, group in runs.groupby(keys, dropna=False, sort=True):
+            values = sorted(group[axis].dropna().unique(), key=lambda v: _order(axis, v))
+            if len(values) < 2:
+                continue
+            rank = {v: i for i, v in enumerate(values)}
+            by_value = {v: set(group.loc[group[axis] == v, "outcome"]) for v in values}
+            ok = [v for v in values if "ok" in by_value[v]]
+            oom = [v for v in values if "oom" in by_value[v]]
+            max_ok = ok[-1] if ok else None
+            min_oom = oom[0] if oom else None
+            monotonic = not (ok and oom and rank[ok[-1]] > rank[oom[0]])
+            stable = not any({"ok", "oom"} <= s for s in by_value.values())
+            exact = bool(ok and oom and monotonic and stable and rank[min_oom] - rank[max_ok] == 1)
+            peak = {}
+            if max_ok is not None:
+                at = group[(group[axis] == max_ok) & (group["outcome"] == "ok")]
+                peak = {c: at[c].max() for c in ("max_memory_allocated", "max_memory_reserved")}
+            fixed = dict(zip(keys, key))
+            numeric = axis != "dtype"
+            rows.append({
+                **{k: fixed.get(k) for k in ("sweep_dir", "workload", "mode", "device", "capacity_bytes",
+                                             "batch", "context", "width", "dtype")},
+                "axis": axis, "values": ",".join(str(v) for v in values),
+                "n_runs": len(group), "n_ok": int((group["outcome"] == "ok").sum()),
+                "n_oom": int((group["outcome"] == "oom").sum()),
+                "n_other": int((~group["outcome"].isin(["ok", "oom"])).sum()),
+                "max_ok": int(max_ok) if numeric and max_ok is not None else None,
+                "min_oom": int(min_oom) if numeric and min_oom is not None else None,
+                "max_ok_label": None if max_ok is None else str(max_ok),
+                "min_oom_label": None if min_oom is None else str(min_oom),
+                "exact": exact, "monotonic": monotonic, "stable": stable,
+                "max_ok_max_memory_allocated": None if pd.isna(peak.get("max_memory_allocated", pd.NA))
+                else int(peak["max_memory_allocated"]),
+                "max_ok_max_memory_reserved": None if pd.isna(peak.get("max_memory_reserved", pd.NA))
+                else int(peak["max_memory_reserved"]),
+            })
+    return rows
+
+
+def frontier_table(runs: pa.Table) -> pa.Table:
+    """Frontier rows (FRONTIER_SCHEMA) from a runs table (analysis.tables.RUNS_SCHEMA)."""
+    from .tables import _coerce
+
+    df = runs.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t))
+    df = df.astype(object).where(df.notna(), None)
+    return _coerce(frontier_rows(df), FRONTIER_SCHEMA)

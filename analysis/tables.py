@@ -1,0 +1,206 @@
+"""Run directories -> the ``runs`` and ``phases`` tables, with explicit pyarrow schemas.
+
+Bytes are nullable int64 (a missing measurement is null, never 0), so that files from
+different sweeps read as one dataset even when every run of one of them failed.
+No torch import: the analysis reads JSON files only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+
+from worker.records import (RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, classify_run, read_json)
+
+log = logging.getLogger("memsweep")
+
+COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
+            "max_memory_allocated", "max_memory_reserved")
+
+RUNS_SCHEMA = pa.schema([
+    ("sweep_dir", pa.string()), ("run_id", pa.string()), ("run_dir", pa.string()),
+    ("workload", pa.string()), ("mode", pa.string()),
+    ("batch", pa.int64()), ("context", pa.int64()), ("width", pa.int64()), ("dtype", pa.string()),
+    ("depth", pa.int64()), ("hidden", pa.int64()), ("activation", pa.string()),
+    ("warmup", pa.int64()), ("repeats", pa.int64()), ("seed", pa.int64()),
+    ("device", pa.string()), ("device_kind", pa.string()), ("device_name", pa.string()),
+    ("device_total_memory", pa.int64()), ("capacity_bytes", pa.int64()), ("capacity_method", pa.string()),
+    ("outcome", pa.string()), ("failed_phase", pa.string()), ("error_type", pa.string()),
+    ("error_message", pa.string()), ("returncode", pa.int64()), ("signal", pa.int64()),
+    ("timed_out", pa.bool_()), ("wall_s", pa.float64()), ("worker_pid", pa.int64()),
+    ("n_phases", pa.int64()),
+    ("max_memory_allocated", pa.int64()), ("max_memory_reserved", pa.int64()),
+    ("cold_max_memory_allocated", pa.int64()), ("cold_max_memory_reserved", pa.int64()),
+    ("warm_max_memory_allocated", pa.int64()), ("warm_max_memory_reserved", pa.int64()),
+    ("source_allocated", pa.string()), ("source_reserved", pa.string()),
+    ("python", pa.string()), ("torch", pa.string()), ("cuda", pa.string()), ("hip", pa.string()),
+    ("driver", pa.string()), ("allocator_backend", pa.string()), ("alloc_conf", pa.string()),
+    ("host", pa.string()), ("started_at", pa.string()), ("schema_version", pa.int64()),
+    ("record_problem", pa.string()),
+])
+"""One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``cold_*`` /
+``warm_*``: the peaks of cold_forward|cold_step and warm_forward|warm_step."""
+
+PHASES_SCHEMA = pa.schema([
+    ("sweep_dir", pa.string()), ("run_id", pa.string()),
+    ("batch", pa.int64()), ("context", pa.int64()), ("width", pa.int64()), ("dtype", pa.string()),
+    ("mode", pa.string()), ("device", pa.string()),
+    ("phase", pa.string()), ("phase_index", pa.int64()), ("status", pa.string()),
+    ("iterations", pa.int64()), ("duration_s", pa.float64()),
+    *[(name, pa.int64()) for name in COUNTERS],
+    ("error_type", pa.string()),
+])
+"""One row per run and phase; counters in bytes as recorded by the worker (seed 003 protocol)."""
+
+
+@dataclass
+class Run:
+    """What one run directory holds (any of the three files may be missing or unreadable)."""
+
+    run_dir: Path
+    spec: dict
+    record: dict | None = None
+    result: dict | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
+    """Every directory under ``paths`` holding a spec.json, sorted (hidden dirs skipped)."""
+    found = set()
+    for path in paths:
+        for spec in Path(path).rglob(SPEC_FILE):
+            if not any(part.startswith(".") for part in spec.relative_to(path).parts[:-1]):
+                found.add(spec.parent)
+    return sorted(found, key=lambda p: (str(p.parent), len(p.name), p.name))
+
+
+def load_run(run_dir: Path) -> Run | None:
+    """Read a run directory; None (with a warning) when its spec cannot be read."""
+    try:
+        spec = read_json(run_dir / SPEC_FILE, "spec")
+    except RecordError as exc:
+        log.warning("skipped: %s", exc)
+        return None
+    run = Run(run_dir, spec)
+    for name, attr in ((RECORD_FILE, "record"), (RESULT_FILE, "result")):
+        if (run_dir / name).exists():
+            try:
+                setattr(run, attr, read_json(run_dir / name, name.split(".")[0]))
+            except RecordError as exc:
+                run.problems.append(str(exc))
+                log.warning("%s", exc)
+    return run
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _peak(phases: list[dict], key: str, names: tuple[str, ...] | None = None) -> int | None:
+    values = [_int(p.get(key)) for p in phases if names is None or p.get("name") in names]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def _outcome(run: Run) -> dict:
+    """The run's outcome: from result.json, else re-derived from the record alone."""
+    if run.result is not None:
+        return run.result
+    record = run.record
+    outcome = classify_run(record, None, False) if record else None
+    return {"outcome": outcome, "failed_phase": (record or {}).get("failed_phase"),
+            "error_type": (record or {}).get("error_type"),
+            "error_message": (record or {}).get("error_message") or "no result.json: the orchestrator "
+            "stopped before this run ended"}
+
+
+def run_row(run: Run, sweep_dir: Path) -> dict:
+    spec, record = run.spec, run.record or {}
+    result = _outcome(run)
+    phases = [p for p in record.get("phases") or [] if isinstance(p, dict)]
+    env = record.get("environment") or {}
+    sources = record.get("counter_sources") or {}
+    return {
+        "sweep_dir": str(sweep_dir), "run_id": str(run.run_dir.relative_to(sweep_dir)) if
+        run.run_dir.is_relative_to(sweep_dir) else str(run.run_dir), "run_dir": str(run.run_dir),
+        **{k: spec.get(k) for k in ("workload", "mode", "batch", "context", "width", "dtype", "depth",
+                                    "hidden", "activation", "warmup", "repeats", "seed", "device")},
+        "device_kind": record.get("device_kind"), "device_name": env.get("device_name"),
+        "device_total_memory": _int(record.get("device_total_memory")),
+        "capacity_bytes": _int(record.get("capacity_bytes")) or _int(spec.get("capacity_bytes")),
+        "capacity_method": (record.get("capacity") or {}).get("capacity_method"),
+        "outcome": result.get("outcome"), "failed_phase": result.get("failed_phase"),
+        "error_type": result.get("error_type"), "error_message": result.get("error_message"),
+        "returncode": _int(result.get("returncode")), "signal": _int(result.get("signal")),
+        "timed_out": result.get("timed_out"), "wall_s": result.get("wall_s"),
+        "worker_pid": _int(result.get("worker_pid")) or _int(record.get("pid")),
+        "n_phases": len(phases),
+        "max_memory_allocated": _peak(phases, "max_memory_allocated"),
+        "max_memory_reserved": _peak(phases, "max_memory_reserved"),
+        "cold_max_memory_allocated": _peak(phases, "max_memory_allocated", ("cold_forward", "cold_step")),
+        "cold_max_memory_reserved": _peak(phases, "max_memory_reserved", ("cold_forward", "cold_step")),
+        "warm_max_memory_allocated": _peak(phases, "max_memory_allocated", ("warm_forward", "warm_step")),
+        "warm_max_memory_reserved": _peak(phases, "max_memory_reserved", ("warm_forward", "warm_step")),
+        "source_allocated": sources.get("max_memory_allocated"),
+        "source_reserved": sources.get("max_memory_reserved"),
+        **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host")},
+        "alloc_conf": json.dumps(env.get("alloc_conf")) if env.get("alloc_conf") is not None else None,
+        "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),
+        "record_problem": "; ".join(run.problems) or result.get("record_problem"),
+    }
+
+
+def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
+    rows = []
+    phases = (run.record or {}).get("phases") or []
+    for index, p in enumerate(x for x in phases if isinstance(x, dict)):
+        rows.append({
+            "sweep_dir": str(sweep_dir), "run_id": run_id,
+            **{k: run.spec.get(k) for k in ("batch", "context", "width", "dtype", "mode", "device")},
+            "phase": p.get("name"), "phase_index": index, "status": p.get("status"),
+            "iterations": _int(p.get("iterations")), "duration_s": p.get("duration_s"),
+            **{name: _int(p.get(name)) for name in COUNTERS}, "error_type": p.get("error_type"),
+        })
+    return rows
+
+
+def _coerce(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """Build a table with exactly ``schema``; a value of the wrong type becomes null."""
+    columns = {}
+    for f in schema:
+        values = []
+        for row in rows:
+            v = row.get(f.name)
+            if pa.types.is_int64(f.type):
+                v = _int(v)
+            elif pa.types.is_float64(f.type):
+                v = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            elif pa.types.is_boolean(f.type):
+                v = v if isinstance(v, bool) else None
+            elif pa.types.is_string(f.type):
+                v = None if v is None else str(v)
+            values.append(v)
+        columns[f.name] = pa.array(values, type=f.type)
+    return pa.table(columns, schema=schema)
+
+
+def build_tables(sweep_dirs: Iterable[Path]) -> tuple[pa.Table, pa.Table, list[str]]:
+    """(runs, phases, problems) for every run under ``sweep_dirs``."""
+    runs, phases, problems = [], [], []
+    for sweep_dir in sweep_dirs:
+        sweep_dir = Path(sweep_dir)
+        for run_dir in find_run_dirs([sweep_dir]):
+            run = load_run(run_dir)
+            if run is None:
+                problems.append(f"{run_dir}: unreadable spec.json, run skipped")
+                continue
+            problems.extend(run.problems)
+            row = run_row(run, sweep_dir)
+            runs.append(row)
+            phases.extend(phase_rows(run, row["run_id"], sweep_dir))
+    return _coerce(runs, RUNS_SCHEMA), _coerce(phases, PHASES_SCHEMA), problems

@@ -1,0 +1,27 @@
+"""Hydra discovers plugins only under the ``hydra_plugins`` namespace: this shim registers
+memsweep's sweepers there and delegates to ``sweeper/`` (imported lazily)."""
+
+from typing import Any, List
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
+
+from sweeper.ovat import OvatSweeperConf
+
+
+class OvatSweeper(Sweeper):
+    """One variable at a time (``hydra/sweeper=ovat``); see ``sweeper.ovat``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        from sweeper.ovat import OvatSweeperImpl
+
+        self.impl = OvatSweeperImpl(**kwargs)
+
+    def setup(self, **kwargs: Any) -> None:
+        self.impl.setup(**kwargs)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        return self.impl.sweep(arguments)
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="ovat", node=OvatSweeperConf, provider="memsweep")

@@ -1,0 +1,25 @@
+"""Hydra callbacks: analyze a sweep directory when the multirun ends (any sweeper, any launcher)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+log = logging.getLogger("memsweep")
+
+
+class AnalyzeAtEnd(Callback):
+    """Writes runs/phases/frontier Parquet tables into the sweep directory and prints the frontier."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from analysis.cli import analyze
+
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.is_dir():
+            log.warning("no sweep directory %s: nothing ran, nothing to analyze", sweep_dir)
+            return
+        analyze([sweep_dir], out_dir=sweep_dir)

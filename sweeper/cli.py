@@ -1,0 +1,66 @@
+"""The ``memsweep`` command.
+
+    memsweep run [OVERRIDES]        measure one condition (Hydra run)
+    memsweep sweep [OVERRIDES]      one-variable-at-a-time sweep (Hydra multirun), then analyze
+    memsweep analyze DIR [DIR ...]  Parquet tables and the frontier of sweep directories
+
+OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher=joblib``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+USAGE = __doc__
+
+
+def _hydra_main(argv: list[str], multirun: bool) -> int:
+    import hydra
+    from omegaconf import DictConfig
+
+    from .job import run_condition
+    from .process import RunDirError, check_run_dir_free
+
+    if not multirun:
+        for arg in argv:  # refuse before Hydra writes anything into an existing run directory
+            if arg.startswith("hydra.run.dir="):
+                try:
+                    check_run_dir_free(Path(arg.split("=", 1)[1]))
+                except RunDirError as exc:
+                    print(f"memsweep run: {exc}", file=sys.stderr)
+                    return 1
+
+    @hydra.main(version_base="1.3", config_path="pkg://conf", config_name="config")
+    def _main(cfg: DictConfig) -> dict:
+        return run_condition(cfg)
+
+    sys.argv = ["memsweep"] + (["--multirun"] if multirun else []) + argv
+    try:
+        _main()
+    except SystemExit as exc:  # Hydra exits 1 after printing a job's error
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "run":
+        return _hydra_main(rest, multirun=False)
+    if command == "sweep":
+        return _hydra_main(rest, multirun=True)
+    if command == "analyze":
+        from analysis.cli import main as analyze_main
+
+        return analyze_main(rest)
+    print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze\n{USAGE}",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""One-variable-at-a-time Sweeper for Hydra (``hydra/sweeper=ovat``, memsweep's default).
+
+Hydra's basic sweeper runs the cartesian product of its sweep overrides. A memory sweep
+changes **one variable at a time** with everything else at the baseline: the axes come
+from the ``sweep`` config group (``sweep.axes: {batch: [1, 2, 4], context: [...]}``) and
+from command-line sweep overrides (``batch=1,2,4``), and the conditions are their union,
+the baseline run once. Every condition is composed and validated before the first one is
+launched, then all of them go to ``self.launcher`` in one batch, so the basic, joblib and
+submitit launchers all work unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+from worker.records import AXES, SpecError
+
+log = logging.getLogger("memsweep")
+
+
+@dataclass
+class OvatSweeperConf:
+    _target_: str = "hydra_plugins.memsweep.memsweep_sweepers.OvatSweeper"
+    # Launch at most this many conditions per launcher call (None: all at once).
+    max_batch_size: Optional[int] = None
+
+
+def plan_conditions(axes: dict, baseline: dict) -> list[tuple[str, str]]:
+    """The (axis, value) pairs of a one-variable-at-a-time sweep, in order, baseline once.
+
+    ``axes`` maps an axis name to its list of values; ``baseline`` maps each axis to its
+    baseline value. A value equal to the baseline becomes ``("", "")`` (the baseline run),
+    which appears once, where it first occurs.
+
+    Raises:
+        SpecError: an axis not in AXES, or an empty list of values.
+    """
+    conditions: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for axis, values in axes.items():
+        if axis not in AXES:
+            raise SpecError("sweep.axes", axis, "axes among " + ", ".join(AXES))
+        if not isinstance(values, (list, tuple)) or not values:
+            raise SpecError(f"sweep.axes.{axis}", values, "a non-empty list of values")
+        for value in values:
+            key = ("", "") if str(value) == str(baseline.get(axis)) else (axis, str(value))
+            if key not in seen:
+                seen.add(key)
+                conditions.append(key)
+    return conditions
+
+
+class OvatSweeperImpl:
+    """The logic of ``hydra_plugins.memsweep.memsweep_sweepers.OvatSweeper`` (Hydra loads
+    plugin classes only from the hydra_plugins package; the shim delegates here)."""
+
+    def __init__(self, max_batch_size: Optional[int] = None) -> None:
+        self.max_batch_size = max_batch_size
+        self.config: Optional[DictConfig] = None
+        self.launcher = None
+        self.hydra_context: Optional[HydraContext] = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def job_overrides(self, arguments: List[str]) -> list[list[str]]:
+        """Overrides of every condition: the fixed arguments plus one ``axis=value``."""
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        fixed, cli_axes = [], {}
+        for override in parser.parse_overrides(arguments):
+            if override.is_sweep_override():
+                if not override.is_discrete_sweep():
+                    raise SpecError(override.get_key_element(), override.input_line,
+                                    "a list of values (a=1,2,4) for the ovat sweeper")
+                cli_axes[override.get_key_element()] = list(override.sweep_string_iterator())
+            else:
+                fixed.append(override.input_line)
+        sweep = self.config.get("sweep") or {}
+        axes = dict(OmegaConf.to_container(sweep.get("axes") or {}, resolve=True))
+        axes.update(cli_axes)
+        baseline = {axis: self.config.get(axis) for axis in AXES}
+        return [fixed + ([f"{axis}={value}"] if axis else []) for axis, value in plan_conditions(axes, baseline)]
+
+    def sweep(self, arguments: List[str]) -> Any:
+        from .spec import spec_from_config
+
+        batches = self.job_overrides(arguments)
+        # Bad input fails here, before any worker starts.
+        for overrides in batches:
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            spec_from_config(cfg)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        log.info("ovat sweep: %d conditions -> %s", len(batches), sweep_dir)
+        size = self.max_batch_size or len(batches) or 1
+        returns: list[Sequence[Any]] = []
+        for start in range(0, len(batches), size):
+            results = self.launcher.launch(batches[start:start + size], initial_job_idx=start)
+            for r in results:
+                _ = r.return_value  # re-raises a job that failed (bad input, refused run dir)
+            returns.append(results)
+        return returns

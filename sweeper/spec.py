@@ -1,0 +1,109 @@
+"""Composed Hydra config -> validated RunSpec, before any worker starts.
+
+Runs in the Hydra process, which never imports torch nor initialises CUDA: facts about
+a GPU (is it visible, does it do bfloat16, how much memory) come from a short probe
+process (``python -m worker --probe DEVICE``), cached per device for the process and its
+children (environment variable ``MEMSWEEP_PROBE_<device>``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any, Mapping
+
+from worker.records import (MODES, WORKLOADS, RunSpec, SpecError, parse_size, validate_device)
+
+LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "warmup",
+             "repeats", "timeout_s", "seed", "threads", "fault")
+WORKLOAD_KEYS = {"mlp": ("depth", "hidden", "activation")}
+
+
+def _cache_key(device: str) -> str:
+    return "MEMSWEEP_PROBE_" + re.sub(r"[^A-Za-z0-9]", "_", device)
+
+
+def probe_device(device: str) -> dict:
+    """Describe ``device`` by running ``python -m worker --probe`` in a separate process.
+
+    Returns the probe's JSON: ``device`` (resolved), ``available``, ``reason``,
+    ``total_memory`` (bytes), ``bf16_supported``. Raises SpecError when the probe fails.
+    """
+    key = _cache_key(device)
+    cached = os.environ.get(key)
+    if cached:
+        return json.loads(cached)
+    proc = subprocess.run([sys.executable, "-m", "worker", "--probe", device],
+                          capture_output=True, text=True, timeout=300)
+    try:
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise SpecError("device", device, f"a device the worker can probe (probe failed: "
+                                          f"{proc.stderr.strip()[-500:]})") from None
+    os.environ[key] = json.dumps(info)
+    return info
+
+
+def _plain(cfg: Any) -> dict:
+    """A composed config (DictConfig or mapping) as a plain dict, interpolations resolved."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        DictConfig = ()
+    if isinstance(cfg, DictConfig):  # drop the hydra node first: its job-time values are unset here
+        data = OmegaConf.to_container(cfg, resolve=False)
+        data.pop("hydra", None)
+        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+    data = dict(cfg)
+    data.pop("hydra", None)
+    return data
+
+
+def spec_from_config(cfg: Any) -> RunSpec:
+    """Validate a composed config and turn it into a RunSpec.
+
+    Checks every field (naming it and the accepted values on error), resolves
+    ``device=auto`` (cuda:0 when a GPU is visible, else cpu), and checks against the
+    device that it is visible, that it supports the dtype (bfloat16) and that an emulated
+    ``capacity`` does not exceed its total memory.
+
+    Raises:
+        SpecError: the first bad field found.
+    """
+    data = _plain(cfg)
+    workload = data.get("workload")
+    if not isinstance(workload, Mapping) or "name" not in workload:
+        raise SpecError("workload", workload, "a workload config group: workload=" + "|".join(WORKLOADS))
+    name = workload["name"]
+    if name not in WORKLOADS:
+        raise SpecError("workload", name, "one of " + ", ".join(WORKLOADS))
+    unknown = sorted(set(workload) - {"name", *WORKLOAD_KEYS[name]})
+    if unknown:
+        raise SpecError(f"workload.{unknown[0]}", workload[unknown[0]],
+                        "one of the mlp settings " + ", ".join(WORKLOAD_KEYS[name]))
+    if data.get("mode") not in MODES:
+        raise SpecError("mode", data.get("mode"), "one of " + ", ".join(MODES))
+    device = validate_device(data.get("device"))
+    capacity = data.get("capacity")
+    capacity_bytes = None if capacity is None else parse_size(capacity, "capacity")
+    info = None
+    if device != "cpu":
+        info = probe_device(device)
+        if not info.get("available"):
+            raise SpecError("device", device, f"a visible device ({info.get('reason')}); device=cpu runs on the CPU")
+        device = info["device"]
+    fields = {k: data.get(k) for k in LOAD_KEYS if k in data}
+    fields.pop("capacity", None)
+    fields.update(device=device, capacity_bytes=capacity_bytes, workload=name,
+                  **{k: workload[k] for k in WORKLOAD_KEYS[name] if k in workload})
+    spec = RunSpec.from_dict(fields)
+    if info is not None and info.get("device_kind") == "cuda":
+        if spec.dtype == "bfloat16" and not info.get("bf16_supported"):
+            raise SpecError("dtype", spec.dtype, f"a dtype {info.get('device_name')} supports: float32, float16")
+        total = info.get("total_memory")
+        if capacity_bytes is not None and total and capacity_bytes > total:
+            raise SpecError("capacity", capacity, f"at most the device's total_memory, {total} bytes")
+    return spec

@@ -1,0 +1,223 @@
+"""The four memory counters, per device kind, read by the phase protocol.
+
+Every counter returns an integer number of bytes, or ``None`` when it cannot be read.
+
+CUDA (and ROCm builds, which reuse ``torch.cuda``): the caching allocator's counters,
+through the device-generic ``torch.accelerator`` functions where this PyTorch has them,
+``torch.cuda`` otherwise (PyTorch docs: torch.cuda.memory_allocated, memory_reserved,
+max_memory_allocated, max_memory_reserved, reset_peak_memory_stats, synchronize).
+
+CPU: there is no allocator with counters, so
+
+* "allocated" = bytes of live tensor storages, tracked by a ``TorchDispatchMode`` that
+  sees every tensor an operator returns and a weakref finalizer on its storage that
+  subtracts it when freed (the method of ``torch.distributed._tools.mem_tracker``);
+* "reserved" = the process resident set, ``VmRSS`` of /proc/self/status, its peak
+  ``VmHWM``, reset by writing ``5`` to /proc/self/clear_refs (Linux proc(5)).
+
+A CPU figure is labelled as such in the record (``counter_sources``) and is never a GPU
+measurement.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
+def _proc_status_bytes(key: str) -> int | None:
+    """A ``kB`` field of /proc/self/status (VmRSS, VmHWM, VmData) in bytes, or None."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class LiveTensorTracker(TorchDispatchMode):
+    """Counts the bytes of live tensor storages created while the mode is active.
+
+    Storages are deduplicated by their StorageImpl pointer, so views and in-place
+    results are counted once; a storage whose size changes (``resize_``) is re-counted.
+    ``live`` and ``peak`` are bytes (ints).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._sizes: dict[int, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._track(t)
+        if getattr(func, "__name__", "").startswith("resize_"):
+            for t in tree_leaves(args):
+                if isinstance(t, torch.Tensor):
+                    self._track(t)
+        return out
+
+    def _track(self, t: torch.Tensor) -> None:
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, etc.)
+            return
+        key = storage._cdata
+        nbytes = storage.nbytes()
+        old = self._sizes.get(key)
+        if old is None:
+            self._sizes[key] = nbytes
+            self.live += nbytes
+            weakref.finalize(storage, self._free, key)
+        elif old != nbytes:
+            self._sizes[key] = nbytes
+            self.live += nbytes - old
+        if self.live > self.peak:
+            self.peak = self.live
+
+    def _free(self, key: int) -> None:
+        self.live -= self._sizes.pop(key, 0)
+
+    def reset_peak(self) -> None:
+        self.peak = self.live
+
+
+class CpuCounters:
+    """Counters for ``device="cpu"`` (see module docstring for what each one means)."""
+
+    kind = "cpu"
+    sources = {
+        "memory_allocated": "cpu: live tensor storage bytes (worker TorchDispatchMode tracker)",
+        "max_memory_allocated": "cpu: peak of live tensor storage bytes (worker tracker)",
+        "memory_reserved": "cpu: process resident set (/proc/self/status VmRSS)",
+        "max_memory_reserved": "cpu: peak resident set (/proc/self/status VmHWM, reset via /proc/self/clear_refs)",
+    }
+
+    def __init__(self) -> None:
+        self.tracker = LiveTensorTracker()
+        self._hwm_resettable = True
+
+    def start(self) -> None:
+        self.tracker.__enter__()
+
+    def synchronize(self) -> None:
+        pass  # CPU operators complete before they return
+
+    def memory_allocated(self) -> int | None:
+        return self.tracker.live
+
+    def max_memory_allocated(self) -> int | None:
+        return self.tracker.peak
+
+    def memory_reserved(self) -> int | None:
+        return _proc_status_bytes("VmRSS")
+
+    def max_memory_reserved(self) -> int | None:
+        # A peak we could not reset would include earlier phases: report it as missing.
+        return _proc_status_bytes("VmHWM") if self._hwm_resettable else None
+
+    def reset_peak_memory_stats(self) -> None:
+        self.tracker.reset_peak()
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+        except OSError:
+            self._hwm_resettable = False
+
+
+class CudaCounters:
+    """Counters of the CUDA caching allocator for one device (also ROCm/HIP builds)."""
+
+    kind = "cuda"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.index = device.index if device.index is not None else 0
+        acc = getattr(torch, "accelerator", None)
+        self._api = acc if acc is not None and hasattr(acc, "max_memory_reserved") else torch.cuda
+        api_name = "torch.accelerator" if self._api is not torch.cuda else "torch.cuda"
+        backend = "hip" if torch.version.hip else "cuda"
+        self.sources = {name: f"{backend}: {api_name}.{name}" for name in (
+            "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved")}
+
+    def start(self) -> None:
+        torch.cuda.set_device(self.index)
+        torch.cuda.init()
+
+    def synchronize(self) -> None:
+        self._api.synchronize(self.index)
+
+    def memory_allocated(self) -> int | None:
+        return int(self._api.memory_allocated(self.index))
+
+    def max_memory_allocated(self) -> int | None:
+        return int(self._api.max_memory_allocated(self.index))
+
+    def memory_reserved(self) -> int | None:
+        return int(self._api.memory_reserved(self.index))
+
+    def max_memory_reserved(self) -> int | None:
+        return int(self._api.max_memory_reserved(self.index))
+
+    def reset_peak_memory_stats(self) -> None:
+        self._api.reset_peak_memory_stats(self.index)
+
+
+def apply_cpu_capacity(capacity_bytes: int) -> dict:
+    """Bound the worker's further memory growth to ``capacity_bytes`` with RLIMIT_DATA.
+
+    The limit is set to the current data segment size (``VmData``, measured after torch
+    is imported and its thread pool started) plus the capacity, so that allocations past
+    the capacity fail inside the allocator ("DefaultCPUAllocator: can't allocate memory"),
+    a real allocation failure rather than a kill by the kernel. Linux setrlimit(2):
+    since 4.7 RLIMIT_DATA counts private writable mappings, which is where glibc's
+    malloc and mmap put tensor storage.
+    """
+    import resource
+
+    baseline = _proc_status_bytes("VmData")
+    if baseline is None:
+        raise RuntimeError("cannot read VmData from /proc/self/status to emulate a CPU capacity")
+    limit = baseline + capacity_bytes
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY and limit > hard:
+        limit = hard
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    return {"capacity_method": "RLIMIT_DATA = VmData at start + capacity",
+            "capacity_baseline_bytes": baseline, "rlimit_data_bytes": limit}
+
+
+def apply_cuda_capacity(counters: CudaCounters, capacity_bytes: int, total_memory: int) -> dict:
+    """Cap the caching allocator at ``capacity_bytes`` via set_per_process_memory_fraction.
+
+    PyTorch doc (torch.cuda.set_per_process_memory_fraction): an allocation that would
+    take the allocator past fraction * total_memory raises torch.OutOfMemoryError.
+    """
+    if capacity_bytes > total_memory:
+        raise ValueError(f"capacity {capacity_bytes} B exceeds the device's total_memory {total_memory} B")
+    fraction = capacity_bytes / total_memory
+    torch.cuda.set_per_process_memory_fraction(fraction, counters.index)
+    return {"capacity_method": "torch.cuda.set_per_process_memory_fraction",
+            "memory_fraction": fraction}
+
+
+def make_counters(device: torch.device):
+    if device.type == "cuda":
+        return CudaCounters(device)
+    if device.type == "cpu":
+        return CpuCounters()
+    raise ValueError(f"unsupported device type {device.type!r}")
+
+
+def env_alloc_conf() -> dict:
+    return {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
+                                           "PYTORCH_ALLOC_CONF")}

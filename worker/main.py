@@ -1,0 +1,321 @@
+"""The worker process: ``python -m worker SPEC.json`` measures one condition.
+
+Phases, in order (seed 003, "IteraGPU"): ``model_load``, ``inputs``, then
+``cold_forward``, ``warmup``, ``warm_forward`` in inference mode, or ``cold_step``,
+``warmup``, ``warm_step`` in train mode (a step = forward + loss + backward + optimizer
+step). Each phase follows the per-phase protocol of seed 003:
+
+1. synchronize the device; read ``memory_allocated`` and ``memory_reserved`` (start);
+2. ``reset_peak_memory_stats`` on that device;
+3. run the phase;
+4. synchronize; read ``max_memory_allocated``, ``max_memory_reserved`` and both
+   current values; save success or the error. A value that cannot be read is null.
+
+The record (record.json beside the spec) is rewritten atomically after every phase, so a
+process killed mid-run leaves its complete phases. The run stops at the first failed phase.
+
+Exit codes: 0 ok, 2 PyTorch or the asked-for device (or dtype on it) unavailable, nothing
+measured; 3 a phase ran out of memory; 4 a phase raised another error; 5 bad spec.
+
+``python -m worker --probe DEVICE`` prints a JSON description of DEVICE (``auto``
+resolves to cuda:0 when a GPU is visible, else cpu) and exits; the sweeper uses it so
+that its own process never initialises CUDA.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from .classify import classify_failure
+from .records import (EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, RECORD_FILE,
+                      SCHEMA_VERSION, RecordError, RunSpec, SpecError, read_json, write_json_atomic)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Recorder:
+    """Holds the run record and rewrites record.json atomically on every change."""
+
+    def __init__(self, path: Path, spec: dict | None):
+        self.path = path
+        self.data = {
+            "schema_version": SCHEMA_VERSION, "spec": spec, "pid": os.getpid(),
+            "started_at": _now(), "updated_at": None, "complete": False, "outcome": None,
+            "exit_code": None, "failed_phase": None, "error_type": None, "error_message": None,
+            "device": None, "device_kind": None, "counter_sources": None, "capacity_bytes": None,
+            "capacity": None, "device_total_memory": None, "device_free_memory_start": None,
+            "environment": None, "phases": [],
+        }
+
+    def save(self) -> None:
+        self.data["updated_at"] = _now()
+        write_json_atomic(self.path, self.data)
+
+    def finish(self, outcome: str, exit_code: int, phase: str | None = None,
+               exc: BaseException | None = None, error_type: str | None = None,
+               message: str | None = None) -> int:
+        self.data.update(outcome=outcome, exit_code=exit_code, failed_phase=phase, complete=True,
+                         error_type=error_type or (type(exc).__name__ if exc else None),
+                         error_message=message or (str(exc)[:4000] if exc else None))
+        self.save()
+        return exit_code
+
+
+def _resolve(requested: str):
+    """(torch.device or None, reason-if-unavailable) for ``requested``; imports torch."""
+    import torch
+
+    if requested == "auto":
+        requested = "cuda:0" if torch.cuda.is_available() else "cpu"
+    device = torch.device(requested)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return device, "no CUDA/ROCm device is visible to this PyTorch build"
+        index = device.index if device.index is not None else 0
+        if index >= torch.cuda.device_count():
+            return device, f"{requested}: only {torch.cuda.device_count()} device(s) visible"
+        device = torch.device("cuda", index)
+    return device, None
+
+
+def _bf16_supported(device) -> bool:
+    import torch
+
+    if device.type != "cuda":
+        return True
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # older PyTorch without the argument
+        return bool(torch.cuda.is_bf16_supported())
+
+
+def _meminfo_bytes(key: str) -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _device_memory(device) -> tuple[int | None, int | None, str | None]:
+    """(total_memory, free_memory, device_name) in bytes for ``device``."""
+    import torch
+
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return int(total), int(free), torch.cuda.get_device_name(device)
+    return _meminfo_bytes("MemTotal"), _meminfo_bytes("MemAvailable"), platform.processor() or platform.machine()
+
+
+def _driver_version() -> str | None:
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            return f.readline().strip() or None
+    except OSError:
+        return None
+
+
+def environment(device) -> dict:
+    """The run's environment: versions, device, allocator settings, host."""
+    import torch
+
+    from .counters import env_alloc_conf
+
+    total, _, name = _device_memory(device)
+    env = {
+        "python": platform.python_version(), "torch": torch.__version__,
+        "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None),
+        "backend": ("hip" if torch.version.hip else "cuda") if device.type == "cuda" else "cpu",
+        "device": str(device), "device_name": name, "total_memory": total,
+        "driver": _driver_version() if device.type == "cuda" else None,
+        "allocator_backend": torch.cuda.get_allocator_backend() if device.type == "cuda" else None,
+        "alloc_conf": env_alloc_conf(), "host": socket.gethostname(), "platform": platform.platform(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+    }
+    if device.type == "cuda":
+        env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(device)))
+    return env
+
+
+def probe(requested: str) -> dict:
+    """Describe a device without measuring anything (runs in its own short process)."""
+    try:
+        import torch
+    except ImportError as exc:
+        return {"requested": requested, "available": False, "reason": f"PyTorch is not installed ({exc})"}
+    device, reason = _resolve(requested)
+    out = {"requested": requested, "device": str(device), "device_kind": device.type,
+           "available": reason is None, "reason": reason, "torch": torch.__version__}
+    if reason is None:
+        total, free, name = _device_memory(device)
+        out.update(total_memory=total, free_memory=free, device_name=name,
+                   bf16_supported=_bf16_supported(device))
+    return out
+
+
+def _inject_fault(kind: str, phase: str, record_path: Path) -> None:
+    """Failures on demand, for memsweep's own fault tests (spec.fault)."""
+    import signal
+
+    if kind == "raise":
+        raise ValueError(f"injected fault in phase {phase}")
+    if kind == "oom":
+        import torch
+        raise torch.OutOfMemoryError(f"CUDA out of memory. (injected fault in phase {phase})")
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "segfault":
+        import ctypes
+        ctypes.string_at(0)
+    if kind == "hang":
+        while True:
+            time.sleep(3600)
+    if kind == "garbage":
+        record_path.write_text('{"schema_version": 1, "phases": [{"name": "mod')
+        os._exit(0)
+
+
+def run_phase(counters, name: str, body, iterations: int, fault: dict | None, record_path: Path) -> dict:
+    """Run one phase under the seed-003 protocol and return its phase record (bytes, seconds)."""
+
+    def read(fn):
+        try:
+            value = fn()
+            return None if value is None else int(value)
+        except Exception:  # a counter we cannot read is missing, not zero
+            return None
+
+    counters.synchronize()
+    phase = {"name": name, "status": None, "iterations": iterations,
+             "memory_allocated_start": read(counters.memory_allocated),
+             "memory_reserved_start": read(counters.memory_reserved)}
+    counters.reset_peak_memory_stats()
+    durations: list[float] = []
+    t0 = time.perf_counter()
+    error = None
+    try:
+        if fault and fault["phase"] == name:
+            _inject_fault(fault["kind"], name, record_path)
+        for _ in range(iterations):
+            ti = time.perf_counter()
+            body()
+            counters.synchronize()
+            durations.append(time.perf_counter() - ti)
+        counters.synchronize()
+    except Exception as exc:  # noqa: BLE001 - every failure is classified and recorded
+        error = exc
+        try:
+            counters.synchronize()
+        except Exception:
+            pass
+    phase["duration_s"] = time.perf_counter() - t0
+    phase["iteration_s"] = durations
+    phase.update(
+        memory_allocated=read(counters.memory_allocated),
+        memory_reserved=read(counters.memory_reserved),
+        max_memory_allocated=read(counters.max_memory_allocated),
+        max_memory_reserved=read(counters.max_memory_reserved),
+    )
+    if error is None:
+        phase.update(status="ok", error_type=None, error_message=None)
+    else:
+        phase.update(status=classify_failure(error), error_type=type(error).__name__,
+                     error_message=str(error)[:4000])
+        phase["_exception"] = error
+    return phase
+
+
+def measure(spec: RunSpec, rec: Recorder) -> int:
+    """Run every phase of ``spec``; returns the exit code. Torch is imported here."""
+    try:
+        import torch
+    except ImportError as exc:
+        return rec.finish("error", EXIT_UNAVAILABLE, error_type="TorchUnavailable",
+                          message=f"PyTorch is not installed: {exc}")
+    from .counters import apply_cpu_capacity, apply_cuda_capacity, make_counters
+    from .workloads import build_workload
+
+    device, reason = _resolve(spec.device)
+    if reason:
+        return rec.finish("error", EXIT_UNAVAILABLE, error_type="DeviceUnavailable", message=reason)
+    if spec.dtype == "bfloat16" and not _bf16_supported(device):
+        return rec.finish("error", EXIT_UNAVAILABLE, error_type="DtypeUnsupported",
+                          message=f"{device} does not support bfloat16 natively")
+    try:  # set-up: a failure here is an error of the run, attributed to no phase
+        if spec.threads:
+            torch.set_num_threads(spec.threads)
+        counters = make_counters(device)
+        counters.start()
+        total, free, _ = _device_memory(device)
+        rec.data.update(device=str(device), device_kind=device.type, counter_sources=counters.sources,
+                        device_total_memory=total, device_free_memory_start=free,
+                        environment=environment(device))
+        capacity = {"capacity_method": "device total_memory"}
+        if spec.capacity_bytes is not None:
+            if device.type == "cuda":
+                capacity = apply_cuda_capacity(counters, spec.capacity_bytes, total)
+            else:
+                torch.ones(64, 64) @ torch.ones(64, 64)  # start the intra-op thread pool before the limit
+                capacity = apply_cpu_capacity(spec.capacity_bytes)
+        rec.data.update(capacity_bytes=spec.capacity_bytes if spec.capacity_bytes is not None else total,
+                        capacity=capacity)
+        rec.save()
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        return rec.finish("error", EXIT_ERROR, phase="setup", exc=exc)
+
+    workload = build_workload(spec, device)
+    cold, warm = ("cold_step", "warm_step") if spec.mode == "train" else ("cold_forward", "warm_forward")
+    plan = [("model_load", workload.model_load, 1), ("inputs", workload.inputs, 1),
+            (cold, workload.iteration, 1), ("warmup", workload.iteration, spec.warmup),
+            (warm, workload.iteration, spec.repeats)]
+    for name, body, iterations in plan:
+        phase = run_phase(counters, name, body, iterations, spec.fault, rec.path)
+        exc = phase.pop("_exception", None)
+        rec.data["phases"].append(phase)
+        if exc is not None:
+            code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+            return rec.finish(phase["status"], code, phase=name, exc=exc)
+        rec.save()
+    return rec.finish("ok", EXIT_OK)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 2 and argv[0] == "--probe":
+        info = probe(argv[1])
+        print(json.dumps(info))
+        return EXIT_OK if info.get("torch") else EXIT_UNAVAILABLE
+    if len(argv) != 1:
+        print("usage: python -m worker SPEC.json | --probe DEVICE", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    spec_path = Path(argv[0])
+    rec = Recorder(spec_path.parent / RECORD_FILE, None)
+    try:
+        raw = read_json(spec_path, "spec")
+        rec.data["spec"] = raw
+        spec = RunSpec.from_dict(raw)
+    except (RecordError, SpecError) as exc:
+        print(f"memsweep worker: {exc}", file=sys.stderr)
+        if spec_path.parent.is_dir() and not rec.path.exists():
+            rec.finish("error", EXIT_BAD_SPEC, exc=exc)
+        return EXIT_BAD_SPEC
+    if rec.path.exists():
+        print(f"memsweep worker: {rec.path} already exists; refusing to overwrite a record", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    rec.save()
+    return measure(spec, rec)
