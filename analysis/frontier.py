@@ -17,7 +17,7 @@ import pyarrow as pa
 from worker.records import DTYPE_BYTES
 
 AXES = ("batch", "context", "width", "dtype")
-IDENTITY = ("sweep_dir", "workload", "mode", "device", "capacity_bytes", "depth", "hidden", "activation",
+IDENTITY = ("sweep_dir", "workload", "workload_params", "mode", "device", "capacity_bytes",
             "warmup", "repeats", "batch", "context", "width", "dtype")
 
 FRONTIER_SCHEMA = pa.schema([

@@ -26,7 +26,7 @@ RUNS_SCHEMA = pa.schema([
     ("sweep_dir", pa.string()), ("run_id", pa.string()), ("run_dir", pa.string()),
     ("workload", pa.string()), ("mode", pa.string()),
     ("batch", pa.int64()), ("context", pa.int64()), ("width", pa.int64()), ("dtype", pa.string()),
-    ("depth", pa.int64()), ("hidden", pa.int64()), ("activation", pa.string()),
+    ("workload_params", pa.string()),
     ("warmup", pa.int64()), ("repeats", pa.int64()), ("seed", pa.int64()),
     ("device", pa.string()), ("device_kind", pa.string()), ("device_name", pa.string()),
     ("device_total_memory", pa.int64()), ("capacity_bytes", pa.int64()), ("capacity_method", pa.string()),
@@ -128,8 +128,11 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     return {
         "sweep_dir": str(sweep_dir), "run_id": str(run.run_dir.relative_to(sweep_dir)) if
         run.run_dir.is_relative_to(sweep_dir) else str(run.run_dir), "run_dir": str(run.run_dir),
-        **{k: spec.get(k) for k in ("workload", "mode", "batch", "context", "width", "dtype", "depth",
-                                    "hidden", "activation", "warmup", "repeats", "seed", "device")},
+        **{k: spec.get(k) for k in ("mode", "batch", "context", "width", "dtype", "warmup", "repeats",
+                                    "seed", "device")},
+        "workload": (spec.get("workload") or {}).get("name") if isinstance(spec.get("workload"), dict) else None,
+        "workload_params": json.dumps({k: v for k, v in spec["workload"].items() if k != "name"}, sort_keys=True)
+        if isinstance(spec.get("workload"), dict) else None,
         "device_kind": record.get("device_kind"), "device_name": env.get("device_name"),
         "device_total_memory": _int(record.get("device_total_memory")),
         "capacity_bytes": _int(record.get("capacity_bytes")) or _int(spec.get("capacity_bytes")),

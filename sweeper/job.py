@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from .process import execute
-from .spec import spec_from_config
+from .spec import spec_or_exit
 
 log = logging.getLogger("memsweep")
 
@@ -19,12 +19,12 @@ def run_condition(cfg: DictConfig) -> dict:
     Returns the result envelope (see ``sweeper.process.execute``).
 
     Raises:
-        worker.records.SpecError: bad input (before any worker starts).
+        SystemExit(2): bad input, with a message naming the field (before any worker starts).
         sweeper.process.RunDirError: the job directory already holds a run.
     """
     from hydra.core.hydra_config import HydraConfig
 
-    spec = spec_from_config(cfg)
+    spec = spec_or_exit(cfg)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     result = execute(spec, run_dir)
     where = f" in {result['failed_phase']}" if result["failed_phase"] else ""

@@ -12,6 +12,7 @@ submitit launchers all work unchanged.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
@@ -93,13 +94,17 @@ class OvatSweeperImpl:
         return [fixed + ([f"{axis}={value}"] if axis else []) for axis, value in plan_conditions(axes, baseline)]
 
     def sweep(self, arguments: List[str]) -> Any:
-        from .spec import spec_from_config
+        from .spec import spec_or_exit
 
-        batches = self.job_overrides(arguments)
+        try:
+            batches = self.job_overrides(arguments)
+        except SpecError as exc:
+            print(f"memsweep: error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
         # Bad input fails here, before any worker starts.
         for overrides in batches:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            spec_from_config(cfg)
+            spec_or_exit(cfg)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")

@@ -15,11 +15,10 @@ import subprocess
 import sys
 from typing import Any, Mapping
 
-from worker.records import (MODES, WORKLOADS, RunSpec, SpecError, parse_size, validate_device)
+from worker.records import MODES, RunSpec, SpecError, parse_size, validate_device, validate_workload
 
 LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "warmup",
              "repeats", "timeout_s", "seed", "threads", "fault")
-WORKLOAD_KEYS = {"mlp": ("depth", "hidden", "activation")}
 
 
 def _cache_key(device: str) -> str:
@@ -62,6 +61,19 @@ def _plain(cfg: Any) -> dict:
     return data
 
 
+def spec_or_exit(cfg: Any) -> RunSpec:
+    """``spec_from_config``, turning bad input into a one-line message and exit status 2.
+
+    SystemExit passes through Hydra's job runner (it only catches Exception), so nothing
+    is launched and no traceback hides the message.
+    """
+    try:
+        return spec_from_config(cfg)
+    except SpecError as exc:
+        print(f"memsweep: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def spec_from_config(cfg: Any) -> RunSpec:
     """Validate a composed config and turn it into a RunSpec.
 
@@ -74,16 +86,7 @@ def spec_from_config(cfg: Any) -> RunSpec:
         SpecError: the first bad field found.
     """
     data = _plain(cfg)
-    workload = data.get("workload")
-    if not isinstance(workload, Mapping) or "name" not in workload:
-        raise SpecError("workload", workload, "a workload config group: workload=" + "|".join(WORKLOADS))
-    name = workload["name"]
-    if name not in WORKLOADS:
-        raise SpecError("workload", name, "one of " + ", ".join(WORKLOADS))
-    unknown = sorted(set(workload) - {"name", *WORKLOAD_KEYS[name]})
-    if unknown:
-        raise SpecError(f"workload.{unknown[0]}", workload[unknown[0]],
-                        "one of the mlp settings " + ", ".join(WORKLOAD_KEYS[name]))
+    workload = validate_workload(data.get("workload"))
     if data.get("mode") not in MODES:
         raise SpecError("mode", data.get("mode"), "one of " + ", ".join(MODES))
     device = validate_device(data.get("device"))
@@ -97,8 +100,7 @@ def spec_from_config(cfg: Any) -> RunSpec:
         device = info["device"]
     fields = {k: data.get(k) for k in LOAD_KEYS if k in data}
     fields.pop("capacity", None)
-    fields.update(device=device, capacity_bytes=capacity_bytes, workload=name,
-                  **{k: workload[k] for k in WORKLOAD_KEYS[name] if k in workload})
+    fields.update(device=device, capacity_bytes=capacity_bytes, workload=workload)
     spec = RunSpec.from_dict(fields)
     if info is not None and info.get("device_kind") == "cuda":
         if spec.dtype == "bfloat16" and not info.get("bf16_supported"):

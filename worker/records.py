@@ -131,12 +131,51 @@ def validate_device(value: Any) -> str:
     raise SpecError("device", value, "one of auto, cpu, cuda, cuda:N")
 
 
+def _mlp_params(params: dict) -> dict:
+    out = {"depth": 4, "hidden": None, "activation": "gelu"}
+    out.update(params)
+    _positive_int("workload.depth", out["depth"], 10_000)
+    if out["hidden"] is not None:
+        _positive_int("workload.hidden", out["hidden"])
+    _choice("workload.activation", out["activation"], ACTIVATIONS)
+    return out
+
+
+WORKLOAD_PARAMS = {
+    # name: (accepted parameter names, validator returning the params with defaults filled)
+    "mlp": (("depth", "hidden", "activation"), _mlp_params),
+}
+
+
+def validate_workload(workload: Any) -> dict:
+    """Check a workload description ``{"name": ..., <params>}``; returns it with defaults.
+
+    mlp params: ``depth`` (blocks), ``hidden`` (null = 4 * width), ``activation``.
+
+    Raises:
+        SpecError: unknown workload name, unknown parameter or bad value.
+    """
+    if not isinstance(workload, Mapping) or "name" not in workload:
+        raise SpecError("workload", workload, "a mapping with a name: one of " + ", ".join(WORKLOADS))
+    name = workload["name"]
+    if name not in WORKLOAD_PARAMS:
+        raise SpecError("workload", name, "one of " + ", ".join(WORKLOADS))
+    accepted, check = WORKLOAD_PARAMS[name]
+    params = {k: v for k, v in workload.items() if k != "name"}
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise SpecError(f"workload.{unknown[0]}", params[unknown[0]],
+                        f"one of the {name} settings " + ", ".join(accepted))
+    return {"name": name, **check(params)}
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """One condition to measure: everything the worker needs, as plain JSON-able values.
 
     Shapes: the mlp workload's inputs are (batch, context, width); each of its ``depth``
     blocks is Linear(width -> hidden) -> activation -> Linear(hidden -> width).
+    ``workload`` is ``{"name": ..., <params>}`` (see ``validate_workload``).
     ``capacity_bytes`` is the emulated capacity in bytes, ``None`` for the device's own.
     ``fault`` injects a failure into one phase, for testing memsweep itself:
     ``{"phase": "cold_forward", "kind": "sigkill"}`` (kinds: FAULT_KINDS).
@@ -148,10 +187,7 @@ class RunSpec:
     dtype: str = "float32"
     mode: str = "inference"
     device: str = "cpu"
-    workload: str = "mlp"
-    depth: int = 4
-    hidden: int | None = None
-    activation: str = "gelu"
+    workload: dict = dataclasses.field(default_factory=lambda: {"name": "mlp"})
     capacity_bytes: int | None = None
     warmup: int = 3
     repeats: int = 5
@@ -170,11 +206,7 @@ class RunSpec:
         validate_device(self.device)
         if self.device == "auto":
             raise SpecError("device", self.device, "a resolved device (cpu or cuda:N) in a run spec")
-        _choice("workload", self.workload, WORKLOADS)
-        _positive_int("workload.depth", self.depth, 10_000)
-        if self.hidden is not None:
-            _positive_int("workload.hidden", self.hidden)
-        _choice("workload.activation", self.activation, ACTIVATIONS)
+        object.__setattr__(self, "workload", validate_workload(self.workload))
         if self.capacity_bytes is not None:
             parse_size(self.capacity_bytes)
         _nonneg_int("warmup", self.warmup)
@@ -194,9 +226,8 @@ class RunSpec:
             raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
 
     @property
-    def hidden_size(self) -> int:
-        """Hidden width of each mlp block: ``hidden`` or, when null, 4 * width."""
-        return self.hidden if self.hidden is not None else 4 * self.width
+    def workload_name(self) -> str:
+        return self.workload["name"]
 
     @property
     def phases(self) -> tuple[str, ...]:

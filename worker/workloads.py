@@ -46,8 +46,9 @@ class MlpWorkload:
 
     def model_load(self) -> None:
         torch.manual_seed(self.spec.seed)
-        s = self.spec
-        self.model = MLP(s.width, s.hidden_size, s.depth, s.activation).to(device=self.device, dtype=self.dtype)
+        s, w = self.spec, self.spec.workload
+        hidden = w["hidden"] if w["hidden"] is not None else 4 * s.width
+        self.model = MLP(s.width, hidden, w["depth"], w["activation"]).to(device=self.device, dtype=self.dtype)
         if s.mode == "train":
             self.model.train()
             # Created here, but AdamW allocates its states (exp_avg, exp_avg_sq) lazily, in the first step.
@@ -87,6 +88,6 @@ class MlpWorkload:
 
 
 def build_workload(spec: RunSpec, device: torch.device) -> MlpWorkload:
-    if spec.workload == "mlp":
+    if spec.workload_name == "mlp":
         return MlpWorkload(spec, device)
-    raise ValueError(f"unknown workload {spec.workload!r}")
+    raise ValueError(f"unknown workload {spec.workload_name!r}")
