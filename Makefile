@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # The CPU build of PyTorch 2.13.0 is pinned here: an unpinned torch pulls a multi-GB CUDA build.
 TORCH  := torch==2.13.0
 
-.PHONY: install run test gpu-check clean
+.PHONY: install run test bench gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,13 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# Benchmarks print measured ratios side by side (not timed tests). BENCH=name limits to one.
+bench: $(STAMP)
+	$(PY) -m tests.bench.run_all $(BENCH)
+
+# On a machine with a GPU: a small sweep on cuda:0 and checks of the counters.
 gpu-check: $(STAMP)
-	$(PY) scripts/gpu_check.py
+	$(PY) tests/gpu_check.py
 
 clean:
 	rm -rf $(VENV) results multirun outputs
