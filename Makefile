@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[test]" --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e ".[test,hf]" --config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)

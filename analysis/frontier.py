@@ -18,7 +18,10 @@ from worker.records import DTYPE_BYTES
 
 AXES = ("batch", "context", "width", "dtype")
 IDENTITY = ("sweep_dir", "workload", "workload_params", "mode", "device", "capacity_bytes",
-            "warmup", "repeats", "batch", "context", "width", "dtype")
+            "warmup", "repeats", "batch", "context", "width", "dtype",
+            # mode options: a different optimizer, precision... is a different load
+            "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export",
+            "new_tokens", "kv_cache")
 
 FRONTIER_SCHEMA = pa.schema([
     ("sweep_dir", pa.string()), ("axis", pa.string()), ("workload", pa.string()), ("mode", pa.string()),

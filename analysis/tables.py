@@ -15,12 +15,22 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from worker.records import (RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, classify_run, read_json)
+from worker.records import (COLD_PHASES, RECORD_FILE, RESULT_FILE, SPEC_FILE, WARM_PHASES, RecordError,
+                            classify_run, read_json)
 
 log = logging.getLogger("memsweep")
 
 COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
             "max_memory_allocated", "max_memory_reserved")
+# Per phase, where the backend or the phase has them (null otherwise): extra counters, then
+# sizes by construction (tensor bytes summed by the worker, not counters).
+EXTRA_COUNTERS = ("num_alloc_retries", "num_ooms", "inactive_split_bytes", "device_free_memory",
+                  "device_total_memory")
+SIZES = ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes", "kv_cache_tokens", "export_bytes")
+# Mode options of the spec (worker.records.RunSpec), one column each in the runs table.
+OPTIONS = (("precision", pa.string()), ("optimizer", pa.string()), ("checkpointing", pa.bool_()),
+           ("micro_steps", pa.int64()), ("eval_batch", pa.int64()), ("export", pa.bool_()),
+           ("new_tokens", pa.int64()), ("kv_cache", pa.string()))
 
 RUNS_SCHEMA = pa.schema([
     ("sweep_dir", pa.string()), ("run_id", pa.string()), ("run_dir", pa.string()),
@@ -42,9 +52,11 @@ RUNS_SCHEMA = pa.schema([
     ("driver", pa.string()), ("allocator_backend", pa.string()), ("alloc_conf", pa.string()),
     ("host", pa.string()), ("started_at", pa.string()), ("schema_version", pa.int64()),
     ("record_problem", pa.string()),
+    *OPTIONS, ("parameters", pa.int64()), ("parameter_bytes", pa.int64()),
 ])
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``cold_*`` /
-``warm_*``: the peaks of cold_forward|cold_step and warm_forward|warm_step."""
+``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
+cold_generate; likewise warm). ``parameters``, ``parameter_bytes``: the model's, by construction."""
 
 PHASES_SCHEMA = pa.schema([
     ("sweep_dir", pa.string()), ("run_id", pa.string()),
@@ -54,8 +66,12 @@ PHASES_SCHEMA = pa.schema([
     ("iterations", pa.int64()), ("duration_s", pa.float64()),
     *[(name, pa.int64()) for name in COUNTERS],
     ("error_type", pa.string()),
+    ("parent", pa.string()), ("sub_phase", pa.string()), ("step", pa.int64()), ("micro_step", pa.int64()),
+    *[(name, pa.int64()) for name in EXTRA_COUNTERS + SIZES],
 ])
-"""One row per run and phase; counters in bytes as recorded by the worker (seed 003 protocol)."""
+"""One row per run and phase; counters in bytes as recorded by the worker (seed 003 protocol).
+A sub-phase of a training step or a generation (``phase`` = ``cold_step.backward``) also has
+``parent`` (cold_step), ``sub_phase`` (backward), ``step`` and ``micro_step``."""
 
 
 @dataclass
@@ -102,7 +118,8 @@ def _int(value) -> int | None:
 
 
 def _peak(phases: list[dict], key: str, names: tuple[str, ...] | None = None) -> int | None:
-    values = [_int(p.get(key)) for p in phases if names is None or p.get("name") in names]
+    values = [_int(p.get(key)) for p in phases
+              if names is None or p.get("name") in names or p.get("parent") in names]
     values = [v for v in values if v is not None]
     return max(values) if values else None
 
@@ -145,16 +162,19 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "n_phases": len(phases),
         "max_memory_allocated": _peak(phases, "max_memory_allocated"),
         "max_memory_reserved": _peak(phases, "max_memory_reserved"),
-        "cold_max_memory_allocated": _peak(phases, "max_memory_allocated", ("cold_forward", "cold_step")),
-        "cold_max_memory_reserved": _peak(phases, "max_memory_reserved", ("cold_forward", "cold_step")),
-        "warm_max_memory_allocated": _peak(phases, "max_memory_allocated", ("warm_forward", "warm_step")),
-        "warm_max_memory_reserved": _peak(phases, "max_memory_reserved", ("warm_forward", "warm_step")),
+        "cold_max_memory_allocated": _peak(phases, "max_memory_allocated", COLD_PHASES),
+        "cold_max_memory_reserved": _peak(phases, "max_memory_reserved", COLD_PHASES),
+        "warm_max_memory_allocated": _peak(phases, "max_memory_allocated", WARM_PHASES),
+        "warm_max_memory_reserved": _peak(phases, "max_memory_reserved", WARM_PHASES),
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
         **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host")},
         "alloc_conf": json.dumps(env.get("alloc_conf")) if env.get("alloc_conf") is not None else None,
         "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
+        **{name: spec.get(name) for name, _ in OPTIONS},
+        "parameters": _int((record.get("model") or {}).get("parameters")),
+        "parameter_bytes": _int((record.get("model") or {}).get("parameter_bytes")),
     }
 
 
@@ -168,6 +188,8 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
             "phase": p.get("name"), "phase_index": index, "status": p.get("status"),
             "iterations": _int(p.get("iterations")), "duration_s": p.get("duration_s"),
             **{name: _int(p.get(name)) for name in COUNTERS}, "error_type": p.get("error_type"),
+            **{k: p.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
+            **{name: _int(p.get(name)) for name in EXTRA_COUNTERS + SIZES},
         })
     return rows
 

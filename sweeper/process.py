@@ -86,6 +86,8 @@ def execute(spec: RunSpec, run_dir: Path) -> dict:
         done = [p.get("name") for p in (record or {}).get("phases") or [] if isinstance(p, dict)]
         todo = [p for p in spec.phases if p not in done]
         failed_phase = todo[0] if todo and record is not None else None
+        if record is not None and isinstance(record.get("current_phase"), str):
+            failed_phase = record["current_phase"]  # the worker names the phase it started
         if returncode is not None and returncode < 0:
             error_type = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else None
         error_message = (f"killed after timeout_s={spec.timeout_s}" if timed_out

@@ -18,7 +18,24 @@ from typing import Any, Mapping
 from worker.records import MODES, RunSpec, SpecError, parse_size, validate_device, validate_workload
 
 LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "warmup",
-             "repeats", "timeout_s", "seed", "threads", "fault")
+             "repeats", "timeout_s", "seed", "threads", "fault",
+             # mode options (worker.records.RunSpec)
+             "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export",
+             "new_tokens", "kv_cache")
+
+
+def check_optional_packages(spec: RunSpec) -> None:
+    """Refuse, before any worker starts, a spec whose optional package is not installed here.
+
+    Looked up with importlib.util.find_spec (nothing imported). Raises SpecError.
+    """
+    import importlib.util
+
+    if spec.workload_name == "hf" and importlib.util.find_spec("transformers") is None:
+        raise SpecError("workload", "hf", "an installed transformers package: pip install 'memsweep[hf]'")
+    if spec.mode == "train" and spec.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
+        raise SpecError("optimizer", "adamw8bit", "an installed bitsandbytes package (pip install bitsandbytes), "
+                        "or one of adamw, sgd, adafactor")
 
 
 def _cache_key(device: str) -> str:
@@ -87,6 +104,9 @@ def spec_from_config(cfg: Any) -> RunSpec:
     """
     data = _plain(cfg)
     workload = validate_workload(data.get("workload"))
+    if workload["name"] == "user" and workload.get("path") is None:
+        # the worker runs in its run directory: let it import the user's modules from here
+        workload["path"] = [os.getcwd()]
     if data.get("mode") not in MODES:
         raise SpecError("mode", data.get("mode"), "one of " + ", ".join(MODES))
     device = validate_device(data.get("device"))
@@ -102,6 +122,7 @@ def spec_from_config(cfg: Any) -> RunSpec:
     fields.pop("capacity", None)
     fields.update(device=device, capacity_bytes=capacity_bytes, workload=workload)
     spec = RunSpec.from_dict(fields)
+    check_optional_packages(spec)
     if info is not None and info.get("device_kind") == "cuda":
         if spec.dtype == "bfloat16" and not info.get("bf16_supported"):
             raise SpecError("dtype", spec.dtype, f"a dtype {info.get('device_name')} supports: float32, float16")

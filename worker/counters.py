@@ -15,6 +15,13 @@ CPU: there is no allocator with counters, so
 * "reserved" = the process resident set, ``VmRSS`` of /proc/self/status, its peak
   ``VmHWM``, reset by writing ``5`` to /proc/self/clear_refs (Linux proc(5)).
 
+Extra counters, read at the end of every phase (``extra()``), null where the backend has
+none: ``num_alloc_retries``, ``num_ooms`` and ``inactive_split_bytes`` (current) from
+``torch.cuda.memory_stats`` (cumulative since the process started, except the last), and
+``device_free_memory`` / ``device_total_memory`` from ``torch.cuda.mem_get_info``, which also
+see memory used outside PyTorch's allocator (CUDA context, other processes). On the CPU the
+last two are MemAvailable / MemTotal of /proc/meminfo.
+
 A CPU figure is labelled as such in the record (``counter_sources``) and is never a GPU
 measurement.
 """
@@ -33,6 +40,18 @@ def _proc_status_bytes(key: str) -> int | None:
     """A ``kB`` field of /proc/self/status (VmRSS, VmHWM, VmData) in bytes, or None."""
     try:
         with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _meminfo_bytes(key: str) -> int | None:
+    """A ``kB`` field of /proc/meminfo (MemTotal, MemAvailable) in bytes, or None."""
+    try:
+        with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
@@ -100,6 +119,8 @@ class CpuCounters:
         "max_memory_allocated": "cpu: peak of live tensor storage bytes (worker tracker)",
         "memory_reserved": "cpu: process resident set (/proc/self/status VmRSS)",
         "max_memory_reserved": "cpu: peak resident set (/proc/self/status VmHWM, reset via /proc/self/clear_refs)",
+        "device_free_memory": "cpu: MemAvailable of /proc/meminfo",
+        "device_total_memory": "cpu: MemTotal of /proc/meminfo",
     }
 
     def __init__(self) -> None:
@@ -107,6 +128,10 @@ class CpuCounters:
         self._hwm_resettable = True
 
     def start(self) -> None:
+        # The first operator under a TorchDispatchMode imports torch._dynamo (seconds, ~70 MB
+        # of resident memory); import it now so that it lands in no phase.
+        import torch._dynamo  # noqa: F401
+
         self.tracker.__enter__()
 
     def synchronize(self) -> None:
@@ -124,6 +149,11 @@ class CpuCounters:
     def max_memory_reserved(self) -> int | None:
         # A peak we could not reset would include earlier phases: report it as missing.
         return _proc_status_bytes("VmHWM") if self._hwm_resettable else None
+
+    def extra(self) -> dict:
+        return {"num_alloc_retries": None, "num_ooms": None, "inactive_split_bytes": None,
+                "device_free_memory": _meminfo_bytes("MemAvailable"),
+                "device_total_memory": _meminfo_bytes("MemTotal")}
 
     def reset_peak_memory_stats(self) -> None:
         self.tracker.reset_peak()
@@ -148,6 +178,12 @@ class CudaCounters:
         backend = "hip" if torch.version.hip else "cuda"
         self.sources = {name: f"{backend}: {api_name}.{name}" for name in (
             "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved")}
+        self.sources.update({
+            "num_alloc_retries": f"{backend}: torch.cuda.memory_stats num_alloc_retries",
+            "num_ooms": f"{backend}: torch.cuda.memory_stats num_ooms",
+            "inactive_split_bytes": f"{backend}: torch.cuda.memory_stats inactive_split_bytes.all.current",
+            "device_free_memory": f"{backend}: torch.cuda.mem_get_info (free)",
+            "device_total_memory": f"{backend}: torch.cuda.mem_get_info (total)"})
 
     def start(self) -> None:
         torch.cuda.set_device(self.index)
@@ -170,6 +206,22 @@ class CudaCounters:
 
     def reset_peak_memory_stats(self) -> None:
         self._api.reset_peak_memory_stats(self.index)
+
+    def extra(self) -> dict:
+        out = {"num_alloc_retries": None, "num_ooms": None, "inactive_split_bytes": None,
+               "device_free_memory": None, "device_total_memory": None}
+        try:
+            stats = torch.cuda.memory_stats(self.index)
+            out.update(num_alloc_retries=stats.get("num_alloc_retries"), num_ooms=stats.get("num_ooms"),
+                       inactive_split_bytes=stats.get("inactive_split_bytes.all.current"))
+        except Exception:  # noqa: BLE001 - e.g. cudaMallocAsync backend without these stats
+            pass
+        try:
+            free, total = torch.cuda.mem_get_info(self.index)
+            out.update(device_free_memory=int(free), device_total_memory=int(total))
+        except Exception:  # noqa: BLE001
+            pass
+        return out
 
 
 def apply_cpu_capacity(capacity_bytes: int) -> dict:

@@ -1,9 +1,18 @@
 """The worker process: ``python -m worker SPEC.json`` measures one condition.
 
 Phases, in order (seed 003, "IteraGPU"): ``model_load``, ``inputs``, then
-``cold_forward``, ``warmup``, ``warm_forward`` in inference mode, or ``cold_step``,
-``warmup``, ``warm_step`` in train mode (a step = forward + loss + backward + optimizer
-step). Each phase follows the per-phase protocol of seed 003:
+
+* inference: ``cold_forward``, ``warmup``, ``warm_forward`` (under torch.inference_mode);
+* train: the first step ``cold_step``, ``warmup`` (whole steps), then ``repeats`` steps
+  ``warm_step``, each step split into the sub-phases ``forward``, ``loss``, ``backward``
+  (once per micro-step) and ``optimizer_step``, recorded as ``cold_step.forward``, ...;
+* generate: ``cold_generate``, ``warmup`` (whole generations), ``repeats`` generations
+  ``warm_generate``, each split into ``prefill`` and ``decode``;
+
+then, when asked, ``eval`` (train mode) and ``export``. A sub-phase's record also names its
+``parent`` (cold_step, ...), ``sub_phase``, ``step`` (0-based, within the parent) and
+``micro_step``; these are null on the other phases. Each phase (and sub-phase) follows the
+per-phase protocol of seed 003:
 
 1. synchronize the device; read ``memory_allocated`` and ``memory_reserved`` (start);
 2. ``reset_peak_memory_stats`` on that device;
@@ -11,8 +20,9 @@ step). Each phase follows the per-phase protocol of seed 003:
 4. synchronize; read ``max_memory_allocated``, ``max_memory_reserved`` and both
    current values; save success or the error. A value that cannot be read is null.
 
-The record (record.json beside the spec) is rewritten atomically after every phase, so a
-process killed mid-run leaves its complete phases. The run stops at the first failed phase.
+The record (record.json beside the spec) is rewritten atomically before every phase (its
+``current_phase`` names the phase about to run) and after it, so a process killed mid-run
+leaves its complete phases and the phase it died in. The run stops at the first failed phase.
 
 Exit codes: 0 ok, 2 PyTorch or the asked-for device (or dtype on it) unavailable, nothing
 measured; 3 a phase ran out of memory; 4 a phase raised another error; 5 bad spec.
@@ -54,7 +64,7 @@ class Recorder:
             "exit_code": None, "failed_phase": None, "error_type": None, "error_message": None,
             "device": None, "device_kind": None, "counter_sources": None, "capacity_bytes": None,
             "capacity": None, "device_total_memory": None, "device_free_memory_start": None,
-            "environment": None, "phases": [],
+            "device_index": None, "environment": None, "model": None, "current_phase": None, "phases": [],
         }
 
     def save(self) -> None:
@@ -188,8 +198,16 @@ def _inject_fault(kind: str, phase: str, record_path: Path) -> None:
         os._exit(0)
 
 
-def run_phase(counters, name: str, body, iterations: int, fault: dict | None, record_path: Path) -> dict:
-    """Run one phase under the seed-003 protocol and return its phase record (bytes, seconds)."""
+def run_phase(counters, name: str, body, iterations: int, fault: dict | None, record_path: Path,
+              meta: dict | None = None, after=None) -> dict:
+    """Run one phase under the seed-003 protocol and return its phase record (bytes, seconds).
+
+    ``meta``: parent, sub_phase, step, micro_step of a sub-phase (null otherwise). ``after``:
+    a callable returning sizes by construction to add to a successful phase's record
+    (``kv_cache_bytes``, ``optimizer_state_bytes``...), read after the counters.
+    Then the extra counters (``counters.extra()``: allocator retries and OOMs, inactive
+    split bytes, device free/total), null where the backend has none.
+    """
 
     def read(fn):
         try:
@@ -199,7 +217,9 @@ def run_phase(counters, name: str, body, iterations: int, fault: dict | None, re
             return None
 
     counters.synchronize()
-    phase = {"name": name, "status": None, "iterations": iterations,
+    meta = meta or {}
+    phase = {"name": name, **{k: meta.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
+             "status": None, "iterations": iterations,
              "memory_allocated_start": read(counters.memory_allocated),
              "memory_reserved_start": read(counters.memory_reserved)}
     counters.reset_peak_memory_stats()
@@ -207,7 +227,7 @@ def run_phase(counters, name: str, body, iterations: int, fault: dict | None, re
     t0 = time.perf_counter()
     error = None
     try:
-        if fault and fault["phase"] == name:
+        if fault and fault["phase"] in (name, meta.get("parent")):
             _inject_fault(fault["kind"], name, record_path)
         for _ in range(iterations):
             ti = time.perf_counter()
@@ -229,8 +249,14 @@ def run_phase(counters, name: str, body, iterations: int, fault: dict | None, re
         max_memory_allocated=read(counters.max_memory_allocated),
         max_memory_reserved=read(counters.max_memory_reserved),
     )
+    try:
+        phase.update(counters.extra())
+    except Exception:  # noqa: BLE001 - extra counters are best effort: missing, never 0
+        pass
     if error is None:
         phase.update(status="ok", error_type=None, error_message=None)
+        if after is not None:
+            phase.update(after())
     else:
         phase.update(status=classify_failure(error), error_type=type(error).__name__,
                      error_message=str(error)[:4000])
@@ -246,7 +272,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="TorchUnavailable",
                           message=f"PyTorch is not installed: {exc}")
     from .counters import apply_cpu_capacity, apply_cuda_capacity, make_counters
-    from .workloads import build_workload
+    from .workloads import DependencyMissing, build_workload
 
     device, reason = _resolve(spec.device)
     if reason:
@@ -261,6 +287,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         counters.start()
         total, free, _ = _device_memory(device)
         rec.data.update(device=str(device), device_kind=device.type, counter_sources=counters.sources,
+                        device_index=device.index if device.type == "cuda" else None,
                         device_total_memory=total, device_free_memory_start=free,
                         environment=environment(device))
         capacity = {"capacity_method": "device total_memory"}
@@ -277,21 +304,80 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         traceback.print_exc()
         return rec.finish("error", EXIT_ERROR, phase="setup", exc=exc)
 
-    workload = build_workload(spec, device)
-    cold, warm = ("cold_step", "warm_step") if spec.mode == "train" else ("cold_forward", "warm_forward")
-    plan = [("model_load", workload.model_load, 1), ("inputs", workload.inputs, 1),
-            (cold, workload.iteration, 1), ("warmup", workload.iteration, spec.warmup),
-            (warm, workload.iteration, spec.repeats)]
-    for name, body, iterations in plan:
-        phase = run_phase(counters, name, body, iterations, spec.fault, rec.path)
+    try:  # imports the spec needs (transformers, bitsandbytes, the user's modules): no phase yet
+        workload = build_workload(spec, device, rec.path.parent)
+        workload.prepare()
+    except DependencyMissing as exc:
+        return rec.finish("error", EXIT_UNAVAILABLE, error_type="DependencyMissing", message=str(exc))
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        return rec.finish("error", EXIT_ERROR, phase="setup", exc=exc)
+
+    for step in plan(spec, workload):
+        name, body, iterations, meta, after = step
+        rec.data["current_phase"] = name
+        rec.save()
+        phase = run_phase(counters, name, body, iterations, spec.fault, rec.path, meta, after)
         exc = phase.pop("_exception", None)
         rec.data["phases"].append(phase)
         if exc is not None:
             code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
             return rec.finish(phase["status"], code, phase=name, exc=exc)
+        if name == "model_load":
+            rec.data["model"] = workload.model_info()
+        if meta and meta.get("release"):
+            meta["release"]()
+        rec.data["current_phase"] = None
         rec.save()
     return rec.finish("ok", EXIT_OK)
+
+
+def plan(spec: RunSpec, w) -> list[tuple]:
+    """The run's phases in order: (name, body, iterations, meta, after) for ``run_phase``.
+
+    ``meta`` may hold ``release``, called once the phase is recorded (outside any window):
+    the end of a generation releases its KV cache there, after its bytes are read.
+    """
+    steps: list[tuple] = [("model_load", w.model_load, 1, None, None), ("inputs", w.inputs, 1, None, None)]
+
+    def train_step(parent: str, index: int) -> list[tuple]:
+        out = []
+        for m in range(spec.micro_steps):
+            meta = lambda sub: {"parent": parent, "sub_phase": sub, "step": index, "micro_step": m}  # noqa: E731
+            out += [(f"{parent}.forward", lambda m=m: w.step_forward(m), 1, meta("forward"), None),
+                    (f"{parent}.loss", lambda m=m: w.step_loss(m), 1, meta("loss"), None),
+                    (f"{parent}.backward", lambda m=m: w.step_backward(m), 1, meta("backward"), w.gradient_bytes)]
+        out.append((f"{parent}.optimizer_step", w.step_optimizer, 1,
+                    {"parent": parent, "sub_phase": "optimizer_step", "step": index, "micro_step": None},
+                    w.optimizer_state_bytes))
+        return out
+
+    def generation(parent: str, index: int) -> list[tuple]:
+        return [(f"{parent}.prefill", w.gen_prefill, 1,
+                 {"parent": parent, "sub_phase": "prefill", "step": index}, w.kv_cache_info),
+                (f"{parent}.decode", w.gen_decode, 1,
+                 {"parent": parent, "sub_phase": "decode", "step": index, "release": w.end_generation},
+                 w.kv_cache_info)]
+
+    if spec.mode == "train":
+        steps += train_step("cold_step", 0)
+        steps.append(("warmup", w.train_step, spec.warmup, None, None))
+        for i in range(spec.repeats):
+            steps += train_step("warm_step", i)
+    elif spec.mode == "generate":
+        steps += generation("cold_generate", 0)
+        steps.append(("warmup", w.generate, spec.warmup, None, None))
+        for i in range(spec.repeats):
+            steps += generation("warm_generate", i)
+    else:
+        steps += [("cold_forward", w.forward, 1, None, None), ("warmup", w.forward, spec.warmup, None, None),
+                  ("warm_forward", w.forward, spec.repeats, None, None)]
+    if spec.eval_batch is not None:
+        steps.append(("eval", w.evaluate, 1, None, None))
+    if spec.export:
+        steps.append(("export", w.export, 1, None, w.export_info))
+    return steps
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,16 +30,47 @@ SCHEMA_VERSION = 1
 
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-MODES = ("inference", "train")
-WORKLOADS = ("mlp",)
+MODES = ("inference", "train", "generate")
+WORKLOADS = ("mlp", "transformer", "hf", "user")
+GENERATE_WORKLOADS = ("transformer", "hf")  # the workloads with a KV cache
 ACTIVATIONS = ("gelu", "relu", "silu", "tanh")
 AXES = ("batch", "context", "width", "dtype")
 OUTCOMES = ("ok", "oom", "error", "crash", "timeout")
 FAULT_KINDS = ("raise", "oom", "sigkill", "segfault", "hang", "garbage")
 
+# Training and generation options of a run (RunSpec fields, documented there).
+PRECISIONS = ("pure", "autocast")
+OPTIMIZERS = ("adamw", "sgd", "adafactor", "adamw8bit")
+KV_CACHES = ("dynamic", "static")
+# transformer workload settings
+ATTENTIONS = ("sdpa", "eager")
+NORMS = ("rmsnorm", "layernorm")
+FFN_KINDS = ("gelu", "swiglu")
+
+# Phases. A training step and a generation are split into sub-phases, each its own protocol
+# window, recorded as "<parent>.<sub_phase>" (e.g. "cold_step.backward") with the fields
+# parent, sub_phase, step and micro_step. warmup runs whole steps (or generations) in one
+# window: the loop with its real ordering, without the sub-phase boundaries.
+STEP_SUB_PHASES = ("forward", "loss", "backward", "optimizer_step")
+GENERATE_SUB_PHASES = ("prefill", "decode")
+AFTER_PHASES = ("eval", "export")  # optional, after the warm phase, each its own phase
+
+
+def _split(parent: str, subs: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"{parent}.{sub}" for sub in subs)
+
+
 INFERENCE_PHASES = ("model_load", "inputs", "cold_forward", "warmup", "warm_forward")
-TRAIN_PHASES = ("model_load", "inputs", "cold_step", "warmup", "warm_step")
-ALL_PHASES = tuple(dict.fromkeys(INFERENCE_PHASES + TRAIN_PHASES))
+TRAIN_PHASES = ("model_load", "inputs", *_split("cold_step", STEP_SUB_PHASES), "warmup",
+                *_split("warm_step", STEP_SUB_PHASES))
+GENERATE_PHASES = ("model_load", "inputs", *_split("cold_generate", GENERATE_SUB_PHASES), "warmup",
+                   *_split("warm_generate", GENERATE_SUB_PHASES))
+PARENT_PHASES = ("cold_step", "warm_step", "cold_generate", "warm_generate")
+COLD_PHASES = ("cold_forward", "cold_step", "cold_generate")  # a phase, or the parent of sub-phases
+WARM_PHASES = ("warm_forward", "warm_step", "warm_generate")
+# Names a fault may target: a phase, or a parent (its first sub-phase is hit).
+ALL_PHASES = tuple(dict.fromkeys(INFERENCE_PHASES + TRAIN_PHASES + GENERATE_PHASES + PARENT_PHASES
+                                 + AFTER_PHASES))
 
 # Worker exit codes (documented in the README).
 EXIT_OK = 0
@@ -141,9 +172,109 @@ def _mlp_params(params: dict) -> dict:
     return out
 
 
+def _optional_positive(name: str, value: Any, maximum: int = 2**40) -> int | None:
+    return None if value is None else _positive_int(name, value, maximum)
+
+
+def _transformer_params(params: dict) -> dict:
+    """Defaults and per-field checks; the checks that need the load's width are in RunSpec."""
+    out = {"layers": 2, "hidden": None, "heads": 4, "kv_heads": None, "head_dim": None,
+           "ffn_hidden": None, "vocab": 32000, "attention": "sdpa", "norm": "rmsnorm",
+           "ffn": "gelu", "tie_embeddings": False}
+    out.update(params)
+    _positive_int("workload.layers", out["layers"], 10_000)
+    _optional_positive("workload.hidden", out["hidden"])
+    _positive_int("workload.heads", out["heads"], 10_000)
+    _optional_positive("workload.kv_heads", out["kv_heads"], 10_000)
+    _optional_positive("workload.head_dim", out["head_dim"], 2**16)
+    _optional_positive("workload.ffn_hidden", out["ffn_hidden"])
+    _positive_int("workload.vocab", out["vocab"], 2**31 - 1)
+    _choice("workload.attention", out["attention"], ATTENTIONS)
+    _choice("workload.norm", out["norm"], NORMS)
+    _choice("workload.ffn", out["ffn"], FFN_KINDS)
+    if not isinstance(out["tie_embeddings"], bool):
+        raise SpecError("workload.tie_embeddings", out["tie_embeddings"], "true or false")
+    heads, kv_heads = out["heads"], out["kv_heads"]
+    if kv_heads is not None and heads % kv_heads:
+        raise SpecError("workload.kv_heads", kv_heads, f"a divisor of heads={heads} (grouped-query "
+                        "attention shares each K/V head among heads/kv_heads query heads)")
+    if out["head_dim"] is not None and out["head_dim"] % 2:
+        raise SpecError("workload.head_dim", out["head_dim"], "an even number (rotary position embedding)")
+    return out
+
+
+_CONFIG_CLASS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*Config")
+_MODEL_TYPE = re.compile(r"[a-z0-9][a-z0-9_\-]*")
+
+
+def hf_config_kind(config: str) -> str:
+    """How the hf workload reads ``config``: ``"class"`` (a transformers config class name
+    such as ``LlamaConfig``), ``"path"`` (a local config.json or a directory holding one) or
+    ``"model_type"`` (a registered model type such as ``gpt2``, via AutoConfig.for_model)."""
+    if "/" in config or config.endswith(".json") or config.startswith("."):
+        return "path"
+    if _CONFIG_CLASS.fullmatch(config):
+        return "class"
+    return "model_type"
+
+
+def _hf_params(params: dict) -> dict:
+    out = {"config": None, "overrides": {}, "attention": "sdpa"}
+    out.update(params)
+    config = out["config"]
+    accepted = ("a transformers config class name (LlamaConfig), a registered model type (gpt2) "
+                "or a local config.json path")
+    if not isinstance(config, str) or not config.strip():
+        raise SpecError("workload.config", config, accepted)
+    if hf_config_kind(config) == "model_type" and not _MODEL_TYPE.fullmatch(config):
+        raise SpecError("workload.config", config, accepted)
+    overrides = {} if out["overrides"] is None else out["overrides"]
+    if not isinstance(overrides, Mapping) or not all(isinstance(k, str) for k in overrides):
+        raise SpecError("workload.overrides", overrides, "a mapping of config attribute -> value")
+    out["overrides"] = dict(overrides)
+    _choice("workload.attention", out["attention"], ATTENTIONS)
+    return out
+
+
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+def _target(name: str, value: Any, required: bool) -> dict | None:
+    """A Hydra-style call description ``{_target_: "pkg.module.function", **kwargs}``."""
+    accepted = "a mapping {_target_: package.module.function, <keyword arguments>}"
+    if value is None and not required:
+        return None
+    if not isinstance(value, Mapping) or not isinstance(value.get("_target_"), str):
+        raise SpecError(name, value, accepted + ("" if required else " or null"))
+    if not _DOTTED.fullmatch(value["_target_"]):
+        raise SpecError(f"{name}._target_", value["_target_"], "a dotted path package.module.function")
+    bad = [k for k in value if not isinstance(k, str) or (k.startswith("_") and k != "_target_")]
+    if bad:
+        raise SpecError(f"{name}.{bad[0]}", value[bad[0]], "keyword arguments (Hydra's _args_, _partial_ "
+                        "and other _special_ keys are not supported)")
+    return dict(value)
+
+
+def _user_params(params: dict) -> dict:
+    out = {"model": None, "inputs": None, "loss": None, "path": None}
+    out.update(params)
+    out["model"] = _target("workload.model", out["model"], True)
+    out["inputs"] = _target("workload.inputs", out["inputs"], True)
+    out["loss"] = _target("workload.loss", out["loss"], False)
+    path = out["path"]
+    if path is not None and (not isinstance(path, (list, tuple)) or not all(isinstance(d, str) for d in path)):
+        raise SpecError("workload.path", path, "null or a list of directories to put on sys.path")
+    out["path"] = None if path is None else list(path)
+    return out
+
+
 WORKLOAD_PARAMS = {
     # name: (accepted parameter names, validator returning the params with defaults filled)
     "mlp": (("depth", "hidden", "activation"), _mlp_params),
+    "transformer": (("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "attention",
+                     "norm", "ffn", "tie_embeddings"), _transformer_params),
+    "hf": (("config", "overrides", "attention"), _hf_params),
+    "user": (("model", "inputs", "loss", "path"), _user_params),
 }
 
 
@@ -151,6 +282,14 @@ def validate_workload(workload: Any) -> dict:
     """Check a workload description ``{"name": ..., <params>}``; returns it with defaults.
 
     mlp params: ``depth`` (blocks), ``hidden`` (null = 4 * width), ``activation``.
+    transformer params: ``layers``, ``hidden`` (null = width), ``heads``, ``kv_heads`` (null =
+    heads), ``head_dim`` (null = hidden / heads), ``ffn_hidden`` (null = 4 * hidden), ``vocab``,
+    ``attention`` (sdpa | eager), ``norm`` (rmsnorm | layernorm), ``ffn`` (gelu | swiglu),
+    ``tie_embeddings``.
+    hf params: ``config`` (class name, model type or config.json path), ``overrides``
+    (config attributes), ``attention`` (sdpa | eager).
+    user params: ``model``, ``inputs``, ``loss`` (Hydra-style ``{_target_: dotted.path, **kwargs}``;
+    loss may be null), ``path`` (directories put on sys.path before importing the targets).
 
     Raises:
         SpecError: unknown workload name, unknown parameter or bad value.
@@ -178,7 +317,27 @@ class RunSpec:
     ``workload`` is ``{"name": ..., <params>}`` (see ``validate_workload``).
     ``capacity_bytes`` is the emulated capacity in bytes, ``None`` for the device's own.
     ``fault`` injects a failure into one phase, for testing memsweep itself:
-    ``{"phase": "cold_forward", "kind": "sigkill"}`` (kinds: FAULT_KINDS).
+    ``{"phase": "cold_forward", "kind": "sigkill"}`` (kinds: FAULT_KINDS); a parent such as
+    ``cold_step`` hits its first sub-phase.
+
+    Mode options (ignored where they do not apply; a non-default value where it cannot apply
+    is a SpecError):
+
+    * ``precision``: ``pure`` = weights, inputs and compute in ``dtype``; ``autocast`` =
+      float32 (master) weights, compute under ``torch.autocast(dtype)`` (dtype float16 or
+      bfloat16; float16 training adds a GradScaler).
+    * ``optimizer`` (train): ``adamw`` | ``sgd`` (plain, no momentum: no state) |
+      ``adafactor`` (torch.optim.Adafactor) | ``adamw8bit`` (bitsandbytes.optim.AdamW8bit).
+    * ``checkpointing`` (train): activation checkpointing of every block.
+    * ``micro_steps`` (train): gradient accumulation; ``batch`` is the micro-batch, what is in
+      memory at once; one optimizer step sees batch * micro_steps samples.
+    * ``eval_batch`` (train): batch of an evaluation pass after training (phase ``eval``);
+      null = no eval phase.
+    * ``export``: save the state dict to a temporary file after the run (phase ``export``).
+    * ``new_tokens`` (generate): tokens decoded after the prefill of ``context`` tokens; the
+      KV cache then holds context + new_tokens tokens.
+    * ``kv_cache`` (generate): ``dynamic`` (grows with every token) | ``static`` (preallocated
+      for context + new_tokens tokens at the prefill).
     """
 
     batch: int
@@ -195,6 +354,15 @@ class RunSpec:
     seed: int = 0
     threads: int | None = None
     fault: dict | None = None
+    # mode options (workloads issue)
+    precision: str = "pure"
+    optimizer: str = "adamw"
+    checkpointing: bool = False
+    micro_steps: int = 1
+    eval_batch: int | None = None
+    export: bool = False
+    new_tokens: int = 16
+    kv_cache: str = "dynamic"
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -222,8 +390,49 @@ class RunSpec:
                 raise SpecError("fault", self.fault, "null or {phase: <phase>, kind: <kind>}")
             _choice("fault.phase", self.fault["phase"], ALL_PHASES)
             _choice("fault.kind", self.fault["kind"], FAULT_KINDS)
+        self._check_mode_options()
+        self._check_workload_shape()
         if self.schema_version != SCHEMA_VERSION:
             raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
+
+    def _check_mode_options(self) -> None:
+        _choice("precision", self.precision, PRECISIONS)
+        if self.precision == "autocast" and self.dtype == "float32":
+            raise SpecError("precision", self.precision, "pure with dtype=float32 (autocast computes in "
+                            "dtype=float16 or bfloat16 with float32 weights)")
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        if not isinstance(self.checkpointing, bool):
+            raise SpecError("checkpointing", self.checkpointing, "true or false")
+        _positive_int("micro_steps", self.micro_steps, 10**6)
+        if self.eval_batch is not None:
+            _positive_int("eval_batch", self.eval_batch)
+        if not isinstance(self.export, bool):
+            raise SpecError("export", self.export, "true or false")
+        _positive_int("new_tokens", self.new_tokens, 10**7)
+        _choice("kv_cache", self.kv_cache, KV_CACHES)
+        if self.mode != "train":
+            for name, default in (("checkpointing", False), ("micro_steps", 1), ("eval_batch", None)):
+                if getattr(self, name) != default:
+                    raise SpecError(name, getattr(self, name), f"{json.dumps(default)} with mode={self.mode} "
+                                    f"({name} applies to mode=train)")
+        if self.mode == "generate" and self.workload_name not in GENERATE_WORKLOADS:
+            raise SpecError("mode", self.mode, f"inference or train for workload={self.workload_name} "
+                            f"(generate needs a KV cache: workload " + " or ".join(GENERATE_WORKLOADS) + ")")
+
+    def _check_workload_shape(self) -> None:
+        """Cross-field checks of the transformer's shape (hidden defaults to the load's width)."""
+        if self.workload_name != "transformer":
+            return
+        w = self.workload
+        hidden = w["hidden"] if w["hidden"] is not None else self.width
+        if w["head_dim"] is None:
+            if hidden % w["heads"]:
+                raise SpecError("workload.heads", w["heads"], f"a divisor of hidden={hidden} "
+                                "(or set workload.head_dim explicitly)")
+            if (hidden // w["heads"]) % 2:
+                raise SpecError("workload.heads", w["heads"], f"a value giving an even head_dim = "
+                                f"hidden / heads (hidden={hidden}; rotary position embedding), "
+                                "or set workload.head_dim")
 
     @property
     def workload_name(self) -> str:
@@ -231,7 +440,10 @@ class RunSpec:
 
     @property
     def phases(self) -> tuple[str, ...]:
-        return TRAIN_PHASES if self.mode == "train" else INFERENCE_PHASES
+        """Names of the phases this spec records, in order (each distinct name once)."""
+        base = {"train": TRAIN_PHASES, "generate": GENERATE_PHASES}.get(self.mode, INFERENCE_PHASES)
+        after = (("eval",) if self.eval_batch is not None else ()) + (("export",) if self.export else ())
+        return base + after
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -1,0 +1,1 @@
+"""Example user workloads (see conf/workload/user_*.yaml and the README)."""

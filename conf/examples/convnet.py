@@ -1,0 +1,35 @@
+"""An example user workload: a small convolutional image classifier.
+
+memsweep's load axes mean what the workload says they mean; here ``context`` is the image
+resolution (images are (batch, 3, context, context)) and ``width`` the number of channels.
+Configured by conf/workload/user_convnet.yaml; run it with
+``memsweep run workload=user_convnet mode=train context=64 width=32 batch=16``.
+"""
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def build_model(load, blocks: int = 3, classes: int = 10) -> nn.Module:
+    """``blocks`` of Conv2d(3x3) -> ReLU at ``load.width`` channels, global average pool,
+    Linear(width, classes). The worker moves it to ``load.device`` in ``load.dtype``."""
+    layers, channels = [], 3
+    for _ in range(blocks):
+        layers += [nn.Conv2d(channels, load.width, 3, padding=1), nn.ReLU()]
+        channels = load.width
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(load.width, classes)]
+    return nn.Sequential(*layers)
+
+
+def make_inputs(load, classes: int = 10):
+    """Random images (batch, 3, context, context) in ``load.dtype`` and labels (batch,)."""
+    images = torch.randn(load.batch, 3, load.context, load.context, dtype=load.dtype, device=load.device,
+                         generator=load.generator)
+    labels = torch.randint(0, classes, (load.batch,), device=load.device, generator=load.generator)
+    return images, labels
+
+
+def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of logits (batch, classes) against labels (batch,)."""
+    return F.cross_entropy(output.float(), target)
