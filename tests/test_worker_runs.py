@@ -98,3 +98,31 @@ def test_run_dir_with_a_record_is_never_overwritten(tmp_path, tiny):
         execute(RunSpec.from_dict(tiny), run_dir)
     assert (run_dir / "record.json").read_text() == "precious"
     assert not (run_dir / "spec.json").exists()
+
+
+def test_resume_returns_a_finished_run_without_running_it_again(tmp_path, tiny):
+    spec = RunSpec.from_dict(tiny)
+    first = execute(spec, tmp_path / "run")
+    record = (tmp_path / "run" / "record.json").read_bytes()
+    again = execute(spec, tmp_path / "run")
+    assert again["resumed"] and again["worker_pid"] == first["worker_pid"]
+    assert (tmp_path / "run" / "record.json").read_bytes() == record
+    with pytest.raises(RunDirError, match="another condition"):
+        execute(RunSpec.from_dict(dict(tiny, batch=3)), tmp_path / "run")
+    with pytest.raises(RunDirError):
+        execute(spec, tmp_path / "run", resume=False)
+
+
+def test_resume_reruns_a_run_that_died_and_keeps_the_partial_attempt(tmp_path, tiny):
+    spec = RunSpec.from_dict(tiny)
+    run_dir = tmp_path / "run"
+    execute(spec, run_dir)
+    partial = json.loads((run_dir / "record.json").read_text())
+    partial.update(complete=False, outcome=None, phases=partial["phases"][:2])
+    (run_dir / "record.json").write_text(json.dumps(partial))
+    (run_dir / "result.json").unlink()  # as if the orchestrator died with its worker mid-run
+    result = execute(spec, run_dir)
+    assert result["outcome"] == "ok" and not result.get("resumed")
+    kept = json.loads((run_dir / ".attempts" / "1" / "record.json").read_text())
+    assert [p["name"] for p in kept["phases"]] == ["model_load", "inputs"]
+    assert len(_record(run_dir)["phases"]) == 5
