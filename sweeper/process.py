@@ -16,10 +16,13 @@ import sys
 import time
 from pathlib import Path
 
+from filelock import FileLock
+
 from worker.records import (RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, SPEC_FILE, STDERR_FILE,
                             STDOUT_FILE, RecordError, RunSpec, classify_run, read_json, write_json_atomic)
 
 log = logging.getLogger("memsweep")
+LOCK_FILE = ".run.lock"
 
 
 class RunDirError(RuntimeError):
@@ -151,6 +154,13 @@ def execute(spec: RunSpec, run_dir: Path, resume: bool = True) -> dict:
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    # Two orchestrators on one directory (a sweep started twice, a requeued cluster job): the
+    # second waits for the first's run to end, then finds its result instead of running it again.
+    with FileLock(run_dir / LOCK_FILE):
+        return _execute_locked(spec, run_dir, resume)
+
+
+def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool) -> dict:
     if resume and (run_dir / SPEC_FILE).exists():
         found = _resume(spec, run_dir)
         if found is not None:
