@@ -512,7 +512,10 @@ class HfWorkload(_TokenWorkload):
     def enable_checkpointing(self, model):
         if not getattr(model, "supports_gradient_checkpointing", False):
             raise ValueError(f"checkpointing=true: {type(model).__name__} does not support gradient checkpointing")
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.x
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
 
     def call(self, inputs):
