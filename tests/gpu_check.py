@@ -11,6 +11,14 @@ OOM values, then checks every recorded phase:
 * the emulated capacity produced at least one `oom`, classified from torch.OutOfMemoryError,
   and the frontier's max_ok and min_oom are runs that happened.
 
+Then the modes of the workloads issue (``check_modes``), one worker each on cuda:0: a transformer
+training step under bf16 autocast with checkpointing, gradient accumulation, eval and export; a
+generation with a static KV cache; a Llama-style hf generation when transformers is installed.
+Checked: every phase and sub-phase ok with CUDA counters, the extra counters present
+(``num_alloc_retries``, ``num_ooms``, ``inactive_split_bytes``, ``device_free_memory``), the
+KV cache bytes equal to 2 x layers x kv_heads x head_dim x tokens x bytes x batch, and the
+optimizer states appearing in the first step only.
+
 Exit 0 when every check passes, 1 when one fails, 2 when no GPU is visible (nothing checked).
 """
 
@@ -62,10 +70,58 @@ def main() -> int:
     print("gpu-check outcomes by batch:", dict(sorted(outcomes.items())))
     if "oom" not in outcomes.values() or "ok" not in outcomes.values():
         failures.append(f"expected both ok and oom at capacity=1GiB, got {outcomes}")
+    failures += check_modes(out / "modes")
     for f in failures:
         print("FAIL", f)
     print("gpu-check:", "all checks passed" if not failures else f"{len(failures)} check(s) failed")
     return 1 if failures else 0
+
+
+def check_modes(out: Path) -> list[str]:
+    """Run the train, generate (and hf) modes on cuda:0 and check their records; returns failures."""
+    import importlib.util
+
+    from sweeper.process import execute
+    from worker.records import RunSpec
+
+    lm = {"name": "transformer", "layers": 4, "heads": 8, "kv_heads": 2, "vocab": 32000}
+    base = dict(batch=4, context=512, width=512, device="cuda:0", warmup=1, repeats=2, timeout_s=600)
+    specs = {
+        "train": dict(base, mode="train", dtype="bfloat16", precision="autocast", workload=lm, checkpointing=True,
+                      micro_steps=2, eval_batch=8, export=True),
+        "generate": dict(base, mode="generate", dtype="bfloat16", workload=lm, new_tokens=32, kv_cache="static"),
+    }
+    if importlib.util.find_spec("transformers") is not None:
+        specs["hf_generate"] = dict(base, mode="generate", dtype="bfloat16", new_tokens=32, workload={
+            "name": "hf", "config": "LlamaConfig", "overrides": {
+                "num_hidden_layers": 4, "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
+                "num_key_value_heads": 2, "vocab_size": 32000}})
+    failures = []
+    for name, spec in specs.items():
+        result = execute(RunSpec.from_dict(spec), out / name)
+        record = json.loads((out / name / "record.json").read_text())
+        print(f"gpu-check {name}: {result['outcome']} ({len(record['phases'])} phases)")
+        if result["outcome"] != "ok":
+            failures.append(f"{name}: {result['outcome']} in {result['failed_phase']}: {result['error_message']}")
+            continue
+        for p in record["phases"]:
+            for key in ("max_memory_allocated", "max_memory_reserved", "num_alloc_retries", "num_ooms",
+                        "inactive_split_bytes", "device_free_memory", "device_total_memory"):
+                if not isinstance(p.get(key), int):
+                    failures.append(f"{name} {p['name']}: {key} missing ({p.get(key)!r})")
+            if p.get("kv_cache_bytes") is not None:
+                d = record["model"]["dims"]
+                tokens = spec["context"] + spec["new_tokens"]  # static cache (and a full dynamic one after decode)
+                if spec.get("kv_cache") == "static" or p["sub_phase"] == "decode":
+                    expected = 2 * d["layers"] * d["kv_heads"] * d["head_dim"] * tokens * 2 * spec["batch"]
+                    if p["kv_cache_bytes"] != expected:
+                        failures.append(f"{name} {p['name']}: kv_cache_bytes {p['kv_cache_bytes']} != {expected}")
+        if name == "train":
+            opt = [p for p in record["phases"] if p["sub_phase"] == "optimizer_step"]
+            grew = [p["memory_allocated"] - p["memory_allocated_start"] for p in opt]
+            if not (grew[0] >= opt[0]["optimizer_state_bytes"] > 0 and all(g <= 0 for g in grew[1:])):
+                failures.append(f"train: optimizer states should appear in the first step only: {grew}")
+    return failures
 
 
 if __name__ == "__main__":

@@ -368,8 +368,10 @@ class Workload:
         return {"gradient_bytes": _storage_bytes(p.grad for p in self.model.parameters() if p.grad is not None)}
 
     def optimizer_state_bytes(self) -> dict:
+        """Bytes of the optimizer's state tensors on the run's device (AdamW keeps its ``step``
+        counters on the host when the parameters are on CUDA)."""
         tensors = [v for state in self.optimizer.state.values() for v in state.values()
-                   if isinstance(v, torch.Tensor)]
+                   if isinstance(v, torch.Tensor) and v.device.type == self.device.type]
         return {"optimizer_state_bytes": _storage_bytes(tensors)}
 
     def kv_cache_info(self) -> dict:
