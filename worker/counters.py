@@ -86,6 +86,8 @@ class LiveTensorTracker(TorchDispatchMode):
         return out
 
     def _track(self, t: torch.Tensor) -> None:
+        if t.device.type == "meta":  # shape-only tensors own no memory
+            return
         try:
             storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, etc.)

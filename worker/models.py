@@ -227,7 +227,8 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList([Block(hidden, heads, kv_heads, head_dim, ffn_hidden, attention, norm, ffn)
                                      for _ in range(layers)])
         self.norm = nn.RMSNorm(hidden, eps=1e-6) if norm == "rmsnorm" else nn.LayerNorm(hidden)
-        self.head = nn.Linear(hidden, vocab, bias=False)
+        # A tied head gets no weight of its own (not even briefly, which would show in model_load's peak).
+        self.head = nn.Linear(hidden, vocab, bias=False, device="meta" if tie_embeddings else None)
         if tie_embeddings:
             self.head.weight = self.embed.weight
         self.checkpointing = False

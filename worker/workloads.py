@@ -178,7 +178,6 @@ class Workload:
     """
 
     name = "?"
-    can_generate = False
 
     def __init__(self, spec: RunSpec, device: torch.device, run_dir: Path | None = None):
         self.spec, self.device = spec, device
@@ -201,10 +200,10 @@ class Workload:
         """Import what the spec needs (before any phase). Raises DependencyMissing."""
         if self.spec.mode == "train":
             check_optimizer(self.spec.optimizer)
-        if self.device.type != "cpu" or self.spec.checkpointing:
+        if self.device.type != "cpu":
             # PyTorch imports torch._dynamo lazily on the first use of a torch.device context
-            # (model_load on an accelerator) or of torch.utils.checkpoint: seconds and ~70 MB
-            # of host memory that belong to no phase, so they are spent here.
+            # (model_load) or of torch.utils.checkpoint: seconds and ~70 MB of host memory that
+            # belong to no phase, so they are spent here (on the CPU, CpuCounters.start does it).
             import torch._dynamo  # noqa: F401
 
     def build_model(self) -> nn.Module:
@@ -418,7 +417,6 @@ class _TokenWorkload(Workload):
     """Inputs and loss of a causal LM: ids (batch, context) uniform in [0, vocab); target =
     ids shifted left by one (next token); next-token cross-entropy."""
 
-    can_generate = True
     vocab = 0
 
     def make_inputs(self, batch, generator, with_target):
