@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,15 @@ class AnalyzeAtEnd(Callback):
     """Writes runs/phases/frontier Parquet tables into the sweep directory and prints the frontier."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from analysis.cli import analyze
+        from analysis.cli import OutputExists, analyze
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             log.warning("no sweep directory %s: nothing ran, nothing to analyze", sweep_dir)
             return
-        analyze([sweep_dir], out_dir=sweep_dir)
+        try:
+            analyze([sweep_dir], out_dir=sweep_dir)
+        except OutputExists:  # a resumed sweep, or a second orchestrator on the same directory
+            out_dir = sweep_dir / "analysis" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+            log.info("%s already holds an analysis; this one goes to %s", sweep_dir, out_dir)
+            analyze([sweep_dir], out_dir=out_dir)

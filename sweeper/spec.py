@@ -78,6 +78,28 @@ def _plain(cfg: Any) -> dict:
     return data
 
 
+def launch_settings(cfg: Any) -> dict:
+    """How runs are started (not part of what they measure): isolation, pool, cores_per_run.
+
+    Raises:
+        SpecError: an unknown isolation or pool, or a bad cores_per_run.
+    """
+    from .pool import POOLS
+    from .process import ISOLATIONS
+
+    get = cfg.get if hasattr(cfg, "get") else dict(cfg).get
+    settings = {"isolation": get("isolation", "spawn"), "pool": get("pool", "none"),
+                "cores_per_run": get("cores_per_run", 1)}
+    if settings["isolation"] not in ISOLATIONS:
+        raise SpecError("isolation", settings["isolation"], "one of " + ", ".join(ISOLATIONS))
+    if settings["pool"] not in POOLS:
+        raise SpecError("pool", settings["pool"], "one of " + ", ".join(POOLS))
+    n = settings["cores_per_run"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise SpecError("cores_per_run", n, "an integer >= 1")
+    return settings
+
+
 def spec_or_exit(cfg: Any) -> RunSpec:
     """``spec_from_config``, turning bad input into a one-line message and exit status 2.
 
@@ -85,6 +107,7 @@ def spec_or_exit(cfg: Any) -> RunSpec:
     is launched and no traceback hides the message.
     """
     try:
+        launch_settings(cfg)
         return spec_from_config(cfg)
     except SpecError as exc:
         print(f"memsweep: error: {exc}", file=sys.stderr)
