@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-PRELOAD = ["torch", "worker.main", "worker.counters", "worker.workloads"]  # imported once, in the server
+PRELOAD = ["torch", "torch._dynamo", "worker.main", "worker.counters", "worker.workloads"]  # imported once, in the server
 
 
 def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict) -> None:
