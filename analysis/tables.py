@@ -113,15 +113,16 @@ def _peak(phases: list[dict], key: str, names: tuple[str, ...] | None = None) ->
 
 
 def _outcome(run: Run) -> dict:
-    """The run's outcome: from result.json, else re-derived from the record alone."""
+    """The run's outcome from result.json; without one, from a complete record alone; else null
+    (the run is still going, or its orchestrator died before the worker ended)."""
     if run.result is not None:
         return run.result
-    record = run.record
-    outcome = classify_run(record, None, False) if record else None
-    return {"outcome": outcome, "failed_phase": (record or {}).get("failed_phase"),
-            "error_type": (record or {}).get("error_type"),
-            "error_message": (record or {}).get("error_message") or "no result.json: the orchestrator "
-            "stopped before this run ended"}
+    record = run.record or {}
+    if record.get("complete"):
+        return {"outcome": classify_run(record, None, False), "failed_phase": record.get("failed_phase"),
+                "error_type": record.get("error_type"), "error_message": record.get("error_message")}
+    return {"outcome": None, "error_message": "no result.json yet: the run is still going, or its "
+                                              "orchestrator stopped before it ended"}
 
 
 def run_row(run: Run, sweep_dir: Path) -> dict:
