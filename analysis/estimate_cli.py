@@ -66,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--devices", type=int, default=1, help="data-parallel devices for ZeRO")
 
     a = p.add_argument_group("activations (--activations: a transformer by Korthikanti et al. 2022)")
-    a.add_argument("--activations", action="store_true", help="add training activations (needs --batch, "
-                                                              "--seq-len and --config or --layers/--hidden-size/--heads)")
+    a.add_argument("--activations", action="store_true",
+                   help="add training activations (needs --batch, --seq-len and --config or "
+                        "--layers/--hidden-size/--heads)")
     a.add_argument("--batch", type=int, help="batch (sequences per step; the mlp's batch)")
     a.add_argument("--seq-len", type=int, help="tokens per sequence")
     a.add_argument("--recompute", default="none", choices=E.RECOMPUTE)
@@ -279,6 +280,10 @@ def run(args: argparse.Namespace, out=None) -> int:
     sources = [s for s in ("parameters", "config", "workload") if getattr(args, s) is not None]
     if len(sources) > 1:
         raise UsageError("give one model description: --parameters, --config or --workload")
+    if args.zero_stage and not args.train:
+        raise UsageError("--zero-stage partitions training state: add --train")
+    if args.keep and args.parameters is None:
+        raise UsageError("--keep applies to --parameters (a config keeps embeddings, lm_head and norms in 16 bits)")
     phases: list[E.PhaseEstimate] = []
     if args.workload:
         b, title, phases = _workload(args)

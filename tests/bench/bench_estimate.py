@@ -72,7 +72,8 @@ def report(spec: RunSpec, record: dict) -> tuple[str, float | None]:
     def m(phase: str, key: str) -> int | None:
         return (meas.get(phase) or {}).get(key)
 
-    lines.append(_row("weights (allocated after model_load)", est["model_load"].end, m("model_load", "memory_allocated")))
+    lines.append(_row("weights (allocated after model_load)", est["model_load"].end,
+                      m("model_load", "memory_allocated")))
     mi = m("inputs", "memory_allocated")
     lines.append(_row("inputs (growth over inputs)", est["inputs"].end - est["inputs"].start,
                       None if mi is None else mi - m("inputs", "memory_allocated_start")))
