@@ -1196,8 +1196,8 @@ def estimate_columns(estimate: Mapping | None, max_memory_allocated: int | None,
     """
     est = estimate if isinstance(estimate, Mapping) else {}
 
-    def as_int(v: Any) -> int | None:
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
+    def as_int(v: Any) -> int | None:  # a byte count that fits int64, else null (a corrupt spec)
+        return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 else None
 
     row = {f"est_{n}_bytes": as_int(est.get(n)) for n in COMPONENTS}
     row["est_peak_bytes"] = as_int(est.get("peak"))

@@ -102,7 +102,9 @@ class OvatSweeperImpl:
         except SpecError as exc:
             print(f"memsweep: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-        # Bad input fails here, before any worker starts.
+        # Bad input fails here, before any worker starts: the baseline itself (even when every
+        # condition overrides one of its values), then every condition.
+        spec_or_exit(self.config)
         for overrides in batches:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             spec_or_exit(cfg)

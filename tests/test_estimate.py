@@ -309,6 +309,8 @@ def test_estimate_columns():
     assert E.estimate_columns(est, 100, "oom")["estimate_error"] is None
     assert E.estimate_columns(est, None, "ok")["estimate_error"] is None
     assert E.estimate_columns(None, 100, "ok") == {c: None for c in E.ESTIMATE_COLUMNS}
+    for corrupt in ("x", [1], {"peak": "9"}, {"peak": -5}, {"peak": 2**70}, {"peak": True}):
+        assert E.estimate_columns(corrupt, 100, "ok")["estimate_error"] is None
 
 
 def test_largest_fitting_is_the_edge(tiny):
