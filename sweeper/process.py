@@ -142,7 +142,7 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
 ISOLATIONS = ("spawn", "forkserver")
 
 
-def execute(spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = "spawn",
+def execute(spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = "forkserver",
             extra_env: dict | None = None) -> dict:
     """Run ``spec`` in a fresh ``python -m worker`` process inside ``run_dir``.
 
