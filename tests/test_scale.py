@@ -77,7 +77,7 @@ def test_concurrent_runs_never_share_a_lease(tmp_path):
                          ids=["forkserver", "submitit_local"])
 def test_same_frontier_as_spawn_with_the_basic_launcher(tmp_path, extra):
     results = {}
-    for name, args in (("basic", []), ("other", extra)):
+    for name, args in (("basic", ["isolation=spawn"]), ("other", extra)):
         proc = subprocess.run([MEMSWEEP, "sweep", *EDGE, *args, f"hydra.sweep.dir={tmp_path}/{name}"], cwd=tmp_path,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]

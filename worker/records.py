@@ -79,6 +79,10 @@ EXIT_OOM = 3  # a phase ran out of memory; the record says which
 EXIT_ERROR = 4  # a phase raised something else; the record says which and what
 EXIT_BAD_SPEC = 5  # spec.json missing, unreadable or invalid
 
+ESTIMATE_KEYS = ("weights", "gradients", "optimizer_states", "activations", "kv_cache", "temporaries",
+                 "reserve", "peak", "total")
+"""Keys of a spec's ``estimate`` (analysis/estimate.py ``Breakdown.to_dict``): bytes or null."""
+
 SPEC_FILE = "spec.json"
 RECORD_FILE = "record.json"
 RESULT_FILE = "result.json"
@@ -153,6 +157,24 @@ def _choice(name: str, value: Any, accepted: tuple[str, ...]) -> str:
     if value not in accepted:
         raise SpecError(name, value, "one of " + ", ".join(accepted))
     return value
+
+
+def validate_estimate(value: Any) -> dict | None:
+    """Accept ``None`` or a mapping of ESTIMATE_KEYS to byte counts (ints >= 0) or ``None``.
+
+    Raises:
+        SpecError: not a mapping, an unknown key, or a value that is not a byte count.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SpecError("estimate", value, "null or a mapping of " + ", ".join(ESTIMATE_KEYS) + " to bytes")
+    for key, v in value.items():
+        if key not in ESTIMATE_KEYS:
+            raise SpecError(f"estimate.{key}", v, "one of the estimate keys " + ", ".join(ESTIMATE_KEYS))
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise SpecError(f"estimate.{key}", v, "null or an integer number of bytes >= 0")
+    return dict(value)
 
 
 def validate_device(value: Any) -> str:
@@ -338,6 +360,9 @@ class RunSpec:
       KV cache then holds context + new_tokens tokens.
     * ``kv_cache`` (generate): ``dynamic`` (grows with every token) | ``static`` (preallocated
       for context + new_tokens tokens at the prefill).
+
+    ``estimate`` is the calculated memory of this load (analysis/estimate.py, bytes by
+    component, see ESTIMATE_KEYS) or ``None``; the worker does not use it.
     """
 
     batch: int
@@ -363,6 +388,7 @@ class RunSpec:
     export: bool = False
     new_tokens: int = 16
     kv_cache: str = "dynamic"
+    estimate: dict | None = None
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -392,6 +418,7 @@ class RunSpec:
             _choice("fault.kind", self.fault["kind"], FAULT_KINDS)
         self._check_mode_options()
         self._check_workload_shape()
+        object.__setattr__(self, "estimate", validate_estimate(self.estimate))
         if self.schema_version != SCHEMA_VERSION:
             raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
 
