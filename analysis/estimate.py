@@ -981,8 +981,9 @@ def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", 
             on the CPU).
 
     Returns:
-        one PhaseEstimate per phase, in protocol order (model_load, inputs, cold_forward |
-        cold_step, warmup, warm_forward | warm_step).
+        one PhaseEstimate per phase, in protocol order (model_load, inputs, cold_forward,
+        warmup, warm_forward; in train mode the sub-phases cold_step.forward, .loss,
+        .backward, .optimizer_step, warmup, then those of each of the ``repeats`` warm_steps).
 
     Raises:
         ValueError: a bad size, dtype, mode or activation.
@@ -1048,7 +1049,9 @@ def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", 
 
     saves_output = ACTIVATION_SAVES_OUTPUT[activation]
 
-    def train_step() -> None:
+    # The worker records a training step as four sub-phases (worker/main.py plan):
+    # forward (zero_grad first), loss, backward, optimizer_step (the loss released at its end).
+    def step_forward() -> None:
         for i in range(len(numels)):  # zero_grad(set_to_none=True)
             if t.has(f"grad{i}"):
                 t.free(f"grad{i}")
@@ -1058,7 +1061,11 @@ def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", 
             if saves_output:
                 t.free(f"h{k}")
             t.alloc(f"out{k}", A * W * e, "activations")
+
+    def step_loss() -> None:
         t.alloc("loss", A * W * e, "activations")  # mse_loss: 0-dim view of an A*W buffer
+
+    def step_backward() -> None:
         t.alloc("seed", e, "temporaries")  # ones_like(loss)
         t.alloc("grad_out", A * W * e, "temporaries")  # mse_loss_backward
         t.free(f"out{depth - 1}")  # MseLossBackward releases y
@@ -1084,7 +1091,8 @@ def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", 
             if k > 0:
                 t.free(f"out{k - 1}")
         t.free("seed")
-        # AdamW step
+
+    def step_optimizer() -> None:  # AdamW step
         first = not t.has("exp_avg0")
         if first:
             for i, n in enumerate(numels):
@@ -1108,13 +1116,26 @@ def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", 
             t.free("denom")
         t.free("loss")  # del loss
 
-    iteration = train_step if mode == "train" else forward_inference
-    cold, warm = ("cold_step", "warm_step") if mode == "train" else ("cold_forward", "warm_forward")
+    sub_phases = (("forward", step_forward), ("loss", step_loss), ("backward", step_backward),
+                  ("optimizer_step", step_optimizer))
+
+    def train_step() -> None:
+        for _, body in sub_phases:
+            body()
+
     phase("model_load", 1, model_load)
     phase("inputs", 1, inputs)
-    phase(cold, 1, iteration)
-    phase("warmup", warmup, iteration)
-    phase(warm, repeats, iteration)
+    if mode == "train":
+        for name, body in sub_phases:
+            phase(f"cold_step.{name}", 1, body)
+        phase("warmup", warmup, train_step)
+        for _ in range(repeats):
+            for name, body in sub_phases:
+                phase(f"warm_step.{name}", 1, body)
+    else:
+        phase("cold_forward", 1, forward_inference)
+        phase("warmup", warmup, forward_inference)
+        phase("warm_forward", repeats, forward_inference)
     return phases
 
 
@@ -1137,11 +1158,17 @@ def estimate_mlp(batch: int, context: int, width: int, **kw: Any) -> Breakdown:
 def estimate_for_spec(spec: Any) -> Breakdown | None:
     """The estimate of a RunSpec (or its dict): the built-in workloads, else ``None``.
 
-    Only ``mlp`` is known exactly; other workloads return ``None`` (not estimated).
+    Only ``mlp`` with the default mode options is known exactly; anything else returns ``None``
+    (not estimated).
     """
     data = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
     workload = data.get("workload") or {"name": "mlp"}
     if workload.get("name") != "mlp":
+        return None
+    # Mode options the replay does not model (worker/records.py RunSpec): not estimated.
+    defaults = {"precision": "pure", "optimizer": "adamw", "checkpointing": False, "micro_steps": 1,
+                "eval_batch": None, "export": False}
+    if any(data.get(k, v) != v for k, v in defaults.items()):
         return None
     return estimate_mlp(data["batch"], data["context"], data["width"], dtype=data.get("dtype", "float32"),
                         mode=data.get("mode", "inference"), depth=workload.get("depth", 4),

@@ -105,6 +105,7 @@ def test_replay_matches_tracker_in_process():
     import torch
 
     from worker.counters import LiveTensorTracker
+    from worker.main import plan
     from worker.workloads import build_workload
 
     rng = random.Random(1)
@@ -120,8 +121,7 @@ def test_replay_matches_tracker_in_process():
         try:
             wl = build_workload(spec, torch.device("cpu"))
             measured = []
-            for body, n in ((wl.model_load, 1), (wl.inputs, 1), (wl.iteration, 1), (wl.iteration, spec.warmup),
-                            (wl.iteration, spec.repeats)):
+            for _, body, n, _, _ in plan(spec, wl):  # the worker's phases, sub-phases included
                 tracker.reset_peak()
                 start = tracker.live
                 for _ in range(n):

@@ -172,12 +172,15 @@ class Workload:
     Training step, per micro-step m of ``spec.micro_steps``: ``step_forward(m)`` (zero_grad
     with set_to_none at m = 0, then the forward pass), ``step_loss(m)`` (the loss, divided by
     micro_steps; the model output is released), ``step_backward(m)``; then
-    ``step_optimizer()``. Generation: ``gen_prefill()`` (the ``context`` prompt tokens, KV
+    ``step_optimizer()``, after which the loss is released. Generation: ``gen_prefill()`` (the ``context`` prompt tokens, KV
     cache created) then ``gen_decode()`` (``new_tokens`` forward passes of one token, greedy),
     under ``torch.inference_mode``; ``end_generation()`` releases the cache between phases.
     """
 
     name = "?"
+    # True: build in float32 on the host, then move and cast (the mlp keeps the seed's loading,
+    # so model_load briefly holds both copies); False: build directly on the device in its dtype.
+    build_on_host = False
 
     def __init__(self, spec: RunSpec, device: torch.device, run_dir: Path | None = None):
         self.spec, self.device = spec, device
@@ -257,10 +260,13 @@ class Workload:
         """Build the model with random weights directly on the device in its dtype; in train
         mode also the optimizer (whose states appear in the first step) and checkpointing."""
         torch.manual_seed(self.spec.seed)
-        # On an accelerator the weights are created there directly; the CPU is the default device.
-        on_device = self.device if self.device.type != "cpu" else contextlib.nullcontext()
-        with _default_dtype(self.param_dtype), on_device:
+        if self.build_on_host:
             model = self.build_model()
+        else:
+            # On an accelerator the weights are created there directly; the CPU is the default device.
+            on_device = self.device if self.device.type != "cpu" else contextlib.nullcontext()
+            with _default_dtype(self.param_dtype), on_device:
+                model = self.build_model()
         model.to(device=self.device, dtype=self.param_dtype)
         self.model = model
         if self.spec.mode == "train":
@@ -297,15 +303,18 @@ class Workload:
         self._loss = loss
 
     def step_backward(self, micro: int = 0) -> None:
-        loss, self._loss = self._loss, None
+        loss = self._loss
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def step_optimizer(self) -> None:
+        """The optimizer step; the last loss is released after it (``del loss`` at the end of
+        the step, as in the seed's loop; a next micro-step's loss replaces the previous one)."""
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
+        self._loss = None
 
     def train_step(self) -> None:
         """One whole training step, micro-steps included (the warmup's unit)."""
@@ -383,6 +392,7 @@ class Workload:
 
 class MlpWorkload(Workload):
     name = "mlp"
+    build_on_host = True
 
     def build_model(self) -> nn.Module:
         s, w = self.spec, self.spec.workload

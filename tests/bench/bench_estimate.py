@@ -78,10 +78,11 @@ def report(spec: RunSpec, record: dict) -> tuple[str, float | None]:
     lines.append(_row("inputs (growth over inputs)", est["inputs"].end - est["inputs"].start,
                       None if mi is None else mi - m("inputs", "memory_allocated_start")))
     if spec.mode == "train":
-        mc = m("cold_step", "memory_allocated")
+        # the first step is recorded as sub-phases: cold_step.forward ... cold_step.optimizer_step
+        mc = m("cold_step.optimizer_step", "memory_allocated")
         lines.append(_row("gradients + optimizer states (growth, cold_step)",
-                          est["cold_step"].end - est["cold_step"].start,
-                          None if mc is None else mc - m("cold_step", "memory_allocated_start")))
+                          est["cold_step.optimizer_step"].end - est["cold_step.forward"].start,
+                          None if mc is None else mc - m("cold_step.forward", "memory_allocated_start")))
     for name, p in est.items():
         lines.append(_row(f"max_memory_allocated, {name}", p.peak, m(name, "max_memory_allocated")))
     est_peak = max(p.peak for p in est.values())
