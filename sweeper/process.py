@@ -211,10 +211,19 @@ class ForkServer:
     """Client of ``worker/forkserver.py``: one server per orchestrator process, started lazily."""
 
     def __init__(self) -> None:
+        import threading
+
         self.proc: subprocess.Popen | None = None
         self.path: str | None = None
+        # Runs started from several threads (a thread pool, joblib's threading backend) must
+        # start one server, not one each with the socket path changing under them.
+        self._lock = threading.Lock()
 
     def _ensure(self) -> None:
+        with self._lock:
+            self._ensure_locked()
+
+    def _ensure_locked(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
         import atexit
@@ -238,9 +247,10 @@ class ForkServer:
         import socket
 
         self._ensure()
+        path = self.path
         deadline = time.monotonic() + timeout_s
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(self.path)
+            conn.connect(path)
             request = {"spec": str(run_dir / SPEC_FILE), "stdout": str(run_dir / STDOUT_FILE),
                        "stderr": str(run_dir / STDERR_FILE), "env": env}
             conn.sendall((json.dumps(request) + "\n").encode())
