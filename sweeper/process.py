@@ -229,10 +229,33 @@ class ForkServer:
         import atexit
         import tempfile
 
+        import threading
+
         self.path = os.path.join(tempfile.mkdtemp(prefix="memsweep-fs-"), "sock")
         env = worker_env()
-        self.proc = subprocess.Popen([sys.executable, "-m", "worker.forkserver", self.path], env=env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+        # The server dies with its parent through PR_SET_PDEATHSIG, which fires when the *thread*
+        # that started it exits: a server started from a pool thread was killed with that
+        # thread. So it is started from a thread of its own that lives as long as the server.
+        started: dict = {}
+        ready = threading.Event()
+
+        def keeper() -> None:
+            try:
+                started["proc"] = subprocess.Popen(
+                    [sys.executable, "-m", "worker.forkserver", self.path], env=env,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+            except BaseException as exc:  # noqa: BLE001 - reported by the caller
+                started["error"] = exc
+                return
+            finally:
+                ready.set()
+            started["proc"].wait()
+
+        threading.Thread(target=keeper, name="memsweep-forkserver", daemon=True).start()
+        ready.wait()
+        if "error" in started:
+            raise started["error"]
+        self.proc = started["proc"]
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             raise RuntimeError(f"memsweep fork server did not start (said {line!r}, exit {self.proc.poll()})")

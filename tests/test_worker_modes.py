@@ -190,3 +190,13 @@ def test_analysis_tables_read_sub_phases_and_options(runs):
     assert rows["generate"]["cold_max_memory_allocated"] is not None
     sub = [r for r in phases.to_pylist() if r["run_id"].endswith("generate") and r["sub_phase"] == "decode"]
     assert sub and all(r["parent"] in ("cold_generate", "warm_generate") and r["kv_cache_bytes"] for r in sub)
+
+
+def test_fork_server_outlives_the_threads_that_started_runs(runs):
+    """The runs above started from pool threads, now gone: the fork server (PR_SET_PDEATHSIG is
+    per thread) must still serve the next run instead of resetting its connection."""
+    from sweeper import process
+
+    if process.execute.__defaults__ and "forkserver" not in process.execute.__defaults__:
+        pytest.skip("execute() does not default to the fork server")
+    assert process._FORKSERVER.proc is not None and process._FORKSERVER.proc.poll() is None
