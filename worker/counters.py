@@ -275,3 +275,120 @@ def make_counters(device: torch.device):
 def env_alloc_conf() -> dict:
     return {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
                                            "PYTORCH_ALLOC_CONF")}
+
+
+# Operators whose real kernel returns a tensor backed by a larger storage than its meta
+# kernel says (measured with LiveTensorTracker on CPU, PyTorch 2.13): the real storage bytes
+# as a function of (args, kwargs, itemsize). aten.mse_loss with a reduction returns a 0-dim
+# result that keeps the unreduced (input-sized) buffer alive (ATen Loss.cpp mse_loss).
+_REAL_STORAGE_BYTES = {
+    "aten::mse_loss": lambda args, kwargs, out: (
+        args[0].numel() * out.element_size()
+        if (args[2] if len(args) > 2 else kwargs.get("reduction", 1)) != 0 else None),
+}
+
+
+class FakeLiveTensorTracker(LiveTensorTracker):
+    """LiveTensorTracker for a dry run: entered inside a ``FakeTensorMode``, so every operator
+    it sees returns fake tensors, whose (meta) storages have the real ``nbytes`` but no data.
+    The tensor-level accounting is the same as the measured one; ``_REAL_STORAGE_BYTES``
+    corrects the operators whose real kernel keeps a larger storage than its meta kernel.
+    """
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        fix = _REAL_STORAGE_BYTES.get(getattr(func, "_schema", None) and func._schema.name)
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._track(t, fix(args, kwargs or {}, t) if fix is not None else None)
+        if getattr(func, "__name__", "").startswith("resize_"):
+            for t in tree_leaves(args):
+                if isinstance(t, torch.Tensor):
+                    self._track(t)
+        return out
+
+    def _track(self, t: torch.Tensor, nbytes: int | None = None) -> None:
+        try:
+            storage = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        key = storage._cdata
+        size = storage.nbytes() if nbytes is None else max(nbytes, storage.nbytes())
+        old = self._sizes.get(key)
+        if old is None:
+            self._sizes[key] = size
+            self.live += size
+            weakref.finalize(storage, self._free, key)
+        elif old != size and nbytes is None and size > old:
+            self._sizes[key] = size
+            self.live += size - old
+        if self.live > self.peak:
+            self.peak = self.live
+
+
+class DryRunCounters:
+    """Counters of a dry run: predicted live tensor bytes of fake tensors; nothing reserved.
+
+    ``start`` enters ``torch._subclasses.fake_tensor.FakeTensorMode`` and, inside it, the
+    tracker, so that every tensor created by the workload is fake (shape, dtype, no storage).
+    """
+
+    kind = "dry_run"
+    sources = {
+        "memory_allocated": "predicted: live fake-tensor storage bytes (dry run, FakeTensorMode)",
+        "max_memory_allocated": "predicted: peak of live fake-tensor storage bytes (dry run)",
+        "memory_reserved": None, "max_memory_reserved": None,
+    }
+
+    def __init__(self) -> None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self.fake_mode = FakeTensorMode()
+        self.tracker = FakeLiveTensorTracker()
+
+    def start(self) -> None:
+        self.fake_mode.__enter__()
+        self.tracker.__enter__()
+        torch.empty(0)  # the first operator through a Python dispatch mode imports torch._dynamo
+
+    def stop(self) -> None:
+        self.tracker.__exit__(None, None, None)
+        self.fake_mode.__exit__(None, None, None)
+
+    def synchronize(self) -> None:
+        pass
+
+    def memory_allocated(self) -> int | None:
+        return self.tracker.live
+
+    def max_memory_allocated(self) -> int | None:
+        return self.tracker.peak
+
+    def memory_reserved(self) -> int | None:
+        return None
+
+    def max_memory_reserved(self) -> int | None:
+        return None
+
+    def extra(self) -> dict:
+        return {"num_alloc_retries": None, "num_ooms": None, "inactive_split_bytes": None,
+                "device_free_memory": None, "device_total_memory": None}
+
+    def reset_peak_memory_stats(self) -> None:
+        self.tracker.reset_peak()
+
+
+def dry_run_unsupported(exc: BaseException) -> str | None:
+    """The message of a dry run's failure when ``exc`` says that fake tensors cannot run an
+    operator (data-dependent output or shape, no fake/meta kernel), else None."""
+    from torch._subclasses import fake_tensor as ft
+
+    kinds = tuple(k for k in (getattr(ft, n, None) for n in (
+        "DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException",
+        "UnsupportedFakeTensorException")) if isinstance(k, type))
+    if not isinstance(exc, kinds):
+        return None
+    op = getattr(exc, "func", None)
+    return (f"dry run: operator {op if op is not None else '?'} cannot run on fake tensors "
+            f"({type(exc).__name__}: its output depends on tensor data or it has no fake/meta kernel); "
+            f"measure this load with a real run")

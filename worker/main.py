@@ -65,6 +65,8 @@ class Recorder:
             "device": None, "device_kind": None, "counter_sources": None, "capacity_bytes": None,
             "capacity": None, "device_total_memory": None, "device_free_memory_start": None,
             "device_index": None, "environment": None, "model": None, "current_phase": None, "phases": [],
+            # measured: the counters of a real run; predicted: a dry run on fake tensors (spec.dry_run)
+            "source": "measured",
         }
 
     def save(self) -> None:
@@ -279,7 +281,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     except ImportError as exc:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="TorchUnavailable",
                           message=f"PyTorch is not installed: {exc}")
-    from .counters import apply_cpu_capacity, apply_cuda_capacity, make_counters
+    from .counters import (DryRunCounters, apply_cpu_capacity, apply_cuda_capacity, dry_run_unsupported,
+                           make_counters)
     from .workloads import DependencyMissing, build_workload
 
     if torch.cuda.is_initialized():  # isolation: nothing may have touched a device before this run
@@ -299,15 +302,19 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     try:  # set-up: a failure here is an error of the run, attributed to no phase
         if spec.threads:
             torch.set_num_threads(spec.threads)
-        counters = make_counters(device)
+        counters = DryRunCounters() if spec.dry_run else make_counters(device)
         counters.start()
         total, free, _ = _device_memory(device)
+        if spec.dry_run:  # a prediction: nothing of the host's memory belongs in the record
+            total = free = None
         rec.data.update(device=str(device), device_kind=device.type, counter_sources=counters.sources,
                         device_index=device.index if device.type == "cuda" else None,
                         device_total_memory=total, device_free_memory_start=free,
                         environment=environment(device))
         capacity = {"capacity_method": "device total_memory"}
-        if spec.capacity_bytes is not None:
+        if spec.dry_run:
+            capacity = {"capacity_method": "none (dry run: fake tensors use no memory; nothing is limited)"}
+        elif spec.capacity_bytes is not None:
             if device.type == "cuda":
                 capacity = apply_cuda_capacity(counters, spec.capacity_bytes, total)
             else:
@@ -337,8 +344,13 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         exc = phase.pop("_exception", None)
         rec.data["phases"].append(phase)
         if exc is not None:
-            code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+            unsupported = dry_run_unsupported(exc) if spec.dry_run else None
+            if unsupported:
+                phase.update(status="error", error_type="DryRunUnsupported", error_message=unsupported)
+                return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported",
+                                  message=unsupported)
+            code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
             return rec.finish(phase["status"], code, phase=name, exc=exc)
         if name == "model_load":
             rec.data["model"] = workload.model_info()
@@ -424,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = read_json(spec_path, "spec")
         rec.data["spec"] = raw
         spec = RunSpec.from_dict(raw)
+        rec.data["source"] = "predicted" if spec.dry_run else "measured"
     except (RecordError, SpecError) as exc:
         print(f"memsweep worker: {exc}", file=sys.stderr)
         if spec_path.parent.is_dir() and not rec.path.exists():

@@ -53,6 +53,7 @@ FFN_KINDS = ("gelu", "swiglu")
 # window: the loop with its real ordering, without the sub-phase boundaries.
 STEP_SUB_PHASES = ("forward", "loss", "backward", "optimizer_step")
 GENERATE_SUB_PHASES = ("prefill", "decode")
+DRY_RUN_WORKLOADS = ("mlp", "transformer")  # checked against measured runs (tests/test_dry_run.py)
 AFTER_PHASES = ("eval", "export")  # optional, after the warm phase, each its own phase
 
 
@@ -363,6 +364,10 @@ class RunSpec:
 
     ``estimate`` is the calculated memory of this load (analysis/estimate.py, bytes by
     component, see ESTIMATE_KEYS) or ``None``; the worker does not use it.
+
+    ``dry_run``: run the same phases on fake tensors (``FakeTensorMode``: shapes and dtypes,
+    no storage) and record each phase's *predicted* live tensor bytes (record ``source``
+    ``"predicted"``); needs device=cpu, no export, no fault; no capacity limit is applied.
     """
 
     batch: int
@@ -389,6 +394,7 @@ class RunSpec:
     new_tokens: int = 16
     kv_cache: str = "dynamic"
     estimate: dict | None = None
+    dry_run: bool = False
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -418,6 +424,7 @@ class RunSpec:
             _choice("fault.kind", self.fault["kind"], FAULT_KINDS)
         self._check_mode_options()
         self._check_workload_shape()
+        self._check_dry_run()
         object.__setattr__(self, "estimate", validate_estimate(self.estimate))
         if self.schema_version != SCHEMA_VERSION:
             raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
@@ -445,6 +452,24 @@ class RunSpec:
         if self.mode == "generate" and self.workload_name not in GENERATE_WORKLOADS:
             raise SpecError("mode", self.mode, f"inference or train for workload={self.workload_name} "
                             f"(generate needs a KV cache: workload " + " or ".join(GENERATE_WORKLOADS) + ")")
+
+    def _check_dry_run(self) -> None:
+        """A dry run runs the phases on fake tensors (shapes, no storage) on the CPU: it predicts
+        tensor bytes, so nothing that needs real data or a real device may be asked of it."""
+        if not isinstance(self.dry_run, bool):
+            raise SpecError("dry_run", self.dry_run, "true or false")
+        if not self.dry_run:
+            return
+        if self.device != "cpu":
+            raise SpecError("device", self.device, "cpu with dry_run=true (a dry run runs fake CPU tensors; "
+                            "its prediction is of tensor bytes, which do not depend on the device)")
+        if self.export:
+            raise SpecError("export", self.export, "false with dry_run=true (export writes the real weights)")
+        if self.fault is not None:
+            raise SpecError("fault", self.fault, "null with dry_run=true")
+        if self.workload_name not in DRY_RUN_WORKLOADS:
+            raise SpecError("dry_run", self.dry_run, "false for workload=" + self.workload_name + " (dry runs: "
+                            + ", ".join(DRY_RUN_WORKLOADS) + ")")
 
     def _check_workload_shape(self) -> None:
         """Cross-field checks of the transformer's shape (hidden defaults to the load's width)."""
