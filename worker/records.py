@@ -53,7 +53,7 @@ FFN_KINDS = ("gelu", "swiglu")
 # window: the loop with its real ordering, without the sub-phase boundaries.
 STEP_SUB_PHASES = ("forward", "loss", "backward", "optimizer_step")
 GENERATE_SUB_PHASES = ("prefill", "decode")
-DRY_RUN_WORKLOADS = ("mlp", "transformer")  # checked against measured runs (tests/test_dry_run.py)
+DRY_RUN_WORKLOADS = ("mlp", "transformer", "user")  # mlp, transformer checked against measured runs (tests/test_dry_run.py)
 AFTER_PHASES = ("eval", "export")  # optional, after the warm phase, each its own phase
 
 
