@@ -4,6 +4,8 @@
     memsweep sweep [OVERRIDES]      one-variable-at-a-time sweep (Hydra multirun), then analyze
     memsweep analyze DIR [DIR ...]  Parquet tables and the frontier of sweep directories
     memsweep estimate [OPTIONS]     calculated memory of a load (weights, training state, KV cache...)
+    memsweep predict [OVERRIDES] capacity=SIZE [--axis batch]
+                                    predicted edge of an axis from dry runs (fake tensors, no device)
 
 OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher=joblib``.
 """
@@ -61,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     if command == "estimate":
         from analysis.estimate_cli import main as estimate_main
         return estimate_main(rest)
-    print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze\n{USAGE}",
+    if command == "predict":
+        from .predict import predict
+
+        return predict(rest)
+    print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, estimate, predict\n{USAGE}",
           file=sys.stderr)
     return 2
 

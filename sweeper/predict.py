@@ -1,0 +1,199 @@
+"""``memsweep predict [OVERRIDES] capacity=80GB [--axis batch]``: the predicted edge of an axis.
+
+Bisection of one axis (batch, context or width, everything else fixed) on dry runs only
+(``dry_run=true``: the worker runs every phase on fake tensors, ``FakeTensorMode``, and
+records the predicted live tensor bytes of each phase). Each dry run is a fresh worker
+process started through ``sweeper.process.execute`` (the fork server by default), a second
+or less for small models; nothing is allocated, so the load may be far larger than this
+machine.
+
+A load "fits" when the largest predicted phase peak (``max_memory_allocated`` of a dry run,
+bytes) is at most ``capacity``. Search (Lightning's batch-size finder: low = last fit, high =
+first miss): from the configured value, double until a load does not fit (or halve until one
+does), then bisect to neighbours. The answer is a prediction of *tensor bytes*; what it
+cannot see is listed in ``BLIND_SPOTS`` and printed with every answer.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from pathlib import Path
+
+from worker.records import RunSpec, SpecError, parse_size, write_json_atomic
+
+AXES = ("batch", "context", "width")
+MAX_VALUE = 2**31
+BLIND_SPOTS = (
+    "the allocator's rounding (CUDA: 512 B blocks, 2 MiB segments) and its cache of freed blocks (reserved > allocated)",
+    "fragmentation (free memory in pieces too small for the next request)",
+    "library workspaces: cuBLAS, cuDNN, NCCL, flash/efficient-attention kernels' scratch",
+    "the CUDA context and loaded kernels (hundreds of MB, outside PyTorch's counters)",
+    "device-specific kernels that differ from the CPU ones (a dry run runs CPU fake kernels)",
+)
+
+USAGE = """usage: memsweep predict [OVERRIDES] capacity=SIZE [--axis batch|context|width]
+
+Predicts, without the device, the largest value of the axis whose tensor bytes fit in SIZE
+(GB = 10^9 B, GiB = 2^30 B), by bisection on dry runs. OVERRIDES are those of `memsweep run`."""
+
+
+def _gb(n: int | None) -> str:
+    return "null" if n is None else f"{n} B = {n / 1e9:.3f} GB = {n / 2**30:.3f} GiB"
+
+
+class Predictor:
+    """Dry runs of one load at different values of ``axis``, each in its own directory."""
+
+    def __init__(self, base: RunSpec, axis: str, capacity_bytes: int, out_dir: Path, isolation: str):
+        self.base, self.axis, self.capacity = base, axis, capacity_bytes
+        self.out_dir, self.isolation = Path(out_dir), isolation
+        self.runs: dict[int, dict] = {}
+
+    def run(self, value: int) -> dict:
+        """The dry run at ``value``: {"value", "outcome", "peak" (bytes, max over phases), "fits",
+        "record"}; a load the worker cannot predict has outcome error and fits None."""
+        if value in self.runs:
+            return self.runs[value]
+        from .process import execute
+
+        # one warmup iteration and one warm repeat: every later step repeats the first warm one
+        data = {**self.base.to_dict(), self.axis: value, "dry_run": True, "device": "cpu",
+                "capacity_bytes": None, "estimate": None, "repeats": 1, "warmup": min(self.base.warmup, 1)}
+        spec = RunSpec.from_dict(data)
+        run_dir = self.out_dir / f"{self.axis}={value}"
+        result = execute(spec, run_dir, resume=True, isolation=self.isolation)
+        try:
+            record = json.loads((run_dir / "record.json").read_text())
+        except (OSError, ValueError):
+            record = None
+        peaks = [p["max_memory_allocated"] for p in (record or {}).get("phases", [])
+                 if p.get("max_memory_allocated") is not None]
+        ok = result["outcome"] == "ok" and bool(peaks)
+        out = {"value": value, "outcome": result["outcome"], "error_type": result.get("error_type"),
+               "error_message": result.get("error_message"), "peak": max(peaks) if ok else None,
+               "fits": (max(peaks) <= self.capacity) if ok else None, "record": record}
+        self.runs[value] = out
+        return out
+
+    def search(self, start: int) -> dict:
+        """{"max_fit", "min_miss", "exact", "error"}: the edge of the axis (values, or None)."""
+        lo = hi = None
+        value = max(1, start)
+        first = self.run(value)
+        if first["fits"] is None:
+            return {"max_fit": None, "min_miss": None, "exact": False, "error": first}
+        if first["fits"]:
+            lo = value
+            while hi is None:
+                if lo >= MAX_VALUE:
+                    return {"max_fit": lo, "min_miss": None, "exact": False, "error": None}
+                r = self.run(min(lo * 2, MAX_VALUE))
+                if r["fits"] is None:
+                    return {"max_fit": lo, "min_miss": None, "exact": False, "error": r}
+                lo, hi = (r["value"], None) if r["fits"] else (lo, r["value"])
+        else:
+            hi = value
+            while lo is None:
+                if hi == 1:
+                    return {"max_fit": None, "min_miss": 1, "exact": True, "error": None}
+                r = self.run(max(hi // 2, 1))
+                if r["fits"] is None:
+                    return {"max_fit": None, "min_miss": hi, "exact": False, "error": r}
+                lo, hi = (r["value"], hi) if r["fits"] else (None, r["value"])
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            r = self.run(mid)
+            if r["fits"] is None:
+                return {"max_fit": lo, "min_miss": hi, "exact": False, "error": r}
+            lo, hi = (mid, hi) if r["fits"] else (lo, mid)
+        return {"max_fit": lo, "min_miss": hi, "exact": True, "error": None}
+
+
+def breakdown(record: dict) -> list[dict]:
+    """Per phase of a dry run's record: predicted peak and final live bytes and the sizes by
+    construction the worker adds (gradients, optimizer states, KV cache)."""
+    rows = []
+    for p in record.get("phases", []):
+        rows.append({"phase": p["name"], "peak_bytes": p.get("max_memory_allocated"),
+                     "live_bytes": p.get("memory_allocated"),
+                     **{k: p[k] for k in ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes")
+                        if p.get(k) is not None}})
+    return rows
+
+
+def _parse(argv: list[str]) -> tuple[list[str], str, str | None]:
+    axis, overrides, capacity = "batch", [], None
+    it = iter(argv)
+    for arg in it:
+        if arg == "--axis":
+            axis = next(it, None)
+        elif arg.startswith("--axis="):
+            axis = arg.split("=", 1)[1]
+        elif arg.startswith("capacity="):
+            capacity = arg.split("=", 1)[1]
+        else:
+            overrides.append(arg)
+    if axis not in AXES:
+        raise SpecError("--axis", axis, "one of " + ", ".join(AXES))
+    return overrides, axis, capacity
+
+
+def predict(argv: list[str], out=sys.stdout) -> int:
+    """The ``memsweep predict`` command; returns the exit status (0 edge found, 1 no edge
+    (an error or nothing fits), 2 bad input)."""
+    from hydra import compose, initialize_config_module
+
+    from .spec import launch_settings, spec_from_config
+
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE, file=out)
+        return 0
+    try:
+        overrides, axis, capacity = _parse(argv)
+        if capacity in (None, "null"):
+            raise SpecError("capacity", capacity, "a size to predict against, e.g. capacity=80GB")
+        capacity_bytes = parse_size(capacity, "capacity")
+        with initialize_config_module(config_module="conf", version_base="1.3"):
+            cfg = compose(config_name="config", overrides=overrides + ["device=cpu", "capacity=null", "export=false"])
+        settings = launch_settings(cfg)
+        base = spec_from_config(cfg)
+    except SpecError as exc:
+        print(f"memsweep predict: error: {exc}", file=sys.stderr)
+        return 2
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+    out_dir = Path(cfg.get("results_dir", "results")) / "predict" / stamp
+    predictor = Predictor(base, axis, capacity_bytes, out_dir, settings["isolation"])
+    edge = predictor.search(getattr(base, axis))
+    at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
+    summary = {"axis": axis, "capacity_bytes": capacity_bytes, "source": "predicted", **{
+        k: edge[k] for k in ("max_fit", "min_miss", "exact")}, "dry_runs": len(predictor.runs),
+        "runs": [{k: r[k] for k in ("value", "outcome", "peak", "fits", "error_type")}
+                 for r in sorted(predictor.runs.values(), key=lambda r: r["value"])],
+        "breakdown": breakdown(at["record"]) if at else None, "blind_spots": list(BLIND_SPOTS)}
+    write_json_atomic(out_dir / "predict.json", summary)
+
+    print(f"memsweep predict: {axis} at capacity {_gb(capacity_bytes)}, {len(predictor.runs)} dry runs "
+          f"(fake tensors, no device), in {out_dir}", file=out)
+    if edge["error"] is not None:
+        err = edge["error"]
+        print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
+        print("  (a real run measures such a load: memsweep run / sweep)", file=out)
+    if edge["max_fit"] is None and edge["min_miss"] == 1:
+        print(f"  PREDICTED: nothing fits; {axis}=1 already needs {_gb(predictor.runs[1]['peak'])}", file=out)
+    if edge["max_fit"] is not None:
+        exact = "exact" if edge["exact"] else "not exact"
+        print(f"  PREDICTED edge: max fit {axis}={edge['max_fit']}, min miss {axis}={edge['min_miss']} ({exact})",
+              file=out)
+        print(f"  predicted tensor bytes at {axis}={edge['max_fit']}, per phase (peak / live at its end):", file=out)
+        for row in summary["breakdown"]:
+            extra = "".join(f", {k} {v}" for k, v in row.items() if k.endswith("_bytes") and
+                            k not in ("peak_bytes", "live_bytes"))
+            print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
+        print(f"  largest phase peak: {_gb(at['peak'])}", file=out)
+    print("  This is a prediction of live tensor bytes, not a measurement. It cannot see:", file=out)
+    for item in BLIND_SPOTS:
+        print(f"    - {item}", file=out)
+    print("  Keep a margin for these, or measure the edge: memsweep sweep ... capacity=SIZE", file=out)
+    return 0 if edge["max_fit"] is not None and edge["error"] is None else 1
