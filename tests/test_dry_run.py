@@ -94,3 +94,44 @@ def test_an_operator_fake_tensors_cannot_run_is_named(runs):
 def test_a_dry_run_refuses_what_it_cannot_predict(change):
     with pytest.raises(SpecError):
         RunSpec.from_dict({**BASE, "batch": 2, "workload": MLP, "dry_run": True, **change})
+
+
+# ----- memsweep predict ---------------------------------------------------------------------
+PREDICT_LOAD = ["workload=mlp", "workload.depth=2", "mode=train", "context=16", "width=32", "threads=1"]
+
+
+def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
+    import io
+
+    from sweeper.predict import Predictor, predict
+
+    base = RunSpec.from_dict(dict(BASE, batch=5, mode="train", workload=MLP))
+    probe = Predictor(base, "batch", 10**12, tmp_path / "probe", "forkserver")
+    peak5, peak6 = probe.run(5)["peak"], probe.run(6)["peak"]
+    assert peak5 < peak6
+    capacity = (peak5 + peak6) // 2
+
+    out = io.StringIO()
+    code = predict(PREDICT_LOAD + ["batch=3", f"capacity={capacity}", "--axis", "batch",
+                                   f"results_dir={tmp_path}"], out=out)
+    text = out.getvalue()
+    assert code == 0, text
+    assert "PREDICTED edge: max fit batch=5, min miss batch=6 (exact)" in text
+    assert "CUDA context" in text and "prediction of live tensor bytes" in text
+    summary = json.loads(next((tmp_path / "predict").glob("*/predict.json")).read_text())
+    assert summary["max_fit"] == 5 and summary["min_miss"] == 6 and summary["source"] == "predicted"
+    assert {r["value"] for r in summary["runs"]} >= {5, 6}
+
+    # the same loads measured (tracked allocated on the CPU) fall on the same sides of the capacity
+    measured = {b: _run(tmp_path, f"measured-{b}", dict(BASE, batch=b, mode="train", workload=MLP, repeats=1))
+                for b in (5, 6)}
+    peaks = {b: max(p["max_memory_allocated"] for p in m["record"]["phases"]) for b, m in measured.items()}
+    assert peaks[5] <= capacity < peaks[6]
+
+
+def test_predict_refuses_a_missing_capacity_and_an_unknown_axis(tmp_path, capsys):
+    from sweeper.predict import predict
+
+    assert predict(PREDICT_LOAD + [f"results_dir={tmp_path}"]) == 2
+    assert predict(PREDICT_LOAD + ["capacity=1GB", "--axis", "dtype", f"results_dir={tmp_path}"]) == 2
+    assert "capacity" in capsys.readouterr().err
