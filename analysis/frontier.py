@@ -46,6 +46,8 @@ def _order(axis: str, value):
 
 def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     rows = []
+    if "source" in runs.columns:  # a dry run's prediction is never a point of a measured frontier
+        runs = runs[runs["source"] != "predicted"]
     if runs.empty:
         return rows
     for axis in AXES:

@@ -50,6 +50,7 @@ RUNS_SCHEMA = pa.schema([
     ("cold_max_memory_allocated", pa.int64()), ("cold_max_memory_reserved", pa.int64()),
     ("warm_max_memory_allocated", pa.int64()), ("warm_max_memory_reserved", pa.int64()),
     ("source_allocated", pa.string()), ("source_reserved", pa.string()),
+    ("source", pa.string()),  # measured | predicted (a dry run: spec dry_run, fake tensors)
     ("python", pa.string()), ("torch", pa.string()), ("cuda", pa.string()), ("hip", pa.string()),
     ("driver", pa.string()), ("allocator_backend", pa.string()), ("alloc_conf", pa.string()),
     ("host", pa.string()), ("started_at", pa.string()), ("schema_version", pa.int64()),
@@ -185,6 +186,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "warm_max_memory_reserved": _peak(phases, "max_memory_reserved", WARM_PHASES),
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
+        "source": record.get("source") or ("predicted" if spec.get("dry_run") else "measured"),
         **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host")},
         "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
         "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),

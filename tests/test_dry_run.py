@@ -33,7 +33,7 @@ def _run(root: Path, name: str, data: dict) -> dict:
     run_dir = root / name
     result = execute(RunSpec.from_dict(data), run_dir)
     record = json.loads((run_dir / "record.json").read_text())
-    return {"result": result, "record": record}
+    return {"result": result, "record": record, "dir": run_dir}
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +135,20 @@ def test_predict_refuses_a_missing_capacity_and_an_unknown_axis(tmp_path, capsys
     assert predict(PREDICT_LOAD + [f"results_dir={tmp_path}"]) == 2
     assert predict(PREDICT_LOAD + ["capacity=1GB", "--axis", "dtype", f"results_dir={tmp_path}"]) == 2
     assert "capacity" in capsys.readouterr().err
+
+
+def test_analysis_labels_predictions_and_keeps_them_out_of_the_frontier(runs, tmp_path):
+    import shutil
+
+    from analysis.frontier import frontier_table
+    from analysis.tables import build_tables
+
+    sweep = tmp_path / "sweep"  # mlp_train measured at batch 3, predicted at batch 3 and (relabelled) 4
+    shutil.copytree(runs[("mlp_train", "measured")]["dir"], sweep / "m3")
+    shutil.copytree(runs[("mlp_train", "predicted")]["dir"], sweep / "p3")
+    shutil.copytree(runs[("mlp_train", "predicted")]["dir"], sweep / "p4")
+    spec = json.loads((sweep / "p4" / "spec.json").read_text())
+    (sweep / "p4" / "spec.json").write_text(json.dumps({**spec, "batch": 4}))
+    table, _, _ = build_tables([sweep])
+    assert sorted(r["source"] for r in table.to_pylist()) == ["measured", "predicted", "predicted"]
+    assert frontier_table(table).num_rows == 0  # with the predictions it would span batch 3..4
