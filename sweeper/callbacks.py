@@ -16,10 +16,13 @@ class AnalyzeAtEnd(Callback):
     """Writes runs/phases/frontier Parquet tables into the sweep directory and prints the frontier."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from analysis.cli import analyze
+        from analysis.cli import OutputExists, analyze
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             log.warning("no sweep directory %s: nothing ran, nothing to analyze", sweep_dir)
             return
-        analyze([sweep_dir], out_dir=sweep_dir)
+        try:
+            analyze([sweep_dir], out_dir=sweep_dir)
+        except OutputExists as exc:  # a sweep resumed in a directory it already finished
+            log.warning("not analyzed again: %s", exc)

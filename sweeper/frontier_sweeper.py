@@ -104,14 +104,14 @@ PEAK_COUNTERS = {
 class RunIndex:
     """Completed runs of a sweep directory (spec.json and result.json present), by spec key.
 
-    ``take(key)`` hands out the next unused run of that key in this session, so a probe and
-    its confirmations each get their own run.
+    ``get(key, n)`` is the n-th run of that condition (0: the probe; 1, 2...: its
+    confirmations), or None when it has not been run: a search and its confirmations, and
+    several axes probing the same condition, share runs instead of repeating them.
     """
 
     def __init__(self, sweep_dir: Path):
         self.sweep_dir = sweep_dir
         self.runs: dict[str, list[Path]] = {}
-        self.used: dict[str, int] = {}
         if not sweep_dir.is_dir():
             return
         for spec_path in sorted(sweep_dir.rglob(SPEC_FILE), key=lambda p: (len(str(p)), str(p))):
@@ -130,18 +130,12 @@ class RunIndex:
     def add(self, key: str, run_dir: Path) -> None:
         self.runs.setdefault(key, []).append(run_dir)
 
-    def take(self, key: str) -> Optional[Path]:
-        i = self.used.get(key, 0)
+    def get(self, key: str, n: int = 0) -> Optional[Path]:
         runs = self.runs.get(key, [])
-        if i < len(runs):
-            self.used[key] = i + 1
-            return runs[i]
-        return None
+        return runs[n] if n < len(runs) else None
 
-    def claim(self, key: str, run_dir: Path) -> None:
-        """A new run of ``key`` made in this session (counts as used)."""
-        self.add(key, run_dir)
-        self.used[key] = self.used.get(key, 0) + 1
+    def count(self) -> int:
+        return sum(len(v) for v in self.runs.values())
 
 
 def launcher_slots(config: DictConfig, parallel: Optional[int]) -> int:
@@ -195,11 +189,12 @@ class FrontierSweeperImpl:
         if len(set(self.axes)) != len(self.axes):
             raise SpecError("hydra.sweeper.axes", self.axes, "each axis once")
         out = {}
-        for axis in self.axes:
-            b = self.bounds.get(axis) or {}
-            extra = sorted(set(b) - {"lower", "upper", "multiple_of"})
+        for axis, b in self.bounds.items():
+            extra = sorted(set(b or {}) - {"lower", "upper", "multiple_of"})
             if extra:
                 raise SpecError(f"hydra.sweeper.bounds.{axis}.{extra[0]}", b[extra[0]], "lower, upper or multiple_of")
+        for axis in self.axes:
+            b = self.bounds.get(axis) or {}
             out[axis] = Lattice.make(b.get("lower", self.lower), b.get("upper", self.upper),
                                      b.get("multiple_of", self.multiple_of), axis)
         return out
@@ -243,8 +238,7 @@ class FrontierSweeperImpl:
         self.fixed = fixed
         self.slots = launcher_slots(self.config, self.parallel)
         self.returns: list = []
-        self.job_idx = sum(len(v) for v in self.index.runs.values())
-        reusable = sum(len(v) for v in self.index.runs.values())
+        self.job_idx = reusable = self.index.count()
         self.write_log({"event": "start", "axes": self.axes, "strategy": self.strategy,
                         "bounds": {a: [lat.lower, lat.upper, lat.step] for a, lat in lattices.items()},
                         "confirm": self.confirm, "slots": self.slots, "overrides": fixed,
@@ -261,7 +255,7 @@ class FrontierSweeperImpl:
         capacity = None
         while not search.done:
             probes = search.propose(self.slots)
-            runs = self.run_values(axis, [p.value for p in probes], "probe")
+            runs = self.run_values(axis, [(p.value, 0) for p in probes])
             for probe, run in zip(probes, runs):
                 peak, counter = run_peak(run["record"])
                 capacity = capacity or run["capacity_bytes"]
@@ -294,9 +288,9 @@ class FrontierSweeperImpl:
         if self.confirm <= 0 or result["stopped_by"]:
             return out
         values = [(v, side) for v, side in ((result["max_ok"], "ok"), (result["min_oom"], "oom")) if v is not None]
-        wanted = [v for v, _ in values for _ in range(self.confirm)]
-        runs = self.run_values(axis, wanted, "confirm")
-        for run, value in zip(runs, wanted):
+        wanted = [(v, n) for v, _ in values for n in range(1, self.confirm + 1)]
+        runs = self.run_values(axis, wanted)
+        for run, (value, _) in zip(runs, wanted):
             out["confirm_outcomes"].setdefault(str(value), []).append(run["outcome"])
             self.write_log({"event": "confirm", "axis": axis, "value": value, "outcome": run["outcome"],
                             "message": run["message"], "run_dir": run["run_dir"], "reused": run["reused"],
@@ -315,30 +309,30 @@ class FrontierSweeperImpl:
         out["stopped_by"], out["stop_value"] = result["stopped_by"], result["stop_value"]
         return out
 
-    def run_values(self, axis: str, values: list[int], purpose: str) -> list[dict]:
-        """Run (or reuse) one worker per value, in rounds of at most ``slots`` new runs.
+    def run_values(self, axis: str, wanted: list[tuple[int, int]]) -> list[dict]:
+        """The ``n``-th run of each (value, n) of ``axis``: reused when the sweep directory has
+        it, else launched (fresh worker processes, at most ``slots`` per launcher call).
 
-        Returns, per value: outcome, message, record (or None), capacity_bytes, run_dir,
-        reused, key.
+        Returns, per (value, n): outcome, message, record (or None), capacity_bytes,
+        run_dir, reused, key.
 
         Raises:
             whatever a launched job raised (bad input, a refused run directory): the
             orchestrator's own failures are not probe outcomes.
         """
-        out: list[Optional[dict]] = [None] * len(values)
+        out: list[Optional[dict]] = [None] * len(wanted)
         todo: list[tuple[int, list[str], Path, str]] = []
-        for i, value in enumerate(values):
+        for i, (value, n) in enumerate(wanted):
             overrides = self.fixed + [f"{axis}={value}"]
             key = spec_key(self.compose(overrides))
-            run_dir = self.index.take(key)
+            run_dir = self.index.get(key, n)
             if run_dir is not None:
                 out[i] = self.read_run(run_dir, key, reused=True)
                 continue
-            name, n = f"{axis}_{value}_{key}", 1
+            name, k = f"{axis}_{value}_{key}", 1
             while (self.sweep_dir / name).exists() or any(t[2] == self.sweep_dir / name for t in todo):
-                n += 1
-                name = f"{axis}_{value}_{key}_{n}"
-            self.index.claim(key, self.sweep_dir / name)
+                k += 1
+                name = f"{axis}_{value}_{key}_{k}"
             todo.append((i, overrides + [f"hydra.sweep.subdir={name}"], self.sweep_dir / name, key))
         for start in range(0, len(todo), max(1, self.slots)):
             batch = todo[start:start + self.slots]
@@ -347,6 +341,7 @@ class FrontierSweeperImpl:
             self.returns.append(results)
             for (i, _, run_dir, key), r in zip(batch, results):
                 envelope = r.return_value  # re-raises a job that failed in the orchestrator
+                self.index.add(key, run_dir)
                 out[i] = self.read_run(run_dir, key, reused=False, envelope=envelope)
         return out  # type: ignore[return-value]
 
