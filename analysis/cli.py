@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+from filelock import FileLock
 import pyarrow.parquet as pq
 
 from worker.records import GiB
@@ -72,16 +73,17 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream=None) -> dict[str, pa.
         if not Path(d).is_dir():
             raise FileNotFoundError(f"sweep directory {d} does not exist")
     out_dir = Path(out_dir)
-    existing = [out_dir / n for n in OUTPUTS if (out_dir / n).exists()]
-    if existing:
-        raise OutputExists(f"{existing[0]} already exists: memsweep never overwrites a result; "
-                           f"use --out NEW_DIR")
     runs, phases, problems = build_tables(sweep_dirs)
     frontier = frontier_table(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = dict(zip(OUTPUTS, (runs, phases, frontier)))
-    for name, table in tables.items():
-        write_parquet_atomic(table, out_dir / name)
+    with FileLock(out_dir / ".analyze.lock"):  # two analyses into one directory: one wins, one refuses
+        existing = [out_dir / n for n in OUTPUTS if (out_dir / n).exists()]
+        if existing:
+            raise OutputExists(f"{existing[0]} already exists: memsweep never overwrites a result; "
+                               f"use --out NEW_DIR")
+        for name, table in tables.items():
+            write_parquet_atomic(table, out_dir / name)
     outcomes = runs.column("outcome").to_pylist()
     counts = ", ".join(f"{o}: {outcomes.count(o)}" for o in dict.fromkeys(outcomes))
     print(f"memsweep: {runs.num_rows} runs ({counts}) -> {out_dir}/{{{','.join(OUTPUTS)}}}", file=stream)

@@ -97,6 +97,15 @@ def load_run(run_dir: Path) -> Run | None:
     return run
 
 
+def _dict(value) -> dict:
+    """A mapping field of a record, or {} when it is missing or of another type (corrupt)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -108,35 +117,37 @@ def _peak(phases: list[dict], key: str, names: tuple[str, ...] | None = None) ->
 
 
 def _outcome(run: Run) -> dict:
-    """The run's outcome: from result.json, else re-derived from the record alone."""
+    """The run's outcome from result.json; without one, from a complete record alone; else null
+    (the run is still going, or its orchestrator died before the worker ended)."""
     if run.result is not None:
         return run.result
-    record = run.record
-    outcome = classify_run(record, None, False) if record else None
-    return {"outcome": outcome, "failed_phase": (record or {}).get("failed_phase"),
-            "error_type": (record or {}).get("error_type"),
-            "error_message": (record or {}).get("error_message") or "no result.json: the orchestrator "
-            "stopped before this run ended"}
+    record = _dict(run.record)
+    if record.get("complete") is True:
+        return {"outcome": classify_run(record, None, False), "failed_phase": record.get("failed_phase"),
+                "error_type": record.get("error_type"), "error_message": record.get("error_message")}
+    return {"outcome": None, "error_message": "no result.json yet: the run is still going, or its "
+                                              "orchestrator stopped before it ended"}
 
 
 def run_row(run: Run, sweep_dir: Path) -> dict:
-    spec, record = run.spec, run.record or {}
-    result = _outcome(run)
-    phases = [p for p in record.get("phases") or [] if isinstance(p, dict)]
-    env = record.get("environment") or {}
-    sources = record.get("counter_sources") or {}
+    spec, record = run.spec, _dict(run.record)
+    result = _dict(_outcome(run))
+    phases = [p for p in _list(record.get("phases")) if isinstance(p, dict)]
+    env = _dict(record.get("environment"))
+    sources = _dict(record.get("counter_sources"))
+    workload = _dict(spec.get("workload"))
     return {
         "sweep_dir": str(sweep_dir), "run_id": str(run.run_dir.relative_to(sweep_dir)) if
         run.run_dir.is_relative_to(sweep_dir) else str(run.run_dir), "run_dir": str(run.run_dir),
         **{k: spec.get(k) for k in ("mode", "batch", "context", "width", "dtype", "warmup", "repeats",
                                     "seed", "device")},
-        "workload": (spec.get("workload") or {}).get("name") if isinstance(spec.get("workload"), dict) else None,
-        "workload_params": json.dumps({k: v for k, v in spec["workload"].items() if k != "name"}, sort_keys=True)
-        if isinstance(spec.get("workload"), dict) else None,
+        "workload": workload.get("name"),
+        "workload_params": json.dumps({k: v for k, v in workload.items() if k != "name"}, sort_keys=True,
+                                      default=str) if workload else None,
         "device_kind": record.get("device_kind"), "device_name": env.get("device_name"),
         "device_total_memory": _int(record.get("device_total_memory")),
         "capacity_bytes": _int(record.get("capacity_bytes")) or _int(spec.get("capacity_bytes")),
-        "capacity_method": (record.get("capacity") or {}).get("capacity_method"),
+        "capacity_method": _dict(record.get("capacity")).get("capacity_method"),
         "outcome": result.get("outcome"), "failed_phase": result.get("failed_phase"),
         "error_type": result.get("error_type"), "error_message": result.get("error_message"),
         "returncode": _int(result.get("returncode")), "signal": _int(result.get("signal")),
@@ -152,7 +163,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
         **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host")},
-        "alloc_conf": json.dumps(env.get("alloc_conf")) if env.get("alloc_conf") is not None else None,
+        "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
         "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
     }
@@ -160,7 +171,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
 
 def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
     rows = []
-    phases = (run.record or {}).get("phases") or []
+    phases = _list(_dict(run.record).get("phases"))
     for index, p in enumerate(x for x in phases if isinstance(x, dict)):
         rows.append({
             "sweep_dir": str(sweep_dir), "run_id": run_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 from pathlib import Path
 from typing import Any
@@ -24,5 +25,7 @@ class AnalyzeAtEnd(Callback):
             return
         try:
             analyze([sweep_dir], out_dir=sweep_dir)
-        except OutputExists as exc:  # a sweep resumed in a directory it already finished
-            log.warning("not analyzed again: %s", exc)
+        except OutputExists:  # a resumed sweep, or a second orchestrator on the same directory
+            out_dir = sweep_dir / "analysis" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+            log.info("%s already holds an analysis; this one goes to %s", sweep_dir, out_dir)
+            analyze([sweep_dir], out_dir=out_dir)

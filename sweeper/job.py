@@ -23,11 +23,18 @@ def run_condition(cfg: DictConfig) -> dict:
         sweeper.process.RunDirError: the job directory already holds a run.
     """
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     spec = spec_or_exit(cfg)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    result = execute(spec, run_dir)
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    # A sweep started again on its directory resumes (finished runs are not run twice);
+    # a single `memsweep run` never reuses a directory.
+    result = execute(spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN)
     where = f" in {result['failed_phase']}" if result["failed_phase"] else ""
+    if result.get("resumed"):
+        log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])
+        return result
     log.info("%s: batch=%d context=%d width=%d dtype=%s mode=%s device=%s -> %s%s (%.1f s)",
              run_dir, spec.batch, spec.context, spec.width, spec.dtype, spec.mode, spec.device,
              result["outcome"], where, result["wall_s"])

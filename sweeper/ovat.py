@@ -49,7 +49,7 @@ def plan_conditions(axes: dict, baseline: dict) -> list[tuple[str, str]]:
     for axis, values in axes.items():
         if axis not in AXES:
             raise SpecError("sweep.axes", axis, "axes among " + ", ".join(AXES))
-        if not isinstance(values, (list, tuple)) or not values:
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__") or not list(values):
             raise SpecError(f"sweep.axes.{axis}", values, "a non-empty list of values")
         for value in values:
             key = ("", "") if str(value) == str(baseline.get(axis)) else (axis, str(value))
@@ -87,8 +87,9 @@ class OvatSweeperImpl:
                 cli_axes[override.get_key_element()] = list(override.sweep_string_iterator())
             else:
                 fixed.append(override.input_line)
-        sweep = self.config.get("sweep") or {}
-        axes = dict(OmegaConf.to_container(sweep.get("axes") or {}, resolve=True))
+        sweep = self.config.get("sweep")
+        axes_cfg = sweep.get("axes") if sweep is not None else None
+        axes = dict(OmegaConf.to_container(axes_cfg, resolve=True)) if axes_cfg else {}
         axes.update(cli_axes)
         baseline = {axis: self.config.get(axis) for axis in AXES}
         return [fixed + ([f"{axis}={value}"] if axis else []) for axis, value in plan_conditions(axes, baseline)]
@@ -101,7 +102,9 @@ class OvatSweeperImpl:
         except SpecError as exc:
             print(f"memsweep: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-        # Bad input fails here, before any worker starts.
+        # Bad input fails here, before any worker starts: the baseline itself (even when every
+        # condition overrides one of its values), then every condition.
+        spec_or_exit(self.config)
         for overrides in batches:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             spec_or_exit(cfg)

@@ -16,10 +16,13 @@ import sys
 import time
 from pathlib import Path
 
+from filelock import FileLock
+
 from worker.records import (RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, SPEC_FILE, STDERR_FILE,
                             STDOUT_FILE, RecordError, RunSpec, classify_run, read_json, write_json_atomic)
 
 log = logging.getLogger("memsweep")
+LOCK_FILE = ".run.lock"
 
 
 class RunDirError(RuntimeError):
@@ -42,36 +45,9 @@ def worker_env() -> dict:
     return env
 
 
-def execute(spec: RunSpec, run_dir: Path) -> dict:
-    """Run ``spec`` in a fresh ``python -m worker`` process inside ``run_dir``.
-
-    Returns the result envelope (also written to run_dir/result.json): ``outcome``,
-    ``failed_phase``, ``error_type``, ``error_message``, ``returncode``, ``signal``,
-    ``timed_out``, ``wall_s``, ``worker_pid``, ``record_problem``.
-
-    Raises:
-        RunDirError: run_dir already holds a run (nothing is touched).
-    """
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    check_run_dir_free(run_dir)
-    write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
-    t0 = time.monotonic()
-    timed_out = False
-    with open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
-                                stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=run_dir,
-                                env=worker_env(), start_new_session=True)
-        try:
-            returncode = proc.wait(timeout=spec.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            returncode = proc.wait()
-    wall_s = time.monotonic() - t0
+def _result(spec: RunSpec, run_dir: Path, returncode: int | None, timed_out: bool, wall_s: float | None,
+            pid: int | None) -> dict:
+    """Classify what the worker left in ``run_dir`` and write result.json atomically."""
     record, problem = None, None
     try:
         record = read_json(run_dir / RECORD_FILE, "record")
@@ -94,7 +70,117 @@ def execute(spec: RunSpec, run_dir: Path) -> dict:
         "schema_version": SCHEMA_VERSION, "outcome": outcome, "failed_phase": failed_phase,
         "error_type": error_type, "error_message": error_message, "returncode": returncode,
         "signal": -returncode if returncode is not None and returncode < 0 else None,
-        "timed_out": timed_out, "wall_s": wall_s, "worker_pid": proc.pid, "record_problem": problem,
+        "timed_out": timed_out, "wall_s": wall_s, "worker_pid": pid, "record_problem": problem,
     }
     write_json_atomic(run_dir / RESULT_FILE, result)
     return result
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
+    """A run directory left by an earlier attempt at the same spec.
+
+    Returns the stored result when the run ended (it is not run twice); finalizes a run whose
+    worker ended but whose orchestrator died before writing result.json; otherwise (the
+    worker died mid-run) moves the partial files into ``.attempts/N/`` (kept, and skipped by
+    the analysis) and returns None so the run starts afresh.
+
+    Raises:
+        RunDirError: the directory holds a different spec, or an unreadable one.
+    """
+    try:
+        old = read_json(run_dir / SPEC_FILE, "spec")
+    except RecordError as exc:
+        raise RunDirError(f"{run_dir} holds an unreadable spec.json ({exc}); memsweep never overwrites a run") from None
+    if old != spec.to_dict():
+        raise RunDirError(f"{run_dir / SPEC_FILE} already exists for another condition: memsweep never "
+                          f"overwrites a run; choose another directory")
+    if (run_dir / RESULT_FILE).exists():
+        try:
+            return {**read_json(run_dir / RESULT_FILE, "result"), "resumed": True}
+        except RecordError:
+            pass  # a torn result cannot exist (atomic writes); an unreadable one is re-derived below
+    try:
+        record = read_json(run_dir / RECORD_FILE, "record")
+    except RecordError:
+        record = None
+    pid = (record or {}).get("pid")
+    deadline = time.monotonic() + spec.timeout_s
+    while _pid_alive(pid) and time.monotonic() < deadline:  # a worker orphaned by a killed orchestrator
+        time.sleep(0.5)
+    if record is not None and not _pid_alive(pid):
+        try:
+            record = read_json(run_dir / RECORD_FILE, "record")
+        except RecordError:
+            record = None
+    if record is not None and record.get("complete"):
+        return {**_result(spec, run_dir, record.get("exit_code"), False, None, pid), "resumed": True}
+    attempts = run_dir / ".attempts"
+    n = len(list(attempts.iterdir())) + 1 if attempts.is_dir() else 1
+    target = attempts / str(n)
+    target.mkdir(parents=True)
+    for name in (RECORD_FILE, STDOUT_FILE, STDERR_FILE):
+        if (run_dir / name).exists():
+            os.replace(run_dir / name, target / name)
+    log.warning("%s: an earlier attempt died mid-run; its files are kept in %s, running again", run_dir, target)
+    return None
+
+
+def execute(spec: RunSpec, run_dir: Path, resume: bool = True) -> dict:
+    """Run ``spec`` in a fresh ``python -m worker`` process inside ``run_dir``.
+
+    Returns the result envelope (also written to run_dir/result.json): ``outcome``,
+    ``failed_phase``, ``error_type``, ``error_message``, ``returncode``, ``signal``,
+    ``timed_out``, ``wall_s``, ``worker_pid``, ``record_problem`` (and ``resumed: True`` when
+    it was found rather than run).
+
+    With ``resume`` (a sweep started again on the same directory), a directory holding the
+    same spec is resumed (see ``_resume``): a finished run is never run twice.
+
+    Raises:
+        RunDirError: run_dir already holds a run of another spec, or any run when not
+            resuming (nothing is touched).
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # Two orchestrators on one directory (a sweep started twice, a requeued cluster job): the
+    # second waits for the first's run to end, then finds its result instead of running it again.
+    with FileLock(run_dir / LOCK_FILE):
+        return _execute_locked(spec, run_dir, resume)
+
+
+def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool) -> dict:
+    if resume and (run_dir / SPEC_FILE).exists():
+        found = _resume(spec, run_dir)
+        if found is not None:
+            return found
+    else:
+        check_run_dir_free(run_dir)
+        write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
+    t0 = time.monotonic()
+    timed_out = False
+    with open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
+                                stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=run_dir,
+                                env=worker_env(), start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=spec.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            returncode = proc.wait()
+    return _result(spec, run_dir, returncode, timed_out, time.monotonic() - t0, proc.pid)

@@ -294,8 +294,21 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     return rec.finish("ok", EXIT_OK)
 
 
+def _die_with_parent() -> None:
+    """Linux prctl(PR_SET_PDEATHSIG, SIGKILL): if the orchestrator is killed, its worker dies
+    too, instead of running on unobserved; the partial record stays for the resumed sweep."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _die_with_parent()
     if len(argv) == 2 and argv[0] == "--probe":
         info = probe(argv[1])
         print(json.dumps(info))

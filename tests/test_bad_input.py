@@ -1,0 +1,128 @@
+"""Bad input, table-driven: each case fails with a message naming the field (and what is
+accepted), a non-zero exit, and nothing written or overwritten. Parsers fuzzed with hypothesis."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analysis.tables import Run, phase_rows, run_row
+from worker.records import RecordError, RunSpec, SpecError, read_json
+
+MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
+TINY = ["context=8", "width=16", "warmup=1", "repeats=1", "device=cpu"]
+
+# (command-line arguments after `memsweep sweep`, text the error must contain)
+CASES = [
+    (["batch=0"], "invalid batch=0"), (["batch=-1"], "invalid batch=-1"), (["batch=1.5"], "invalid batch=1.5"),
+    (["batch=10000000000000"], "invalid batch="), (["context=0"], "invalid context=0"),
+    (["context=abc"], "invalid context='abc'"), (["width=-64"], "invalid width=-64"),
+    (["width=2.5"], "invalid width=2.5"), (["dtype=float8"], "float32, float16, bfloat16"),
+    (["dtype=int8"], "invalid dtype='int8'"), (["mode=serve"], "inference, train"),
+    (["device=tpu"], "auto, cpu, cuda, cuda:N"), (["device=gpu"], "invalid device='gpu'"),
+    (["device=cuda:0"], "visible device"), (["device=cuda:7"], "invalid device='cuda:7'"),
+    (["batch=0", "sweep=batch"], "invalid batch=0"),
+    (["workload=resnet"], "workload/resnet"), (["+workload.heads=4"], "invalid workload.heads=4"),
+    (["workload.depth=0"], "invalid workload.depth=0"), (["workload.activation=swish"], "gelu, relu, silu, tanh"),
+    (["workload.hidden=-1"], "invalid workload.hidden=-1"), (["capacity=lots"], "invalid capacity='lots'"),
+    (["capacity=12XB"], "KiB, MiB, GiB"), (["capacity=-1GB"], "invalid capacity='-1GB'"),
+    (["capacity=0"], "invalid capacity=0"), (["capacity=1.3B"], "whole number of bytes"),
+    (["warmup=-1"], "invalid warmup=-1"), (["repeats=0"], "invalid repeats=0"),
+    (["timeout_s=0"], "invalid timeout_s=0"), (["timeout_s=-5"], "invalid timeout_s=-5"),
+    (["seed=-1"], "invalid seed=-1"), (["threads=0"], "invalid threads=0"),
+    (["fault={phase:nowhere,kind:raise}"], "invalid fault.phase='nowhere'"),
+    (["fault={phase:inputs,kind:explode}"], "invalid fault.kind='explode'"),
+    (["sweep=nope"], "sweep/nope"), (["batch=1,0"], "invalid batch=0"), (["bach=4"], "bach"),
+    (["context=8,-8"], "invalid context=-8"), (["dtype=float32,float64"], "invalid dtype='float64'"),
+]
+
+
+@pytest.mark.parametrize("args, message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_sweep_input(tmp_path, args, message):
+    results = tmp_path / "res"
+    sentinel = results / "keep.txt"
+    sentinel.parent.mkdir()
+    sentinel.write_text("earlier results")
+    # sweep=none and tiny sizes: were a case wrongly accepted, it would cost one small run, not a sweep.
+    proc = subprocess.run([MEMSWEEP, "sweep", "sweep=none", f"results_dir={results}", *TINY, *args], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr[-2000:]
+    assert not list(results.rglob("spec.json")), "no worker may start on bad input"
+    assert sentinel.read_text() == "earlier results"
+
+
+def test_at_least_thirty_cases():
+    assert len(CASES) >= 30
+
+
+@pytest.mark.parametrize("argv, code, message", [
+    (["frobnicate"], 2, "unknown command 'frobnicate'"),
+    (["analyze", "/nonexistent/sweep"], 1, "does not exist"),
+    (["analyze"], 2, "SWEEP_DIR"),
+])
+def test_bad_command_lines(tmp_path, argv, code, message):
+    proc = subprocess.run([MEMSWEEP, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == code and message in proc.stderr
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot be read"), ("{not json", "corrupt or truncated"), ('{"schema_version": 99, "batch": 1}', "newer"),
+    ('{"schema_version": 1, "batch": 0, "context": 1, "width": 1}', "invalid batch=0"), ("[]", "JSON object"),
+])
+def test_worker_refuses_bad_spec_files(tmp_path, content, message):
+    spec = tmp_path / "spec.json"
+    if content is not None:
+        spec.write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "worker", str(spec)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 5 and message in proc.stderr
+
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                    st.text(max_size=12), st.sampled_from(["float32", "bfloat16", "cpu", "cuda:0", "train", "2GiB"]))
+KEYS = st.sampled_from(["batch", "context", "width", "dtype", "mode", "device", "workload", "capacity_bytes",
+                        "warmup", "repeats", "timeout_s", "seed", "threads", "fault", "schema_version", "bogus"])
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                       st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+                      max_leaves=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(KEYS, VALUES, max_size=10))
+def test_spec_parser_fuzz(data):
+    """Any JSON object either becomes a valid RunSpec or raises SpecError naming a field."""
+    try:
+        spec = RunSpec.from_dict(data)
+    except SpecError as exc:
+        assert exc.field and "expected" in str(exc)
+    else:
+        assert RunSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_record_reader_fuzz(tmp_path_factory, blob):
+    """Arbitrary bytes in a record file: a dict or RecordError, never another exception."""
+    path = tmp_path_factory.mktemp("fuzz") / "record.json"
+    path.write_bytes(blob)
+    try:
+        assert isinstance(read_json(path, "record"), dict)
+    except RecordError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["schema_version", "phases", "complete", "outcome", "environment",
+                                        "counter_sources", "capacity", "pid", "device_total_memory"]),
+                       VALUES, max_size=9))
+def test_analysis_survives_any_record_content(tmp_path_factory, record):
+    """A readable but nonsensical record still yields one row, with wrong-typed values as null."""
+    root = tmp_path_factory.mktemp("an")
+    run = Run(root / "0", {"schema_version": 1, "batch": 1, "context": 1, "width": 1}, record=record)
+    row = run_row(run, root)
+    assert row["run_id"] == "0"
+    phase_rows(run, "0", root)

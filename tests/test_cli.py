@@ -1,0 +1,113 @@
+"""The `memsweep` command end to end, as a user runs it (real processes, tiny loads)."""
+
+import json
+import subprocess
+
+import pyarrow.parquet as pq
+import pytest
+
+from analysis.frontier import FRONTIER_SCHEMA
+from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA
+
+TINY_ARGS = ["context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
+
+
+def run(cmd, cwd):
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def crash_sweep(tmp_path_factory):
+    """A 4-run sweep: batch 4 fits and batch 64 does not at 8 MiB; half the runs are SIGKILLed in warmup."""
+    from tests.conftest import memsweep_cmd as _cmd  # noqa: F401  (fixture function, not called)
+    import sys
+    from pathlib import Path
+    exe = Path(sys.executable).with_name("memsweep")
+    root = tmp_path_factory.mktemp("sweep")
+    proc = run([str(exe), "sweep", "hydra/sweeper=basic", "fault={phase:warmup,kind:sigkill},null",
+                "batch=4,64", "capacity=8MiB", f"hydra.sweep.dir={root}/s", *TINY_ARGS], cwd=root)
+    return proc, root / "s"
+
+
+def test_sweep_goes_on_after_a_crash_and_finds_the_frontier(crash_sweep):
+    proc, sweep_dir = crash_sweep
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = pq.read_table(sweep_dir / "runs.parquet")
+    assert runs.schema.equals(RUNS_SCHEMA)
+    rows = sorted(runs.to_pylist(), key=lambda r: r["run_id"])
+    assert [r["outcome"] for r in rows] == ["crash", "oom", "ok", "oom"]
+    assert rows[0]["failed_phase"] == "warmup" and rows[0]["signal"] == 9
+    assert rows[1]["failed_phase"] == "cold_forward"  # OOM before reaching the injected fault
+    pids = [r["worker_pid"] for r in rows]
+    assert len(set(pids)) == 4, "every run is its own process"
+    record_pids = {json.loads((sweep_dir / r["run_id"] / "record.json").read_text())["pid"] for r in rows}
+    assert record_pids == set(pids)
+    frontier = pq.read_table(sweep_dir / "frontier.parquet")
+    assert frontier.schema.equals(FRONTIER_SCHEMA)
+    (batch_row,) = [r for r in frontier.to_pylist() if r["axis"] == "batch"]
+    assert (batch_row["max_ok"], batch_row["min_oom"], batch_row["exact"]) == (4, 64, True)
+    assert batch_row["n_other"] == 1  # the crash counts neither as a success nor as an OOM
+    ok_run = [r for r in rows if r["outcome"] == "ok"][0]
+    assert ok_run["batch"] == 4 and batch_row["max_ok_max_memory_allocated"] == ok_run["max_memory_allocated"]
+    phases = pq.read_table(sweep_dir / "phases.parquet")
+    assert phases.schema.equals(PHASES_SCHEMA)
+    assert phases.num_rows == 3 + 3 + 5 + 3  # crash keeps 3 phases, OOMs stop at their 3rd
+    assert "max_ok" in proc.stdout and "GiB" in proc.stdout
+
+
+def test_analyze_never_overwrites_and_writes_elsewhere(crash_sweep, memsweep_cmd, tmp_path):
+    _, sweep_dir = crash_sweep
+    before = (sweep_dir / "runs.parquet").read_bytes()
+    proc = run([*memsweep_cmd, "analyze", str(sweep_dir)], cwd=tmp_path)
+    assert proc.returncode == 1 and "already exists" in proc.stderr
+    assert (sweep_dir / "runs.parquet").read_bytes() == before
+    proc = run([*memsweep_cmd, "analyze", str(sweep_dir), "--out", str(tmp_path / "again")], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert pq.read_table(tmp_path / "again" / "runs.parquet").num_rows == 4
+
+
+def test_empty_or_all_failed_tables_share_the_schema(tmp_path, memsweep_cmd):
+    """A sweep whose every run failed still writes files that read as one dataset with the others."""
+    (tmp_path / "empty").mkdir()
+    proc = run([*memsweep_cmd, "analyze", str(tmp_path / "empty")], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert pq.read_table(tmp_path / "empty" / "runs.parquet").schema.equals(RUNS_SCHEMA)
+    assert pq.read_table(tmp_path / "empty" / "frontier.parquet").schema.equals(FRONTIER_SCHEMA)
+
+
+def test_second_run_into_same_directory_refuses(tmp_path, memsweep_cmd):
+    run_dir = tmp_path / "r"
+    first = run([*memsweep_cmd, "run", "batch=2", f"hydra.run.dir={run_dir}", *TINY_ARGS], cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    record = (run_dir / "record.json").read_bytes()
+    hydra_cfg = (run_dir / ".hydra" / "config.yaml").read_bytes()
+    second = run([*memsweep_cmd, "run", "batch=4", f"hydra.run.dir={run_dir}", *TINY_ARGS], cwd=tmp_path)
+    assert second.returncode != 0 and "never overwrites" in second.stderr
+    assert (run_dir / "record.json").read_bytes() == record
+    assert (run_dir / ".hydra" / "config.yaml").read_bytes() == hydra_cfg
+
+
+@pytest.mark.parametrize("args, field, accepted", [
+    (["batch=4,0"], "batch", "integer from 1"),
+    (["batch=-1"], "batch", "integer from 1"),
+    (["dtype=float8"], "dtype", "float32, float16, bfloat16"),
+    (["capacity=lots"], "capacity", "2GiB, 1500MB, 24GB"),
+    (["capacity=12XB"], "capacity", "GiB"),
+    (["mode=serve"], "mode", "inference, train"),
+    (["device=tpu:0"], "device", "auto, cpu, cuda, cuda:N"),
+    (["device=cuda:0"], "device", "visible device"),
+    (["width=1.5"], "width", "integer"),
+    (["+workload.heads=4"], "workload.heads", "depth, hidden, activation"),
+])
+def test_bad_input_fails_before_any_worker(tmp_path, memsweep_cmd, args, field, accepted):
+    proc = run([*memsweep_cmd, "sweep", "context=8,16", f"results_dir={tmp_path}/res", *args], cwd=tmp_path)
+    assert proc.returncode == 2, (proc.stdout[-1000:], proc.stderr[-2000:])
+    assert f"invalid {field}=" in proc.stderr and accepted in proc.stderr
+    assert not list(tmp_path.rglob("spec.json")), "no worker may start on bad input"
+
+
+def test_unknown_workload_names_the_group_and_options(tmp_path, memsweep_cmd):
+    proc = run([*memsweep_cmd, "sweep", "workload=resnet", f"results_dir={tmp_path}/res"], cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "workload/resnet" in proc.stderr and "mlp" in proc.stderr
+    assert not list(tmp_path.rglob("spec.json"))

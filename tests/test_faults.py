@@ -1,0 +1,96 @@
+"""Fault matrix with real processes: every injected fault gets the right outcome, the complete
+phases are kept, the sweep goes on or resumes, and no record is lost, duplicated or torn."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from worker.records import INFERENCE_PHASES
+
+TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
+MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
+
+# (fault kind, phase) -> expected outcome. OOMs are injected as torch.OutOfMemoryError in each phase.
+MATRIX = [(kind, phase) for kind in ("sigkill", "oom") for phase in INFERENCE_PHASES] + [
+    ("segfault", "cold_forward"), ("raise", "warm_forward"), ("garbage", "inputs")]
+# A hang past timeout_s is in tests/test_worker_runs.py (its short timeout_s would race slow starts here).
+EXPECTED = {"sigkill": "crash", "oom": "oom", "segfault": "crash", "raise": "error", "garbage": "crash"}
+
+
+@pytest.fixture(scope="module")
+def matrix_sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    faults = ",".join("{phase:%s,kind:%s}" % (phase, kind) for kind, phase in MATRIX)
+    proc = subprocess.run([MEMSWEEP, "sweep", "hydra/sweeper=basic", f"fault={faults}", "batch=2",
+                           f"hydra.sweep.dir={root}/s", *TINY_ARGS], cwd=root, capture_output=True, text=True,
+                          timeout=900)
+    return proc, root / "s"
+
+
+def test_fault_matrix(matrix_sweep):
+    proc, sweep_dir = matrix_sweep
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {r["run_id"]: r for r in pq.read_table(sweep_dir / "runs.parquet").to_pylist()}
+    handled, lost = 0, 0
+    for index, (kind, phase) in enumerate(MATRIX):
+        row = runs.get(str(index))
+        if row is None or row["outcome"] is None:
+            lost += 1
+            continue
+        assert row["outcome"] == EXPECTED[kind], (kind, phase, row)
+        spec = json.loads((sweep_dir / str(index) / "spec.json").read_text())
+        assert spec["fault"] == {"phase": phase, "kind": kind}
+        if kind != "garbage":
+            record = json.loads((sweep_dir / str(index) / "record.json").read_text())
+            done = list(INFERENCE_PHASES[:INFERENCE_PHASES.index(phase)])
+            names = [p["name"] for p in record["phases"]]
+            if kind in ("oom", "raise"):
+                assert names == done + [phase] and record["phases"][-1]["status"] == EXPECTED[kind]
+                assert row["failed_phase"] == phase
+            else:  # killed or hung: the phases completed before the fault are all there, and ok
+                assert names == done and all(p["status"] == "ok" for p in record["phases"])
+                assert row["failed_phase"] == phase
+        else:
+            assert "corrupt" in row["record_problem"]
+        handled += 1
+    print(f"\nfault matrix: faults injected {len(MATRIX)}, handled {handled}, records lost {lost}")
+    assert handled == len(MATRIX) and lost == 0
+    assert not list(sweep_dir.rglob(".record.json.*.tmp")), "no half-written record left behind"
+
+
+def _wait_for(path_glob, root, count, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list(root.glob(path_glob))) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {count} x {path_glob}")
+
+
+def test_orchestrator_killed_mid_sweep_resumes_without_running_a_finished_run_twice(tmp_path):
+    sweep_dir = tmp_path / "s"
+    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3,4", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for("*/result.json", sweep_dir, 2)
+    _wait_for("2/record.json", sweep_dir, 1)  # the third run's worker is going
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = {p.parent.name: json.loads(p.read_text()) for p in sweep_dir.glob("*/result.json")}
+    assert len(finished) >= 2
+    time.sleep(1.0)  # the orphaned worker gets PDEATHSIG'd; let it go
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    runs = pq.read_table(sweep_dir / "runs.parquet").to_pylist()
+    assert sorted(r["batch"] for r in runs) == [1, 2, 3, 4], "no run lost, none duplicated"
+    assert all(r["outcome"] == "ok" for r in runs)
+    for name, before in finished.items():  # finished runs were not run again
+        after = json.loads((sweep_dir / name / "result.json").read_text())
+        assert after["worker_pid"] == before["worker_pid"]
+    assert "not run again" in again.stderr + again.stdout

@@ -1,0 +1,54 @@
+"""The one-variable-at-a-time plan and the sweep configs (no processes)."""
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from sweeper.ovat import plan_conditions
+from sweeper.spec import probe_device, spec_from_config
+from worker.records import SpecError
+
+BASE = {"batch": 8, "context": 128, "width": 256, "dtype": "float32"}
+
+
+def test_plan_is_a_union_with_the_baseline_once():
+    plan = plan_conditions({"batch": [4, 8, 16], "context": [64, 128]}, BASE)
+    assert plan == [("batch", "4"), ("", ""), ("batch", "16"), ("context", "64")]
+
+
+def test_plan_rejects_unknown_axis_and_empty_list():
+    with pytest.raises(SpecError, match="sweep.axes"):
+        plan_conditions({"depth": [1, 2]}, BASE)
+    with pytest.raises(SpecError, match="non-empty"):
+        plan_conditions({"batch": []}, BASE)
+
+
+@pytest.mark.parametrize("name, axes", [("batch", {"batch"}), ("context", {"context"}), ("width", {"width"}),
+                                        ("dtype", {"dtype"}),
+                                        ("ovat", {"batch", "context", "width", "dtype"})])
+def test_sweep_configs_change_one_variable_each(name, axes):
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"sweep={name}"])
+    assert set(cfg.sweep.axes) == axes
+    for axis in axes:  # the baseline is one of the values swept
+        assert cfg[axis] in list(cfg.sweep.axes[axis])
+    plan = plan_conditions(dict(cfg.sweep.axes), {a: cfg[a] for a in BASE})
+    assert len(plan) == sum(len(v) for v in cfg.sweep.axes.values()) - len(axes) + 1
+
+
+def test_bfloat16_refused_where_the_device_lacks_it(monkeypatch):
+    """The probe's answer for a GPU without native bf16 (cached the way the sweeper caches it)."""
+    import json
+    fake = {"requested": "cuda:0", "device": "cuda:0", "device_kind": "cuda", "available": True,
+            "reason": None, "total_memory": 16 * 2**30, "device_name": "Tesla T4", "bf16_supported": False}
+    monkeypatch.setenv("MEMSWEEP_PROBE_cuda_0", json.dumps(fake))
+    assert probe_device("cuda:0")["device_name"] == "Tesla T4"
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["device=cuda:0", "dtype=bfloat16"])
+        with pytest.raises(SpecError, match="invalid dtype='bfloat16'.*float32, float16"):
+            spec_from_config(cfg)
+        cfg = compose(config_name="config", overrides=["device=cuda:0", "capacity=17GiB"])
+        with pytest.raises(SpecError, match="capacity.*total_memory"):
+            spec_from_config(cfg)
+        cfg = compose(config_name="config", overrides=["device=cuda:0", "dtype=float16", "capacity=8GiB"])
+        spec = spec_from_config(cfg)
+    assert spec.device == "cuda:0" and spec.capacity_bytes == 8 * 2**30
