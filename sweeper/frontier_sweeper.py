@@ -11,8 +11,9 @@ Files in the sweep directory:
 * one run directory per probe, named ``<axis>_<value>_<spec key>`` (a confirmation run
   adds ``_<n>``); the spec key is a hash of the run's spec.json, so running the same sweep
   again in the same directory (``hydra.sweep.dir=...``) **reuses** the runs already there
-  (those with a result.json) instead of re-running them; a run directory is never
-  overwritten (``sweeper.process`` refuses);
+  (those with a result.json) instead of re-running them, and an attempt cut short with its
+  orchestrator is resumed in its own directory (``sweeper.process.execute``); a finished
+  run is never overwritten;
 * ``search.jsonl``: appended, one JSON object a line: ``start`` (settings), ``probe``
   (value, why it was chosen, what the model predicted, outcome, peak, run directory,
   reused or not), ``confirm`` and ``result`` (the answer of each axis);
@@ -330,7 +331,7 @@ class FrontierSweeperImpl:
                 out[i] = self.read_run(run_dir, key, reused=True)
                 continue
             name, k = f"{axis}_{value}_{key}", 1
-            while (self.sweep_dir / name).exists() or any(t[2] == self.sweep_dir / name for t in todo):
+            while not self.free_for(self.sweep_dir / name, key) or any(t[2] == self.sweep_dir / name for t in todo):
                 k += 1
                 name = f"{axis}_{value}_{key}_{k}"
             todo.append((i, overrides + [f"hydra.sweep.subdir={name}"], self.sweep_dir / name, key))
@@ -344,6 +345,20 @@ class FrontierSweeperImpl:
                 self.index.add(key, run_dir)
                 out[i] = self.read_run(run_dir, key, reused=False, envelope=envelope)
         return out  # type: ignore[return-value]
+
+    @staticmethod
+    def free_for(run_dir: Path, key: str) -> bool:
+        """Can a run of ``key`` go into ``run_dir``: it does not exist, or it holds the same
+        spec without a result (an attempt interrupted with its orchestrator, which
+        ``sweeper.process.execute`` resumes in place)?"""
+        if not run_dir.exists():
+            return True
+        if (run_dir / RESULT_FILE).exists():
+            return False
+        try:
+            return spec_key(RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec"))) == key
+        except (RecordError, SpecError):
+            return False
 
     @staticmethod
     def read_run(run_dir: Path, key: str, reused: bool, envelope: Optional[dict] = None) -> dict:

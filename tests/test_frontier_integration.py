@@ -30,9 +30,9 @@ LATTICE = (352, 384, 416, 448)
 RANGE = ["hydra.sweeper.lower=352", "hydra.sweeper.upper=448", "hydra.sweeper.multiple_of=32"]
 
 
-def sweep(cmd, sweep_dir, *args, timeout=300):
+def sweep(cmd, sweep_dir, *args, timeout=300, bounds=RANGE):
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
-    return subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *LOAD, *RANGE, *args,
+    return subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *LOAD, *bounds, *args,
                                  f"hydra.sweep.dir={sweep_dir}"],
                           cwd=sweep_dir.parent, env=env, capture_output=True, text=True, timeout=timeout)
 
@@ -105,10 +105,13 @@ def test_basic_launcher_finds_the_exhaustive_edge(basic, exhaustive):
 
 def test_resume_reuses_the_runs(basic):
     cmd, sweep_dir, _ = basic
-    before = sorted(p.name for p in sweep_dir.iterdir())
+    runs = lambda: {p.parent.name: p.parent.joinpath("result.json").read_bytes()  # noqa: E731
+                    for p in sweep_dir.glob("*/spec.json")}
+    before = runs()
     proc = sweep(cmd, sweep_dir, "hydra.sweeper.confirm=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(p.name for p in sweep_dir.iterdir()) == before  # nothing ran, nothing overwritten
+    assert runs() == before  # nothing ran again, nothing was overwritten
+    assert (sweep_dir / "frontier.parquet").exists() and list(sweep_dir.glob("analysis/*/frontier.parquet"))
     first, second = results(sweep_dir)
     assert second["runs_reused"] == second["runs_used"] == first["runs_used"]
     assert (second["max_ok"], second["min_oom"]) == (first["max_ok"], first["min_oom"])
@@ -117,12 +120,15 @@ def test_resume_reuses_the_runs(basic):
 def test_submitit_local_finds_the_same_edge_two_probes_at_a_time(basic, exhaustive, tmp_path):
     cmd, _, _ = basic
     sweep_dir = tmp_path / "submitit"
+    # the two lattice values around the edge, run at once: one round
+    lower, upper = exhaustive
     proc = sweep(cmd, sweep_dir, "hydra/launcher=submitit_local", "hydra.sweeper.parallel=2",
-                 "hydra.sweeper.confirm=0")
+                 "hydra.sweeper.confirm=0", bounds=[f"hydra.sweeper.lower={lower}", f"hydra.sweeper.upper={upper}",
+                                                    "hydra.sweeper.multiple_of=32"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     (result,) = results(sweep_dir)
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (*exhaustive, True)
-    assert result["rounds"] <= 2 and result["runs_used"] <= 4
+    assert result["rounds"] == 1 and result["runs_used"] == 2
     assert (sweep_dir / ".submitit").is_dir() and (sweep_dir / "frontier.parquet").exists()
 
 

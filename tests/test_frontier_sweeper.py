@@ -37,7 +37,8 @@ class ScriptedLauncher:
             self.calls.append(list(overrides))
             subdir = next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.subdir="))
             run_dir = self.sweep_dir / subdir
-            run_dir.mkdir(parents=True)  # a second run in the same directory would fail here
+            run_dir.mkdir(parents=True, exist_ok=True)
+            assert not (run_dir / "result.json").exists()  # a finished run is never run again
             spec = spec_of([o for o in overrides if not o.startswith("hydra.")])
             outcome = self.oracle(spec)
             peak = 1000 * spec.batch * spec.context
@@ -100,14 +101,18 @@ def test_resume_reuses_every_run_and_never_overwrites(tmp_path):
     assert (second["max_ok"], second["min_oom"]) == (first["max_ok"], first["min_oom"])
 
 
-def test_resume_after_an_interrupted_run_runs_it_again_beside_it(tmp_path):
-    impl = make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=0)
+def test_resume_after_an_interrupted_run_runs_it_in_its_directory(tmp_path):
+    impl = make(tmp_path, edge_at(64 * 300), strategy="bisect", lower=1, upper=1024, confirm=0)
     key = spec_key(spec_of(["batch=1"]))
     (tmp_path / f"batch_1_{key}").mkdir()
     write_json_atomic(tmp_path / f"batch_1_{key}" / "spec.json", spec_of(["batch=1"]).to_dict())  # no result
+    other = spec_key(spec_of(["batch=2"]))
+    (tmp_path / f"batch_2_{other}").mkdir()  # a directory of that name holding another condition
+    write_json_atomic(tmp_path / f"batch_2_{other}" / "spec.json", spec_of(["batch=3"]).to_dict())
     impl.sweep([])
-    assert (tmp_path / f"batch_1_{key}_2" / "result.json").exists()
-    assert not (tmp_path / f"batch_1_{key}" / "result.json").exists()
+    assert (tmp_path / f"batch_1_{key}" / "result.json").exists()  # resumed in place
+    assert not (tmp_path / f"batch_1_{key}_2").exists()
+    assert (tmp_path / f"batch_2_{other}_2" / "result.json").exists()  # bisect grows 1, 2, 4...
 
 
 def test_confirmation_flip_marks_the_edge_unstable(tmp_path):
