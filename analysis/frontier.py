@@ -69,7 +69,8 @@ def search_results(sweep_dir: str) -> dict[tuple, dict]:
             continue
         row = {**event["fixed"], event["axis"]: None, "sweep_dir": sweep_dir, "axis": event["axis"],
                "workload": event.get("workload"), "capacity_bytes": event.get("capacity_bytes")}
-        out[tuple(row.get(k) for k in ROW_KEY)] = event
+        # warmup/repeats tell the full-protocol runs from light probes (hydra.sweeper.light)
+        out[tuple(row.get(k) for k in ROW_KEY + ("warmup", "repeats"))] = event
     return out
 
 
@@ -89,7 +90,9 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
         for key, group in runs.groupby(keys, dropna=False, sort=True):
             values = sorted(group[axis].dropna().unique(), key=lambda v: _order(axis, v))
             fixed = dict(zip(keys, key))
-            search = searched.get(tuple(axis if k == "axis" else fixed.get(k) for k in ROW_KEY))
+            row_key = tuple(axis if k == "axis" else fixed.get(k) for k in ROW_KEY)
+            search = searched.get(row_key + (fixed.get("warmup"), fixed.get("repeats")),
+                                  searched.get(row_key + (None, None)))
             if not values or (len(values) < 2 and search is None):
                 continue
             rank = {v: i for i, v in enumerate(values)}

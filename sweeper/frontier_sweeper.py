@@ -55,6 +55,8 @@ from .frontier import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, La
 log = logging.getLogger("memsweep")
 
 SEARCH_LOG = "search.jsonl"
+# The light probe policy: the cold step (or forward) and one warm one.
+LIGHT = ["warmup=0", "repeats=1"]
 
 
 @dataclass
@@ -74,6 +76,10 @@ class FrontierSweeperConf:
     confirm: int = 1
     # Probes per round; None: the launcher's parallelism (hydra.launcher.n_jobs), else 1.
     parallel: Optional[int] = None
+    # Light probes: the search runs warmup=0 repeats=1 (the cold step and one warm step); the
+    # edge it finds is then run with the full protocol at max_ok and min_oom (and searched
+    # again with it, inside the range left, if the full protocol disagrees).
+    light: bool = False
 
 
 def spec_key(spec: RunSpec) -> str:
@@ -156,12 +162,13 @@ class FrontierSweeperImpl:
 
     def __init__(self, axis: str = "batch", axes: Optional[List[str]] = None, lower: int = 1,
                  upper: int = 65536, multiple_of: int = 1, bounds: Optional[dict] = None,
-                 strategy: str = "model", confirm: int = 1, parallel: Optional[int] = None) -> None:
+                 strategy: str = "model", confirm: int = 1, parallel: Optional[int] = None,
+                 light: bool = False) -> None:
         self.axes = list(axes) if axes else [axis]
         self.lower, self.upper, self.multiple_of = lower, upper, multiple_of
         self.bounds = dict(OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds)
                            else bounds or {})
-        self.strategy, self.confirm, self.parallel = strategy, confirm, parallel
+        self.strategy, self.confirm, self.parallel, self.light = strategy, confirm, parallel, light
         self.config: Optional[DictConfig] = None
         self.launcher = None
         self.hydra_context: Optional[HydraContext] = None
@@ -228,6 +235,8 @@ class FrontierSweeperImpl:
             for axis, lat in lattices.items():
                 for value in (lat.lower, lat.upper):
                     self.compose(fixed + [f"{axis}={value}"])
+                    if self.light:
+                        self.compose(fixed + LIGHT + [f"{axis}={value}"])
         except SpecError as exc:
             print(f"memsweep: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -240,7 +249,7 @@ class FrontierSweeperImpl:
         self.slots = launcher_slots(self.config, self.parallel)
         self.returns: list = []
         self.job_idx = reusable = self.index.count()
-        self.write_log({"event": "start", "axes": self.axes, "strategy": self.strategy,
+        self.write_log({"event": "start", "axes": self.axes, "strategy": self.strategy, "light": self.light,
                         "bounds": {a: [lat.lower, lat.upper, lat.step] for a, lat in lattices.items()},
                         "confirm": self.confirm, "slots": self.slots, "overrides": fixed,
                         "reusable_runs": reusable})
@@ -251,33 +260,88 @@ class FrontierSweeperImpl:
         return self.returns
 
     def search_axis(self, axis: str, lattice: Lattice, baseline: RunSpec) -> dict:
-        search = FrontierSearch(axis, lattice, self.strategy, capacity=None)
-        counter = None
-        capacity = None
-        while not search.done:
-            probes = search.propose(self.slots)
-            runs = self.run_values(axis, [(p.value, 0) for p in probes])
-            for probe, run in zip(probes, runs):
-                peak, counter = run_peak(run["record"])
-                capacity = capacity or run["capacity_bytes"]
-                search.observe(probe.value, run["outcome"], peak, run["capacity_bytes"], run["message"],
-                               run["reused"], run["run_dir"])
-                self.write_log({"event": "probe", "axis": axis, **probe.to_dict(), "peak_counter": counter,
-                                "capacity_bytes": run["capacity_bytes"], "spec_key": run["key"]})
-                log.info("frontier %s=%d [%s] -> %s%s%s", axis, probe.value, probe.reason, run["outcome"],
-                         "" if probe.expected is None or run["outcome"] == probe.expected else
-                         f" (predicted {probe.expected})", " (reused)" if run["reused"] else "")
+        """Search one axis (light probes first when asked), verify and confirm its edge, log
+        the result; returns it."""
+        self.counter = self.capacity = None
+        extra = LIGHT if self.light else []
+        search = self.run_search(axis, lattice, extra, "light probe" if self.light else "probe")
         result = search.result()
+        runs_used, runs_reused = result["runs_used"], result["runs_reused"]
+        if self.light and not result["stopped_by"]:
+            result, used, reused = self.verify_full(axis, lattice, result)
+            runs_used, runs_reused = runs_used + used, runs_reused + reused
+        result.update(runs_used=runs_used, runs_reused=runs_reused, light=self.light)
         result.update(self.confirm_edge(axis, result))
-        fixed = {k: getattr(baseline, k) for k in ("batch", "context", "width", "dtype", "mode", "device")}
+        fixed = {k: getattr(baseline, k) for k in ("batch", "context", "width", "dtype", "mode", "device",
+                                                   "warmup", "repeats")}
         fixed[axis] = None
         self.write_log({"event": "result", **result, "workload": baseline.workload_name,
-                        "capacity_bytes": capacity if capacity is not None else baseline.capacity_bytes,
-                        "fixed": fixed, "peak_counter": PEAK_COUNTERS.get(counter, counter)})
+                        "capacity_bytes": self.capacity if self.capacity is not None else baseline.capacity_bytes,
+                        "fixed": fixed, "peak_counter": PEAK_COUNTERS.get(self.counter, self.counter)})
         log.info("frontier %s: %s; max_ok=%s min_oom=%s after %d run(s) (%d reused), stable=%s",
                  axis, result["status"], result["max_ok"], result["min_oom"], result["runs_used"],
                  result["runs_reused"], result["stable"])
         return result
+
+    def run_search(self, axis: str, lattice: Lattice, extra: list[str], event: str) -> FrontierSearch:
+        """Propose, run (``extra`` overrides on each probe), observe, log: to the end."""
+        search = FrontierSearch(axis, lattice, self.strategy, capacity=None)
+        while not search.done:
+            probes = search.propose(self.slots)
+            runs = self.run_values(axis, [(p.value, 0) for p in probes], extra)
+            for probe, run in zip(probes, runs):
+                peak, self.counter = run_peak(run["record"])
+                self.capacity = self.capacity or run["capacity_bytes"]
+                search.observe(probe.value, run["outcome"], peak, run["capacity_bytes"], run["message"],
+                               run["reused"], run["run_dir"])
+                self.write_log({"event": event.replace(" ", "_"), "axis": axis, **probe.to_dict(),
+                                "peak_counter": self.counter, "capacity_bytes": run["capacity_bytes"],
+                                "spec_key": run["key"], "overrides": extra})
+                log.info("frontier %s %s=%d [%s] -> %s%s%s", event, axis, probe.value, probe.reason,
+                         run["outcome"], "" if probe.expected is None or run["outcome"] == probe.expected else
+                         f" (predicted {probe.expected})", " (reused)" if run["reused"] else "")
+        return search
+
+    def verify_full(self, axis: str, lattice: Lattice, light: dict) -> tuple[dict, int, int]:
+        """Run the light search's max_ok and min_oom with the full protocol.
+
+        When both agree, that is the answer. When the full protocol runs out of memory at
+        max_ok (or fits at min_oom), the axis is searched again with the full protocol in
+        the range left (lower..max_ok, or min_oom..upper), reusing the runs it has.
+
+        Returns (result, runs used, runs reused) beyond the light search.
+        """
+        values = [v for v in (light["max_ok"], light["min_oom"]) if v is not None]
+        runs = self.run_values(axis, [(v, 0) for v in values], [])
+        full = {v: r["outcome"] for v, r in zip(values, runs)}
+        for v, r in zip(values, runs):
+            self.write_log({"event": "verify", "axis": axis, "value": v, "light_outcome":
+                            "ok" if v == light["max_ok"] else "oom", "outcome": r["outcome"],
+                            "message": r["message"], "run_dir": r["run_dir"], "reused": r["reused"],
+                            "spec_key": r["key"]})
+        used, reused = len(runs), sum(r["reused"] for r in runs)
+        result = dict(light, verify_outcomes={str(v): o for v, o in full.items()})
+        stop = next(((v, o) for v, o in full.items() if o in STOP_OUTCOMES), None)
+        if stop is not None:
+            result.update(stopped_by=stop[1], stop_value=stop[0], exact=False,
+                          status=f"stopped by {stop[1]} at {axis}={stop[0]} (full protocol at the light edge)")
+            return result, used, reused
+        sub = None
+        if light["max_ok"] is not None and full[light["max_ok"]] == "oom":
+            sub = Lattice(lattice.lower, light["max_ok"], lattice.step)
+        elif light["min_oom"] is not None and full[light["min_oom"]] == "ok":
+            sub = Lattice(light["min_oom"], lattice.upper, lattice.step)
+        if sub is None:
+            result["status"] += " (light probes; verified with the full protocol)"
+            return result, used, reused
+        log.info("frontier %s: the full protocol disagrees with the light probes at the edge; "
+                 "searching %d..%d with it", axis, sub.lower, sub.upper)
+        search = self.run_search(axis, sub, [], "probe")
+        again = search.result()
+        again.update(verify_outcomes=result["verify_outcomes"], lower=lattice.lower, upper=lattice.upper,
+                     upper_reached=bool(again["upper_reached"] and sub.upper == lattice.upper))
+        again["status"] += " (full protocol, after light probes it disagreed with)"
+        return again, used + again["runs_used"], reused + again["runs_reused"]
 
     def confirm_edge(self, axis: str, result: dict) -> dict:
         """Re-run max_ok and min_oom ``confirm`` times each in fresh processes.
@@ -290,7 +354,7 @@ class FrontierSweeperImpl:
             return out
         values = [(v, side) for v, side in ((result["max_ok"], "ok"), (result["min_oom"], "oom")) if v is not None]
         wanted = [(v, n) for v, _ in values for n in range(1, self.confirm + 1)]
-        runs = self.run_values(axis, wanted)
+        runs = self.run_values(axis, wanted, [])
         for run, (value, _) in zip(runs, wanted):
             out["confirm_outcomes"].setdefault(str(value), []).append(run["outcome"])
             self.write_log({"event": "confirm", "axis": axis, "value": value, "outcome": run["outcome"],
@@ -310,7 +374,7 @@ class FrontierSweeperImpl:
         out["stopped_by"], out["stop_value"] = result["stopped_by"], result["stop_value"]
         return out
 
-    def run_values(self, axis: str, wanted: list[tuple[int, int]]) -> list[dict]:
+    def run_values(self, axis: str, wanted: list[tuple[int, int]], extra: Optional[list[str]] = None) -> list[dict]:
         """The ``n``-th run of each (value, n) of ``axis``: reused when the sweep directory has
         it, else launched (fresh worker processes, at most ``slots`` per launcher call).
 
@@ -324,16 +388,17 @@ class FrontierSweeperImpl:
         out: list[Optional[dict]] = [None] * len(wanted)
         todo: list[tuple[int, list[str], Path, str]] = []
         for i, (value, n) in enumerate(wanted):
-            overrides = self.fixed + [f"{axis}={value}"]
+            overrides = self.fixed + list(extra or []) + [f"{axis}={value}"]
             key = spec_key(self.compose(overrides))
             run_dir = self.index.get(key, n)
             if run_dir is not None:
                 out[i] = self.read_run(run_dir, key, reused=True)
                 continue
-            name, k = f"{axis}_{value}_{key}", 1
+            stem = f"{axis}_{value}_{'light_' if extra else ''}{key}"
+            name, k = stem, 1
             while not self.free_for(self.sweep_dir / name, key) or any(t[2] == self.sweep_dir / name for t in todo):
                 k += 1
-                name = f"{axis}_{value}_{key}_{k}"
+                name = f"{stem}_{k}"
             todo.append((i, overrides + [f"hydra.sweep.subdir={name}"], self.sweep_dir / name, key))
         for start in range(0, len(todo), max(1, self.slots)):
             batch = todo[start:start + self.slots]

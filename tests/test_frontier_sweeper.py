@@ -80,7 +80,7 @@ def test_search_writes_runs_keyed_by_spec_and_its_decisions(tmp_path):
     (result,) = log_lines(tmp_path, "result")
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
     assert result["fixed"] == {"batch": None, "context": 64, "width": 64, "dtype": "float32",
-                               "mode": "inference", "device": "cpu"}
+                               "mode": "inference", "device": "cpu", "warmup": 1, "repeats": 1}
     assert result["capacity_bytes"] == CAP and "max_memory_allocated" in result["peak_counter"]
     probes = log_lines(tmp_path, "probe")
     assert len(probes) == result["runs_used"] and all(p["reason"] and p["outcome"] for p in probes)
@@ -235,3 +235,61 @@ def test_frontier_table_carries_the_search_columns(tmp_path):
     assert b["n_runs"] == b["runs_used"] + 2  # the confirmations are runs of the same group
     assert c["stopped_by"] == "error" and c["max_ok"] is None and c["min_oom"] is None and c["n_other"] == 1
     assert c["search_status"].startswith("stopped by error at context=128")
+
+
+def light_aware(limit_light, limit_full):
+    """Edge by protocol: runs with repeats=1 (light) fit up to limit_light, full ones up to limit_full."""
+    def oracle(spec):
+        limit = limit_light if spec.repeats == 1 and spec.warmup == 0 else limit_full
+        return "ok" if spec.batch * spec.context <= limit else "oom"
+    return oracle
+
+
+def spec_of_with_policy(overrides):
+    fields = dict(BASE, warmup=3, repeats=5)
+    for o in overrides:
+        key, value = o.split("=", 1)
+        if key in ("batch", "context", "width", "warmup", "repeats"):
+            fields[key] = int(value)
+    return RunSpec(**fields)
+
+
+@pytest.mark.parametrize("full_edge", [300, 280, 320])
+def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, full_edge):
+    monkeypatch.setattr(__import__(__name__), "spec_of", spec_of_with_policy)
+    impl = make(tmp_path, light_aware(64 * 300, 64 * full_edge), lower=1, upper=1024, confirm=1, light=True)
+    impl.compose = spec_of_with_policy
+    impl.sweep([])
+    (result,) = log_lines(tmp_path, "result")
+    assert (result["max_ok"], result["min_oom"], result["exact"]) == (full_edge, full_edge + 1, True)
+    assert result["light"] is True and result["stable"] is True
+    light = log_lines(tmp_path, "light_probe")
+    assert light and all(p["overrides"] == ["warmup=0", "repeats=1"] for p in light)
+    assert all("_light_" in p["run_dir"] for p in light)
+    verify = log_lines(tmp_path, "verify")
+    assert [v["value"] for v in verify] == [300, 301]
+    if full_edge == 300:
+        assert "verified with the full protocol" in result["status"] and not log_lines(tmp_path, "probe")
+    else:  # searched again with the full protocol, reusing its run at the light edge
+        assert "after light probes it disagreed" in result["status"] and log_lines(tmp_path, "probe")
+    assert result["runs_used"] == len(light) + len(verify) + len(log_lines(tmp_path, "probe"))
+    # the answer's runs are full-protocol runs
+    full_dirs = {p.name for p in tmp_path.iterdir() if p.is_dir() and "_light_" not in p.name}
+    assert any(d.startswith(f"batch_{full_edge}_") for d in full_dirs)
+    assert any(d.startswith(f"batch_{full_edge + 1}_") for d in full_dirs)
+
+
+def test_frontier_table_marks_the_full_protocol_row_of_a_light_search(tmp_path, monkeypatch):
+    import io
+
+    from analysis.cli import analyze
+
+    monkeypatch.setattr(__import__(__name__), "spec_of", spec_of_with_policy)
+    impl = make(tmp_path, light_aware(64 * 300, 64 * 280), lower=1, upper=1024, confirm=0, light=True)
+    impl.compose = spec_of_with_policy
+    impl.sweep([])
+    tables = analyze([tmp_path], out_dir=tmp_path / "out", stream=io.StringIO())
+    rows = [r for r in tables["frontier.parquet"].to_pylist() if r["axis"] == "batch"]
+    searched = [r for r in rows if r["search_status"]]
+    assert len(rows) == 2 and len(searched) == 1  # light probes' own row, and the answer's
+    assert (searched[0]["max_ok"], searched[0]["min_oom"], searched[0]["exact"]) == (280, 281, True)
