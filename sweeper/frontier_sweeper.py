@@ -347,13 +347,16 @@ class FrontierSweeperImpl:
         """Re-run max_ok and min_oom ``confirm`` times each in fresh processes.
 
         A flip (an OOM at max_ok, a success at min_oom) marks the edge unstable; an error,
-        crash or timeout in a confirmation stops the axis like one in the search.
+        crash or timeout in a confirmation stops the axis like one in the search. After light
+        probes, the full-protocol run at each edge value (the verification) is the first of
+        its confirmations (at least one, whatever ``confirm`` says).
         """
         out = {"stable": True, "confirm_outcomes": {}}
-        if self.confirm <= 0 or result["stopped_by"]:
+        if (self.confirm <= 0 and not self.light) or result["stopped_by"]:
             return out
+        first, last = (0, max(self.confirm, 1)) if self.light else (1, self.confirm + 1)
         values = [(v, side) for v, side in ((result["max_ok"], "ok"), (result["min_oom"], "oom")) if v is not None]
-        wanted = [(v, n) for v, _ in values for n in range(1, self.confirm + 1)]
+        wanted = [(v, n) for v, _ in values for n in range(first, last)]
         runs = self.run_values(axis, wanted, [])
         for run, (value, _) in zip(runs, wanted):
             out["confirm_outcomes"].setdefault(str(value), []).append(run["outcome"])

@@ -270,6 +270,9 @@ def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, 
     assert [v["value"] for v in verify] == [300, 301]
     if full_edge == 300:
         assert "verified with the full protocol" in result["status"] and not log_lines(tmp_path, "probe")
+        # with confirm=1 the verification is the confirmation: no further run
+        assert result["confirm_outcomes"] == {"300": ["ok"], "301": ["oom"]}
+        assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == len(light) + 2
     else:  # searched again with the full protocol, reusing its run at the light edge
         assert "after light probes it disagreed" in result["status"] and log_lines(tmp_path, "probe")
     assert result["runs_used"] == len(light) + len(verify) + len(log_lines(tmp_path, "probe"))

@@ -27,6 +27,11 @@ Printed per load set: runs (median, 90th percentile, max) and how often the answ
 the exact edge, the answer was itself run and fitted. memsweep's runs exclude the
 ``confirm`` re-runs. ``k=4`` shows the rounds (wall time in probe durations) with four
 probes at once. Goal: median <= 6 runs for ``model`` on affine loads.
+
+Then real runs (skip with BENCH_REAL=0): the frontier sweeper on the mlp in train mode at
+an emulated CPU capacity, with full-protocol probes and with light probes
+(``hydra.sweeper.light``), side by side: the edge, the runs, the wall time.
+The real Lightning/Accelerate finders (optional bench dependencies) are not run yet.
 """
 
 from __future__ import annotations
@@ -179,6 +184,68 @@ def summarize(rows: list[dict], key: str = "runs") -> str:
     return f"{statistics.median(values):>6.1f} {p90:>5} {values[-1]:>5} {exact:>6.0f}% {ran:>6.0f}%"
 
 
+REAL_LOAD = ["mode=train", "device=cpu", "capacity=128MiB", "context=64", "width=128", "workload.depth=2",
+             "threads=2", "warmup=3", "repeats=5"]
+REAL_RANGE = ["hydra.sweeper.lower=8", "hydra.sweeper.upper=1024", "hydra.sweeper.multiple_of=8",
+              "hydra.sweeper.confirm=1"]
+
+
+def real_light_vs_full() -> None:
+    """The frontier sweeper on the real mlp (train) at an emulated CPU capacity, its probes
+    with the full protocol (cold step, 3 warmup, 5 warm steps) and light (cold step and one
+    warm step; the edge then run with the full protocol, which is also its confirmation)."""
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    if os.environ.get("BENCH_REAL", "1") == "0":
+        print("real runs skipped (BENCH_REAL=0)")
+        return
+    exe = Path(sys.executable).with_name("memsweep")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
+    # A fixed mmap threshold keeps the CPU capacity emulation about tensors (see
+    # tests/test_frontier_integration.py): the edge is then the same from run to run.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    print("real runs: mlp train, context=64 width=128 depth=2, CPU at capacity=128MiB, batch in [8, 1024] "
+          "step 8, strategy model, confirm=1")
+    print(f"{'probes':<8} {'max_ok':>7} {'min_oom':>7} {'exact':>5} {'runs':>5} {'light':>5} {'full':>5} "
+          f"{'sweep s':>8} {'worker s':>8}")
+    edges = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for policy in ("full", "light"):
+            sweep_dir = Path(tmp) / policy
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *REAL_LOAD, *REAL_RANGE,
+                                         f"hydra.sweeper.light={policy == 'light'}", f"hydra.sweep.dir={sweep_dir}"],
+                                  cwd=tmp, env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                print(f"{policy}: memsweep failed ({proc.returncode}): {proc.stderr[-500:]}")
+                return
+            events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
+            (result,) = [e for e in events if e["event"] == "result"]
+            results = [json.loads(p.read_text()) for p in sweep_dir.glob("*/result.json")]
+            light = sum(1 for p in sweep_dir.glob("*_light_*/result.json"))
+            worker = sum(r.get("wall_s") or 0 for r in results)
+            edges[policy] = (result["max_ok"], result["min_oom"])
+            print(f"{policy:<8} {result['max_ok']!s:>7} {result['min_oom']!s:>7} {'yes' if result['exact'] else 'no':>5} "
+                  f"{len(results):>5} {light:>5} {len(results) - light:>5} {wall:>8.1f} {worker:>8.1f}")
+    print(f"edge unchanged by light probes: {'yes' if edges['full'] == edges['light'] else 'NO'}; "
+          "runs include the confirmations (full protocol) at max_ok and min_oom")
+
+
+def real_peers() -> None:
+    """The real Lightning and Accelerate batch-size finders in one process are not run here."""
+    import importlib.util
+
+    missing = [m for m in ("lightning", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(f"real peers skipped: {', '.join(missing)} not installed (optional: pip install -e '.[bench]')")
+    else:
+        print("real peers skipped: the in-process Lightning/Accelerate comparison is not implemented yet")
+
+
 def main() -> int:
     t0 = time.perf_counter()
     kinds = ["affine", "affine, 2 MiB", "quadratic", "affine, hidden 2 %", "affine, hidden 20 %"]
@@ -203,7 +270,10 @@ def main() -> int:
     print(f"goal: median runs of `model` on affine loads <= 6: {goal:.1f} -> {'met' if goal <= 6 else 'NOT MET'}")
     print("exact: the answer is the true largest fitting value; ran ok: the answer was itself run and fitted.")
     print("memsweep's answers are exact on every monotone load here (asserted); its runs exclude confirm re-runs.")
-    print(f"({time.perf_counter() - t0:.1f} s)")
+    print(f"({time.perf_counter() - t0:.1f} s)\n")
+    real_light_vs_full()
+    real_peers()
+    print(f"({time.perf_counter() - t0:.1f} s in all)")
     return 0
 
 
