@@ -58,7 +58,7 @@ STRATEGIES = ("model", "bisect")
 STOP_OUTCOMES = ("error", "crash", "timeout")
 # Axes whose peak may grow with the square of the value (see the module docstring).
 QUADRATIC_AXES = ("context", "width")
-# Growth of the steps away from a contradicted prediction (1, 4, 16... lattice steps).
+# Away from an OOM the model did not expect, each step is this many times the last one.
 GALLOP = 4
 # First step down from an OOM the model did not expect: what this fraction of the capacity
 # is worth on the axis (unseen overheads are a few percent of the capacity).
