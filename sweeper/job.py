@@ -8,7 +8,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from .process import execute
-from .spec import spec_or_exit
+from .pool import placement
+from .spec import launch_settings, probe_device, spec_or_exit
 
 log = logging.getLogger("memsweep")
 
@@ -30,7 +31,11 @@ def run_condition(cfg: DictConfig) -> dict:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     # A sweep started again on its directory resumes (finished runs are not run twice);
     # a single `memsweep run` never reuses a directory.
-    result = execute(spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN)
+    launch = launch_settings(cfg)
+    probe = probe_device(spec.device) if spec.device.startswith("cuda") else None
+    with placement(launch["pool"], spec.device, launch["cores_per_run"], probe) as extra_env:
+        result = execute(spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN,
+                         isolation=launch["isolation"], extra_env=extra_env)
     where = f" in {result['failed_phase']}" if result["failed_phase"] else ""
     if result.get("resumed"):
         log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])

@@ -8,6 +8,7 @@ at ``timeout_s``). A missing result.json means the orchestrator itself died.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -37,8 +38,9 @@ def check_run_dir_free(run_dir: Path) -> None:
                               f"choose another directory (hydra.run.dir=...)")
 
 
-def worker_env() -> dict:
+def worker_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
+    env.update(extra or {})
     # Few malloc arenas keep the CPU capacity emulation (RLIMIT_DATA) about tensors, not arenas.
     env.setdefault("MALLOC_ARENA_MAX", "2")
     env["PYTHONUNBUFFERED"] = "1"
@@ -137,7 +139,11 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
     return None
 
 
-def execute(spec: RunSpec, run_dir: Path, resume: bool = True) -> dict:
+ISOLATIONS = ("spawn", "forkserver")
+
+
+def execute(spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = "forkserver",
+            extra_env: dict | None = None) -> dict:
     """Run ``spec`` in a fresh ``python -m worker`` process inside ``run_dir``.
 
     Returns the result envelope (also written to run_dir/result.json): ``outcome``,
@@ -148,6 +154,12 @@ def execute(spec: RunSpec, run_dir: Path, resume: bool = True) -> dict:
     With ``resume`` (a sweep started again on the same directory), a directory holding the
     same spec is resumed (see ``_resume``): a finished run is never run twice.
 
+    ``isolation``: ``spawn`` starts a new interpreter per run; ``forkserver`` forks each run
+    from a server process that imported torch but never touched a device (every run is
+    still a new process with its own CUDA context and allocator; the worker checks that no
+    CUDA context exists when it starts). ``extra_env``: variables for the worker only
+    (a device lease's CUDA_VISIBLE_DEVICES, MEMSWEEP_CPU_CORES).
+
     Raises:
         RunDirError: run_dir already holds a run of another spec, or any run when not
             resuming (nothing is touched).
@@ -157,10 +169,12 @@ def execute(spec: RunSpec, run_dir: Path, resume: bool = True) -> dict:
     # Two orchestrators on one directory (a sweep started twice, a requeued cluster job): the
     # second waits for the first's run to end, then finds its result instead of running it again.
     with FileLock(run_dir / LOCK_FILE):
-        return _execute_locked(spec, run_dir, resume)
+        return _execute_locked(spec, run_dir, resume, isolation, extra_env)
 
 
-def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool) -> dict:
+def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, extra_env: dict | None) -> dict:
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"isolation={isolation!r}: expected one of {', '.join(ISOLATIONS)}")
     if resume and (run_dir / SPEC_FILE).exists():
         found = _resume(spec, run_dir)
         if found is not None:
@@ -169,18 +183,105 @@ def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool) -> dict:
         check_run_dir_free(run_dir)
         write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
     t0 = time.monotonic()
+    env = worker_env({**(extra_env or {}), "MEMSWEEP_ISOLATION": isolation})
+    start = _run_forkserver if isolation == "forkserver" else _run_spawn
+    returncode, timed_out, pid = start(run_dir, env, spec.timeout_s)
+    return _result(spec, run_dir, returncode, timed_out, time.monotonic() - t0, pid)
+
+
+def _run_spawn(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:
+    """A new interpreter: ``python -m worker spec.json`` in its own session."""
     timed_out = False
     with open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
                                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=run_dir,
-                                env=worker_env(), start_new_session=True)
+                                env=env, start_new_session=True)
         try:
-            returncode = proc.wait(timeout=spec.timeout_s)
+            returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _killpg(proc.pid)
             returncode = proc.wait()
-    return _result(spec, run_dir, returncode, timed_out, time.monotonic() - t0, proc.pid)
+    return returncode, timed_out, proc.pid
+
+
+class ForkServer:
+    """Client of ``worker/forkserver.py``: one server per orchestrator process, started lazily."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.path: str | None = None
+
+    def _ensure(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        import atexit
+        import tempfile
+
+        self.path = os.path.join(tempfile.mkdtemp(prefix="memsweep-fs-"), "sock")
+        env = worker_env()
+        self.proc = subprocess.Popen([sys.executable, "-m", "worker.forkserver", self.path], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            raise RuntimeError(f"memsweep fork server did not start (said {line!r}, exit {self.proc.poll()})")
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def run(self, run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:
+        import socket
+
+        self._ensure()
+        deadline = time.monotonic() + timeout_s
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(self.path)
+            request = {"spec": str(run_dir / SPEC_FILE), "stdout": str(run_dir / STDOUT_FILE),
+                       "stderr": str(run_dir / STDERR_FILE), "env": env}
+            conn.sendall((json.dumps(request) + "\n").encode())
+            buffer = bytearray()
+            pid = json.loads(_readline(conn, buffer))["pid"]
+            timed_out = False
+            conn.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                line = _readline(conn, buffer)
+            except (socket.timeout, TimeoutError):
+                timed_out = True
+                _killpg(pid)
+                conn.settimeout(None)
+                line = _readline(conn, buffer)
+            returncode = json.loads(line)["returncode"] if line else None
+        return returncode, timed_out, pid
+
+
+def _readline(conn, buffer: bytearray) -> bytes:
+    """One newline-terminated message from ``conn`` (b"" if the peer closed first)."""
+    while b"\n" not in buffer:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return b""
+        buffer.extend(chunk)
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return line
+
+
+_FORKSERVER = ForkServer()
+
+
+def _run_forkserver(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:
+    """A fresh process forked from a server that imported torch once (worker/forkserver.py)."""
+    return _FORKSERVER.run(run_dir, env, timeout_s)
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -8,6 +8,7 @@ children (environment variable ``MEMSWEEP_PROBE_<device>``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -61,6 +62,28 @@ def _plain(cfg: Any) -> dict:
     return data
 
 
+def launch_settings(cfg: Any) -> dict:
+    """How runs are started (not part of what they measure): isolation, pool, cores_per_run.
+
+    Raises:
+        SpecError: an unknown isolation or pool, or a bad cores_per_run.
+    """
+    from .pool import POOLS
+    from .process import ISOLATIONS
+
+    get = cfg.get if hasattr(cfg, "get") else dict(cfg).get
+    settings = {"isolation": get("isolation", "spawn"), "pool": get("pool", "none"),
+                "cores_per_run": get("cores_per_run", 1)}
+    if settings["isolation"] not in ISOLATIONS:
+        raise SpecError("isolation", settings["isolation"], "one of " + ", ".join(ISOLATIONS))
+    if settings["pool"] not in POOLS:
+        raise SpecError("pool", settings["pool"], "one of " + ", ".join(POOLS))
+    n = settings["cores_per_run"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise SpecError("cores_per_run", n, "an integer >= 1")
+    return settings
+
+
 def spec_or_exit(cfg: Any) -> RunSpec:
     """``spec_from_config``, turning bad input into a one-line message and exit status 2.
 
@@ -68,6 +91,7 @@ def spec_or_exit(cfg: Any) -> RunSpec:
     is launched and no traceback hides the message.
     """
     try:
+        launch_settings(cfg)
         return spec_from_config(cfg)
     except SpecError as exc:
         print(f"memsweep: error: {exc}", file=sys.stderr)
@@ -108,4 +132,13 @@ def spec_from_config(cfg: Any) -> RunSpec:
         total = info.get("total_memory")
         if capacity_bytes is not None and total and capacity_bytes > total:
             raise SpecError("capacity", capacity, f"at most the device's total_memory, {total} bytes")
-    return spec
+    return with_estimate(spec)
+
+
+def with_estimate(spec: RunSpec) -> RunSpec:
+    """``spec`` with its ``estimate`` (analysis/estimate.py, bytes by component) filled in for
+    the workloads the estimator knows (mlp); unchanged otherwise. No torch is imported."""
+    from analysis.estimate import estimate_for_spec
+
+    estimate = estimate_for_spec(spec)
+    return spec if estimate is None else dataclasses.replace(spec, estimate=estimate.to_dict())

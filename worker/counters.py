@@ -108,6 +108,9 @@ class CpuCounters:
 
     def start(self) -> None:
         self.tracker.__enter__()
+        # The first operator through a Python dispatch mode imports torch._dynamo (seconds):
+        # pay it here, before the first phase, so that model_load times the model, not an import.
+        torch.empty(0)
 
     def synchronize(self) -> None:
         pass  # CPU operators complete before they return

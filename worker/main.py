@@ -144,6 +144,10 @@ def environment(device) -> dict:
         "allocator_backend": torch.cuda.get_allocator_backend() if device.type == "cuda" else None,
         "alloc_conf": env_alloc_conf(), "host": socket.gethostname(), "platform": platform.platform(),
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "isolation": os.environ.get("MEMSWEEP_ISOLATION", "spawn"),
+        "lease": os.environ.get("MEMSWEEP_LEASE"),
     }
     if device.type == "cuda":
         env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(device)))
@@ -162,7 +166,8 @@ def probe(requested: str) -> dict:
     if reason is None:
         total, free, name = _device_memory(device)
         out.update(total_memory=total, free_memory=free, device_name=name,
-                   bf16_supported=_bf16_supported(device))
+                   bf16_supported=_bf16_supported(device),
+                   device_count=torch.cuda.device_count() if device.type == "cuda" else 1)
     return out
 
 
@@ -248,6 +253,14 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     from .counters import apply_cpu_capacity, apply_cuda_capacity, make_counters
     from .workloads import build_workload
 
+    if torch.cuda.is_initialized():  # isolation: nothing may have touched a device before this run
+        return rec.finish("error", EXIT_ERROR, phase="setup", error_type="IsolationError",
+                          message="a CUDA context existed before the worker started")
+    cores = os.environ.get("MEMSWEEP_CPU_CORES")
+    if cores:  # a lease of CPU cores from the sweeper's pool
+        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+        if not spec.threads:
+            torch.set_num_threads(len(cores.split(",")))
     device, reason = _resolve(spec.device)
     if reason:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="DeviceUnavailable", message=reason)

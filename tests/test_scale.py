@@ -1,0 +1,101 @@
+"""Scale-out: leases (one device or core set per concurrent run), launchers, forkserver isolation."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from sweeper.pool import core_slots, lease, placement
+from worker.records import SpecError
+
+MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
+EDGE = ["batch=4,64", "capacity=8MiB", "context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1",
+        "threads=1", "device=cpu", "sweep=none"]
+
+
+def test_a_lease_is_exclusive_and_freed_when_its_holder_is_killed(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from sweeper.pool import lease\n"
+        f"with lease('gpu', ['0'], {str(tmp_path)!r}):\n"
+        "    print('held', flush=True); time.sleep(600)")], stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[1])
+    assert holder.stdout.readline().strip() == "held"
+    with lease("gpu", ["0", "1"], tmp_path) as slot:
+        assert slot == "1"  # never the one another run holds
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    t0 = time.monotonic()
+    with lease("gpu", ["0"], tmp_path) as slot:
+        assert slot == "0" and time.monotonic() - t0 < 5  # the killed run's lease is free at once
+
+
+def test_placement_environment(tmp_path):
+    with placement("cores", "cpu", 1, None, tmp_path) as env:
+        assert env["MEMSWEEP_CPU_CORES"] in core_slots(1) and env["MEMSWEEP_LEASE"].startswith("cores:")
+    with placement("gpus", "cuda:0", 1, {"device_count": 2}, tmp_path) as env:
+        assert env["CUDA_VISIBLE_DEVICES"] in ("0", "1")
+    with placement("gpus", "cpu", 1, None, tmp_path) as env:
+        assert env == {}
+    with pytest.raises(SpecError, match="pool=gpus"):
+        with placement("gpus", "cuda:3", 1, {"device_count": 4}, tmp_path):
+            pass
+    with pytest.raises(SpecError, match="cores_per_run"):
+        core_slots(10_000)
+
+
+def _intervals(sweep_dir):
+    out = []
+    for rec_path in sorted(sweep_dir.glob("*/record.json")):
+        rec = json.loads(rec_path.read_text())
+        out.append((rec["started_at"], rec["updated_at"], rec["environment"]["lease"],
+                    rec["environment"]["cpu_affinity"], rec["environment"]["isolation"], rec["outcome"]))
+    return out
+
+
+def test_concurrent_runs_never_share_a_lease(tmp_path):
+    sweep_dir = tmp_path / "par"
+    proc = subprocess.run([MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3,4", "context=8", "width=16", "warmup=1",
+                           "repeats=1", "device=cpu", "pool=cores", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                           f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = _intervals(sweep_dir)
+    assert len(runs) == 4 and all(r[5] == "ok" for r in runs)
+    for i, a in enumerate(runs):
+        assert len(a[3]) == 1 and a[2] == f"cores:{a[3][0]}"  # pinned to the core it leased
+        for b in runs[i + 1:]:
+            overlap = a[0] < b[1] and b[0] < a[1]
+            if overlap:
+                assert a[2] != b[2], (a, b)
+
+
+@pytest.mark.parametrize("extra", [["isolation=forkserver"], ["hydra/launcher=submitit_local"]],
+                         ids=["forkserver", "submitit_local"])
+def test_same_frontier_as_spawn_with_the_basic_launcher(tmp_path, extra):
+    results = {}
+    for name, args in (("basic", ["isolation=spawn"]), ("other", extra)):
+        proc = subprocess.run([MEMSWEEP, "sweep", *EDGE, *args, f"hydra.sweep.dir={tmp_path}/{name}"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        frontier = pq.read_table(tmp_path / name / "frontier.parquet").to_pylist()
+        results[name] = [(r["axis"], r["max_ok"], r["min_oom"], r["exact"]) for r in frontier]
+    assert results["basic"] == results["other"] == [("batch", 4, 64, True)]
+    if extra == ["isolation=forkserver"]:
+        assert {r[4] for r in _intervals(tmp_path / "other")} == {"forkserver"}
+
+
+@pytest.mark.parametrize("cluster, target", [("slurm", "SlurmLauncher"), ("local", "LocalLauncher")])
+def test_cluster_configs_compose(cluster, target, monkeypatch):
+    from hydra import compose, initialize_config_module
+
+    monkeypatch.setenv("MEMSWEEP_PARTITION", "a100")
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"+cluster={cluster}"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith(target)
+    assert cfg.pool == "gpus" and cfg.hydra.launcher.tasks_per_node == 1
+    if cluster == "slurm":
+        assert cfg.hydra.launcher.partition == "a100" and cfg.hydra.launcher.gpus_per_node == 1

@@ -1,0 +1,28 @@
+"""Entry of a worker forked by memsweep's forkserver (``isolation=forkserver``).
+
+Called in the forked child by ``worker/forkserver.py``; the server has imported torch
+(never touching a device), so every run is still a fresh process, with its own CUDA context
+and caching allocator, that skips the import.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict) -> None:
+    """Runs in the forked child: its own session, environment and output files, then the worker."""
+    os.setsid()  # its own process group, so a timeout kills the worker and anything it started
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path in ((1, stdout_path), (2, stderr_path)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    from .main import main
+
+    code = main([spec_path])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the worker's own exit code, without multiprocessing's clean-up
