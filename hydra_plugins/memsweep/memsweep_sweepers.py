@@ -1,6 +1,7 @@
 """Hydra discovers plugins only under the ``hydra_plugins`` namespace: this shim registers
 memsweep's sweepers there and delegates to ``sweeper/`` (imported lazily)."""
 
+import importlib
 from typing import Any, List
 
 from hydra.core.config_store import ConfigStore
@@ -10,34 +11,32 @@ from sweeper.frontier_sweeper import FrontierSweeperConf
 from sweeper.ovat import OvatSweeperConf
 
 
-class OvatSweeper(Sweeper):
+class _Delegating(Sweeper):
+    """A Sweeper plugin whose logic lives in ``IMPL`` ("module:Class"), imported when instantiated."""
+
+    IMPL = ""
+
+    def __init__(self, **kwargs: Any) -> None:
+        module, name = self.IMPL.split(":")
+        self.impl = getattr(importlib.import_module(module), name)(**kwargs)
+
+    def setup(self, **kwargs: Any) -> None:
+        self.impl.setup(**kwargs)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        return self.impl.sweep(arguments)
+
+
+class OvatSweeper(_Delegating):
     """One variable at a time (``hydra/sweeper=ovat``); see ``sweeper.ovat``."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        from sweeper.ovat import OvatSweeperImpl
-
-        self.impl = OvatSweeperImpl(**kwargs)
-
-    def setup(self, **kwargs: Any) -> None:
-        self.impl.setup(**kwargs)
-
-    def sweep(self, arguments: List[str]) -> Any:
-        return self.impl.sweep(arguments)
+    IMPL = "sweeper.ovat:OvatSweeperImpl"
 
 
-class FrontierSweeper(Sweeper):
+class FrontierSweeper(_Delegating):
     """Adaptive search of the exact OOM edge (``hydra/sweeper=frontier``); see ``sweeper.frontier_sweeper``."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        from sweeper.frontier_sweeper import FrontierSweeperImpl
-
-        self.impl = FrontierSweeperImpl(**kwargs)
-
-    def setup(self, **kwargs: Any) -> None:
-        self.impl.setup(**kwargs)
-
-    def sweep(self, arguments: List[str]) -> Any:
-        return self.impl.sweep(arguments)
+    IMPL = "sweeper.frontier_sweeper:FrontierSweeperImpl"
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="ovat", node=OvatSweeperConf, provider="memsweep")
