@@ -3,6 +3,9 @@
     memsweep run [OVERRIDES]        measure one condition (Hydra run)
     memsweep sweep [OVERRIDES]      one-variable-at-a-time sweep (Hydra multirun), then analyze
     memsweep analyze DIR [DIR ...]  Parquet tables and the frontier of sweep directories
+    memsweep report DIR [DIR ...] [--out DIR] [--margin 10%|0.1|2GiB]
+                                    report.md + self-contained report.html: frontier, margin,
+                                    chosen setting, phases, estimate, other cards
 
 OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher=joblib``.
 """
@@ -57,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.cli import main as analyze_main
 
         return analyze_main(rest)
-    print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze\n{USAGE}",
+    if command == "report":
+        from analysis.report import main as report_main
+
+        return report_main(rest)
+    print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report\n{USAGE}",
           file=sys.stderr)
     return 2
 
