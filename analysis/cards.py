@@ -43,18 +43,18 @@ class Card:
     note: str = ""
 
 
-CARDS: tuple[Card, ...] = (
+_CATALOG: tuple[Card, ...] = (
     Card("NVIDIA T4", "16 GB GDDR6", "16 GiB physical; ECC (on by default) keeps 6.25 %",
          15360 * MiB, "nvidia-smi memory.total = 15360 MiB (ECC on)",
          "modal-labs/modal-client PR #2797 (nvidia-smi totals of its GPU types); "
          "NVIDIA forum 'NVIDIA T4 has only 15g of memory?' (ECC, Best Practices Guide)",
          "torch total_memory seen as 15843721216 B (deviceQuery)"),
-    Card("NVIDIA L4", "24 GB GDDR6", "24 GiB physical, less the driver's reservation",
-         23034 * MiB, "nvidia-smi memory.total = 23034 MiB", "modal-labs/modal-client PR #2797"),
     Card("NVIDIA A10G", "24 GB GDDR6", "24 GiB physical, less the driver's reservation",
          23028 * MiB, "nvidia-smi memory.total = 23028 MiB (A10; A10G assumed equal)",
          "modal-labs/modal-client PR #2797 lists the A10; the A10G (AWS g5) has the same 24 GB "
          "GDDR6 configuration", "assumed equal to the A10's figure, not seen for the A10G itself"),
+    Card("NVIDIA L4", "24 GB GDDR6", "24 GiB physical, less the driver's reservation",
+         23034 * MiB, "nvidia-smi memory.total = 23034 MiB", "modal-labs/modal-client PR #2797"),
     Card("NVIDIA RTX 3090", "24 GB GDDR6X", "24 GiB physical (no ECC)",
          24576 * MiB, "nvidia-smi memory.total = 24576 MiB",
          "noonghunna/club-3090 issue #1129 (nvidia-smi output)"),
@@ -78,6 +78,7 @@ CARDS: tuple[Card, ...] = (
          "ROCm issue 'rocm-smi shows inconsistent VRAM for partitioned MI300A and MI300X' "
          "(unpartitioned figure)", "a ROCm build of PyTorch reuses torch.cuda for this card"),
 )
+CARDS: tuple[Card, ...] = tuple(sorted(_CATALOG, key=lambda c: c.reported_bytes))
 """The catalog, smallest first. Every byte count is the card's reported total (see module
 docstring); none of these cards was measured by memsweep."""
 

@@ -42,7 +42,8 @@ class Doc:
         self.blocks.append(("note", kind, text))
 
     def image(self, image: Image) -> None:
-        self.blocks.append(("img", image))
+        if image.png:  # an empty figure (plots not rendered) is left out
+            self.blocks.append(("img", image))
 
     @property
     def images(self) -> list[Image]:

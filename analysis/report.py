@@ -225,10 +225,16 @@ class AxisResult:
     def used_counter(self) -> str:
         return basis(self.kind)[0]
 
+    show_dir: bool = False  # several sweep directories in one report: name the directory too
+
     @property
-    def title(self) -> str:
+    def load_title(self) -> str:
         fixed = " ".join(f"{k}={v}" for k, v in self.fixed.items() if v is not None)
         return f"{self.axis} sweep ({fixed})"
+
+    @property
+    def title(self) -> str:
+        return self.load_title + (f" in {self.sweep_dir}" if self.show_dir else "")
 
     def stat(self, value) -> ValueStat | None:
         return next((s for s in self.values if s.value == value), None)
@@ -542,14 +548,20 @@ class Report:
 
 def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: pa.Table,
                  policy: MarginPolicy | None = None, sweep_dirs: list[Path] | None = None,
-                 analysis_files: list[Path] | None = None) -> Report:
-    """Compute the report of the analysis tables. Plots are rendered here (PNG bytes)."""
-    from . import plots
+                 analysis_files: list[Path] | None = None, render_plots: bool = True) -> Report:
+    """Compute the report of the analysis tables. Plots are rendered here (PNG bytes);
+    ``render_plots=False`` leaves them out (faster, for checks of the text alone)."""
+    from . import plots as plot_mod
+
+    plots = plot_mod if render_plots else _NoPlots()
 
     policy = policy or parse_margin(None)
     runs, phases, frontier = runs_table.to_pylist(), phases_table.to_pylist(), frontier_table.to_pylist()
     _enrich_runs(runs, phases)
     axes = [analyse_axis(row, runs, policy) for row in frontier]
+    if len({a.sweep_dir for a in axes}) > 1:
+        for a in axes:
+            a.show_dir = True
     est_cols = [c for c in runs_table.column_names if c.startswith("est_")]
     kinds = sorted({r["kind"] for r in runs})
     devices = sorted({str(r.get("device")) for r in runs})
@@ -580,6 +592,13 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
         _comparable(doc, axes)
     _raw(doc, runs, axes, sweep_dirs, analysis_files)
     return Report(doc, axes, policy, runs, bool(est_cols))
+
+
+class _NoPlots:
+    """Stands in for analysis.plots when plots are not rendered: every figure is empty bytes."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: b""
 
 
 def _card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy, est_cols: list[str]) -> None:
@@ -648,14 +667,17 @@ def _observed(doc: Doc, runs, phases, axes: list[AxisResult], plots) -> None:
                "python", "host"], _env_rows(runs))
     doc.p("Allocator settings: " + "; ".join(sorted({_alloc_text(r) for r in runs})) + ".")
     doc.h(2, "Runs and outcomes")
-    doc.table(["sweep", "run", "batch", "context", "width", "dtype", "mode", "outcome", "failed phase",
-               "error", "wall s"],
-              [[r["sweep_dir"], r["run_id"], r.get("batch"), r.get("context"), r.get("width"), r.get("dtype"),
-                r.get("mode"), r.get("outcome") or "unfinished", r.get("failed_phase"),
-                (r.get("error_type") or "") + (": " + r["error_message"][:80] if r.get("error_message") else ""),
-                f"{r['wall_s']:.1f}" if r.get("wall_s") is not None else None]
+    several = len({r["sweep_dir"] for r in runs}) > 1
+    doc.table((["sweep"] if several else []) + ["run", "batch", "context", "width", "dtype", "mode", "outcome",
+                                                "failed phase", "error", "wall s"],
+              [([r["sweep_dir"]] if several else []) + [
+                  r["run_id"], r.get("batch"), r.get("context"), r.get("width"), r.get("dtype"),
+                  r.get("mode"), r.get("outcome") or "unfinished", r.get("failed_phase"),
+                  (r.get("error_type") or "") + (": " + r["error_message"][:80] if r.get("error_message") else ""),
+                  f"{r['wall_s']:.1f}" if r.get("wall_s") is not None else None]
                for r in sorted(runs, key=lambda r: (r["sweep_dir"], len(r["run_id"]), r["run_id"]))],
-              note="Only `oom` means 'does not fit'; an error, crash or timeout is neither a success nor an OOM.")
+              note="Only `oom` means 'does not fit'; an error, crash or timeout is neither a success nor an OOM."
+                   + ("" if several else f" Run directories are under `{runs[0]['sweep_dir']}`."))
     order = phase_order(phases)
     if not axes:
         doc.p("No frontier: no variable was swept over two or more values.")
@@ -934,7 +956,7 @@ def _comparable(doc: Doc, axes: list[AxisResult]) -> None:
         if len({m.sweep_dir for m in members}) < 2:
             continue
         any_shown = True
-        doc.p(f"{members[0].title}, workload {key[1]}, mode {key[2]}:")
+        doc.p(f"{members[0].load_title}, workload {key[1]}, mode {key[2]}:")
         rows = []
         for m in members:
             r = m.runs[0] if m.runs else {}
