@@ -363,9 +363,10 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
                       + ". Measure smaller values, or use a device with more memory.")
     oom_stat = res.stat(first_oom) if first_oom is not None else None
     if res.kind == "cpu" and oom_stat is not None and oom_stat.used is not None and oom_stat.used < cap:
-        res.notes.append(f"on the CPU this margin is optimistic: {_label(axis, first_oom)} ran out of memory "
-                         f"with {oom_stat.used} B of tensors live ({pct(oom_stat.used, cap)} of the capacity); "
-                         "the rest of the emulated capacity went to the heap's own overhead")
+        res.notes.append("on the CPU this margin is optimistic: the emulated capacity limits the whole heap "
+                         "(tensors plus the allocator's overhead) while the margin counts tensor bytes only. "
+                         f"{_label(axis, first_oom)} failed with {oom_stat.used} B of tensors live "
+                         f"({pct(oom_stat.used, cap)} of the capacity; the request that failed is not counted)")
     if res.frontier.get("monotonic") is False:
         res.notes.append(f"results are not monotonic in {axis}: a value ran ok above one that ran out of "
                          f"memory; only values below {_label(axis, first_oom)} were considered")
@@ -931,7 +932,7 @@ def _assumed(doc: Doc, kinds: list[str], policy: MarginPolicy) -> None:
 
 def _decision(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> None:
     doc.h(1, "Chosen setting")
-    doc.p(f"Chosen only among values that ran ok, under the assumed margin ({policy.describe()}).")
+    doc.p(f"Chosen only among values that ran ok, under the assumed margin: {policy.describe()}.")
     if not axes:
         doc.p("No variable was swept: no setting to choose.")
     for a in axes:
