@@ -91,7 +91,7 @@ def to_markdown(doc: Doc, image_dir: str) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-_NUM = re.compile(r"^-?[\d,]+(\.\d+)?( ?%)?$")
+_NUM = re.compile(r"^[-+]?[\d,]+(\.\d+)?( ?%)?$")
 
 
 def _numeric_column(rows: list[list[str]], i: int) -> bool:

@@ -408,6 +408,14 @@ def peak_increments(run_phases: list[dict], order: list[str], counter: str) -> l
     return out
 
 
+PART_NAMES = {"weights": "weights (left by model_load)", "inputs": "inputs (left by inputs)",
+              "state": "kept after the first pass/step (gradients, optimizer states)",
+              "transient": "transient at the peak (activations, temporaries)"}
+# estimator component -> the observed part it is compared with
+OBSERVED_COUNTERPART = {"weights": "weights", "gradients": "state", "optimizer_states": "state",
+                        "activations": "transient", "temporaries": "transient"}
+
+
 def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, int]]:
     """Observed split of a run's peak allocated bytes, from the counters between phases.
 
@@ -425,8 +433,8 @@ def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, i
             return p["memory_allocated"] - p["memory_allocated_start"]
         return None
 
-    parts = [("weights (left by model_load)", delta("model_load")), ("inputs (left by inputs)", delta("inputs")),
-             ("kept after the first pass/step (gradients, optimizer states)", _first(delta(n) for n in COLD))]
+    parts = [(PART_NAMES["weights"], delta("model_load")), (PART_NAMES["inputs"], delta("inputs")),
+             (PART_NAMES["state"], _first(delta(n) for n in COLD))]
     if peak is None:
         return [(n, v) for n, v in parts if v is not None]
     peak_phase = next((p for p in sorted(run_phases, key=lambda p: p.get("phase_index") or 0)
@@ -439,7 +447,7 @@ def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, i
     if live is not None:
         if live - known > 0:
             out.append(("other live bytes when the peak's phase began", live - known))
-        out.append((f"transient at the peak (activations, temporaries; in {peak_phase['phase']})", peak - live))
+        out.append((f"{PART_NAMES['transient']} in {peak_phase['phase']}", peak - live))
     return out
 
 
@@ -852,11 +860,25 @@ def _estimator(doc: Doc, runs, axes: list[AxisResult], est_cols: list[str]) -> N
         if r is None:
             continue
         est_peak = r.get("est_peak_bytes")
-        doc.p(f"{a.title}, at {_label(a.axis, a.max_ok)} (estimate: calculated before the run; peak: observed):")
-        rows = [[c[len("est_"):-len("_bytes")], nbytes(r.get(c)), gib(r.get(c)), pct(r.get(c), est_peak)]
-                for c in comps if r.get(c) is not None]
-        doc.table(["component (calculated)", "bytes", "GiB", "share of estimated peak"], rows
-                  + [["estimated peak", nbytes(est_peak), gib(est_peak), pct(est_peak, est_peak)]])
+        observed = {}
+        for name, value in decomposition(r.get("_phases") or [], r.get("max_memory_allocated")):
+            for key, label in PART_NAMES.items():
+                if name.startswith(label):
+                    observed[key] = (name, value)
+        doc.p(f"{a.title}, at {_label(a.axis, a.max_ok)} (estimate: calculated before the run; observed: "
+              "differences of the counters between phases, see 'Observed'):")
+        rows = []
+        for c in comps:
+            if r.get(c) is None:
+                continue
+            comp = c[len("est_"):-len("_bytes")]
+            obs = observed.get(OBSERVED_COUNTERPART.get(comp, ""))
+            rows.append([comp, nbytes(r.get(c)), gib(r.get(c)), pct(r.get(c), est_peak),
+                         f"{obs[1]} B: {obs[0]}" if obs else None])
+        obs_peak = r.get("max_memory_allocated")
+        doc.table(["component (calculated)", "bytes", "GiB", "share of estimated peak", "observed counterpart"],
+                  rows + [["estimated peak", nbytes(est_peak), gib(est_peak), pct(est_peak, est_peak),
+                           f"{obs_peak} B: max_memory_allocated"]])
         dominant = max(((c, r.get(c)) for c in comps if r.get(c) is not None), key=lambda t: t[1], default=None)
         if dominant:
             doc.p(f"Largest estimated component: **{dominant[0][len('est_'):-len('_bytes')]}** "
