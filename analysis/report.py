@@ -571,7 +571,9 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
     if len({a.sweep_dir for a in axes}) > 1:
         for a in axes:
             a.show_dir = True
-    est_cols = [c for c in runs_table.column_names if c.startswith("est_")]
+    # the estimator's columns, when it filled any (a column of nulls is no estimate)
+    est_cols = [c for c in runs_table.column_names
+                if c.startswith("est_") and runs_table.column(c).null_count < runs_table.num_rows]
     kinds = sorted({r["kind"] for r in runs})
     devices = sorted({str(r.get("device")) for r in runs})
     workloads = sorted({str(r.get("workload")) for r in runs})
@@ -848,8 +850,8 @@ def _calculated(doc: Doc, runs, axes: list[AxisResult], policy: MarginPolicy, es
 def _estimator(doc: Doc, runs, axes: list[AxisResult], est_cols: list[str]) -> None:
     doc.h(2, "Estimate beside the measurement")
     if not est_cols:
-        doc.p("No estimate available: runs.parquet has no `est_*` columns (the estimator did not run for "
-              "these runs).")
+        doc.p("No estimate available: runs.parquet has no `est_*` columns, or only empty ones (no estimate "
+              "was made for these runs).")
         return
     comps = [c for c in est_cols if c.endswith("_bytes") and c != "est_peak_bytes"]
     for a in axes:

@@ -232,3 +232,9 @@ def test_dtype_axis_is_categorical_and_never_an_unqualified_choice():
     assert axis.recommended in ("float16", "bfloat16")
     assert any("changes the numerics" in n for n in axis.notes)
     assert len(rep.doc.images) == 2
+
+
+def test_empty_estimate_columns_mean_no_estimate():
+    runs, phases = make("s", [(8, "ok", 400 * MiB, 300 * MiB), (16, "oom", 2 * GiB, GiB)])
+    md = markdown(report_of(runs, phases, extra_columns={"est_peak_bytes": (pa.int64(), [None, None])}))
+    assert "No estimate available" in md and "weights estimate (calculated) | no estimate available" in md
