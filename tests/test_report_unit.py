@@ -55,8 +55,10 @@ def make(sweep_dir, points, *, axis="batch", kind="cuda", capacity=GiB, base=Non
 
 def tables(runs, phases, extra_columns=None):
     runs_t = _coerce(runs, RUNS_SCHEMA)
-    for name, (typ, values) in (extra_columns or {}).items():
-        runs_t = runs_t.append_column(name, pa.array(values, type=typ))
+    for name, (typ, values) in (extra_columns or {}).items():  # replaced where the schema has it already
+        column = pa.array(values, type=typ)
+        i = runs_t.schema.get_field_index(name)
+        runs_t = runs_t.set_column(i, name, column) if i >= 0 else runs_t.append_column(name, column)
     return runs_t, _coerce(phases, PHASES_SCHEMA), frontier_table(_coerce(runs, RUNS_SCHEMA))
 
 
@@ -64,7 +66,9 @@ def report_of(runs, phases, margin=None, extra_columns=None, frontier_extra=None
     r, p, f = tables(runs, phases, extra_columns)
     if frontier_extra:
         for name, (typ, values) in frontier_extra.items():
-            f = f.append_column(name, pa.array(values, type=typ))
+            column = pa.array(values, type=typ)
+            i = f.schema.get_field_index(name)
+            f = f.set_column(i, name, column) if i >= 0 else f.append_column(name, column)
     return build_report(r, p, f, parse_margin(margin), render_plots=plots)
 
 
