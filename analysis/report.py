@@ -838,8 +838,13 @@ def _calculated(doc: Doc, runs, axes: list[AxisResult], policy: MarginPolicy, es
             crossings["capacity"] = crossing(c, a.capacity)
             if a.margin_bytes:
                 crossings["capacity - margin"] = crossing(c, a.capacity - a.margin_bytes)
-        doc.ul([f"the fit reaches the {k} at context ≈ {v:.0f} (extrapolated, not run)" if v else
-                f"the fit never reaches the {k} for a positive context" for k, v in crossings.items()])
+        lines = [f"the fit reaches the {k} at context ≈ {v:.0f} (extrapolated, not run)" if v else
+                 f"the fit never reaches the {k} for a positive context" for k, v in crossings.items()]
+        cap_x = crossings.get("capacity")
+        if cap_x and isinstance(a.min_oom, int) and a.min_oom < cap_x:
+            lines.append(f"observed: context={a.min_oom} already ran out of memory, below the fit's crossing: "
+                         "the capacity holds more than the counter fitted (see 'Assumed'); trust the runs")
+        doc.ul(lines)
         doc.image(Image(f"fit{i}_context.png", plots.fit_plot(fit["xs"], fit["ys"], c, a.capacity, a.margin_bytes,
                                                               "context", f"peak {a.used_counter}", crossings),
                         "Peak against context with the fitted curve (calculated) and where it crosses the capacity."))
