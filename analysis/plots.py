@@ -108,10 +108,10 @@ def phases_plot(axis: str, values: Sequence, phases: Sequence[str], increments: 
     unit, unit_name = _unit(capacity, *totals)
     xs = list(range(len(values)))
     bottom = [0.0] * len(values)
-    cmap = plt.get_cmap("tab10")
+    cmap = plt.get_cmap("tab20" if len(phases) > 10 else "tab10")
     for j, phase in enumerate(phases):
         heights = [0.0 if inc[j] is None else inc[j] / unit for inc in increments]
-        ax.bar(xs, heights, bottom=bottom, color=cmap(j % 10), label=phase, edgecolor="white", linewidth=0.5)
+        ax.bar(xs, heights, bottom=bottom, color=cmap(j % cmap.N), label=phase, edgecolor="white", linewidth=0.5)
         bottom = [b + h for b, h in zip(bottom, heights)]
     for x, top, outcome in zip(xs, bottom, outcomes):
         if outcome != "ok":

@@ -45,8 +45,8 @@ from .doc import Doc, Image, to_html, to_markdown
 
 AXES = ("batch", "context", "width", "dtype")
 DEFAULT_MARGIN = "10%"
-COLD = ("cold_forward", "cold_step")
-WARM = ("warm_forward", "warm_step")
+COLD = ("cold_forward", "cold_step", "cold_generate")  # a phase, or the parent of sub-phases ("cold_step.forward")
+WARM = ("warm_forward", "warm_step", "warm_generate")
 COLD_WARM_FLAG = 1.2  # a cold peak above 1.2 x the warm one is called out
 
 
@@ -395,16 +395,19 @@ def phase_order(phases: list[dict]) -> list[str]:
 
 
 def peak_increments(run_phases: list[dict], order: list[str], counter: str) -> list[int | None]:
-    """How much each phase raised the running maximum of ``counter`` (bytes; None: not run)."""
-    by_name = {p["phase"]: p for p in run_phases}
+    """How much each phase raised the running maximum of ``counter`` (bytes; None: not run).
+    A phase recorded several times (a sub-phase of every warm step) counts with its largest peak."""
+    peaks: dict[str, int] = {}
+    for p in run_phases:
+        if p.get(counter) is not None:
+            peaks[p["phase"]] = max(peaks.get(p["phase"], p[counter]), p[counter])
     running, out = 0, []
     for name in order:
-        p = by_name.get(name)
-        if p is None or p.get(counter) is None:
+        if name not in peaks:
             out.append(None)
             continue
-        out.append(max(0, p[counter] - running))
-        running = max(running, p[counter])
+        out.append(max(0, peaks[name] - running))
+        running = max(running, peaks[name])
     return out
 
 
@@ -424,17 +427,18 @@ def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, i
     states in training); transient = the peak minus what was live when its phase began
     (activations, temporaries). Whatever else was live at the peak's phase start is 'other'.
     """
-    by = {p["phase"]: p for p in run_phases}
+    ordered = sorted(run_phases, key=lambda p: p.get("phase_index") or 0)
     out = []
 
-    def delta(name):
-        p = by.get(name)
-        if p and p.get("memory_allocated") is not None and p.get("memory_allocated_start") is not None:
-            return p["memory_allocated"] - p["memory_allocated_start"]
+    def delta(*names):
+        """memory_allocated at the end of the phase (or of its last sub-phase) minus at its start."""
+        rows = [p for p in ordered if str(p.get("phase")).split(".")[0] in names]
+        if rows and rows[-1].get("memory_allocated") is not None and rows[0].get("memory_allocated_start") is not None:
+            return rows[-1]["memory_allocated"] - rows[0]["memory_allocated_start"]
         return None
 
     parts = [(PART_NAMES["weights"], delta("model_load")), (PART_NAMES["inputs"], delta("inputs")),
-             (PART_NAMES["state"], _first(delta(n) for n in COLD))]
+             (PART_NAMES["state"], delta(*COLD))]
     if peak is None:
         return [(n, v) for n, v in parts if v is not None]
     peak_phase = next((p for p in sorted(run_phases, key=lambda p: p.get("phase_index") or 0)
@@ -449,10 +453,6 @@ def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, i
             out.append(("other live bytes when the peak's phase began", live - known))
         out.append((f"{PART_NAMES['transient']} in {peak_phase['phase']}", peak - live))
     return out
-
-
-def _first(values):
-    return next((v for v in values if v is not None), None)
 
 
 # --------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import pytest
 
 from analysis import cards
 from analysis.frontier import frontier_table
-from analysis.report import (ReportExists, build_report, crossing, fit_context, parse_margin, peak_increments,
+from analysis.report import (ReportExists, build_report, crossing, decomposition, fit_context, parse_margin,
+                             peak_increments,
                              write_report)
 from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA, _coerce
 from worker.records import GiB, SpecError
@@ -242,3 +243,27 @@ def test_empty_estimate_columns_mean_no_estimate():
     runs, phases = make("s", [(8, "ok", 400 * MiB, 300 * MiB), (16, "oom", 2 * GiB, GiB)])
     md = markdown(report_of(runs, phases, extra_columns={"est_peak_bytes": (pa.int64(), [None, None])}))
     assert "No estimate available" in md and "weights estimate (calculated) | no estimate available" in md
+
+
+def test_training_sub_phases_are_stacked_and_decomposed():
+    """The workloads' train mode records cold_step.forward ... warm_step.optimizer_step, each warm
+    sub-phase once per step: states kept after the first step = end of the last cold sub-phase
+    minus the start of the first one; a repeated sub-phase stacks with its largest peak."""
+    w = 10 * MiB
+    names = [("model_load", 0, w, w), ("inputs", w, w + MiB, w + MiB), ("cold_step.forward", w + MiB, w + 5 * MiB, w + 9 * MiB),
+             ("cold_step.loss", w + 5 * MiB, w + 5 * MiB, w + 5 * MiB),
+             ("cold_step.backward", w + 5 * MiB, w + 11 * MiB, w + 15 * MiB),
+             ("cold_step.optimizer_step", w + 11 * MiB, w + 31 * MiB, w + 32 * MiB),
+             ("warm_step.forward", w + 31 * MiB, w + 31 * MiB, w + 38 * MiB),
+             ("warm_step.forward", w + 31 * MiB, w + 31 * MiB, w + 40 * MiB)]
+    phases = [{"phase": n, "phase_index": i, "memory_allocated_start": a0, "memory_allocated": a1,
+               "max_memory_allocated": peak} for i, (n, a0, a1, peak) in enumerate(names)]
+    order = ["model_load", "inputs", "cold_step.forward", "cold_step.loss", "cold_step.backward",
+             "cold_step.optimizer_step", "warm_step.forward"]
+    inc = peak_increments(phases, order, "max_memory_allocated")
+    assert sum(inc) == w + 40 * MiB and inc[-1] == 8 * MiB
+    parts = dict(decomposition(phases, w + 40 * MiB))
+    assert parts["weights (left by model_load)"] == w
+    assert parts["kept after the first pass/step (gradients, optimizer states)"] == 30 * MiB
+    transient = [v for k, v in parts.items() if k.startswith("transient")]
+    assert transient == [9 * MiB]  # the peak (warm_step.forward, 2nd step) minus what was live at its start
