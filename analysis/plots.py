@@ -124,7 +124,7 @@ def phases_plot(axis: str, values: Sequence, phases: Sequence[str], increments: 
     ax.set_ylabel(f"{counter}, {unit_name}")
     ax.set_title(f"rise of the peak {counter} by phase", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _png(fig)
 
 

@@ -768,8 +768,8 @@ def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) ->
             flagged.append(f"{_label(a.axis, s.value)}: cold {gib(cold)} GiB vs warm {gib(warm)} GiB "
                            f"(x{cold / warm:.2f})")
     doc.table([a.axis, f"cold peak {used_c} B", "GiB", f"warm peak {used_c} B", "GiB", "cold / warm"], cw_rows,
-              note="cold = the first pass or step (cold_forward | cold_step), warm = the measured repeats after "
-                   "warmup (warm_forward | warm_step); '-' where the phase did not run.")
+              note="cold = the first pass, step or generation (cold_forward, cold_step, cold_generate and their "
+                   "sub-phases), warm = the measured repeats after warmup (warm_*); '-' where the phase did not run.")
     if flagged:
         doc.note("warning", f"the first (cold) pass peaks more than {COLD_WARM_FLAG:g} x the warm one: "
                  + "; ".join(flagged) + ". Size for the cold peak: it happens on every fresh process "
