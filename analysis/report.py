@@ -158,8 +158,8 @@ BASIS_TEXT = {
             "set (interpreter and PyTorch libraries included, about 0.3 GiB), so capacity minus it "
             "would be negative for every run; the emulated capacity limits the growth of the worker's "
             "data segment above its size at start (RLIMIT_DATA), which holds the tensors plus the "
-            "heap's own overhead. This margin is therefore optimistic by that overhead: the first "
-            "value that ran out of memory shows how large it was. `reserved above start` is the "
+            "heap's own overhead. This margin is therefore optimistic: where it and the runs disagree, "
+            "trust the first value that ran out of memory. `reserved above start` is the "
             "resident set's peak minus its value when the first phase began, shown for information."),
     "cuda": ("On CUDA/ROCm the peak compared with the capacity is `max_memory_reserved`, the bytes the "
              "caching allocator held from the device at its peak. The CUDA context, cuBLAS/cuDNN "
