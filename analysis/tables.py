@@ -17,6 +17,8 @@ import pyarrow as pa
 
 from worker.records import (RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, classify_run, read_json)
 
+from .estimate import ESTIMATE_COLUMNS, estimate_columns
+
 log = logging.getLogger("memsweep")
 
 COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
@@ -42,9 +44,12 @@ RUNS_SCHEMA = pa.schema([
     ("driver", pa.string()), ("allocator_backend", pa.string()), ("alloc_conf", pa.string()),
     ("host", pa.string()), ("started_at", pa.string()), ("schema_version", pa.int64()),
     ("record_problem", pa.string()),
+    *[(name, pa.float64() if name == "estimate_error" else pa.int64()) for name in ESTIMATE_COLUMNS],
 ])
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``cold_*`` /
-``warm_*``: the peaks of cold_forward|cold_step and warm_forward|warm_step."""
+``warm_*``: the peaks of cold_forward|cold_step and warm_forward|warm_step. ``est_*``:
+calculated before the run (the spec's estimate, analysis/estimate.py), never measured;
+``estimate_error`` = (est_peak_bytes - max_memory_allocated) / max_memory_allocated."""
 
 PHASES_SCHEMA = pa.schema([
     ("sweep_dir", pa.string()), ("run_id", pa.string()),
@@ -136,7 +141,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     env = _dict(record.get("environment"))
     sources = _dict(record.get("counter_sources"))
     workload = _dict(spec.get("workload"))
-    return {
+    row = {
         "sweep_dir": str(sweep_dir), "run_id": str(run.run_dir.relative_to(sweep_dir)) if
         run.run_dir.is_relative_to(sweep_dir) else str(run.run_dir), "run_dir": str(run.run_dir),
         **{k: spec.get(k) for k in ("mode", "batch", "context", "width", "dtype", "warmup", "repeats",
@@ -167,6 +172,8 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
     }
+    row.update(estimate_columns(spec.get("estimate"), row["max_memory_allocated"], row["outcome"]))
+    return row
 
 
 def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:

@@ -6,6 +6,7 @@
     memsweep report DIR [DIR ...] [--out DIR] [--margin 10%|0.1|2GiB]
                                     report.md + self-contained report.html: frontier, margin,
                                     chosen setting, phases, estimate, other cards
+    memsweep estimate [OPTIONS]     calculated memory of a load (weights, training state, KV cache...)
 
 OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher=joblib``.
 """
@@ -64,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.report import main as report_main
 
         return report_main(rest)
-    print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report\n{USAGE}",
+    if command == "estimate":
+        from analysis.estimate_cli import main as estimate_main
+        return estimate_main(rest)
+    print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, estimate\n"
+          f"{USAGE}",
           file=sys.stderr)
     return 2
 

@@ -8,6 +8,7 @@ at ``timeout_s``). A missing result.json means the orchestrator itself died.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -40,8 +41,12 @@ def check_run_dir_free(run_dir: Path) -> None:
 def worker_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update(extra or {})
-    # Few malloc arenas keep the CPU capacity emulation (RLIMIT_DATA) about tensors, not arenas.
+    # CPU capacity emulation (RLIMIT_DATA) should be about tensors, not the C allocator's
+    # bookkeeping: few malloc arenas, and blocks from 128 KiB up served by mmap and returned
+    # at free (mallopt(3) M_MMAP_THRESHOLD; a fixed threshold also turns off glibc's dynamic
+    # one, whose heap growth made identical runs OOM at different sizes).
     env.setdefault("MALLOC_ARENA_MAX", "2")
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -141,7 +146,7 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
 ISOLATIONS = ("spawn", "forkserver")
 
 
-def execute(spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = "spawn",
+def execute(spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = "forkserver",
             extra_env: dict | None = None) -> dict:
     """Run ``spec`` in a fresh ``python -m worker`` process inside ``run_dir``.
 
@@ -204,38 +209,76 @@ def _run_spawn(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, i
     return returncode, timed_out, proc.pid
 
 
-_FORKSERVER = None
+class ForkServer:
+    """Client of ``worker/forkserver.py``: one server per orchestrator process, started lazily."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.path: str | None = None
+
+    def _ensure(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        import atexit
+        import tempfile
+
+        self.path = os.path.join(tempfile.mkdtemp(prefix="memsweep-fs-"), "sock")
+        env = worker_env()
+        self.proc = subprocess.Popen([sys.executable, "-m", "worker.forkserver", self.path], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        if line != "ready":
+            raise RuntimeError(f"memsweep fork server did not start (said {line!r}, exit {self.proc.poll()})")
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def run(self, run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:
+        import socket
+
+        self._ensure()
+        deadline = time.monotonic() + timeout_s
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(self.path)
+            request = {"spec": str(run_dir / SPEC_FILE), "stdout": str(run_dir / STDOUT_FILE),
+                       "stderr": str(run_dir / STDERR_FILE), "env": env}
+            conn.sendall((json.dumps(request) + "\n").encode())
+            buffer = bytearray()
+            pid = json.loads(_readline(conn, buffer))["pid"]
+            timed_out = False
+            conn.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                line = _readline(conn, buffer)
+            except (socket.timeout, TimeoutError):
+                timed_out = True
+                _killpg(pid)
+                conn.settimeout(None)
+                line = _readline(conn, buffer)
+            returncode = json.loads(line)["returncode"] if line else None
+        return returncode, timed_out, pid
 
 
-def _forkserver_context():
-    """The multiprocessing forkserver context, its server preloading torch (never a device)."""
-    global _FORKSERVER
-    if _FORKSERVER is None:
-        import multiprocessing
+def _readline(conn, buffer: bytearray) -> bytes:
+    """One newline-terminated message from ``conn`` (b"" if the peer closed first)."""
+    while b"\n" not in buffer:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return b""
+        buffer.extend(chunk)
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return line
 
-        from worker.launch import PRELOAD
 
-        os.environ.setdefault("MALLOC_ARENA_MAX", "2")  # inherited by the server, so by every fork
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(PRELOAD)
-        _FORKSERVER = ctx
-    return _FORKSERVER
+_FORKSERVER = ForkServer()
 
 
 def _run_forkserver(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:
-    """A fresh process forked from a server that imported torch once (worker/launch.py)."""
-    from worker.launch import run
-
-    ctx = _forkserver_context()
-    proc = ctx.Process(target=run, args=(str(run_dir / SPEC_FILE), str(run_dir / STDOUT_FILE),
-                                         str(run_dir / STDERR_FILE), env), name=f"memsweep-{run_dir.name}")
-    proc.start()
-    proc.join(timeout_s)
-    timed_out = proc.exitcode is None
-    if timed_out:
-        _killpg(proc.pid)
-        proc.join()
-    return proc.exitcode, timed_out, proc.pid
+    """A fresh process forked from a server that imported torch once (worker/forkserver.py)."""
+    return _FORKSERVER.run(run_dir, env, timeout_s)
 
 
 def _killpg(pid: int) -> None:

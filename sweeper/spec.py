@@ -8,6 +8,7 @@ children (environment variable ``MEMSWEEP_PROBE_<device>``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -131,4 +132,13 @@ def spec_from_config(cfg: Any) -> RunSpec:
         total = info.get("total_memory")
         if capacity_bytes is not None and total and capacity_bytes > total:
             raise SpecError("capacity", capacity, f"at most the device's total_memory, {total} bytes")
-    return spec
+    return with_estimate(spec)
+
+
+def with_estimate(spec: RunSpec) -> RunSpec:
+    """``spec`` with its ``estimate`` (analysis/estimate.py, bytes by component) filled in for
+    the workloads the estimator knows (mlp); unchanged otherwise. No torch is imported."""
+    from analysis.estimate import estimate_for_spec
+
+    estimate = estimate_for_spec(spec)
+    return spec if estimate is None else dataclasses.replace(spec, estimate=estimate.to_dict())

@@ -44,7 +44,7 @@ def test_run_that_fits_records_every_phase(tmp_path, tiny, mode, phases):
 def test_load_above_emulated_capacity_is_oom_in_its_phase(tmp_path, tiny):
     """(64, 64, 64) inputs fit in 8 MiB; the (64, 64, 256) hidden activations do not."""
     spec = RunSpec.from_dict(dict(tiny, batch=64, context=64, width=64, capacity_bytes=8 * 2**20))
-    result = execute(spec, tmp_path / "run")
+    result = execute(spec, tmp_path / "run", isolation="spawn")  # the other tests use the forkserver
     assert result["outcome"] == "oom" and result["returncode"] == 3
     assert result["failed_phase"] == "cold_forward"
     assert "can't allocate memory" in result["error_message"]
@@ -78,7 +78,7 @@ def test_killed_worker_is_crash_and_keeps_complete_phases(tmp_path, tiny, kind, 
 
 def test_hung_worker_is_timeout(tmp_path, tiny):
     spec = RunSpec.from_dict(dict(tiny, timeout_s=6, fault={"phase": "model_load", "kind": "hang"}))
-    result = execute(spec, tmp_path / "run")
+    result = execute(spec, tmp_path / "run", isolation="spawn")
     assert result["outcome"] == "timeout" and result["timed_out"]
     assert result["wall_s"] < 60
 

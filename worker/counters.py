@@ -29,16 +29,21 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 
-def _proc_status_bytes(key: str) -> int | None:
-    """A ``kB`` field of /proc/self/status (VmRSS, VmHWM, VmData) in bytes, or None."""
+def proc_kb_field(path: str, key: str) -> int | None:
+    """A ``kB`` field of a /proc file (/proc/self/status VmRSS, VmHWM, VmData; /proc/meminfo
+    MemTotal, MemAvailable) in bytes, or None when it cannot be read (proc(5))."""
     try:
-        with open("/proc/self/status") as f:
+        with open(path) as f:
             for line in f:
                 if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+def _proc_status_bytes(key: str) -> int | None:
+    return proc_kb_field("/proc/self/status", key)
 
 
 class LiveTensorTracker(TorchDispatchMode):
@@ -108,6 +113,9 @@ class CpuCounters:
 
     def start(self) -> None:
         self.tracker.__enter__()
+        # The first operator through a Python dispatch mode imports torch._dynamo (seconds):
+        # pay it here, before the first phase, so that model_load times the model, not an import.
+        torch.empty(0)
 
     def synchronize(self) -> None:
         pass  # CPU operators complete before they return

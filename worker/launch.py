@@ -1,17 +1,14 @@
 """Entry of a worker forked by memsweep's forkserver (``isolation=forkserver``).
 
-Standard library only at import time: the orchestrator imports this module to name the
-target of ``multiprocessing`` (forkserver context) without importing torch. The server
-process preloads ``worker.main`` and torch (never touching a device), so every run is still a
-fresh process, with its own CUDA context and caching allocator, that skips the import.
+Called in the forked child by ``worker/forkserver.py``; the server has imported torch
+(never touching a device), so every run is still a fresh process, with its own CUDA context
+and caching allocator, that skips the import.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-
-PRELOAD = ["torch", "worker.main", "worker.counters", "worker.workloads"]  # imported once, in the server
 
 
 def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict) -> None:

@@ -48,6 +48,10 @@ EXIT_OOM = 3  # a phase ran out of memory; the record says which
 EXIT_ERROR = 4  # a phase raised something else; the record says which and what
 EXIT_BAD_SPEC = 5  # spec.json missing, unreadable or invalid
 
+ESTIMATE_KEYS = ("weights", "gradients", "optimizer_states", "activations", "kv_cache", "temporaries",
+                 "reserve", "peak", "total")
+"""Keys of a spec's ``estimate`` (analysis/estimate.py ``Breakdown.to_dict``): bytes or null."""
+
 SPEC_FILE = "spec.json"
 RECORD_FILE = "record.json"
 RESULT_FILE = "result.json"
@@ -124,6 +128,24 @@ def _choice(name: str, value: Any, accepted: tuple[str, ...]) -> str:
     return value
 
 
+def validate_estimate(value: Any) -> dict | None:
+    """Accept ``None`` or a mapping of ESTIMATE_KEYS to byte counts (ints >= 0) or ``None``.
+
+    Raises:
+        SpecError: not a mapping, an unknown key, or a value that is not a byte count.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SpecError("estimate", value, "null or a mapping of " + ", ".join(ESTIMATE_KEYS) + " to bytes")
+    for key, v in value.items():
+        if key not in ESTIMATE_KEYS:
+            raise SpecError(f"estimate.{key}", v, "one of the estimate keys " + ", ".join(ESTIMATE_KEYS))
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise SpecError(f"estimate.{key}", v, "null or an integer number of bytes >= 0")
+    return dict(value)
+
+
 def validate_device(value: Any) -> str:
     """Accept ``auto``, ``cpu``, ``cuda`` or ``cuda:N``; raise SpecError otherwise."""
     if isinstance(value, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
@@ -179,6 +201,8 @@ class RunSpec:
     ``capacity_bytes`` is the emulated capacity in bytes, ``None`` for the device's own.
     ``fault`` injects a failure into one phase, for testing memsweep itself:
     ``{"phase": "cold_forward", "kind": "sigkill"}`` (kinds: FAULT_KINDS).
+    ``estimate`` is the calculated memory of this load (analysis/estimate.py, bytes by
+    component, see ESTIMATE_KEYS) or ``None``; the worker does not use it.
     """
 
     batch: int
@@ -195,6 +219,7 @@ class RunSpec:
     seed: int = 0
     threads: int | None = None
     fault: dict | None = None
+    estimate: dict | None = None
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -222,6 +247,7 @@ class RunSpec:
                 raise SpecError("fault", self.fault, "null or {phase: <phase>, kind: <kind>}")
             _choice("fault.phase", self.fault["phase"], ALL_PHASES)
             _choice("fault.kind", self.fault["kind"], FAULT_KINDS)
+        object.__setattr__(self, "estimate", validate_estimate(self.estimate))
         if self.schema_version != SCHEMA_VERSION:
             raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
 

@@ -1,0 +1,330 @@
+"""``memsweep estimate``: calculated memory of a load, before anything runs.
+
+    memsweep estimate --parameters 7000000000 --bits 16 --reserve-gib 4
+    memsweep estimate --parameters 7000000000 --format nf4 --double-quant
+    memsweep estimate --parameters 7000000000 --bits 16 --train --zero-stage 3 --devices 8
+    memsweep estimate --config path/to/config.json --kv-tokens 8192 --sequences 4
+    memsweep estimate --config path/to/config.json --train --activations --batch 1 --seq-len 4096
+    memsweep estimate --layers 32 --kv-heads 8 --head-dim 128 --kv-tokens 8192
+    memsweep estimate --workload mlp --batch 8 --context 128 --width 256 --mode train
+
+Prints the breakdown (weights, gradients, optimizer states, activations, KV cache,
+temporaries) in bytes, GB (10^9 B) and GiB (2^30 B) in separate columns, the reserve (an
+assumption) and the total with it. A component that was not asked for is not in the sum,
+and the output says so. Standard library only (no torch). Exit status 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from fractions import Fraction
+
+from worker.records import GB, GiB
+
+from . import estimate as E
+
+RESERVE_UNITS = {"reserve_gib": GiB, "reserve_gb": GB}
+
+
+class UsageError(ValueError):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memsweep estimate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    m = p.add_argument_group("model (one of)")
+    m.add_argument("--parameters", type=int, help="dense parameter count")
+    m.add_argument("--config", metavar="PATH", help="a local Hugging Face config.json (or its directory); "
+                                                    "never downloads")
+    m.add_argument("--workload", choices=["mlp"], help="a memsweep built-in workload (exact estimate)")
+
+    w = p.add_argument_group("weights")
+    w.add_argument("--bits", type=int, help="compact storage, BITS per parameter, no scales (seed 003)")
+    w.add_argument("--format", dest="fmt", help="storage format with its scales: fp32, fp16, bf16, int8, nf4, "
+                                                "fp4, int4")
+    w.add_argument("--block-size", type=int, help="values per block scale (nf4/fp4 default 64, int8 4096, "
+                                                  "int4 128)")
+    w.add_argument("--double-quant", action="store_true", help="QLoRA double quantization of the scales")
+    w.add_argument("--keep", action="append", default=[], metavar="FORMAT:COUNT",
+                   help="COUNT parameters kept in FORMAT (e.g. bf16:262144000 for embeddings and lm_head)")
+
+    t = p.add_argument_group("training state (--train)")
+    t.add_argument("--train", action="store_true", help="add gradients and optimizer states")
+    t.add_argument("--optimizer", default="adamw", choices=E.OPTIMIZERS)
+    t.add_argument("--mixed-precision", dest="mixed", action="store_true", default=None,
+                   help="fp32 master copy and fp32 optimizer states (default for 16-bit weights)")
+    t.add_argument("--no-mixed-precision", dest="mixed", action="store_false")
+    t.add_argument("--grad-bytes", type=int, help="bytes per gradient value (default: the weight's)")
+    t.add_argument("--state-bytes", type=int, help="bytes per optimizer-state value (default 4 with mixed "
+                                                   "precision, else the weight's)")
+    t.add_argument("--zero-stage", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (Rajbhandari "
+                                                                                   "et al. 2020)")
+    t.add_argument("--devices", type=int, default=1, help="data-parallel devices for ZeRO")
+
+    a = p.add_argument_group("activations (--activations: a transformer by Korthikanti et al. 2022)")
+    a.add_argument("--activations", action="store_true",
+                   help="add training activations (needs --batch, --seq-len and --config or "
+                        "--layers/--hidden-size/--heads)")
+    a.add_argument("--batch", type=int, help="batch (sequences per step; the mlp's batch)")
+    a.add_argument("--seq-len", type=int, help="tokens per sequence")
+    a.add_argument("--recompute", default="none", choices=E.RECOMPUTE)
+    a.add_argument("--fused-attention", action="store_true", help="FlashAttention-style: no s x s scores stored")
+    a.add_argument("--no-dropout", dest="dropout", action="store_false", help="no dropout masks")
+    a.add_argument("--no-head", action="store_true",
+                   help="leave out the output layer and fp32 logits")
+    a.add_argument("--hidden-size", type=int)
+    a.add_argument("--heads", type=int, help="attention (query) heads")
+    a.add_argument("--ffn-hidden", type=int, help="MLP hidden size (default 4 x hidden)")
+    a.add_argument("--gated-mlp", action="store_true", help="SwiGLU-style MLP (three matrices)")
+    a.add_argument("--act-bytes", type=int, default=2, help="bytes per activation value (default 2)")
+
+    k = p.add_argument_group("KV cache (--kv-tokens)")
+    k.add_argument("--kv-tokens", type=int, help="tokens per sequence in the cache (prompt + generated)")
+    k.add_argument("--sequences", type=int, help="sequences cached at once (default: --batch or 1)")
+    k.add_argument("--layers", type=int)
+    k.add_argument("--kv-heads", type=int, help="KV heads (grouped-query attention), not query heads")
+    k.add_argument("--head-dim", type=int, help="explicit head dimension; wins over hidden/heads")
+    k.add_argument("--kv-bytes", type=int, help="bytes per cached value (default 2)")
+    k.add_argument("--sliding-window", type=int, help="tokens kept per layer at most")
+    k.add_argument("--static-cache", type=int, metavar="CAPACITY", help="static cache preallocating CAPACITY tokens")
+
+    x = p.add_argument_group("memsweep workload (--workload mlp)")
+    x.add_argument("--context", type=int)
+    x.add_argument("--width", type=int)
+    x.add_argument("--depth", type=int, default=4)
+    x.add_argument("--hidden", type=int, help="mlp hidden (default 4 x width)")
+    x.add_argument("--activation", default="gelu", choices=sorted(E.ACTIVATION_SAVES_OUTPUT))
+    x.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    x.add_argument("--mode", default="inference", choices=["inference", "train"])
+    x.add_argument("--device", default="cpu", help="cpu (the worker's tracker) or cuda (512-byte rounding)")
+    x.add_argument("--warmup", type=int, default=3)
+    x.add_argument("--repeats", type=int, default=5)
+
+    o = p.add_argument_group("output")
+    r = o.add_mutually_exclusive_group()
+    r.add_argument("--reserve-gib", type=str, help="reserve (an assumption) in GiB = 2^30 B")
+    r.add_argument("--reserve-gb", type=str, help="reserve (an assumption) in GB = 10^9 B")
+    o.add_argument("--json", action="store_true", help="print JSON (bytes) instead of the table")
+    o.add_argument("--decimals", type=int, default=2, help="decimals of the GB and GiB columns")
+    return p
+
+
+def _reserve(args: argparse.Namespace) -> int:
+    for attr, unit in RESERVE_UNITS.items():
+        text = getattr(args, attr)
+        if text is not None:
+            try:
+                value = Fraction(text)
+            except (ValueError, ZeroDivisionError):
+                raise UsageError(f"--{attr.replace('_', '-')} {text!r}: expected a number") from None
+            if value < 0:
+                raise UsageError(f"--{attr.replace('_', '-')} must be >= 0")
+            return int(-(-value * unit // 1))
+    return 0
+
+
+def _weight_format(args: argparse.Namespace, default: str | None) -> E.StorageFormat:
+    if args.bits is not None and args.fmt is not None:
+        raise UsageError("give --bits or --format, not both")
+    if args.bits is not None:
+        if args.block_size is not None or args.double_quant:
+            raise UsageError("--bits is compact storage without scales; use --format nf4/int8 for block scales")
+        return E.compact_format(args.bits)
+    name = args.fmt or default
+    if name is None:
+        raise UsageError("give the weights' storage: --bits N or --format NAME")
+    return E.storage_format(name, block_size=args.block_size, double_quant=args.double_quant)
+
+
+def _kept(args: argparse.Namespace) -> dict[str, int]:
+    kept: dict[str, int] = {}
+    for item in args.keep:
+        name, _, count = item.partition(":")
+        if not count.isdigit():
+            raise UsageError(f"--keep {item!r}: expected FORMAT:COUNT, e.g. bf16:262144000")
+        E.storage_format(name)
+        kept[name] = kept.get(name, 0) + int(count)
+    return kept
+
+
+def _fmt_words(fmt: E.StorageFormat) -> str:
+    if fmt.block_size is None:
+        if fmt.name.endswith("-bit"):
+            return f"{fmt.bits} bits each (compact storage, no scales)"
+        return f"{fmt.name}: {fmt.bits} bits each"
+    scales = ("8-bit scales, double-quantized" if fmt.double_quant
+              else f"{fmt.scale_bytes}-byte scale per block of {fmt.block_size}")
+    return f"{fmt.name}: {fmt.bits} bits each + {scales}"
+
+
+def _param_bytes(fmt: E.StorageFormat, train: bool) -> int:
+    if train and (fmt.block_size is not None or fmt.bits % 8):
+        raise UsageError(f"training a model stored in {fmt.name} is not estimated (a quantized base is "
+                         "frozen; adapters are not modelled)")
+    return fmt.bits // 8
+
+
+def _dense(args: argparse.Namespace) -> tuple[E.Breakdown, str]:
+    """--parameters N: weights, training state, activations from given dims, KV cache."""
+    fmt = _weight_format(args, None)
+    weights = E.weight_bytes(args.parameters, fmt, _kept(args))
+    title = f"{args.parameters} parameters, {_fmt_words(fmt)}"
+    b = E.Breakdown(weights=weights)
+    if args.keep:
+        b = b.with_note("kept in another precision: " + ", ".join(f"{c} parameters in {n}" for n, c in
+                                                                    _kept(args).items()))
+    if fmt.block_size is None and fmt.name.endswith("-bit") and fmt.bits < 16:
+        b = b.with_note("a real quantized load adds block scales and keeps some modules in 16 bits: "
+                        "try --format nf4 / int8 and --keep")
+    if args.train:
+        pb = _param_bytes(fmt, True)
+        mixed = args.mixed if args.mixed is not None else pb == 2
+        state = E.training_state(args.parameters, param_bytes=pb, optimizer=args.optimizer,
+                                 mixed_precision=mixed, grad_bytes=args.grad_bytes, state_bytes=args.state_bytes)
+        b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states,
+                      notes=b.notes + state.notes + (f"optimizer {args.optimizer}",))
+    if args.activations:
+        b = b.replace(activations=_bare_activations(args))
+    b = E.zero_partition(b, args.zero_stage, args.devices) if args.train else b
+    if args.kv_tokens is not None:
+        b = b.replace(kv_cache=_bare_kv(args))
+    return b, title
+
+
+def _bare_activations(args: argparse.Namespace) -> int:
+    missing = [f for f in ("batch", "seq_len", "layers", "hidden_size", "heads") if getattr(args, f) is None]
+    if missing:
+        raise UsageError("--activations without --config needs --batch, --seq-len, --layers, --hidden-size, "
+                         f"--heads (missing --{missing[0].replace('_', '-')})")
+    kw = dict(kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_hidden=args.ffn_hidden, gated_mlp=args.gated_mlp,
+              act_bytes=args.act_bytes, dropout=args.dropout, fused_attention=args.fused_attention)
+    layer = E.transformer_layer_activation_bytes(args.seq_len, args.batch, args.hidden_size, args.heads,
+                                                 recompute=args.recompute, **kw)
+    total = args.layers * layer
+    if args.recompute == "full":
+        total += E.transformer_layer_activation_bytes(args.seq_len, args.batch, args.hidden_size, args.heads, **kw)
+    return total
+
+
+def _bare_kv(args: argparse.Namespace) -> int:
+    if args.layers is None or args.kv_heads is None:
+        raise UsageError("--kv-tokens without --config needs --layers and --kv-heads (KV heads, not query heads) "
+                         "and --head-dim (or --hidden-size and --heads)")
+    head_dim = E.resolve_head_dim(args.hidden_size, args.heads, args.head_dim)
+    tokens = E.cached_tokens(args.kv_tokens, sliding_window=args.sliding_window, static_capacity=args.static_cache)
+    return E.kv_cache_bytes(layers=args.layers, kv_heads=args.kv_heads, head_dim=head_dim, tokens=tokens,
+                            bytes_per_value=args.kv_bytes or 2, sequences=_sequences(args))
+
+
+def _sequences(args: argparse.Namespace) -> int:
+    return args.sequences if args.sequences is not None else (args.batch or 1)
+
+
+def _from_config(args: argparse.Namespace) -> tuple[E.Breakdown, str]:
+    model = E.load_hf_config(args.config)
+    if args.sliding_window is not None:
+        model = dataclasses.replace(model, sliding_window=args.sliding_window)
+    default = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(model.dtype), "bf16")
+    fmt = _weight_format(args, default)
+    compute = 4 if fmt.name == "fp32" else 2
+    if args.activations and (args.batch is None or args.seq_len is None):
+        raise UsageError("--activations needs --batch and --seq-len")
+    pb = _param_bytes(fmt, args.train) if args.train else 2
+    mixed = args.mixed if args.mixed is not None else pb == 2
+    b = E.estimate_transformer(
+        model, weight_format=fmt, compute_bytes=compute, train=args.train, optimizer=args.optimizer,
+        mixed_precision=mixed, grad_bytes=args.grad_bytes, state_bytes=args.state_bytes,
+        zero_stage=args.zero_stage, devices=args.devices,
+        batch=args.batch if args.activations else None, seq_len=args.seq_len if args.activations else None,
+        recompute=args.recompute, fused_attention=args.fused_attention, dropout=args.dropout,
+        include_head=not args.no_head, kv_tokens=args.kv_tokens, kv_sequences=_sequences(args) if args.kv_tokens
+        is not None else None, kv_bytes=args.kv_bytes, static_capacity=args.static_cache)
+    return b, f"{args.config}: {model.parameters} parameters, weights {_fmt_words(fmt)}"
+
+
+def _workload(args: argparse.Namespace) -> tuple[E.Breakdown, str, list[E.PhaseEstimate]]:
+    for flag in ("bits", "fmt", "parameters", "config"):
+        if getattr(args, flag) not in (None, [], False):
+            raise UsageError(f"--{flag.replace('fmt', 'format')} does not apply to --workload (its dtype decides)")
+    if args.train or args.activations or args.kv_tokens is not None:
+        raise UsageError("--workload mlp is estimated whole: use --mode train instead of --train/--activations")
+    missing = [f for f in ("batch", "context", "width") if getattr(args, f) is None]
+    if missing:
+        raise UsageError(f"--workload mlp needs --batch, --context and --width (missing --{missing[0]})")
+    kw = dict(dtype=args.dtype, mode=args.mode, depth=args.depth, hidden=args.hidden, activation=args.activation,
+              device=args.device, warmup=args.warmup, repeats=args.repeats)
+    phases = E.mlp_phases(args.batch, args.context, args.width, **kw)
+    b = E.estimate_mlp(args.batch, args.context, args.width, **kw)
+    title = (f"mlp workload: batch={args.batch} context={args.context} width={args.width} depth={args.depth} "
+             f"hidden={args.hidden or 4 * args.width} {args.activation} {args.dtype} {args.mode} on {args.device}")
+    return b, title, phases
+
+
+def format_phases(phases: list[E.PhaseEstimate], decimals: int = 2) -> str:
+    """Per-phase estimated counters (bytes, GiB) of a workload estimate."""
+    lines = ["estimated counters per phase (bytes; GiB = 2^30 B):",
+             f"{'phase':<14} {'iterations':>10} {'allocated_start':>16} {'max_allocated':>14} "
+             f"{'allocated_end':>14} {'max_allocated GiB':>18}"]
+    for p in phases:
+        lines.append(f"{p.name:<14} {p.iterations:>10} {p.start:>16} {p.peak:>14} {p.end:>14} "
+                     f"{p.peak / GiB:>18.{max(decimals, 6)}f}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, out=None) -> int:
+    out = out or sys.stdout
+    sources = [s for s in ("parameters", "config", "workload") if getattr(args, s) is not None]
+    if len(sources) > 1:
+        raise UsageError("give one model description: --parameters, --config or --workload")
+    if args.zero_stage and not args.train:
+        raise UsageError("--zero-stage partitions training state: add --train")
+    if args.keep and args.parameters is None:
+        raise UsageError("--keep applies to --parameters (a config keeps embeddings, lm_head and norms in 16 bits)")
+    phases: list[E.PhaseEstimate] = []
+    if args.workload:
+        b, title, phases = _workload(args)
+    elif args.config:
+        b, title = _from_config(args)
+    elif args.parameters is not None:
+        b, title = _dense(args)
+    elif args.kv_tokens is not None or args.activations:
+        b = E.Breakdown(kv_cache=_bare_kv(args) if args.kv_tokens is not None else None,
+                        activations=_bare_activations(args) if args.activations else None)
+        title = "described layers only (no weights given)"
+    else:
+        raise UsageError("nothing to estimate: give --parameters N with --bits/--format, --config PATH, "
+                         "--workload mlp, or --kv-tokens with the cache's dimensions")
+    b = b.replace(reserve=_reserve(args))
+    if args.json:
+        print(json.dumps({"title": title, "estimate": b.to_dict(), "not_included": list(b.not_included),
+                          "notes": list(b.notes),
+                          "phases": [{"name": p.name, "iterations": p.iterations, "memory_allocated_start": p.start,
+                                      "max_memory_allocated": p.peak, "memory_allocated": p.end} for p in phases]},
+                         indent=1), file=out)
+        return 0
+    print(b.format(f"memsweep estimate: {title}", decimals=args.decimals), file=out)
+    if b.not_included:
+        print("Ask for them with --train (gradients, optimizer states), --activations, --kv-tokens; "
+              "--workload mlp estimates a whole memsweep load.", file=out)
+    if phases:
+        print("\n" + format_phases(phases, args.decimals), file=out)
+    print("This is a calculation, not a measurement: `memsweep run` measures the load.", file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except (UsageError, ValueError, FileNotFoundError) as exc:
+        print(f"memsweep estimate: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

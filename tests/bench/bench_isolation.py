@@ -1,0 +1,78 @@
+"""Cost of isolation, measured side by side in one run.
+
+1. 20 isolated trivial runs (a tiny mlp, warmup 0, 1 repeat) with isolation=spawn and with
+   isolation=forkserver, each as a ratio to 20 bare `python -c "import torch"` starts
+   (goal for forkserver: at most 0.3).
+2. A 16-run CPU sweep with 1 and with 2 concurrent workers (hydra/launcher=joblib,
+   pool=cores so the two never share a core), as a ratio of parallel to serial wall time
+   (goal: at most 0.6 on 2 cores).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sweeper.process import execute
+from worker.records import RunSpec
+
+N = 20
+TRIVIAL = RunSpec(batch=1, context=4, width=8, device="cpu", workload={"name": "mlp", "depth": 1},
+                  warmup=0, repeats=1, threads=1)
+
+
+def bare_imports(n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.perf_counter() - t0
+
+
+def isolated_runs(n: int, isolation: str) -> float:
+    root = Path(tempfile.mkdtemp(prefix=f"memsweep-bench-{isolation}-"))
+    if isolation == "forkserver":  # start the server once, outside the timing: it is paid once per sweep
+        execute(TRIVIAL, root / "warm", isolation=isolation)
+    t0 = time.perf_counter()
+    for i in range(n):
+        result = execute(TRIVIAL, root / str(i), isolation=isolation)
+        assert result["outcome"] == "ok", result
+    elapsed = time.perf_counter() - t0
+    shutil.rmtree(root, ignore_errors=True)
+    return elapsed
+
+
+def sweep(n_jobs: int) -> float:
+    root = Path(tempfile.mkdtemp(prefix="memsweep-bench-sweep-"))
+    exe = str(Path(sys.executable).with_name("memsweep"))
+    batches = ",".join(str(b) for b in range(1, 17))
+    t0 = time.perf_counter()
+    subprocess.run([exe, "sweep", "sweep=none", f"batch={batches}", "context=32", "width=64", "warmup=1",
+                    "repeats=2", "device=cpu", "pool=cores", "hydra/launcher=joblib",
+                    f"hydra.launcher.n_jobs={n_jobs}", f"hydra.sweep.dir={root}/s"],
+                   check=True, capture_output=True, cwd=root)
+    elapsed = time.perf_counter() - t0
+    shutil.rmtree(root, ignore_errors=True)
+    return elapsed
+
+
+def main() -> None:
+    bare = bare_imports(N)
+    spawn = isolated_runs(N, "spawn")
+    fork = isolated_runs(N, "forkserver")
+    print(f"{N} bare `python -c 'import torch'`:   {bare:7.2f} s  (1.00)")
+    print(f"{N} isolated runs, isolation=spawn:      {spawn:7.2f} s  ({spawn / bare:.2f} of bare imports)")
+    print(f"{N} isolated runs, isolation=forkserver: {fork:7.2f} s  ({fork / bare:.2f} of bare imports; goal <= 0.30: "
+          f"{'met' if fork / bare <= 0.3 else 'NOT met'})")
+    serial = sweep(1)
+    parallel = sweep(2)
+    print(f"16-run CPU sweep, 1 worker:  {serial:7.2f} s  (1.00)")
+    print(f"16-run CPU sweep, 2 workers: {parallel:7.2f} s  ({parallel / serial:.2f} of serial; goal <= 0.60: "
+          f"{'met' if parallel / serial <= 0.6 else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""memsweep's fork server (``isolation=forkserver``): ``python -m worker.forkserver SOCKET``.
+
+The server imports torch (and what the worker needs) once, never touches a device, and
+serves one request per connection on a Unix socket: a JSON line ``{"spec", "stdout",
+"stderr", "env"}``. For each, a handler process forks the worker (so every run is still a
+new process, with its own CUDA context and caching allocator, created after the fork),
+answers ``{"pid": ...}`` at once and ``{"returncode": ...}`` when the worker has ended
+(negative: killed by that signal, as subprocess reports it).
+
+Why not ``multiprocessing``'s forkserver: it re-imports the caller's ``__main__`` and start
+method in every child, which breaks under launchers that have their own (joblib's loky).
+
+Death propagates down (Linux PR_SET_PDEATHSIG): orchestrator -> server -> handler -> worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _handle(conn: socket.socket) -> None:
+    """In the handler process: fork the worker, report its pid and then its exit status."""
+    _die_with_parent()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    request = json.loads(conn.makefile("r").readline())
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        from .launch import run
+
+        run(request["spec"], request["stdout"], request["stderr"], request["env"])
+        os._exit(70)  # run() never returns
+    conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+    _, status = os.waitpid(pid, 0)
+    try:
+        conn.sendall((json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n").encode())
+    except OSError:
+        pass
+
+
+def serve(path: str) -> None:
+    import torch  # noqa: F401  - the point of the server: imported once, for every fork
+    import torch._dynamo  # noqa: F401  - imported by the first dispatch through a Python mode
+
+    from . import counters, main, workloads  # noqa: F401
+
+    _die_with_parent()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
+    print("ready", flush=True)
+    while True:
+        conn, _ = server.accept()
+        if os.fork() == 0:
+            server.close()
+            try:
+                _handle(conn)
+            finally:
+                os._exit(0)
+        conn.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
