@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml Makefile
 
 install: $(STAMP)
 
-# The default job: a batch sweep of the mlp workload at an emulated capacity, then the frontier.
+# The default job: a batch sweep of the mlp workload at an emulated capacity, then the frontier;
+# the sweep's end writes report.md / report.html into the sweep directory and prints the path.
 run: $(STAMP)
 	$(VENV)/bin/memsweep sweep sweep=batch capacity=256MiB
 

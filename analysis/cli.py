@@ -56,6 +56,8 @@ def format_frontier(frontier: pa.Table) -> str:
                      f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "
                      f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "
                      f"{gib(r['capacity_bytes']):>9}")
+        if r.get("search_status"):  # the frontier sweeper searched this axis
+            lines.append(f"{'':<8} search ({r['strategy']}, {r['runs_used']} runs): {r['search_status']}")
     return "\n".join(lines)
 
 

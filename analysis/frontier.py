@@ -7,9 +7,18 @@ says "does not fit": ``error``, ``crash`` and ``timeout`` runs are counted apart
 never either side. ``exact`` when the two are neighbours among the values run and the
 results are monotonic (every ok below every oom); a non-monotonic group is flagged, never
 smoothed away; ``stable`` is false when one value had both ok and oom runs.
+
+Where the frontier sweeper (``hydra/sweeper=frontier``) searched an axis, its ``result``
+lines in the sweep directory's ``search.jsonl`` add the search's columns (``strategy``,
+``runs_used``, ``upper_reached``, ``stopped_by``, ``search_status``) to that row, which
+exists even when the search ran a single value; ``exact`` then means neighbours on the
+search's lattice (``min_oom - max_ok == multiple_of``), not only among the values run.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -33,11 +42,39 @@ FRONTIER_SCHEMA = pa.schema([
     ("min_oom_label", pa.string()),
     ("exact", pa.bool_()), ("monotonic", pa.bool_()), ("stable", pa.bool_()),
     ("max_ok_max_memory_allocated", pa.int64()), ("max_ok_max_memory_reserved", pa.int64()),
+    ("strategy", pa.string()), ("runs_used", pa.int64()), ("upper_reached", pa.bool_()),
+    ("stopped_by", pa.string()), ("search_status", pa.string()),
 ])
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
 (dtypes ordered by bytes per element, then name); ``values`` lists the values run, in order;
-``max_ok_max_memory_*``: the peaks (bytes) of the max_ok run."""
+``max_ok_max_memory_*``: the peaks (bytes) of the max_ok run. The last five columns are
+null unless the frontier sweeper searched that axis (see the module docstring)."""
+
+SEARCH_LOG = "search.jsonl"
+ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", "batch", "context", "width",
+           "dtype")
+
+
+def search_results(sweep_dir: str) -> dict[tuple, dict]:
+    """The frontier sweeper's answers in ``sweep_dir/search.jsonl``, by frontier row key
+    (ROW_KEY); a later ``result`` line for the same key (a resumed sweep) wins."""
+    path = Path(sweep_dir) / SEARCH_LOG
+    out: dict[tuple, dict] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short by a killed sweeper
+            continue
+        if not isinstance(event, dict) or event.get("event") != "result" or not isinstance(event.get("fixed"), dict):
+            continue
+        row = {**event["fixed"], event["axis"]: None, "sweep_dir": sweep_dir, "axis": event["axis"],
+               "workload": event.get("workload"), "capacity_bytes": event.get("capacity_bytes")}
+        # warmup/repeats tell the full-protocol runs from light probes (hydra.sweeper.light)
+        out[tuple(row.get(k) for k in ROW_KEY + ("warmup", "repeats"))] = event
+    return out
 
 
 def _order(axis: str, value):
@@ -50,11 +87,18 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
         runs = runs[runs["source"] != "predicted"]
     if runs.empty:
         return rows
+    searched: dict[tuple, dict] = {}
+    for sweep_dir in runs["sweep_dir"].dropna().unique():
+        searched.update(search_results(str(sweep_dir)))
     for axis in AXES:
         keys = [k for k in IDENTITY if k != axis]
         for key, group in runs.groupby(keys, dropna=False, sort=True):
             values = sorted(group[axis].dropna().unique(), key=lambda v: _order(axis, v))
-            if len(values) < 2:
+            fixed = dict(zip(keys, key))
+            row_key = tuple(axis if k == "axis" else fixed.get(k) for k in ROW_KEY)
+            search = searched.get(row_key + (fixed.get("warmup"), fixed.get("repeats")),
+                                  searched.get(row_key + (None, None)))
+            if not values or (len(values) < 2 and search is None):
                 continue
             rank = {v: i for i, v in enumerate(values)}
             by_value = {v: set(group.loc[group[axis] == v, "outcome"]) for v in values}
@@ -69,7 +113,6 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
             if max_ok is not None:
                 at = group[(group[axis] == max_ok) & (group["outcome"] == "ok")]
                 peak = {c: at[c].max() for c in ("max_memory_allocated", "max_memory_reserved")}
-            fixed = dict(zip(keys, key))
             numeric = axis != "dtype"
             rows.append({
                 **{k: fixed.get(k) for k in ("sweep_dir", "workload", "mode", "device", "capacity_bytes",
@@ -88,6 +131,11 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                 "max_ok_max_memory_reserved": None if pd.isna(peak.get("max_memory_reserved", pd.NA))
                 else int(peak["max_memory_reserved"]),
             })
+            if search is not None:
+                rows[-1].update(strategy=search.get("strategy"), runs_used=search.get("runs_used"),
+                                upper_reached=search.get("upper_reached"), stopped_by=search.get("stopped_by"),
+                                search_status=search.get("status"),
+                                exact=bool(search.get("exact")) and monotonic and stable)
     return rows
 
 

@@ -1,9 +1,13 @@
-"""Hydra callbacks: analyze a sweep directory when the multirun ends (any sweeper, any launcher)."""
+"""Hydra callbacks: analyze a sweep directory and write its report when the multirun ends (any
+sweeper, any launcher); show the sweep's progress while it runs."""
 
 from __future__ import annotations
 
 import datetime
 import logging
+import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,16 @@ log = logging.getLogger("memsweep")
 
 
 class AnalyzeAtEnd(Callback):
-    """Writes runs/phases/frontier Parquet tables into the sweep directory and prints the frontier."""
+    """Writes runs/phases/frontier Parquet tables into the sweep directory, prints the frontier,
+    then writes the margin report (report.md, report.html) beside them and prints its path.
+
+    Args (``hydra.callbacks.analyze.*``): ``report`` (false: tables only), ``margin`` (the
+    report's margin policy: ``10%``, ``0.1``, ``2GiB``; null = the default, 10 % of capacity).
+    """
+
+    def __init__(self, report: bool = True, margin: Any = None) -> None:
+        self.report = report
+        self.margin = margin
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from analysis.cli import OutputExists, analyze
@@ -23,9 +36,132 @@ class AnalyzeAtEnd(Callback):
         if not sweep_dir.is_dir():
             log.warning("no sweep directory %s: nothing ran, nothing to analyze", sweep_dir)
             return
+        out_dir = sweep_dir
         try:
-            analyze([sweep_dir], out_dir=sweep_dir)
+            tables = analyze([sweep_dir], out_dir=sweep_dir)
         except OutputExists:  # a resumed sweep, or a second orchestrator on the same directory
             out_dir = sweep_dir / "analysis" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
             log.info("%s already holds an analysis; this one goes to %s", sweep_dir, out_dir)
-            analyze([sweep_dir], out_dir=out_dir)
+            tables = analyze([sweep_dir], out_dir=out_dir)
+        if self.report:
+            write_sweep_report(sweep_dir, out_dir, tables, self.margin)
+
+
+def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any = None) -> Path | None:
+    """Write the report of a finished sweep into ``out_dir`` and print its path. An existing
+    report is never overwritten: this one then gets a timestamped name beside it."""
+    from analysis.report import ReportExists, build_report, parse_margin, write_report
+
+    report = build_report(tables["runs.parquet"], tables["phases.parquet"], tables["frontier.parquet"],
+                          parse_margin(margin), [sweep_dir],
+                          [out_dir / n for n in ("runs.parquet", "phases.parquet", "frontier.parquet")])
+    try:
+        md, html = write_report(report, out_dir)
+    except ReportExists:
+        name = "report-" + datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+        log.info("%s already holds a report; this one is %s", out_dir, name)
+        md, html = write_report(report, out_dir, name)
+    print(f"memsweep: report -> {html}  (and {md})", flush=True)
+    return html
+
+
+def planned_jobs(config: DictConfig) -> int | None:
+    """How many jobs the multirun will launch, when it can be known up front: the ovat
+    sweeper's conditions, or the basic sweeper's cartesian product; None otherwise (an
+    adaptive search decides as it goes)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    target = str(OmegaConf.select(config, "hydra.sweeper._target_") or "")
+    overrides = OverridesParser.create().parse_overrides(list(OmegaConf.select(config, "hydra.overrides.task") or []))
+    sweeps = {o.get_key_element(): list(o.sweep_string_iterator()) for o in overrides
+              if o.is_sweep_override() and o.is_discrete_sweep()}
+    if target.endswith("OvatSweeper"):
+        from sweeper.ovat import plan_conditions
+        from worker.records import AXES
+
+        axes_cfg = OmegaConf.select(config, "sweep.axes")
+        axes = dict(OmegaConf.to_container(axes_cfg, resolve=True)) if axes_cfg else {}
+        axes.update(sweeps)
+        return len(plan_conditions(axes, {a: config.get(a) for a in AXES}))
+    if target.endswith("BasicSweeper"):
+        n = 1
+        for values in sweeps.values():
+            n *= len(values)
+        return n
+    return None
+
+
+class Progress(Callback):
+    """One line per job start and end while a sweep runs: jobs done and left, the condition,
+    the outcome, the elapsed time. Quiet when stdout is not a terminal (logs, CI, pipes);
+    ``MEMSWEEP_PROGRESS=1`` forces it on, ``=0`` off.
+
+    Jobs done are counted from the run directories holding a result.json, so the count holds
+    with launchers that run jobs in other processes (joblib, submitit) and on resumed sweeps.
+    """
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.total: int | None = None
+        self.done = 0
+
+    @staticmethod
+    def enabled() -> bool:
+        forced = os.environ.get("MEMSWEEP_PROGRESS")
+        if forced is not None:
+            return forced not in ("0", "", "false", "no")
+        return sys.stdout.isatty()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.started = time.monotonic()
+        try:
+            self.total = planned_jobs(config)
+        except Exception:  # a plan we cannot replay: show no total rather than fail the sweep
+            self.total = None
+        if self.total is not None:
+            os.environ["MEMSWEEP_PROGRESS_TOTAL"] = str(self.total)  # for launchers' worker processes
+        os.environ["MEMSWEEP_PROGRESS_T0"] = str(time.time())
+
+    def _counts(self, config: DictConfig) -> str:
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        on_disk = sum(1 for _ in sweep_dir.glob("*/result.json")) if sweep_dir.is_dir() else 0
+        done = max(self.done, on_disk)
+        total = self.total
+        if total is None and os.environ.get("MEMSWEEP_PROGRESS_TOTAL", "").isdigit():
+            total = int(os.environ["MEMSWEEP_PROGRESS_TOTAL"])
+        if total is None:
+            return f"{done} done"
+        return f"{done}/{total} done, {max(total - done, 0)} left"
+
+    def _elapsed(self) -> str:
+        if self.started is not None:
+            seconds = time.monotonic() - self.started
+        else:
+            try:
+                seconds = time.time() - float(os.environ["MEMSWEEP_PROGRESS_T0"])
+            except (KeyError, ValueError):
+                return "-"
+        return str(datetime.timedelta(seconds=int(seconds)))
+
+    @staticmethod
+    def _condition(config: DictConfig) -> str:
+        fields = [f"{k}={config.get(k)}" for k in ("batch", "context", "width", "dtype", "mode", "device")
+                  if config.get(k) is not None]
+        return f"job {config.hydra.job.get('num', '?')}: " + " ".join(fields)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.enabled():
+            print(f"memsweep: [{self._counts(config)}] running {self._condition(config)} "
+                  f"· elapsed {self._elapsed()}", flush=True)
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        self.done += 1
+        if not self.enabled():
+            return
+        outcome = "failed"
+        value = getattr(job_return, "_return_value", None)
+        if isinstance(value, dict) and value.get("outcome"):
+            outcome = value["outcome"] + (f" in {value['failed_phase']}" if value.get("failed_phase") else "")
+        print(f"memsweep: [{self._counts(config)}] {self._condition(config)} -> {outcome} "
+              f"· elapsed {self._elapsed()}", flush=True)

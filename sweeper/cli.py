@@ -3,6 +3,9 @@
     memsweep run [OVERRIDES]        measure one condition (Hydra run)
     memsweep sweep [OVERRIDES]      one-variable-at-a-time sweep (Hydra multirun), then analyze
     memsweep analyze DIR [DIR ...]  Parquet tables and the frontier of sweep directories
+    memsweep report DIR [DIR ...] [--out DIR] [--margin 10%|0.1|2GiB]
+                                    report.md + self-contained report.html: frontier, margin,
+                                    chosen setting, phases, estimate, other cards
     memsweep estimate [OPTIONS]     calculated memory of a load (weights, training state, KV cache...)
     memsweep predict [OVERRIDES] capacity=SIZE [--axis batch]
                                     predicted edge of an axis from dry runs (fake tensors, no device)
@@ -60,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.cli import main as analyze_main
 
         return analyze_main(rest)
+    if command == "report":
+        from analysis.report import main as report_main
+
+        return report_main(rest)
     if command == "estimate":
         from analysis.estimate_cli import main as estimate_main
         return estimate_main(rest)
@@ -67,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         from .predict import predict
 
         return predict(rest)
-    print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, estimate, predict\n{USAGE}",
+    print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, estimate, "
+          f"predict\n{USAGE}",
           file=sys.stderr)
     return 2
 

@@ -41,8 +41,12 @@ def check_run_dir_free(run_dir: Path) -> None:
 def worker_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update(extra or {})
-    # Few malloc arenas keep the CPU capacity emulation (RLIMIT_DATA) about tensors, not arenas.
+    # CPU capacity emulation (RLIMIT_DATA) should be about tensors, not the C allocator's
+    # bookkeeping: few malloc arenas, and blocks from 128 KiB up served by mmap and returned
+    # at free (mallopt(3) M_MMAP_THRESHOLD; a fixed threshold also turns off glibc's dynamic
+    # one, whose heap growth made identical runs OOM at different sizes).
     env.setdefault("MALLOC_ARENA_MAX", "2")
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -68,6 +68,7 @@ def main() -> int:
         if record["outcome"] == "oom" and "out of memory" not in (record["error_message"] or ""):
             failures.append(f"batch={batch}: oom without the CUDA OOM message: {record['error_message']}")
     print("gpu-check outcomes by batch:", dict(sorted(outcomes.items())))
+    failures += check_pool(info, out)
     if "oom" not in outcomes.values() or "ok" not in outcomes.values():
         failures.append(f"expected both ok and oom at capacity=1GiB, got {outcomes}")
     failures += check_modes(out / "modes")
@@ -123,6 +124,32 @@ def check_modes(out: Path) -> list[str]:
             if not (states > 0 and states <= grew[0] - grew[1] <= 1.01 * states + 512 * 64
                     and all(g <= 0 for g in grew[1:])):
                 failures.append(f"train: optimizer states ({states} B) should appear in the first step only: {grew}")
+    return failures
+
+
+def check_pool(info: dict, out: Path) -> list[str]:
+    """With several GPUs: one concurrent worker per GPU (joblib + pool=gpus), never two on one GPU."""
+    n = int(info.get("device_count") or 1)
+    if n < 2:
+        print("gpu-check: one GPU visible, the concurrent pool check needs two or more (skipped)")
+        return []
+    batches = ",".join(str(b) for b in range(1, 2 * n + 1))
+    cmd = [sys.executable, "-m", "sweeper.cli", "sweep", "device=cuda", "pool=gpus", "hydra/launcher=joblib",
+           f"hydra.launcher.n_jobs={n}", f"batch={batches}", "context=512", "width=1024", "sweep=none",
+           f"hydra.sweep.dir={out}/pool"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    if proc.returncode != 0:
+        return [f"pool sweep failed: {proc.stderr[-2000:]}"]
+    runs = []
+    for path in (out / "pool").glob("*/record.json"):
+        rec = json.loads(path.read_text())
+        runs.append((rec["started_at"], rec["updated_at"], rec["environment"]["cuda_visible_devices"], rec["outcome"]))
+    failures = [f"pool run not ok: {r}" for r in runs if r[3] != "ok"]
+    for i, a in enumerate(runs):
+        failures += [f"two concurrent runs on GPU {a[2]}" for b in runs[i + 1:]
+                     if a[0] < b[1] and b[0] < a[1] and a[2] == b[2]]
+    used = sorted({r[2] for r in runs})
+    print(f"gpu-check pool: {len(runs)} runs over GPUs {used}")
     return failures
 
 

@@ -86,3 +86,16 @@ def test_same_frontier_as_spawn_with_the_basic_launcher(tmp_path, extra):
     assert results["basic"] == results["other"] == [("batch", 4, 64, True)]
     if extra == ["isolation=forkserver"]:
         assert {r[4] for r in _intervals(tmp_path / "other")} == {"forkserver"}
+
+
+@pytest.mark.parametrize("cluster, target", [("slurm", "SlurmLauncher"), ("local", "LocalLauncher")])
+def test_cluster_configs_compose(cluster, target, monkeypatch):
+    from hydra import compose, initialize_config_module
+
+    monkeypatch.setenv("MEMSWEEP_PARTITION", "a100")
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"+cluster={cluster}"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith(target)
+    assert cfg.pool == "gpus" and cfg.hydra.launcher.tasks_per_node == 1
+    if cluster == "slurm":
+        assert cfg.hydra.launcher.partition == "a100" and cfg.hydra.launcher.gpus_per_node == 1

@@ -36,28 +36,26 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 
-def _proc_status_bytes(key: str) -> int | None:
-    """A ``kB`` field of /proc/self/status (VmRSS, VmHWM, VmData) in bytes, or None."""
+def proc_kb_field(path: str, key: str) -> int | None:
+    """A ``kB`` field of a /proc file (/proc/self/status VmRSS, VmHWM, VmData; /proc/meminfo
+    MemTotal, MemAvailable) in bytes, or None when it cannot be read (proc(5))."""
     try:
-        with open("/proc/self/status") as f:
+        with open(path) as f:
             for line in f:
                 if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+def _proc_status_bytes(key: str) -> int | None:
+    return proc_kb_field("/proc/self/status", key)
 
 
 def _meminfo_bytes(key: str) -> int | None:
     """A ``kB`` field of /proc/meminfo (MemTotal, MemAvailable) in bytes, or None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return proc_kb_field("/proc/meminfo", key)
 
 
 class LiveTensorTracker(TorchDispatchMode):

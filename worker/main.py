@@ -112,14 +112,9 @@ def _bf16_supported(device) -> bool:
 
 
 def _meminfo_bytes(key: str) -> int | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    from .counters import proc_kb_field
+
+    return proc_kb_field("/proc/meminfo", key)
 
 
 def _device_memory(device) -> tuple[int | None, int | None, str | None]:

@@ -1,0 +1,183 @@
+"""A tiny document model rendered twice: Markdown (plots as PNG files beside it) and one
+self-contained HTML page (plots embedded as base64 data URIs). No third-party dependency.
+
+Inline markup understood in text: ``code`` between backticks and **bold**.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Image:
+    name: str  # file name, letters/digits/._- only
+    png: bytes
+    alt: str
+
+
+@dataclass
+class Doc:
+    title: str
+    blocks: list[tuple] = field(default_factory=list)
+
+    def h(self, level: int, text: str) -> None:
+        self.blocks.append(("h", level, text))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def ul(self, items: list[str]) -> None:
+        if items:
+            self.blocks.append(("ul", list(items)))
+
+    def table(self, headers: list[str], rows: list[list], note: str | None = None) -> None:
+        self.blocks.append(("table", list(headers), [[_cell(c) for c in r] for r in rows], note))
+
+    def note(self, kind: str, text: str) -> None:
+        """A call-out: kind is 'warning' (something to act on) or 'info'."""
+        self.blocks.append(("note", kind, text))
+
+    def image(self, image: Image) -> None:
+        if image.png:  # an empty figure (plots not rendered) is left out
+            self.blocks.append(("img", image))
+
+    @property
+    def images(self) -> list[Image]:
+        return [b[1] for b in self.blocks if b[0] == "img"]
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _md_escape_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(doc: Doc, image_dir: str) -> str:
+    """Markdown; images are referenced as ``image_dir/<name>``."""
+    out = [f"# {doc.title}", ""]
+    for block in doc.blocks:
+        kind = block[0]
+        if kind == "h":
+            out += ["#" * (block[1] + 1) + " " + block[2], ""]
+        elif kind == "p":
+            out += [block[1], ""]
+        elif kind == "ul":
+            out += [f"- {item}" for item in block[1]] + [""]
+        elif kind == "table":
+            _, headers, rows, note = block
+            out.append("| " + " | ".join(_md_escape_cell(h) for h in headers) + " |")
+            out.append("|" + "|".join(" ---: " if _numeric_column(rows, i) else " --- "
+                                      for i in range(len(headers))) + "|")
+            out += ["| " + " | ".join(_md_escape_cell(c) for c in row) + " |" for row in rows]
+            out.append("")
+            if note:
+                out += [f"*{note}*", ""]
+        elif kind == "note":
+            label = "**Warning:**" if block[1] == "warning" else "**Note:**"
+            out += [f"> {label} {block[2]}", ""]
+        elif kind == "img":
+            img = block[1]
+            out += [f"![{img.alt}]({image_dir}/{img.name})", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+_NUM = re.compile(r"^[-+]?[\d,]+(\.\d+)?( ?%)?$")
+
+
+def _numeric_column(rows: list[list[str]], i: int) -> bool:
+    cells = [r[i] for r in rows if i < len(r) and r[i] not in ("-", "")]
+    return bool(cells) and all(_NUM.match(c) for c in cells)
+
+
+def _inline(text: str) -> str:
+    text = html.escape(text, quote=False)
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
+    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", text)
+
+
+_CSS = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; max-width: 1100px; margin: 2em auto;
+       padding: 0 1em; color: #222; line-height: 1.45; }
+h1 { font-size: 1.6em; border-bottom: 2px solid #444; } h2 { border-bottom: 1px solid #bbb; margin-top: 1.6em; }
+h3 { margin-top: 1.3em; } code { background: #f2f2f2; padding: 0 .2em; border-radius: 3px; }
+table { border-collapse: collapse; margin: .6em 0; font-size: .88em; }
+th, td { border: 1px solid #ccc; padding: .25em .55em; vertical-align: top; }
+th { background: #f0f0f0; text-align: left; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.note { border-left: 4px solid #1f77b4; background: #eef5fb; padding: .4em .8em; margin: .7em 0; }
+.warning { border-left: 4px solid #d62728; background: #fdeeee; padding: .4em .8em; margin: .7em 0; }
+figure { margin: .8em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
+figcaption { font-size: .85em; color: #555; } .tnote { font-size: .85em; color: #555; margin-top: -.3em; }
+footer { margin-top: 2em; font-size: .8em; color: #666; border-top: 1px solid #ccc; padding-top: .5em; }
+"""
+
+# Checks, once the page has loaded, that every embedded plot decoded, and records any script
+# error; the result is written into the page (footer and data-* attributes on <html>), so a
+# reader sees it and a headless browser's DOM dump can be checked.
+_SELF_CHECK = """
+window.__errors = [];
+window.addEventListener('error', function (e) { window.__errors.push(String(e.message || e)); });
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.querySelectorAll('figure img'));
+  var ok = imgs.filter(function (i) { return i.complete && i.naturalWidth > 0; }).length;
+  var root = document.documentElement;
+  root.setAttribute('data-plots-total', imgs.length);
+  root.setAttribute('data-plots-rendered', ok);
+  root.setAttribute('data-errors', window.__errors.length);
+  var el = document.getElementById('self-check');
+  if (el) { el.textContent = 'plots rendered: ' + ok + ' of ' + imgs.length +
+            (window.__errors.length ? '; script errors: ' + window.__errors.join('; ') : ''); }
+});
+"""
+
+
+def to_html(doc: Doc, footer: str = "") -> str:
+    """One self-contained page: CSS inline, plots as data: URIs, no external resource."""
+    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<title>{html.escape(doc.title)}</title>", f"<style>{_CSS}</style>",
+             f"<script>{_SELF_CHECK}</script>", "</head>", "<body>", f"<h1>{_inline(doc.title)}</h1>"]
+    for block in doc.blocks:
+        kind = block[0]
+        if kind == "h":
+            level = min(block[1] + 1, 6)
+            anchor = re.sub(r"[^a-z0-9]+", "-", block[2].lower()).strip("-")
+            parts.append(f'<h{level} id="{anchor}">{_inline(block[2])}</h{level}>')
+        elif kind == "p":
+            parts.append(f"<p>{_inline(block[1])}</p>")
+        elif kind == "ul":
+            parts.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in block[1]) + "</ul>")
+        elif kind == "table":
+            _, headers, rows, note = block
+            numeric = [_numeric_column(rows, i) for i in range(len(headers))]
+            parts.append("<table><thead><tr>" + "".join(f"<th>{_inline(h)}</th>" for h in headers)
+                         + "</tr></thead><tbody>")
+            for row in rows:
+                parts.append("<tr>" + "".join(
+                    f'<td class="num">{_inline(c)}</td>' if numeric[i] else f"<td>{_inline(c)}</td>"
+                    for i, c in enumerate(row)) + "</tr>")
+            parts.append("</tbody></table>")
+            if note:
+                parts.append(f'<p class="tnote">{_inline(note)}</p>')
+        elif kind == "note":
+            cls = "warning" if block[1] == "warning" else "note"
+            label = "Warning:" if cls == "warning" else "Note:"
+            parts.append(f'<div class="{cls}"><strong>{label}</strong> {_inline(block[2])}</div>')
+        elif kind == "img":
+            img = block[1]
+            data = base64.b64encode(img.png).decode("ascii")
+            parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(img.alt)}">'
+                         f"<figcaption>{_inline(img.alt)}</figcaption></figure>")
+    parts.append(f'<footer>{_inline(footer)}<br><span id="self-check">plots not checked '
+                 "(scripts disabled)</span></footer>")
+    parts += ["</body>", "</html>"]
+    return "\n".join(parts) + "\n"

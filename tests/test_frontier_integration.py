@@ -1,0 +1,155 @@
+"""`memsweep sweep hydra/sweeper=frontier` end to end: real worker processes on the CPU at an
+emulated capacity, through the basic launcher and through submitit_local.
+
+The load: the mlp in inference, context=64 width=64 depth=2, at capacity=64MiB; its
+tracked peak is about 264 KiB + 160 KiB per batch item (so the capacity is crossed near
+batch 408). The search range is the lattice 352, 384, 416, 448 (multiple_of=32): small
+enough to run every value once and compare (the exhaustive check).
+
+glibc's malloc raises its mmap threshold after large frees, so freed activations stay in
+the heap and the CPU capacity emulation (RLIMIT_DATA) then fails runs tens of batch items
+early, differently from run to run. The tests fix the threshold (MALLOC_MMAP_THRESHOLD_,
+mallopt(3)) so large tensors are always mapped and unmapped: the edge is then within a
+batch item of the same place every time, and a lattice step of 32 items keeps both
+neighbours clear of it.
+"""
+
+import json
+import os
+import subprocess
+
+import pyarrow.parquet as pq
+import pytest
+
+from sweeper.process import execute
+from worker.records import RunSpec, read_json
+
+LOAD = ["device=cpu", "capacity=64MiB", "context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1",
+        "threads=1"]
+LATTICE = (352, 384, 416, 448)
+RANGE = ["hydra.sweeper.lower=352", "hydra.sweeper.upper=448", "hydra.sweeper.multiple_of=32"]
+
+
+def sweep(cmd, sweep_dir, *args, timeout=300, bounds=RANGE):
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    return subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *LOAD, *bounds, *args,
+                                 f"hydra.sweep.dir={sweep_dir}"],
+                          cwd=sweep_dir.parent, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def results(sweep_dir):
+    return [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()
+            if json.loads(x)["event"] == "result"]
+
+
+def outcomes_by_value(sweep_dir):
+    """batch -> outcome of every run directory in ``sweep_dir`` (from result.json)."""
+    out = {}
+    for spec_path in sweep_dir.glob("*/spec.json"):
+        out.setdefault(read_json(spec_path, "spec")["batch"], []).append(
+            read_json(spec_path.parent / "result.json", "result")["outcome"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def basic(tmp_path_factory):
+    """One search through the basic launcher (no confirmation), kept for the tests below."""
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("memsweep")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
+    sweep_dir = tmp_path_factory.mktemp("frontier") / "basic"
+    proc = sweep(cmd, sweep_dir, "hydra.sweeper.confirm=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return cmd, sweep_dir, proc
+
+
+@pytest.fixture(scope="module")
+def exhaustive(basic):
+    """Every lattice value run once (the ones the search did not run are run here, in the
+    same fresh-process way), and the edge read from their outcomes alone."""
+    _, sweep_dir, _ = basic
+    ran = outcomes_by_value(sweep_dir)
+    spec = read_json(next(sweep_dir.glob("*/spec.json")), "spec")
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "131072"
+    try:
+        for value in LATTICE:
+            if value not in ran:
+                result = execute(RunSpec.from_dict({**spec, "batch": value}), sweep_dir.parent / f"all_{value}")
+                ran[value] = [result["outcome"]]
+    finally:
+        del os.environ["MALLOC_MMAP_THRESHOLD_"]
+    outcome = {v: ran[v][0] for v in LATTICE}
+    assert all(len(set(o)) == 1 for o in ran.values()), ran
+    ok = [v for v in LATTICE if outcome[v] == "ok"]
+    oom = [v for v in LATTICE if outcome[v] == "oom"]
+    assert ok and oom and max(ok) < min(oom), outcome  # monotonic, with an edge inside the range
+    return max(ok), min(oom)
+
+
+def test_basic_launcher_finds_the_exhaustive_edge(basic, exhaustive):
+    _, sweep_dir, proc = basic
+    (result,) = results(sweep_dir)
+    assert (result["max_ok"], result["min_oom"]) == exhaustive
+    assert result["exact"] and result["stopped_by"] is None and result["runs_used"] <= 3
+    assert result["strategy"] == "model" and "max_memory_allocated" in result["peak_counter"]
+    (row,) = [r for r in pq.read_table(sweep_dir / "frontier.parquet").to_pylist() if r["axis"] == "batch"]
+    assert (row["max_ok"], row["min_oom"], row["exact"], row["strategy"]) == (*exhaustive, True, "model")
+    assert row["runs_used"] == result["runs_used"] and row["search_status"].startswith("exact edge")
+    assert "search (model" in proc.stdout
+    probes = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()
+              if json.loads(x)["event"] == "probe"]
+    assert all(p["reason"] and p["outcome"] in ("ok", "oom") and p["run_dir"] for p in probes)
+
+
+def test_resume_reuses_the_runs(basic):
+    cmd, sweep_dir, _ = basic
+    runs = lambda: {p.parent.name: p.parent.joinpath("result.json").read_bytes()  # noqa: E731
+                    for p in sweep_dir.glob("*/spec.json")}
+    before = runs()
+    proc = sweep(cmd, sweep_dir, "hydra.sweeper.confirm=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert runs() == before  # nothing ran again, nothing was overwritten
+    assert (sweep_dir / "frontier.parquet").exists() and list(sweep_dir.glob("analysis/*/frontier.parquet"))
+    first, second = results(sweep_dir)
+    assert second["runs_reused"] == second["runs_used"] == first["runs_used"]
+    assert (second["max_ok"], second["min_oom"]) == (first["max_ok"], first["min_oom"])
+
+
+def test_submitit_local_finds_the_same_edge_two_probes_at_a_time(basic, exhaustive, tmp_path):
+    cmd, _, _ = basic
+    sweep_dir = tmp_path / "submitit"
+    # the two lattice values around the edge, run at once: one round
+    lower, upper = exhaustive
+    proc = sweep(cmd, sweep_dir, "hydra/launcher=submitit_local", "hydra.sweeper.parallel=2",
+                 "hydra.sweeper.confirm=0", bounds=[f"hydra.sweeper.lower={lower}", f"hydra.sweeper.upper={upper}",
+                                                    "hydra.sweeper.multiple_of=32"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (result,) = results(sweep_dir)
+    assert (result["max_ok"], result["min_oom"], result["exact"]) == (*exhaustive, True)
+    assert result["rounds"] == 1 and result["runs_used"] == 2
+    assert (sweep_dir / ".submitit").is_dir() and (sweep_dir / "frontier.parquet").exists()
+
+
+def test_an_error_probe_stops_the_search_and_is_reported(basic, tmp_path):
+    cmd, _, _ = basic
+    sweep_dir = tmp_path / "fault"
+    proc = sweep(cmd, sweep_dir, "fault={phase:cold_forward,kind:raise}", "hydra.sweeper.confirm=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (result,) = results(sweep_dir)
+    assert result["stopped_by"] == "error" and result["stop_value"] == 352 and result["runs_used"] == 1
+    assert result["max_ok"] is None and result["min_oom"] is None and "injected fault" in result["stop_message"]
+    (row,) = pq.read_table(sweep_dir / "frontier.parquet").to_pylist()
+    assert row["stopped_by"] == "error" and row["n_other"] == 1 and row["max_ok"] is None
+    assert "stopped by error at batch=352" in proc.stdout
+
+
+def test_bad_settings_exit_2_before_any_run(basic, tmp_path):
+    cmd, _, _ = basic
+    for args, field in ((["hydra.sweeper.strategy=random"], "hydra.sweeper.strategy"),
+                        (["batch=1,2"], "batch")):
+        sweep_dir = tmp_path / field
+        proc = sweep(cmd, sweep_dir, *args)
+        assert proc.returncode == 2 and f"invalid {field}=" in proc.stderr, proc.stderr[-2000:]
+        assert not sweep_dir.exists() or not list(sweep_dir.glob("*/spec.json"))

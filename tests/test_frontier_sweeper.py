@@ -1,0 +1,298 @@
+"""The frontier sweeper's bookkeeping with a scripted launcher (no worker processes):
+run directories keyed by spec, resume, confirmation, stops, decisions log, settings."""
+
+import json
+import re
+
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+
+from sweeper.frontier_sweeper import FrontierSweeperImpl, RunIndex, launcher_slots, run_peak, spec_key
+from worker.records import RunSpec, SpecError, write_json_atomic
+
+CAP = 64 * 2**20
+BASE = dict(batch=8, context=64, width=64, device="cpu", capacity_bytes=CAP, warmup=1, repeats=1, threads=1)
+
+
+def spec_of(overrides):
+    fields = dict(BASE)
+    for o in overrides:
+        key, value = o.split("=", 1)
+        if key in ("batch", "context", "width"):
+            fields[key] = int(value)
+    return RunSpec(**fields)
+
+
+class ScriptedLauncher:
+    """Writes what a worker would leave (spec, record with one phase, result) from ``oracle``:
+    (axis values dict) -> outcome; peak = 1000 * batch * context bytes."""
+
+    def __init__(self, sweep_dir, oracle):
+        self.sweep_dir, self.oracle, self.calls = sweep_dir, oracle, []
+
+    def launch(self, job_overrides, initial_job_idx):
+        returns = []
+        for overrides in job_overrides:
+            self.calls.append(list(overrides))
+            subdir = next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.subdir="))
+            run_dir = self.sweep_dir / subdir
+            run_dir.mkdir(parents=True, exist_ok=True)
+            assert not (run_dir / "result.json").exists()  # a finished run is never run again
+            spec = spec_of([o for o in overrides if not o.startswith("hydra.")])
+            outcome = self.oracle(spec)
+            peak = 1000 * spec.batch * spec.context
+            write_json_atomic(run_dir / "spec.json", spec.to_dict())
+            write_json_atomic(run_dir / "record.json", {
+                "schema_version": 1, "complete": True, "outcome": outcome, "device_kind": "cpu",
+                "capacity_bytes": CAP, "phases": [{"name": "cold_forward", "max_memory_allocated":
+                                                   peak if outcome == "ok" else None}]})
+            envelope = {"schema_version": 1, "outcome": outcome, "failed_phase": None, "error_type": None,
+                        "error_message": None if outcome == "ok" else f"scripted {outcome}"}
+            write_json_atomic(run_dir / "result.json", envelope)
+            r = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
+            r.return_value = envelope
+            returns.append(r)
+        return returns
+
+
+def make(tmp_path, oracle, launcher=None, **settings):
+    impl = FrontierSweeperImpl(**settings)
+    impl.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": launcher or {}}})
+    impl.launcher = ScriptedLauncher(tmp_path, oracle)
+    impl.fixed_overrides = lambda arguments: list(arguments)
+    impl.compose = spec_of
+    return impl
+
+
+def log_lines(tmp_path, event=None):
+    lines = [json.loads(x) for x in (tmp_path / "search.jsonl").read_text().splitlines()]
+    return [x for x in lines if event is None or x["event"] == event]
+
+
+def edge_at(limit):
+    return lambda spec: "ok" if spec.batch * spec.context <= limit else "oom"
+
+
+def test_search_writes_runs_keyed_by_spec_and_its_decisions(tmp_path):
+    impl = make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=0)
+    impl.sweep([])
+    (result,) = log_lines(tmp_path, "result")
+    assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
+    assert result["fixed"] == {"batch": None, "context": 64, "width": 64, "dtype": "float32",
+                               "mode": "inference", "device": "cpu", "warmup": 1, "repeats": 1}
+    assert result["capacity_bytes"] == CAP and "max_memory_allocated" in result["peak_counter"]
+    probes = log_lines(tmp_path, "probe")
+    assert len(probes) == result["runs_used"] and all(p["reason"] and p["outcome"] for p in probes)
+    for p in probes:
+        assert re.fullmatch(rf"batch_{p['value']}_{p['spec_key']}", p["run_dir"].rsplit("/", 1)[1])
+        assert p["spec_key"] == spec_key(spec_of([f"batch={p['value']}"]))
+        assert p["peak_counter"] == "max_memory_allocated"
+
+
+def test_resume_reuses_every_run_and_never_overwrites(tmp_path):
+    make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=0).sweep([])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    again = make(tmp_path, lambda spec: pytest.fail("a run was launched again"), lower=1, upper=1024, confirm=0)
+    again.sweep([])
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    first, second = log_lines(tmp_path, "result")
+    assert second["runs_reused"] == second["runs_used"] == first["runs_used"]
+    assert (second["max_ok"], second["min_oom"]) == (first["max_ok"], first["min_oom"])
+
+
+def test_resume_after_an_interrupted_run_runs_it_in_its_directory(tmp_path):
+    impl = make(tmp_path, edge_at(64 * 300), strategy="bisect", lower=1, upper=1024, confirm=0)
+    key = spec_key(spec_of(["batch=1"]))
+    (tmp_path / f"batch_1_{key}").mkdir()
+    write_json_atomic(tmp_path / f"batch_1_{key}" / "spec.json", spec_of(["batch=1"]).to_dict())  # no result
+    other = spec_key(spec_of(["batch=2"]))
+    (tmp_path / f"batch_2_{other}").mkdir()  # a directory of that name holding another condition
+    write_json_atomic(tmp_path / f"batch_2_{other}" / "spec.json", spec_of(["batch=3"]).to_dict())
+    impl.sweep([])
+    assert (tmp_path / f"batch_1_{key}" / "result.json").exists()  # resumed in place
+    assert not (tmp_path / f"batch_1_{key}_2").exists()
+    assert (tmp_path / f"batch_2_{other}_2" / "result.json").exists()  # bisect grows 1, 2, 4...
+
+
+def test_confirmation_flip_marks_the_edge_unstable(tmp_path):
+    seen = {}
+
+    def flaky(spec):  # 300 fits the first time, then runs out of memory
+        seen[spec.batch] = seen.get(spec.batch, 0) + 1
+        if spec.batch == 300 and seen[300] > 1:
+            return "oom"
+        return edge_at(64 * 300)(spec)
+
+    impl = make(tmp_path, flaky, lower=1, upper=1024, confirm=2)
+    impl.sweep([])
+    (result,) = log_lines(tmp_path, "result")
+    assert result["stable"] is False and "UNSTABLE" in result["status"]
+    assert result["confirm_outcomes"] == {"300": ["oom", "oom"], "301": ["oom", "oom"]}
+    assert len(log_lines(tmp_path, "confirm")) == 4
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("batch_300_")]) == 3
+
+
+def test_confirmation_agrees(tmp_path):
+    make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=1).sweep([])
+    (result,) = log_lines(tmp_path, "result")
+    assert result["stable"] is True and result["confirm_outcomes"] == {"300": ["ok"], "301": ["oom"]}
+
+
+@pytest.mark.parametrize("failure", ["error", "crash", "timeout"])
+def test_failure_stops_the_axis_and_the_next_axis_still_runs(tmp_path, failure):
+    oracle = lambda spec: failure if spec.batch >= 100 and spec.context == 64 else edge_at(8 * 2000)(spec)  # noqa
+    impl = make(tmp_path, oracle, axes=["batch", "context"], lower=1, upper=4096, confirm=1)
+    impl.sweep([])
+    batch, context = log_lines(tmp_path, "result")
+    assert batch["stopped_by"] == failure and batch["min_oom"] is None and batch["stop_value"] >= 100
+    assert batch["status"].startswith(f"stopped by {failure}") and not batch["exact"]
+    assert not any(c["axis"] == "batch" for c in log_lines(tmp_path, "confirm"))  # no confirmation after a stop
+    assert context["axis"] == "context" and context["exact"] and context["max_ok"] == 2000
+    assert context["fixed"]["batch"] == 8  # the other axes at the baseline
+
+
+def test_axes_share_runs_of_the_same_condition(tmp_path):
+    impl = make(tmp_path, edge_at(10**9), axes=["batch", "context"], lower=8, upper=64, multiple_of=8,
+                confirm=0)
+    impl.sweep([])
+    batch, context = log_lines(tmp_path, "result")
+    assert batch["upper_reached"] and context["upper_reached"]
+    assert batch["status"].startswith("upper bound not reached")
+    # batch=8 context=64 is the baseline: searched on both axes, run once
+    reused = [p for p in log_lines(tmp_path, "probe") if p["reused"]]
+    assert [(p["axis"], p["value"]) for p in reused] == [("context", 64)]
+
+
+def test_parallel_slots_come_from_the_launcher_or_the_setting(tmp_path):
+    assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"n_jobs": 3}}}), None) == 3
+    assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"n_jobs": 3}}}), 2) == 2
+    assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"timeout_min": 60}}}), None) == 1
+    assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"n_jobs": -1}}}), None) >= 1
+    impl = make(tmp_path, edge_at(64 * 3000), launcher={"n_jobs": 3}, strategy="bisect", lower=1, upper=65536,
+                confirm=0)
+    impl.sweep([])
+    rounds = {}
+    for p in log_lines(tmp_path, "probe"):
+        rounds.setdefault(p["round"], []).append(p["value"])
+    assert max(len(v) for v in rounds.values()) == 3 and log_lines(tmp_path, "start")[0]["slots"] == 3
+
+
+@pytest.mark.parametrize("settings, field", [
+    ({"strategy": "random"}, "strategy"), ({"axes": ["dtype"]}, "axes"), ({"confirm": -1}, "confirm"),
+    ({"lower": 100, "upper": 10}, "upper"), ({"multiple_of": 0}, "multiple_of"), ({"parallel": 0}, "parallel"),
+    ({"bounds": {"context": {"step": 3}}}, "bounds"),
+])
+def test_bad_settings_name_the_field(tmp_path, settings, field):
+    with pytest.raises(SpecError, match=field):
+        make(tmp_path, edge_at(1), **settings).lattices()
+
+
+def test_per_axis_bounds(tmp_path):
+    impl = make(tmp_path, edge_at(1), axes=["batch", "context"], lower=1, upper=100,
+                bounds={"context": {"lower": 16, "upper": 8192, "multiple_of": 16}})
+    lat = impl.lattices()
+    assert (lat["batch"].lower, lat["batch"].upper, lat["batch"].step) == (1, 100, 1)
+    assert (lat["context"].lower, lat["context"].upper, lat["context"].step) == (16, 8192, 16)
+
+
+def test_run_peak_reads_the_counter_of_the_device():
+    phases = [{"max_memory_allocated": 10, "max_memory_reserved": 40}, {"max_memory_allocated": 30,
+                                                                       "max_memory_reserved": None}]
+    assert run_peak({"device_kind": "cpu", "phases": phases}) == (30, "max_memory_allocated")
+    assert run_peak({"device_kind": "cuda", "phases": phases}) == (40, "max_memory_reserved")
+    assert run_peak(None) == (None, "max_memory_allocated")
+
+
+def test_run_index_skips_hidden_and_unfinished_runs(tmp_path):
+    spec = spec_of(["batch=4"])
+    for name, files in (("a", ("spec.json", "result.json")), (".submitit/x", ("spec.json", "result.json")),
+                        ("b", ("spec.json",))):
+        (tmp_path / name).mkdir(parents=True)
+        for f in files:
+            write_json_atomic(tmp_path / name / f, spec.to_dict() if f == "spec.json" else {"schema_version": 1})
+    index = RunIndex(tmp_path)
+    assert index.get(spec_key(spec)) == tmp_path / "a" and index.get(spec_key(spec), 1) is None
+    assert index.count() == 1
+
+
+def test_frontier_table_carries_the_search_columns(tmp_path):
+    import io
+
+    from analysis.cli import analyze
+
+    # batch: exact edge; context: the lower bound already fails (one value run, still a row)
+    oracle = lambda spec: "error" if spec.context >= 128 else edge_at(64 * 300)(spec)  # noqa: E731
+    impl = make(tmp_path, oracle, axes=["batch", "context"], lower=1, upper=1024, confirm=1,
+                bounds={"context": {"lower": 128}})
+    impl.sweep([])
+    tables = analyze([tmp_path], out_dir=tmp_path / "out", stream=io.StringIO())
+    rows = {r["axis"]: r for r in tables["frontier.parquet"].to_pylist() if r["search_status"]}
+    assert set(rows) == {"batch", "context"}
+    b, c = rows["batch"], rows["context"]
+    assert (b["max_ok"], b["min_oom"], b["exact"], b["stable"], b["strategy"]) == (300, 301, True, True, "model")
+    assert b["runs_used"] == log_lines(tmp_path, "result")[0]["runs_used"] and b["upper_reached"] is False
+    assert b["n_runs"] == b["runs_used"] + 2  # the confirmations are runs of the same group
+    assert c["stopped_by"] == "error" and c["max_ok"] is None and c["min_oom"] is None and c["n_other"] == 1
+    assert c["search_status"].startswith("stopped by error at context=128")
+
+
+def light_aware(limit_light, limit_full):
+    """Edge by protocol: runs with repeats=1 (light) fit up to limit_light, full ones up to limit_full."""
+    def oracle(spec):
+        limit = limit_light if spec.repeats == 1 and spec.warmup == 0 else limit_full
+        return "ok" if spec.batch * spec.context <= limit else "oom"
+    return oracle
+
+
+def spec_of_with_policy(overrides):
+    fields = dict(BASE, warmup=3, repeats=5)
+    for o in overrides:
+        key, value = o.split("=", 1)
+        if key in ("batch", "context", "width", "warmup", "repeats"):
+            fields[key] = int(value)
+    return RunSpec(**fields)
+
+
+@pytest.mark.parametrize("full_edge", [300, 280, 320])
+def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, full_edge):
+    monkeypatch.setattr(__import__(__name__), "spec_of", spec_of_with_policy)
+    impl = make(tmp_path, light_aware(64 * 300, 64 * full_edge), lower=1, upper=1024, confirm=1, light=True)
+    impl.compose = spec_of_with_policy
+    impl.sweep([])
+    (result,) = log_lines(tmp_path, "result")
+    assert (result["max_ok"], result["min_oom"], result["exact"]) == (full_edge, full_edge + 1, True)
+    assert result["light"] is True and result["stable"] is True
+    light = log_lines(tmp_path, "light_probe")
+    assert light and all(p["overrides"] == ["warmup=0", "repeats=1"] for p in light)
+    assert all("_light_" in p["run_dir"] for p in light)
+    verify = log_lines(tmp_path, "verify")
+    assert [v["value"] for v in verify] == [300, 301]
+    if full_edge == 300:
+        assert "verified with the full protocol" in result["status"] and not log_lines(tmp_path, "probe")
+        # with confirm=1 the verification is the confirmation: no further run
+        assert result["confirm_outcomes"] == {"300": ["ok"], "301": ["oom"]}
+        assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == len(light) + 2
+    else:  # searched again with the full protocol, reusing its run at the light edge
+        assert "after light probes it disagreed" in result["status"] and log_lines(tmp_path, "probe")
+    assert result["runs_used"] == len(light) + len(verify) + len(log_lines(tmp_path, "probe"))
+    # the answer's runs are full-protocol runs
+    full_dirs = {p.name for p in tmp_path.iterdir() if p.is_dir() and "_light_" not in p.name}
+    assert any(d.startswith(f"batch_{full_edge}_") for d in full_dirs)
+    assert any(d.startswith(f"batch_{full_edge + 1}_") for d in full_dirs)
+
+
+def test_frontier_table_marks_the_full_protocol_row_of_a_light_search(tmp_path, monkeypatch):
+    import io
+
+    from analysis.cli import analyze
+
+    monkeypatch.setattr(__import__(__name__), "spec_of", spec_of_with_policy)
+    impl = make(tmp_path, light_aware(64 * 300, 64 * 280), lower=1, upper=1024, confirm=0, light=True)
+    impl.compose = spec_of_with_policy
+    impl.sweep([])
+    tables = analyze([tmp_path], out_dir=tmp_path / "out", stream=io.StringIO())
+    rows = [r for r in tables["frontier.parquet"].to_pylist() if r["axis"] == "batch"]
+    searched = [r for r in rows if r["search_status"]]
+    assert len(rows) == 2 and len(searched) == 1  # light probes' own row, and the answer's
+    assert (searched[0]["max_ok"], searched[0]["min_oom"], searched[0]["exact"]) == (280, 281, True)

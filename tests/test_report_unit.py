@@ -1,0 +1,269 @@
+"""The margin report on synthetic analysis tables (no worker processes): margin arithmetic,
+choice of setting, context fit, estimator and frontier-search columns, several sweeps,
+never overwriting. The real-sweep checks are in test_report.py."""
+
+import math
+
+import pyarrow as pa
+import pytest
+
+from analysis import cards
+from analysis.frontier import frontier_table
+from analysis.report import (ReportExists, build_report, crossing, decomposition, fit_context, parse_margin,
+                             peak_increments,
+                             write_report)
+from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA, _coerce
+from worker.records import GiB, SpecError
+
+MiB = 2**20
+
+
+def make(sweep_dir, points, *, axis="batch", kind="cuda", capacity=GiB, base=None, device=None, torch="2.13.0"):
+    """Runs and phases rows for one sweep: ``points`` = [(value, outcome, reserved, allocated)]."""
+    base = dict(base or {"batch": 8, "context": 128, "width": 256, "dtype": "float32"})
+    device = device or ("cpu" if kind == "cpu" else "cuda:0")
+    runs, phases = [], []
+    for i, (value, outcome, reserved, allocated) in enumerate(points):
+        load = {**base, axis: value}
+        run_id = str(i)
+        failed = None if outcome == "ok" else "cold_forward"
+        runs.append({"sweep_dir": sweep_dir, "run_id": run_id, "run_dir": f"{sweep_dir}/{run_id}",
+                     "workload": "mlp", "mode": "inference", **load, "workload_params": '{"depth": 2}',
+                     "warmup": 1, "repeats": 1, "seed": 0, "device": device, "device_kind": kind,
+                     "device_name": "NVIDIA H200" if kind == "cuda" else "x86_64",
+                     "device_total_memory": 150 * GiB, "capacity_bytes": capacity,
+                     "capacity_method": "torch.cuda.set_per_process_memory_fraction",
+                     "outcome": outcome, "failed_phase": failed, "n_phases": 5 if outcome == "ok" else 3,
+                     "max_memory_allocated": allocated, "max_memory_reserved": reserved,
+                     "cold_max_memory_allocated": allocated, "cold_max_memory_reserved": reserved,
+                     "warm_max_memory_allocated": allocated if outcome == "ok" else None,
+                     "warm_max_memory_reserved": (reserved // 2 if outcome == "ok" else None),
+                     "source_allocated": f"{kind}: x", "source_reserved": f"{kind}: y", "torch": torch,
+                     "python": "3.11", "alloc_conf": '{"PYTORCH_CUDA_ALLOC_CONF": null}', "wall_s": 1.0})
+        weights = 10 * MiB
+        names = ["model_load", "inputs", "cold_forward"] + (["warmup", "warm_forward"] if outcome == "ok" else [])
+        for j, name in enumerate(names):
+            peak_a = {"model_load": weights, "inputs": weights + MiB}.get(name, allocated)
+            peak_r = {"model_load": weights, "inputs": weights + MiB}.get(name, reserved // (1 if j == 2 else 2))
+            phases.append({"sweep_dir": sweep_dir, "run_id": run_id, **load, "mode": "inference", "device": device,
+                           "phase": name, "phase_index": j, "status": "oom" if failed == name else "ok",
+                           "memory_allocated_start": 0 if j == 0 else weights + (MiB if j > 1 else 0),
+                           "memory_reserved_start": 0 if j == 0 else weights,
+                           "memory_allocated": weights + (MiB if j >= 1 else 0), "memory_reserved": peak_r,
+                           "max_memory_allocated": peak_a, "max_memory_reserved": peak_r})
+    return runs, phases
+
+
+def tables(runs, phases, extra_columns=None):
+    runs_t = _coerce(runs, RUNS_SCHEMA)
+    for name, (typ, values) in (extra_columns or {}).items():  # replaced where the schema has it already
+        column = pa.array(values, type=typ)
+        i = runs_t.schema.get_field_index(name)
+        runs_t = runs_t.set_column(i, name, column) if i >= 0 else runs_t.append_column(name, column)
+    return runs_t, _coerce(phases, PHASES_SCHEMA), frontier_table(_coerce(runs, RUNS_SCHEMA))
+
+
+def report_of(runs, phases, margin=None, extra_columns=None, frontier_extra=None, plots=False):
+    r, p, f = tables(runs, phases, extra_columns)
+    if frontier_extra:
+        for name, (typ, values) in frontier_extra.items():
+            column = pa.array(values, type=typ)
+            i = f.schema.get_field_index(name)
+            f = f.set_column(i, name, column) if i >= 0 else f.append_column(name, column)
+    return build_report(r, p, f, parse_margin(margin), render_plots=plots)
+
+
+def markdown(report):
+    from analysis.doc import to_markdown
+    return to_markdown(report.doc, "plots")
+
+
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,fraction,fixed", [
+    (None, 0.1, None), ("10%", 0.1, None), ("0.25", 0.25, None), ("0", 0.0, None), ("2GiB", None, 2 * GiB),
+    ("1500MB", None, 1500 * 10**6), ("4096", None, 4096)])
+def test_margin_policy_parses_fractions_and_sizes(text, fraction, fixed):
+    policy = parse_margin(text)
+    assert policy.default is (text is None)
+    if fixed is None:
+        assert float(policy.fraction) == fraction and policy.bytes_for(1000) == math.ceil(fraction * 1000)
+    else:
+        assert policy.fixed_bytes == fixed and policy.bytes_for(1000) == fixed
+
+
+@pytest.mark.parametrize("bad", ["abc", "1.5", "100%", "-1GiB", "2 parsecs"])
+def test_bad_margin_is_refused_with_a_message(bad):
+    with pytest.raises(SpecError, match="margin"):
+        parse_margin(bad)
+
+
+def test_cuda_margin_is_capacity_minus_reserved_and_choice_respects_it():
+    """Capacity 1 GiB, margin 10 % = 107374183 B (ceil). batch 32 leaves 1 GiB - 1000 MiB = 24 MiB
+    < margin, so batch 16 (800 MiB reserved, 224 MiB left) is chosen though 32 ran."""
+    runs, phases = make("s", [(8, "ok", 400 * MiB, 300 * MiB), (16, "ok", 800 * MiB, 600 * MiB),
+                              (32, "ok", 1000 * MiB, 900 * MiB), (64, "oom", 1020 * MiB, 1000 * MiB)])
+    rep = report_of(runs, phases)
+    (axis,) = rep.axes
+    assert (axis.max_ok, axis.min_oom) == (32, 64)
+    assert axis.used_counter == "max_memory_reserved"
+    assert axis.margin_at_max_ok == GiB - 1000 * MiB == 24 * MiB
+    assert axis.margin_bytes == math.ceil(GiB / 10)
+    assert axis.recommended == 16
+    assert "batch=32 ran ok but its peak" in axis.reason and "batch=64 ran out of memory" in axis.reason
+    md = markdown(rep)
+    assert f"| {GiB} | 1.000 | {1000 * MiB} | 0.976562 | {24 * MiB} | 0.023438 | 2.3 % |" in md
+    assert "No estimate available" in md and "**batch sweep (context=128 width=256 dtype=float32): batch=16**" in md
+
+
+def test_fixed_byte_margin_and_no_value_fitting():
+    runs, phases = make("s", [(8, "ok", 900 * MiB, 800 * MiB), (16, "oom", 1000 * MiB, 900 * MiB)])
+    rep = report_of(runs, phases, margin="200MiB")
+    (axis,) = rep.axes
+    assert axis.margin_bytes == 200 * MiB and axis.recommended is None
+    assert "no value leaves the margin" in axis.reason
+    assert "no setting recommended" in markdown(rep)
+
+
+def test_non_monotonic_results_only_allow_values_below_the_first_oom():
+    runs, phases = make("s", [(4, "ok", 100 * MiB, 90 * MiB), (8, "oom", 900 * MiB, 800 * MiB),
+                              (16, "ok", 300 * MiB, 200 * MiB)])
+    rep = report_of(runs, phases)
+    (axis,) = rep.axes
+    assert axis.frontier["monotonic"] is False
+    assert axis.recommended == 4
+    assert any("not monotonic" in n for n in axis.notes)
+
+
+def test_errors_are_never_candidates_nor_ooms():
+    runs, phases = make("s", [(4, "ok", 100 * MiB, 90 * MiB), (8, "error", 150 * MiB, 100 * MiB),
+                              (16, "oom", 900 * MiB, 800 * MiB)])
+    (axis,) = report_of(runs, phases).axes
+    assert axis.recommended == 4 and "batch=8 is not a candidate: error" in axis.reason
+
+
+def test_context_sweep_gets_a_quadratic_fit_and_crossings():
+    """peak = 50 MiB + 1000 B * c + 40 B * c^2: reaches 1 GiB at c = 5098.6 (positive root)."""
+    def peak(c):
+        return 50 * MiB + 1000 * c + 40 * c * c
+
+    pts = [(c, "ok" if peak(c) < GiB else "oom", peak(c), peak(c) - MiB) for c in (512, 1024, 2048, 4096, 8192)]
+    runs, phases = make("s", pts, axis="context")
+    fit = fit_context([c for c, *_ in pts[:4]], [p for _, _, p, _ in pts[:4]])
+    assert fit["degree"] == 2 and fit["coeffs"][0] == pytest.approx(40, rel=1e-6)
+    x = crossing(fit["coeffs"], GiB)
+    assert peak(x) == pytest.approx(GiB, rel=1e-6) and 4096 < x < 8192
+    rep = report_of(runs, phases, plots=True)
+    md = markdown(rep)
+    assert "Fitted curve: peak vs context" in md and "fit0_context.png" in md
+    assert any(img.name == "fit0_context.png" and img.png[:4] == b"\x89PNG" for img in rep.doc.images)
+
+
+def test_estimator_columns_are_shown_beside_the_observed_peak():
+    runs, phases = make("s", [(8, "ok", 400 * MiB, 300 * MiB), (16, "oom", 2 * GiB, GiB)])
+    extra = {"est_weights_bytes": (pa.int64(), [10 * MiB, 10 * MiB]),
+             "est_activations_bytes": (pa.int64(), [280 * MiB, 560 * MiB]),
+             "est_peak_bytes": (pa.int64(), [315 * MiB, 600 * MiB]),
+             "estimate_error": (pa.float64(), [0.05, None])}
+    md = markdown(report_of(runs, phases, extra_columns=extra))
+    assert "No estimate available" not in md and "no estimate available" not in md
+    assert "Largest estimated component: **activations**" in md
+    assert f"| 8 | {315 * MiB} |" in md and "+5.0 %" in md
+    assert f"weights estimate (calculated) | {10 * MiB} B" in md
+
+
+def test_frontier_search_columns_are_read_when_present():
+    runs, phases = make("s", [(8, "ok", 100 * MiB, 90 * MiB), (16, "ok", 200 * MiB, 180 * MiB)])
+    md = markdown(report_of(runs, phases, frontier_extra={"upper_reached": (pa.bool_(), [True]),
+                                                          "strategy": (pa.string(), ["model"]),
+                                                          "runs_used": (pa.int64(), [2]),
+                                                          "stopped_by": (pa.string(), [None])}))
+    assert "upper bound not reached" in md and "strategy model, 2 runs" in md
+
+
+def test_several_sweeps_line_up_the_same_load():
+    a_runs, a_ph = make("sweepA", [(8, "ok", 400 * MiB, 300 * MiB), (16, "oom", 2 * GiB, GiB)])
+    b_runs, b_ph = make("sweepB", [(8, "ok", 500 * MiB, 300 * MiB), (16, "ok", 900 * MiB, 600 * MiB)],
+                        capacity=2 * GiB, torch="2.14.0")
+    md = markdown(report_of(a_runs + b_runs, a_ph + b_ph))
+    assert "Comparable loads across sweeps" in md
+    section = md.split("Comparable loads across sweeps")[1]
+    assert "sweepA" in section and "sweepB" in section and "2.14.0" in section
+
+
+def test_cold_peak_far_above_warm_is_called_out():
+    runs, phases = make("s", [(8, "ok", 400 * MiB, 300 * MiB), (16, "ok", 600 * MiB, 500 * MiB)])
+    md = markdown(report_of(runs, phases))  # make() sets warm reserved = cold / 2
+    assert "the first (cold) pass peaks more than 1.2 x the warm one" in md
+
+
+def test_peak_increments_stack_up_to_the_peak():
+    phases = [{"phase": "a", "x": 10}, {"phase": "b", "x": 5}, {"phase": "c", "x": 30}]
+    assert peak_increments(phases, ["a", "b", "c", "d"], "x") == [10, 0, 20, None]
+
+
+def test_card_catalog_is_in_bytes_with_sources():
+    by_name = {c.name: c for c in cards.CARDS}
+    assert by_name["NVIDIA A100 80GB"].reported_bytes == 85899345920 == 80 * GiB
+    assert by_name["NVIDIA T4"].reported_bytes == 15 * GiB  # 16 GiB less 6.25 % for ECC
+    assert all(isinstance(c.reported_bytes, int) and c.source and c.vendor_unit for c in cards.CARDS)
+    assert [c.reported_bytes for c in cards.CARDS] == sorted(c.reported_bytes for c in cards.CARDS)
+    t4 = by_name["NVIDIA T4"]
+    assert cards.holds(t4, 14 * GiB, GiB // 2) and not cards.holds(t4, 14 * GiB, GiB + 1)
+
+
+def test_report_is_never_overwritten_and_the_sweep_end_picks_a_new_name(tmp_path, capsys):
+    from sweeper.callbacks import write_sweep_report
+
+    runs, phases = make(str(tmp_path), [(8, "ok", 400 * MiB, 300 * MiB), (16, "oom", 2 * GiB, GiB)])
+    r, p, f = tables(runs, phases)
+    rep = build_report(r, p, f, render_plots=False)
+    md, html = write_report(rep, tmp_path)
+    before = md.read_bytes(), html.read_bytes()
+    with pytest.raises(ReportExists, match="never overwrites"):
+        write_report(rep, tmp_path)
+    assert (md.read_bytes(), html.read_bytes()) == before
+    other = write_sweep_report(tmp_path, tmp_path, {"runs.parquet": r, "phases.parquet": p, "frontier.parquet": f})
+    assert other.name.startswith("report-") and other.exists() and other != html
+    assert f"memsweep: report -> {other}" in capsys.readouterr().out
+
+
+def test_dtype_axis_is_categorical_and_never_an_unqualified_choice():
+    runs, phases = make("s", [("float32", "oom", 1100 * MiB, GiB), ("float16", "ok", 500 * MiB, 400 * MiB),
+                              ("bfloat16", "ok", 520 * MiB, 400 * MiB)], axis="dtype")
+    rep = report_of(runs, phases, plots=True)
+    (axis,) = rep.axes
+    assert axis.min_oom == "float32" and axis.max_ok in ("float16", "bfloat16")
+    assert axis.recommended in ("float16", "bfloat16")
+    assert any("changes the numerics" in n for n in axis.notes)
+    assert len(rep.doc.images) == 2
+
+
+def test_empty_estimate_columns_mean_no_estimate():
+    runs, phases = make("s", [(8, "ok", 400 * MiB, 300 * MiB), (16, "oom", 2 * GiB, GiB)])
+    md = markdown(report_of(runs, phases, extra_columns={"est_peak_bytes": (pa.int64(), [None, None])}))
+    assert "No estimate available" in md and "weights estimate (calculated) | no estimate available" in md
+
+
+def test_training_sub_phases_are_stacked_and_decomposed():
+    """The workloads' train mode records cold_step.forward ... warm_step.optimizer_step, each warm
+    sub-phase once per step: states kept after the first step = end of the last cold sub-phase
+    minus the start of the first one; a repeated sub-phase stacks with its largest peak."""
+    w = 10 * MiB
+    names = [("model_load", 0, w, w), ("inputs", w, w + MiB, w + MiB), ("cold_step.forward", w + MiB, w + 5 * MiB, w + 9 * MiB),
+             ("cold_step.loss", w + 5 * MiB, w + 5 * MiB, w + 5 * MiB),
+             ("cold_step.backward", w + 5 * MiB, w + 11 * MiB, w + 15 * MiB),
+             ("cold_step.optimizer_step", w + 11 * MiB, w + 31 * MiB, w + 32 * MiB),
+             ("warm_step.forward", w + 31 * MiB, w + 31 * MiB, w + 38 * MiB),
+             ("warm_step.forward", w + 31 * MiB, w + 31 * MiB, w + 40 * MiB)]
+    phases = [{"phase": n, "phase_index": i, "memory_allocated_start": a0, "memory_allocated": a1,
+               "max_memory_allocated": peak} for i, (n, a0, a1, peak) in enumerate(names)]
+    order = ["model_load", "inputs", "cold_step.forward", "cold_step.loss", "cold_step.backward",
+             "cold_step.optimizer_step", "warm_step.forward"]
+    inc = peak_increments(phases, order, "max_memory_allocated")
+    assert sum(inc) == w + 40 * MiB and inc[-1] == 8 * MiB
+    parts = dict(decomposition(phases, w + 40 * MiB))
+    assert parts["weights (left by model_load)"] == w
+    assert parts["kept after the first pass/step (gradients, optimizer states)"] == 30 * MiB
+    transient = [v for k, v in parts.items() if k.startswith("transient")]
+    assert transient == [9 * MiB]  # the peak (warm_step.forward, 2nd step) minus what was live at its start
