@@ -33,6 +33,10 @@ Strategies (one small function each, in the spirit of Lightning's tuner):
   midpoint. Two wrong predictions in a row force one bisection step. The search never
   ends on a prediction: only on a success next to an OOM.
 
+With a ``seed`` (the edge a dry run predicts, ``memsweep predict``), the first probes are the
+seed and its upper neighbour; when the prediction is right the exact edge takes two real
+runs, otherwise the strategy goes on from the bracket they give.
+
 With ``slots`` probes per round (a launcher running k jobs at once) a round proposes up
 to k values: growth points, or the k points that split the bracket into k+1 parts, or
 the model's pair plus split points.
@@ -286,7 +290,8 @@ class FrontierSearch:
             reports one (``observe(..., capacity=...)``).
     """
 
-    def __init__(self, axis: str, lattice: Lattice, strategy: str = "model", capacity: Optional[int] = None):
+    def __init__(self, axis: str, lattice: Lattice, strategy: str = "model", capacity: Optional[int] = None,
+                 seed: Optional[int] = None):
         if axis not in SEARCH_AXES:
             raise SpecError("hydra.sweeper.axis", axis, "one of " + ", ".join(SEARCH_AXES))
         if strategy not in STRATEGIES:
@@ -297,6 +302,9 @@ class FrontierSearch:
         self.rounds = 0
         self.wrong_streak = 0
         self.stopped: Optional[Probe] = None
+        # seed: a predicted max_ok (a dry run, ``memsweep predict``): probed first, with its upper
+        # neighbour, before the strategy takes over.
+        self.seed = None if seed is None else min(max(lattice.down(seed), lattice.lower), lattice.upper)
 
     # ---- state -------------------------------------------------------------------------
     def _values(self, outcome: str) -> list[int]:
@@ -336,6 +344,9 @@ class FrontierSearch:
             return []
         slots = max(1, int(slots))
         self.rounds += 1
+        out = self._take(self._seed_round(), slots) if self.seed is not None else []
+        if out:
+            return out
         if not any(p.outcome == "ok" for p in self.probes) and not self._values("oom"):
             picks = self._first_round(slots)
         elif self.strategy == "bisect":
@@ -362,6 +373,22 @@ class FrontierSearch:
             if len(out) == slots:
                 break
         return out
+
+    def _seed_round(self) -> list:
+        """The predicted edge and its neighbour on the side its outcome points to; nothing once
+        both sides of the seed are known (the strategy goes on from the bracket)."""
+        s, m = self.seed, self.lattice.step
+        done = {p.value: p.outcome for p in self.probes}
+        if s not in done:
+            return [(s, "predicted max_ok (dry run)", "ok", {}),
+                    (s + m, "just above the predicted max_ok (dry run)", "oom", {})]
+        if done[s] == "ok":
+            return [(s + m, "just above the predicted max_ok (dry run)", "oom", {})]
+        if done[s] == "oom":
+            if s - m in done and not any(o == "ok" for o in done.values()):
+                return [(self.lattice.lower, "lower bound (nothing at or below the predicted edge fit)", None, {})]
+            return [(s - m, "below the predicted max_ok, which did not fit (dry run)", "ok", {})]
+        return []
 
     def _first_round(self, slots: int) -> list:
         L = self.lattice.lower

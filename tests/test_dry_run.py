@@ -152,3 +152,25 @@ def test_analysis_labels_predictions_and_keeps_them_out_of_the_frontier(runs, tm
     table, _, _ = build_tables([sweep])
     assert sorted(r["source"] for r in table.to_pylist()) == ["measured", "predicted", "predicted"]
     assert frontier_table(table).num_rows == 0  # with the predictions it would span batch 3..4
+
+
+# ----- the frontier search seeded with the predicted edge -----------------------------------
+@pytest.mark.parametrize("strategy", ["model", "bisect"])
+@pytest.mark.parametrize("seed, edge, most_runs", [(37, 37, 2), (36, 37, 8), (38, 37, 3), (500, 37, 12),
+                                                   (1, 37, 12), (10, 1, 8), (10, 0, 3)])
+def test_a_seeded_search_finds_the_exact_edge(strategy, seed, edge, most_runs):
+    from sweeper.frontier import FrontierSearch, Lattice, run_search
+
+    capacity = 1000 + 100 * edge + 50  # peak(x) = 1000 + 100 x: x fits iff x <= edge
+
+    def oracle(x):
+        peak = 1000 + 100 * x
+        return ("ok" if peak <= capacity else "oom"), (peak if peak <= capacity else None), capacity
+
+    search = FrontierSearch("batch", Lattice.make(1, 4096), strategy, seed=seed)
+    result = run_search(search, oracle)
+    if edge == 0:
+        assert result["max_ok"] is None and result["min_oom"] == 1
+    else:
+        assert result["max_ok"] == edge and result["min_oom"] == edge + 1
+    assert result["runs_used"] <= most_runs, result
