@@ -80,6 +80,9 @@ class FrontierSweeperConf:
     # edge it finds is then run with the full protocol at max_ok and min_oom (and searched
     # again with it, inside the range left, if the full protocol disagrees).
     light: bool = False
+    # Before the first real probe, bisect the axis on dry runs (fake tensors, `memsweep predict`)
+    # against the run's capacity and probe the predicted edge first (FrontierSearch seed).
+    seed_from_dry_run: bool = False
 
 
 def spec_key(spec: RunSpec) -> str:
@@ -163,12 +166,13 @@ class FrontierSweeperImpl:
     def __init__(self, axis: str = "batch", axes: Optional[List[str]] = None, lower: int = 1,
                  upper: int = 65536, multiple_of: int = 1, bounds: Optional[dict] = None,
                  strategy: str = "model", confirm: int = 1, parallel: Optional[int] = None,
-                 light: bool = False) -> None:
+                 light: bool = False, seed_from_dry_run: bool = False) -> None:
         self.axes = list(axes) if axes else [axis]
         self.lower, self.upper, self.multiple_of = lower, upper, multiple_of
         self.bounds = dict(OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds)
                            else bounds or {})
         self.strategy, self.confirm, self.parallel, self.light = strategy, confirm, parallel, light
+        self.seed_from_dry_run = seed_from_dry_run
         self.config: Optional[DictConfig] = None
         self.launcher = None
         self.hydra_context: Optional[HydraContext] = None
@@ -264,7 +268,8 @@ class FrontierSweeperImpl:
         the result; returns it."""
         self.counter = self.capacity = None
         extra = LIGHT if self.light else []
-        search = self.run_search(axis, lattice, extra, "light probe" if self.light else "probe")
+        seed = self.dry_run_seed(axis, lattice, baseline) if self.seed_from_dry_run else None
+        search = self.run_search(axis, lattice, extra, "light probe" if self.light else "probe", seed=seed)
         result = search.result()
         runs_used, runs_reused = result["runs_used"], result["runs_reused"]
         if self.light and not result["stopped_by"]:
@@ -283,9 +288,37 @@ class FrontierSweeperImpl:
                  result["runs_reused"], result["stable"])
         return result
 
-    def run_search(self, axis: str, lattice: Lattice, extra: list[str], event: str) -> FrontierSearch:
+    def dry_run_seed(self, axis: str, lattice: Lattice, baseline: RunSpec) -> Optional[int]:
+        """The predicted max_ok of ``axis`` at the baseline's capacity, from dry runs
+        (``sweeper.predict.Predictor``, written beside the sweep in ``<sweep dir>-dry_run``), or
+        None (no capacity given, nothing fits, or a dry run failed: the search starts as usual)."""
+        from .predict import Predictor
+        from .spec import launch_settings
+
+        if baseline.capacity_bytes is None:
+            log.warning("seed_from_dry_run: no capacity=... given; the search starts without a prediction")
+            return None
+        predictor = Predictor(baseline, axis, baseline.capacity_bytes,
+                              Path(f"{self.sweep_dir}-dry_run") / axis, launch_settings(self.config)["isolation"],
+                              upper=lattice.upper)
+        start = min(max(getattr(baseline, axis), lattice.lower), lattice.upper)
+        edge = predictor.search(start)
+        error = edge["error"]
+        self.write_log({"event": "dry_run", "axis": axis, "capacity_bytes": baseline.capacity_bytes,
+                        "predicted_max_ok": edge["max_fit"], "predicted_min_oom": edge["min_miss"],
+                        "dry_runs": len(predictor.runs), "dry_run_dir": str(predictor.out_dir),
+                        "error": None if error is None else f"{error['error_type']}: {error['error_message']}"})
+        if error is not None:
+            log.warning("seed_from_dry_run: dry run at %s=%s failed (%s): real probes only", axis, error["value"],
+                        error["error_type"])
+            return None
+        log.info("frontier dry runs (%d): predicted max_ok %s=%s", len(predictor.runs), axis, edge["max_fit"])
+        return edge["max_fit"]
+
+    def run_search(self, axis: str, lattice: Lattice, extra: list[str], event: str,
+                   seed: Optional[int] = None) -> FrontierSearch:
         """Propose, run (``extra`` overrides on each probe), observe, log: to the end."""
-        search = FrontierSearch(axis, lattice, self.strategy, capacity=None)
+        search = FrontierSearch(axis, lattice, self.strategy, capacity=None, seed=seed)
         while not search.done:
             probes = search.propose(self.slots)
             runs = self.run_values(axis, [(p.value, 0) for p in probes], extra)

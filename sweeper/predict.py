@@ -46,8 +46,9 @@ def _gb(n: int | None) -> str:
 class Predictor:
     """Dry runs of one load at different values of ``axis``, each in its own directory."""
 
-    def __init__(self, base: RunSpec, axis: str, capacity_bytes: int, out_dir: Path, isolation: str):
-        self.base, self.axis, self.capacity = base, axis, capacity_bytes
+    def __init__(self, base: RunSpec, axis: str, capacity_bytes: int, out_dir: Path, isolation: str,
+                 upper: int = MAX_VALUE):
+        self.base, self.axis, self.capacity, self.upper = base, axis, capacity_bytes, min(upper, MAX_VALUE)
         self.out_dir, self.isolation = Path(out_dir), isolation
         self.runs: dict[int, dict] = {}
 
@@ -87,9 +88,9 @@ class Predictor:
         if first["fits"]:
             lo = value
             while hi is None:
-                if lo >= MAX_VALUE:
+                if lo >= self.upper:
                     return {"max_fit": lo, "min_miss": None, "exact": False, "error": None}
-                r = self.run(min(lo * 2, MAX_VALUE))
+                r = self.run(min(lo * 2, self.upper))
                 if r["fits"] is None:
                     return {"max_fit": lo, "min_miss": None, "exact": False, "error": r}
                 lo, hi = (r["value"], None) if r["fits"] else (lo, r["value"])

@@ -174,3 +174,29 @@ def test_a_seeded_search_finds_the_exact_edge(strategy, seed, edge, most_runs):
     else:
         assert result["max_ok"] == edge and result["min_oom"] == edge + 1
     assert result["runs_used"] <= most_runs, result
+
+
+def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path, memsweep_cmd):
+    """The frontier integration load (tests/test_frontier_integration.py: mlp inference at an
+    emulated 64 MiB, lattice 352..448 step 32, edge between 384 and 416): the dry runs predict
+    the edge, and the real search needs only the two probes that bracket it."""
+    import os
+    import subprocess
+
+    from test_frontier_integration import LOAD, RANGE
+
+    sweep_dir = tmp_path / "seeded"
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    proc = subprocess.run(memsweep_cmd + ["sweep", "hydra/sweeper=frontier", *LOAD, *RANGE, "hydra.sweeper.confirm=0",
+                                          "hydra.sweeper.seed_from_dry_run=true", f"hydra.sweep.dir={sweep_dir}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
+    (dry,) = [e for e in events if e["event"] == "dry_run"]
+    assert dry["error"] is None and 384 <= dry["predicted_max_ok"] < 416
+    probes = [e for e in events if e["event"] == "probe"]
+    assert [p["value"] for p in probes] == [384, 416] and "dry run" in probes[0]["reason"]
+    (result,) = [e for e in events if e["event"] == "result"]
+    assert (result["max_ok"], result["min_oom"], result["exact"], result["runs_used"]) == (384, 416, True, 2)
+    assert not list(sweep_dir.glob("*/spec.json")) or all(
+        not json.loads(p.read_text()).get("dry_run") for p in sweep_dir.glob("*/spec.json"))
