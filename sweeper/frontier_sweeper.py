@@ -290,7 +290,8 @@ class FrontierSweeperImpl:
 
     def dry_run_seed(self, axis: str, lattice: Lattice, baseline: RunSpec) -> Optional[int]:
         """The predicted max_ok of ``axis`` at the baseline's capacity, from dry runs
-        (``sweeper.predict.Predictor``, written beside the sweep in ``<sweep dir>-dry_run``), or
+        (``sweeper.predict.Predictor``, written inside the sweep in ``<sweep dir>/.dry_run``, a hidden
+        directory the analysis of measured runs skips), or
         None (no capacity given, nothing fits, or a dry run failed: the search starts as usual)."""
         from .predict import Predictor
         from .spec import launch_settings
@@ -299,7 +300,7 @@ class FrontierSweeperImpl:
             log.warning("seed_from_dry_run: no capacity=... given; the search starts without a prediction")
             return None
         predictor = Predictor(baseline, axis, baseline.capacity_bytes,
-                              Path(f"{self.sweep_dir}-dry_run") / axis, launch_settings(self.config)["isolation"],
+                              Path(self.sweep_dir) / ".dry_run" / axis, launch_settings(self.config)["isolation"],
                               upper=lattice.upper)
         start = min(max(getattr(baseline, axis), lattice.lower), lattice.upper)
         edge = predictor.search(start)

@@ -200,3 +200,7 @@ def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path, memsw
     assert (result["max_ok"], result["min_oom"], result["exact"], result["runs_used"]) == (384, 416, True, 2)
     assert not list(sweep_dir.glob("*/spec.json")) or all(
         not json.loads(p.read_text()).get("dry_run") for p in sweep_dir.glob("*/spec.json"))
+    # The dry runs stay inside the sweep directory, hidden from the analysis of measured runs.
+    assert list((sweep_dir / ".dry_run").rglob("record.json")) and not (tmp_path / "seeded-dry_run").exists()
+    import pyarrow.parquet as pq
+    assert set(pq.read_table(sweep_dir / "runs.parquet").column("source").to_pylist()) <= {"measured", None}
