@@ -9,6 +9,9 @@
     memsweep estimate [OPTIONS]     calculated memory of a load (weights, training state, KV cache...)
     memsweep predict [OVERRIDES] capacity=SIZE [--axis batch]
                                     predicted edge of an axis from dry runs (fake tensors, no device)
+    memsweep env [--device auto|cpu|cuda:N] [--json]
+                                    the environment report (device, driver, Python, PyTorch, CUDA/HIP,
+                                    allocator settings); exit 2 when PyTorch or the device is missing
 
 OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher=joblib``.
 """
@@ -49,6 +52,42 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     return 0
 
 
+def env_command(argv: list[str]) -> int:
+    """``memsweep env``: asks a worker process (this one never imports torch) for the report."""
+    import argparse
+    import json
+    import subprocess
+
+    from worker.records import validate_device
+
+    parser = argparse.ArgumentParser(prog="memsweep env", description=env_command.__doc__)
+    parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    try:
+        validate_device(args.device)
+    except ValueError as exc:
+        print(f"memsweep env: {exc}", file=sys.stderr)
+        return 2
+    proc = subprocess.run([sys.executable, "-m", "worker", "--env", args.device], capture_output=True, text=True)
+    try:
+        info = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        print(f"memsweep env: the worker could not report ({proc.stderr.strip()[-500:]})", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(info, indent=1))
+    else:
+        print(f"device: {info.get('device', args.device)}  available: {info.get('available')}"
+              + (f"  ({info['reason']})" if info.get("reason") else ""))
+        for key, value in (info.get("environment") or {}).items():
+            print(f"  {key}: {value}")
+        if info.get("total_memory") is not None:
+            total = info["total_memory"]
+            print(f"  total_memory: {total} B = {total / 10**9:.2f} GB = {total / 2**30:.2f} GiB")
+    return 0 if info.get("available") else 2
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -74,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         from .predict import predict
 
         return predict(rest)
+    if command == "env":
+        return env_command(rest)
     print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, estimate, "
-          f"predict\n{USAGE}",
+          f"predict, env\n{USAGE}",
           file=sys.stderr)
     return 2
 

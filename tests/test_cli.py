@@ -111,3 +111,16 @@ def test_unknown_workload_names_the_group_and_options(tmp_path, memsweep_cmd):
     assert proc.returncode != 0
     assert "workload/resnet" in proc.stderr and "mlp" in proc.stderr
     assert not list(tmp_path.rglob("spec.json"))
+
+
+def test_env_reports_the_machine_and_exits_2_without_the_device(tmp_path, memsweep_cmd):
+    proc = run([*memsweep_cmd, "env", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    env = info["environment"]
+    assert info["available"] and env["torch"] and env["python"] and "alloc_conf" in env
+    assert info["total_memory"] > 0 and env["backend"] in ("cpu", "cuda", "hip")
+    missing = run([*memsweep_cmd, "env", "--device", "cuda:9"], cwd=tmp_path)
+    assert missing.returncode == 2 and "available: False" in missing.stdout
+    bad = run([*memsweep_cmd, "env", "--device", "tpu"], cwd=tmp_path)
+    assert bad.returncode == 2 and "invalid device='tpu'" in bad.stderr

@@ -178,6 +178,18 @@ def probe(requested: str) -> dict:
     return out
 
 
+def env_report(requested: str) -> dict:
+    """Seed 003's environment report for a device: probe() plus environment() when it is there."""
+    info = probe(requested)
+    if info.get("available"):
+        device, _ = _resolve(requested)
+        env = environment(device)
+        for run_only in ("isolation", "lease"):  # facts of a run, not of the machine
+            env.pop(run_only, None)
+        info["environment"] = env
+    return info
+
+
 def _inject_fault(kind: str, phase: str, record_path: Path) -> None:
     """Failures on demand, for memsweep's own fault tests (spec.fault)."""
     import signal
@@ -422,8 +434,12 @@ def main(argv: list[str] | None = None) -> int:
         info = probe(argv[1])
         print(json.dumps(info))
         return EXIT_OK if info.get("torch") else EXIT_UNAVAILABLE
+    if len(argv) == 2 and argv[0] == "--env":
+        info = env_report(argv[1])
+        print(json.dumps(info))
+        return EXIT_OK if info.get("available") else EXIT_UNAVAILABLE
     if len(argv) != 1:
-        print("usage: python -m worker SPEC.json | --probe DEVICE", file=sys.stderr)
+        print("usage: python -m worker SPEC.json | --probe DEVICE | --env DEVICE", file=sys.stderr)
         return EXIT_BAD_SPEC
     spec_path = Path(argv[0])
     rec = Recorder(spec_path.parent / RECORD_FILE, None)
