@@ -22,7 +22,7 @@ LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity",
              "repeats", "timeout_s", "seed", "threads", "fault",
              # mode options (worker.records.RunSpec)
              "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export",
-             "new_tokens", "kv_cache", "dry_run")
+             "new_tokens", "kv_cache", "dry_run", "snapshot_on_oom")
 
 
 def check_optional_packages(spec: RunSpec) -> None:

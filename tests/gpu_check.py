@@ -41,7 +41,7 @@ def main() -> int:
     out = Path(tempfile.mkdtemp(prefix="memsweep-gpu-check-"))
     # width 1024, context 512: the (batch, 512, 4096) fp32 hidden activation is 8 MiB per batch element.
     cmd = [sys.executable, "-m", "sweeper.cli", "sweep", "device=cuda:0", "capacity=1GiB", "context=512",
-           "width=1024", "batch=1,8,32,64,128,256", f"hydra.sweep.dir={out}/sweep", "sweep=none"]
+           "width=1024", "batch=1,8,32,64,128,256", "snapshot_on_oom=true", f"hydra.sweep.dir={out}/sweep", "sweep=none"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     print(proc.stdout[-4000:])
     if proc.returncode != 0:
@@ -65,6 +65,10 @@ def main() -> int:
                       "max_allocated >= allocated": ma >= a, "max_reserved >= reserved": mr >= r,
                       "max_allocated <= max_reserved": ma <= mr}
             failures += [f"{where}: {name} fails ({p})" for name, ok in checks.items() if not ok]
+        if record["outcome"] == "oom":
+            snap = record.get("oom_snapshot") or {}
+            if not snap.get("file") or not (record_path.parent / snap["file"]).is_file():
+                failures.append(f"batch={batch}: snapshot_on_oom=true but no snapshot kept: {snap}")
         if record["outcome"] == "oom" and "out of memory" not in (record["error_message"] or ""):
             failures.append(f"batch={batch}: oom without the CUDA OOM message: {record['error_message']}")
     print("gpu-check outcomes by batch:", dict(sorted(outcomes.items())))

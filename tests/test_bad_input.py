@@ -37,6 +37,7 @@ CASES = [
     (["fault={phase:nowhere,kind:raise}"], "invalid fault.phase='nowhere'"),
     (["fault={phase:inputs,kind:explode}"], "invalid fault.kind='explode'"),
     (["sweep=nope"], "sweep/nope"), (["batch=1,0"], "invalid batch=0"), (["bach=4"], "bach"),
+    (["snapshot_on_oom=true"], "invalid snapshot_on_oom=True"), (["snapshot_on_oom=maybe"], "true or false"),
     (["context=8,-8"], "invalid context=-8"), (["dtype=float32,float64"], "invalid dtype='float64'"),
 ]
 

@@ -49,6 +49,7 @@ def test_bfloat16_refused_where_the_device_lacks_it(monkeypatch):
         cfg = compose(config_name="config", overrides=["device=cuda:0", "capacity=17GiB"])
         with pytest.raises(SpecError, match="capacity.*total_memory"):
             spec_from_config(cfg)
-        cfg = compose(config_name="config", overrides=["device=cuda:0", "dtype=float16", "capacity=8GiB"])
+        cfg = compose(config_name="config", overrides=["device=cuda:0", "dtype=float16", "capacity=8GiB",
+                                                        "snapshot_on_oom=true"])
         spec = spec_from_config(cfg)
-    assert spec.device == "cuda:0" and spec.capacity_bytes == 8 * 2**30
+    assert spec.device == "cuda:0" and spec.capacity_bytes == 8 * 2**30 and spec.snapshot_on_oom

@@ -178,6 +178,31 @@ def probe(requested: str) -> dict:
     return out
 
 
+SNAPSHOT_MAX_ENTRIES = 100_000  # allocator events kept: bounds the snapshot's size
+SNAPSHOT_MAX_BYTES = 256 * 2**20
+
+
+def dump_snapshot(run_dir: Path) -> dict:
+    """Write the CUDA allocator snapshot of an OOM run to run_dir/oom_snapshot.pickle.
+
+    The file is PyTorch's own format (torch.cuda.memory._dump_snapshot), meant for
+    pytorch.org/memory_viz; memsweep writes it and never loads it. A snapshot above
+    SNAPSHOT_MAX_BYTES is deleted and the record says so.
+    """
+    import torch
+
+    path = run_dir / "oom_snapshot.pickle"
+    try:
+        torch.cuda.memory._dump_snapshot(str(path))
+    except Exception as exc:  # noqa: BLE001 - a failed snapshot must not hide the OOM
+        return {"file": None, "bytes": None, "problem": f"{type(exc).__name__}: {exc}"}
+    size = path.stat().st_size
+    if size > SNAPSHOT_MAX_BYTES:
+        path.unlink()
+        return {"file": None, "bytes": size, "problem": f"larger than {SNAPSHOT_MAX_BYTES} B: deleted"}
+    return {"file": path.name, "bytes": size, "max_entries": SNAPSHOT_MAX_ENTRIES, "problem": None}
+
+
 def env_report(requested: str) -> dict:
     """Seed 003's environment report for a device: probe() plus environment() when it is there."""
     info = probe(requested)
@@ -329,6 +354,10 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
                 capacity = apply_cpu_capacity(spec.capacity_bytes)
         rec.data.update(capacity_bytes=spec.capacity_bytes if spec.capacity_bytes is not None else total,
                         capacity=capacity)
+        if spec.snapshot_on_oom:
+            # PyTorch doc, "Understanding CUDA Memory Usage": record the allocator's history so
+            # that an OOM can be dumped as a snapshot (viewable at pytorch.org/memory_viz).
+            torch.cuda.memory._record_memory_history(max_entries=SNAPSHOT_MAX_ENTRIES)
         rec.save()
     except Exception as exc:  # noqa: BLE001
         traceback.print_exc()
@@ -358,6 +387,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
                 return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported",
                                   message=unsupported)
             code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
+            if phase["status"] == "oom" and spec.snapshot_on_oom:
+                rec.data["oom_snapshot"] = dump_snapshot(rec.path.parent)
             return rec.finish(phase["status"], code, phase=name, exc=exc)
         if name == "model_load":
             rec.data["model"] = workload.model_info()

@@ -395,6 +395,7 @@ class RunSpec:
     kv_cache: str = "dynamic"
     estimate: dict | None = None
     dry_run: bool = False
+    snapshot_on_oom: bool = False
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -425,6 +426,12 @@ class RunSpec:
         self._check_mode_options()
         self._check_workload_shape()
         self._check_dry_run()
+        if not isinstance(self.snapshot_on_oom, bool):
+            raise SpecError("snapshot_on_oom", self.snapshot_on_oom, "true or false")
+        if self.snapshot_on_oom and (not self.device.startswith("cuda") or self.dry_run):
+            raise SpecError("snapshot_on_oom", self.snapshot_on_oom,
+                            "false here: memory snapshots record the CUDA caching allocator (a cuda device, "
+                            "not a dry run)")
         object.__setattr__(self, "estimate", validate_estimate(self.estimate))
         if self.schema_version != SCHEMA_VERSION:
             raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
