@@ -97,18 +97,28 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream=None) -> dict[str, pa.
     return tables
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="memsweep analyze", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_sweep_dir_args(parser: argparse.ArgumentParser, out_help: str) -> None:
+    """SWEEP_DIR [SWEEP_DIR ...] and --out, as `memsweep analyze` and `memsweep report` take them."""
     parser.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR")
     parser.add_argument("--out", type=Path, default=None,
-                        help="directory for the Parquet files (default: the sweep directory; "
-                             "required with several sweep directories)")
+                        help=f"{out_help} (default: the sweep directory; required with several)")
+
+
+def parse_sweep_dir_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse, defaulting --out to the single sweep directory (an error with several)."""
     args = parser.parse_args(argv)
     if args.out is None:
         if len(args.sweep_dirs) > 1:
-            parser.error("--out is required when several sweep directories are analyzed")
+            parser.error("--out is required when several sweep directories are given")
         args.out = args.sweep_dirs[0]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="memsweep analyze", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_sweep_dir_args(parser, "directory for the Parquet files")
+    args = parse_sweep_dir_args(parser, argv)
     try:
         analyze(args.sweep_dirs, args.out)
     except (FileNotFoundError, OutputExists) as exc:

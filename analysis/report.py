@@ -1116,22 +1116,18 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
+    from .cli import add_sweep_dir_args, parse_sweep_dir_args
+
     parser = argparse.ArgumentParser(
         prog="memsweep report",
         description="Write report.md (plots in report_plots/) and a self-contained report.html for "
                     "sweep directories: frontier, margin at max_ok, chosen setting under a margin policy, "
                     "phases, estimate, other cards. Never overwrites an existing report.")
-    parser.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output directory (default: the sweep directory; required with several)")
+    add_sweep_dir_args(parser, "output directory")
     parser.add_argument("--margin", default=None,
                         help=f"headroom kept below the capacity: a fraction (0.1 or 10%%) or a size (2GiB, "
                              f"1500MB); default {DEFAULT_MARGIN} of the capacity")
-    args = parser.parse_args(argv)
-    if args.out is None:
-        if len(args.sweep_dirs) > 1:
-            parser.error("--out is required when several sweep directories are reported together")
-        args.out = args.sweep_dirs[0]
+    args = parse_sweep_dir_args(parser, argv)
     try:
         _, md, html_ = report_for_dirs(args.sweep_dirs, args.out, args.margin)
     except (FileNotFoundError, ReportExists) as exc:

@@ -8,12 +8,14 @@ at ``timeout_s``). A missing result.json means the orchestrator itself died.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -215,13 +217,12 @@ class ForkServer:
     """Client of ``worker/forkserver.py``: one server per orchestrator process, started lazily."""
 
     def __init__(self) -> None:
-        import threading
-
         self.proc: subprocess.Popen | None = None
         self.path: str | None = None
         # Runs started from several threads (a thread pool, joblib's threading backend) must
         # start one server, not one each with the socket path changing under them.
         self._lock = threading.Lock()
+        atexit.register(self.close)  # once: close() stops whichever server is current
 
     def _ensure(self) -> None:
         with self._lock:
@@ -230,10 +231,7 @@ class ForkServer:
     def _ensure_locked(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             return
-        import atexit
         import tempfile
-
-        import threading
 
         self.path = os.path.join(tempfile.mkdtemp(prefix="memsweep-fs-"), "sock")
         env = worker_env()
@@ -263,7 +261,6 @@ class ForkServer:
         line = self.proc.stdout.readline().strip()
         if line != "ready":
             raise RuntimeError(f"memsweep fork server did not start (said {line!r}, exit {self.proc.poll()})")
-        atexit.register(self.close)
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -21,14 +21,7 @@ import signal
 import socket
 import sys
 
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+from .main import _die_with_parent  # stdlib-only at import: torch is imported in serve()
 
 
 def _handle(conn: socket.socket) -> None:
