@@ -49,9 +49,17 @@ def format_frontier(frontier: pa.Table) -> str:
     lines = [f"{'axis':<8} {'fixed load':<44} {'max_ok':>8} {'min_oom':>8} {'exact':>5} {'monot.':>6} "
              f"{'peak_alloc@max_ok':>17} {'peak_resv@max_ok':>16} {'capacity':>9}",
              f"{'':<8} {'':<44} {'':>8} {'':>8} {'':>5} {'':>6} {'GiB':>17} {'GiB':>16} {'GiB':>9}"]
-    for r in frontier.to_pylist():
+    rows = frontier.to_pylist()
+    # Rows of one axis run with different protocols (light probes next to the full protocol)
+    # would otherwise look alike: name the protocol then.
+    protocols: dict[tuple, set] = {}
+    for r in rows:
+        protocols.setdefault((r["sweep_dir"], r["axis"]), set()).add((r.get("warmup"), r.get("repeats")))
+    for r in rows:
         fixed = " ".join(f"{k}={r[k]}" for k in ("batch", "context", "width", "dtype") if r[k] is not None)
         fixed = f"{r['mode']} {r['device']} {fixed}"
+        if len(protocols[(r["sweep_dir"], r["axis"])]) > 1:
+            fixed += f" warmup={r.get('warmup')} repeats={r.get('repeats')}"
         lines.append(f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "
                      f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "
                      f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "

@@ -44,12 +44,15 @@ FRONTIER_SCHEMA = pa.schema([
     ("max_ok_max_memory_allocated", pa.int64()), ("max_ok_max_memory_reserved", pa.int64()),
     ("strategy", pa.string()), ("runs_used", pa.int64()), ("upper_reached", pa.bool_()),
     ("stopped_by", pa.string()), ("search_status", pa.string()),
+    ("warmup", pa.int64()), ("repeats", pa.int64()),
 ])
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
 (dtypes ordered by bytes per element, then name); ``values`` lists the values run, in order;
 ``max_ok_max_memory_*``: the peaks (bytes) of the max_ok run. The last five columns are
-null unless the frontier sweeper searched that axis (see the module docstring)."""
+null unless the frontier sweeper searched that axis (see the module docstring). ``warmup`` and
+``repeats``: the protocol of the row's runs (the frontier sweeper's light probes,
+``hydra.sweeper.light``, form their own row next to the full-protocol one)."""
 
 SEARCH_LOG = "search.jsonl"
 ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", "batch", "context", "width",
@@ -130,6 +133,7 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                 else int(peak["max_memory_allocated"]),
                 "max_ok_max_memory_reserved": None if pd.isna(peak.get("max_memory_reserved", pd.NA))
                 else int(peak["max_memory_reserved"]),
+                **{k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k]) for k in ("warmup", "repeats")},
             })
             if search is not None:
                 rows[-1].update(strategy=search.get("strategy"), runs_used=search.get("runs_used"),

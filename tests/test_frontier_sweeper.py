@@ -291,8 +291,13 @@ def test_frontier_table_marks_the_full_protocol_row_of_a_light_search(tmp_path, 
     impl = make(tmp_path, light_aware(64 * 300, 64 * 280), lower=1, upper=1024, confirm=0, light=True)
     impl.compose = spec_of_with_policy
     impl.sweep([])
-    tables = analyze([tmp_path], out_dir=tmp_path / "out", stream=io.StringIO())
+    printed = io.StringIO()
+    tables = analyze([tmp_path], out_dir=tmp_path / "out", stream=printed)
     rows = [r for r in tables["frontier.parquet"].to_pylist() if r["axis"] == "batch"]
     searched = [r for r in rows if r["search_status"]]
     assert len(rows) == 2 and len(searched) == 1  # light probes' own row, and the answer's
     assert (searched[0]["max_ok"], searched[0]["min_oom"], searched[0]["exact"]) == (280, 281, True)
+    # the two rows carry their protocol, and the printed table names it (else they look alike)
+    assert sorted((r["warmup"], r["repeats"]) for r in rows) == [(0, 1), (3, 5)]
+    text = printed.getvalue()
+    assert "warmup=0 repeats=1" in text and "warmup=3 repeats=5" in text

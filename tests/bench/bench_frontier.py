@@ -16,12 +16,14 @@ over the range [1, 65536] at a capacity of 80 GiB (2^30 B):
 
 Peers, reimplemented from their documented algorithms and replayed on the same oracle:
 
-* Lightning ``Tuner.scale_batch_size(mode="binsearch", init_val=2, max_trials=25)``:
-  ``_run_binary_scaling`` in lightning/pytorch/tuner/batch_size_scaling.py (double from
-  init_val until an OOM, then binary search between the last success and the failure;
-  it returns ``new_size`` when ``high - low <= 1``);
-* Accelerate ``find_executable_batch_size(starting_batch_size=128)``: accelerate/utils/
-  memory.py (try 128; on an OOM halve, ``batch_size //= 2``; return the first success).
+* Lightning 2.6 ``Tuner.scale_batch_size(mode="binsearch")`` at its defaults (init_val=2,
+  max_trials=25, margin=0.05, max_val=8192): ``_run_binsearch_scaling`` in
+  lightning/pytorch/tuner/batch_size_scaling.py (double from init_val until an OOM, then
+  binary search between the last success and the failure; stop when ``high - low <= 1``
+  or at max_val; then reduce the answer by 5 %);
+* Accelerate 1.x ``find_executable_batch_size(starting_batch_size=128)``: accelerate/utils/
+  memory.py (try 128; on an OOM ``batch_size = int(batch_size * 0.9)``; return the first
+  success).
 
 Printed per load set: runs (median, 90th percentile, max) and how often the answer is
 the exact edge, the answer was itself run and fitted. memsweep's runs exclude the
@@ -31,7 +33,8 @@ probes at once. Goal: median <= 6 runs for ``model`` on affine loads.
 Then real runs (skip with BENCH_REAL=0): the frontier sweeper on the mlp in train mode at
 an emulated CPU capacity, with full-protocol probes and with light probes
 (``hydra.sweeper.light``), side by side: the edge, the runs, the wall time.
-The real Lightning/Accelerate finders (optional bench dependencies) are not run yet.
+Then the real Lightning and Accelerate finders (optional bench dependencies), in one process
+each at the same emulated capacity, against the frontier sweeper (``real_peers``).
 """
 
 from __future__ import annotations
@@ -108,44 +111,47 @@ def make_loads(kind: str, n: int, seed: int) -> list[Load]:
     return loads
 
 
-def lightning_binsearch(oracle, init_val: int = 2, max_trials: int = 25) -> tuple[int, list[int]]:
-    """Lightning's ``_run_binary_scaling`` replayed (batch_size_scaling.py); returns
-    (new_size, values tried). ``_adjust_batch_size``: new = value, else int(size * factor);
-    ``changed`` is False when the size did not change."""
+def lightning_binsearch(oracle, init_val: int = 2, max_trials: int = 25, margin: float = 0.05,
+                        max_val: int = 8192) -> tuple[int, list[int]]:
+    """Lightning 2.6's ``_run_binsearch_scaling`` replayed (tuner/batch_size_scaling.py) with its
+    defaults; returns (new_size, values tried). ``_adjust_batch_size`` caps every new size at
+    ``max_val``; a size >= max_val stops the search untried; the answer is finally reduced by
+    ``margin`` (``int(new_size * (1 - margin))``), a value that may never have run."""
     tried = []
-    new_size = init_val
+    new_size = min(init_val, max_val)
     low, high, count = 1, None, 0
     while True:
+        if new_size >= max_val:
+            break
         tried.append(new_size)
-        outcome = oracle(new_size)[0]
-        if outcome == "ok":
+        if oracle(new_size)[0] == "ok":
             count += 1
-            if count > max_trials:
+            if count >= max_trials:
                 break
             low = new_size
             if high:
                 if high - low <= 1:
                     break
-                midval = (high + low) // 2
-                changed = midval != new_size
-                new_size = midval
+                value = min((high + low) // 2, max_val)
             else:
-                changed = int(new_size * 2.0) != new_size
-                new_size = int(new_size * 2.0)
+                value = min(int(new_size * 2.0), max_val)
+            changed, new_size = value != new_size, value
             if not changed:
                 break
         else:  # is_oom_error
             high = new_size
-            midval = (high + low) // 2
-            new_size = midval
+            new_size = min((high + low) // 2, max_val)
             if high - low <= 1:
                 break
+    if margin > 0:
+        new_size = max(1, int(new_size * (1 - margin)))
     return new_size, tried
 
 
 def accelerate_decreasing(oracle, starting_batch_size: int = 128) -> tuple[int | None, list[int]]:
-    """Accelerate's ``find_executable_batch_size`` replayed (utils/memory.py): try, halve on
-    an OOM (``batch_size //= 2``), return the first size that runs; None when it reaches 0."""
+    """Accelerate 1.x's ``find_executable_batch_size`` replayed (utils/memory.py): try; on an
+    OOM, ``batch_size = int(batch_size * 0.9)``; return the first size that runs; None (it
+    raises) when the size reaches 0."""
     tried = []
     batch_size = starting_batch_size
     while True:
@@ -154,7 +160,7 @@ def accelerate_decreasing(oracle, starting_batch_size: int = 128) -> tuple[int |
         tried.append(batch_size)
         if oracle(batch_size)[0] == "ok":
             return batch_size, tried
-        batch_size //= 2
+        batch_size = int(batch_size * 0.9)
 
 
 def run_peer(name: str, load: Load) -> dict:
@@ -235,15 +241,102 @@ def real_light_vs_full() -> None:
           "runs include the confirmations (full protocol) at max_ok and min_oom")
 
 
-def real_peers() -> None:
-    """The real Lightning and Accelerate batch-size finders in one process are not run here."""
-    import importlib.util
+PEER_LOAD = {"width": 32, "depth": 2, "context": 8192, "capacity_bytes": 2 * GiB, "threads": 2, "steps": 3}
+PEER_SWEEP = ["mode=train", "device=cpu", "capacity=2GiB", "context=8192", "width=32", "workload.depth=2",
+              "threads=2", "warmup=1", "repeats=1", "hydra.sweeper.lower=2", "hydra.sweeper.upper=8192",
+              "hydra.sweeper.multiple_of=1"]
+# (label, settings): every probe with the protocol cold + warmup 1 + 1 warm step (3 steps, as a
+# peer's trial) and no re-run; then light probes (cold + 1 warm step) with the edge re-run
+# with the full protocol and confirmed once more.
+PEER_VARIANTS = [("memsweep, 3-step probes, confirm=0", ["hydra.sweeper.confirm=0", "hydra.sweeper.light=false"]),
+                 ("memsweep, light probes, confirm=1", ["hydra.sweeper.confirm=1", "hydra.sweeper.light=true"])]
 
+
+def _peer(peer: str, env: dict, *args: str) -> dict:
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "tests.bench.peers", peer, json.dumps(PEER_LOAD), *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"error": f"exit {proc.returncode}: {proc.stderr[-300:]}"}
+    return json.loads(lines[-1])
+
+
+def real_peers() -> None:
+    """The real Lightning ``Tuner.scale_batch_size`` (binsearch, defaults) and Accelerate
+    ``find_executable_batch_size`` (start 128), each in one process as their users run them
+    (tests/bench/peers.py), on the mlp train load at an emulated 2 GiB CPU capacity, next to
+    the frontier sweeper on the same load. Then each peer's answer and answer + 1 are re-run
+    in a fresh process of the peer's own training loop (3 steps): does the answer fit, and is
+    it the edge (answer + 1 out of memory)? memsweep's min_oom and max_ok were themselves run
+    in fresh processes (full protocol, the confirmation). Wall times include process start."""
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    import tempfile
+
+    if os.environ.get("BENCH_REAL", "1") == "0":
+        print("real peers skipped (BENCH_REAL=0)")
+        return
     missing = [m for m in ("lightning", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
         print(f"real peers skipped: {', '.join(missing)} not installed (optional: pip install -e '.[bench]')")
-    else:
-        print("real peers skipped: the in-process Lightning/Accelerate comparison is not implemented yet")
+        return
+    from importlib.metadata import version
+
+    env = dict(os.environ, MALLOC_ARENA_MAX="2", MALLOC_MMAP_THRESHOLD_="131072",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    print(f"\nreal peers: mlp train, context=8192 width=32 depth=2, CPU at an emulated 2 GiB (RLIMIT_DATA), "
+          f"batch in [2, 8192]; lightning {version('lightning')}, accelerate {version('accelerate')}, "
+          f"torch {version('torch')}")
+    print("each peer's trial = 3 training steps (Lightning's steps_per_trial default); memsweep: light probes "
+          "(cold + 1 warm step), the edge run with warmup=1 repeats=1 (3 steps)")
+    exe = Path(sys.executable).with_name("memsweep")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
+    rows = []
+    for label, settings in PEER_VARIANTS:
+        with tempfile.TemporaryDirectory() as tmp:
+            sweep_dir = Path(tmp) / "memsweep"
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *PEER_SWEEP, *settings,
+                                         f"hydra.sweep.dir={sweep_dir}"], cwd=tmp, env=env, capture_output=True,
+                                  text=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                print(f"{label} failed ({proc.returncode}): {proc.stderr[-500:]}")
+                return
+            events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
+            (result,) = [e for e in events if e["event"] == "result"]
+            runs = len(list(sweep_dir.glob("*/result.json")))
+            probes = " ".join(f"{e['value']}{'' if e['outcome'] == 'ok' else 'x'}" for e in events
+                              if e["event"] in ("probe", "light_probe"))
+            rows.append((f"{label} ({probes})", result["max_ok"], f"{runs} runs", wall, "ok (ran)",
+                         f"{result['min_oom']}: oom (ran)", result["exact"]))
+    for peer in ("lightning", "accelerate"):
+        t0 = time.perf_counter()
+        out = _peer(peer, env)
+        wall = time.perf_counter() - t0
+        if out.get("answer") is None:
+            rows.append((peer, None, f"{len(out.get('trials', []))} trials", wall, out.get("error"), "", False))
+            continue
+        answer = out["answer"]
+        fit = _peer(peer, env, str(answer)).get("outcome")
+        nxt = _peer(peer, env, str(answer + 1)).get("outcome")
+        trials = " ".join(f"{v}{'' if o == 'ok' else 'x'}" for v, o in out["trials"])
+        rows.append((f"{peer} ({trials})", answer, f"{len(out['trials'])} trials", wall, fit,
+                     f"{answer + 1}: {nxt}", fit == "ok" and nxt == "oom"))
+    print(f"{'finder (values tried, x = OOM)':<70} {'answer':>6} {'cost':>10} {'wall s':>7}  "
+          f"{'answer, fresh':<15} {'answer+1, fresh':<20} exact")
+    for name, answer, cost, wall, fit, nxt, exact in rows:
+        print(f"{name:<70} {answer!s:>6} {cost:>10} {wall:>7.1f}  {fit!s:<15} {nxt:<20} {'yes' if exact else 'no'}")
+    peers = rows[len(PEER_VARIANTS):]
+    for label, _a, _c, mem, *_ in rows[:len(PEER_VARIANTS)]:
+        print(f"{label}: wall / " + ", ".join(f"{name.split()[0]} wall = {mem / wall:.2f}"
+                                                for name, _a, _c, wall, *_ in peers))
+    print("goal: memsweep's edge exact, in less wall time than each peer takes to its answer (ratio < 1)")
 
 
 def main() -> int:
