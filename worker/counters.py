@@ -24,6 +24,11 @@ last two are MemAvailable / MemTotal of /proc/meminfo.
 
 A CPU figure is labelled as such in the record (``counter_sources``) and is never a GPU
 measurement.
+
+Dry run (spec ``dry_run``, ``DryRunCounters``): the same tracker on fake tensors gives the
+*predicted* allocated bytes; each phase's predicted peak is also split into parameters,
+gradients, optimizer states and activations/temporaries (``records.PEAK_CATEGORIES``, the
+categories of ``torch.distributed._tools.mem_tracker``). These fields are null on real runs.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import weakref
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from .records import PEAK_CATEGORIES, PEAK_SPLIT_FIELDS
 
 
 def proc_kb_field(path: str, key: str) -> int | None:
@@ -286,13 +293,7 @@ _REAL_STORAGE_BYTES = {
 }
 
 
-# The categories of a dry run's phase peak, after torch.distributed._tools.mem_tracker
-# (_MemRefType PARAM, GRAD, OPT; its BUFFER, INP, ACT, TEMP and OTH are one category here):
-# the record field of each, bytes at the moment of the phase's predicted peak.
-PEAK_CATEGORIES = (("parameter", "predicted_parameter_bytes"), ("gradient", "predicted_gradient_bytes"),
-                   ("optimizer_state", "predicted_optimizer_state_bytes"),
-                   ("activation", "predicted_activation_bytes"))
-NO_PEAK_SPLIT = {field: None for _, field in PEAK_CATEGORIES}
+NO_PEAK_SPLIT = dict.fromkeys(PEAK_SPLIT_FIELDS)  # a measured run has no split: null, never 0
 
 
 class FakeLiveTensorTracker(LiveTensorTracker):
