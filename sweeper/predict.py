@@ -10,8 +10,11 @@ machine.
 A load "fits" when the largest predicted phase peak (``max_memory_allocated`` of a dry run,
 bytes) is at most ``capacity``. Search (Lightning's batch-size finder: low = last fit, high =
 first miss): from the configured value, double until a load does not fit (or halve until one
-does), then bisect to neighbours. The answer is a prediction of *tensor bytes*; what it
-cannot see is listed in ``BLIND_SPOTS`` and printed with every answer.
+does), then bisect to neighbours. At the edge it prints the predicted bytes of every phase
+and the split of the largest phase peak into parameters, gradients, optimizer states and
+activations/temporaries (the dry run's ``predicted_*_bytes``, worker.records.PEAK_CATEGORIES).
+The answer is a prediction of *tensor bytes*; what it cannot see is listed in
+``BLIND_SPOTS`` and printed with every answer.
 """
 
 from __future__ import annotations
