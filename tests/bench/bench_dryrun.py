@@ -186,3 +186,7 @@ def predicted_vs_measured_edge(root: Path) -> None:
             print(f"  the measured edge lies in [{lo}, {hi}) (lattice step 8); predicted max fit {edge['max_fit']} "
                   f"{'is inside it' if inside else 'is OUTSIDE it'} (the real limit also holds malloc's and "
                   f"PyTorch's own host memory, which a prediction of tensor bytes cannot see)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
