@@ -15,8 +15,8 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from worker.records import (COLD_PHASES, RECORD_FILE, RESULT_FILE, SPEC_FILE, WARM_PHASES, RecordError,
-                            classify_run, read_json)
+from worker.records import (COLD_PHASES, PEAK_SPLIT_FIELDS, RECORD_FILE, RESULT_FILE, SPEC_FILE, WARM_PHASES,
+                            RecordError, classify_run, read_json)
 
 from .estimate import ESTIMATE_COLUMNS, estimate_columns
 
@@ -75,10 +75,16 @@ PHASES_SCHEMA = pa.schema([
     ("error_type", pa.string()),
     ("parent", pa.string()), ("sub_phase", pa.string()), ("step", pa.int64()), ("micro_step", pa.int64()),
     *[(name, pa.int64()) for name in EXTRA_COUNTERS + SIZES],
+    ("source", pa.string()), *[(name, pa.int64()) for name in PEAK_SPLIT_FIELDS],
 ])
 """One row per run and phase; counters in bytes as recorded by the worker (seed 003 protocol).
 A sub-phase of a training step or a generation (``phase`` = ``cold_step.backward``) also has
-``parent`` (cold_step), ``sub_phase`` (backward), ``step`` and ``micro_step``."""
+``parent`` (cold_step), ``sub_phase`` (backward), ``step`` and ``micro_step``. ``source``:
+measured, or predicted (a dry run). ``predicted_parameter_bytes``, ``predicted_gradient_bytes``,
+``predicted_optimizer_state_bytes``, ``predicted_activation_bytes``: a predicted row's peak
+(``max_memory_allocated``) split by what was live at that moment (the categories of
+torch.distributed._tools.mem_tracker; activation = activations and temporaries, everything
+else); they sum to the peak. Null on measured rows, and on records written before the split."""
 
 
 @dataclass
@@ -186,7 +192,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "warm_max_memory_reserved": _peak(phases, "max_memory_reserved", WARM_PHASES),
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
-        "source": record.get("source") or ("predicted" if spec.get("dry_run") else "measured"),
+        "source": _source(run),
         **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host")},
         "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
         "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),
@@ -199,8 +205,13 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     return row
 
 
+def _source(run: Run) -> str:
+    return _dict(run.record).get("source") or ("predicted" if run.spec.get("dry_run") else "measured")
+
+
 def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
     rows = []
+    source = _source(run)
     phases = _list(_dict(run.record).get("phases"))
     for index, p in enumerate(x for x in phases if isinstance(x, dict)):
         rows.append({
@@ -211,6 +222,8 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
             **{name: _int(p.get(name)) for name in COUNTERS}, "error_type": p.get("error_type"),
             **{k: p.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
             **{name: _int(p.get(name)) for name in EXTRA_COUNTERS + SIZES},
+            "source": source,
+            **{name: _int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},
         })
     return rows
 

@@ -10,8 +10,11 @@ machine.
 A load "fits" when the largest predicted phase peak (``max_memory_allocated`` of a dry run,
 bytes) is at most ``capacity``. Search (Lightning's batch-size finder: low = last fit, high =
 first miss): from the configured value, double until a load does not fit (or halve until one
-does), then bisect to neighbours. The answer is a prediction of *tensor bytes*; what it
-cannot see is listed in ``BLIND_SPOTS`` and printed with every answer.
+does), then bisect to neighbours. At the edge it prints the predicted bytes of every phase
+and the split of the largest phase peak into parameters, gradients, optimizer states and
+activations/temporaries (the dry run's ``predicted_*_bytes``, worker.records.PEAK_CATEGORIES).
+The answer is a prediction of *tensor bytes*; what it cannot see is listed in
+``BLIND_SPOTS`` and printed with every answer.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from worker.records import RunSpec, SpecError, parse_size, write_json_atomic
+from worker.records import PEAK_CATEGORIES, RunSpec, SpecError, parse_size, write_json_atomic
 
 AXES = ("batch", "context", "width")
 MAX_VALUE = 2**31
@@ -112,16 +115,37 @@ class Predictor:
         return {"max_fit": lo, "min_miss": hi, "exact": True, "error": None}
 
 
+CATEGORY_LABELS = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer states",
+                   "activation": "activations and temporaries"}
+
+
 def breakdown(record: dict) -> list[dict]:
-    """Per phase of a dry run's record: predicted peak and final live bytes and the sizes by
-    construction the worker adds (gradients, optimizer states, KV cache)."""
+    """Per phase of a dry run's record: predicted peak and final live bytes, the peak's split
+    by category (``predicted_*_bytes``, worker.records.PEAK_CATEGORIES; null when the record
+    has none) and the sizes by construction the worker adds (gradients, optimizer states, KV
+    cache, at the phase's end)."""
     rows = []
     for p in record.get("phases", []):
         rows.append({"phase": p["name"], "peak_bytes": p.get("max_memory_allocated"),
                      "live_bytes": p.get("memory_allocated"),
+                     **{field: p.get(field) for _, field in PEAK_CATEGORIES},
                      **{k: p[k] for k in ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes")
                         if p.get(k) is not None}})
     return rows
+
+
+def peak_split_at(record: dict) -> dict | None:
+    """{"phase", "peak_bytes", and each ``predicted_*_bytes`` field}: the split of the phase
+    with the largest predicted peak of ``record`` (the first such phase), or None when that
+    phase has no split (a record written before it existed)."""
+    phases = [p for p in record.get("phases", []) if p.get("max_memory_allocated") is not None]
+    if not phases:
+        return None
+    top = max(phases, key=lambda p: p["max_memory_allocated"])
+    split = {field: top.get(field) for _, field in PEAK_CATEGORIES}
+    if any(v is None for v in split.values()):
+        return None
+    return {"phase": top["name"], "peak_bytes": top["max_memory_allocated"], **split}
 
 
 def _parse(argv: list[str]) -> tuple[list[str], str, str | None]:
@@ -172,7 +196,8 @@ def predict(argv: list[str], out=sys.stdout) -> int:
         k: edge[k] for k in ("max_fit", "min_miss", "exact")}, "dry_runs": len(predictor.runs),
         "runs": [{k: r[k] for k in ("value", "outcome", "peak", "fits", "error_type")}
                  for r in sorted(predictor.runs.values(), key=lambda r: r["value"])],
-        "breakdown": breakdown(at["record"]) if at else None, "blind_spots": list(BLIND_SPOTS)}
+        "breakdown": breakdown(at["record"]) if at else None,
+        "peak_split": peak_split_at(at["record"]) if at else None, "blind_spots": list(BLIND_SPOTS)}
     write_json_atomic(out_dir / "predict.json", summary)
 
     print(f"memsweep predict: {axis} at capacity {_gb(capacity_bytes)}, {len(predictor.runs)} dry runs "
@@ -189,10 +214,16 @@ def predict(argv: list[str], out=sys.stdout) -> int:
               file=out)
         print(f"  predicted tensor bytes at {axis}={edge['max_fit']}, per phase (peak / live at its end):", file=out)
         for row in summary["breakdown"]:
-            extra = "".join(f", {k} {v}" for k, v in row.items() if k.endswith("_bytes") and
-                            k not in ("peak_bytes", "live_bytes"))
+            extra = "".join(f", {k} {v}" for k, v in row.items() if k.endswith("_bytes") and v is not None and
+                            k not in ("peak_bytes", "live_bytes") and not k.startswith("predicted_"))
             print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
         print(f"  largest phase peak: {_gb(at['peak'])}", file=out)
+        split = summary["peak_split"]
+        if split is not None:
+            print(f"  at that peak ({split['phase']}), live tensor bytes by category "
+                  f"(torch.distributed._tools.mem_tracker's categories):", file=out)
+            for name, field in PEAK_CATEGORIES:
+                print(f"    {CATEGORY_LABELS[name]:<28} {_gb(split[field])}", file=out)
     print("  This is a prediction of live tensor bytes, not a measurement. It cannot see:", file=out)
     for item in BLIND_SPOTS:
         print(f"    - {item}", file=out)

@@ -96,6 +96,106 @@ def test_a_dry_run_refuses_what_it_cannot_predict(change):
         RunSpec.from_dict({**BASE, "batch": 2, "workload": MLP, "dry_run": True, **change})
 
 
+# ----- the predicted peak split by category --------------------------------------------------
+SPLIT = ("predicted_parameter_bytes", "predicted_gradient_bytes", "predicted_optimizer_state_bytes",
+         "predicted_activation_bytes")
+
+
+def _split(phase: dict) -> dict:
+    return {k.removeprefix("predicted_").removesuffix("_bytes"): phase[k] for k in SPLIT}
+
+
+def _mlp_parameter_bytes(load: dict) -> int:
+    """Bytes of the mlp's parameters from its shape: depth x (Linear(w, 4w) + Linear(4w, w)),
+    weights and biases."""
+    w, h, depth = load["width"], 4 * load["width"], load["workload"]["depth"]
+    return depth * (2 * w * h + h + w) * {"float32": 4, "bfloat16": 2}[load["dtype"]]
+
+
+@pytest.mark.parametrize("load", sorted(LOADS))
+def test_the_categories_of_a_predicted_peak_sum_to_it(runs, load):
+    for p in runs[(load, "predicted")]["record"]["phases"]:
+        assert all(isinstance(p[k], int) and p[k] >= 0 for k in SPLIT), p
+        assert sum(p[k] for k in SPLIT) == p["max_memory_allocated"], p["name"]
+    for p in runs[(load, "measured")]["record"]["phases"]:  # a real run has no split: null, not 0
+        assert all(k in p and p[k] is None for k in SPLIT), p["name"]
+
+
+def test_mlp_train_peak_split_parameters_gradients_adamw_states(runs):
+    record = runs[("mlp_train", "predicted")]["record"]
+    params = _mlp_parameter_bytes(LOADS["mlp_train"])
+    tensors = 4 * LOADS["mlp_train"]["workload"]["depth"]  # weight and bias of two Linear per block
+    assert record["model"]["parameter_bytes"] == params
+    adamw = 2 * params + 4 * tensors  # exp_avg, exp_avg_sq (float32) and a float32 0-dim step per tensor
+    by_name = {p["name"]: p for p in record["phases"]}
+    for p in record["phases"]:
+        assert _split(p)["parameter"] == params, p["name"]
+    for name in ("cold_step.optimizer_step", "warm_step.optimizer_step"):
+        split = _split(by_name[name])
+        assert split["gradient"] == params and split["optimizer_state"] == adamw, (name, split)
+        assert by_name[name]["optimizer_state_bytes"] == adamw
+    for name in ("cold_step.backward", "warm_step.backward"):
+        split = _split(by_name[name])  # the peak comes before the last gradients are made
+        assert 0 < split["gradient"] <= params and split["activation"] > 0, (name, split)
+    cold = _split(by_name["cold_step.forward"])
+    assert cold["gradient"] == 0 and cold["optimizer_state"] == 0  # AdamW's states appear in the first step
+    assert _split(by_name["warm_step.forward"])["optimizer_state"] == adamw
+    assert _split(by_name["model_load"]) == {"parameter": params, "gradient": 0, "optimizer_state": 0,
+                                             "activation": 0}
+
+
+def test_mlp_inference_peak_split_has_no_gradients_or_optimizer_states(runs):
+    record = runs[("mlp_inference", "predicted")]["record"]
+    params = _mlp_parameter_bytes(LOADS["mlp_inference"])
+    for p in record["phases"]:
+        split = _split(p)
+        assert split["parameter"] == params and split["gradient"] == 0 and split["optimizer_state"] == 0, p["name"]
+    assert _split(record["phases"][-1])["activation"] > 0
+
+
+def test_a_parameter_replaced_inside_a_phase_is_still_a_parameter(runs):
+    """bfloat16 mlp: built in float32, then each weight cast and replaced in model_load; the
+    float32 originals are parameters of the model until replaced (registration hook)."""
+    record = runs[("mlp_train_bf16_wide", "predicted")]["record"]
+    load = record["phases"][0]
+    params = _mlp_parameter_bytes(LOADS["mlp_train_bf16_wide"])
+    assert load["name"] == "model_load" and _split(load)["activation"] == 0
+    assert _split(load)["parameter"] == load["max_memory_allocated"] > 2 * params  # float32 = 2 x bfloat16
+    assert all(_split(p)["parameter"] == params for p in record["phases"][1:])
+
+
+def test_the_split_follows_the_storage_not_its_address():
+    """In-process: a gradient freed inside the phase (zero_grad set_to_none) counts as a
+    gradient when it was live at the peak; a storage freed before the peak is not counted."""
+    import torch
+
+    from worker.counters import FakeLiveTensorTracker
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    tracker = FakeLiveTensorTracker()
+    with FakeTensorMode(), tracker:
+        w = torch.empty(256)            # 1024 B, a parameter
+        g = torch.empty(256)            # 1024 B, its gradient
+        tracker.tag("parameter", [w])
+        tracker.tag("gradient", [g, torch.empty(1)])  # the second one is a temporary: freed now
+        tracker.reset_peak()            # phase start: 2048 B live
+        del g                           # freed: the phase peak stays at its start
+        a = torch.empty(128)            # 512 B
+        split_1 = tracker.peak_split()
+        b = torch.empty(1024)           # 4096 B: a new peak without the gradient
+        split_2 = tracker.peak_split()
+        del a, b
+        tracker.reset_peak()
+        split_3 = tracker.peak_split()
+    assert split_1 == {"predicted_parameter_bytes": 1024, "predicted_gradient_bytes": 1024,
+                       "predicted_optimizer_state_bytes": 0, "predicted_activation_bytes": 0}
+    assert split_2 == {"predicted_parameter_bytes": 1024, "predicted_gradient_bytes": 0,
+                       "predicted_optimizer_state_bytes": 0, "predicted_activation_bytes": 512 + 4096}
+    assert split_3 == {"predicted_parameter_bytes": 1024, "predicted_gradient_bytes": 0,
+                       "predicted_optimizer_state_bytes": 0, "predicted_activation_bytes": 0}
+    assert tracker.peak == tracker.live == 1024
+
+
 # ----- memsweep predict ---------------------------------------------------------------------
 PREDICT_LOAD = ["workload=mlp", "workload.depth=2", "mode=train", "context=16", "width=32", "threads=1"]
 
@@ -120,6 +220,17 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
     assert "CUDA context" in text and "prediction of live tensor bytes" in text
     summary = json.loads(next((tmp_path / "predict").glob("*/predict.json")).read_text())
     assert summary["max_fit"] == 5 and summary["min_miss"] == 6 and summary["source"] == "predicted"
+    # the split of the largest phase peak at the edge, printed in bytes with GB and GiB
+    split = summary["peak_split"]
+    assert split["peak_bytes"] == probe.run(5)["peak"] == peak5
+    parts = {k: split[k] for k in ("predicted_parameter_bytes", "predicted_gradient_bytes",
+                                   "predicted_optimizer_state_bytes", "predicted_activation_bytes")}
+    assert sum(parts.values()) == peak5 and parts["predicted_gradient_bytes"] > 0
+    assert f"at that peak ({split['phase']})" in text
+    for label, key in (("parameters", "parameter"), ("gradients", "gradient"),
+                       ("optimizer states", "optimizer_state"), ("activations and temporaries", "activation")):
+        n = parts[f"predicted_{key}_bytes"]
+        assert f"{label:<28} {n} B = {n / 1e9:.3f} GB = {n / 2**30:.3f} GiB" in text, (label, text)
     assert {r["value"] for r in summary["runs"]} >= {5, 6}
 
     # the same loads measured (tracked allocated on the CPU) fall on the same sides of the capacity
@@ -140,6 +251,8 @@ def test_predict_refuses_a_missing_capacity_and_an_unknown_axis(tmp_path, capsys
 def test_analysis_labels_predictions_and_keeps_them_out_of_the_frontier(runs, tmp_path):
     import shutil
 
+    import pyarrow as pa
+
     from analysis.frontier import frontier_table
     from analysis.tables import build_tables
 
@@ -149,8 +262,15 @@ def test_analysis_labels_predictions_and_keeps_them_out_of_the_frontier(runs, tm
     shutil.copytree(runs[("mlp_train", "predicted")]["dir"], sweep / "p4")
     spec = json.loads((sweep / "p4" / "spec.json").read_text())
     (sweep / "p4" / "spec.json").write_text(json.dumps({**spec, "batch": 4}))
-    table, _, _ = build_tables([sweep])
+    table, phases, _ = build_tables([sweep])
     assert sorted(r["source"] for r in table.to_pylist()) == ["measured", "predicted", "predicted"]
+    for row in phases.to_pylist():  # the peak split: predicted rows only, null on measured ones
+        split = [row[k] for k in SPLIT]
+        if row["source"] == "predicted":
+            assert sum(split) == row["max_memory_allocated"], row
+        else:
+            assert row["source"] == "measured" and split == [None] * 4, row
+    assert {phases.schema.field(k).type for k in SPLIT} == {pa.int64()}
     assert frontier_table(table).num_rows == 0  # with the predictions it would span batch 3..4
 
 

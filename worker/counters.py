@@ -24,6 +24,11 @@ last two are MemAvailable / MemTotal of /proc/meminfo.
 
 A CPU figure is labelled as such in the record (``counter_sources``) and is never a GPU
 measurement.
+
+Dry run (spec ``dry_run``, ``DryRunCounters``): the same tracker on fake tensors gives the
+*predicted* allocated bytes; each phase's predicted peak is also split into parameters,
+gradients, optimizer states and activations/temporaries (``records.PEAK_CATEGORIES``, the
+categories of ``torch.distributed._tools.mem_tracker``). These fields are null on real runs.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import weakref
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from .records import PEAK_CATEGORIES, PEAK_SPLIT_FIELDS
 
 
 def proc_kb_field(path: str, key: str) -> int | None:
@@ -153,7 +160,7 @@ class CpuCounters:
     def extra(self) -> dict:
         return {"num_alloc_retries": None, "num_ooms": None, "inactive_split_bytes": None,
                 "device_free_memory": _meminfo_bytes("MemAvailable"),
-                "device_total_memory": _meminfo_bytes("MemTotal")}
+                "device_total_memory": _meminfo_bytes("MemTotal"), **NO_PEAK_SPLIT}
 
     def reset_peak_memory_stats(self) -> None:
         self.tracker.reset_peak()
@@ -209,7 +216,7 @@ class CudaCounters:
 
     def extra(self) -> dict:
         out = {"num_alloc_retries": None, "num_ooms": None, "inactive_split_bytes": None,
-               "device_free_memory": None, "device_total_memory": None}
+               "device_free_memory": None, "device_total_memory": None, **NO_PEAK_SPLIT}
         try:
             stats = torch.cuda.memory_stats(self.index)
             out.update(num_alloc_retries=stats.get("num_alloc_retries"), num_ooms=stats.get("num_ooms"),
@@ -286,12 +293,31 @@ _REAL_STORAGE_BYTES = {
 }
 
 
+NO_PEAK_SPLIT = dict.fromkeys(PEAK_SPLIT_FIELDS)  # a measured run has no split: null, never 0
+
+
 class FakeLiveTensorTracker(LiveTensorTracker):
     """LiveTensorTracker for a dry run: entered inside a ``FakeTensorMode``, so every operator
     it sees returns fake tensors, whose (meta) storages have the real ``nbytes`` but no data.
     The tensor-level accounting is the same as the measured one; ``_REAL_STORAGE_BYTES``
     corrects the operators whose real kernel keeps a larger storage than its meta kernel.
+
+    It also keeps what was live at the peak, so that the peak can be split by category
+    (``peak_split``): every storage gets a serial number when first seen (a StorageImpl address
+    can be reused after a free, a serial cannot); the live set at the peak is the set at the
+    last ``reset_peak`` with the allocations and frees since then applied up to the moment the
+    peak last grew (an event log, replayed when the peak grows: each event is applied once).
+    ``tag`` gives a live storage its role (parameter, gradient, optimizer_state); an untagged
+    storage is an activation or temporary.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._serials: dict[int, int] = {}  # live StorageImpl address -> serial
+        self._next_serial = 0
+        self._peak_live: dict[int, int] = {}  # serial -> bytes, live at the peak
+        self._events: list[tuple[int, int | None]] = []  # (serial, bytes or None = freed) since then
+        self._roles: dict[int, str] = {}  # serial -> role, for tagged storages
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -315,13 +341,68 @@ class FakeLiveTensorTracker(LiveTensorTracker):
         old = self._sizes.get(key)
         if old is None:
             self._sizes[key] = size
+            self._serials[key] = serial = self._next_serial
+            self._next_serial += 1
+            self._events.append((serial, size))
             self.live += size
             weakref.finalize(storage, self._free, key)
         elif old != size and nbytes is None and size > old:
             self._sizes[key] = size
+            self._events.append((self._serials[key], size))
             self.live += size - old
         if self.live > self.peak:
             self.peak = self.live
+            self._replay()
+
+    def _free(self, key: int) -> None:
+        serial = self._serials.pop(key, None)
+        if serial is not None:
+            self._events.append((serial, None))
+        super()._free(key)
+
+    def _replay(self) -> None:
+        """Bring ``_peak_live`` to the live set of now (called when now is the peak)."""
+        live = self._peak_live
+        for serial, size in self._events:
+            if size is None:
+                live.pop(serial, None)
+            else:
+                live[serial] = size
+        self._events.clear()
+
+    def reset_peak(self) -> None:
+        super().reset_peak()
+        self._replay()
+        # roles of storages freed before this peak window can no longer be asked for
+        self._roles = {s: r for s, r in self._roles.items() if s in self._peak_live}
+
+    def tag(self, role: str, tensors) -> None:
+        """Give the live storages of ``tensors`` the role ``role`` (one of PEAK_CATEGORIES'
+        names), unless they already have one (parameters are tagged first). Tensors whose
+        storage was never tracked are skipped: they are not counted in ``live`` either."""
+        for t in tensors:
+            if not isinstance(t, torch.Tensor):
+                continue
+            try:
+                key = t.untyped_storage()._cdata
+            except (RuntimeError, NotImplementedError):
+                continue
+            serial = self._serials.get(key)
+            if serial is not None:
+                self._roles.setdefault(serial, role)
+
+    def peak_split(self) -> dict:
+        """The phase peak (``peak``, bytes) split by the roles of the storages live at that
+        moment: {record field: bytes} for PEAK_CATEGORIES; the four sum to ``peak``.
+
+        A storage counts in the role it was tagged with at any time (phase start or end, or
+        when a module registered it as a parameter); an untagged one is an activation or a
+        temporary (inputs, buffers, KV cache, autograd's saved tensors, operator scratch).
+        """
+        sums = dict.fromkeys((name for name, _ in PEAK_CATEGORIES), 0)
+        for serial, size in self._peak_live.items():
+            sums[self._roles.get(serial, "activation")] += size
+        return {field: sums[name] for name, field in PEAK_CATEGORIES}
 
 
 class DryRunCounters:
@@ -329,6 +410,13 @@ class DryRunCounters:
 
     ``start`` enters ``torch._subclasses.fake_tensor.FakeTensorMode`` and, inside it, the
     tracker, so that every tensor created by the workload is fake (shape, dtype, no storage).
+
+    ``extra()`` adds the split of the phase's predicted peak (``max_memory_allocated``) into
+    the categories of PEAK_CATEGORIES, bytes that sum to the peak: parameters, gradients,
+    optimizer states, and activations and temporaries (everything else). The roles come from
+    ``roles`` (set by the worker to ``Workload.storage_roles``), asked at the start and at the
+    end of every phase, and from a module parameter registration hook (a parameter replaced
+    inside a phase, as a float32 weight cast to bfloat16 in model_load, is still a parameter).
     """
 
     kind = "dry_run"
@@ -336,6 +424,9 @@ class DryRunCounters:
         "memory_allocated": "predicted: live fake-tensor storage bytes (dry run, FakeTensorMode)",
         "max_memory_allocated": "predicted: peak of live fake-tensor storage bytes (dry run)",
         "memory_reserved": None, "max_memory_reserved": None,
+        **{field: f"predicted: bytes of {name.replace('_', ' ')}s live at the phase's predicted peak "
+                  f"(categories of torch.distributed._tools.mem_tracker; activation = everything else)"
+           for name, field in PEAK_CATEGORIES},
     }
 
     def __init__(self) -> None:
@@ -343,15 +434,30 @@ class DryRunCounters:
 
         self.fake_mode = FakeTensorMode()
         self.tracker = FakeLiveTensorTracker()
+        self.roles = None  # () -> iterable of (role, tensors); see Workload.storage_roles
+        self._hook = None
 
     def start(self) -> None:
+        from torch.nn.modules.module import register_module_parameter_registration_hook
+
+        def on_parameter(module, name, param) -> None:  # returns None: the parameter is kept
+            if param is not None:
+                self.tracker.tag("parameter", [param])
+
+        self._hook = register_module_parameter_registration_hook(on_parameter)
         self.fake_mode.__enter__()
         self.tracker.__enter__()
         torch.empty(0)  # the first operator through a Python dispatch mode imports torch._dynamo
 
     def stop(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
         self.tracker.__exit__(None, None, None)
         self.fake_mode.__exit__(None, None, None)
+
+    def _tag(self) -> None:
+        for role, tensors in (self.roles() if self.roles is not None else ()):
+            self.tracker.tag(role, tensors)
 
     def synchronize(self) -> None:
         pass
@@ -369,10 +475,12 @@ class DryRunCounters:
         return None
 
     def extra(self) -> dict:
+        self._tag()
         return {"num_alloc_retries": None, "num_ooms": None, "inactive_split_bytes": None,
-                "device_free_memory": None, "device_total_memory": None}
+                "device_free_memory": None, "device_total_memory": None, **self.tracker.peak_split()}
 
     def reset_peak_memory_stats(self) -> None:
+        self._tag()
         self.tracker.reset_peak()
 
 

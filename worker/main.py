@@ -366,6 +366,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     try:  # imports the spec needs (transformers, bitsandbytes, the user's modules): no phase yet
         workload = build_workload(spec, device, rec.path.parent)
         workload.prepare()
+        if spec.dry_run:  # the roles that split each phase's predicted peak
+            counters.roles = workload.storage_roles
     except DependencyMissing as exc:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="DependencyMissing", message=str(exc))
     except Exception as exc:  # noqa: BLE001

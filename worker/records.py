@@ -56,6 +56,15 @@ GENERATE_SUB_PHASES = ("prefill", "decode")
 DRY_RUN_WORKLOADS = ("mlp", "transformer", "user")  # mlp, transformer checked against measured runs (tests/test_dry_run.py)
 AFTER_PHASES = ("eval", "export")  # optional, after the warm phase, each its own phase
 
+# A dry run's phase peak split by category (the categories of torch.distributed._tools.mem_tracker,
+# _MemRefType: PARAM, GRAD, OPT; its BUFFER, INP, ACT, TEMP and OTH are the fourth here): the
+# record field of each, bytes live at the moment of the phase's predicted peak
+# (max_memory_allocated); the four sum to that peak. Null in the record of a measured run.
+PEAK_CATEGORIES = (("parameter", "predicted_parameter_bytes"), ("gradient", "predicted_gradient_bytes"),
+                   ("optimizer_state", "predicted_optimizer_state_bytes"),
+                   ("activation", "predicted_activation_bytes"))
+PEAK_SPLIT_FIELDS = tuple(field for _, field in PEAK_CATEGORIES)
+
 
 def _split(parent: str, subs: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(f"{parent}.{sub}" for sub in subs)

@@ -401,6 +401,20 @@ class Workload:
             os.unlink(tmp)
 
     # ----- what a phase adds to its record (sizes by construction, bytes) -------------------
+    def storage_roles(self) -> list[tuple[str, list[torch.Tensor]]]:
+        """The tensors of each role, for splitting a dry run's phase peak (worker.counters
+        PEAK_CATEGORIES): ("parameter", the model's parameters), ("gradient", their ``.grad``),
+        ("optimizer_state", every tensor in the optimizer's state, ``step`` counters included).
+        Empty before model_load; buffers, inputs and caches have no role here."""
+        if self.model is None:
+            return []
+        params = list(self.model.parameters())
+        roles = [("parameter", params), ("gradient", [p.grad for p in params if p.grad is not None])]
+        if self.optimizer is not None:
+            roles.append(("optimizer_state", [v for state in self.optimizer.state.values()
+                                              for v in state.values() if isinstance(v, torch.Tensor)]))
+        return roles
+
     def gradient_bytes(self) -> dict:
         return {"gradient_bytes": _storage_bytes(p.grad for p in self.model.parameters() if p.grad is not None)}
 

@@ -1,19 +1,26 @@
-"""Dry run (fake tensors) against the measured run of the same spec, per phase; then a dry run
-of Llama-2-7B's shape in train mode. Real worker processes; ``make bench BENCH=dryrun``.
+"""Dry run (fake tensors) against the measured run of the same spec, per phase, with the split
+of each predicted peak by category; then a dry run of Llama-2-7B's shape in train mode against
+the estimator (analysis/estimate.py); then the predicted edge of an mlp against the edge a
+real frontier sweep measures at an emulated CPU capacity, with and without the dry-run seed.
+Real worker processes; ``make bench BENCH=dryrun`` (about 2 to 3 minutes on 2 cores).
 
 Predicted = peak of live fake-tensor storage bytes; measured = the CPU worker's tracked
 allocated (LiveTensorTracker): the same tensor-level accounting, so the two should agree.
-Error = (predicted - measured) / measured of each phase's peak. Sizes in bytes.
+Error = (predicted - measured) / measured of each phase's peak. The split (params, grads,
+opt states, act+tmp) is what was live at the predicted peak, by the categories of
+torch.distributed._tools.mem_tracker; the four sum to the predicted peak. Sizes in bytes.
 """
 
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from sweeper.process import execute
-from worker.records import RunSpec
+from worker.records import PEAK_SPLIT_FIELDS, RunSpec, parse_size
 
 BASE = dict(context=64, width=128, device="cpu", warmup=1, repeats=1, timeout_s=1800, threads=1)
 LM = {"name": "transformer", "layers": 4, "heads": 4, "kv_heads": 2, "vocab": 1000}
@@ -28,6 +35,17 @@ LOADS = {
     "lm generate b=4": dict(BASE, batch=4, mode="generate", workload=LM, new_tokens=8),
     "lm generate static": dict(BASE, batch=4, mode="generate", workload=LM, new_tokens=8, kv_cache="static"),
 }
+# The Llama-2-7B config.json fields the estimator reads (meta-llama/Llama-2-7b-hf), the same
+# shape as LLAMA2_7B's workload.
+LLAMA2_7B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                    "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
+                    "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+# The frontier load of tests/bench/bench_frontier.py (REAL_LOAD, REAL_RANGE) with one warmup
+# step, one warm step, one thread and no confirmation runs, to keep the bench short.
+EDGE_LOAD = ["mode=train", "device=cpu", "capacity=128MiB", "context=64", "width=128", "workload.depth=2",
+             "threads=1", "warmup=1", "repeats=1"]
+EDGE_RANGE = ["hydra.sweeper.lower=8", "hydra.sweeper.upper=1024", "hydra.sweeper.multiple_of=8",
+              "hydra.sweeper.confirm=0"]
 LLAMA2_7B = dict(batch=1, context=128, width=4096, dtype="bfloat16", mode="train", device="cpu", warmup=0,
                  repeats=1, timeout_s=1800, threads=1, dry_run=True,
                  workload={"name": "transformer", "layers": 32, "heads": 32, "kv_heads": 32,
@@ -52,27 +70,122 @@ def main() -> int:
             measured, tm = run(root, f"{i}-measured", data)
             predicted, tp = run(root, f"{i}-predicted", dict(data, dry_run=True))
             print(f"\n{label}: measured run {tm:.1f} s, dry run {tp:.1f} s (wall, incl. process start)")
-            print(f"  {'phase':<30} {'measured peak':>14} {'predicted peak':>14} {'error':>8}")
+            print(f"  {'phase':<26} {'measured peak':>13} {'predicted peak':>14} {'error':>8} | predicted peak = "
+                  f"{'params':>9} + {'grads':>9} + {'opt states':>10} + {'act+tmp':>9}")
             for m, p in zip(measured["phases"], predicted["phases"]):
                 mp, pp = m["max_memory_allocated"], p["max_memory_allocated"]
                 err = (pp - mp) / mp if mp else 0.0
                 worst = max(worst, abs(err))
-                print(f"  {m['name']:<30} {mp:>14} {pp:>14} {err:>+8.3%}")
+                split = [p.get(k) for k in PEAK_SPLIT_FIELDS]
+                sums = "" if None not in split and sum(split) == pp else "  (SPLIT DOES NOT SUM TO THE PEAK)"
+                print(f"  {m['name']:<26} {mp:>13} {pp:>14} {err:>+8.3%} | {'':>16}"
+                      f"{split[0]!s:>9}   {split[1]!s:>9}   {split[2]!s:>10}   {split[3]!s:>9}{sums}")
         print(f"\nlargest |error| of a phase peak over all loads: {worst:.3%}")
 
-        record, wall = run(root, "llama2-7b", LLAMA2_7B)
-        model = record["model"] or {}
-        params, pbytes = model.get("parameters"), model.get("parameter_bytes")
-        by_name = {p["name"]: p for p in record["phases"]}
-        grads = by_name.get("cold_step.backward", {}).get("gradient_bytes")
-        states = by_name.get("cold_step.optimizer_step", {}).get("optimizer_state_bytes")
-        print(f"\nLlama-2-7B shape, train, bf16, batch 1 x 128 tokens, dry run: {record['outcome']} in {wall:.1f} s")
-        print(f"  parameters {params} ({pbytes} B); gradients {grads} B (= parameter bytes: {grads == pbytes});"
-              f" AdamW states {states} B (2 x parameter bytes = {2 * pbytes if pbytes else None} B,"
-              f" + 4 B step counter per parameter tensor)")
-        peak = max(p["max_memory_allocated"] for p in record["phases"])
-        print(f"  predicted peak of live tensor bytes: {peak} B = {peak / 1e9:.2f} GB = {peak / 2**30:.2f} GiB")
+        llama_vs_estimator(root)
+        predicted_vs_measured_edge(root)
     return 0
+
+
+def llama_vs_estimator(root: Path) -> None:
+    """The Llama-2-7B dry run's split at the optimizer step's peak against the estimator
+    (analysis.estimate.estimate_transformer, pure bf16 AdamW: states in the parameter dtype as
+    torch.optim.AdamW's zeros_like, no fp32 master copy, no ZeRO)."""
+    from analysis.estimate import estimate_transformer, parse_hf_config
+
+    record, wall = run(root, "llama2-7b", LLAMA2_7B)
+    model = record["model"] or {}
+    params, pbytes = model.get("parameters"), model.get("parameter_bytes")
+    by_name = {p["name"]: p for p in record["phases"]}
+    step = by_name.get("cold_step.optimizer_step", {})
+    print(f"\nLlama-2-7B shape, train, bf16, AdamW, batch 1 x 128 tokens, dry run: {record['outcome']} in {wall:.1f} s")
+    peak = max(p["max_memory_allocated"] for p in record["phases"])
+    print(f"  predicted peak of live tensor bytes: {peak} B = {peak / 1e9:.2f} GB = {peak / 2**30:.2f} GiB")
+    if not step:
+        return
+    config = parse_hf_config(LLAMA2_7B_CONFIG)
+    est = estimate_transformer(config, weight_format="bf16", compute_bytes=2, train=True, optimizer="adamw",
+                               mixed_precision=False)
+    tensors = len(config.tensors())
+    print(f"  parameters: dry run {params}, estimator {config.parameters} ({params == config.parameters})")
+    print(f"  at the peak of cold_step.optimizer_step ({step['max_memory_allocated']} B), dry run vs estimator:")
+    rows = (("parameters", step["predicted_parameter_bytes"], est.weights),
+            ("gradients", step["predicted_gradient_bytes"], est.gradients),
+            ("optimizer states", step["predicted_optimizer_state_bytes"], est.optimizer_states))
+    for label, dry, calc in rows:
+        same = "agree exactly" if dry == calc else f"DIFFER by {dry - calc:+d} B"
+        print(f"    {label:<18} {dry:>14} B {calc:>14} B  {same}")
+    diff = step["predicted_optimizer_state_bytes"] - est.optimizer_states
+    if diff:
+        print(f"  cause of the optimizer-state difference: {diff} B = {diff // 4 if diff % 4 == 0 else '?'} x 4 B; "
+              f"the model has {tensors} parameter tensors. torch.optim.AdamW keeps a float32 0-dim `step` tensor "
+              f"per parameter tensor, which the dry run counts (on the CPU it is a real allocation) and the "
+              f"estimator leaves out by design (optimizer_state_bytes: 'per-tensor scalars are not counted'; on "
+              f"CUDA, non-fused non-capturable AdamW keeps `step` on the host, outside device memory). "
+              f"Without them: {'agree exactly' if diff == 4 * tensors else 'still differ'}.")
+    print(f"  the rest of that peak, activations and temporaries: {step['predicted_activation_bytes']} B "
+          f"(AdamW's per-tensor scratch on the CPU; the estimator's temporaries are not estimated for a transformer:"
+          f" {est.temporaries})")
+
+
+def _sweep(root: Path, name: str, extra: list[str]) -> dict:
+    """A real frontier sweep through the CLI; its result event, probes and wall seconds."""
+    exe = Path(sys.executable).with_name("memsweep")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
+    # A fixed mmap threshold keeps the CPU capacity emulation about tensors (tests/test_frontier_integration.py).
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    sweep_dir = root / name
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *EDGE_LOAD, *EDGE_RANGE, *extra,
+                                 f"hydra.sweep.dir={sweep_dir}"], cwd=root, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        return {"error": f"memsweep failed ({proc.returncode}): {proc.stderr[-500:]}"}
+    events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
+    (result,) = [e for e in events if e["event"] == "result"]
+    dry = [e for e in events if e["event"] == "dry_run"]
+    return {"error": None, "result": result, "wall": wall, "dry": dry[0] if dry else None,
+            "probes": [e["value"] for e in events if e["event"] == "probe"],
+            "runs": len(list(sweep_dir.glob("*/result.json")))}
+
+
+def predicted_vs_measured_edge(root: Path) -> None:
+    """The mlp train load of EDGE_LOAD: predicted edge (sweeper.predict.Predictor at the same
+    capacity, tensor bytes) against the edge a real frontier sweep measures (RLIMIT_DATA on
+    the worker: tensors plus the allocator's and PyTorch's own host memory), and the real runs
+    the sweep needs with hydra.sweeper.seed_from_dry_run=true and without."""
+    from sweeper.predict import Predictor
+
+    options = dict(o.split("=", 1) for o in EDGE_LOAD)
+    capacity = parse_size(options["capacity"])
+    base = RunSpec.from_dict({"batch": 8, "context": int(options["context"]), "width": int(options["width"]),
+                              "mode": "train", "device": "cpu", "workload": {"name": "mlp", "depth": 2},
+                              "threads": 1, "warmup": 1, "repeats": 1, "timeout_s": 600})
+    t0 = time.perf_counter()
+    predictor = Predictor(base, "batch", capacity, root / "predict", "forkserver", upper=1024)
+    edge = predictor.search(8)
+    tp = time.perf_counter() - t0
+    print(f"\nedge of batch, mlp train context=64 width=128 depth=2, CPU, capacity {capacity} B (128 MiB):")
+    print(f"  predicted (Predictor, {len(predictor.runs)} dry runs, {tp:.1f} s): max fit {edge['max_fit']}, "
+          f"min miss {edge['min_miss']} (exact: {edge['exact']}); tensor bytes only")
+    sweeps = {}
+    for name, extra in (("unseeded", []), ("seeded", ["hydra.sweeper.seed_from_dry_run=true"])):
+        sweeps[name] = s = _sweep(root, name, extra)
+        if s["error"]:
+            print(f"  {name} sweep: {s['error']}")
+            continue
+        r = s["result"]
+        seed = f", dry-run seed max_ok {s['dry']['predicted_max_ok']}" if s["dry"] else ""
+        print(f"  measured, {name:<8} frontier sweep (lattice 8..1024 step 8, confirm=0{seed}): max_ok {r['max_ok']}, "
+              f"min_oom {r['min_oom']} (exact: {r['exact']}); {s['runs']} real runs {s['probes']}, {s['wall']:.1f} s")
+    ok = [s for s in sweeps.values() if not s["error"]]
+    if ok and edge["max_fit"]:
+        lo, hi = ok[0]["result"]["max_ok"], ok[0]["result"]["min_oom"]
+        if lo and hi:
+            inside = lo <= edge["max_fit"] < hi
+            print(f"  the measured edge lies in [{lo}, {hi}) (lattice step 8); predicted max fit {edge['max_fit']} "
+                  f"{'is inside it' if inside else 'is OUTSIDE it'} (the real limit also holds malloc's and "
+                  f"PyTorch's own host memory, which a prediction of tensor bytes cannot see)")
 
 
 if __name__ == "__main__":
