@@ -51,6 +51,8 @@ from omegaconf import DictConfig, OmegaConf
 from worker.records import RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_json
 
 from .frontier import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
+from .process import share_fork_server
+from .spec import launch_settings
 
 log = logging.getLogger("memsweep")
 
@@ -241,9 +243,11 @@ class FrontierSweeperImpl:
                     self.compose(fixed + [f"{axis}={value}"])
                     if self.light:
                         self.compose(fixed + LIGHT + [f"{axis}={value}"])
+            isolation = launch_settings(self.config)["isolation"]
         except SpecError as exc:
             print(f"memsweep: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
+        share_fork_server(isolation)  # one server for all of the launcher's worker processes
         self.sweep_dir = Path(str(self.config.hydra.sweep.dir))
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         if not (self.sweep_dir / "multirun.yaml").exists():

@@ -108,6 +108,10 @@ class OvatSweeperImpl:
         for overrides in batches:
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
             spec_or_exit(cfg)
+        from .process import share_fork_server
+        from .spec import launch_settings
+
+        share_fork_server(launch_settings(self.config)["isolation"])  # one server for all launcher workers
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")

@@ -213,12 +213,21 @@ def _run_spawn(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, i
     return returncode, timed_out, proc.pid
 
 
+SHARED_FORKSERVER_ENV = "MEMSWEEP_FORKSERVER"
+
+
 class ForkServer:
-    """Client of ``worker/forkserver.py``: one server per orchestrator process, started lazily."""
+    """Client of ``worker/forkserver.py``: one server per orchestrator process, started lazily.
+
+    A process whose environment names a live server's socket (``MEMSWEEP_FORKSERVER``, set by
+    ``share_fork_server`` in the sweep's main process before the launcher starts its worker
+    processes) uses that server instead of starting its own; if it cannot be reached, this
+    process starts its own."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.path: str | None = None
+        self.shared = False  # using another process's server (self.proc stays None)
         # Runs started from several threads (a thread pool, joblib's threading backend) must
         # start one server, not one each with the socket path changing under them.
         self._lock = threading.Lock()
@@ -230,6 +239,10 @@ class ForkServer:
 
     def _ensure_locked(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            return
+        shared = os.environ.get(SHARED_FORKSERVER_ENV)
+        if self.proc is None and shared and os.path.exists(shared):
+            self.path, self.shared = shared, True
             return
         import tempfile
 
@@ -267,14 +280,32 @@ class ForkServer:
             self.proc.kill()
             self.proc.wait()
 
-    def run(self, run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:
+    def _connect(self):
         import socket
 
         self._ensure()
-        path = self.path
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.path)
+            return conn
+        except OSError:
+            conn.close()
+            if not self.shared:
+                raise
+        with self._lock:  # the shared server is gone: start one of our own
+            if self.shared:
+                self.shared, self.path = False, None
+                os.environ.pop(SHARED_FORKSERVER_ENV, None)
+        self._ensure()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(self.path)
+        return conn
+
+    def run(self, run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:
+        import socket
+
         deadline = time.monotonic() + timeout_s
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(path)
+        with self._connect() as conn:
             request = {"spec": str(run_dir / SPEC_FILE), "stdout": str(run_dir / STDOUT_FILE),
                        "stderr": str(run_dir / STDERR_FILE), "env": env}
             conn.sendall((json.dumps(request) + "\n").encode())
@@ -306,6 +337,18 @@ def _readline(conn, buffer: bytearray) -> bytes:
 
 
 _FORKSERVER = ForkServer()
+
+
+def share_fork_server(isolation: str) -> None:
+    """In a sweep's main process, before the launcher starts: start the fork server now and name
+    its socket in the environment (``MEMSWEEP_FORKSERVER``), so that the launcher's worker
+    processes (joblib's loky workers, submitit_local's jobs) fork their runs from this one
+    server instead of each importing torch into a server of its own. No-op unless
+    ``isolation == "forkserver"``. The server still dies with this process."""
+    if isolation != "forkserver":
+        return
+    _FORKSERVER._ensure()
+    os.environ[SHARED_FORKSERVER_ENV] = _FORKSERVER.path
 
 
 def _run_forkserver(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:

@@ -99,3 +99,73 @@ def test_cluster_configs_compose(cluster, target, monkeypatch):
     assert cfg.pool == "gpus" and cfg.hydra.launcher.tasks_per_node == 1
     if cluster == "slurm":
         assert cfg.hydra.launcher.partition == "a100" and cfg.hydra.launcher.gpus_per_node == 1
+
+
+CLIENT = """
+import json, sys
+from pathlib import Path
+import sweeper.process as p
+from worker.records import RunSpec
+spec = RunSpec.from_dict(json.loads(sys.argv[2]))
+result = p.execute(spec, Path(sys.argv[1]), isolation="forkserver")
+print(json.dumps({"outcome": result["outcome"], "shared": p._FORKSERVER.shared,
+                  "own_server": p._FORKSERVER.proc is not None}))
+"""
+TINY = {"batch": 1, "context": 4, "width": 8, "device": "cpu", "workload": {"name": "mlp", "depth": 1},
+        "warmup": 0, "repeats": 1, "threads": 1}
+
+
+@pytest.fixture
+def shared_server(monkeypatch):
+    from sweeper import process
+
+    monkeypatch.setenv(process.SHARED_FORKSERVER_ENV, "")  # restored after the test
+    process.share_fork_server("forkserver")
+    return process._FORKSERVER
+
+
+def test_launcher_workers_fork_their_runs_from_the_sweeps_one_server(tmp_path, shared_server):
+    """A process started after share_fork_server (a loky worker) uses that server, not its own."""
+    proc = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(TINY)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"outcome": "ok", "shared": True, "own_server": False}
+
+
+def test_a_client_whose_shared_server_is_gone_starts_its_own(tmp_path, monkeypatch):
+    from sweeper import process
+
+    monkeypatch.setenv(process.SHARED_FORKSERVER_ENV, str(tmp_path / "no-such-socket"))
+    (tmp_path / "no-such-socket").write_text("")  # exists, but nothing listens
+    proc = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(TINY)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"outcome": "ok", "shared": False, "own_server": True}
+
+
+def test_a_killed_client_takes_its_run_on_the_shared_server_with_it(tmp_path, shared_server):
+    """The server outlives a killed loky worker; the run that worker was waiting for must not."""
+    hang = dict(TINY, timeout_s=600, fault={"phase": "model_load", "kind": "hang"})
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(hang)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    record = tmp_path / "run" / "record.json"
+    deadline = time.monotonic() + 120
+    while not record.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pid = json.loads(record.read_text())["pid"]
+    assert Path(f"/proc/{pid}").exists()
+    client.send_signal(signal.SIGKILL)
+    client.wait()
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+    assert shared_server.proc.poll() is None  # the server itself goes on serving
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"

@@ -11,6 +11,9 @@ Why not ``multiprocessing``'s forkserver: it re-imports the caller's ``__main__`
 method in every child, which breaks under launchers that have their own (joblib's loky).
 
 Death propagates down (Linux PR_SET_PDEATHSIG): orchestrator -> server -> handler -> worker.
+One server may serve several client processes (the joblib/loky workers of one sweep, see
+``sweeper.process.share_fork_server``): a handler whose client goes away before the worker
+has ended (the client was killed) kills the worker's process group.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 
 from .main import _die_with_parent  # stdlib-only at import: torch is imported in serve()
 
@@ -37,6 +41,28 @@ def _handle(conn: socket.socket) -> None:
         run(request["spec"], request["stdout"], request["stderr"], request["env"])
         os._exit(70)  # run() never returns
     conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+    ended = threading.Event()
+    lock = threading.Lock()
+
+    def kill_on_hangup() -> None:
+        # The client sends nothing more: end of file before the worker has ended = the client
+        # died. The worker is not reaped before `ended` is set, so its pid cannot be reused here.
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass
+        with lock:
+            if not ended.is_set():
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    threading.Thread(target=kill_on_hangup, daemon=True).start()
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped
+    with lock:
+        ended.set()
     _, status = os.waitpid(pid, 0)
     try:
         conn.sendall((json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n").encode())

@@ -292,8 +292,9 @@ def real_peers() -> None:
     print(f"\nreal peers: mlp train, context=8192 width=32 depth=2, CPU at an emulated 2 GiB (RLIMIT_DATA), "
           f"batch in [2, 8192]; lightning {version('lightning')}, accelerate {version('accelerate')}, "
           f"torch {version('torch')}")
-    print("each peer's trial = 3 training steps (Lightning's steps_per_trial default); memsweep: light probes "
-          "(cold + 1 warm step), the edge run with warmup=1 repeats=1 (3 steps)")
+    print("each peer's trial = 3 training steps (Lightning's steps_per_trial default); memsweep's probes: cold + "
+          "warmup 1 + 1 warm step (3 steps), or light (cold + 1 warm step) with the edge re-run at 3 steps")
+    print("'answer, fresh' / 'answer+1, fresh': the peer's own training loop re-run in a new process at that batch")
     exe = Path(sys.executable).with_name("memsweep")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
     rows = []
@@ -333,10 +334,14 @@ def real_peers() -> None:
     for name, answer, cost, wall, fit, nxt, exact in rows:
         print(f"{name:<70} {answer!s:>6} {cost:>10} {wall:>7.1f}  {fit!s:<15} {nxt:<20} {'yes' if exact else 'no'}")
     peers = rows[len(PEER_VARIANTS):]
-    for label, _a, _c, mem, *_ in rows[:len(PEER_VARIANTS)]:
-        print(f"{label}: wall / " + ", ".join(f"{name.split()[0]} wall = {mem / wall:.2f}"
-                                                for name, _a, _c, wall, *_ in peers))
-    print("goal: memsweep's edge exact, in less wall time than each peer takes to its answer (ratio < 1)")
+    met = True
+    for label, _a, _c, mem, _f, _n, exact in rows[:len(PEER_VARIANTS)]:
+        ratios = [mem / wall for _name, _a, _c, wall, *_ in peers]
+        met = met and exact and all(r < 1 for r in ratios)
+        print(f"{label.split(' (')[0]}: wall / " + ", ".join(
+            f"{name.split()[0]} wall = {r:.2f}" for (name, *_), r in zip(peers, ratios)))
+    print("goal: memsweep's edge exact, in less wall time than each peer takes to its answer (ratios < 1): "
+          f"{'met' if met else 'NOT met'}")
 
 
 def main() -> int:
