@@ -299,3 +299,13 @@ def test_a_corrupt_devices_entry_is_null_not_zero():
     assert row["devices"] == [{"device_index": 0, **dict.fromkeys(DEVICE_COUNTERS)}]
     assert _coerce([{**row, "devices": "x"}], PHASES_SCHEMA).column("devices").to_pylist() == [None]
 
+
+
+def test_a_user_workload_is_told_how_many_devices_it_has():
+    from worker.workloads import build_workload
+
+    user = {"name": "user", "model": {"_target_": "mymodels.build"}, "inputs": {"_target_": "mymodels.inputs"}}
+    spec = RunSpec.from_dict({**BASE, "device": "cuda:0", "devices": 2, "workload": user})
+    load = build_workload(spec, torch.device("cuda", 0)).load(2, None)  # builds the Load only: no CUDA call
+    assert (load.devices, load.device) == (2, torch.device("cuda", 0))
+    assert not torch.cuda.is_initialized()
