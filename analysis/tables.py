@@ -57,13 +57,15 @@ RUNS_SCHEMA = pa.schema([
     ("record_problem", pa.string()),
     *[(name, pa.float64() if name == "estimate_error" else pa.int64()) for name in ESTIMATE_COLUMNS],
     *OPTIONS, ("parameters", pa.int64()), ("parameter_bytes", pa.int64()),
+    ("devices", pa.int64()),
 ])
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``cold_*`` /
 ``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
 cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's estimate,
 analysis/estimate.py), never measured; ``estimate_error`` = (est_peak_bytes -
 max_memory_allocated) / max_memory_allocated. ``parameters``, ``parameter_bytes``: the model's,
-by construction (the worker's record)."""
+by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for
+a spec written before the field, which was a one-device run); the peaks are those of cuda:0."""
 
 DEVICE_TYPE = pa.list_(pa.struct([("device_index", pa.int64()), *[(name, pa.int64()) for name in DEVICE_COUNTERS]]))
 """Type of the phases table's ``devices`` column: one struct per device of a multi-device run."""
@@ -207,6 +209,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         **{name: spec.get(name) for name, _ in OPTIONS},
         "parameters": _int((record.get("model") or {}).get("parameters")),
         "parameter_bytes": _int((record.get("model") or {}).get("parameter_bytes")),
+        "devices": _int(spec.get("devices", 1)),
     }
     row.update(estimate_columns(spec.get("estimate"), row["max_memory_allocated"], row["outcome"]))
     return row

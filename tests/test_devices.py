@@ -309,3 +309,20 @@ def test_a_user_workload_is_told_how_many_devices_it_has():
     load = build_workload(spec, torch.device("cuda", 0)).load(2, None)  # builds the Load only: no CUDA call
     assert (load.devices, load.device) == (2, torch.device("cuda", 0))
     assert not torch.cuda.is_initialized()
+
+
+def test_runs_on_one_and_on_two_devices_are_separate_frontiers():
+    from analysis.frontier import frontier_table
+    from analysis.tables import RUNS_SCHEMA, run_row
+
+    runs = []
+    for i, (batch, devices, outcome) in enumerate([(4, 1, "ok"), (8, 1, "oom"), (4, 2, "ok"), (8, 2, "ok")]):
+        spec = {**BASE, "batch": batch, "dtype": "float32", "mode": "inference", "device": "cuda:0",
+                "workload": {"name": "mlp"}, "warmup": 1, "repeats": 1, "seed": 0}
+        if devices > 1:  # the one-device specs predate the field: no key at all
+            spec["devices"] = devices
+        record = {"schema_version": 1, "complete": True, "outcome": outcome, "phases": []}
+        runs.append(run_row(Run(Path(f"/s/{i}"), spec, record=record), Path("/s")))
+    assert [r["devices"] for r in runs] == [1, 1, 2, 2]
+    rows = [r for r in frontier_table(_coerce(runs, RUNS_SCHEMA)).to_pylist() if r["axis"] == "batch"]
+    assert sorted((r["devices"], r["max_ok"], r["min_oom"]) for r in rows) == [(1, 4, 8), (2, 8, None)]
