@@ -250,6 +250,9 @@ class MultiDeviceCounters:
       phase record's ``devices`` list (one entry per device, bytes, null when unreadable).
 
     ``devices``: objects with ``index`` (int) and the methods of ``CudaCounters``.
+
+    Raises:
+        ValueError: ``devices`` is empty.
     """
 
     kind = "cuda"
@@ -271,6 +274,7 @@ class MultiDeviceCounters:
         self.main.start()
 
     def per_device(self) -> list:
+        """The per-device counter objects, in device order (the run's device first)."""
         return list(self.devices)
 
     def synchronize(self) -> None:
