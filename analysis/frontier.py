@@ -135,7 +135,8 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                 else int(peak["max_memory_allocated"]),
                 "max_ok_max_memory_reserved": None if pd.isna(peak.get("max_memory_reserved", pd.NA))
                 else int(peak["max_memory_reserved"]),
-                **{k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k]) for k in ("warmup", "repeats", "devices")},
+                **{k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k])
+                   for k in ("warmup", "repeats", "devices")},
             })
             if search is not None:
                 rows[-1].update(strategy=search.get("strategy"), runs_used=search.get("runs_used"),

@@ -15,8 +15,8 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from worker.records import (COLD_PHASES, DEVICE_COUNTERS, PEAK_SPLIT_FIELDS, RECORD_FILE, RESULT_FILE, SPEC_FILE, WARM_PHASES,
-                            RecordError, classify_run, read_json)
+from worker.records import (COLD_PHASES, DEVICE_COUNTERS, PEAK_SPLIT_FIELDS, RECORD_FILE, RESULT_FILE, SPEC_FILE,
+                            WARM_PHASES, RecordError, classify_run, read_json)
 
 from .estimate import ESTIMATE_COLUMNS, estimate_columns
 
@@ -67,7 +67,8 @@ max_memory_allocated) / max_memory_allocated. ``parameters``, ``parameter_bytes`
 by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for
 a spec written before the field, which was a one-device run); the peaks are those of cuda:0."""
 
-DEVICE_TYPE = pa.list_(pa.struct([("device_index", pa.int64()), *[(name, pa.int64()) for name in DEVICE_COUNTERS]]))
+DEVICE_TYPE = pa.list_(pa.struct([("device_index", pa.int64()),
+                                   *[(name, pa.int64()) for name in DEVICE_COUNTERS]]))
 """Type of the phases table's ``devices`` column: one struct per device of a multi-device run."""
 
 PHASES_SCHEMA = pa.schema([

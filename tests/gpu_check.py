@@ -176,7 +176,8 @@ def check_devices(info: dict, out: Path) -> list[str]:
     if proc.returncode != 0 or not record_path.is_file():
         return [f"devices=2 run failed ({proc.returncode}): {proc.stderr[-2000:]}"]
     record = json.loads(record_path.read_text())
-    failures = [] if record["outcome"] == "ok" else [f"devices=2 run: {record['outcome']}: {record['error_message']}"]
+    failures = [] if record["outcome"] == "ok" else [
+        f"devices=2 run: {record['outcome']}: {record['error_message']}"]
     visible = (record["environment"]["cuda_visible_devices"] or "").split(",")
     if len(visible) != 2:
         failures.append(f"devices=2 run leased {visible}, not two GPUs")

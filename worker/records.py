@@ -462,7 +462,8 @@ class RunSpec:
     def _check_devices(self) -> None:
         """``devices``: an int >= 1; more than 1 only on a CUDA device, and then the run's device
         is cuda:0 (it uses cuda:0 .. cuda:devices-1; with pool=gpus those are its leased GPUs)."""
-        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or not 1 <= self.devices <= MAX_DEVICES:
+        n = self.devices
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_DEVICES:
             raise SpecError("devices", self.devices, f"an integer from 1 to {MAX_DEVICES}")
         if self.devices == 1:
             return
