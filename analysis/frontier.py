@@ -30,7 +30,8 @@ IDENTITY = ("sweep_dir", "workload", "workload_params", "mode", "device", "capac
             "warmup", "repeats", "batch", "context", "width", "dtype",
             # mode options: a different optimizer, precision... is a different load
             "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export",
-            "new_tokens", "kv_cache")
+            "new_tokens", "kv_cache",
+            "devices")  # devices per run: a load on 2 GPUs is not the same load as on 1
 
 FRONTIER_SCHEMA = pa.schema([
     ("sweep_dir", pa.string()), ("axis", pa.string()), ("workload", pa.string()), ("mode", pa.string()),
@@ -44,7 +45,7 @@ FRONTIER_SCHEMA = pa.schema([
     ("max_ok_max_memory_allocated", pa.int64()), ("max_ok_max_memory_reserved", pa.int64()),
     ("strategy", pa.string()), ("runs_used", pa.int64()), ("upper_reached", pa.bool_()),
     ("stopped_by", pa.string()), ("search_status", pa.string()),
-    ("warmup", pa.int64()), ("repeats", pa.int64()),
+    ("warmup", pa.int64()), ("repeats", pa.int64()), ("devices", pa.int64()),
 ])
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
@@ -52,7 +53,8 @@ null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the
 ``max_ok_max_memory_*``: the peaks (bytes) of the max_ok run. The last five columns are
 null unless the frontier sweeper searched that axis (see the module docstring). ``warmup`` and
 ``repeats``: the protocol of the row's runs (the frontier sweeper's light probes,
-``hydra.sweeper.light``, form their own row next to the full-protocol one)."""
+``hydra.sweeper.light``, form their own row next to the full-protocol one). ``devices``: devices
+per run (runs on 1 and on 2 GPUs form separate rows)."""
 
 SEARCH_LOG = "search.jsonl"
 ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", "batch", "context", "width",
@@ -133,7 +135,8 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                 else int(peak["max_memory_allocated"]),
                 "max_ok_max_memory_reserved": None if pd.isna(peak.get("max_memory_reserved", pd.NA))
                 else int(peak["max_memory_reserved"]),
-                **{k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k]) for k in ("warmup", "repeats")},
+                **{k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k])
+                   for k in ("warmup", "repeats", "devices")},
             })
             if search is not None:
                 rows[-1].update(strategy=search.get("strategy"), runs_used=search.get("runs_used"),

@@ -15,8 +15,8 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from worker.records import (COLD_PHASES, PEAK_SPLIT_FIELDS, RECORD_FILE, RESULT_FILE, SPEC_FILE, WARM_PHASES,
-                            RecordError, classify_run, read_json)
+from worker.records import (COLD_PHASES, DEVICE_COUNTERS, PEAK_SPLIT_FIELDS, RECORD_FILE, RESULT_FILE, SPEC_FILE,
+                            WARM_PHASES, RecordError, classify_run, read_json)
 
 from .estimate import ESTIMATE_COLUMNS, estimate_columns
 
@@ -57,13 +57,19 @@ RUNS_SCHEMA = pa.schema([
     ("record_problem", pa.string()),
     *[(name, pa.float64() if name == "estimate_error" else pa.int64()) for name in ESTIMATE_COLUMNS],
     *OPTIONS, ("parameters", pa.int64()), ("parameter_bytes", pa.int64()),
+    ("devices", pa.int64()),
 ])
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``cold_*`` /
 ``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
 cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's estimate,
 analysis/estimate.py), never measured; ``estimate_error`` = (est_peak_bytes -
 max_memory_allocated) / max_memory_allocated. ``parameters``, ``parameter_bytes``: the model's,
-by construction (the worker's record)."""
+by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for
+a spec written before the field, which was a one-device run); the peaks are those of cuda:0."""
+
+DEVICE_TYPE = pa.list_(pa.struct([("device_index", pa.int64()),
+                                   *[(name, pa.int64()) for name in DEVICE_COUNTERS]]))
+"""Type of the phases table's ``devices`` column: one struct per device of a multi-device run."""
 
 PHASES_SCHEMA = pa.schema([
     ("sweep_dir", pa.string()), ("run_id", pa.string()),
@@ -76,6 +82,7 @@ PHASES_SCHEMA = pa.schema([
     ("parent", pa.string()), ("sub_phase", pa.string()), ("step", pa.int64()), ("micro_step", pa.int64()),
     *[(name, pa.int64()) for name in EXTRA_COUNTERS + SIZES],
     ("source", pa.string()), *[(name, pa.int64()) for name in PEAK_SPLIT_FIELDS],
+    ("devices", DEVICE_TYPE),
 ])
 """One row per run and phase; counters in bytes as recorded by the worker (seed 003 protocol).
 A sub-phase of a training step or a generation (``phase`` = ``cold_step.backward``) also has
@@ -84,7 +91,10 @@ measured, or predicted (a dry run). ``predicted_parameter_bytes``, ``predicted_g
 ``predicted_optimizer_state_bytes``, ``predicted_activation_bytes``: a predicted row's peak
 (``max_memory_allocated``) split by what was live at that moment (the categories of
 torch.distributed._tools.mem_tracker; activation = activations and temporaries, everything
-else); they sum to the peak. Null on measured rows, and on records written before the split."""
+else); they sum to the peak. Null on measured rows, and on records written before the split.
+``devices``: a run on several devices (spec ``devices`` > 1), one struct per device in order,
+``device_index`` and the six counters (bytes, null when unreadable); the row's own counters are
+those of cuda:0, the run's device. Null for a one-device run and for records without it."""
 
 
 @dataclass
@@ -200,6 +210,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         **{name: spec.get(name) for name, _ in OPTIONS},
         "parameters": _int((record.get("model") or {}).get("parameters")),
         "parameter_bytes": _int((record.get("model") or {}).get("parameter_bytes")),
+        "devices": _int(spec.get("devices", 1)),
     }
     row.update(estimate_columns(spec.get("estimate"), row["max_memory_allocated"], row["outcome"]))
     return row
@@ -224,8 +235,18 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
             **{name: _int(p.get(name)) for name in EXTRA_COUNTERS + SIZES},
             "source": source,
             **{name: _int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},
+            "devices": _devices(p.get("devices")),
         })
     return rows
+
+
+def _devices(value) -> list[dict] | None:
+    """A phase's ``devices`` list as rows of DEVICE_TYPE; null when absent or not a list (a
+    one-device run); an entry that is not a mapping is dropped, a non-integer value is null."""
+    if not isinstance(value, list):
+        return None
+    return [{"device_index": _int(d.get("device_index")), **{name: _int(d.get(name)) for name in DEVICE_COUNTERS}}
+            for d in value if isinstance(d, dict)]
 
 
 def _coerce(rows: list[dict], schema: pa.Schema) -> pa.Table:
@@ -243,6 +264,8 @@ def _coerce(rows: list[dict], schema: pa.Schema) -> pa.Table:
                 v = v if isinstance(v, bool) else None
             elif pa.types.is_string(f.type):
                 v = None if v is None else str(v)
+            elif pa.types.is_list(f.type):
+                v = v if isinstance(v, list) else None
             values.append(v)
         columns[f.name] = pa.array(values, type=f.type)
     return pa.table(columns, schema=schema)

@@ -33,7 +33,7 @@ def run_condition(cfg: DictConfig) -> dict:
     # a single `memsweep run` never reuses a directory.
     launch = launch_settings(cfg)
     probe = probe_device(spec.device) if spec.device.startswith("cuda") else None
-    with placement(launch["pool"], spec.device, launch["cores_per_run"], probe) as extra_env:
+    with placement(launch["pool"], spec.device, launch["cores_per_run"], probe, devices=spec.devices) as extra_env:
         result = execute(spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN,
                          isolation=launch["isolation"], extra_env=extra_env)
     where = f" in {result['failed_phase']}" if result["failed_phase"] else ""

@@ -1,12 +1,13 @@
 """Device pool: concurrent runs on one node each get a device (or CPU cores) of their own.
 
-A lease is an exclusive ``filelock`` on ``<lease_dir>/<kind>-<slot>.lock``, held by the
-orchestrator process for the whole run. The lock is an OS file lock (flock), so a run whose
-orchestrator is killed releases its lease with the process: no stale lease survives a crash.
-The worker receives its slot through its environment: ``CUDA_VISIBLE_DEVICES`` for a GPU
-(the run then sees it as cuda:0), ``MEMSWEEP_CPU_CORES`` for CPU cores (the worker pins
-itself with sched_setaffinity and uses that many intra-op threads). Leases are node-local
-(the default lease directory is in the node's temporary directory), as devices are.
+A lease is an exclusive ``filelock`` on ``<lease_dir>/<kind>-<id>.lock`` for every device or
+core of its slot, held by the orchestrator process for the whole run. The lock is an OS file
+lock (flock), so a run whose orchestrator is killed releases its lease with the process: no
+stale lease survives a crash. The worker receives its slot through its environment:
+``CUDA_VISIBLE_DEVICES`` for GPUs (one GPU, seen by the run as cuda:0; a run with
+``devices=N`` leases N GPUs at once, seen as cuda:0..N-1), ``MEMSWEEP_CPU_CORES`` for CPU cores
+(the worker pins itself with sched_setaffinity and uses that many intra-op threads). Leases are
+node-local (the default lease directory is in the node's temporary directory), as devices are.
 """
 
 from __future__ import annotations
@@ -29,12 +30,22 @@ def default_lease_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"memsweep-leases-{os.getuid()}"
 
 
-def gpu_slots(probe: dict) -> list[str]:
-    """Physical ids of the GPUs visible to the orchestrator (honours CUDA_VISIBLE_DEVICES)."""
+def gpu_slots(probe: dict, devices: int = 1) -> list[str]:
+    """Slots of ``devices`` GPUs each, from the GPUs visible to the orchestrator (honours
+    CUDA_VISIBLE_DEVICES, else ``probe["device_count"]``): physical ids, "0" for one GPU per run,
+    "0,1", "2,3" for two (like ``core_slots``); GPUs left over after the last full group are unused.
+
+    Raises:
+        SpecError: ``devices`` exceeds the visible GPUs.
+    """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
-        return [v.strip() for v in visible.split(",") if v.strip()]
-    return [str(i) for i in range(int(probe.get("device_count") or 1))]
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+    else:
+        ids = [str(i) for i in range(int(probe.get("device_count") or 1))]
+    if devices > len(ids):
+        raise SpecError("devices", devices, f"at most the {len(ids)} GPU(s) visible to the pool ({','.join(ids)})")
+    return [",".join(ids[i:i + devices]) for i in range(0, len(ids) - devices + 1, devices)]
 
 
 def core_slots(cores_per_run: int) -> list[str]:
@@ -48,34 +59,49 @@ def core_slots(cores_per_run: int) -> list[str]:
 
 @contextlib.contextmanager
 def lease(kind: str, slots: list[str], lease_dir: Path | None = None, poll_s: float = 0.2) -> Iterator[str]:
-    """Hold one free slot of ``slots`` for the duration of the block; waits while all are taken."""
+    """Hold one free slot of ``slots`` for the duration of the block; waits while all are taken.
+
+    A slot of several members ("0,1") holds one lock per member (``<kind>-0.lock``,
+    ``<kind>-1.lock``), all or none (taken without waiting, released if one is busy), so that
+    slots of different sizes that share a member ("0,1" and "1") are never held at once.
+    """
     lease_dir = Path(lease_dir or default_lease_dir())
     lease_dir.mkdir(parents=True, exist_ok=True)
     while True:
         for slot in slots:
-            lock = FileLock(lease_dir / f"{kind}-{slot.replace(',', '_')}.lock")
-            try:
-                lock.acquire(timeout=0)
-            except Timeout:
-                continue
-            try:
-                yield slot
-            finally:
+            held = []
+            for member in slot.split(","):
+                lock = FileLock(lease_dir / f"{kind}-{member.strip()}.lock")
+                try:
+                    lock.acquire(timeout=0)
+                except Timeout:
+                    break
+                held.append(lock)
+            else:
+                try:
+                    yield slot
+                finally:
+                    for lock in reversed(held):
+                        lock.release()
+                return
+            for lock in reversed(held):
                 lock.release()
-            return
         time.sleep(poll_s)
 
 
 @contextlib.contextmanager
 def placement(pool: str, device: str, cores_per_run: int, probe: dict | None,
-              lease_dir: Path | None = None) -> Iterator[dict]:
+              lease_dir: Path | None = None, devices: int = 1) -> Iterator[dict]:
     """The worker's extra environment for one run under ``pool`` (empty when nothing is leased).
 
-    ``gpus``: on a CUDA device, lease one visible GPU; ``cores``: on the CPU, lease
-    ``cores_per_run`` cores; ``none``: no lease (runs may share a device).
+    ``gpus``: on a CUDA device, lease ``devices`` visible GPUs at once (one slot of
+    ``gpu_slots``), passed as ``CUDA_VISIBLE_DEVICES`` ("2,3": the run sees cuda:0, cuda:1);
+    ``cores``: on the CPU, lease ``cores_per_run`` cores; ``none``: no lease (runs may share a
+    device).
 
     Raises:
-        SpecError: an unknown pool, or more cores per run than the node has.
+        SpecError: an unknown pool, more cores per run than the node has, or more ``devices``
+            than visible GPUs.
     """
     if pool not in POOLS:
         raise SpecError("pool", pool, "one of " + ", ".join(POOLS))
@@ -83,7 +109,7 @@ def placement(pool: str, device: str, cores_per_run: int, probe: dict | None,
         if device != "cuda:0":
             raise SpecError("device", device, "device=cuda or auto with pool=gpus (the pool picks the GPU, "
                                               "seen as cuda:0 by the run), or pool=none to name one")
-        with lease("gpu", gpu_slots(probe or {}), lease_dir) as slot:
+        with lease("gpu", gpu_slots(probe or {}, devices), lease_dir) as slot:
             yield {"CUDA_VISIBLE_DEVICES": slot, "MEMSWEEP_LEASE": f"gpu:{slot}"}
     elif pool == "cores" and device == "cpu":
         with lease("cores", core_slots(cores_per_run), lease_dir) as slot:

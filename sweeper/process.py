@@ -9,6 +9,7 @@ at ``timeout_s``). A missing result.json means the orchestrator itself died.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import logging
 import os
@@ -98,6 +99,16 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
+def _with_defaults(old: dict) -> dict:
+    """A stored spec.json with the RunSpec fields it predates (added later, additive, e.g.
+    ``devices``) filled with their defaults, so that it compares equal to the same condition."""
+    filled = dict(old)
+    for f in dataclasses.fields(RunSpec):
+        if f.name not in filled and f.default is not dataclasses.MISSING:
+            filled[f.name] = f.default
+    return filled
+
+
 def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
     """A run directory left by an earlier attempt at the same spec.
 
@@ -113,7 +124,7 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
         old = read_json(run_dir / SPEC_FILE, "spec")
     except RecordError as exc:
         raise RunDirError(f"{run_dir} holds an unreadable spec.json ({exc}); memsweep never overwrites a run") from None
-    if old != spec.to_dict():
+    if _with_defaults(old) != spec.to_dict():
         raise RunDirError(f"{run_dir / SPEC_FILE} already exists for another condition: memsweep never "
                           f"overwrites a run; choose another directory")
     if (run_dir / RESULT_FILE).exists():

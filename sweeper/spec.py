@@ -22,7 +22,7 @@ LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity",
              "repeats", "timeout_s", "seed", "threads", "fault",
              # mode options (worker.records.RunSpec)
              "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export",
-             "new_tokens", "kv_cache", "dry_run", "snapshot_on_oom")
+             "new_tokens", "kv_cache", "dry_run", "snapshot_on_oom", "devices")
 
 
 def check_optional_packages(spec: RunSpec) -> None:
@@ -120,8 +120,9 @@ def spec_from_config(cfg: Any) -> RunSpec:
 
     Checks every field (naming it and the accepted values on error), resolves
     ``device=auto`` (cuda:0 when a GPU is visible, else cpu), and checks against the
-    device that it is visible, that it supports the dtype (bfloat16) and that an emulated
-    ``capacity`` does not exceed its total memory.
+    device that it is visible, that it supports the dtype (bfloat16), that an emulated
+    ``capacity`` does not exceed its total memory and that ``devices`` does not exceed the
+    GPUs visible (probe ``device_count``).
 
     Raises:
         SpecError: the first bad field found.
@@ -150,6 +151,9 @@ def spec_from_config(cfg: Any) -> RunSpec:
     if info is not None and info.get("device_kind") == "cuda":
         if spec.dtype == "bfloat16" and not info.get("bf16_supported"):
             raise SpecError("dtype", spec.dtype, f"a dtype {info.get('device_name')} supports: float32, float16")
+        count = info.get("device_count")
+        if spec.devices > 1 and isinstance(count, int) and spec.devices > count:
+            raise SpecError("devices", spec.devices, f"at most the {count} GPU(s) visible here")
         total = info.get("total_memory")
         if capacity_bytes is not None and total and capacity_bytes > total:
             raise SpecError("capacity", capacity, f"at most the device's total_memory, {total} bytes")

@@ -19,6 +19,9 @@ Checked: every phase and sub-phase ok with CUDA counters, the extra counters pre
 KV cache bytes equal to 2 x layers x kv_heads x head_dim x tokens x bytes x batch, and the
 optimizer states appearing in the first step only.
 
+With 2+ GPUs, also the pool (one concurrent run per GPU) and a run with ``devices=2``
+(``check_devices``: two device entries per phase, cuda:0's peak equal to the main counter).
+
 Exit 0 when every check passes, 1 when one fails, 2 when no GPU is visible (nothing checked).
 """
 
@@ -73,6 +76,7 @@ def main() -> int:
             failures.append(f"batch={batch}: oom without the CUDA OOM message: {record['error_message']}")
     print("gpu-check outcomes by batch:", dict(sorted(outcomes.items())))
     failures += check_pool(info, out)
+    failures += check_devices(info, out)
     if "oom" not in outcomes.values() or "ok" not in outcomes.values():
         failures.append(f"expected both ok and oom at capacity=1GiB, got {outcomes}")
     failures += check_modes(out / "modes")
@@ -154,6 +158,39 @@ def check_pool(info: dict, out: Path) -> list[str]:
                      if a[0] < b[1] and b[0] < a[1] and a[2] == b[2]]
     used = sorted({r[2] for r in runs})
     print(f"gpu-check pool: {len(runs)} runs over GPUs {used}")
+    return failures
+
+
+def check_devices(info: dict, out: Path) -> list[str]:
+    """With 2+ GPUs: `memsweep run devices=2 pool=gpus` (mlp, small) leases two GPUs and records,
+    per phase, two device entries (cuda:0, cuda:1), cuda:0's max_memory_allocated > 0 and equal
+    to the phase's main counter (the run's counters are cuda:0's)."""
+    if int(info.get("device_count") or 1) < 2:
+        print("gpu-check: one GPU visible, the devices=2 check needs two or more (skipped)")
+        return []
+    run_dir = out / "devices"
+    cmd = [sys.executable, "-m", "sweeper.cli", "run", "device=cuda", "devices=2", "pool=gpus", "batch=4",
+           "context=128", "width=256", "warmup=1", "repeats=1", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    record_path = run_dir / "record.json"
+    if proc.returncode != 0 or not record_path.is_file():
+        return [f"devices=2 run failed ({proc.returncode}): {proc.stderr[-2000:]}"]
+    record = json.loads(record_path.read_text())
+    failures = [] if record["outcome"] == "ok" else [
+        f"devices=2 run: {record['outcome']}: {record['error_message']}"]
+    visible = (record["environment"]["cuda_visible_devices"] or "").split(",")
+    if len(visible) != 2:
+        failures.append(f"devices=2 run leased {visible}, not two GPUs")
+    for p in record["phases"]:
+        devices = p.get("devices") or []
+        if [d.get("device_index") for d in devices] != [0, 1]:
+            failures.append(f"devices=2 {p['name']}: device entries {devices}")
+            continue
+        peak0 = devices[0]["max_memory_allocated"]
+        if not (isinstance(peak0, int) and peak0 > 0 and peak0 == p["max_memory_allocated"]):
+            failures.append(f"devices=2 {p['name']}: cuda:0 max_memory_allocated {peak0} vs main "
+                            f"{p['max_memory_allocated']}")
+    print(f"gpu-check devices=2: {record['outcome']}, GPUs {visible}, {len(record['phases'])} phases")
     return failures
 
 

@@ -22,6 +22,10 @@ none: ``num_alloc_retries``, ``num_ooms`` and ``inactive_split_bytes`` (current)
 see memory used outside PyTorch's allocator (CUDA context, other processes). On the CPU the
 last two are MemAvailable / MemTotal of /proc/meminfo.
 
+Several devices per run (spec ``devices`` > 1, CUDA only): ``MultiDeviceCounters`` wraps one
+``CudaCounters`` per device; its main counters are cuda:0's and ``per_device()`` gives each
+device's counters, recorded per phase in the ``devices`` list.
+
 A CPU figure is labelled as such in the record (``counter_sources``) and is never a GPU
 measurement.
 
@@ -231,6 +235,72 @@ class CudaCounters:
         return out
 
 
+class MultiDeviceCounters:
+    """Counters of a run that uses several devices: one per-device counter object each
+    (``CudaCounters`` for cuda:0 .. cuda:N-1), the first being the run's device.
+
+    * ``synchronize`` and ``reset_peak_memory_stats`` act on every device (PyTorch docs:
+      torch.cuda.synchronize(device), torch.cuda.reset_peak_memory_stats(device) act on one
+      device each), so every device's peak covers the same phase window;
+    * the four main counters (``memory_allocated``, ``memory_reserved``,
+      ``max_memory_allocated``, ``max_memory_reserved``, bytes) and ``extra()`` are those of the
+      first device, cuda:0, the run's device: the phase record's main columns mean the same as in
+      a one-device run;
+    * ``per_device()`` gives the per-device counter objects, which ``run_phase`` reads into the
+      phase record's ``devices`` list (one entry per device, bytes, null when unreadable).
+
+    ``devices``: objects with ``index`` (int) and the methods of ``CudaCounters``.
+
+    Raises:
+        ValueError: ``devices`` is empty.
+    """
+
+    kind = "cuda"
+
+    def __init__(self, devices: list) -> None:
+        if not devices:
+            raise ValueError("MultiDeviceCounters needs at least one device")
+        self.devices = list(devices)
+        self.main = self.devices[0]
+        self.index = self.main.index
+        self.device = getattr(self.main, "device", None)
+        self.sources = dict(self.main.sources)
+        self.sources["devices"] = (f"per device, cuda:{self.devices[0].index}..cuda:{self.devices[-1].index}: "
+                                   f"the same counters; main counters are cuda:{self.main.index}'s")
+
+    def start(self) -> None:
+        for counters in self.devices[1:]:  # initialise every device, then make the run's device current
+            counters.start()
+        self.main.start()
+
+    def per_device(self) -> list:
+        """The per-device counter objects, in device order (the run's device first)."""
+        return list(self.devices)
+
+    def synchronize(self) -> None:
+        for counters in self.devices:
+            counters.synchronize()
+
+    def reset_peak_memory_stats(self) -> None:
+        for counters in self.devices:
+            counters.reset_peak_memory_stats()
+
+    def memory_allocated(self) -> int | None:
+        return self.main.memory_allocated()
+
+    def max_memory_allocated(self) -> int | None:
+        return self.main.max_memory_allocated()
+
+    def memory_reserved(self) -> int | None:
+        return self.main.memory_reserved()
+
+    def max_memory_reserved(self) -> int | None:
+        return self.main.max_memory_reserved()
+
+    def extra(self) -> dict:
+        return self.main.extra()
+
+
 def apply_cpu_capacity(capacity_bytes: int) -> dict:
     """Bound the worker's further memory growth to ``capacity_bytes`` with RLIMIT_DATA.
 
@@ -269,7 +339,38 @@ def apply_cuda_capacity(counters: CudaCounters, capacity_bytes: int, total_memor
             "memory_fraction": fraction}
 
 
-def make_counters(device: torch.device):
+def apply_cuda_capacity_per_device(counters: MultiDeviceCounters, capacity_bytes: int) -> dict:
+    """``apply_cuda_capacity`` on every device of a multi-device run: each device's caching
+    allocator is capped at ``capacity_bytes`` (bytes) of its own ``total_memory`` (from
+    torch.cuda.mem_get_info(device), PyTorch doc), via
+    torch.cuda.set_per_process_memory_fraction(fraction, device).
+
+    Returns the capacity description of cuda:0 (``memory_fraction``) plus ``memory_fractions``,
+    one per device in order.
+
+    Raises:
+        ValueError: ``capacity_bytes`` exceeds a device's total_memory.
+    """
+    fractions = []
+    for device_counters in counters.per_device():
+        _, total = torch.cuda.mem_get_info(device_counters.index)
+        fractions.append(apply_cuda_capacity(device_counters, capacity_bytes, int(total))["memory_fraction"])
+    return {"capacity_method": "torch.cuda.set_per_process_memory_fraction (every device)",
+            "memory_fraction": fractions[0], "memory_fractions": fractions}
+
+
+def make_counters(device: torch.device, devices: int = 1):
+    """The counters of a run on ``device``; with ``devices`` > 1 (CUDA only), a
+    ``MultiDeviceCounters`` over cuda:index .. cuda:index+devices-1, ``device`` first.
+
+    Raises:
+        ValueError: an unsupported device type, or devices > 1 on a non-CUDA device.
+    """
+    if devices > 1:
+        if device.type != "cuda":
+            raise ValueError(f"devices={devices} needs a CUDA device, not {device.type!r}")
+        first = device.index if device.index is not None else 0
+        return MultiDeviceCounters([CudaCounters(torch.device("cuda", first + i)) for i in range(devices)])
     if device.type == "cuda":
         return CudaCounters(device)
     if device.type == "cpu":

@@ -246,6 +246,12 @@ def run_phase(counters, name: str, body, iterations: int, fault: dict | None, re
     (``kv_cache_bytes``, ``optimizer_state_bytes``...), read after the counters.
     Then the extra counters (``counters.extra()``: allocator retries and OOMs, inactive
     split bytes, device free/total), null where the backend has none.
+
+    ``devices``: when ``counters`` offers ``per_device()`` (a run on several devices,
+    ``counters.MultiDeviceCounters``), a list with one entry per device, in order:
+    ``device_index`` and the six counters of ``records.DEVICE_COUNTERS`` (bytes, read at the
+    same protocol points as the main counters; null when one cannot be read, never 0).
+    Null otherwise.
     """
 
     def read(fn):
@@ -255,12 +261,16 @@ def run_phase(counters, name: str, body, iterations: int, fault: dict | None, re
         except Exception:  # a counter we cannot read is missing, not zero
             return None
 
+    per_device = counters.per_device() if hasattr(counters, "per_device") else None
     counters.synchronize()
     meta = meta or {}
     phase = {"name": name, **{k: meta.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
              "status": None, "iterations": iterations,
              "memory_allocated_start": read(counters.memory_allocated),
              "memory_reserved_start": read(counters.memory_reserved)}
+    devices = None if per_device is None else [
+        {"device_index": d.index, "memory_allocated_start": read(d.memory_allocated),
+         "memory_reserved_start": read(d.memory_reserved)} for d in per_device]
     counters.reset_peak_memory_stats()
     durations: list[float] = []
     t0 = time.perf_counter()
@@ -288,6 +298,11 @@ def run_phase(counters, name: str, body, iterations: int, fault: dict | None, re
         max_memory_allocated=read(counters.max_memory_allocated),
         max_memory_reserved=read(counters.max_memory_reserved),
     )
+    for entry, d in zip(devices or (), per_device or ()):
+        entry.update(memory_allocated=read(d.memory_allocated), memory_reserved=read(d.memory_reserved),
+                     max_memory_allocated=read(d.max_memory_allocated),
+                     max_memory_reserved=read(d.max_memory_reserved))
+    phase["devices"] = devices
     try:
         phase.update(counters.extra())
     except Exception:  # noqa: BLE001 - extra counters are best effort: missing, never 0
@@ -313,8 +328,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     except ImportError as exc:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="TorchUnavailable",
                           message=f"PyTorch is not installed: {exc}")
-    from .counters import (DryRunCounters, apply_cpu_capacity, apply_cuda_capacity, dry_run_unsupported,
-                           make_counters)
+    from .counters import (DryRunCounters, apply_cpu_capacity, apply_cuda_capacity,
+                           apply_cuda_capacity_per_device, dry_run_unsupported, make_counters)
     from .workloads import DependencyMissing, build_workload
 
     if torch.cuda.is_initialized():  # isolation: nothing may have touched a device before this run
@@ -326,6 +341,9 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         if not spec.threads:
             torch.set_num_threads(len(cores.split(",")))
     device, reason = _resolve(spec.device)
+    if not reason and spec.devices > 1 and device.index + spec.devices > torch.cuda.device_count():
+        reason = (f"devices={spec.devices}: cuda:{device.index}..cuda:{device.index + spec.devices - 1} asked, "
+                  f"only {torch.cuda.device_count()} device(s) visible")
     if reason:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="DeviceUnavailable", message=reason)
     if spec.dtype == "bfloat16" and not _bf16_supported(device):
@@ -334,7 +352,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     try:  # set-up: a failure here is an error of the run, attributed to no phase
         if spec.threads:
             torch.set_num_threads(spec.threads)
-        counters = DryRunCounters() if spec.dry_run else make_counters(device)
+        counters = DryRunCounters() if spec.dry_run else make_counters(device, spec.devices)
         counters.start()
         total, free, _ = _device_memory(device)
         if spec.dry_run:  # a prediction: nothing of the host's memory belongs in the record
@@ -347,7 +365,9 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         if spec.dry_run:
             capacity = {"capacity_method": "none (dry run: fake tensors use no memory; nothing is limited)"}
         elif spec.capacity_bytes is not None:
-            if device.type == "cuda":
+            if device.type == "cuda" and spec.devices > 1:  # the same emulated capacity on every device
+                capacity = apply_cuda_capacity_per_device(counters, spec.capacity_bytes)
+            elif device.type == "cuda":
                 capacity = apply_cuda_capacity(counters, spec.capacity_bytes, total)
             else:
                 torch.ones(64, 64) @ torch.ones(64, 64)  # start the intra-op thread pool before the limit

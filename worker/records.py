@@ -36,6 +36,7 @@ GENERATE_WORKLOADS = ("transformer", "hf")  # the workloads with a KV cache
 ACTIVATIONS = ("gelu", "relu", "silu", "tanh")
 AXES = ("batch", "context", "width", "dtype")
 OUTCOMES = ("ok", "oom", "error", "crash", "timeout")
+MAX_DEVICES = 1024  # upper bound of RunSpec.devices (devices used by one run)
 FAULT_KINDS = ("raise", "oom", "sigkill", "segfault", "hang", "garbage")
 
 # Training and generation options of a run (RunSpec fields, documented there).
@@ -64,6 +65,12 @@ PEAK_CATEGORIES = (("parameter", "predicted_parameter_bytes"), ("gradient", "pre
                    ("optimizer_state", "predicted_optimizer_state_bytes"),
                    ("activation", "predicted_activation_bytes"))
 PEAK_SPLIT_FIELDS = tuple(field for _, field in PEAK_CATEGORIES)
+
+
+# A run on several devices (spec ``devices`` > 1) records, per phase, a ``devices`` list: one
+# entry per device with ``device_index`` and these counters (bytes, null when unreadable).
+DEVICE_COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
+                   "max_memory_allocated", "max_memory_reserved")
 
 
 def _split(parent: str, subs: tuple[str, ...]) -> tuple[str, ...]:
@@ -374,6 +381,11 @@ class RunSpec:
     ``estimate`` is the calculated memory of this load (analysis/estimate.py, bytes by
     component, see ESTIMATE_KEYS) or ``None``; the worker does not use it.
 
+    ``devices``: how many devices the run uses (default 1). More than 1 only on a CUDA device,
+    with ``device="cuda:0"``: the run sees cuda:0 .. cuda:devices-1 (with pool=gpus, the GPUs it
+    leased) and records every phase's counters per device (phase field ``devices``); the run's
+    main counters stay those of cuda:0, the run's device.
+
     ``dry_run``: run the same phases on fake tensors (``FakeTensorMode``: shapes and dtypes,
     no storage) and record each phase's *predicted* live tensor bytes (record ``source``
     ``"predicted"``); needs device=cpu, no export, no fault; no capacity limit is applied.
@@ -405,6 +417,7 @@ class RunSpec:
     estimate: dict | None = None
     dry_run: bool = False
     snapshot_on_oom: bool = False
+    devices: int = 1
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -441,9 +454,25 @@ class RunSpec:
             raise SpecError("snapshot_on_oom", self.snapshot_on_oom,
                             "false here: memory snapshots record the CUDA caching allocator (a cuda device, "
                             "not a dry run)")
+        self._check_devices()
         object.__setattr__(self, "estimate", validate_estimate(self.estimate))
         if self.schema_version != SCHEMA_VERSION:
             raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
+
+    def _check_devices(self) -> None:
+        """``devices``: an int >= 1; more than 1 only on a CUDA device, and then the run's device
+        is cuda:0 (it uses cuda:0 .. cuda:devices-1; with pool=gpus those are its leased GPUs)."""
+        n = self.devices
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_DEVICES:
+            raise SpecError("devices", self.devices, f"an integer from 1 to {MAX_DEVICES}")
+        if self.devices == 1:
+            return
+        if not self.device.startswith("cuda"):
+            raise SpecError("devices", self.devices, f"1 with device={self.device} (several devices per run "
+                            "need a CUDA device)")
+        if self.device != "cuda:0":
+            raise SpecError("device", self.device, f"cuda:0 with devices={self.devices} (the run uses cuda:0 to "
+                            f"cuda:{self.devices - 1}; choose the GPUs with pool=gpus or CUDA_VISIBLE_DEVICES)")
 
     def _check_mode_options(self) -> None:
         _choice("precision", self.precision, PRECISIONS)

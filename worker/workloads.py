@@ -57,7 +57,9 @@ class Load:
     ``dtype`` is the dtype of the weights and of floating-point inputs (float32 under
     precision=autocast), ``compute_dtype`` the spec's dtype. ``generator`` is a seeded
     ``torch.Generator`` on ``device``, for reproducible random inputs. ``batch`` is the batch
-    of this call (``eval_batch`` for the eval phase).
+    of this call (``eval_batch`` for the eval phase). ``devices``: how many devices the run
+    uses (spec ``devices``): a data-parallel load spreads over cuda:0 .. cuda:devices-1
+    (``device`` is cuda:0 then), e.g. ``torch.nn.DataParallel(model, device_ids=range(devices))``.
     """
 
     batch: int
@@ -69,6 +71,7 @@ class Load:
     mode: str
     seed: int
     generator: torch.Generator | None = None
+    devices: int = 1
 
 
 @contextlib.contextmanager
@@ -670,7 +673,7 @@ class UserWorkload(Workload):
         s = self.spec
         return Load(batch=batch, context=s.context, width=s.width, dtype=self.param_dtype,
                     compute_dtype=self.compute_dtype, device=self.device, mode=s.mode, seed=s.seed,
-                    generator=generator)
+                    generator=generator, devices=s.devices)
 
     def build_model(self) -> nn.Module:
         fn, kwargs = self._model
