@@ -94,8 +94,28 @@ class OvatSweeperImpl:
         baseline = {axis: self.config.get(axis) for axis in AXES}
         return [fixed + ([f"{axis}={value}"] if axis else []) for axis, value in plan_conditions(axes, baseline)]
 
+    def conditions(self, batches: list[list[str]]) -> list[dict]:
+        """Each condition's config, for validation: the composed baseline with its one
+        ``axis=value`` set, the value typed by Hydra's override parser, interpolations left for
+        ``spec_from_config`` to resolve. The same config a full Hydra compose of the
+        condition gives (the axes are plain top-level keys and every other override is already
+        in the baseline), at a fraction of its cost (a compose takes about 0.4 s)."""
+        parser = OverridesParser.create()
+        base = OmegaConf.to_container(self.config, resolve=False)
+        base.pop("hydra", None)
+        out = []
+        for overrides in batches:
+            data = dict(base)
+            for line in overrides:  # the axis, and fixed axis overrides already in the baseline
+                override = parser.parse_override(line)
+                if override.get_key_element() in AXES:
+                    data[override.get_key_element()] = override.value()
+            out.append(OmegaConf.create(data))
+        return out
+
     def sweep(self, arguments: List[str]) -> Any:
-        from .spec import spec_or_exit
+        from .process import share_fork_server
+        from .spec import launch_settings, spec_or_exit
 
         try:
             batches = self.job_overrides(arguments)
@@ -105,13 +125,11 @@ class OvatSweeperImpl:
         # Bad input fails here, before any worker starts: the baseline itself (even when every
         # condition overrides one of its values), then every condition.
         spec_or_exit(self.config)
-        for overrides in batches:
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            spec_or_exit(cfg)
-        from .process import share_fork_server
-        from .spec import launch_settings
-
-        share_fork_server(launch_settings(self.config)["isolation"])  # one server for all launcher workers
+        # The fork server imports torch while the conditions are checked; the launcher's
+        # worker processes will fork their runs from it too.
+        share_fork_server(launch_settings(self.config)["isolation"])
+        for condition in self.conditions(batches):
+            spec_or_exit(condition)
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")

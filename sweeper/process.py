@@ -225,66 +225,98 @@ def _run_spawn(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, i
 
 
 SHARED_FORKSERVER_ENV = "MEMSWEEP_FORKSERVER"
+SHARED_WAIT_S = 300.0  # how long a client waits for the shared server to finish starting
+
+
+def _shared_server() -> str | None:
+    """The socket path of the sweep's shared fork server, when this process may use it:
+    ``MEMSWEEP_FORKSERVER`` = ``host:pid:path`` names this host and a live owner process."""
+    import socket
+
+    try:
+        host, pid, path = os.environ.get(SHARED_FORKSERVER_ENV, "").split(":", 2)
+        if host != socket.gethostname():
+            return None
+        os.kill(int(pid), 0)
+    except (ValueError, OSError):
+        return None
+    return path
 
 
 class ForkServer:
     """Client of ``worker/forkserver.py``: one server per orchestrator process, started lazily.
 
-    A process whose environment names a live server's socket (``MEMSWEEP_FORKSERVER``, set by
+    A process whose environment names a live server (``MEMSWEEP_FORKSERVER``, set by
     ``share_fork_server`` in the sweep's main process before the launcher starts its worker
-    processes) uses that server instead of starting its own; if it cannot be reached, this
-    process starts its own."""
+    processes) uses that server instead of starting its own, waiting while it starts; when
+    its owner is gone, this process starts its own."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.path: str | None = None
         self.shared = False  # using another process's server (self.proc stays None)
+        self._ready: threading.Event | None = None
+        self._said: dict = {}
         # Runs started from several threads (a thread pool, joblib's threading backend) must
         # start one server, not one each with the socket path changing under them.
         self._lock = threading.Lock()
         atexit.register(self.close)  # once: close() stops whichever server is current
+
+    def start(self) -> None:
+        """Start this process's server if it has none; returns at once (it imports torch meanwhile)."""
+        with self._lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start_locked()
+
+    def _start_locked(self) -> None:
+        import tempfile
+
+        self.shared = False
+        self.path = os.path.join(tempfile.mkdtemp(prefix="memsweep-fs-"), "sock")
+        env = worker_env()
+        # The server dies with its parent through PR_SET_PDEATHSIG, which fires when the *thread*
+        # that started it exits: a server started from a pool thread was killed with that
+        # thread. So it is started from a thread of its own that lives as long as the server.
+        said: dict = {}
+        launched, ready = threading.Event(), threading.Event()
+
+        def keeper() -> None:
+            try:
+                proc = subprocess.Popen([sys.executable, "-m", "worker.forkserver", self.path], env=env,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+            except BaseException as exc:  # noqa: BLE001 - reported by the caller
+                said["error"] = exc
+                launched.set()
+                ready.set()
+                return
+            said["proc"] = proc
+            launched.set()
+            said["line"] = proc.stdout.readline().strip()
+            ready.set()
+            proc.wait()
+
+        threading.Thread(target=keeper, name="memsweep-forkserver", daemon=True).start()
+        launched.wait()
+        if "error" in said:
+            raise said["error"]
+        self.proc, self._ready, self._said = said["proc"], ready, said
 
     def _ensure(self) -> None:
         with self._lock:
             self._ensure_locked()
 
     def _ensure_locked(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            return
-        shared = os.environ.get(SHARED_FORKSERVER_ENV)
-        if self.proc is None and shared and os.path.exists(shared):
-            self.path, self.shared = shared, True
-            return
-        import tempfile
-
-        self.path = os.path.join(tempfile.mkdtemp(prefix="memsweep-fs-"), "sock")
-        env = worker_env()
-        # The server dies with its parent through PR_SET_PDEATHSIG, which fires when the *thread*
-        # that started it exits: a server started from a pool thread was killed with that
-        # thread. So it is started from a thread of its own that lives as long as the server.
-        started: dict = {}
-        ready = threading.Event()
-
-        def keeper() -> None:
-            try:
-                started["proc"] = subprocess.Popen(
-                    [sys.executable, "-m", "worker.forkserver", self.path], env=env,
-                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
-            except BaseException as exc:  # noqa: BLE001 - reported by the caller
-                started["error"] = exc
+        if self.proc is None:
+            shared = _shared_server()
+            if shared is not None:
+                self.path, self.shared = shared, True
                 return
-            finally:
-                ready.set()
-            started["proc"].wait()
-
-        threading.Thread(target=keeper, name="memsweep-forkserver", daemon=True).start()
-        ready.wait()
-        if "error" in started:
-            raise started["error"]
-        self.proc = started["proc"]
-        line = self.proc.stdout.readline().strip()
-        if line != "ready":
-            raise RuntimeError(f"memsweep fork server did not start (said {line!r}, exit {self.proc.poll()})")
+        if self.proc is None or self.proc.poll() is not None:
+            self._start_locked()
+        self._ready.wait()
+        if self._said.get("line") != "ready":
+            raise RuntimeError(f"memsweep fork server did not start (said {self._said.get('line')!r}, "
+                               f"exit {self.proc.poll()})")
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -295,18 +327,23 @@ class ForkServer:
         import socket
 
         self._ensure()
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.connect(self.path)
-            return conn
-        except OSError:
-            conn.close()
-            if not self.shared:
-                raise
+        deadline = time.monotonic() + SHARED_WAIT_S
+        while True:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.connect(self.path)
+                return conn
+            except OSError:
+                conn.close()
+                if not self.shared:
+                    raise
+            # the shared server may still be importing torch: wait while its owner lives
+            if _shared_server() != self.path or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         with self._lock:  # the shared server is gone: start one of our own
             if self.shared:
                 self.shared, self.path = False, None
-                os.environ.pop(SHARED_FORKSERVER_ENV, None)
         self._ensure()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)
@@ -356,10 +393,12 @@ def share_fork_server(isolation: str) -> None:
     processes (joblib's loky workers, submitit_local's jobs) fork their runs from this one
     server instead of each importing torch into a server of its own. No-op unless
     ``isolation == "forkserver"``. The server still dies with this process."""
+    import socket
+
     if isolation != "forkserver":
         return
-    _FORKSERVER._ensure()
-    os.environ[SHARED_FORKSERVER_ENV] = _FORKSERVER.path
+    _FORKSERVER.start()
+    os.environ[SHARED_FORKSERVER_ENV] = f"{socket.gethostname()}:{os.getpid()}:{_FORKSERVER.path}"
 
 
 def _run_forkserver(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:

@@ -133,10 +133,14 @@ def test_launcher_workers_fork_their_runs_from_the_sweeps_one_server(tmp_path, s
 
 
 def test_a_client_whose_shared_server_is_gone_starts_its_own(tmp_path, monkeypatch):
+    import socket
+
     from sweeper import process
 
-    monkeypatch.setenv(process.SHARED_FORKSERVER_ENV, str(tmp_path / "no-such-socket"))
-    (tmp_path / "no-such-socket").write_text("")  # exists, but nothing listens
+    owner = subprocess.Popen(["true"])
+    owner.wait()  # the owner of the named server has exited
+    (tmp_path / "sock").write_text("")  # and nothing listens there
+    monkeypatch.setenv(process.SHARED_FORKSERVER_ENV, f"{socket.gethostname()}:{owner.pid}:{tmp_path / 'sock'}")
     proc = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(TINY)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
