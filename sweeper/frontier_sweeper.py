@@ -431,11 +431,14 @@ class FrontierSweeperImpl:
         for i, (value, n) in enumerate(wanted):
             overrides = self.fixed + list(extra or []) + [f"{axis}={value}"]
             key = spec_key(self.compose(overrides))
+            stem = f"{axis}_{value}_{'light_' if extra else ''}{key}"
             run_dir = self.index.get(key, n)
+            if run_dir is None:  # another orchestrator on this directory may have run it since the scan
+                self.rescan(stem, key)
+                run_dir = self.index.get(key, n)
             if run_dir is not None:
                 out[i] = self.read_run(run_dir, key, reused=True)
                 continue
-            stem = f"{axis}_{value}_{'light_' if extra else ''}{key}"
             name, k = stem, 1
             while not self.free_for(self.sweep_dir / name, key) or any(t[2] == self.sweep_dir / name for t in todo):
                 k += 1
@@ -451,6 +454,24 @@ class FrontierSweeperImpl:
                 self.index.add(key, run_dir)
                 out[i] = self.read_run(run_dir, key, reused=False, envelope=envelope)
         return out  # type: ignore[return-value]
+
+    def rescan(self, stem: str, key: str) -> None:
+        """Add to the index the finished runs of ``key`` named ``stem``, ``stem_2``... that are
+        not in it: runs that another orchestrator sharing the sweep directory finished after
+        this one scanned it (the per-run lock of ``sweeper.process.execute`` covers a run
+        both start at once; this covers one finished before the other looks)."""
+        known = set(self.index.runs.get(key, []))
+        name, k = stem, 1
+        while (self.sweep_dir / name).exists():
+            run_dir = self.sweep_dir / name
+            if run_dir not in known and (run_dir / RESULT_FILE).exists():
+                try:
+                    if spec_key(RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec"))) == key:
+                        self.index.add(key, run_dir)
+                except (RecordError, SpecError):
+                    pass
+            k += 1
+            name = f"{stem}_{k}"
 
     @staticmethod
     def free_for(run_dir: Path, key: str) -> bool:

@@ -301,3 +301,25 @@ def test_frontier_table_marks_the_full_protocol_row_of_a_light_search(tmp_path, 
     assert sorted((r["warmup"], r["repeats"]) for r in rows) == [(0, 1), (3, 5)]
     text = printed.getvalue()
     assert "warmup=0 repeats=1" in text and "warmup=3 repeats=5" in text
+
+
+def test_a_run_finished_by_another_orchestrator_after_the_scan_is_reused(tmp_path):
+    """Two orchestrators on one directory: a probe the other one finished after this one
+    scanned the directory is read, not run a second time."""
+    impl = make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=0, strategy="bisect")
+    other = ScriptedLauncher(tmp_path, edge_at(64 * 300))
+    name = f"batch_256_{spec_key(spec_of(['batch=256']))}"
+    launch = impl.launcher.launch
+
+    def launch_then_the_other_finishes_256(job_overrides, initial_job_idx):
+        if not (tmp_path / name).exists():
+            other.launch([["batch=256", f"hydra.sweep.subdir={name}"]], 0)
+        return launch(job_overrides, initial_job_idx)
+
+    impl.launcher.launch = launch_then_the_other_finishes_256
+    impl.sweep([])
+    (result,) = log_lines(tmp_path, "result")
+    assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
+    assert not any("batch=256" in call for call in impl.launcher.calls)  # read, not run again
+    assert [p for p in log_lines(tmp_path, "probe") if p["value"] == 256][0]["reused"] is True
+    assert not (tmp_path / f"{name}_2").exists()
