@@ -427,10 +427,14 @@ def optimizer_state_bytes(parameters: int, optimizer: str = "adamw", state_bytes
     return values * state_bytes
 
 
+ADAM_STEP_BYTES = 4  # torch.optim.Adam(W) ``state["step"]``: a 0-dim float32 tensor per parameter tensor
+
+
 def training_state(parameters: int, *, param_bytes: int = 2, optimizer: str = "adamw",
                    mixed_precision: bool = True, grad_bytes: int | None = None,
                    state_bytes: int | None = None,
-                   shapes: Sequence[Sequence[int]] | None = None) -> Breakdown:
+                   shapes: Sequence[Sequence[int]] | None = None,
+                   step_tensors: bool = False) -> Breakdown:
     """Gradients and optimizer states (with the fp32 master copy when mixed precision).
 
     Args:
@@ -443,9 +447,17 @@ def training_state(parameters: int, *, param_bytes: int = 2, optimizer: str = "a
         state_bytes: bytes per optimizer-state value; default 4 with mixed precision, else
             ``param_bytes`` (torch.optim's ``zeros_like(param)``).
         shapes: parameter shapes (needed by Adafactor, refines 8-bit AdamW).
+        step_tensors: count Adam(W)'s per-tensor ``step`` in the optimizer states, 4 B per
+            parameter tensor (``len(shapes)``). torch/optim/adamw.py ``_init_group`` keeps it
+            as a 0-dim float32 tensor on the parameter's device when ``fused`` or
+            ``capturable``, else on the host: so it is device memory on the CPU, and not on
+            CUDA with the default AdamW (hence off by default).
 
     Returns:
         a Breakdown with ``gradients`` and ``optimizer_states`` set (others ``None``).
+
+    Raises:
+        ValueError: ``step_tensors`` without ``shapes`` (the tensor count is needed).
 
     Example (ZeRO Sec. 3.1): mixed-precision AdamW = 2 (fp16 weights) + 2 (fp16 gradients)
     + 4 (fp32 master) + 4 (m) + 4 (v) = 16 bytes/param; this function returns the last 14.
@@ -455,6 +467,12 @@ def training_state(parameters: int, *, param_bytes: int = 2, optimizer: str = "a
     state_bytes = (4 if mixed_precision else param_bytes) if state_bytes is None else state_bytes
     opt = optimizer_state_bytes(parameters, optimizer, state_bytes, shapes)
     notes = []
+    if step_tensors and optimizer in ("adamw", "adam"):
+        if shapes is None:
+            raise ValueError("step_tensors: give the parameter shapes (one step tensor per parameter tensor)")
+        opt += ADAM_STEP_BYTES * len(shapes)
+        notes.append(f"optimizer states include {len(shapes)} step tensors of {ADAM_STEP_BYTES} B "
+                     "(Adam's per-tensor step, in device memory on the CPU)")
     if mixed_precision:
         opt += master_weight_bytes(parameters)
         notes.append("optimizer states include the fp32 master copy of the weights (4 B/param, "
@@ -808,7 +826,7 @@ def estimate_transformer(model: TransformerConfig, *, weight_format: StorageForm
                          fused_attention: bool = False, dropout: bool = True, include_head: bool = True,
                          kv_tokens: int | None = None, kv_sequences: int | None = None,
                          kv_bytes: int | None = None, static_capacity: int | None = None,
-                         reserve: int = 0) -> Breakdown:
+                         reserve: int = 0, step_tensors: bool = False) -> Breakdown:
     """Estimate a described decoder-only transformer.
 
     * weights: every tensor of ``model.tensors()`` in ``weight_format`` (a quantized format
@@ -825,6 +843,7 @@ def estimate_transformer(model: TransformerConfig, *, weight_format: StorageForm
       ``kv_sequences`` (default ``batch`` or 1).
 
     Components not asked for stay ``None``. Inference activations are not estimated.
+    ``step_tensors``: Adam(W)'s per-tensor step in the optimizer states (see ``training_state``).
     """
     fmt = storage_format(weight_format) if isinstance(weight_format, str) else weight_format
     tensors = model.tensors()
@@ -838,7 +857,7 @@ def estimate_transformer(model: TransformerConfig, *, weight_format: StorageForm
         param_bytes = max(1, _ceil_div(fmt.bits, 8))
         state = training_state(params, param_bytes=param_bytes, optimizer=optimizer,
                                mixed_precision=mixed_precision, grad_bytes=grad_bytes, state_bytes=state_bytes,
-                               shapes=[t.shape for t in tensors])
+                               shapes=[t.shape for t in tensors], step_tensors=step_tensors)
         b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states,
                       notes=b.notes + state.notes)
         if batch and seq_len:

@@ -325,3 +325,16 @@ def test_estimator_and_sweeper_do_not_import_torch():
     code = ("import sys; import analysis.estimate, analysis.estimate_cli, sweeper.spec, sweeper.cli; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_adam_step_tensors_are_four_bytes_per_parameter_tensor_when_asked():
+    shapes = [(8, 4), (8,), (3, 8)]
+    n = 8 * 4 + 8 + 3 * 8
+    base = E.training_state(n, param_bytes=4, mixed_precision=False, shapes=shapes)
+    with_steps = E.training_state(n, param_bytes=4, mixed_precision=False, shapes=shapes, step_tensors=True)
+    assert base.optimizer_states == 2 * 4 * n
+    assert with_steps.optimizer_states - base.optimizer_states == 4 * len(shapes)
+    sgd = E.training_state(n, param_bytes=4, optimizer="sgd", mixed_precision=False, shapes=shapes, step_tensors=True)
+    assert sgd.optimizer_states == 0  # SGD keeps no step
+    with pytest.raises(ValueError, match="shapes"):
+        E.training_state(n, param_bytes=4, step_tensors=True)
