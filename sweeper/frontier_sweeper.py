@@ -307,7 +307,7 @@ class FrontierSweeperImpl:
                               Path(self.sweep_dir) / ".dry_run" / axis, launch_settings(self.config)["isolation"],
                               upper=lattice.upper)
         start = min(max(getattr(baseline, axis), lattice.lower), lattice.upper)
-        edge = predictor.search(start)
+        edge = predictor.search(start, lattice)
         error = edge["error"]
         self.write_log({"event": "dry_run", "axis": axis, "capacity_bytes": baseline.capacity_bytes,
                         "predicted_max_ok": edge["max_fit"], "predicted_min_oom": edge["min_miss"],

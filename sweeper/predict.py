@@ -81,38 +81,35 @@ class Predictor:
         self.runs[value] = out
         return out
 
-    def search(self, start: int) -> dict:
-        """{"max_fit", "min_miss", "exact", "error"}: the edge of the axis (values, or None)."""
-        lo = hi = None
-        value = max(1, start)
-        first = self.run(value)
-        if first["fits"] is None:
-            return {"max_fit": None, "min_miss": None, "exact": False, "error": first}
-        if first["fits"]:
-            lo = value
-            while hi is None:
-                if lo >= self.upper:
-                    return {"max_fit": lo, "min_miss": None, "exact": False, "error": None}
-                r = self.run(min(lo * 2, self.upper))
+    def search(self, start: int, lattice=None) -> dict:
+        """{"max_fit", "min_miss", "exact", "error"}: the edge of the axis (values, or None).
+
+        Driven by memsweep's frontier search (``sweeper.frontier.FrontierSearch``, strategy
+        ``model``) with dry runs as its oracle: a value "fits" when its predicted peak is at most
+        the capacity, and the fit of predicted peaks against the axis aims the next dry run, so
+        a load whose peak is affine in the axis needs about four dry runs instead of a doubling
+        and a bisection. ``start``: the first value tried (the configured one); ``lattice``: the
+        values allowed (``sweeper.frontier.Lattice``; default every integer in [1, upper]).
+        ``error``: the dry run that could not predict (its outcome), which stops the search.
+        """
+        from .frontier import FrontierSearch, Lattice
+
+        lattice = lattice or Lattice.make(1, self.upper)
+        search = FrontierSearch(self.axis if self.axis in AXES else "batch", lattice, "model",
+                                capacity=self.capacity, seed=start)
+        error = None
+        while not search.done:
+            for probe in search.propose(1):
+                r = self.run(probe.value)
                 if r["fits"] is None:
-                    return {"max_fit": lo, "min_miss": None, "exact": False, "error": r}
-                lo, hi = (r["value"], None) if r["fits"] else (lo, r["value"])
-        else:
-            hi = value
-            while lo is None:
-                if hi == 1:
-                    return {"max_fit": None, "min_miss": 1, "exact": True, "error": None}
-                r = self.run(max(hi // 2, 1))
-                if r["fits"] is None:
-                    return {"max_fit": None, "min_miss": hi, "exact": False, "error": r}
-                lo, hi = (r["value"], hi) if r["fits"] else (None, r["value"])
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            r = self.run(mid)
-            if r["fits"] is None:
-                return {"max_fit": lo, "min_miss": hi, "exact": False, "error": r}
-            lo, hi = (mid, hi) if r["fits"] else (lo, mid)
-        return {"max_fit": lo, "min_miss": hi, "exact": True, "error": None}
+                    error = r
+                    search.observe(probe.value, "error", None, self.capacity, message=r.get("error_message"))
+                else:
+                    search.observe(probe.value, "ok" if r["fits"] else "oom", r["peak"], self.capacity)
+        res = search.result()
+        nothing_fits = res["max_ok"] is None and res["min_oom"] == lattice.lower
+        return {"max_fit": res["max_ok"], "min_miss": res["min_oom"], "error": error,
+                "exact": error is None and (res["exact"] or nothing_fits)}
 
 
 CATEGORY_LABELS = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer states",
