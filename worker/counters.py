@@ -396,6 +396,29 @@ _REAL_STORAGE_BYTES = {
 
 NO_PEAK_SPLIT = dict.fromkeys(PEAK_SPLIT_FIELDS)  # a measured run has no split: null, never 0
 
+# The CUDA caching allocator's smallest block: every request is rounded up to a multiple of
+# 512 bytes, and torch.cuda.memory_allocated / max_memory_allocated count those rounded blocks
+# (PyTorch c10/cuda/CUDACachingAllocator.cpp: ``kMinBlockSize = 512``, ``round_size``; with
+# the default allocator settings, i.e. no ``roundup_power2_divisions`` in PYTORCH_CUDA_ALLOC_CONF).
+CUDA_BLOCK_BYTES = 512
+CUDA_ROUNDING = "cuda: each storage rounded up to 512 B blocks (CUDACachingAllocator kMinBlockSize, round_size)"
+EXACT_ROUNDING = "none: exact storage bytes"
+
+
+def cuda_block_bytes(nbytes: int, block: int = CUDA_BLOCK_BYTES) -> int:
+    """Bytes the CUDA caching allocator counts as allocated for a request of ``nbytes`` bytes
+    (int >= 0): ``nbytes`` rounded up to a multiple of ``block`` (default 512 B,
+    CUDACachingAllocator.cpp ``round_size``); 0 for an empty storage (the allocator does not
+    allocate for a size of 0). Blocks it hands out whole instead of splitting (a request above
+    1 MiB whose cached block leaves 1 MiB or less) are larger still: not predicted.
+
+    Raises:
+        ValueError: a negative ``nbytes`` or a ``block`` below 1.
+    """
+    if nbytes < 0 or block < 1:
+        raise ValueError(f"cuda_block_bytes: nbytes {nbytes} must be >= 0 and block {block} >= 1")
+    return -(-nbytes // block) * block
+
 
 class FakeLiveTensorTracker(LiveTensorTracker):
     """LiveTensorTracker for a dry run: entered inside a ``FakeTensorMode``, so every operator
@@ -410,10 +433,18 @@ class FakeLiveTensorTracker(LiveTensorTracker):
     peak last grew (an event log, replayed when the peak grows: each event is applied once).
     ``tag`` gives a live storage its role (parameter, gradient, optimizer_state); an untagged
     storage is an activation or temporary.
+
+    ``device_type``: count only storages on that device type (``"cuda"`` for a CUDA dry run:
+    host tensors, such as AdamW's ``step`` counters or a model built on the host before it is
+    moved, are not in the CUDA allocator's counters); None counts every storage (CPU dry runs).
+    ``block_bytes``: count each storage's bytes rounded up to a multiple of this (512 for a
+    CUDA dry run, ``CUDA_BLOCK_BYTES``; an empty storage stays 0); None counts exact bytes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, device_type: str | None = None, block_bytes: int | None = None) -> None:
         super().__init__()
+        self.device_type = device_type
+        self.block_bytes = block_bytes
         self._serials: dict[int, int] = {}  # live StorageImpl address -> serial
         self._next_serial = 0
         self._peak_live: dict[int, int] = {}  # serial -> bytes, live at the peak
@@ -437,8 +468,12 @@ class FakeLiveTensorTracker(LiveTensorTracker):
             storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError):
             return
+        if self.device_type is not None and t.device.type != self.device_type:
+            return  # (a fake tensor's storage is on "meta"; the tensor says its fake device)
         key = storage._cdata
         size = storage.nbytes() if nbytes is None else max(nbytes, storage.nbytes())
+        if self.block_bytes is not None:
+            size = cuda_block_bytes(size, self.block_bytes)
         old = self._sizes.get(key)
         if old is None:
             self._sizes[key] = size
@@ -506,11 +541,62 @@ class FakeLiveTensorTracker(LiveTensorTracker):
         return {field: sums[name] for name, field in PEAK_CATEGORIES}
 
 
+def _fake_mode(device_type: str):
+    """The FakeTensorMode of a dry run on ``device_type``.
+
+    For ``cuda``, a subclass whose ``avoid_device_init`` is always True (FakeTensorMode sets it
+    only when no GPU is visible): ``torch.tensor`` constants are never lifted onto the device
+    and no constant is propagated across a device move, so a CUDA dry run never touches a real
+    GPU, on a machine that has one too (torch/_subclasses/fake_tensor.py, NOTE "torch.tensor,
+    lift_fresh, and device movement").
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if device_type != "cuda":
+        return FakeTensorMode()
+
+    class NoDeviceInitFakeTensorMode(FakeTensorMode):
+        @property
+        def avoid_device_init(self) -> bool:
+            return True
+
+    return NoDeviceInitFakeTensorMode()
+
+
+def fake_cuda_autograd_available() -> bool:
+    """Whether autograd can record a graph on fake CUDA tensors in this PyTorch (bool).
+
+    The autograd graph asks the device guard of every CUDA tensor it records for its stream. A
+    PyTorch built with CUDA has one (and on a machine without a GPU, FakeTensorMode installs a
+    no-op one: c10 ``ensureCUDADeviceGuardSet``); a CPU-only build has none, and PyTorch then
+    aborts the process (C++ terminate, "PyTorch is not linked with support for cuda devices";
+    pytorch/pytorch#92627). Asked through ``torch.Stream(device="cuda:0")``, which raises a
+    catchable RuntimeError in that case; on a machine with a GPU it is not asked (True).
+    """
+    if torch.cuda.is_available():
+        return True
+    torch._C._ensureCUDADeviceGuardSet()
+    try:
+        torch.Stream(device="cuda:0")
+    except RuntimeError:
+        return False
+    return True
+
+
 class DryRunCounters:
     """Counters of a dry run: predicted live tensor bytes of fake tensors; nothing reserved.
 
     ``start`` enters ``torch._subclasses.fake_tensor.FakeTensorMode`` and, inside it, the
     tracker, so that every tensor created by the workload is fake (shape, dtype, no storage).
+
+    ``device``: the run's device (torch.device; None = cpu). On ``cuda`` the workload's tensors
+    are fake CUDA tensors (CUDA meta kernels: e.g. scaled_dot_product_attention picks a fused
+    kernel's outputs, as on the GPU), CUDA is never initialised, and the tracker counts only
+    CUDA storages, each rounded up to the caching allocator's 512 B blocks
+    (``CUDA_BLOCK_BYTES``): the predicted peak is the one torch.cuda.max_memory_allocated would
+    report, not max_memory_reserved (segments, caching and fragmentation are not predicted).
+    ``rounding`` names the accounting (``CUDA_ROUNDING`` or ``EXACT_ROUNDING``). On the CPU the
+    accounting is exact storage bytes, as before.
 
     ``extra()`` adds the split of the phase's predicted peak (``max_memory_allocated``) into
     the categories of PEAK_CATEGORIES, bytes that sum to the peak: parameters, gradients,
@@ -530,11 +616,17 @@ class DryRunCounters:
            for name, field in PEAK_CATEGORIES},
     }
 
-    def __init__(self) -> None:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        self.fake_mode = FakeTensorMode()
-        self.tracker = FakeLiveTensorTracker()
+    def __init__(self, device: torch.device | None = None) -> None:
+        kind = device.type if device is not None else "cpu"
+        self.fake_mode = _fake_mode(kind)
+        if kind == "cuda":
+            self.tracker = FakeLiveTensorTracker(device_type="cuda", block_bytes=CUDA_BLOCK_BYTES)
+            self.rounding = CUDA_ROUNDING
+            self.sources = {k: (v if v is None else v + "; CUDA storages only, each rounded up to 512 B blocks")
+                            for k, v in type(self).sources.items()}
+        else:
+            self.tracker = FakeLiveTensorTracker()
+            self.rounding = EXACT_ROUNDING
         self.roles = None  # () -> iterable of (role, tensors); see Workload.storage_roles
         self._hook = None
 
