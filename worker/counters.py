@@ -452,6 +452,11 @@ class FakeLiveTensorTracker(LiveTensorTracker):
         self._roles: dict[int, str] = {}  # serial -> role, for tagged storages
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.uniform_.default and self.device_type == "cuda" and args[0].device.type == "cuda":
+            # uniform_'s fake kernel is a decomposition that asks for the CUDA generator, which a
+            # CPU-only PyTorch lacks; fake tensors hold no values, so any in-place random fill
+            # does: normal_ (also in place, no storage allocated, as uniform_ on the GPU).
+            func, args, kwargs = torch.ops.aten.normal_.default, (args[0],), {}
         out = func(*args, **(kwargs or {}))
         fix = _REAL_STORAGE_BYTES.get(getattr(func, "_schema", None) and func._schema.name)
         for t in tree_leaves(out):
@@ -563,24 +568,66 @@ def _fake_mode(device_type: str):
     return NoDeviceInitFakeTensorMode()
 
 
+_DEVICE_TYPES = 21  # c10::DeviceType: CPU 0, CUDA 1, ..., Lazy 17, ..., PrivateUse1 20 (c10/core/DeviceType.h)
+_CUDA, _LAZY = 1, 17
+
+
+def ensure_fake_cuda_guard() -> str:
+    """Make sure PyTorch has a device guard for CUDA, so that fake CUDA tensors can be indexed
+    (``t[..., a:b]``, whose binding takes a device guard) without a GPU; returns how (str).
+
+    * a PyTorch built with CUDA has its own guard; without a GPU, FakeTensorMode swaps it for
+      PyTorch's no-op ``FakeGuardImpl`` (c10 ``ensureCUDADeviceGuardSet``, done here too):
+      ``"pytorch"``;
+    * a CPU-only build has none, and ``ensureCUDADeviceGuardSet`` installs the no-op guard only
+      over an existing one that reports no device. This puts the Lazy backend's guard (which
+      reports none) in the CUDA slot of c10's ``device_guard_impl_registry`` (ctypes), calls
+      ``ensureCUDADeviceGuardSet``, which then installs its ``FakeGuardImpl<CUDA>``: the state
+      of a CUDA build without a GPU. ``"installed: ..."``. Only dry-run worker processes do this.
+
+    Raises:
+        RuntimeError: libc10 or its registry cannot be found, or the no-op guard was not
+        installed (the registry is left as it was).
+    """
+    torch._C._ensureCUDADeviceGuardSet()
+    if torch.cuda._is_compiled():
+        return "pytorch"
+    import ctypes
+    import glob
+
+    libs = sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.*")))
+    if not libs:
+        raise RuntimeError("libc10 not found next to torch")
+    try:
+        registry = (ctypes.c_void_p * _DEVICE_TYPES).in_dll(ctypes.CDLL(libs[0]),
+                                                          "_ZN3c104impl26device_guard_impl_registryE")
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"c10 device_guard_impl_registry not found: {exc}") from None
+    if registry[_CUDA]:
+        return "installed: c10 FakeGuardImpl<CUDA> (already there)"
+    if not registry[_LAZY]:
+        raise RuntimeError("no Lazy device guard to stand in while the no-op CUDA guard is installed")
+    registry[_CUDA] = registry[_LAZY]
+    torch._C._ensureCUDADeviceGuardSet()
+    if registry[_CUDA] == registry[_LAZY]:
+        registry[_CUDA] = None
+        raise RuntimeError("ensureCUDADeviceGuardSet did not install its no-op CUDA guard")
+    return "installed: c10 FakeGuardImpl<CUDA> (CPU-only PyTorch)"
+
+
 def fake_cuda_autograd_available() -> bool:
     """Whether autograd can record a graph on fake CUDA tensors in this PyTorch (bool).
 
-    The autograd graph asks the device guard of every CUDA tensor it records for its stream. A
-    PyTorch built with CUDA has one (and on a machine without a GPU, FakeTensorMode installs a
-    no-op one: c10 ``ensureCUDADeviceGuardSet``); a CPU-only build has none, and PyTorch then
-    aborts the process (C++ terminate, "PyTorch is not linked with support for cuda devices";
-    pytorch/pytorch#92627). Asked through ``torch.Stream(device="cuda:0")``, which raises a
-    catchable RuntimeError in that case; on a machine with a GPU it is not asked (True).
+    The autograd graph asks the device guard of every CUDA tensor it records for its stream,
+    and the backward pass asks for the build's accelerator (autograd engine,
+    ``GraphTask::stash_current_streams``). A CPU-only build has no CUDA accelerator: without a
+    guard PyTorch aborts the process (C++ terminate, "PyTorch is not linked with support for
+    cuda devices", pytorch/pytorch#92627), with the no-op one backward raises "Cannot access
+    accelerator device when none is available" (measured with PyTorch 2.13+cpu). So: True for
+    a PyTorch built with CUDA (``torch.cuda._is_compiled()``; with or without a GPU, not
+    checked here without one), False for a CPU-only build.
     """
-    if torch.cuda.is_available():
-        return True
-    torch._C._ensureCUDADeviceGuardSet()
-    try:
-        torch.Stream(device="cuda:0")
-    except RuntimeError:
-        return False
-    return True
+    return bool(torch.cuda._is_compiled())
 
 
 class DryRunCounters:
@@ -628,10 +675,17 @@ class DryRunCounters:
             self.tracker = FakeLiveTensorTracker()
             self.rounding = EXACT_ROUNDING
         self.roles = None  # () -> iterable of (role, tensors); see Workload.storage_roles
+        self.cuda_guard = None  # CUDA dry run: how PyTorch has a CUDA device guard (ensure_fake_cuda_guard)
         self._hook = None
 
     def start(self) -> None:
         from torch.nn.modules.module import register_module_parameter_registration_hook
+
+        if self.rounding == CUDA_ROUNDING:
+            try:
+                self.cuda_guard = ensure_fake_cuda_guard()
+            except RuntimeError as exc:  # indexing a fake CUDA tensor will fail (an error, recorded)
+                self.cuda_guard = f"none: {exc}"
 
         def on_parameter(module, name, param) -> None:  # returns None: the parameter is kept
             if param is not None:

@@ -387,6 +387,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
                         device_index=device.index if device.type == "cuda" else None,
                         device_total_memory=total, device_free_memory_start=free,
                         environment=environment(device, dry_run=spec.dry_run))
+        if spec.dry_run and device.type == "cuda":
+            rec.data["environment"]["fake_cuda_guard"] = counters.cuda_guard
         capacity = {"capacity_method": "device total_memory"}
         if spec.dry_run:
             capacity = {"capacity_method": "none (dry run: fake tensors use no memory; nothing is limited)"}
