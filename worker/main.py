@@ -358,11 +358,12 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
             from .counters import fake_cuda_autograd_available
 
             if not fake_cuda_autograd_available():
+                rec.data.update(device=str(device), device_kind=device.type, device_index=device.index)
                 return rec.finish("error", EXIT_UNAVAILABLE, error_type="DryRunUnsupported", message=(
-                    f"dry run: mode=train on {device} records an autograd graph on fake CUDA tensors, which "
-                    f"needs a PyTorch built with CUDA (no GPU needed); this one ({torch.__version__}) is "
-                    f"CPU-only and would abort the process (pytorch/pytorch#92627). Inference and generate "
-                    f"dry runs work here; device=cpu predicts train mode on the CPU"))
+                    f"dry run: mode=train on {device} records an autograd graph on fake CUDA tensors, whose "
+                    f"backward pass needs a PyTorch built with CUDA (no GPU needed); this one "
+                    f"({torch.__version__}) is CPU-only (pytorch/pytorch#92627). Inference and generate "
+                    f"dry runs on {device} work here; device=cpu predicts train mode on the CPU"))
     else:
         device, reason = _resolve(spec.device)
     if not reason and spec.devices > 1 and device.index + spec.devices > torch.cuda.device_count():
