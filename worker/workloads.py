@@ -169,7 +169,8 @@ def make_optimizer(name: str, params, foreach: bool | None = None) -> torch.opti
     ``foreach``: passed to the torch optimizers (adamw, sgd, adafactor); None keeps their
     default, which is the foreach implementation when every parameter is a plain CUDA tensor
     (torch.optim.optimizer._default_to_fused_or_foreach). Fake tensors are not plain tensors,
-    so a CUDA dry run passes True to run what the GPU runs (foreach temporaries included).
+    so a CUDA dry run passes True to run what the GPU runs (foreach temporaries included), for
+    adamw and sgd (Adafactor's foreach step reads a value, which fake tensors cannot give).
 
     Raises:
         DependencyMissing: adafactor on a PyTorch without it; adamw8bit without bitsandbytes.
@@ -316,8 +317,10 @@ class Workload:
             model.train()
             if self.spec.checkpointing:
                 self.enable_checkpointing(model)
-            # a CUDA dry run: the foreach optimizer the GPU would run by default (make_optimizer)
-            foreach = True if self.spec.dry_run and self.device.type == "cuda" else None
+            # a CUDA dry run: the foreach optimizer the GPU would run by default (make_optimizer);
+            # not Adafactor's, which reads a tensor's value (.item()) that fake tensors do not have
+            foreach = True if (self.spec.dry_run and self.device.type == "cuda"
+                               and self.spec.optimizer in ("adamw", "sgd")) else None
             self.optimizer = make_optimizer(self.spec.optimizer, [p for p in model.parameters() if p.requires_grad],
                                             foreach=foreach)
             if self.autocast_on and self.compute_dtype == torch.float16:
