@@ -386,7 +386,9 @@ def env_alloc_conf() -> dict:
 # Operators whose real kernel returns a tensor backed by a larger storage than its meta
 # kernel says (measured with LiveTensorTracker on CPU, PyTorch 2.13): the real storage bytes
 # as a function of (args, kwargs, itemsize). aten.mse_loss with a reduction returns a 0-dim
-# result that keeps the unreduced (input-sized) buffer alive (ATen Loss.cpp mse_loss).
+# result that keeps the unreduced (input-sized) buffer alive (ATen Loss.cpp mse_loss). Applied to
+# CUDA dry runs too (the same ATen function; not measured on a GPU: at most one input-sized
+# buffer too many).
 _REAL_STORAGE_BYTES = {
     "aten::mse_loss": lambda args, kwargs, out: (
         args[0].numel() * out.element_size()
