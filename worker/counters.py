@@ -639,8 +639,8 @@ class DryRunCounters:
     tracker, so that every tensor created by the workload is fake (shape, dtype, no storage).
 
     ``device``: the run's device (torch.device; None = cpu). On ``cuda`` the workload's tensors
-    are fake CUDA tensors (CUDA meta kernels: e.g. scaled_dot_product_attention picks a fused
-    kernel's outputs, as on the GPU), CUDA is never initialised, and the tracker counts only
+    are fake CUDA tensors (an operator whose fake kernel depends on the device takes its CUDA
+    branch), CUDA is never initialised, and the tracker counts only
     CUDA storages, each rounded up to the caching allocator's 512 B blocks
     (``CUDA_BLOCK_BYTES``): the predicted peak is the one torch.cuda.max_memory_allocated would
     report, not max_memory_reserved (segments, caching and fragmentation are not predicted).
