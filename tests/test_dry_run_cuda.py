@@ -25,6 +25,8 @@ LOADS = {
     "mlp_train": dict(BASE, batch=3, mode="train", workload={"name": "mlp", "depth": 2}),
     "lm_inference": dict(BASE, batch=3, mode="inference", workload=LM),
     "lm_generate": dict(BASE, batch=2, mode="generate", workload=LM, new_tokens=3),
+    # a static KV cache is written by slice assignment: indexing fake CUDA tensors
+    "lm_generate_static": dict(BASE, batch=2, mode="generate", workload=LM, new_tokens=3, kv_cache="static"),
 }
 SPLIT = ("predicted_parameter_bytes", "predicted_gradient_bytes", "predicted_optimizer_state_bytes",
          "predicted_activation_bytes")
@@ -93,7 +95,7 @@ def test_the_tracker_counts_cuda_storages_only_in_512_byte_blocks():
 
 
 # ----- the worker's CUDA dry run -------------------------------------------------------------
-@pytest.mark.parametrize("load", ["mlp1_inference", "lm_inference", "lm_generate"])
+@pytest.mark.parametrize("load", ["mlp1_inference", "lm_inference", "lm_generate", "lm_generate_static"])
 def test_a_cuda_dry_run_completes_without_a_gpu_and_never_initialises_cuda(runs, load):
     import torch
 
@@ -108,6 +110,7 @@ def test_a_cuda_dry_run_completes_without_a_gpu_and_never_initialises_cuda(runs,
     env = record["environment"]
     assert env["total_memory"] is None and env["capability"] is None and env["device_name"] is None
     assert all(v is None or v.startswith("predicted") for v in record["counter_sources"].values())
+    assert env["fake_cuda_guard"].startswith("pytorch" if _cuda_build() else "installed")
     for p in record["phases"]:
         assert p["memory_reserved"] is None and p["max_memory_reserved"] is None
         assert all(isinstance(p[k], int) for k in SPLIT), p["name"]
@@ -147,7 +150,7 @@ def _transformer_parameter_sizes(load: dict) -> list[int]:
     return [p.numel() * p.element_size() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("load", ["lm_inference", "lm_generate"])
+@pytest.mark.parametrize("load", ["lm_inference", "lm_generate", "lm_generate_static"])
 def test_lm_parameters_are_the_sum_of_512_byte_blocks_and_peaks_cover_the_cpu_ones(runs, load):
     cuda, cpu = _ok(runs[(load, "cuda:0")]), _ok(runs[(load, "cpu")])
     sizes = _transformer_parameter_sizes(LOADS[load])
