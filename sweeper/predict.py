@@ -5,7 +5,10 @@ Bisection of one axis (batch, context or width, everything else fixed) on dry ru
 records the predicted live tensor bytes of each phase). Each dry run is a fresh worker
 process started through ``sweeper.process.execute`` (the fork server by default), a second
 or less for small models; nothing is allocated, so the load may be far larger than this
-machine.
+machine. With ``device=cuda`` (or cuda:N) the dry runs run fake CUDA tensors on this machine,
+no GPU needed, and count each storage in the CUDA caching allocator's 512 B blocks
+(worker.counters.CUDA_BLOCK_BYTES): the prediction is of torch.cuda.max_memory_allocated;
+what it cannot see is listed in ``BLIND_SPOTS_CUDA``. The default device is cpu.
 
 A load "fits" when the largest predicted phase peak (``max_memory_allocated`` of a dry run,
 bytes) is at most ``capacity``. Search (Lightning's batch-size finder: low = last fit, high =
@@ -35,11 +38,32 @@ BLIND_SPOTS = (
     "the CUDA context and loaded kernels (hundreds of MB, outside PyTorch's counters)",
     "device-specific kernels that differ from the CPU ones (a dry run runs CPU fake kernels)",
 )
+# A dry run on a CUDA device (fake CUDA tensors): its peak is max_memory_allocated's, with each
+# storage rounded up to the allocator's 512 B blocks (worker.counters.CUDA_BLOCK_BYTES).
+BLIND_SPOTS_CUDA = (
+    "the caching allocator's segments (2 MiB, 20 MiB, larger ones rounded to 2 MiB) and its cache of freed "
+    "blocks: max_memory_reserved, what the GPU must hold, is larger than the predicted max_memory_allocated",
+    "blocks the allocator hands out whole instead of splitting (a request above 1 MiB whose cached block "
+    "leaves 1 MiB or less): allocated then exceeds the 512 B-rounded prediction; "
+    "and PYTORCH_CUDA_ALLOC_CONF roundup_power2_divisions, which rounds further",
+    "fragmentation (free memory in pieces too small for the next request)",
+    "library workspaces: cuBLAS, cuDNN, NCCL, flash/efficient-attention kernels' scratch",
+    "the CUDA context and loaded kernels (hundreds of MB, outside PyTorch's counters)",
+    "kernels whose CUDA meta (fake) kernel's outputs differ from what the GPU kernel allocates "
+    "(a dry run runs no GPU kernel)",
+)
+
+
+def blind_spots(device: str) -> tuple[str, ...]:
+    """What a dry run on ``device`` (cpu or cuda:N) cannot see: BLIND_SPOTS_CUDA or BLIND_SPOTS."""
+    return BLIND_SPOTS_CUDA if device.startswith("cuda") else BLIND_SPOTS
 
 USAGE = """usage: memsweep predict [OVERRIDES] capacity=SIZE [--axis batch|context|width]
 
 Predicts, without the device, the largest value of the axis whose tensor bytes fit in SIZE
-(GB = 10^9 B, GiB = 2^30 B), by bisection on dry runs. OVERRIDES are those of `memsweep run`."""
+(GB = 10^9 B, GiB = 2^30 B), by bisection on dry runs. OVERRIDES are those of `memsweep run`;
+device=cpu (the default) or device=cuda[:N] (fake CUDA tensors: no GPU needed; CUDA's 512 B
+allocator blocks counted)."""
 
 
 def _gb(n: int | None) -> str:
@@ -51,7 +75,11 @@ class Predictor:
 
     def __init__(self, base: RunSpec, axis: str, capacity_bytes: int, out_dir: Path, isolation: str,
                  upper: int = MAX_VALUE):
+        """``base``: the load; its dry runs are on its device (cpu or cuda:N: fake CUDA tensors,
+        no GPU needed), except a load on several devices (``devices`` > 1), predicted on the
+        CPU as one device. ``capacity_bytes``: the capacity to fit in (bytes)."""
         self.base, self.axis, self.capacity, self.upper = base, axis, capacity_bytes, min(upper, MAX_VALUE)
+        self.device = base.device if base.devices == 1 else "cpu"
         self.out_dir, self.isolation = Path(out_dir), isolation
         self.runs: dict[int, dict] = {}
 
@@ -63,7 +91,7 @@ class Predictor:
         from .process import execute
 
         # one warmup iteration and one warm repeat: every later step repeats the first warm one
-        data = {**self.base.to_dict(), self.axis: value, "dry_run": True, "device": "cpu",
+        data = {**self.base.to_dict(), self.axis: value, "dry_run": True, "device": self.device, "devices": 1,
                 "capacity_bytes": None, "estimate": None, "repeats": 1, "warmup": min(self.base.warmup, 1)}
         spec = RunSpec.from_dict(data)
         run_dir = self.out_dir / f"{self.axis}={value}"
@@ -177,8 +205,11 @@ def predict(argv: list[str], out=sys.stdout) -> int:
         if capacity in (None, "null"):
             raise SpecError("capacity", capacity, "a size to predict against, e.g. capacity=80GB")
         capacity_bytes = parse_size(capacity, "capacity")
+        # the device is the user's (cpu or cuda[:N]: a CUDA dry run needs no GPU), cpu by default
+        device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
         with initialize_config_module(config_module="conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides + ["device=cpu", "capacity=null", "export=false"])
+            cfg = compose(config_name="config", overrides=overrides + device + [
+                "capacity=null", "export=false", "dry_run=true"])
         settings = launch_settings(cfg)
         base = spec_from_config(cfg)
     except SpecError as exc:
@@ -189,16 +220,25 @@ def predict(argv: list[str], out=sys.stdout) -> int:
     predictor = Predictor(base, axis, capacity_bytes, out_dir, settings["isolation"])
     edge = predictor.search(getattr(base, axis))
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
+    cuda = predictor.device.startswith("cuda")
+    rounding = next((r["record"].get("prediction_rounding") for r in predictor.runs.values()
+                     if r["record"] and r["record"].get("prediction_rounding")), None)
     summary = {"axis": axis, "capacity_bytes": capacity_bytes, "source": "predicted", **{
         k: edge[k] for k in ("max_fit", "min_miss", "exact")}, "dry_runs": len(predictor.runs),
         "runs": [{k: r[k] for k in ("value", "outcome", "peak", "fits", "error_type")}
                  for r in sorted(predictor.runs.values(), key=lambda r: r["value"])],
         "breakdown": breakdown(at["record"]) if at else None,
-        "peak_split": peak_split_at(at["record"]) if at else None, "blind_spots": list(BLIND_SPOTS)}
+        "peak_split": peak_split_at(at["record"]) if at else None, "blind_spots": list(blind_spots(predictor.device)),
+        "device": predictor.device, "prediction_rounding": rounding}
     write_json_atomic(out_dir / "predict.json", summary)
 
     print(f"memsweep predict: {axis} at capacity {_gb(capacity_bytes)}, {len(predictor.runs)} dry runs "
           f"(fake tensors, no device), in {out_dir}", file=out)
+    if cuda:
+        print(f"  a PREDICTION for a CUDA device ({predictor.device}) made on this machine with fake CUDA tensors "
+              f"(no GPU used); tensor bytes counted as the CUDA caching allocator counts them, each storage "
+              f"rounded up to 512 B blocks: the predicted peak is torch.cuda.max_memory_allocated's, not "
+              f"max_memory_reserved's", file=out)
     if edge["error"] is not None:
         err = edge["error"]
         print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
@@ -222,7 +262,7 @@ def predict(argv: list[str], out=sys.stdout) -> int:
             for name, field in PEAK_CATEGORIES:
                 print(f"    {CATEGORY_LABELS[name]:<28} {_gb(split[field])}", file=out)
     print("  This is a prediction of live tensor bytes, not a measurement. It cannot see:", file=out)
-    for item in BLIND_SPOTS:
+    for item in blind_spots(predictor.device):
         print(f"    - {item}", file=out)
     print("  Keep a margin for these, or measure the edge: memsweep sweep ... capacity=SIZE", file=out)
     return 0 if edge["max_fit"] is not None and edge["error"] is None else 1

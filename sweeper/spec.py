@@ -124,6 +124,12 @@ def spec_from_config(cfg: Any) -> RunSpec:
     ``capacity`` does not exceed its total memory and that ``devices`` does not exceed the
     GPUs visible (probe ``device_count``).
 
+    A dry run on a CUDA device (``dry_run=true device=cuda`` or ``cuda:N``) is the exception:
+    fake CUDA tensors need no GPU, so the device is not probed (``cuda`` becomes ``cuda:0``) and
+    none of these device checks apply: its total memory, bfloat16 support and device count are
+    unknown here (a prediction for a CUDA device is checked against ``capacity`` only, by
+    ``memsweep predict``). The device string is still validated.
+
     Raises:
         SpecError: the first bad field found.
     """
@@ -138,7 +144,11 @@ def spec_from_config(cfg: Any) -> RunSpec:
     capacity = data.get("capacity")
     capacity_bytes = None if capacity is None else parse_size(capacity, "capacity")
     info = None
-    if device != "cpu":
+    if data.get("dry_run") is True and device.startswith("cuda"):
+        # A CUDA dry run runs fake CUDA tensors: no GPU is needed, none is probed. The device's
+        # properties (total memory, bfloat16 support, device count) stay unknown, never invented.
+        device = "cuda:0" if device == "cuda" else device
+    elif device != "cpu":
         info = probe_device(device)
         if not info.get("available"):
             raise SpecError("device", device, f"a visible device ({info.get('reason')}); device=cpu runs on the CPU")

@@ -89,7 +89,8 @@ def test_an_operator_fake_tensors_cannot_run_is_named(runs):
     assert record["phases"][-1]["error_type"] == "DryRunUnsupported"
 
 
-@pytest.mark.parametrize("change", [dict(device="cuda:0"), dict(export=True), dict(dry_run="yes"),
+@pytest.mark.parametrize("change", [dict(device="cuda:0", devices=2), dict(device="cuda"), dict(export=True),
+                                    dict(dry_run="yes"),
                                     dict(fault={"phase": "inputs", "kind": "raise"})])
 def test_a_dry_run_refuses_what_it_cannot_predict(change):
     with pytest.raises(SpecError):

@@ -386,7 +386,9 @@ def env_alloc_conf() -> dict:
 # Operators whose real kernel returns a tensor backed by a larger storage than its meta
 # kernel says (measured with LiveTensorTracker on CPU, PyTorch 2.13): the real storage bytes
 # as a function of (args, kwargs, itemsize). aten.mse_loss with a reduction returns a 0-dim
-# result that keeps the unreduced (input-sized) buffer alive (ATen Loss.cpp mse_loss).
+# result that keeps the unreduced (input-sized) buffer alive (ATen Loss.cpp mse_loss). Applied to
+# CUDA dry runs too (the same ATen function; not measured on a GPU: at most one input-sized
+# buffer too many).
 _REAL_STORAGE_BYTES = {
     "aten::mse_loss": lambda args, kwargs, out: (
         args[0].numel() * out.element_size()
@@ -395,6 +397,29 @@ _REAL_STORAGE_BYTES = {
 
 
 NO_PEAK_SPLIT = dict.fromkeys(PEAK_SPLIT_FIELDS)  # a measured run has no split: null, never 0
+
+# The CUDA caching allocator's smallest block: every request is rounded up to a multiple of
+# 512 bytes, and torch.cuda.memory_allocated / max_memory_allocated count those rounded blocks
+# (PyTorch c10/cuda/CUDACachingAllocator.cpp: ``kMinBlockSize = 512``, ``round_size``; with
+# the default allocator settings, i.e. no ``roundup_power2_divisions`` in PYTORCH_CUDA_ALLOC_CONF).
+CUDA_BLOCK_BYTES = 512
+CUDA_ROUNDING = "cuda: each storage rounded up to 512 B blocks (CUDACachingAllocator kMinBlockSize, round_size)"
+EXACT_ROUNDING = "none: exact storage bytes"
+
+
+def cuda_block_bytes(nbytes: int, block: int = CUDA_BLOCK_BYTES) -> int:
+    """Bytes the CUDA caching allocator counts as allocated for a request of ``nbytes`` bytes
+    (int >= 0): ``nbytes`` rounded up to a multiple of ``block`` (default 512 B,
+    CUDACachingAllocator.cpp ``round_size``); 0 for an empty storage (the allocator does not
+    allocate for a size of 0). Blocks it hands out whole instead of splitting (a request above
+    1 MiB whose cached block leaves 1 MiB or less) are larger still: not predicted.
+
+    Raises:
+        ValueError: a negative ``nbytes`` or a ``block`` below 1.
+    """
+    if nbytes < 0 or block < 1:
+        raise ValueError(f"cuda_block_bytes: nbytes {nbytes} must be >= 0 and block {block} >= 1")
+    return -(-nbytes // block) * block
 
 
 class FakeLiveTensorTracker(LiveTensorTracker):
@@ -410,10 +435,18 @@ class FakeLiveTensorTracker(LiveTensorTracker):
     peak last grew (an event log, replayed when the peak grows: each event is applied once).
     ``tag`` gives a live storage its role (parameter, gradient, optimizer_state); an untagged
     storage is an activation or temporary.
+
+    ``device_type``: count only storages on that device type (``"cuda"`` for a CUDA dry run:
+    host tensors, such as AdamW's ``step`` counters or a model built on the host before it is
+    moved, are not in the CUDA allocator's counters); None counts every storage (CPU dry runs).
+    ``block_bytes``: count each storage's bytes rounded up to a multiple of this (512 for a
+    CUDA dry run, ``CUDA_BLOCK_BYTES``; an empty storage stays 0); None counts exact bytes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, device_type: str | None = None, block_bytes: int | None = None) -> None:
         super().__init__()
+        self.device_type = device_type
+        self.block_bytes = block_bytes
         self._serials: dict[int, int] = {}  # live StorageImpl address -> serial
         self._next_serial = 0
         self._peak_live: dict[int, int] = {}  # serial -> bytes, live at the peak
@@ -421,6 +454,11 @@ class FakeLiveTensorTracker(LiveTensorTracker):
         self._roles: dict[int, str] = {}  # serial -> role, for tagged storages
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.uniform_.default and self.device_type == "cuda" and args[0].device.type == "cuda":
+            # uniform_'s fake kernel is a decomposition that asks for the CUDA generator, which a
+            # CPU-only PyTorch lacks; fake tensors hold no values, so any in-place random fill
+            # does: normal_ (also in place, no storage allocated, as uniform_ on the GPU).
+            func, args, kwargs = torch.ops.aten.normal_.default, (args[0],), {}
         out = func(*args, **(kwargs or {}))
         fix = _REAL_STORAGE_BYTES.get(getattr(func, "_schema", None) and func._schema.name)
         for t in tree_leaves(out):
@@ -437,8 +475,12 @@ class FakeLiveTensorTracker(LiveTensorTracker):
             storage = t.untyped_storage()
         except (RuntimeError, NotImplementedError):
             return
+        if self.device_type is not None and t.device.type != self.device_type:
+            return  # (a fake tensor's storage is on "meta"; the tensor says its fake device)
         key = storage._cdata
         size = storage.nbytes() if nbytes is None else max(nbytes, storage.nbytes())
+        if self.block_bytes is not None:
+            size = cuda_block_bytes(size, self.block_bytes)
         old = self._sizes.get(key)
         if old is None:
             self._sizes[key] = size
@@ -506,11 +548,104 @@ class FakeLiveTensorTracker(LiveTensorTracker):
         return {field: sums[name] for name, field in PEAK_CATEGORIES}
 
 
+def _fake_mode(device_type: str):
+    """The FakeTensorMode of a dry run on ``device_type``.
+
+    For ``cuda``, a subclass whose ``avoid_device_init`` is always True (FakeTensorMode sets it
+    only when no GPU is visible): ``torch.tensor`` constants are never lifted onto the device
+    and no constant is propagated across a device move, so a CUDA dry run never touches a real
+    GPU, on a machine that has one too (torch/_subclasses/fake_tensor.py, NOTE "torch.tensor,
+    lift_fresh, and device movement").
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if device_type != "cuda":
+        return FakeTensorMode()
+
+    class NoDeviceInitFakeTensorMode(FakeTensorMode):
+        @property
+        def avoid_device_init(self) -> bool:
+            return True
+
+    return NoDeviceInitFakeTensorMode()
+
+
+_DEVICE_TYPES = 21  # c10::DeviceType: CPU 0, CUDA 1, ..., Lazy 17, ..., PrivateUse1 20 (c10/core/DeviceType.h)
+_CUDA, _LAZY = 1, 17
+
+
+def ensure_fake_cuda_guard() -> str:
+    """Make sure PyTorch has a device guard for CUDA, so that fake CUDA tensors can be indexed
+    (``t[..., a:b]``, whose binding takes a device guard) without a GPU; returns how (str).
+
+    * a PyTorch built with CUDA has its own guard; without a GPU, FakeTensorMode swaps it for
+      PyTorch's no-op ``FakeGuardImpl`` (c10 ``ensureCUDADeviceGuardSet``, done here too):
+      ``"pytorch"``;
+    * a CPU-only build has none, and ``ensureCUDADeviceGuardSet`` installs the no-op guard only
+      over an existing one that reports no device. This puts the Lazy backend's guard (which
+      reports none) in the CUDA slot of c10's ``device_guard_impl_registry`` (ctypes), calls
+      ``ensureCUDADeviceGuardSet``, which then installs its ``FakeGuardImpl<CUDA>``: the state
+      of a CUDA build without a GPU. ``"installed: ..."``. Only dry-run worker processes do this.
+
+    Raises:
+        RuntimeError: libc10 or its registry cannot be found, or the no-op guard was not
+        installed (the registry is left as it was).
+    """
+    torch._C._ensureCUDADeviceGuardSet()
+    if torch.cuda._is_compiled():
+        return "pytorch"
+    import ctypes
+    import glob
+
+    libs = sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.*")))
+    if not libs:
+        raise RuntimeError("libc10 not found next to torch")
+    try:
+        registry = (ctypes.c_void_p * _DEVICE_TYPES).in_dll(ctypes.CDLL(libs[0]),
+                                                          "_ZN3c104impl26device_guard_impl_registryE")
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"c10 device_guard_impl_registry not found: {exc}") from None
+    if registry[_CUDA]:
+        return "installed: c10 FakeGuardImpl<CUDA> (already there)"
+    if not registry[_LAZY]:
+        raise RuntimeError("no Lazy device guard to stand in while the no-op CUDA guard is installed")
+    registry[_CUDA] = registry[_LAZY]
+    torch._C._ensureCUDADeviceGuardSet()
+    if registry[_CUDA] == registry[_LAZY]:
+        registry[_CUDA] = None
+        raise RuntimeError("ensureCUDADeviceGuardSet did not install its no-op CUDA guard")
+    return "installed: c10 FakeGuardImpl<CUDA> (CPU-only PyTorch)"
+
+
+def fake_cuda_autograd_available() -> bool:
+    """Whether autograd can record a graph on fake CUDA tensors in this PyTorch (bool).
+
+    The autograd graph asks the device guard of every CUDA tensor it records for its stream,
+    and the backward pass asks for the build's accelerator (autograd engine,
+    ``GraphTask::stash_current_streams``). A CPU-only build has no CUDA accelerator: without a
+    guard PyTorch aborts the process (C++ terminate, "PyTorch is not linked with support for
+    cuda devices", pytorch/pytorch#92627), with the no-op one backward raises "Cannot access
+    accelerator device when none is available" (measured with PyTorch 2.13+cpu). So: True for
+    a PyTorch built with CUDA (``torch.cuda._is_compiled()``; with or without a GPU, not
+    checked here without one), False for a CPU-only build.
+    """
+    return bool(torch.cuda._is_compiled())
+
+
 class DryRunCounters:
     """Counters of a dry run: predicted live tensor bytes of fake tensors; nothing reserved.
 
     ``start`` enters ``torch._subclasses.fake_tensor.FakeTensorMode`` and, inside it, the
     tracker, so that every tensor created by the workload is fake (shape, dtype, no storage).
+
+    ``device``: the run's device (torch.device; None = cpu). On ``cuda`` the workload's tensors
+    are fake CUDA tensors (an operator whose fake kernel depends on the device takes its CUDA
+    branch), CUDA is never initialised, and the tracker counts only
+    CUDA storages, each rounded up to the caching allocator's 512 B blocks
+    (``CUDA_BLOCK_BYTES``): the predicted peak is the one torch.cuda.max_memory_allocated would
+    report, not max_memory_reserved (segments, caching and fragmentation are not predicted).
+    ``rounding`` names the accounting (``CUDA_ROUNDING`` or ``EXACT_ROUNDING``). On the CPU the
+    accounting is exact storage bytes, as before.
 
     ``extra()`` adds the split of the phase's predicted peak (``max_memory_allocated``) into
     the categories of PEAK_CATEGORIES, bytes that sum to the peak: parameters, gradients,
@@ -530,16 +665,29 @@ class DryRunCounters:
            for name, field in PEAK_CATEGORIES},
     }
 
-    def __init__(self) -> None:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        self.fake_mode = FakeTensorMode()
-        self.tracker = FakeLiveTensorTracker()
+    def __init__(self, device: torch.device | None = None) -> None:
+        kind = device.type if device is not None else "cpu"
+        self.fake_mode = _fake_mode(kind)
+        if kind == "cuda":
+            self.tracker = FakeLiveTensorTracker(device_type="cuda", block_bytes=CUDA_BLOCK_BYTES)
+            self.rounding = CUDA_ROUNDING
+            self.sources = {k: (v if v is None else v + "; CUDA storages only, each rounded up to 512 B blocks")
+                            for k, v in type(self).sources.items()}
+        else:
+            self.tracker = FakeLiveTensorTracker()
+            self.rounding = EXACT_ROUNDING
         self.roles = None  # () -> iterable of (role, tensors); see Workload.storage_roles
+        self.cuda_guard = None  # CUDA dry run: how PyTorch has a CUDA device guard (ensure_fake_cuda_guard)
         self._hook = None
 
     def start(self) -> None:
         from torch.nn.modules.module import register_module_parameter_registration_hook
+
+        if self.rounding == CUDA_ROUNDING:
+            try:
+                self.cuda_guard = ensure_fake_cuda_guard()
+            except RuntimeError as exc:  # indexing a fake CUDA tensor will fail (an error, recorded)
+                self.cuda_guard = f"none: {exc}"
 
         def on_parameter(module, name, param) -> None:  # returns None: the parameter is kept
             if param is not None:

@@ -67,6 +67,10 @@ class Recorder:
             "device_index": None, "environment": None, "model": None, "current_phase": None, "phases": [],
             # measured: the counters of a real run; predicted: a dry run on fake tensors (spec.dry_run)
             "source": "measured",
+            # a dry run's accounting of storage bytes (counters.CUDA_ROUNDING / EXACT_ROUNDING); null if measured
+            "prediction_rounding": None,
+            # torch.cuda.is_initialized() when the record was finished (null: torch not imported)
+            "cuda_initialized": None,
         }
 
     def save(self) -> None:
@@ -79,6 +83,9 @@ class Recorder:
         self.data.update(outcome=outcome, exit_code=exit_code, failed_phase=phase, complete=True,
                          error_type=error_type or (type(exc).__name__ if exc else None),
                          error_message=message or (str(exc)[:4000] if exc else None))
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            self.data["cuda_initialized"] = bool(torch.cuda.is_initialized())
         self.save()
         return exit_code
 
@@ -135,20 +142,25 @@ def _driver_version() -> str | None:
         return None
 
 
-def environment(device) -> dict:
-    """The run's environment: versions, device, allocator settings, host."""
+def environment(device, dry_run: bool = False) -> dict:
+    """The run's environment: versions, device, allocator settings, host.
+
+    ``dry_run`` on a CUDA device: nothing is asked of the device (no CUDA call, no context), so
+    its total memory, name, driver, allocator backend and capability are null (unknown), never
+    invented."""
     import torch
 
     from .counters import env_alloc_conf
 
-    total, _, name = _device_memory(device)
+    no_device = dry_run and device.type == "cuda"
+    total, _, name = (None, None, None) if no_device else _device_memory(device)
     env = {
         "python": platform.python_version(), "torch": torch.__version__,
         "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None),
         "backend": ("hip" if torch.version.hip else "cuda") if device.type == "cuda" else "cpu",
         "device": str(device), "device_name": name, "total_memory": total,
-        "driver": _driver_version() if device.type == "cuda" else None,
-        "allocator_backend": torch.cuda.get_allocator_backend() if device.type == "cuda" else None,
+        "driver": _driver_version() if device.type == "cuda" and not no_device else None,
+        "allocator_backend": torch.cuda.get_allocator_backend() if device.type == "cuda" and not no_device else None,
         "alloc_conf": env_alloc_conf(), "host": socket.gethostname(), "platform": platform.platform(),
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -157,7 +169,7 @@ def environment(device) -> dict:
         "lease": os.environ.get("MEMSWEEP_LEASE"),
     }
     if device.type == "cuda":
-        env["capability"] = ".".join(map(str, torch.cuda.get_device_capability(device)))
+        env["capability"] = None if no_device else ".".join(map(str, torch.cuda.get_device_capability(device)))
     return env
 
 
@@ -340,27 +352,44 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
         if not spec.threads:
             torch.set_num_threads(len(cores.split(",")))
-    device, reason = _resolve(spec.device)
+    if spec.dry_run:  # fake tensors of the spec's device (cpu or cuda:N): nothing is asked of it
+        device, reason = torch.device(spec.device), None
+        if device.type == "cuda" and spec.mode == "train":
+            from .counters import fake_cuda_autograd_available
+
+            if not fake_cuda_autograd_available():
+                rec.data.update(device=str(device), device_kind=device.type, device_index=device.index)
+                return rec.finish("error", EXIT_UNAVAILABLE, error_type="DryRunUnsupported", message=(
+                    f"dry run: mode=train on {device} records an autograd graph on fake CUDA tensors, whose "
+                    f"backward pass needs a PyTorch built with CUDA (no GPU needed); this one "
+                    f"({torch.__version__}) is CPU-only (pytorch/pytorch#92627). Inference and generate "
+                    f"dry runs on {device} work here; device=cpu predicts train mode on the CPU"))
+    else:
+        device, reason = _resolve(spec.device)
     if not reason and spec.devices > 1 and device.index + spec.devices > torch.cuda.device_count():
         reason = (f"devices={spec.devices}: cuda:{device.index}..cuda:{device.index + spec.devices - 1} asked, "
                   f"only {torch.cuda.device_count()} device(s) visible")
     if reason:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="DeviceUnavailable", message=reason)
-    if spec.dtype == "bfloat16" and not _bf16_supported(device):
+    if spec.dtype == "bfloat16" and not spec.dry_run and not _bf16_supported(device):
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="DtypeUnsupported",
                           message=f"{device} does not support bfloat16 natively")
     try:  # set-up: a failure here is an error of the run, attributed to no phase
         if spec.threads:
             torch.set_num_threads(spec.threads)
-        counters = DryRunCounters() if spec.dry_run else make_counters(device, spec.devices)
+        counters = DryRunCounters(device) if spec.dry_run else make_counters(device, spec.devices)
         counters.start()
-        total, free, _ = _device_memory(device)
-        if spec.dry_run:  # a prediction: nothing of the host's memory belongs in the record
+        if spec.dry_run:  # a prediction: nothing of the host's (nor the device's) memory belongs in the record
             total = free = None
+            rec.data["prediction_rounding"] = counters.rounding
+        else:
+            total, free, _ = _device_memory(device)
         rec.data.update(device=str(device), device_kind=device.type, counter_sources=counters.sources,
                         device_index=device.index if device.type == "cuda" else None,
                         device_total_memory=total, device_free_memory_start=free,
-                        environment=environment(device))
+                        environment=environment(device, dry_run=spec.dry_run))
+        if spec.dry_run and device.type == "cuda":
+            rec.data["environment"]["fake_cuda_guard"] = counters.cuda_guard
         capacity = {"capacity_method": "device total_memory"}
         if spec.dry_run:
             capacity = {"capacity_method": "none (dry run: fake tensors use no memory; nothing is limited)"}

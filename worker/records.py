@@ -388,7 +388,9 @@ class RunSpec:
 
     ``dry_run``: run the same phases on fake tensors (``FakeTensorMode``: shapes and dtypes,
     no storage) and record each phase's *predicted* live tensor bytes (record ``source``
-    ``"predicted"``); needs device=cpu, no export, no fault; no capacity limit is applied.
+    ``"predicted"``); device cpu or cuda:N (fake CUDA tensors, no GPU needed; storages counted
+    in the CUDA caching allocator's 512 B blocks), no export, no fault, devices 1; no capacity
+    limit is applied.
     """
 
     batch: int
@@ -499,15 +501,24 @@ class RunSpec:
                             f"(generate needs a KV cache: workload " + " or ".join(GENERATE_WORKLOADS) + ")")
 
     def _check_dry_run(self) -> None:
-        """A dry run runs the phases on fake tensors (shapes, no storage) on the CPU: it predicts
-        tensor bytes, so nothing that needs real data or a real device may be asked of it."""
+        """A dry run runs the phases on fake tensors (shapes, no storage) of the spec's device, cpu
+        or cuda:N (fake CUDA tensors need no GPU: nothing is allocated, CUDA is never
+        initialised); it predicts tensor bytes, so nothing that needs real data or a real
+        device may be asked of it: no export, no fault, one device.
+
+        Raises:
+            SpecError: ``dry_run`` not a bool; a device other than cpu or cuda:N; export, fault
+            or devices > 1 with a dry run; a workload dry runs do not cover.
+        """
         if not isinstance(self.dry_run, bool):
             raise SpecError("dry_run", self.dry_run, "true or false")
         if not self.dry_run:
             return
-        if self.device != "cpu":
-            raise SpecError("device", self.device, "cpu with dry_run=true (a dry run runs fake CPU tensors; "
-                            "its prediction is of tensor bytes, which do not depend on the device)")
+        if not re.fullmatch(r"cpu|cuda:\d+", self.device):
+            raise SpecError("device", self.device, "cpu or cuda:N with dry_run=true (a dry run runs fake tensors "
+                            "of that device; a CUDA one needs no GPU)")
+        if self.devices != 1:
+            raise SpecError("devices", self.devices, "1 with dry_run=true (a dry run predicts one device)")
         if self.export:
             raise SpecError("export", self.export, "false with dry_run=true (export writes the real weights)")
         if self.fault is not None:

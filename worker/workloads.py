@@ -56,7 +56,8 @@ class Load:
 
     ``dtype`` is the dtype of the weights and of floating-point inputs (float32 under
     precision=autocast), ``compute_dtype`` the spec's dtype. ``generator`` is a seeded
-    ``torch.Generator`` on ``device``, for reproducible random inputs. ``batch`` is the batch
+    ``torch.Generator`` on ``device``, for reproducible random inputs (None on a dry run on a
+    CUDA device: fake tensors hold no values). ``batch`` is the batch
     of this call (``eval_batch`` for the eval phase). ``devices``: how many devices the run
     uses (spec ``devices``): a data-parallel load spreads over cuda:0 .. cuda:devices-1
     (``device`` is cuda:0 then), e.g. ``torch.nn.DataParallel(model, device_ids=range(devices))``.
@@ -156,7 +157,7 @@ def default_loss(output: Any, target: Any) -> torch.Tensor:
     return F.mse_loss(output, target)
 
 
-def make_optimizer(name: str, params) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params, foreach: bool | None = None) -> torch.optim.Optimizer:
     """The optimizer of ``spec.optimizer``, at its library defaults.
 
     adamw: torch.optim.AdamW (two states per parameter, exp_avg and exp_avg_sq, in the
@@ -165,16 +166,23 @@ def make_optimizer(name: str, params) -> torch.optim.Optimizer:
     bitsandbytes.optim.AdamW8bit (states quantised to 8 bits). States are allocated lazily,
     in the first optimizer step.
 
+    ``foreach``: passed to the torch optimizers (adamw, sgd, adafactor); None keeps their
+    default, which is the foreach implementation when every parameter is a plain CUDA tensor
+    (torch.optim.optimizer._default_to_fused_or_foreach). Fake tensors are not plain tensors,
+    so a CUDA dry run passes True to run what the GPU runs (foreach temporaries included), for
+    adamw and sgd (Adafactor's foreach step reads a value, which fake tensors cannot give).
+
     Raises:
         DependencyMissing: adafactor on a PyTorch without it; adamw8bit without bitsandbytes.
     """
     check_optimizer(name)
+    kw = {} if foreach is None else {"foreach": foreach}
     if name == "adamw":
-        return torch.optim.AdamW(params)
+        return torch.optim.AdamW(params, **kw)
     if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-3)
+        return torch.optim.SGD(params, lr=1e-3, **kw)
     if name == "adafactor":
-        return torch.optim.Adafactor(params)
+        return torch.optim.Adafactor(params, **kw)
     if name == "adamw8bit":
         import bitsandbytes
 
@@ -281,7 +289,11 @@ class Workload:
             return torch.autocast(self.device.type, dtype=self.compute_dtype)
         return contextlib.nullcontext()
 
-    def generator(self, offset: int) -> torch.Generator:
+    def generator(self, offset: int) -> torch.Generator | None:
+        """A seeded generator on the run's device; None on a dry run on a non-CPU device (fake
+        tensors hold no values, and a CUDA generator would need the CUDA runtime)."""
+        if self.spec.dry_run and self.device.type != "cpu":
+            return None
         return torch.Generator(device=self.device).manual_seed(self.spec.seed + offset)
 
     # ----- phase bodies ---------------------------------------------------------------------
@@ -305,7 +317,12 @@ class Workload:
             model.train()
             if self.spec.checkpointing:
                 self.enable_checkpointing(model)
-            self.optimizer = make_optimizer(self.spec.optimizer, [p for p in model.parameters() if p.requires_grad])
+            # a CUDA dry run: the foreach optimizer the GPU would run by default (make_optimizer);
+            # not Adafactor's, which reads a tensor's value (.item()) that fake tensors do not have
+            foreach = True if (self.spec.dry_run and self.device.type == "cuda"
+                               and self.spec.optimizer in ("adamw", "sgd")) else None
+            self.optimizer = make_optimizer(self.spec.optimizer, [p for p in model.parameters() if p.requires_grad],
+                                            foreach=foreach)
             if self.autocast_on and self.compute_dtype == torch.float16:
                 self.scaler = torch.amp.GradScaler(self.device.type)
         else:

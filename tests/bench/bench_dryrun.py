@@ -82,12 +82,13 @@ def main() -> int:
                       f"{split[0]!s:>9}   {split[1]!s:>9}   {split[2]!s:>10}   {split[3]!s:>9}{sums}")
         print(f"\nlargest |error| of a phase peak over all loads: {worst:.3%}")
 
-        llama_vs_estimator(root)
+        train_cpu = llama_vs_estimator(root)
+        llama_cuda_vs_cpu(root, train_cpu)
         predicted_vs_measured_edge(root)
     return 0
 
 
-def llama_vs_estimator(root: Path) -> None:
+def llama_vs_estimator(root: Path) -> dict:
     """The Llama-2-7B dry run's split at the optimizer step's peak against the estimator
     (analysis.estimate.estimate_transformer, pure bf16 AdamW: states in the parameter dtype as
     torch.optim.AdamW's zeros_like, no fp32 master copy, no ZeRO)."""
@@ -102,7 +103,7 @@ def llama_vs_estimator(root: Path) -> None:
     peak = max(p["max_memory_allocated"] for p in record["phases"])
     print(f"  predicted peak of live tensor bytes: {peak} B = {peak / 1e9:.2f} GB = {peak / 2**30:.2f} GiB")
     if not step:
-        return
+        return record
     config = parse_hf_config(LLAMA2_7B_CONFIG)
     est = estimate_transformer(config, weight_format="bf16", compute_bytes=2, train=True, optimizer="adamw",
                                mixed_precision=False)
@@ -126,6 +127,32 @@ def llama_vs_estimator(root: Path) -> None:
     print(f"  the rest of that peak, activations and temporaries: {step['predicted_activation_bytes']} B "
           f"(AdamW's per-tensor scratch on the CPU; the estimator's temporaries are not estimated for a transformer:"
           f" {est.temporaries})")
+    return record
+
+
+def llama_cuda_vs_cpu(root: Path, train_cpu: dict) -> None:
+    """The Llama-2-7B shape's dry run for cuda:0 (fake CUDA tensors, each storage rounded up to
+    the caching allocator's 512 B blocks, CUDA storages only) next to its CPU dry run, per phase:
+    both are PREDICTIONS (no GPU is used). Inference at batch 1 x 128 tokens, and train (the
+    run of llama_vs_estimator) where this PyTorch can (a CUDA build; a CPU-only one refuses it)."""
+    infer = dict(LLAMA2_7B, mode="inference")
+    pairs = [("inference", run(root, "llama2-7b-infer-cpu", infer), run(root, "llama2-7b-infer-cuda",
+                                                                       dict(infer, device="cuda:0")))]
+    pairs.append(("train", (train_cpu, None), run(root, "llama2-7b-train-cuda", dict(LLAMA2_7B, device="cuda:0"))))
+    for mode, (cpu, _), (cuda, wall) in pairs:
+        print(f"\nLlama-2-7B shape, {mode}, bf16, batch 1 x 128 tokens: PREDICTED peaks (dry runs, no GPU), "
+              f"cpu (exact storage bytes) vs cuda:0 (fake CUDA tensors, 512 B blocks; {wall:.1f} s)")
+        if cuda["outcome"] != "ok":
+            print(f"  cuda:0 dry run: {cuda['outcome']} {cuda['error_type']}: {cuda['error_message']}")
+            continue
+        print(f"  {'phase':<28} {'cpu predicted':>15} {'cuda predicted':>15} {'cuda - cpu':>12}")
+        for c, g in zip(cpu["phases"], cuda["phases"]):
+            a, b = c["max_memory_allocated"], g["max_memory_allocated"]
+            print(f"  {c['name']:<28} {a:>15} {b:>15} {b - a:>+12}")
+        a = max(p["max_memory_allocated"] for p in cpu["phases"])
+        b = max(p["max_memory_allocated"] for p in cuda["phases"])
+        print(f"  largest phase peak: cpu {a / 1e9:.3f} GB, cuda {b / 1e9:.3f} GB = {b / 2**30:.3f} GiB "
+              f"(predictions of max_memory_allocated, not of reserved memory)")
 
 
 # Loads whose edge is measured by real frontier sweeps, with and without the dry-run seed:
