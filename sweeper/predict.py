@@ -1,6 +1,6 @@
 """``memsweep predict [OVERRIDES] capacity=80GB [--axis batch]``: the predicted edge of an axis.
 
-Bisection of one axis (batch, context or width, everything else fixed) on dry runs only
+A search of one axis (batch, context or width, everything else fixed) on dry runs only
 (``dry_run=true``: the worker runs every phase on fake tensors, ``FakeTensorMode``, and
 records the predicted live tensor bytes of each phase). Each dry run is a fresh worker
 process started through ``sweeper.process.execute`` (the fork server by default), a second
@@ -11,9 +11,10 @@ no GPU needed, and count each storage in the CUDA caching allocator's 512 B bloc
 what it cannot see is listed in ``BLIND_SPOTS_CUDA``. The default device is cpu.
 
 A load "fits" when the largest predicted phase peak (``max_memory_allocated`` of a dry run,
-bytes) is at most ``capacity``. Search (Lightning's batch-size finder: low = last fit, high =
-first miss): from the configured value, double until a load does not fit (or halve until one
-does), then bisect to neighbours. At the edge it prints the predicted bytes of every phase
+bytes) is at most ``capacity``. Search: the frontier sweeper's ``model`` strategy
+(``sweeper.frontier.FrontierSearch``) with dry runs as its oracle, starting at the configured
+value: predicted peaks fitted against the axis aim the next dry run, bisection when a guess is
+wrong, down to neighbours (``Predictor.search``). At the edge it prints the predicted bytes of every phase
 and the split of the largest phase peak into parameters, gradients, optimizer states and
 activations/temporaries (the dry run's ``predicted_*_bytes``, worker.records.PEAK_CATEGORIES).
 The answer is a prediction of *tensor bytes*; what it cannot see is listed in

@@ -105,25 +105,19 @@ def llama_vs_estimator(root: Path) -> dict:
     if not step:
         return record
     config = parse_hf_config(LLAMA2_7B_CONFIG)
+    # The dry run is a CPU one: AdamW's per-tensor `step` (0-dim float32) lives in that device's
+    # memory, so the estimator counts it too (step_tensors=True; on CUDA it is on the host).
     est = estimate_transformer(config, weight_format="bf16", compute_bytes=2, train=True, optimizer="adamw",
-                               mixed_precision=False)
-    tensors = len(config.tensors())
+                               mixed_precision=False, step_tensors=True)
     print(f"  parameters: dry run {params}, estimator {config.parameters} ({params == config.parameters})")
-    print(f"  at the peak of cold_step.optimizer_step ({step['max_memory_allocated']} B), dry run vs estimator:")
+    print(f"  at the peak of cold_step.optimizer_step ({step['max_memory_allocated']} B), dry run vs estimator "
+          f"(AdamW's {len(config.tensors())} step tensors of 4 B counted by both):")
     rows = (("parameters", step["predicted_parameter_bytes"], est.weights),
             ("gradients", step["predicted_gradient_bytes"], est.gradients),
             ("optimizer states", step["predicted_optimizer_state_bytes"], est.optimizer_states))
     for label, dry, calc in rows:
         same = "agree exactly" if dry == calc else f"DIFFER by {dry - calc:+d} B"
         print(f"    {label:<18} {dry:>14} B {calc:>14} B  {same}")
-    diff = step["predicted_optimizer_state_bytes"] - est.optimizer_states
-    if diff:
-        print(f"  cause of the optimizer-state difference: {diff} B = {diff // 4 if diff % 4 == 0 else '?'} x 4 B; "
-              f"the model has {tensors} parameter tensors. torch.optim.AdamW keeps a float32 0-dim `step` tensor "
-              f"per parameter tensor, which the dry run counts (on the CPU it is a real allocation) and the "
-              f"estimator leaves out by design (optimizer_state_bytes: 'per-tensor scalars are not counted'; on "
-              f"CUDA, non-fused non-capturable AdamW keeps `step` on the host, outside device memory). "
-              f"Without them: {'agree exactly' if diff == 4 * tensors else 'still differ'}.")
     print(f"  the rest of that peak, activations and temporaries: {step['predicted_activation_bytes']} B "
           f"(AdamW's per-tensor scratch on the CPU; the estimator's temporaries are not estimated for a transformer:"
           f" {est.temporaries})")
