@@ -19,6 +19,9 @@ Checked: every phase and sub-phase ok with CUDA counters, the extra counters pre
 KV cache bytes equal to 2 x layers x kv_heads x head_dim x tokens x bytes x batch, and the
 optimizer states appearing in the first step only.
 
+Then ``check_dry_run``: a CUDA dry run (fake tensors) against the measured run of the same
+spec, per phase (model_load exact, the rest printed with its error).
+
 With 2+ GPUs, also the pool (one concurrent run per GPU) and a run with ``devices=2``
 (``check_devices``: two device entries per phase, cuda:0's peak equal to the main counter).
 
@@ -80,6 +83,7 @@ def main() -> int:
     if "oom" not in outcomes.values() or "ok" not in outcomes.values():
         failures.append(f"expected both ok and oom at capacity=1GiB, got {outcomes}")
     failures += check_modes(out / "modes")
+    failures += check_dry_run(out / "dry")
     for f in failures:
         print("FAIL", f)
     print("gpu-check:", "all checks passed" if not failures else f"{len(failures)} check(s) failed")
@@ -191,6 +195,43 @@ def check_devices(info: dict, out: Path) -> list[str]:
             failures.append(f"devices=2 {p['name']}: cuda:0 max_memory_allocated {peak0} vs main "
                             f"{p['max_memory_allocated']}")
     print(f"gpu-check devices=2: {record['outcome']}, GPUs {visible}, {len(record['phases'])} phases")
+    return failures
+
+
+def check_dry_run(out: Path) -> list[str]:
+    """The same mlp inference and train specs on cuda:0, measured and dry-run (fake CUDA tensors,
+    512 B blocks): model_load's memory_allocated must agree exactly (weights: their bytes in 512 B
+    blocks on both sides); every other phase's predicted max_memory_allocated is printed next to
+    the measured one with the relative error (library workspaces, e.g. cuBLAS's, are in the
+    measured bytes only: printed, not failed)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from sweeper.process import execute
+    from worker.records import RunSpec
+
+    failures = []
+    for mode in ("inference", "train"):
+        base = dict(batch=8, context=256, width=512, device="cuda:0", mode=mode, warmup=1, repeats=1,
+                    workload={"name": "mlp", "depth": 2}, timeout_s=600)
+        records = {}
+        for kind, extra in (("measured", {}), ("predicted", {"dry_run": True})):
+            run_dir = out / f"{mode}-{kind}"
+            result = execute(RunSpec.from_dict({**base, **extra}), run_dir)
+            if result["outcome"] != "ok":
+                failures.append(f"dry-run check {mode} {kind}: {result['outcome']}: {result['error_message']}")
+                break
+            records[kind] = json.loads((run_dir / "record.json").read_text())
+        if len(records) < 2:
+            continue
+        if records["predicted"].get("cuda_initialized") is not False:
+            failures.append(f"dry-run check {mode}: the dry run initialised CUDA")
+        print(f"gpu-check dry run vs measured, mlp {mode} (bytes, max_memory_allocated per phase):")
+        for m, p in zip(records["measured"]["phases"], records["predicted"]["phases"]):
+            mp, pp = m["max_memory_allocated"], p["max_memory_allocated"]
+            err = (pp - mp) / mp if mp else float("nan")
+            print(f"  {m['name']:<28} measured {mp:>12} predicted {pp:>12} ({err:+.2%})")
+            if m["name"] == "model_load" and m["memory_allocated"] != p["memory_allocated"]:
+                failures.append(f"dry-run check {mode}: model_load memory_allocated measured "
+                                f"{m['memory_allocated']} != predicted {p['memory_allocated']}")
     return failures
 
 
