@@ -119,6 +119,8 @@ def parse_sweep_dir_args(parser: argparse.ArgumentParser, argv: list[str] | None
         if len(args.sweep_dirs) > 1:
             parser.error("--out is required when several sweep directories are given")
         args.out = args.sweep_dirs[0]
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a file, not a directory (give a new or existing directory)")
     return args
 
 

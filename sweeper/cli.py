@@ -14,6 +14,10 @@
                                     allocator settings); exit 2 when PyTorch or the device is missing
 
 OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher=joblib``.
+
+Exit status of ``memsweep run``: 0 ok, 3 out of memory, 4 error, 6 crash, 7 timeout (the run's
+outcome), 2 bad input (nothing ran). ``memsweep sweep``: 0 when the sweep ran (its OOMs are
+its data), 2 bad input, 130 interrupted (resumable).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import sys
 from pathlib import Path
 
 USAGE = __doc__
+# `memsweep run`'s exit status by outcome (2 is bad input, refused before the run).
+RUN_EXIT = {"ok": 0, "oom": 3, "error": 4, "crash": 6, "timeout": 7}
 
 
 def _hydra_main(argv: list[str], multirun: bool) -> int:
@@ -47,15 +53,26 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
 
         _FORKSERVER.start()
 
+    results: list[dict] = []
+
     @hydra.main(version_base="1.3", config_path="pkg://conf", config_name="config")
     def _main(cfg: DictConfig) -> dict:
-        return run_condition(cfg)
+        result = run_condition(cfg)
+        results.append(result)
+        return result
 
     sys.argv = ["memsweep"] + (["--multirun"] if multirun else []) + argv
     try:
         _main()
     except SystemExit as exc:  # Hydra exits 1 after printing a job's error
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    except KeyboardInterrupt:
+        print("memsweep: interrupted; finished runs are kept: the same command with the same "
+              "hydra.sweep.dir=... resumes without running them again" if multirun else
+              "memsweep: interrupted", file=sys.stderr)
+        return 130
+    if not multirun and results:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
+        return RUN_EXIT.get(results[-1].get("outcome"), 1)
     return 0
 
 

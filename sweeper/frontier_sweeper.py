@@ -281,15 +281,18 @@ class FrontierSweeperImpl:
             runs_used, runs_reused = runs_used + used, runs_reused + reused
         result.update(runs_used=runs_used, runs_reused=runs_reused, light=self.light)
         result.update(self.confirm_edge(axis, result))
+        if not result["stable"]:  # a flip at the edge: the two values bracket no single edge
+            result["exact"] = False
         fixed = {k: getattr(baseline, k) for k in ("batch", "context", "width", "dtype", "mode", "device",
                                                    "warmup", "repeats")}
         fixed[axis] = None
         self.write_log({"event": "result", **result, "workload": baseline.workload_name,
                         "capacity_bytes": self.capacity if self.capacity is not None else baseline.capacity_bytes,
                         "fixed": fixed, "peak_counter": PEAK_COUNTERS.get(self.counter, self.counter)})
-        log.info("frontier %s: %s; max_ok=%s min_oom=%s after %d run(s) (%d reused), stable=%s",
-                 axis, result["status"], result["max_ok"], result["min_oom"], result["runs_used"],
-                 result["runs_reused"], result["stable"])
+        n_confirm = sum(len(v) for v in result.get("confirm_outcomes", {}).values())
+        log.info("frontier %s: %s; max_ok=%s min_oom=%s after %d search run(s) (%d reused) and %d "
+                 "confirmation run(s), stable=%s", axis, result["status"], result["max_ok"], result["min_oom"],
+                 result["runs_used"], result["runs_reused"], n_confirm, result["stable"])
         return result
 
     def dry_run_seed(self, axis: str, lattice: Lattice, baseline: RunSpec) -> Optional[int]:
@@ -410,7 +413,8 @@ class FrontierSweeperImpl:
             if any(o in ("ok", "oom") and o != side for o in outcomes):
                 out["stable"] = False
         if not out["stable"]:
-            result["status"] += "; UNSTABLE: a confirmation flipped"
+            result["status"] = (result["status"].replace("exact edge: ", "edge found by the search, not confirmed: ")
+                                + "; UNSTABLE: a confirmation flipped")
         out["status"] = result["status"]
         out["stopped_by"], out["stop_value"] = result["stopped_by"], result["stop_value"]
         return out

@@ -113,6 +113,23 @@ class OvatSweeperImpl:
             out.append(OmegaConf.create(data))
         return out
 
+    def check_resumable(self, sweep_dir: Path, specs: list) -> None:
+        """A sweep started again on its directory must be the same sweep: each condition's job
+        directory (``hydra.sweep.subdir`` = its job number, the default) holds its own spec or
+        nothing. Checked before anything is written (multirun.yaml included); exit 2 otherwise."""
+        from .process import RunDirError, check_resumable
+
+        subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
+        if subdir != "${hydra.job.num}" or not sweep_dir.is_dir():
+            return
+        try:
+            for i, spec in enumerate(specs):
+                check_resumable(spec, sweep_dir / str(i))
+        except RunDirError as exc:
+            print(f"memsweep: error: {exc} (this directory holds a different sweep; resuming needs the same "
+                  f"conditions in the same order)", file=sys.stderr)
+            raise SystemExit(2) from None
+
     def sweep(self, arguments: List[str]) -> Any:
         from .process import share_fork_server
         from .spec import launch_settings, spec_or_exit
@@ -128,9 +145,9 @@ class OvatSweeperImpl:
         # The fork server imports torch while the conditions are checked; the launcher's
         # worker processes will fork their runs from it too.
         share_fork_server(launch_settings(self.config)["isolation"])
-        for condition in self.conditions(batches):
-            spec_or_exit(condition)
+        specs = [spec_or_exit(condition) for condition in self.conditions(batches)]
         sweep_dir = Path(self.config.hydra.sweep.dir)
+        self.check_resumable(sweep_dir, specs)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         log.info("ovat sweep: %d conditions -> %s", len(batches), sweep_dir)

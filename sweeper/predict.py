@@ -219,7 +219,11 @@ def predict(argv: list[str], out=sys.stdout) -> int:
     stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
     out_dir = Path(cfg.get("results_dir", "results")) / "predict" / stamp
     predictor = Predictor(base, axis, capacity_bytes, out_dir, settings["isolation"])
-    edge = predictor.search(getattr(base, axis))
+    try:
+        edge = predictor.search(getattr(base, axis))
+    except SpecError as exc:  # a load the dry run refuses (e.g. a workload it cannot fake)
+        print(f"memsweep predict: error: {exc}", file=sys.stderr)
+        return 2
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
     cuda = predictor.device.startswith("cuda")
     rounding = next((r["record"].get("prediction_rounding") for r in predictor.runs.values()

@@ -109,6 +109,20 @@ def _with_defaults(old: dict) -> dict:
     return filled
 
 
+def check_resumable(spec: RunSpec, run_dir: Path) -> None:
+    """Raise RunDirError when ``run_dir`` holds another condition's spec (or an unreadable one):
+    a sweep resumed in its directory must be the same sweep. Nothing is written."""
+    if not (run_dir / SPEC_FILE).exists():
+        return
+    try:
+        old = read_json(run_dir / SPEC_FILE, "spec")
+    except RecordError as exc:
+        raise RunDirError(f"{run_dir} holds an unreadable spec.json ({exc}); memsweep never overwrites a run") from None
+    if _with_defaults(old) != spec.to_dict():
+        raise RunDirError(f"{run_dir / SPEC_FILE} already exists for another condition: memsweep never "
+                          f"overwrites a run; choose another directory")
+
+
 def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
     """A run directory left by an earlier attempt at the same spec.
 
@@ -120,13 +134,7 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
     Raises:
         RunDirError: the directory holds a different spec, or an unreadable one.
     """
-    try:
-        old = read_json(run_dir / SPEC_FILE, "spec")
-    except RecordError as exc:
-        raise RunDirError(f"{run_dir} holds an unreadable spec.json ({exc}); memsweep never overwrites a run") from None
-    if _with_defaults(old) != spec.to_dict():
-        raise RunDirError(f"{run_dir / SPEC_FILE} already exists for another condition: memsweep never "
-                          f"overwrites a run; choose another directory")
+    check_resumable(spec, run_dir)
     if (run_dir / RESULT_FILE).exists():
         try:
             return {**read_json(run_dir / RESULT_FILE, "result"), "resumed": True}

@@ -98,6 +98,10 @@ def launch_settings(cfg: Any) -> dict:
     n = settings["cores_per_run"]
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise SpecError("cores_per_run", n, "an integer >= 1")
+    if settings["pool"] == "cores":
+        from .pool import core_slots
+
+        core_slots(n)  # SpecError when a run would need more cores than this node has
     return settings
 
 
@@ -167,7 +171,26 @@ def spec_from_config(cfg: Any) -> RunSpec:
         total = info.get("total_memory")
         if capacity_bytes is not None and total and capacity_bytes > total:
             raise SpecError("capacity", capacity, f"at most the device's total_memory, {total} bytes")
+    if spec.device == "cpu" and capacity_bytes is not None and not spec.dry_run:
+        # The CPU emulation (RLIMIT_DATA) makes allocations past the capacity fail; above the
+        # machine's memory the kernel's OOM killer, not the limit, would end the run.
+        total = cpu_total_memory()
+        if total is not None and capacity_bytes > total:
+            raise SpecError("capacity", capacity, f"at most this machine's memory on the CPU, MemTotal = {total} "
+                                                  f"bytes ({total / 2**30:.1f} GiB); dry_run=true predicts any size")
     return with_estimate(spec)
+
+
+def cpu_total_memory() -> int | None:
+    """This machine's memory in bytes (/proc/meminfo MemTotal), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def with_estimate(spec: RunSpec) -> RunSpec:

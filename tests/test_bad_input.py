@@ -39,6 +39,8 @@ CASES = [
     (["sweep=nope"], "sweep/nope"), (["batch=1,0"], "invalid batch=0"), (["bach=4"], "bach"),
     (["snapshot_on_oom=true"], "invalid snapshot_on_oom=True"), (["snapshot_on_oom=maybe"], "true or false"),
     (["context=8,-8"], "invalid context=-8"), (["dtype=float32,float64"], "invalid dtype='float64'"),
+    (["device=cpu", "capacity=99999999TiB"], "at most this machine's memory"),
+    (["pool=cores", "cores_per_run=4096"], "invalid cores_per_run=4096"),
 ]
 
 

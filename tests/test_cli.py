@@ -87,6 +87,17 @@ def test_second_run_into_same_directory_refuses(tmp_path, memsweep_cmd):
     assert (run_dir / ".hydra" / "config.yaml").read_bytes() == hydra_cfg
 
 
+def test_run_exits_with_its_outcome(tmp_path, memsweep_cmd):
+    """`memsweep run ... && echo fits` can be trusted: ok 0, out of memory 3, error 4."""
+    cases = {"ok": (["batch=2"], 0), "oom": (["batch=1024", "capacity=8MiB"], 3),
+             "error": (["batch=2", "fault={phase:cold_forward,kind:raise}"], 4)}
+    for outcome, (args, code) in cases.items():
+        run_dir = tmp_path / outcome
+        proc = run([*memsweep_cmd, "run", *args, f"hydra.run.dir={run_dir}", *TINY_ARGS], cwd=tmp_path)
+        assert json.loads((run_dir / "result.json").read_text())["outcome"] == outcome
+        assert proc.returncode == code, (outcome, proc.returncode, proc.stderr[-1000:])
+
+
 @pytest.mark.parametrize("args, field, accepted", [
     (["batch=4,0"], "batch", "integer from 1"),
     (["batch=-1"], "batch", "integer from 1"),
@@ -124,3 +135,19 @@ def test_env_reports_the_machine_and_exits_2_without_the_device(tmp_path, memswe
     assert missing.returncode == 2 and "available: False" in missing.stdout
     bad = run([*memsweep_cmd, "env", "--device", "tpu"], cwd=tmp_path)
     assert bad.returncode == 2 and "invalid device='tpu'" in bad.stderr
+
+
+def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_written(tmp_path, memsweep_cmd):
+    sweep_dir = tmp_path / "s"
+    first = run([*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS],
+                cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()}
+    other = run([*memsweep_cmd, "sweep", "sweep=none", "batch=4,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS],
+                cwd=tmp_path)
+    assert other.returncode == 2, other.stderr[-2000:]
+    assert "already exists for another condition" in other.stderr and "Traceback" not in other.stderr
+    assert {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()} == before  # multirun.yaml too
+    again = run([*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS],
+                cwd=tmp_path)
+    assert again.returncode == 0 and "already ran" in again.stdout + again.stderr

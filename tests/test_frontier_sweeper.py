@@ -128,6 +128,7 @@ def test_confirmation_flip_marks_the_edge_unstable(tmp_path):
     impl.sweep([])
     (result,) = log_lines(tmp_path, "result")
     assert result["stable"] is False and "UNSTABLE" in result["status"]
+    assert result["exact"] is False  # a flip: no single edge, whatever the search found first
     assert result["confirm_outcomes"] == {"300": ["oom", "oom"], "301": ["oom", "oom"]}
     assert len(log_lines(tmp_path, "confirm")) == 4
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("batch_300_")]) == 3
