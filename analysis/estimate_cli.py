@@ -308,8 +308,12 @@ def run(args: argparse.Namespace, out=None) -> int:
         return 0
     print(b.format(f"memsweep estimate: {title}", decimals=args.decimals), file=out)
     if b.not_included:
-        print("Ask for them with --train (gradients, optimizer states), --activations, --kv-tokens; "
-              "--workload mlp estimates a whole memsweep load.", file=out)
+        # name only the options that add a component still missing
+        hints = {"gradients": "--train (gradients, optimizer states)", "optimizer_states": None,
+                 "activations": "--activations", "kv_cache": "--kv-tokens"}
+        asks = [hints[n] for n in b.not_included if hints.get(n)]
+        if asks:
+            print(f"Ask for them with {', '.join(asks)}; --workload mlp estimates a whole memsweep load.", file=out)
     if phases:
         print("\n" + format_phases(phases, args.decimals), file=out)
     print("This is a calculation, not a measurement: `memsweep run` measures the load.", file=out)

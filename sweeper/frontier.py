@@ -93,9 +93,12 @@ class Lattice:
                 raise SpecError(f"hydra.sweeper.{name}", value, f"a positive integer (axis {axis})")
         lo = -(-lower // multiple_of) * multiple_of
         hi = upper // multiple_of * multiple_of
+        if lower > upper:
+            raise SpecError("hydra.sweeper.upper", upper, f"at least lower={lower} (axis {axis})")
         if lo > hi:
             raise SpecError("hydra.sweeper.upper", upper,
-                            f"a bound with a multiple of {multiple_of} between lower={lower} and it (axis {axis})")
+                            f"a value leaving a multiple of multiple_of={multiple_of} in [lower={lower}, upper] "
+                            f"(axis {axis})")
         return cls(lo, hi, multiple_of)
 
     def down(self, x: float) -> int:
