@@ -40,7 +40,8 @@ def run_condition(cfg: DictConfig) -> dict:
     if result.get("resumed"):
         log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])
         return result
-    log.info("%s: batch=%d context=%d width=%d dtype=%s mode=%s device=%s -> %s%s (%.1f s)",
+    kind = " (DRY RUN: a prediction on fake tensors, nothing measured)" if spec.dry_run else ""
+    log.info("%s: batch=%d context=%d width=%d dtype=%s mode=%s device=%s -> %s%s (%.1f s)%s",
              run_dir, spec.batch, spec.context, spec.width, spec.dtype, spec.mode, spec.device,
-             result["outcome"], where, result["wall_s"])
+             result["outcome"], where, result["wall_s"], kind)
     return result
