@@ -27,6 +27,8 @@ test: $(STAMP)
 
 # Benchmarks print measured ratios side by side (not timed tests). BENCH=name limits to one.
 bench: $(STAMP)
+	$(PY) -m pip install --quiet "$(TORCH)" -e ".[bench]" --config-settings editable_mode=compat \
+		|| echo "memsweep bench: the optional peers (lightning, accelerate) could not be installed; their columns are skipped"
 	$(PY) -m tests.bench.run_all $(BENCH)
 
 # On a machine with a GPU: a small sweep on cuda:0 and checks of the counters.
