@@ -1,0 +1,63 @@
+"""What the analysis presents as observed: damaged run directories, dry runs (predictions),
+summaries of several loads in one directory. Run directories are written by hand (no worker)."""
+
+import json
+
+from analysis.cli import analyze
+from analysis.frontier import frontier_table
+from analysis.report import build_report, parse_margin
+from analysis.tables import build_tables
+
+MiB = 2**20
+
+
+def write_run(run_dir, *, batch, outcome="ok", peak=4 * MiB, capacity=64 * MiB, dry_run=False, depth=2,
+              record=True, result=True):
+    run_dir.mkdir(parents=True)
+    spec = {"schema_version": 1, "workload": {"name": "mlp", "depth": depth}, "mode": "inference",
+            "batch": batch, "context": 16, "width": 32, "dtype": "float32", "warmup": 1, "repeats": 1,
+            "seed": 0, "device": "cpu", "capacity_bytes": capacity, "dry_run": dry_run}
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    phases = [{"name": "model_load", "status": "ok", "max_memory_allocated": MiB, "max_memory_reserved": 2 * MiB},
+              {"name": "cold_forward", "status": outcome, "max_memory_allocated": peak,
+               "max_memory_reserved": peak + MiB}]
+    if record:
+        (run_dir / "record.json").write_text(json.dumps(
+            {"schema_version": 1, "complete": True, "outcome": outcome, "phases": phases, "device_kind": "cpu",
+             "capacity_bytes": capacity, "source": "predicted" if dry_run else "measured",
+             "failed_phase": None if outcome == "ok" else "cold_forward",
+             "counter_sources": {"max_memory_allocated": "cpu: tracked tensors", "max_memory_reserved": "cpu: rss"}}))
+    if result:
+        (run_dir / "result.json").write_text(json.dumps(
+            {"schema_version": 1, "outcome": outcome, "returncode": 0, "timed_out": False, "wall_s": 1.0,
+             "failed_phase": None if outcome == "ok" else "cold_forward"}))
+
+
+def rows_by_id(runs):
+    return {r["run_id"]: r for r in runs.to_pylist()}
+
+
+# ---- 3. damaged run directories ------------------------------------------------------------
+
+def test_missing_or_corrupt_record_is_a_crash_whatever_result_json_says(tmp_path):
+    write_run(tmp_path / "0", batch=1)
+    write_run(tmp_path / "1", batch=2)
+    write_run(tmp_path / "2", batch=4)
+    (tmp_path / "1" / "record.json").unlink()
+    (tmp_path / "2" / "record.json").write_text('{"schema_version": 1, "phases": [')
+    runs, _, problems = build_tables([tmp_path])
+    rows = rows_by_id(runs)
+    assert rows["0"]["outcome"] == "ok" and rows["0"]["record_problem"] is None
+    assert rows["1"]["outcome"] == "crash" and "missing" in rows["1"]["record_problem"]
+    assert rows["2"]["outcome"] == "crash" and "corrupt" in rows["2"]["record_problem"]
+    assert rows["1"]["max_memory_allocated"] is None  # missing stays null, never 0
+    assert any("missing" in p for p in problems) and any("corrupt" in p for p in problems)
+    # the frontier does not take the damaged runs as successes
+    (row,) = [r for r in frontier_table(runs).to_pylist() if r["axis"] == "batch"]
+    assert (row["n_ok"], row["n_other"], row["max_ok"]) == (1, 2, 1)
+
+
+def test_run_still_going_without_record_is_not_a_crash(tmp_path):
+    write_run(tmp_path / "0", batch=1, record=False, result=False)
+    (row,) = build_tables([tmp_path])[0].to_pylist()
+    assert row["outcome"] is None and row["record_problem"] is None
