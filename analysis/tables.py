@@ -132,13 +132,14 @@ def load_run(run_dir: Path) -> Run | None:
             try:
                 setattr(run, attr, read_json(run_dir / name, name.split(".")[0]))
             except RecordError as exc:
-                if name == RECORD_FILE:
+                if name == RECORD_FILE and "newer than this memsweep" not in str(exc):
+                    # (a record of a newer memsweep is not damage: its outcome is unknown here)
                     run.record_damage = "corrupt"
                     run.problems.append(f"record corrupt or unreadable: {exc}")
                 else:
                     run.problems.append(str(exc))
                 log.warning("%s", run.problems[-1])
-    if run.record is None and run.record_damage is None and run.result is not None:
+    if run.record is None and run.result is not None and not (run_dir / RECORD_FILE).exists():
         # the run ended (result.json) without leaving its record: nothing of it can be trusted
         run.record_damage = "missing"
         run.problems.append(f"{run_dir / RECORD_FILE}: record missing (the run ended without one)")
