@@ -551,8 +551,9 @@ class Report:
     doc: Doc
     axes: list[AxisResult]
     policy: MarginPolicy
-    runs: list[dict]
+    runs: list[dict]  # the measured runs (a dry run is in ``predicted``)
     has_estimate: bool
+    predicted: list[dict] = field(default_factory=list)  # the dry runs (source "predicted")
 
 
 def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: pa.Table,
@@ -565,7 +566,12 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
     plots = plot_mod if render_plots else _NoPlots()
 
     policy = policy or parse_margin(None)
-    runs, phases, frontier = runs_table.to_pylist(), phases_table.to_pylist(), frontier_table.to_pylist()
+    all_runs, frontier = runs_table.to_pylist(), frontier_table.to_pylist()
+    # A dry run (source "predicted": fake tensors, nothing measured) is never an observation:
+    # it is kept out of every observed figure and shown apart, labelled predicted.
+    predicted = [r for r in all_runs if r.get("source") == "predicted"]
+    runs = [r for r in all_runs if r.get("source") != "predicted"]
+    phases = [p for p in phases_table.to_pylist() if p.get("source") != "predicted"]
     _enrich_runs(runs, phases)
     axes = [analyse_axis(row, runs, policy) for row in frontier]
     if len({a.sweep_dir for a in axes}) > 1:
@@ -573,26 +579,34 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
             a.show_dir = True
     # the estimator's columns, when it filled any (a column of nulls is no estimate)
     est_cols = [c for c in runs_table.column_names
-                if c.startswith("est_") and runs_table.column(c).null_count < runs_table.num_rows]
+                if c.startswith("est_") and any(r.get(c) is not None for r in runs)]
     kinds = sorted({r["kind"] for r in runs})
-    devices = sorted({str(r.get("device")) for r in runs})
-    workloads = sorted({str(r.get("workload")) for r in runs})
-    modes = sorted({str(r.get("mode")) for r in runs})
+    devices = sorted({str(r.get("device")) for r in all_runs})
+    workloads = sorted({str(r.get("workload")) for r in all_runs})
+    modes = sorted({str(r.get("mode")) for r in all_runs})
     title = (f"memsweep report: {', '.join(workloads)} · {', '.join(modes)} · {', '.join(devices)}"
-             if runs else "memsweep report: no runs")
+             if all_runs else "memsweep report: no runs")
     doc = Doc(title)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    doc.p(f"Generated {now} from {len(runs)} run{'s' if len(runs) != 1 else ''} in "
-          + ", ".join(f"`{d}`" for d in (sweep_dirs or sorted({r['sweep_dir'] for r in runs}))) + ". "
+    doc.p(f"Generated {now} from {len(runs)} measured run{'s' if len(runs) != 1 else ''}"
+          + (f" and {len(predicted)} dry run{'s' if len(predicted) != 1 else ''} (predicted)" if predicted else "")
+          + " in " + ", ".join(f"`{d}`" for d in (sweep_dirs or sorted({r['sweep_dir'] for r in all_runs}))) + ". "
           "Sections keep apart what was **observed** (the counters of the runs), what was **calculated** "
           "from it (margins, fits, estimates, other cards) and what is **assumed** (the margin policy and "
           "the catalog's figures). Sizes: raw bytes (B) beside GiB = 2^30 B.")
+    if predicted:
+        doc.note("warning", f"{_dry_runs_text(len(predicted))}: predictions on fake tensors, nothing was measured. "
+                            "They are left out of every observed figure, frontier and margin below, and shown "
+                            "apart under \"Predicted (dry runs)\".")
     if "cpu" in kinds:
         doc.note("warning", "CPU runs: `allocated` = live tensor bytes tracked by the worker, `reserved` = the "
                             "process resident set. This is not a GPU measurement.")
     if not runs:
-        doc.p("No run was found: nothing to report.")
-        return Report(doc, axes, policy, runs, bool(est_cols))
+        doc.p("No measured run was found: nothing observed to report."
+              + (f" The directory holds only {_dry_runs_text(len(predicted))} (predictions)." if predicted else ""))
+        if predicted:
+            _predicted(doc, predicted)
+        return Report(doc, axes, policy, runs, bool(est_cols), predicted)
 
     _card(doc, runs, axes, policy, est_cols)
     _observed(doc, runs, phases, axes, plots)
@@ -601,8 +615,30 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
     _decision(doc, axes, policy)
     if len({r["sweep_dir"] for r in runs}) > 1:
         _comparable(doc, axes)
-    _raw(doc, runs, axes, sweep_dirs, analysis_files)
-    return Report(doc, axes, policy, runs, bool(est_cols))
+    if predicted:
+        _predicted(doc, predicted)
+    _raw(doc, all_runs, axes, sweep_dirs, analysis_files)
+    return Report(doc, axes, policy, runs, bool(est_cols), predicted)
+
+
+def _dry_runs_text(n: int) -> str:
+    return f"{n} dry run{'s' if n != 1 else ''} (source `predicted`)"
+
+
+def _predicted(doc: Doc, predicted: list[dict]) -> None:
+    """The dry runs, apart from the measured ones: what they predict, never an observation."""
+    doc.h(1, "Predicted (dry runs)")
+    doc.p(f"{_dry_runs_text(len(predicted))}: each ran the load on fake tensors and predicted its counters; "
+          "nothing was measured on a device. Their outcomes and peaks are predictions.")
+    several = len({r["sweep_dir"] for r in predicted}) > 1
+    doc.table((["sweep"] if several else []) + ["run", "batch", "context", "width", "dtype", "mode", "device",
+                                                "outcome (predicted)", "peak max_memory_allocated B (predicted)",
+                                                "GiB (predicted)"],
+              [([r["sweep_dir"]] if several else []) + [
+                  r["run_id"], r.get("batch"), r.get("context"), r.get("width"), r.get("dtype"), r.get("mode"),
+                  r.get("device"), r.get("outcome") or "unfinished", nbytes(r.get("max_memory_allocated")),
+                  gib(r.get("max_memory_allocated"))]
+               for r in sorted(predicted, key=lambda r: (r["sweep_dir"], len(r["run_id"]), r["run_id"]))])
 
 
 class _NoPlots:
@@ -1007,7 +1043,9 @@ def _raw(doc: Doc, runs, axes, sweep_dirs, analysis_files) -> None:
     doc.h(1, "Raw results")
     items = []
     for d in sweep_dirs or sorted({r["sweep_dir"] for r in runs}):
-        items.append(f"`{d}`: {sum(1 for r in runs if r['sweep_dir'] == str(d))} run directories, each with "
+        n_dry = sum(1 for r in runs if r['sweep_dir'] == str(d) and r.get("source") == "predicted")
+        items.append(f"`{d}`: {sum(1 for r in runs if r['sweep_dir'] == str(d))} run directories"
+                     + (f" ({n_dry} of them dry runs, predicted)" if n_dry else "") + ", each with "
                      "spec.json, record.json (all counters of every phase), result.json, stdout.log, stderr.log")
     for f in analysis_files or []:
         items.append(f"`{f}`")

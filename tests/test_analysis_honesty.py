@@ -61,3 +61,48 @@ def test_run_still_going_without_record_is_not_a_crash(tmp_path):
     write_run(tmp_path / "0", batch=1, record=False, result=False)
     (row,) = build_tables([tmp_path])[0].to_pylist()
     assert row["outcome"] is None and row["record_problem"] is None
+
+
+# ---- 1. dry runs are predictions, never observations ---------------------------------------
+
+def report_md(sweep_dirs):
+    from analysis.doc import to_markdown
+    runs, phases, _ = build_tables(sweep_dirs)
+    report = build_report(runs, phases, frontier_table(runs), parse_margin(None), sweep_dirs, render_plots=False)
+    return report, to_markdown(report.doc, "plots")
+
+
+def test_a_dry_run_only_report_shows_no_observation(tmp_path):
+    for i, batch in enumerate((1, 2)):
+        write_run(tmp_path / str(i), batch=batch, dry_run=True)
+    report, md = report_md([tmp_path])
+    assert report.runs == [] and len(report.predicted) == 2
+    assert "(observed)" not in md and "tracked by the worker" not in md
+    assert "2 dry runs" in md and "Predicted (dry runs)" in md and "nothing was measured" in md
+    assert "outcome (predicted)" in md and str(4 * MiB) in md  # the predicted peak, labelled predicted
+
+
+def test_a_dry_run_is_not_counted_among_the_observed_runs(tmp_path):
+    write_run(tmp_path / "0", batch=1)
+    write_run(tmp_path / "1", batch=2, outcome="oom", peak=60 * MiB)
+    write_run(tmp_path / "2", batch=4, dry_run=True, peak=7 * MiB)
+    report, md = report_md([tmp_path])
+    assert "| runs (observed) | 2: " in md
+    assert [r["run_id"] for r in report.runs] == ["0", "1"]
+    assert "1 dry run (source `predicted`)" in md
+    observed = md.split("# Predicted (dry runs)")[0]
+    assert str(7 * MiB) not in observed  # the predicted peak appears only in its own section
+    assert str(7 * MiB) in md.split("# Predicted (dry runs)")[1]
+
+
+def test_analyze_of_dry_runs_says_there_is_no_measured_frontier_because_they_are_predictions(tmp_path):
+    import io
+    for i, batch in enumerate((1, 2)):
+        write_run(tmp_path / str(i), batch=batch, dry_run=True)
+    out = io.StringIO()
+    analyze([tmp_path], tmp_path / "out", stream=out)
+    text = out.getvalue()
+    assert "no measured frontier: the 2 runs are dry runs (predictions" in text
+    assert "no variable was swept" not in text
+    assert "no measured run, 2 dry runs (predicted" in text
+    assert "CPU run(s)" not in text
