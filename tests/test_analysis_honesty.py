@@ -106,3 +106,41 @@ def test_analyze_of_dry_runs_says_there_is_no_measured_frontier_because_they_are
     assert "no variable was swept" not in text
     assert "no measured run, 2 dry runs (predicted" in text
     assert "CPU run(s)" not in text
+
+
+# ---- 2. summaries per load, never across loads ---------------------------------------------
+
+def card_rows(md):
+    card = md.split("# Summary card")[1].split("\n# ")[0]
+    return [line for line in card.splitlines() if line.startswith("| ")]
+
+
+def test_summary_values_are_per_load_and_missing_is_a_dash(tmp_path):
+    # two loads in one directory, the same axes: depth 2 fits every batch, depth 8 only batch 1
+    for i, (batch, outcome, peak) in enumerate([(1, "ok", 5 * MiB), (2, "ok", 6 * MiB), (4, "ok", 7 * MiB)]):
+        write_run(tmp_path / f"a{i}", batch=batch, outcome=outcome, peak=peak, depth=2)
+    for i, (batch, outcome, peak) in enumerate([(1, "ok", 3 * MiB), (2, "oom", 60 * MiB), (4, "oom", 60 * MiB)]):
+        write_run(tmp_path / f"b{i}", batch=batch, outcome=outcome, peak=peak, depth=8)
+    report, md = report_md([tmp_path])
+    (a,) = [x for x in report.axes if x.max_ok == 4]  # the depth-2 load
+    (b,) = [x for x in report.axes if x.max_ok == 1]  # the depth-8 load
+    # each value's runs are of its own load only
+    assert {r["workload_params"] for r in a.runs} == {'{"depth": 2}'} and a.stat(4).status == "ok"
+    assert {r["workload_params"] for r in b.runs} == {'{"depth": 8}'}
+    assert (a.max_ok, a.min_oom, a.used_at_max_ok) == (4, None, 7 * MiB)
+    assert (b.max_ok, b.min_oom, b.used_at_max_ok) == (1, 2, 3 * MiB)  # not the other load's 5 MiB
+    assert a.title != b.title and "depth" in a.title
+    rows = card_rows(md)
+    (b_row,) = [line for line in rows if line.startswith("| largest batch that ran") and "depth\": 8" in line]
+    assert f"batch=1: peak `max_memory_allocated` {3 * MiB} B" in b_row and "ran out of memory: 2" in b_row
+
+
+def test_a_missing_peak_is_printed_as_a_dash_never_none(tmp_path):
+    write_run(tmp_path / "0", batch=1)
+    write_run(tmp_path / "1", batch=2, outcome="oom")
+    record = json.loads((tmp_path / "0" / "record.json").read_text())
+    record["phases"] = []  # a complete ok record without a counter: the peak is unknown
+    (tmp_path / "0" / "record.json").write_text(json.dumps(record))
+    _, md = report_md([tmp_path])
+    (row,) = [line for line in card_rows(md) if line.startswith("| largest batch that ran")]
+    assert "None" not in md and "peak `max_memory_allocated` - B (- GiB)" in row
