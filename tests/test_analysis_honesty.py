@@ -55,6 +55,8 @@ def test_missing_or_corrupt_record_is_a_crash_whatever_result_json_says(tmp_path
     # the frontier does not take the damaged runs as successes
     (row,) = [r for r in frontier_table(runs).to_pylist() if r["axis"] == "batch"]
     assert (row["n_ok"], row["n_other"], row["max_ok"]) == (1, 2, 1)
+    _, md = report_md([tmp_path])  # and the report's summary counts them as crashes
+    assert "| runs (observed) | 3: crash 2, ok 1 |" in md
 
 
 def test_run_still_going_without_record_is_not_a_crash(tmp_path):
