@@ -42,9 +42,17 @@ def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def format_frontier(frontier: pa.Table) -> str:
-    """The frontier as a text table; sizes in GiB (2^30 bytes)."""
+def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predicted: int = 0) -> str:
+    """The frontier as a text table; sizes in GiB (2^30 bytes). ``n_measured``/``n_predicted``:
+    the runs behind it (a dry run, source predicted, is never a point of the frontier)."""
     if frontier.num_rows == 0:
+        if n_predicted and not n_measured:
+            return (f"no measured frontier: the {n_predicted} run{'s are' if n_predicted != 1 else ' is a'} dry "
+                    f"run{'s' if n_predicted != 1 else ''} (predictions on fake tensors, nothing measured), "
+                    "never points of a measured frontier")
+        if n_predicted:
+            return (f"no frontier: no variable was swept over two or more values among the {n_measured} measured "
+                    f"runs ({n_predicted} dry runs, predictions, left out)")
         return "no frontier: no variable was swept over two or more values"
     lines = [f"{'axis':<8} {'fixed load':<44} {'max_ok':>8} {'min_oom':>8} {'exact':>5} {'monot.':>6} "
              f"{'peak_alloc@max_ok':>17} {'peak_resv@max_ok':>16} {'capacity':>9}",
@@ -92,16 +100,26 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream=None) -> dict[str, pa.
                                f"use --out NEW_DIR")
         for name, table in tables.items():
             write_parquet_atomic(table, out_dir / name)
-    outcomes = runs.column("outcome").to_pylist()
-    counts = ", ".join(f"{o}: {outcomes.count(o)}" for o in dict.fromkeys(outcomes))
-    print(f"memsweep: {runs.num_rows} runs ({counts}) -> {out_dir}/{{{','.join(OUTPUTS)}}}", file=stream)
+    rows = runs.select(["outcome", "source", "source_allocated"]).to_pylist()
+    measured = [r for r in rows if r["source"] != "predicted"]
+    predicted = [r for r in rows if r["source"] == "predicted"]
+
+    def counts(rs: list[dict]) -> str:
+        outcomes = [r["outcome"] for r in rs]
+        return ", ".join(f"{o}: {outcomes.count(o)}" for o in dict.fromkeys(outcomes))
+
+    text = f"{len(measured)} measured runs ({counts(measured)})" if measured else "no measured run"
+    if predicted:
+        text += (f", {len(predicted)} dry runs (predicted, nothing measured; predicted outcomes "
+                 f"{counts(predicted)})")
+    print(f"memsweep: {runs.num_rows} runs: {text} -> {out_dir}/{{{','.join(OUTPUTS)}}}", file=stream)
     for p in problems:
         print(f"memsweep: problem: {p}", file=stream)
-    sources = set(runs.column("source_allocated").to_pylist()) - {None}
+    sources = {r["source_allocated"] for r in measured} - {None}
     if any(s.startswith("cpu") for s in sources):
         print("memsweep: CPU run(s): allocated = tracked live tensor bytes, reserved = process RSS; "
               "not a GPU measurement", file=stream)
-    print(format_frontier(frontier), file=stream)
+    print(format_frontier(frontier, len(measured), len(predicted)), file=stream)
     return tables
 
 

@@ -46,6 +46,10 @@ FRONTIER_SCHEMA = pa.schema([
     ("strategy", pa.string()), ("runs_used", pa.int64()), ("upper_reached", pa.bool_()),
     ("stopped_by", pa.string()), ("search_status", pa.string()),
     ("warmup", pa.int64()), ("repeats", pa.int64()), ("devices", pa.int64()),
+    # the rest of the fixed load (IDENTITY): two rows differing only here are two loads
+    ("workload_params", pa.string()), ("precision", pa.string()), ("optimizer", pa.string()),
+    ("checkpointing", pa.bool_()), ("micro_steps", pa.int64()), ("eval_batch", pa.int64()),
+    ("export", pa.bool_()), ("new_tokens", pa.int64()), ("kv_cache", pa.string()),
 ])
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
@@ -54,7 +58,9 @@ null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the
 null unless the frontier sweeper searched that axis (see the module docstring). ``warmup`` and
 ``repeats``: the protocol of the row's runs (the frontier sweeper's light probes,
 ``hydra.sweeper.light``, form their own row next to the full-protocol one). ``devices``: devices
-per run (runs on 1 and on 2 GPUs form separate rows)."""
+per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and the mode options
+(``precision`` ... ``kv_cache``): the rest of the row's fixed load, as in the runs table; with
+them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads."""
 
 SEARCH_LOG = "search.jsonl"
 ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", "batch", "context", "width",
@@ -80,6 +86,23 @@ def search_results(sweep_dir: str) -> dict[tuple, dict]:
         # warmup/repeats tell the full-protocol runs from light probes (hydra.sweeper.light)
         out[tuple(row.get(k) for k in ROW_KEY + ("warmup", "repeats"))] = event
     return out
+
+
+LOAD_DETAIL = ("workload_params", "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch",
+               "export", "new_tokens", "kv_cache")
+"""The fields of IDENTITY a frontier row carries besides the axes, protocol and device."""
+
+
+def _scalar(value):
+    """A group key value as a plain Python value; a missing one (None, NaN, NA) is None."""
+    if value is None or (not isinstance(value, (str, bool)) and pd.isna(value)):
+        return None
+    if isinstance(value, bool) or hasattr(value, "item") and isinstance(value.item(), bool):
+        return bool(value)
+    if isinstance(value, (int, float)) or hasattr(value, "item"):
+        v = value.item() if hasattr(value, "item") else value
+        return int(v) if isinstance(v, float) and v.is_integer() else v
+    return value
 
 
 def _order(axis: str, value):
@@ -137,6 +160,7 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                 else int(peak["max_memory_reserved"]),
                 **{k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k])
                    for k in ("warmup", "repeats", "devices")},
+                **{k: _scalar(fixed.get(k)) for k in LOAD_DETAIL},
             })
             if search is not None:
                 rows[-1].update(strategy=search.get("strategy"), runs_used=search.get("runs_used"),

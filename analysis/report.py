@@ -66,6 +66,11 @@ def gib(value: int | float | None) -> str:
     return f"{x:.3f}" if abs(x) >= 1 else f"{x:.6f}"
 
 
+def _text(value) -> str:
+    """A value for printing; a missing one is '-', never 'None'."""
+    return "-" if value is None else str(value)
+
+
 def pct(part: int | None, whole: int | None) -> str:
     if part is None or not whole:
         return "-"
@@ -226,11 +231,12 @@ class AxisResult:
         return basis(self.kind)[0]
 
     show_dir: bool = False  # several sweep directories in one report: name the directory too
+    detail: str = ""  # what tells this load from another with the same axes (set by build_report)
 
     @property
     def load_title(self) -> str:
         fixed = " ".join(f"{k}={v}" for k, v in self.fixed.items() if v is not None)
-        return f"{self.axis} sweep ({fixed})"
+        return f"{self.axis} sweep ({fixed}{' ' + self.detail if self.detail else ''})"
 
     @property
     def title(self) -> str:
@@ -272,7 +278,12 @@ def _max(values: Iterable[int | None]) -> int | None:
 
 
 def _matching_runs(row: dict, runs: list[dict]) -> list[dict]:
-    keys = ["sweep_dir", "workload", "mode", "device", "capacity_bytes"] + [a for a in AXES if a != row["axis"]]
+    """The runs of one frontier row: its whole fixed load (analysis.frontier.IDENTITY, the grouping
+    that made the row), never the runs of another load that only shares the axes. A field the
+    row does not carry (a frontier table written before it had it) is not compared."""
+    from .frontier import IDENTITY
+
+    keys = [k for k in IDENTITY if k != row["axis"] and k in row]
     return [r for r in runs if all(r.get(k) == row.get(k) for k in keys) and r.get(row["axis"]) is not None]
 
 
@@ -551,8 +562,9 @@ class Report:
     doc: Doc
     axes: list[AxisResult]
     policy: MarginPolicy
-    runs: list[dict]
+    runs: list[dict]  # the measured runs (a dry run is in ``predicted``)
     has_estimate: bool
+    predicted: list[dict] = field(default_factory=list)  # the dry runs (source "predicted")
 
 
 def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: pa.Table,
@@ -565,34 +577,48 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
     plots = plot_mod if render_plots else _NoPlots()
 
     policy = policy or parse_margin(None)
-    runs, phases, frontier = runs_table.to_pylist(), phases_table.to_pylist(), frontier_table.to_pylist()
+    all_runs, frontier = runs_table.to_pylist(), frontier_table.to_pylist()
+    # A dry run (source "predicted": fake tensors, nothing measured) is never an observation:
+    # it is kept out of every observed figure and shown apart, labelled predicted.
+    predicted = [r for r in all_runs if r.get("source") == "predicted"]
+    runs = [r for r in all_runs if r.get("source") != "predicted"]
+    phases = [p for p in phases_table.to_pylist() if p.get("source") != "predicted"]
     _enrich_runs(runs, phases)
     axes = [analyse_axis(row, runs, policy) for row in frontier]
+    _tell_loads_apart(axes)
     if len({a.sweep_dir for a in axes}) > 1:
         for a in axes:
             a.show_dir = True
     # the estimator's columns, when it filled any (a column of nulls is no estimate)
     est_cols = [c for c in runs_table.column_names
-                if c.startswith("est_") and runs_table.column(c).null_count < runs_table.num_rows]
+                if c.startswith("est_") and any(r.get(c) is not None for r in runs)]
     kinds = sorted({r["kind"] for r in runs})
-    devices = sorted({str(r.get("device")) for r in runs})
-    workloads = sorted({str(r.get("workload")) for r in runs})
-    modes = sorted({str(r.get("mode")) for r in runs})
+    devices = sorted({str(r.get("device")) for r in all_runs})
+    workloads = sorted({str(r.get("workload")) for r in all_runs})
+    modes = sorted({str(r.get("mode")) for r in all_runs})
     title = (f"memsweep report: {', '.join(workloads)} · {', '.join(modes)} · {', '.join(devices)}"
-             if runs else "memsweep report: no runs")
+             if all_runs else "memsweep report: no runs")
     doc = Doc(title)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    doc.p(f"Generated {now} from {len(runs)} run{'s' if len(runs) != 1 else ''} in "
-          + ", ".join(f"`{d}`" for d in (sweep_dirs or sorted({r['sweep_dir'] for r in runs}))) + ". "
+    doc.p(f"Generated {now} from {len(runs)} measured run{'s' if len(runs) != 1 else ''}"
+          + (f" and {len(predicted)} dry run{'s' if len(predicted) != 1 else ''} (predicted)" if predicted else "")
+          + " in " + ", ".join(f"`{d}`" for d in (sweep_dirs or sorted({r['sweep_dir'] for r in all_runs}))) + ". "
           "Sections keep apart what was **observed** (the counters of the runs), what was **calculated** "
           "from it (margins, fits, estimates, other cards) and what is **assumed** (the margin policy and "
           "the catalog's figures). Sizes: raw bytes (B) beside GiB = 2^30 B.")
+    if predicted:
+        doc.note("warning", f"{_dry_runs_text(len(predicted))}: predictions on fake tensors, nothing was measured. "
+                            "They are left out of every observed figure, frontier and margin below, and shown "
+                            "apart under \"Predicted (dry runs)\".")
     if "cpu" in kinds:
         doc.note("warning", "CPU runs: `allocated` = live tensor bytes tracked by the worker, `reserved` = the "
                             "process resident set. This is not a GPU measurement.")
     if not runs:
-        doc.p("No run was found: nothing to report.")
-        return Report(doc, axes, policy, runs, bool(est_cols))
+        doc.p("No measured run was found: nothing observed to report."
+              + (f" The directory holds only {_dry_runs_text(len(predicted))} (predictions)." if predicted else ""))
+        if predicted:
+            _predicted(doc, predicted)
+        return Report(doc, axes, policy, runs, bool(est_cols), predicted)
 
     _card(doc, runs, axes, policy, est_cols)
     _observed(doc, runs, phases, axes, plots)
@@ -601,8 +627,49 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
     _decision(doc, axes, policy)
     if len({r["sweep_dir"] for r in runs}) > 1:
         _comparable(doc, axes)
-    _raw(doc, runs, axes, sweep_dirs, analysis_files)
-    return Report(doc, axes, policy, runs, bool(est_cols))
+    if predicted:
+        _predicted(doc, predicted)
+    _raw(doc, all_runs, axes, sweep_dirs, analysis_files)
+    return Report(doc, axes, policy, runs, bool(est_cols), predicted)
+
+
+LOAD_FIELDS = ("workload", "workload_params", "mode", "device", "capacity_bytes", "warmup", "repeats", "devices",
+               "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export", "new_tokens",
+               "kv_cache")
+
+
+def _tell_loads_apart(axes: list[AxisResult]) -> None:
+    """Where two frontier rows of one directory would carry the same title (the same axes, but a
+    different load: another capacity, workload parameter, protocol...), name what differs."""
+    by_title: dict[tuple, list[AxisResult]] = {}
+    for a in axes:
+        by_title.setdefault((a.sweep_dir, a.load_title), []).append(a)
+    for same in by_title.values():
+        if len(same) < 2:
+            continue
+        differ = [k for k in LOAD_FIELDS if len({str(a.frontier.get(k)) for a in same}) > 1]
+        for a in same:
+            a.detail = " ".join(f"{k}={a.frontier.get(k)}" for k in differ)
+
+
+def _dry_runs_text(n: int) -> str:
+    return f"{n} dry run{'s' if n != 1 else ''} (source `predicted`)"
+
+
+def _predicted(doc: Doc, predicted: list[dict]) -> None:
+    """The dry runs, apart from the measured ones: what they predict, never an observation."""
+    doc.h(1, "Predicted (dry runs)")
+    doc.p(f"{_dry_runs_text(len(predicted))}: each ran the load on fake tensors and predicted its counters; "
+          "nothing was measured on a device. Their outcomes and peaks are predictions.")
+    several = len({r["sweep_dir"] for r in predicted}) > 1
+    doc.table((["sweep"] if several else []) + ["run", "batch", "context", "width", "dtype", "mode", "device",
+                                                "outcome (predicted)", "peak max_memory_allocated B (predicted)",
+                                                "GiB (predicted)"],
+              [([r["sweep_dir"]] if several else []) + [
+                  r["run_id"], r.get("batch"), r.get("context"), r.get("width"), r.get("dtype"), r.get("mode"),
+                  r.get("device"), r.get("outcome") or "unfinished", nbytes(r.get("max_memory_allocated")),
+                  gib(r.get("max_memory_allocated"))]
+               for r in sorted(predicted, key=lambda r: (r["sweep_dir"], len(r["run_id"]), r["run_id"]))])
 
 
 class _NoPlots:
@@ -617,8 +684,8 @@ def _card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPoli
     outcomes = Counter(r.get("outcome") or "unfinished" for r in runs)
     failed = Counter((r.get("failed_phase"), r.get("outcome")) for r in runs if r.get("failed_phase"))
     rows = [["load (observed)", "; ".join(sorted({_load_text(r) for r in runs}))],
-            ["environment (observed)", "; ".join(sorted({f"{r.get('device')} ({r.get('device_name')}), torch "
-                                                         f"{r.get('torch')}, python {r.get('python')}"
+            ["environment (observed)", "; ".join(sorted({f"{_text(r.get('device'))} ({_text(r.get('device_name'))}), "
+                                                         f"torch {_text(r.get('torch'))}, python {_text(r.get('python'))}"
                                                          + (f", CUDA {r['cuda']}" if r.get('cuda') else "")
                                                          + (f", HIP {r['hip']}" if r.get('hip') else "")
                                                          for r in runs}))],
@@ -633,19 +700,24 @@ def _card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPoli
         rows.append(["weights estimate (calculated)", f"{w} B ({gib(w)} GiB)"])
     else:
         rows.append(["weights estimate (calculated)", "no estimate available"])
+    # one load per frontier row: each value below is of that load alone, never across loads
+    several = len(axes) > 1
     for a in axes:
+        of = f", {a.title}" if several else ""
         st = a.stat(a.max_ok)
         if a.max_ok is not None and st is not None:
-            rows.append([f"largest {a.axis} that ran (observed)",
-                         f"{_label(a.axis, a.max_ok)}: peak `{a.used_counter}` {a.used_at_max_ok} B "
-                         f"({gib(a.used_at_max_ok)} GiB); smallest that ran out of memory: "
-                         f"{a.min_oom if a.min_oom is not None else 'none'}"])
-            rows.append([f"margin at max_ok {a.axis} (calculated)",
+            value = (f"{_label(a.axis, a.max_ok)}: peak `{a.used_counter}` {nbytes(a.used_at_max_ok)} B "
+                     f"({gib(a.used_at_max_ok)} GiB); smallest that ran out of memory: "
+                     f"{a.min_oom if a.min_oom is not None else 'none'}")
+            if not a.frontier.get("monotonic", True):
+                value += " (not monotonic: this load ran out of memory below a value that ran)"
+            rows.append([f"largest {a.axis} that ran{of} (observed)", value])
+            rows.append([f"margin at max_ok {a.axis}{of} (calculated)",
                          f"{nbytes(a.margin_at_max_ok)} B ({gib(a.margin_at_max_ok)} GiB, "
                          f"{pct(a.margin_at_max_ok, a.capacity)} of capacity)"])
         else:
-            rows.append([f"largest {a.axis} that ran (observed)", "none of the values ran ok"])
-        rows.append([f"chosen {a.axis} (calculated under the assumed margin)",
+            rows.append([f"largest {a.axis} that ran{of} (observed)", "none of the values ran ok"])
+        rows.append([f"chosen {a.axis}{of} (calculated under the assumed margin)",
                      _label(a.axis, a.recommended) if a.recommended is not None else "none"])
     rows.append(["margin policy (assumed)", policy.describe()])
     doc.table(["item", "value"], rows)
@@ -885,7 +957,7 @@ def _estimator(doc: Doc, runs, axes: list[AxisResult], est_cols: list[str]) -> N
         obs_peak = r.get("max_memory_allocated")
         doc.table(["component (calculated)", "bytes", "GiB", "share of estimated peak", "observed counterpart"],
                   rows + [["estimated peak", nbytes(est_peak), gib(est_peak), pct(est_peak, est_peak),
-                           f"{obs_peak} B: max_memory_allocated"]])
+                           f"{nbytes(obs_peak)} B: max_memory_allocated"]])
         dominant = max(((c, r.get(c)) for c in comps if r.get(c) is not None), key=lambda t: t[1], default=None)
         if dominant:
             doc.p(f"Largest estimated component: **{dominant[0][len('est_'):-len('_bytes')]}** "
@@ -1007,7 +1079,9 @@ def _raw(doc: Doc, runs, axes, sweep_dirs, analysis_files) -> None:
     doc.h(1, "Raw results")
     items = []
     for d in sweep_dirs or sorted({r["sweep_dir"] for r in runs}):
-        items.append(f"`{d}`: {sum(1 for r in runs if r['sweep_dir'] == str(d))} run directories, each with "
+        n_dry = sum(1 for r in runs if r['sweep_dir'] == str(d) and r.get("source") == "predicted")
+        items.append(f"`{d}`: {sum(1 for r in runs if r['sweep_dir'] == str(d))} run directories"
+                     + (f" ({n_dry} of them dry runs, predicted)" if n_dry else "") + ", each with "
                      "spec.json, record.json (all counters of every phase), result.json, stdout.log, stderr.log")
     for f in analysis_files or []:
         items.append(f"`{f}`")

@@ -106,6 +106,7 @@ class Run:
     record: dict | None = None
     result: dict | None = None
     problems: list[str] = field(default_factory=list)
+    record_damage: str | None = None  # "missing" or "corrupt": the run left no complete record
 
 
 def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
@@ -131,8 +132,18 @@ def load_run(run_dir: Path) -> Run | None:
             try:
                 setattr(run, attr, read_json(run_dir / name, name.split(".")[0]))
             except RecordError as exc:
-                run.problems.append(str(exc))
-                log.warning("%s", exc)
+                if name == RECORD_FILE and "newer than this memsweep" not in str(exc):
+                    # (a record of a newer memsweep is not damage: its outcome is unknown here)
+                    run.record_damage = "corrupt"
+                    run.problems.append(f"record corrupt or unreadable: {exc}")
+                else:
+                    run.problems.append(str(exc))
+                log.warning("%s", run.problems[-1])
+    if run.record is None and run.result is not None and not (run_dir / RECORD_FILE).exists():
+        # the run ended (result.json) without leaving its record: nothing of it can be trusted
+        run.record_damage = "missing"
+        run.problems.append(f"{run_dir / RECORD_FILE}: record missing (the run ended without one)")
+        log.warning("%s", run.problems[-1])
     return run
 
 
@@ -158,7 +169,14 @@ def _peak(phases: list[dict], key: str, names: tuple[str, ...] | None = None) ->
 
 def _outcome(run: Run) -> dict:
     """The run's outcome from result.json; without one, from a complete record alone; else null
-    (the run is still going, or its orchestrator died before the worker ended)."""
+    (the run is still going, or its orchestrator died before the worker ended). A run whose
+    record.json is missing (after it ended) or unreadable is a ``crash``, whatever result.json
+    says: it left no complete record (README), so no ``ok`` is taken on trust."""
+    if run.record_damage is not None:
+        result = _dict(run.result)
+        return {**result, "outcome": "crash",
+                "error_message": f"record.json {run.record_damage}"
+                                 + (f"; result.json said {result.get('outcome')}" if result.get("outcome") else "")}
     if run.result is not None:
         return run.result
     record = _dict(run.record)
