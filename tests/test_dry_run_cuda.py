@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.process import execute
+from test_dry_run import _run  # noqa: E402  (the same real-process helper)
 from worker.records import RunSpec, SpecError
 
 BASE = dict(context=16, width=32, dtype="float32", warmup=1, repeats=1, timeout_s=300, threads=1, dry_run=True)
@@ -34,13 +34,6 @@ SPLIT = ("predicted_parameter_bytes", "predicted_gradient_bytes", "predicted_opt
 
 def _r512(n: int) -> int:
     return -(-n // 512) * 512
-
-
-def _run(root: Path, name: str, data: dict) -> dict:
-    run_dir = root / name
-    result = execute(RunSpec.from_dict(data), run_dir)
-    record = json.loads((run_dir / "record.json").read_text())
-    return {"result": result, "record": record, "dir": run_dir}
 
 
 @pytest.fixture(scope="module")
