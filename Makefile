@@ -27,7 +27,7 @@ test: $(STAMP)
 
 # Benchmarks print measured ratios side by side (not timed tests). BENCH=name limits to one.
 bench: $(STAMP)
-	$(PY) -m pip install --quiet "$(TORCH)" -e ".[bench]" --config-settings editable_mode=compat \
+	$(PY) -m pip install --quiet "$(TORCH)" -e ".[bench]" --config-settings editable_mode=compat >/dev/null 2>&1 \
 		|| echo "memsweep bench: the optional peers (lightning, accelerate) could not be installed; their columns are skipped"
 	$(PY) -m tests.bench.run_all $(BENCH)
 

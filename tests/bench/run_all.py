@@ -12,12 +12,19 @@ from pathlib import Path
 
 def main() -> int:
     only = sys.argv[1:]
+    failed: list[str] = []
     for path in sorted(Path(__file__).parent.glob("bench_*.py")):
         if only and not any(o in path.stem for o in only):
             continue
         print(f"\n=== {path.stem} ===", flush=True)
-        runpy.run_path(str(path), run_name="__main__")
-    return 0
+        try:
+            runpy.run_path(str(path), run_name="__main__")
+        except SystemExit as exc:  # a bench's own `sys.exit(main())` ends that bench, not the run
+            if exc.code not in (None, 0):
+                failed.append(path.stem)
+    if failed:
+        print(f"\nbenches that exited non-zero: {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
