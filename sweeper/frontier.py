@@ -422,7 +422,7 @@ class FrontierSearch:
         return self._split(lo, hi, slots, "")
 
     def _model_round(self, slots: int) -> list:
-        L, U, m = self.lattice.lower, self.lattice.upper, self.lattice.step
+        U, m = self.lattice.upper, self.lattice.step
         lo, hi = self.bracket()
         points = [(p.value, p.peak) for p in self.probes
                   if p.outcome == "ok" and p.peak is not None and (hi is None or p.value < hi)]

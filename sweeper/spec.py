@@ -14,7 +14,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any, Mapping
+from typing import Any
 
 from worker.records import MODES, RunSpec, SpecError, parse_size, validate_device, validate_workload
 

@@ -1,6 +1,5 @@
 """Shared fixtures: tiny loads that run in a second on the CPU, real worker processes."""
 
-import os
 import sys
 from pathlib import Path
 

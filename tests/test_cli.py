@@ -19,7 +19,6 @@ def run(cmd, cwd):
 @pytest.fixture(scope="module")
 def crash_sweep(tmp_path_factory):
     """A 4-run sweep: batch 4 fits and batch 64 does not at 8 MiB; half the runs are SIGKILLed in warmup."""
-    from tests.conftest import memsweep_cmd as _cmd  # noqa: F401  (fixture function, not called)
     import sys
     from pathlib import Path
     exe = Path(sys.executable).with_name("memsweep")

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 

@@ -2,7 +2,6 @@
 phases are kept, the sweep goes on or resumes, and no record is lost, duplicated or torn."""
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -13,7 +13,6 @@ torch.distributed._tools.mem_tracker; the four sum to the predicted peak. Sizes 
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -96,7 +95,7 @@ def llama_vs_estimator(root: Path) -> dict:
 
     record, wall = run(root, "llama2-7b", LLAMA2_7B)
     model = record["model"] or {}
-    params, pbytes = model.get("parameters"), model.get("parameter_bytes")
+    params = model.get("parameters")
     by_name = {p["name"]: p for p in record["phases"]}
     step = by_name.get("cold_step.optimizer_step", {})
     print(f"\nLlama-2-7B shape, train, bf16, AdamW, batch 1 x 128 tokens, dry run: {record['outcome']} in {wall:.1f} s")
@@ -164,23 +163,14 @@ EDGE_CASES = [
 
 def _sweep(root: Path, name: str, load: list[str], bounds: list[str], extra: list[str]) -> dict:
     """A real frontier sweep through the CLI; its result event, probes and wall seconds."""
-    exe = Path(sys.executable).with_name("memsweep")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
+    from tests.bench.frontier_cli import frontier_sweep
+
     # A fixed mmap threshold keeps the CPU capacity emulation about tensors (tests/test_frontier_integration.py).
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
-    sweep_dir = root / name
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *load, *bounds, *extra,
-                                 f"hydra.sweep.dir={sweep_dir}"], cwd=root, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        return {"error": f"memsweep failed ({proc.returncode}): {proc.stderr[-500:]}"}
-    events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
-    (result,) = [e for e in events if e["event"] == "result"]
-    dry = [e for e in events if e["event"] == "dry_run"]
-    return {"error": None, "result": result, "wall": wall, "dry": dry[0] if dry else None,
-            "probes": [e["value"] for e in events if e["event"] == "probe"],
-            "runs": len(list(sweep_dir.glob("*/result.json")))}
+    s = frontier_sweep([*load, *bounds, *extra], root / name, root, dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072"))
+    if s["error"]:
+        return s
+    dry = [e for e in s["events"] if e["event"] == "dry_run"]
+    return {**s, "dry": dry[0] if dry else None, "probes": [e["value"] for e in s["events"] if e["event"] == "probe"]}
 
 
 def predicted_vs_measured_edge(root: Path) -> None:

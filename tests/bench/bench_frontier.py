@@ -51,6 +51,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from sweeper.frontier import FrontierSearch, Lattice, run_search  # noqa: E402
+from tests.bench.frontier_cli import frontier_sweep  # noqa: E402
 
 GiB = 2**30
 CAPACITY = 80 * GiB
@@ -202,14 +203,11 @@ def real_light_vs_full() -> None:
     warm step; the edge then run with the full protocol, which is also its confirmation)."""
     import json
     import os
-    import subprocess
     import tempfile
 
     if os.environ.get("BENCH_REAL", "1") == "0":
         print("real runs skipped (BENCH_REAL=0)")
         return
-    exe = Path(sys.executable).with_name("memsweep")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
     # A fixed mmap threshold keeps the CPU capacity emulation about tensors (see
     # tests/test_frontier_integration.py): the edge is then the same from run to run.
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
@@ -221,16 +219,12 @@ def real_light_vs_full() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for policy in ("full", "light"):
             sweep_dir = Path(tmp) / policy
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *REAL_LOAD, *REAL_RANGE,
-                                         f"hydra.sweeper.light={policy == 'light'}", f"hydra.sweep.dir={sweep_dir}"],
-                                  cwd=tmp, env=env, capture_output=True, text=True)
-            wall = time.perf_counter() - t0
-            if proc.returncode != 0:
-                print(f"{policy}: memsweep failed ({proc.returncode}): {proc.stderr[-500:]}")
+            s = frontier_sweep([*REAL_LOAD, *REAL_RANGE, f"hydra.sweeper.light={policy == 'light'}"], sweep_dir,
+                               Path(tmp), env)
+            if s["error"]:
+                print(f"{policy}: {s['error']}")
                 return
-            events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
-            (result,) = [e for e in events if e["event"] == "result"]
+            result, wall = s["result"], s["wall"]
             results = [json.loads(p.read_text()) for p in sweep_dir.glob("*/result.json")]
             light = sum(1 for p in sweep_dir.glob("*_light_*/result.json"))
             worker = sum(r.get("wall_s") or 0 for r in results)
@@ -273,9 +267,7 @@ def real_peers() -> None:
     it the edge (answer + 1 out of memory)? memsweep's min_oom and max_ok were themselves run
     in fresh processes (full protocol, the confirmation). Wall times include process start."""
     import importlib.util
-    import json
     import os
-    import subprocess
     import tempfile
 
     if os.environ.get("BENCH_REAL", "1") == "0":
@@ -295,24 +287,15 @@ def real_peers() -> None:
     print("each peer's trial = 3 training steps (Lightning's steps_per_trial default); memsweep's probes: cold + "
           "warmup 1 + 1 warm step (3 steps), or light (cold + 1 warm step) with the edge re-run at 3 steps")
     print("'answer, fresh' / 'answer+1, fresh': the peer's own training loop re-run in a new process at that batch")
-    exe = Path(sys.executable).with_name("memsweep")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
     rows = []
     for label, settings in PEER_VARIANTS:
         with tempfile.TemporaryDirectory() as tmp:
-            sweep_dir = Path(tmp) / "memsweep"
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *PEER_SWEEP, *settings,
-                                         f"hydra.sweep.dir={sweep_dir}"], cwd=tmp, env=env, capture_output=True,
-                                  text=True)
-            wall = time.perf_counter() - t0
-            if proc.returncode != 0:
-                print(f"{label} failed ({proc.returncode}): {proc.stderr[-500:]}")
+            s = frontier_sweep([*PEER_SWEEP, *settings], Path(tmp) / "memsweep", Path(tmp), env)
+            if s["error"]:
+                print(f"{label}: {s['error']}")
                 return
-            events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
-            (result,) = [e for e in events if e["event"] == "result"]
-            runs = len(list(sweep_dir.glob("*/result.json")))
-            probes = " ".join(f"{e['value']}{'' if e['outcome'] == 'ok' else 'x'}" for e in events
+            result, wall, runs = s["result"], s["wall"], s["runs"]
+            probes = " ".join(f"{e['value']}{'' if e['outcome'] == 'ok' else 'x'}" for e in s["events"]
                               if e["event"] in ("probe", "light_probe"))
             rows.append((f"{label} ({probes})", result["max_ok"], f"{runs} runs", wall, "ok (ran)",
                          f"{result['min_oom']}: oom (ran)", result["exact"]))
