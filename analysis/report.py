@@ -38,10 +38,12 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from worker.records import DTYPE_BYTES, GiB, SpecError, parse_size
+from worker.records import GiB, SpecError, parse_size
 
 from . import cards as cards_mod
+from .cli import OUTPUTS
 from .doc import Doc, Image, to_html, to_markdown
+from .frontier import _order
 
 AXES = ("batch", "context", "width", "dtype")
 DEFAULT_MARGIN = "10%"
@@ -175,10 +177,6 @@ BASIS_TEXT = {
 # --------------------------------------------------------------------------------------
 # per swept axis: values, frontier, margin, recommendation
 # --------------------------------------------------------------------------------------
-
-def _order(axis: str, value):
-    return (DTYPE_BYTES.get(value, 0), value) if axis == "dtype" else value
-
 
 @dataclass
 class ValueStat:
@@ -993,7 +991,7 @@ def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> None:
         rows = []
         for card in cards_mod.CARDS:
             m = policy.bytes_for(card.reported_bytes)
-            fitting = [s for s in ok if s.used + m <= card.reported_bytes]
+            fitting = [s for s in ok if cards_mod.holds(card, s.used, m)]
             best = max(fitting, key=lambda s: _order(a.axis, s.value)) if fitting else None
             if best is None:
                 largest = f"none of the measured values (smallest needs {gib(ok[0].used + m)} GiB with the margin)"
@@ -1144,7 +1142,7 @@ def write_report(report: Report, out_dir: Path, name: str = "report") -> tuple[P
 def find_analysis_files(sweep_dir: Path) -> list[Path]:
     """The newest Parquet tables of a sweep: its own, or the latest under analysis/."""
     sweep_dir = Path(sweep_dir)
-    names = ("runs.parquet", "phases.parquet", "frontier.parquet")
+    names = OUTPUTS
     later = sorted((d for d in (sweep_dir / "analysis").glob("*") if d.is_dir()), key=lambda d: d.name)
     for d in reversed(later):
         if all((d / n).exists() for n in names):

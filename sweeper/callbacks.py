@@ -50,11 +50,12 @@ class AnalyzeAtEnd(Callback):
 def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any = None) -> Path | None:
     """Write the report of a finished sweep into ``out_dir`` and print its path. An existing
     report is never overwritten: this one then gets a timestamped name beside it."""
+    from analysis.cli import OUTPUTS
     from analysis.report import ReportExists, build_report, parse_margin, write_report
 
     report = build_report(tables["runs.parquet"], tables["phases.parquet"], tables["frontier.parquet"],
                           parse_margin(margin), [sweep_dir],
-                          [out_dir / n for n in ("runs.parquet", "phases.parquet", "frontier.parquet")])
+                          [out_dir / n for n in OUTPUTS])
     try:
         md, html = write_report(report, out_dir)
     except ReportExists:

@@ -46,13 +46,6 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
                     print(f"memsweep run: {exc}", file=sys.stderr)
                     return 1
 
-    if not any(a.replace(" ", "") in ("isolation=spawn", "++isolation=spawn") for a in argv):
-        # The default isolation: the fork server imports torch while Hydra composes the config
-        # (it is killed at exit, unused, if the config turns out to ask for spawn).
-        from .process import _FORKSERVER
-
-        _FORKSERVER.start()
-
     results: list[dict] = []
 
     @hydra.main(version_base="1.3", config_path="pkg://conf", config_name="config")

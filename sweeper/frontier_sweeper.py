@@ -87,6 +87,14 @@ class FrontierSweeperConf:
     seed_from_dry_run: bool = False
 
 
+def stored_key(run_dir: Path) -> Optional[str]:
+    """``spec_key`` of the spec stored in ``run_dir`` (spec.json), or None when it is unreadable."""
+    try:
+        return spec_key(RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec")))
+    except (RecordError, SpecError):
+        return None
+
+
 def spec_key(spec: RunSpec) -> str:
     """A short hash of the spec: equal specs (same condition) give equal keys."""
     text = json.dumps(spec.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -301,7 +309,6 @@ class FrontierSweeperImpl:
         directory the analysis of measured runs skips), or
         None (no capacity given, nothing fits, or a dry run failed: the search starts as usual)."""
         from .predict import Predictor
-        from .spec import launch_settings
 
         if baseline.capacity_bytes is None:
             log.warning("seed_from_dry_run: no capacity=... given; the search starts without a prediction")
@@ -468,12 +475,8 @@ class FrontierSweeperImpl:
         name, k = stem, 1
         while (self.sweep_dir / name).exists():
             run_dir = self.sweep_dir / name
-            if run_dir not in known and (run_dir / RESULT_FILE).exists():
-                try:
-                    if spec_key(RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec"))) == key:
-                        self.index.add(key, run_dir)
-                except (RecordError, SpecError):
-                    pass
+            if run_dir not in known and (run_dir / RESULT_FILE).exists() and stored_key(run_dir) == key:
+                self.index.add(key, run_dir)
             k += 1
             name = f"{stem}_{k}"
 
@@ -486,10 +489,7 @@ class FrontierSweeperImpl:
             return True
         if (run_dir / RESULT_FILE).exists():
             return False
-        try:
-            return spec_key(RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec"))) == key
-        except (RecordError, SpecError):
-            return False
+        return stored_key(run_dir) == key
 
     @staticmethod
     def read_run(run_dir: Path, key: str, reused: bool, envelope: Optional[dict] = None) -> dict:

@@ -9,7 +9,6 @@ at ``timeout_s``). A missing result.json means the orchestrator itself died.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import json
 import logging
 import os
@@ -23,7 +22,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from worker.records import (RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, SPEC_FILE, STDERR_FILE,
-                            STDOUT_FILE, RecordError, RunSpec, classify_run, read_json, write_json_atomic)
+                            STDOUT_FILE, RecordError, RunSpec, SpecError, classify_run, read_json,
+                            write_json_atomic)
 
 log = logging.getLogger("memsweep")
 LOCK_FILE = ".run.lock"
@@ -99,26 +99,16 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
-def _with_defaults(old: dict) -> dict:
-    """A stored spec.json with the RunSpec fields it predates (added later, additive, e.g.
-    ``devices``) filled with their defaults, so that it compares equal to the same condition."""
-    filled = dict(old)
-    for f in dataclasses.fields(RunSpec):
-        if f.name not in filled and f.default is not dataclasses.MISSING:
-            filled[f.name] = f.default
-    return filled
-
-
 def check_resumable(spec: RunSpec, run_dir: Path) -> None:
     """Raise RunDirError when ``run_dir`` holds another condition's spec (or an unreadable one):
     a sweep resumed in its directory must be the same sweep. Nothing is written."""
     if not (run_dir / SPEC_FILE).exists():
         return
-    try:
-        old = read_json(run_dir / SPEC_FILE, "spec")
-    except RecordError as exc:
+    try:  # from_dict fills the fields a spec.json written before them lacks (additive, defaults)
+        old = RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec")).to_dict()
+    except (RecordError, SpecError) as exc:
         raise RunDirError(f"{run_dir} holds an unreadable spec.json ({exc}); memsweep never overwrites a run") from None
-    if _with_defaults(old) != spec.to_dict():
+    if old != spec.to_dict():
         raise RunDirError(f"{run_dir / SPEC_FILE} already exists for another condition: memsweep never "
                           f"overwrites a run; choose another directory")
 
@@ -167,9 +157,10 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
 
 
 ISOLATIONS = ("spawn", "forkserver")
+DEFAULT_ISOLATION = "forkserver"  # conf/config.yaml's default too (README: why)
 
 
-def execute(spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = "forkserver",
+def execute(spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = DEFAULT_ISOLATION,
             extra_env: dict | None = None) -> dict:
     """Run ``spec`` in a fresh ``python -m worker`` process inside ``run_dir``.
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from typing import Any
 
-from worker.records import MODES, RunSpec, SpecError, parse_size, validate_device, validate_workload
+from worker.records import MODES, RunSpec, SpecError, meminfo_bytes, parse_size, validate_device, validate_workload
 
 LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "warmup",
              "repeats", "timeout_s", "seed", "threads", "fault",
@@ -174,23 +174,13 @@ def spec_from_config(cfg: Any) -> RunSpec:
     if spec.device == "cpu" and capacity_bytes is not None and not spec.dry_run:
         # The CPU emulation (RLIMIT_DATA) makes allocations past the capacity fail; above the
         # machine's memory the kernel's OOM killer, not the limit, would end the run.
-        total = cpu_total_memory()
+        total = meminfo_bytes("MemTotal")
         if total is not None and capacity_bytes > total:
             raise SpecError("capacity", capacity, f"at most this machine's memory on the CPU, MemTotal = {total} "
                                                   f"bytes ({total / 2**30:.1f} GiB); dry_run=true predicts any size")
     return with_estimate(spec)
 
 
-def cpu_total_memory() -> int | None:
-    """This machine's memory in bytes (/proc/meminfo MemTotal), or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def with_estimate(spec: RunSpec) -> RunSpec:

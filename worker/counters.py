@@ -44,29 +44,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .records import PEAK_CATEGORIES, PEAK_SPLIT_FIELDS
-
-
-def proc_kb_field(path: str, key: str) -> int | None:
-    """A ``kB`` field of a /proc file (/proc/self/status VmRSS, VmHWM, VmData; /proc/meminfo
-    MemTotal, MemAvailable) in bytes, or None when it cannot be read (proc(5))."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+from .records import PEAK_CATEGORIES, PEAK_SPLIT_FIELDS, meminfo_bytes, proc_kb_field
 
 
 def _proc_status_bytes(key: str) -> int | None:
     return proc_kb_field("/proc/self/status", key)
-
-
-def _meminfo_bytes(key: str) -> int | None:
-    """A ``kB`` field of /proc/meminfo (MemTotal, MemAvailable) in bytes, or None."""
-    return proc_kb_field("/proc/meminfo", key)
 
 
 class LiveTensorTracker(TorchDispatchMode):
@@ -121,6 +103,11 @@ class LiveTensorTracker(TorchDispatchMode):
         self.peak = self.live
 
 
+# The extra counters of a phase record (``extra()``), null where a backend has none (never 0).
+NO_EXTRA = dict.fromkeys(("num_alloc_retries", "num_ooms", "inactive_split_bytes", "device_free_memory",
+                          "device_total_memory"))
+
+
 class CpuCounters:
     """Counters for ``device="cpu"`` (see module docstring for what each one means)."""
 
@@ -162,9 +149,8 @@ class CpuCounters:
         return _proc_status_bytes("VmHWM") if self._hwm_resettable else None
 
     def extra(self) -> dict:
-        return {"num_alloc_retries": None, "num_ooms": None, "inactive_split_bytes": None,
-                "device_free_memory": _meminfo_bytes("MemAvailable"),
-                "device_total_memory": _meminfo_bytes("MemTotal"), **NO_PEAK_SPLIT}
+        return {**NO_EXTRA, "device_free_memory": meminfo_bytes("MemAvailable"),
+                "device_total_memory": meminfo_bytes("MemTotal"), **NO_PEAK_SPLIT}
 
     def reset_peak_memory_stats(self) -> None:
         self.tracker.reset_peak()
@@ -219,8 +205,7 @@ class CudaCounters:
         self._api.reset_peak_memory_stats(self.index)
 
     def extra(self) -> dict:
-        out = {"num_alloc_retries": None, "num_ooms": None, "inactive_split_bytes": None,
-               "device_free_memory": None, "device_total_memory": None, **NO_PEAK_SPLIT}
+        out = {**NO_EXTRA, **NO_PEAK_SPLIT}
         try:
             stats = torch.cuda.memory_stats(self.index)
             out.update(num_alloc_retries=stats.get("num_alloc_retries"), num_ooms=stats.get("num_ooms"),
@@ -698,12 +683,6 @@ class DryRunCounters:
         self.tracker.__enter__()
         torch.empty(0)  # the first operator through a Python dispatch mode imports torch._dynamo
 
-    def stop(self) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-        self.tracker.__exit__(None, None, None)
-        self.fake_mode.__exit__(None, None, None)
-
     def _tag(self) -> None:
         for role, tensors in (self.roles() if self.roles is not None else ()):
             self.tracker.tag(role, tensors)
@@ -725,8 +704,7 @@ class DryRunCounters:
 
     def extra(self) -> dict:
         self._tag()
-        return {"num_alloc_retries": None, "num_ooms": None, "inactive_split_bytes": None,
-                "device_free_memory": None, "device_total_memory": None, **self.tracker.peak_split()}
+        return {**NO_EXTRA, **self.tracker.peak_split()}
 
     def reset_peak_memory_stats(self) -> None:
         self._tag()

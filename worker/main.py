@@ -46,7 +46,8 @@ from pathlib import Path
 
 from .classify import classify_failure
 from .records import (EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, RECORD_FILE,
-                      SCHEMA_VERSION, RecordError, RunSpec, SpecError, read_json, write_json_atomic)
+                      SCHEMA_VERSION, RecordError, RunSpec, SpecError, meminfo_bytes, read_json,
+                      write_json_atomic)
 
 
 def _now() -> str:
@@ -118,12 +119,6 @@ def _bf16_supported(device) -> bool:
         return bool(torch.cuda.is_bf16_supported())
 
 
-def _meminfo_bytes(key: str) -> int | None:
-    from .counters import proc_kb_field
-
-    return proc_kb_field("/proc/meminfo", key)
-
-
 def _device_memory(device) -> tuple[int | None, int | None, str | None]:
     """(total_memory, free_memory, device_name) in bytes for ``device``."""
     import torch
@@ -131,7 +126,7 @@ def _device_memory(device) -> tuple[int | None, int | None, str | None]:
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         return int(total), int(free), torch.cuda.get_device_name(device)
-    return _meminfo_bytes("MemTotal"), _meminfo_bytes("MemAvailable"), platform.processor() or platform.machine()
+    return meminfo_bytes("MemTotal"), meminfo_bytes("MemAvailable"), platform.processor() or platform.machine()
 
 
 def _driver_version() -> str | None:
@@ -529,7 +524,8 @@ def main(argv: list[str] | None = None) -> int:
         raw = read_json(spec_path, "spec")
         rec.data["spec"] = raw
         spec = RunSpec.from_dict(raw)
-        rec.data["source"] = "predicted" if spec.dry_run else "measured"
+        if spec.dry_run:  # the Recorder starts as "measured"
+            rec.data["source"] = "predicted"
     except (RecordError, SpecError) as exc:
         print(f"memsweep worker: {exc}", file=sys.stderr)
         if spec_path.parent.is_dir() and not rec.path.exists():

@@ -574,6 +574,24 @@ class RunSpec:
             raise SpecError("spec", dict(data), str(exc)) from None
 
 
+def proc_kb_field(path: str, key: str) -> int | None:
+    """A ``kB`` field of a /proc file (/proc/self/status VmRSS, VmHWM, VmData; /proc/meminfo
+    MemTotal, MemAvailable) in bytes, or None when it cannot be read (proc(5))."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def meminfo_bytes(key: str) -> int | None:
+    """A ``kB`` field of /proc/meminfo (MemTotal, MemAvailable) in bytes, or None."""
+    return proc_kb_field("/proc/meminfo", key)
+
+
 def write_json_atomic(path: Path | str, data: Any) -> None:
     """Write JSON through a temporary file in the same directory, then rename over ``path``.
 

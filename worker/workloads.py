@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import inspect
 import json
@@ -153,7 +154,7 @@ def default_loss(output: Any, target: Any) -> torch.Tensor:
     if target is None:
         return output.float().pow(2).mean()
     if not target.is_floating_point():
-        return F.cross_entropy(output.reshape(-1, output.shape[-1]).float(), target.reshape(-1))
+        return lm_loss(output, target)
     return F.mse_loss(output, target)
 
 
@@ -594,15 +595,16 @@ class HfWorkload(_TokenWorkload):
     def call(self, inputs):
         return self.model(input_ids=inputs, use_cache=False).logits
 
-    def _cache_kw(self) -> str:
-        params = inspect.signature(self.model.forward).parameters
-        return "cache" if "cache" in params else "past_key_values"
+    @functools.cached_property
+    def _forward_params(self):
+        """The model's forward() parameters, read once (not once per decoded token)."""
+        return inspect.signature(self.model.forward).parameters
 
     def _step(self, ids, cache):
         kwargs = {"input_ids": ids, "use_cache": True}
         if cache is not None:
-            kwargs[self._cache_kw()] = cache
-        if "logits_to_keep" in inspect.signature(self.model.forward).parameters:
+            kwargs["cache" if "cache" in self._forward_params else "past_key_values"] = cache
+        if "logits_to_keep" in self._forward_params:
             kwargs["logits_to_keep"] = 1
         out = self.model(**kwargs)
         new_cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")

@@ -1,24 +1,22 @@
 """Hydra discovers plugins only under the ``hydra_plugins`` namespace: this shim registers
-memsweep's sweepers there and delegates to ``sweeper/`` (imported lazily)."""
+memsweep's sweepers there and delegates to their logic in ``sweeper/``."""
 
-import importlib
 from typing import Any, List
 
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 
-from sweeper.frontier_sweeper import FrontierSweeperConf
-from sweeper.ovat import OvatSweeperConf
+from sweeper.frontier_sweeper import FrontierSweeperConf, FrontierSweeperImpl
+from sweeper.ovat import OvatSweeperConf, OvatSweeperImpl
 
 
 class _Delegating(Sweeper):
-    """A Sweeper plugin whose logic lives in ``IMPL`` ("module:Class"), imported when instantiated."""
+    """A Sweeper plugin whose logic lives in ``IMPL`` (a class of ``sweeper/``)."""
 
-    IMPL = ""
+    IMPL: type = object
 
     def __init__(self, **kwargs: Any) -> None:
-        module, name = self.IMPL.split(":")
-        self.impl = getattr(importlib.import_module(module), name)(**kwargs)
+        self.impl = self.IMPL(**kwargs)
 
     def setup(self, **kwargs: Any) -> None:
         self.impl.setup(**kwargs)
@@ -30,13 +28,13 @@ class _Delegating(Sweeper):
 class OvatSweeper(_Delegating):
     """One variable at a time (``hydra/sweeper=ovat``); see ``sweeper.ovat``."""
 
-    IMPL = "sweeper.ovat:OvatSweeperImpl"
+    IMPL = OvatSweeperImpl
 
 
 class FrontierSweeper(_Delegating):
     """Adaptive search of the exact OOM edge (``hydra/sweeper=frontier``); see ``sweeper.frontier_sweeper``."""
 
-    IMPL = "sweeper.frontier_sweeper:FrontierSweeperImpl"
+    IMPL = FrontierSweeperImpl
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="ovat", node=OvatSweeperConf, provider="memsweep")
