@@ -16,7 +16,7 @@ import torch
 
 from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, Run, _coerce, phase_rows
 from sweeper.pool import gpu_slots, lease, placement
-from sweeper.process import _with_defaults
+from sweeper.process import RunDirError, check_resumable
 from worker.counters import CudaCounters, MultiDeviceCounters, apply_cuda_capacity_per_device, make_counters
 from worker.main import run_phase
 from worker.records import DEVICE_COUNTERS, RunSpec, SpecError
@@ -74,12 +74,20 @@ def test_memsweep_run_devices_2_on_the_cpu_is_refused_before_any_worker(tmp_path
     assert not list(tmp_path.rglob("spec.json"))
 
 
-def test_a_spec_json_written_before_devices_still_resumes_as_the_same_condition():
+def test_a_spec_json_written_before_devices_still_resumes_as_the_same_condition(tmp_path):
+    import json
+
     spec = RunSpec(**BASE)
     old = spec.to_dict()
     del old["devices"]
-    assert old != spec.to_dict() and _with_defaults(old) == spec.to_dict()
-    assert _with_defaults({**old, "batch": 3}) != spec.to_dict()
+    assert old != spec.to_dict()
+    (tmp_path / "same").mkdir()
+    (tmp_path / "same" / "spec.json").write_text(json.dumps(old))
+    check_resumable(spec, tmp_path / "same")  # the same condition, written before `devices` existed
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "spec.json").write_text(json.dumps({**old, "batch": 3}))
+    with pytest.raises(RunDirError, match="another condition"):
+        check_resumable(spec, tmp_path / "other")
 
 
 # --- pool ------------------------------------------------------------------------------------
