@@ -9,6 +9,7 @@ TORCH  := torch==2.13.0
 .PHONY: install run test bench gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
+	@echo "memsweep: creating $(VENV) and installing torch (CPU build) and memsweep; the first time takes a few minutes"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"

@@ -108,11 +108,13 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream=None) -> dict[str, pa.
         outcomes = [r["outcome"] for r in rs]
         return ", ".join(f"{o}: {outcomes.count(o)}" for o in dict.fromkeys(outcomes))
 
-    text = f"{len(measured)} measured runs ({counts(measured)})" if measured else "no measured run"
     if predicted:
-        text += (f", {len(predicted)} dry runs (predicted, nothing measured; predicted outcomes "
-                 f"{counts(predicted)})")
-    print(f"memsweep: {runs.num_rows} runs: {text} -> {out_dir}/{{{','.join(OUTPUTS)}}}", file=stream)
+        text = f"{len(measured)} measured runs ({counts(measured)})" if measured else "no measured run"
+        text = (f"{runs.num_rows} runs: {text}, {len(predicted)} dry runs (predicted, nothing measured; "
+                f"predicted outcomes {counts(predicted)})")
+    else:
+        text = f"{len(measured)} runs ({counts(measured)})" if measured else "no run"
+    print(f"memsweep: {text} -> {out_dir}/{{{','.join(OUTPUTS)}}}", file=stream)
     for p in problems:
         print(f"memsweep: problem: {p}", file=stream)
     sources = {r["source_allocated"] for r in measured} - {None}
