@@ -108,6 +108,7 @@ def test_run_exits_with_its_outcome(tmp_path, memsweep_cmd):
     (["device=cuda:0"], "device", "visible device"),
     (["width=1.5"], "width", "integer"),
     (["+workload.heads=4"], "workload.heads", "depth, hidden, activation"),
+    (["hydra.sweeper.order=random"], "hydra.sweeper.order", "largest_first or given"),
 ])
 def test_bad_input_fails_before_any_worker(tmp_path, memsweep_cmd, args, field, accepted):
     proc = run([*memsweep_cmd, "sweep", "context=8,16", f"results_dir={tmp_path}/res", *args], cwd=tmp_path)

@@ -3,9 +3,9 @@
 import pytest
 from hydra import compose, initialize_config_module
 
-from sweeper.ovat import plan_conditions
+from sweeper.ovat import launch_order, plan_conditions
 from sweeper.spec import probe_device, spec_from_config
-from worker.records import SpecError
+from worker.records import RunSpec, SpecError
 
 BASE = {"batch": 8, "context": 128, "width": 256, "dtype": "float32"}
 
@@ -20,6 +20,16 @@ def test_plan_rejects_unknown_axis_and_empty_list():
         plan_conditions({"depth": [1, 2]}, BASE)
     with pytest.raises(SpecError, match="non-empty"):
         plan_conditions({"batch": []}, BASE)
+
+
+def test_launch_order_is_largest_first_ties_in_the_given_order():
+    specs = [RunSpec(batch=b, context=c, width=w) for b, c, w in
+             [(1, 128, 256), (16, 128, 256), (8, 128, 256), (8, 256, 128), (1, 128, 4096), (4, 64, 256)]]
+    # activations: 32768, 524288, 262144, 262144 (tie: given order), 524288 (tie), 65536
+    assert launch_order(specs) == [1, 4, 2, 3, 5, 0]
+    assert launch_order(specs, "given") == [0, 1, 2, 3, 4, 5]
+    with pytest.raises(SpecError, match="hydra.sweeper.order"):
+        launch_order(specs, "random")
 
 
 @pytest.mark.parametrize("name, axes", [("batch", {"batch"}), ("context", {"context"}), ("width", {"width"}),

@@ -65,6 +65,15 @@ class LiveTensorTracker(TorchDispatchMode):
         self.peak = 0
         self._sizes: dict[int, int] = {}
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # TorchDispatchMode wraps a subclass's __torch_dispatch__ in torch._disable_dynamo unless
+        # this says False (torch/utils/_python_dispatch.py, "a temporary measure to roll out" skipping
+        # compilation inside dispatch frames); the wrapper imports torch._dynamo on the first
+        # operator. This mode is never compiled (memsweep does not torch.compile its counters), so
+        # a run that needs no Dynamo does not import it (worker.records.needs_dynamo).
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in tree_leaves(out):
@@ -127,10 +136,7 @@ class CpuCounters:
 
     def start(self) -> None:
         self.tracker.__enter__()
-        # The first operator through a Python dispatch mode imports torch._dynamo (seconds, ~70 MB
-        # of resident memory): pay it here, before the first phase, so that model_load measures
-        # the model, not an import.
-        torch.empty(0)
+        torch.empty(0)  # the first operator through the mode, outside every phase
 
     def synchronize(self) -> None:
         pass  # CPU operators complete before they return
@@ -681,7 +687,7 @@ class DryRunCounters:
         self._hook = register_module_parameter_registration_hook(on_parameter)
         self.fake_mode.__enter__()
         self.tracker.__enter__()
-        torch.empty(0)  # the first operator through a Python dispatch mode imports torch._dynamo
+        torch.empty(0)  # the first operator through the modes (FakeTensorMode's needs torch._dynamo, imported before)
 
     def _tag(self) -> None:
         for role, tensors in (self.roles() if self.roles is not None else ()):

@@ -2,7 +2,9 @@
 
 The server imports torch (and what the worker needs) once, never touches a device, and
 serves one request per connection on a Unix socket: a JSON line ``{"spec", "stdout",
-"stderr", "env"}``. For each, a handler process forks the worker (so every run is still a
+"stderr", "env"}``. It imports ``torch._dynamo`` (as long again as torch itself) only when
+the first run that needs it comes (``worker.records.needs_dynamo``), so that it is ready
+sooner and a CPU inference sweep never pays that import. For each, a handler process forks the worker (so every run is still a
 new process, with its own CUDA context and caching allocator, created after the fork),
 answers ``{"pid": ...}`` at once and ``{"returncode": ...}`` when the worker has ended
 (negative: killed by that signal, as subprocess reports it).
@@ -26,13 +28,15 @@ import sys
 import threading
 
 from .main import _die_with_parent  # stdlib-only at import: torch is imported in serve()
+from .records import RunSpec, needs_dynamo
+
+REQUEST_TIMEOUT_S = 10.0  # a connected client that sends no request line is dropped
 
 
-def _handle(conn: socket.socket) -> None:
+def _handle(conn: socket.socket, request: dict) -> None:
     """In the handler process: fork the worker, report its pid and then its exit status."""
     _die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    request = json.loads(conn.makefile("r").readline())
     pid = os.fork()
     if pid == 0:
         conn.close()
@@ -70,9 +74,24 @@ def _handle(conn: socket.socket) -> None:
         pass
 
 
+def _preload(request: dict) -> None:
+    """Import ``torch._dynamo`` into the server before the first run that needs it
+    (``worker.records.needs_dynamo``), once for every later fork; a CPU inference sweep never
+    pays it. Unreadable specs count as needing it (the worker reports them)."""
+    if "torch._dynamo" in sys.modules:
+        return
+    try:
+        with open(request["spec"]) as f:
+            spec = RunSpec.from_dict(json.load(f))
+        needed = needs_dynamo(spec)
+    except Exception:  # noqa: BLE001 - the worker reads the spec again and reports what is wrong
+        needed = True
+    if needed:
+        import torch._dynamo  # noqa: F401
+
+
 def serve(path: str) -> None:
     import torch  # noqa: F401  - the point of the server: imported once, for every fork
-    import torch._dynamo  # noqa: F401  - imported by the first dispatch through a Python mode
 
     from . import counters, main, workloads  # noqa: F401
 
@@ -84,10 +103,19 @@ def serve(path: str) -> None:
     print("ready", flush=True)
     while True:
         conn, _ = server.accept()
+        try:  # a client sends its request as soon as it connects
+            conn.settimeout(REQUEST_TIMEOUT_S)
+            with conn.makefile("r") as reader:  # closed, so that conn.close() below frees the socket
+                request = json.loads(reader.readline())
+            conn.settimeout(None)
+            _preload(request)
+        except (OSError, ValueError):  # a client that hung up or sent garbage: not a run
+            conn.close()
+            continue
         if os.fork() == 0:
             server.close()
             try:
-                _handle(conn)
+                _handle(conn, request)
             finally:
                 os._exit(0)
         conn.close()

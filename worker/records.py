@@ -574,6 +574,29 @@ class RunSpec:
             raise SpecError("spec", dict(data), str(exc)) from None
 
 
+# The built-in workloads whose CPU runs never reach torch._dynamo (checked by
+# tests/test_dynamo_import.py for every mode but train).
+DYNAMO_FREE_WORKLOADS = ("mlp", "transformer")
+
+
+def needs_dynamo(spec: "RunSpec") -> bool:
+    """Whether a run of ``spec`` may import ``torch._dynamo`` (seconds of CPU and ~70 MB of host
+    memory) lazily, inside a measured phase, so that the worker must import it before its first
+    phase (``worker.main.measure``) and the fork server may as well import it once for every run.
+
+    PyTorch imports it on the first optimizer step, ``torch.utils.checkpoint``, ``torch.export``,
+    ``FakeTensorMode`` (dry runs) and in code memsweep does not own (transformers, a user's
+    module); on a CUDA device conservatively too. A CPU inference or generate run of a built-in
+    mlp or transformer measured without those does not: memsweep's own dispatch mode is declared
+    never compiled (``LiveTensorTracker._should_skip_dynamo``), so its first operator no longer
+    imports Dynamo. Conservative (True) whenever unsure; stdlib only (the sweeper and the fork
+    server call it without torch)."""
+    name = spec.workload.get("name") if isinstance(spec.workload, dict) else None
+    light = (spec.device == "cpu" and not spec.dry_run and spec.mode != "train" and not spec.export
+             and not spec.checkpointing and name in DYNAMO_FREE_WORKLOADS)
+    return not light
+
+
 def proc_kb_field(path: str, key: str) -> int | None:
     """A ``kB`` field of a /proc file (/proc/self/status VmRSS, VmHWM, VmData; /proc/meminfo
     MemTotal, MemAvailable) in bytes, or None when it cannot be read (proc(5))."""

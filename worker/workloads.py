@@ -241,11 +241,6 @@ class Workload:
         """Import what the spec needs (before any phase). Raises DependencyMissing."""
         if self.spec.mode == "train":
             check_optimizer(self.spec.optimizer)
-        if self.device.type != "cpu":
-            # PyTorch imports torch._dynamo lazily on the first use of a torch.device context
-            # (model_load) or of torch.utils.checkpoint: seconds and ~70 MB of host memory that
-            # belong to no phase, so they are spent here (on the CPU, CpuCounters.start does it).
-            import torch._dynamo  # noqa: F401
 
     def build_model(self) -> nn.Module:
         raise NotImplementedError
