@@ -5,9 +5,13 @@
    (goal for forkserver: at most 0.3).
 2. A 16-run CPU sweep with 1 and with 2 concurrent workers (hydra/launcher=joblib,
    pool=cores so the two never share a core), as a ratio of parallel to serial wall time
-   (goal: at most 0.6 on 2 cores), with short runs and with runs twice as long. The sweep's
-   main process starts one fork server for both joblib workers (``share_fork_server``). Run it on an otherwise idle machine: with the cores busy
-   elsewhere, two workers have nothing to run side by side on.
+   (goal: at most 0.6 on 2 cores), with runs of about 1.3, 2.6 and 5 s (context 128, 256,
+   512). The sweep's main process starts one fork server for both joblib workers
+   (``share_fork_server``); the ovat sweeper launches the largest conditions first. What
+   does not halve is fixed per sweep (Hydra's start, the fork server's ``import torch``,
+   the analysis at the end, joblib starting its workers), so the ratio falls towards 0.5
+   as runs get longer. Run it on an otherwise idle machine: with the cores busy elsewhere,
+   two workers have nothing to run side by side on.
 """
 
 from __future__ import annotations
@@ -72,10 +76,9 @@ def main() -> None:
     print(f"{N} isolated runs, isolation=spawn:      {spawn:7.2f} s  ({spawn / bare:.2f} of bare imports)")
     print(f"{N} isolated runs, isolation=forkserver: {fork:7.2f} s  ({fork / bare:.2f} of bare imports; goal <= 0.30: "
           f"{'met' if fork / bare <= 0.3 else 'NOT met'})")
-    # Short runs (about 1.3 s each at context 128) leave Hydra's per-job cost (a config compose
-    # per job, about 0.2 s, and the loky workers' start) in view; longer runs (context 256,
-    # about 2.6 s each) are closer to a real memory sweep's.
-    for context in (128, 256):
+    # Short runs (about 1.3 s each at context 128) leave the sweep's fixed costs in view; longer
+    # runs (context 256 and 512, about 2.6 and 5 s each) are closer to a real memory sweep's.
+    for context in (128, 256, 512):
         serial = sweep(1, context)
         parallel = sweep(2, context)
         print(f"16-run CPU sweep (batch 1..16 x context {context}), 1 worker:  {serial:7.2f} s  (1.00)")
