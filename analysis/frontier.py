@@ -25,12 +25,12 @@ import pyarrow as pa
 
 from worker.records import DTYPE_BYTES
 
+from .tables import OPTIONS
+
 AXES = ("batch", "context", "width", "dtype")
+MODE_OPTIONS = tuple(name for name, _ in OPTIONS)  # a different optimizer, precision... is a different load
 IDENTITY = ("sweep_dir", "workload", "workload_params", "mode", "device", "capacity_bytes",
-            "warmup", "repeats", "batch", "context", "width", "dtype",
-            # mode options: a different optimizer, precision... is a different load
-            "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export",
-            "new_tokens", "kv_cache",
+            "warmup", "repeats", "batch", "context", "width", "dtype", *MODE_OPTIONS,
             "devices")  # devices per run: a load on 2 GPUs is not the same load as on 1
 
 FRONTIER_SCHEMA = pa.schema([
@@ -47,9 +47,7 @@ FRONTIER_SCHEMA = pa.schema([
     ("stopped_by", pa.string()), ("search_status", pa.string()),
     ("warmup", pa.int64()), ("repeats", pa.int64()), ("devices", pa.int64()),
     # the rest of the fixed load (IDENTITY): two rows differing only here are two loads
-    ("workload_params", pa.string()), ("precision", pa.string()), ("optimizer", pa.string()),
-    ("checkpointing", pa.bool_()), ("micro_steps", pa.int64()), ("eval_batch", pa.int64()),
-    ("export", pa.bool_()), ("new_tokens", pa.int64()), ("kv_cache", pa.string()),
+    ("workload_params", pa.string()), *OPTIONS,
 ])
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
@@ -88,8 +86,7 @@ def search_results(sweep_dir: str) -> dict[tuple, dict]:
     return out
 
 
-LOAD_DETAIL = ("workload_params", "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch",
-               "export", "new_tokens", "kv_cache")
+LOAD_DETAIL = ("workload_params", *MODE_OPTIONS)
 """The fields of IDENTITY a frontier row carries besides the axes, protocol and device."""
 
 

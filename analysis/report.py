@@ -43,7 +43,7 @@ from worker.records import GiB, SpecError, parse_size
 from . import cards as cards_mod
 from .cli import OUTPUTS
 from .doc import Doc, Image, to_html, to_markdown
-from .frontier import _order
+from .frontier import MODE_OPTIONS, _order
 
 AXES = ("batch", "context", "width", "dtype")
 DEFAULT_MARGIN = "10%"
@@ -632,8 +632,7 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
 
 
 LOAD_FIELDS = ("workload", "workload_params", "mode", "device", "capacity_bytes", "warmup", "repeats", "devices",
-               "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export", "new_tokens",
-               "kv_cache")
+               *MODE_OPTIONS)
 
 
 def _tell_loads_apart(axes: list[AxisResult]) -> None:
