@@ -18,7 +18,7 @@ import pyarrow as pa
 from filelock import FileLock
 import pyarrow.parquet as pq
 
-from worker.records import GiB
+from worker.records import gib
 
 from .frontier import frontier_table
 from .tables import build_tables
@@ -29,11 +29,6 @@ OUTPUTS = ("runs.parquet", "phases.parquet", "frontier.parquet")
 
 class OutputExists(FileExistsError):
     pass
-
-
-def gib(value) -> str:
-    """Bytes -> 'x.xx' GiB (2^30 bytes) for printing; null stays '-'."""
-    return "-" if value is None else f"{value / GiB:.3f}"
 
 
 def write_parquet_atomic(table: pa.Table, path: Path) -> None:

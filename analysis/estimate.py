@@ -1196,32 +1196,6 @@ def estimate_for_spec(spec: Any) -> Breakdown | None:
                         repeats=data.get("repeats", 5))
 
 
-def largest_fitting(spec: Any, axis: str, capacity_bytes: int, upper: int = 2**24) -> int | None:
-    """Largest value of ``axis`` (batch, context or width) whose estimated peak allocated
-    memory fits in ``capacity_bytes``, everything else as in ``spec``; ``None`` when not
-    even 1 fits or the workload has no estimate. A first probe for a frontier search (the
-    estimate grows with each of these axes, so a bisection finds it).
-    """
-    if axis not in ("batch", "context", "width"):
-        raise ValueError(f"axis must be batch, context or width, got {axis!r}")
-    data = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
-
-    def fits(value: int) -> bool | None:
-        est = estimate_for_spec({**data, axis: value})
-        return None if est is None else est.peak <= capacity_bytes
-
-    first = fits(1)
-    if not first:
-        return None
-    lo, hi = 1, upper
-    if fits(hi):
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
-
-
 # --------------------------------------------------------------------------------------
 # runs.parquet: calculated columns next to the observed ones
 # --------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from worker.records import GiB, SpecError, parse_size
+from worker.records import SpecError, gib, parse_size
 
 from . import cards as cards_mod
 from .cli import OUTPUTS
@@ -59,14 +59,6 @@ class ReportExists(FileExistsError):
 # --------------------------------------------------------------------------------------
 # formatting: bytes are kept as integers; GiB only when printed
 # --------------------------------------------------------------------------------------
-
-def gib(value: int | float | None) -> str:
-    """Bytes -> GiB (2^30 B) text: 3 decimals from 1 GiB up, 6 below; None -> '-'."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    x = value / GiB
-    return f"{x:.3f}" if abs(x) >= 1 else f"{x:.6f}"
-
 
 def _text(value) -> str:
     """A value for printing; a missing one is '-', never 'None'."""

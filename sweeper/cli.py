@@ -75,7 +75,7 @@ def env_command(argv: list[str]) -> int:
     import json
     import subprocess
 
-    from worker.records import validate_device
+    from worker.records import bytes_text, validate_device
 
     parser = argparse.ArgumentParser(prog="memsweep env", description=env_command.__doc__)
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
@@ -100,8 +100,7 @@ def env_command(argv: list[str]) -> int:
         for key, value in (info.get("environment") or {}).items():
             print(f"  {key}: {value}")
         if info.get("total_memory") is not None:
-            total = info["total_memory"]
-            print(f"  total_memory: {total} B = {total / 10**9:.2f} GB = {total / 2**30:.2f} GiB")
+            print(f"  total_memory: {bytes_text(info['total_memory'])}")
     return 0 if info.get("available") else 2
 
 

@@ -24,11 +24,11 @@ The answer is a prediction of *tensor bytes*; what it cannot see is listed in
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import sys
 from pathlib import Path
 
-from worker.records import PEAK_CATEGORIES, RunSpec, SpecError, parse_size, write_json_atomic
+from worker.records import (PEAK_CATEGORIES, RECORD_FILE, RecordError, RunSpec, SpecError, bytes_text, parse_size,
+                            read_json, write_json_atomic)
 
 AXES = ("batch", "context", "width")
 MAX_VALUE = 2**31
@@ -67,8 +67,6 @@ device=cpu (the default) or device=cuda[:N] (fake CUDA tensors: no GPU needed; C
 allocator blocks counted)."""
 
 
-def _gb(n: int | None) -> str:
-    return "null" if n is None else f"{n} B = {n / 1e9:.3f} GB = {n / 2**30:.3f} GiB"
 
 
 class Predictor:
@@ -98,8 +96,8 @@ class Predictor:
         run_dir = self.out_dir / f"{self.axis}={value}"
         result = execute(spec, run_dir, resume=True, isolation=self.isolation)
         try:
-            record = json.loads((run_dir / "record.json").read_text())
-        except (OSError, ValueError):
+            record = read_json(run_dir / RECORD_FILE, "record")
+        except RecordError:
             record = None
         peaks = [p["max_memory_allocated"] for p in (record or {}).get("phases", [])
                  if p.get("max_memory_allocated") is not None]
@@ -237,7 +235,7 @@ def predict(argv: list[str], out=sys.stdout) -> int:
         "device": predictor.device, "prediction_rounding": rounding}
     write_json_atomic(out_dir / "predict.json", summary)
 
-    print(f"memsweep predict: {axis} at capacity {_gb(capacity_bytes)}, {len(predictor.runs)} dry runs "
+    print(f"memsweep predict: {axis} at capacity {bytes_text(capacity_bytes)}, {len(predictor.runs)} dry runs "
           f"(fake tensors, no device), in {out_dir}", file=out)
     if cuda:
         print(f"  a PREDICTION for a CUDA device ({predictor.device}) made on this machine with fake CUDA tensors "
@@ -249,7 +247,7 @@ def predict(argv: list[str], out=sys.stdout) -> int:
         print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
         print("  (a real run measures such a load: memsweep run / sweep)", file=out)
     if edge["max_fit"] is None and edge["min_miss"] == 1:
-        print(f"  PREDICTED: nothing fits; {axis}=1 already needs {_gb(predictor.runs[1]['peak'])}", file=out)
+        print(f"  PREDICTED: nothing fits; {axis}=1 already needs {bytes_text(predictor.runs[1]['peak'])}", file=out)
     if edge["max_fit"] is not None:
         exact = "exact" if edge["exact"] else "not exact"
         print(f"  PREDICTED edge: max fit {axis}={edge['max_fit']}, min miss {axis}={edge['min_miss']} ({exact})",
@@ -259,13 +257,13 @@ def predict(argv: list[str], out=sys.stdout) -> int:
             extra = "".join(f", {k} {v}" for k, v in row.items() if k.endswith("_bytes") and v is not None and
                             k not in ("peak_bytes", "live_bytes") and not k.startswith("predicted_"))
             print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
-        print(f"  largest phase peak: {_gb(at['peak'])}", file=out)
+        print(f"  largest phase peak: {bytes_text(at['peak'])}", file=out)
         split = summary["peak_split"]
         if split is not None:
             print(f"  at that peak ({split['phase']}), live tensor bytes by category "
                   f"(torch.distributed._tools.mem_tracker's categories):", file=out)
             for name, field in PEAK_CATEGORIES:
-                print(f"    {CATEGORY_LABELS[name]:<28} {_gb(split[field])}", file=out)
+                print(f"    {CATEGORY_LABELS[name]:<28} {bytes_text(split[field])}", file=out)
     print("  This is a prediction of live tensor bytes, not a measurement. It cannot see:", file=out)
     for item in blind_spots(predictor.device):
         print(f"    - {item}", file=out)

@@ -313,14 +313,6 @@ def test_estimate_columns():
         assert E.estimate_columns(corrupt, 100, "ok")["estimate_error"] is None
 
 
-def test_largest_fitting_is_the_edge(tiny):
-    """The largest batch whose estimate fits, and batch + 1 does not."""
-    cap = E.estimate_for_spec({**tiny, "batch": 37}).peak
-    assert E.largest_fitting(tiny, "batch", cap) == 37
-    assert E.largest_fitting(tiny, "batch", cap - 1) == 36
-    assert E.largest_fitting(tiny, "batch", 10) is None
-
-
 def test_estimator_and_sweeper_do_not_import_torch():
     code = ("import sys; import analysis.estimate, analysis.estimate_cli, sweeper.spec, sweeper.cli; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import tempfile
@@ -108,6 +109,20 @@ STDERR_FILE = "stderr.log"
 
 GB = 10**9
 GiB = 2**30
+
+
+def gib(value: int | float | None) -> str:
+    """Bytes -> GiB (2^30 B) text for printing: 3 decimals from 1 GiB up, 6 below; missing
+    (None, NaN) -> '-'. Bytes stay integers everywhere else; this is the one conversion."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    x = value / GiB
+    return f"{x:.3f}" if abs(x) >= 1 else f"{x:.6f}"
+
+
+def bytes_text(value: int | None) -> str:
+    """Bytes -> 'N B = x GB = y GiB' for printing (both units named); None -> 'null'."""
+    return "null" if value is None else f"{value} B = {value / GB:.3f} GB = {value / GiB:.3f} GiB"
 _UNITS = {
     "B": 1,
     "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
