@@ -73,9 +73,10 @@ def env_command(argv: list[str]) -> int:
     """``memsweep env``: asks a worker process (this one never imports torch) for the report."""
     import argparse
     import json
-    import subprocess
 
     from worker.records import bytes_text, validate_device
+
+    from .spec import ask_worker
 
     parser = argparse.ArgumentParser(prog="memsweep env", description=env_command.__doc__)
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
@@ -86,11 +87,10 @@ def env_command(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"memsweep env: {exc}", file=sys.stderr)
         return 2
-    proc = subprocess.run([sys.executable, "-m", "worker", "--env", args.device], capture_output=True, text=True)
     try:
-        info = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        print(f"memsweep env: the worker could not report ({proc.stderr.strip()[-500:]})", file=sys.stderr)
+        info = ask_worker("--env", args.device)
+    except RuntimeError as exc:
+        print(f"memsweep env: the worker could not report ({exc})", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(info, indent=1))

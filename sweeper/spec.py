@@ -53,15 +53,27 @@ def probe_device(device: str) -> dict:
     cached = os.environ.get(key)
     if cached:
         return json.loads(cached)
-    proc = subprocess.run([sys.executable, "-m", "worker", "--probe", device],
-                          capture_output=True, text=True, timeout=300)
     try:
-        info = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise SpecError("device", device, f"a device the worker can probe (probe failed: "
-                                          f"{proc.stderr.strip()[-500:]})") from None
+        info = ask_worker("--probe", device)
+    except RuntimeError as exc:
+        raise SpecError("device", device, f"a device the worker can probe (probe failed: {exc})") from None
     os.environ[key] = json.dumps(info)
     return info
+
+
+def ask_worker(flag: str, device: str) -> dict:
+    """``python -m worker FLAG DEVICE`` (``--probe``, ``--env``) in a separate process, so that
+    this one never imports torch: its answer, the JSON object on its last stdout line.
+
+    Raises:
+        RuntimeError: no answer (the worker's stderr, last 500 characters).
+    """
+    proc = subprocess.run([sys.executable, "-m", "worker", flag, device], capture_output=True, text=True,
+                          timeout=300)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        raise RuntimeError(proc.stderr.strip()[-500:] or f"exit {proc.returncode}, no output") from None
 
 
 def _plain(cfg: Any) -> dict:
