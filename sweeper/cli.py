@@ -37,11 +37,14 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     from .job import run_condition
     from .process import RunDirError, check_run_dir_free
 
+    new_run_dir = True  # the default run directory is a new, timestamped one
     if not multirun:
         for arg in argv:  # refuse before Hydra writes anything into an existing run directory
             if arg.startswith("hydra.run.dir="):
+                run_dir = Path(arg.split("=", 1)[1])
+                new_run_dir = not run_dir.exists()
                 try:
-                    check_run_dir_free(Path(arg.split("=", 1)[1]))
+                    check_run_dir_free(run_dir)
                 except RunDirError as exc:
                     print(f"memsweep run: {exc}", file=sys.stderr)
                     return 1
@@ -50,7 +53,7 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
 
     @hydra.main(version_base="1.3", config_path="pkg://conf", config_name="config")
     def _main(cfg: DictConfig) -> dict:
-        result = run_condition(cfg)
+        result = run_condition(cfg, new_run_dir=new_run_dir)
         results.append(result)
         return result
 

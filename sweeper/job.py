@@ -14,8 +14,11 @@ from .spec import launch_settings, probe_device, spec_or_exit
 log = logging.getLogger("memsweep")
 
 
-def run_condition(cfg: DictConfig) -> dict:
+def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     """Validate ``cfg``, run it in a fresh worker inside the Hydra job directory.
+
+    ``new_run_dir``: a single run's directory did not exist before this command (Hydra made
+    it), so that a run refused on bad input may remove it again.
 
     Returns the result envelope (see ``sweeper.process.execute``).
 
@@ -26,9 +29,14 @@ def run_condition(cfg: DictConfig) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    spec = spec_or_exit(cfg)
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    try:
+        spec = spec_or_exit(cfg)
+    except SystemExit:
+        if new_run_dir and hydra_cfg.mode == RunMode.RUN:  # a refused `memsweep run` leaves no empty directory
+            remove_bookkeeping_only(run_dir)
+        raise
     # A sweep started again on its directory resumes (finished runs are not run twice);
     # a single `memsweep run` never reuses a directory.
     launch = launch_settings(cfg)
@@ -45,3 +53,20 @@ def run_condition(cfg: DictConfig) -> dict:
              run_dir, spec.batch, spec.context, spec.width, spec.dtype, spec.mode, spec.device,
              result["outcome"], where, result["wall_s"], kind)
     return result
+
+
+HYDRA_BOOKKEEPING = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "memsweep.log"}
+
+
+def remove_bookkeeping_only(run_dir: Path) -> bool:
+    """Remove ``run_dir`` when it holds nothing but what Hydra wrote before the task started
+    (``.hydra/`` and the job's log): the directory of a run refused on bad input. Anything
+    else in it (a spec, a record) keeps it. Returns whether it was removed."""
+    import shutil
+
+    files = {p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*") if not p.is_dir()}
+    if not files <= HYDRA_BOOKKEEPING:
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return True
+

@@ -86,6 +86,16 @@ def test_second_run_into_same_directory_refuses(tmp_path, memsweep_cmd):
     assert (run_dir / ".hydra" / "config.yaml").read_bytes() == hydra_cfg
 
 
+def test_refused_run_leaves_no_directory_of_its_own_and_keeps_yours(tmp_path, memsweep_cmd):
+    proc = run([*memsweep_cmd, "run", "batch=0", f"results_dir={tmp_path}/res", *TINY_ARGS], cwd=tmp_path)
+    assert proc.returncode == 2 and "invalid batch=0" in proc.stderr
+    assert list((tmp_path / "res" / "run").iterdir()) == []  # Hydra's new timestamped directory is gone
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    proc = run([*memsweep_cmd, "run", "batch=0", f"hydra.run.dir={mine}", *TINY_ARGS], cwd=tmp_path)
+    assert proc.returncode == 2 and mine.is_dir()  # a directory that existed before is the user's
+
+
 def test_run_exits_with_its_outcome(tmp_path, memsweep_cmd):
     """`memsweep run ... && echo fits` can be trusted: ok 0, out of memory 3, error 4."""
     cases = {"ok": (["batch=2"], 0), "oom": (["batch=1024", "capacity=8MiB"], 3),
