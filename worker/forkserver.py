@@ -4,9 +4,9 @@ The server imports torch (and what the worker needs) once, never touches a devic
 serves one request per connection on a Unix socket: a JSON line ``{"spec", "stdout",
 "stderr", "env"}``. It imports ``torch._dynamo`` (as long again as torch itself) only when
 the first run that needs it comes (``worker.records.needs_dynamo``), so that it is ready
-sooner and a CPU inference sweep never pays that import. For each, a handler process forks the worker (so every run is still a
-new process, with its own CUDA context and caching allocator, created after the fork),
-answers ``{"pid": ...}`` at once and ``{"returncode": ...}`` when the worker has ended
+sooner and a CPU inference sweep never pays that import. For each request, a handler
+process forks the worker (so every run is still a new process, with its own CUDA context
+and caching allocator, created after the fork), answers ``{"pid": ...}`` at once and ``{"returncode": ...}`` when the worker has ended
 (negative: killed by that signal, as subprocess reports it).
 
 Why not ``multiprocessing``'s forkserver: it re-imports the caller's ``__main__`` and start

@@ -123,6 +123,8 @@ def gib(value: int | float | None) -> str:
 def bytes_text(value: int | None) -> str:
     """Bytes -> 'N B = x GB = y GiB' for printing (both units named); None -> 'null'."""
     return "null" if value is None else f"{value} B = {value / GB:.3f} GB = {value / GiB:.3f} GiB"
+
+
 _UNITS = {
     "B": 1,
     "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
