@@ -6,8 +6,9 @@ serves one request per connection on a Unix socket: a JSON line ``{"spec", "stdo
 the first run that needs it comes (``worker.records.needs_dynamo``), so that it is ready
 sooner and a CPU inference sweep never pays that import. For each request, a handler
 process forks the worker (so every run is still a new process, with its own CUDA context
-and caching allocator, created after the fork), answers ``{"pid": ...}`` at once and ``{"returncode": ...}`` when the worker has ended
-(negative: killed by that signal, as subprocess reports it).
+and caching allocator, created after the fork), answers ``{"pid": ...}`` at once and
+``{"returncode": ...}`` when the worker has ended (negative: killed by that signal, as
+subprocess reports it).
 
 Why not ``multiprocessing``'s forkserver: it re-imports the caller's ``__main__`` and start
 method in every child, which breaks under launchers that have their own (joblib's loky).
