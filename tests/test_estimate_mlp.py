@@ -15,8 +15,8 @@ from sweeper.spec import spec_from_config, with_estimate
 from worker.records import RECORD_FILE, SPEC_FILE, RunSpec, write_json_atomic
 
 # (mode, dtype, batch, context, width, workload params): small loads, several shapes. Each
-# worker process costs seconds of CPU (torch import, and the tracker's first dispatch imports
-# torch._dynamo), so there are three; test_replay_matches_tracker_in_process covers more shapes.
+# worker process costs seconds of CPU (the torch import, and torch._dynamo's for training),
+# so there are three; test_replay_matches_tracker_in_process covers more shapes.
 LOADS = [
     ("inference", "bfloat16", 4, 16, 32, {"depth": 3, "activation": "silu"}),
     ("train", "float32", 2, 8, 16, {"depth": 2}),
