@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from worker.records import gib
 
-from .frontier import frontier_table
+from .frontier import MODE_OPTIONS, frontier_table
 from .tables import build_tables
 
 log = logging.getLogger("memsweep")
@@ -35,6 +35,10 @@ def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, path)
+
+
+# Fields of a frontier row named in the text table only where rows of one axis differ in them.
+TELLING_APART = ("workload", "workload_params", *MODE_OPTIONS, "capacity_bytes", "devices", "warmup", "repeats")
 
 
 def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predicted: int = 0) -> str:
@@ -53,16 +57,18 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
              f"{'peak_alloc@max_ok':>17} {'peak_resv@max_ok':>16} {'capacity':>9}",
              f"{'':<8} {'':<44} {'':>8} {'':>8} {'':>5} {'':>6} {'GiB':>17} {'GiB':>16} {'GiB':>9}"]
     rows = frontier.to_pylist()
-    # Rows of one axis run with different protocols (light probes next to the full protocol)
-    # would otherwise look alike: name the protocol then.
-    protocols: dict[tuple, set] = {}
+    # Rows of one axis that differ elsewhere in their load (two workloads, light probes next to
+    # the full protocol, another optimizer...) would otherwise look alike: name what differs.
+    values: dict[tuple, dict] = {}
     for r in rows:
-        protocols.setdefault((r["sweep_dir"], r["axis"]), set()).add((r.get("warmup"), r.get("repeats")))
+        group = values.setdefault((r["sweep_dir"], r["axis"]), {})
+        for k in TELLING_APART:
+            group.setdefault(k, set()).add(str(r.get(k)))
     for r in rows:
         fixed = " ".join(f"{k}={r[k]}" for k in ("batch", "context", "width", "dtype") if r[k] is not None)
         fixed = f"{r['mode']} {r['device']} {fixed}"
-        if len(protocols[(r["sweep_dir"], r["axis"])]) > 1:
-            fixed += f" warmup={r.get('warmup')} repeats={r.get('repeats')}"
+        group = values[(r["sweep_dir"], r["axis"])]
+        fixed += "".join(f" {k}={r.get(k)}" for k in TELLING_APART if len(group[k]) > 1)
         lines.append(f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "
                      f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "
                      f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "

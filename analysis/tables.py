@@ -54,6 +54,9 @@ RUNS_SCHEMA = pa.schema([
     ("python", pa.string()), ("torch", pa.string()), ("cuda", pa.string()), ("hip", pa.string()),
     ("driver", pa.string()), ("allocator_backend", pa.string()), ("alloc_conf", pa.string()),
     ("host", pa.string()), ("started_at", pa.string()), ("schema_version", pa.int64()),
+    # how the worker process was started: on the CPU its resident set (memory_reserved) counts
+    # the code it holds (spawn vs forkserver; torch._dynamo imported before the phases or not)
+    ("isolation", pa.string()), ("torch_dynamo_imported", pa.bool_()),
     ("record_problem", pa.string()),
     *[(name, pa.float64() if name == "estimate_error" else pa.int64()) for name in ESTIMATE_COLUMNS],
     *OPTIONS, ("parameters", pa.int64()), ("parameter_bytes", pa.int64()),
@@ -171,9 +174,12 @@ def _outcome(run: Run) -> dict:
     """The run's outcome from result.json; without one, from a complete record alone; else null
     (the run is still going, or its orchestrator died before the worker ended). A run whose
     record.json is missing (after it ended) or unreadable is a ``crash``, whatever result.json
-    says: it left no complete record (README), so no ``ok`` is taken on trust."""
+    says: it left no complete record (README), so no ``ok`` is taken on trust; a ``timeout``
+    stays a timeout (a worker killed before its first record leaves none)."""
     if run.record_damage is not None:
         result = _dict(run.result)
+        if result.get("outcome") in ("timeout", "crash"):  # killed early: no record is expected
+            return {**result, "error_message": f"{result.get('error_message')}; record.json {run.record_damage}"}
         return {**result, "outcome": "crash",
                 "error_message": f"record.json {run.record_damage}"
                                  + (f"; result.json said {result.get('outcome')}" if result.get("outcome") else "")}
@@ -223,6 +229,9 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "source": _source(run),
         **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host")},
         "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
+        "isolation": env.get("isolation") if isinstance(env.get("isolation"), str) else None,
+        "torch_dynamo_imported": env.get("torch_dynamo_imported") if isinstance(env.get("torch_dynamo_imported"), bool)
+        else None,
         "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
         **{name: spec.get(name) for name, _ in OPTIONS},

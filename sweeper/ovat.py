@@ -11,6 +11,7 @@ launched, then all of them go to ``self.launcher`` in one batch, largest first
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -143,6 +144,34 @@ class OvatSweeperImpl:
             out.append(OmegaConf.create(data))
         return out
 
+    def stored_order(self, sweep_dir: Path, batches: list, specs: list) -> tuple[list, list]:
+        """A sweep resumed in its directory keeps the job numbers it was started with, whatever
+        order it is launched in now (``hydra.sweeper.order`` changed, or a memsweep that ordered
+        otherwise): each condition whose spec a job directory holds goes back to that number, the
+        others fill the free numbers in launch order. Unchanged when nothing matches exactly
+        (``check_resumable`` then refuses a directory of another sweep)."""
+        from .process import stored_spec
+
+        subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
+        if subdir != "${hydra.job.num}" or not sweep_dir.is_dir():
+            return batches, specs
+        keys = [json.dumps(spec.to_dict(), sort_keys=True) for spec in specs]
+        stored = {}
+        for i in range(len(specs)):
+            found = stored_spec(sweep_dir / str(i))
+            if found is not None:
+                stored[i] = json.dumps(found, sort_keys=True)
+        if all(keys[i] == key for i, key in stored.items()) or not set(stored.values()) <= set(keys) \
+                or len(set(stored.values())) != len(stored):
+            return batches, specs
+        placed = {keys.index(key): i for i, key in stored.items()}  # condition -> its stored number
+        free = iter(i for i in range(len(specs)) if i not in stored)
+        order = [None] * len(specs)
+        for condition in range(len(specs)):
+            order[placed[condition] if condition in placed else next(free)] = condition
+        log.info("resuming with the job numbers this directory was started with")
+        return [batches[c] for c in order], [specs[c] for c in order]
+
     def check_resumable(self, sweep_dir: Path, specs: list) -> None:
         """A sweep started again on its directory must be the same sweep: each condition's job
         directory (``hydra.sweep.subdir`` = its job number, the default) holds its own spec or
@@ -157,7 +186,7 @@ class OvatSweeperImpl:
                 check_resumable(spec, sweep_dir / str(i))
         except RunDirError as exc:
             print(f"memsweep: error: {exc} (this directory holds a different sweep; resuming needs the same "
-                  f"conditions in the same order)", file=sys.stderr)
+                  f"conditions)", file=sys.stderr)
             raise SystemExit(2) from None
 
     def sweep(self, arguments: List[str]) -> Any:
@@ -180,6 +209,7 @@ class OvatSweeperImpl:
         order = launch_order(specs, self.order)
         batches, specs = [batches[i] for i in order], [specs[i] for i in order]
         sweep_dir = Path(self.config.hydra.sweep.dir)
+        batches, specs = self.stored_order(sweep_dir, batches, specs)
         self.check_resumable(sweep_dir, specs)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")

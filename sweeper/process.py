@@ -55,8 +55,9 @@ def worker_env(extra: dict | None = None) -> dict:
 
 
 def _result(spec: RunSpec, run_dir: Path, returncode: int | None, timed_out: bool, wall_s: float | None,
-            pid: int | None) -> dict:
-    """Classify what the worker left in ``run_dir`` and write result.json atomically."""
+            pid: int | None, lost: str | None = None) -> dict:
+    """Classify what the worker left in ``run_dir`` and write result.json atomically.
+    ``lost``: why the worker's exit status never came (ForkServerLost), for a crash's message."""
     record, problem = None, None
     try:
         record = read_json(run_dir / RECORD_FILE, "record")
@@ -77,6 +78,8 @@ def _result(spec: RunSpec, run_dir: Path, returncode: int | None, timed_out: boo
             error_type = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else None
         error_message = (f"killed after timeout_s={spec.timeout_s}" if timed_out
                          else f"worker exited with {returncode}" + (f"; {problem}" if problem else ""))
+        if lost is not None:
+            error_type, error_message = "ForkServerLost", lost + (f"; {problem}" if problem else "")
     result = {
         "schema_version": SCHEMA_VERSION, "outcome": outcome, "failed_phase": failed_phase,
         "error_type": error_type, "error_message": error_message, "returncode": returncode,
@@ -97,6 +100,17 @@ def _pid_alive(pid: int | None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def stored_spec(run_dir: Path) -> dict | None:
+    """The spec ``run_dir`` holds (RunSpec.to_dict(), defaults filled), or None when it holds none
+    or an unreadable one."""
+    if not (run_dir / SPEC_FILE).exists():
+        return None
+    try:
+        return RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec")).to_dict()
+    except (RecordError, SpecError):
+        return None
 
 
 def check_resumable(spec: RunSpec, run_dir: Path) -> None:
@@ -145,6 +159,14 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
             record = None
     if record is not None and record.get("complete"):
         return {**_result(spec, run_dir, record.get("exit_code"), False, None, pid), "resumed": True}
+    target = _set_attempt_aside(run_dir)
+    log.warning("%s: an earlier attempt died mid-run; its files are kept in %s, running again", run_dir, target)
+    return None
+
+
+def _set_attempt_aside(run_dir: Path) -> Path:
+    """Move an unfinished attempt's files (record, stdout, stderr) into ``.attempts/N/`` (kept,
+    and skipped by the analysis), so the run can start afresh; returns that directory."""
     attempts = run_dir / ".attempts"
     n = len(list(attempts.iterdir())) + 1 if attempts.is_dir() else 1
     target = attempts / str(n)
@@ -152,8 +174,7 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
     for name in (RECORD_FILE, STDOUT_FILE, STDERR_FILE):
         if (run_dir / name).exists():
             os.replace(run_dir / name, target / name)
-    log.warning("%s: an earlier attempt died mid-run; its files are kept in %s, running again", run_dir, target)
-    return None
+    return target
 
 
 ISOLATIONS = ("spawn", "forkserver")
@@ -200,17 +221,27 @@ def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, 
     else:
         check_run_dir_free(run_dir)
         write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
-    t0 = time.monotonic()
     env = worker_env({**(extra_env or {}), "MEMSWEEP_ISOLATION": isolation})
     start = _run_forkserver if isolation == "forkserver" else _run_spawn
-    returncode, timed_out, pid = start(run_dir, env, spec.timeout_s)
-    return _result(spec, run_dir, returncode, timed_out, time.monotonic() - t0, pid)
+    try:
+        returncode, timed_out, pid, wall_s = start(run_dir, env, spec.timeout_s)
+    except ForkServerLost as exc:  # not the load's doing: once more, from a fork server that lives
+        target = _set_attempt_aside(run_dir)
+        log.warning("%s: %s; its files are kept in %s, running again", run_dir, exc, target)
+        try:
+            returncode, timed_out, pid, wall_s = start(run_dir, env, spec.timeout_s)
+        except ForkServerLost as again:
+            return _result(spec, run_dir, None, False, None, again.pid,
+                           lost=f"{again} (twice; isolation=spawn needs no server)")
+    return _result(spec, run_dir, returncode, timed_out, wall_s, pid)
 
 
-def _run_spawn(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:
-    """A new interpreter: ``python -m worker spec.json`` in its own session."""
+def _run_spawn(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int, float]:
+    """A new interpreter: ``python -m worker spec.json`` in its own session. Returns (returncode,
+    timed_out, pid, wall seconds since the process started)."""
     timed_out = False
     with open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
+        t0 = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
                                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=run_dir,
                                 env=env, start_new_session=True)
@@ -220,7 +251,16 @@ def _run_spawn(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, i
             timed_out = True
             _killpg(proc.pid)
             returncode = proc.wait()
-    return returncode, timed_out, proc.pid
+    return returncode, timed_out, proc.pid, time.monotonic() - t0
+
+
+class ForkServerLost(RuntimeError):
+    """The fork server (or a run's handler) went away before the worker's exit status came: the
+    run's outcome is unknown and not the load's doing. ``pid``: the worker's, when it had one."""
+
+    def __init__(self, message: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
 
 
 SHARED_FORKSERVER_ENV = "MEMSWEEP_FORKSERVER"
@@ -256,6 +296,7 @@ class ForkServer:
         self.shared = False  # using another process's server (self.proc stays None)
         self._ready: threading.Event | None = None
         self._said: dict = {}
+        self._gone: set[str] = set()  # shared servers that went away (never used again)
         # Runs started from several threads (a thread pool, joblib's threading backend) must
         # start one server, not one each with the socket path changing under them.
         self._lock = threading.Lock()
@@ -299,6 +340,11 @@ class ForkServer:
         if "error" in said:
             raise said["error"]
         self.proc, self._ready, self._said = said["proc"], ready, said
+        import socket
+
+        if os.environ.get(SHARED_FORKSERVER_ENV, "").startswith(f"{socket.gethostname()}:{os.getpid()}:"):
+            # this process shares its server (share_fork_server): name the new one to processes started from now
+            os.environ[SHARED_FORKSERVER_ENV] = f"{socket.gethostname()}:{os.getpid()}:{self.path}"
 
     def _ensure(self) -> None:
         with self._lock:
@@ -307,7 +353,7 @@ class ForkServer:
     def _ensure_locked(self) -> None:
         if self.proc is None:
             shared = _shared_server()
-            if shared is not None:
+            if shared is not None and shared not in self._gone:
                 self.path, self.shared = shared, True
                 return
         if self.proc is None or self.proc.poll() is not None:
@@ -332,34 +378,49 @@ class ForkServer:
             try:
                 conn.connect(self.path)
                 return conn
-            except OSError:
+            except OSError as exc:
                 conn.close()
                 if not self.shared:
                     raise
-            # the shared server may still be importing torch: wait while its owner lives
+                if isinstance(exc, ConnectionRefusedError):  # its socket exists, nobody listens: it died
+                    break
+            # the shared server may still be importing torch (no socket yet): wait while its owner lives
             if _shared_server() != self.path or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         with self._lock:  # the shared server is gone: start one of our own
             if self.shared:
+                self._gone.add(self.path)
                 self.shared, self.path = False, None
         self._ensure()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)
         return conn
 
-    def run(self, run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:
+    def run(self, run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int, float]:
+        """Fork one worker; returns (returncode, timed_out, pid, wall seconds since it was forked).
+        ``timeout_s`` counts from the fork too: waiting for the server to start is not the run's.
+
+        Raises:
+            ForkServerLost: the server (or the run's handler) went away before the worker's exit
+                status came; the worker is killed (it dies with its handler anyway).
+        """
         import socket
 
-        deadline = time.monotonic() + timeout_s
         with self._connect() as conn:
+            path = self.path
             request = {"spec": str(run_dir / SPEC_FILE), "stdout": str(run_dir / STDOUT_FILE),
                        "stderr": str(run_dir / STDERR_FILE), "env": env}
             conn.sendall((json.dumps(request) + "\n").encode())
             buffer = bytearray()
-            pid = json.loads(_readline(conn, buffer))["pid"]
+            line = _readline(conn, buffer)
+            if not line:
+                self._lost(path)
+                raise ForkServerLost("the fork server went away before the worker started", None)
+            pid = json.loads(line)["pid"]
+            t0 = time.monotonic()
             timed_out = False
-            conn.settimeout(max(0.001, deadline - time.monotonic()))
+            conn.settimeout(max(0.001, timeout_s))
             try:
                 line = _readline(conn, buffer)
             except (socket.timeout, TimeoutError):
@@ -367,8 +428,22 @@ class ForkServer:
                 _killpg(pid)
                 conn.settimeout(None)
                 line = _readline(conn, buffer)
-            returncode = json.loads(line)["returncode"] if line else None
-        return returncode, timed_out, pid
+            wall_s = time.monotonic() - t0
+            if not line:
+                _killpg(pid)
+                self._lost(path)
+                raise ForkServerLost("the fork server went away while the worker ran (killed, or out of host "
+                                     "memory?); the run's outcome is unknown", pid)
+            returncode = json.loads(line)["returncode"]
+        return returncode, timed_out, pid, wall_s
+
+    def _lost(self, path: str | None) -> None:
+        """The server at ``path`` is gone: a shared one is never used again by this process (it
+        starts its own); this process's own one is restarted by the next ``_ensure``."""
+        with self._lock:
+            if self.shared and self.path == path:
+                self._gone.add(path)
+                self.shared, self.path = False, None
 
 
 def _readline(conn, buffer: bytearray) -> bytes:
@@ -400,7 +475,7 @@ def share_fork_server(isolation: str) -> None:
     os.environ[SHARED_FORKSERVER_ENV] = f"{socket.gethostname()}:{os.getpid()}:{_FORKSERVER.path}"
 
 
-def _run_forkserver(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int]:
+def _run_forkserver(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int, float]:
     """A fresh process forked from a server that imported torch once (worker/forkserver.py)."""
     return _FORKSERVER.run(run_dir, env, timeout_s)
 

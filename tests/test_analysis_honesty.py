@@ -3,7 +3,7 @@ summaries of several loads in one directory. Run directories are written by hand
 
 import json
 
-from analysis.cli import analyze
+from analysis.cli import analyze, format_frontier
 from analysis.frontier import frontier_table
 from analysis.report import build_report, parse_margin
 from analysis.tables import build_tables
@@ -146,3 +146,22 @@ def test_a_missing_peak_is_printed_as_a_dash_never_none(tmp_path):
     _, md = report_md([tmp_path])
     (row,) = [line for line in card_rows(md) if line.startswith("| largest batch that ran")]
     assert "None" not in md and "peak `max_memory_allocated` - B (- GiB)" in row
+
+
+def test_the_console_frontier_names_what_tells_two_loads_apart(tmp_path):
+    """Two loads of one axis in one directory (depth 2 and 8): their rows in the printed table
+    must not read alike; a table of one load names nothing extra."""
+    for i, (batch, outcome) in enumerate([(1, "ok"), (2, "ok")]):
+        write_run(tmp_path / f"a{i}", batch=batch, outcome=outcome, depth=2)
+    for i, (batch, outcome) in enumerate([(1, "ok"), (2, "oom")]):
+        write_run(tmp_path / f"b{i}", batch=batch, outcome=outcome, depth=8)
+    runs, _, _ = build_tables([tmp_path])
+    lines = [line for line in format_frontier(frontier_table(runs)).splitlines() if line.startswith("batch")]
+    assert len(lines) == 2
+    assert any('workload_params={"depth": 2}' in line for line in lines)
+    assert any('workload_params={"depth": 8}' in line for line in lines)
+    for i, batch in enumerate((1, 2)):
+        write_run(tmp_path / "one" / str(i), batch=batch, depth=2)
+    runs, _, _ = build_tables([tmp_path / "one"])
+    (line,) = [line for line in format_frontier(frontier_table(runs)).splitlines() if line.startswith("batch")]
+    assert "workload_params" not in line

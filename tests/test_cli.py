@@ -161,3 +161,14 @@ def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_w
     again = run([*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS],
                 cwd=tmp_path)
     assert again.returncode == 0 and "already ran" in again.stdout + again.stderr
+    # started in the given order, resumed largest first: the directory's job numbers are kept
+    reordered = run([*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", "hydra.sweeper.order=given",
+                     f"hydra.sweep.dir={tmp_path / 'g'}", *TINY_ARGS], cwd=tmp_path)
+    assert reordered.returncode == 0, reordered.stderr[-2000:]
+    specs = {p: p.read_bytes() for p in (tmp_path / "g").glob("*/spec.json")}
+    assert json.loads((tmp_path / "g" / "0" / "spec.json").read_text())["batch"] == 1
+    resumed = run([*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 'g'}",
+                   *TINY_ARGS], cwd=tmp_path)
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0 and out.count("already ran") == 2, out[-2000:]
+    assert {p: p.read_bytes() for p in (tmp_path / "g").glob("*/spec.json")} == specs

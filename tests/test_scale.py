@@ -173,3 +173,53 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+@pytest.fixture
+def own_server(monkeypatch):
+    """A fork server of this test's own, not started yet (and no shared one)."""
+    from sweeper import process
+
+    monkeypatch.setenv(process.SHARED_FORKSERVER_ENV, "")
+    server = process.ForkServer()
+    monkeypatch.setattr(process, "_FORKSERVER", server)
+    yield server
+    server.close()
+
+
+def test_timeout_counts_from_the_fork_not_from_the_servers_start(tmp_path, own_server):
+    """The first run of a sweep waits while the server imports torch (seconds); its timeout_s
+    and wall_s are the worker's own."""
+    from sweeper.process import execute
+    from worker.records import RunSpec
+
+    result = execute(RunSpec.from_dict(dict(TINY, timeout_s=1.0)), tmp_path / "run", isolation="forkserver")
+    assert result["outcome"] == "ok", result
+    assert result["wall_s"] < 1.0
+
+
+def test_a_run_whose_fork_server_dies_runs_again_from_a_new_one(tmp_path, own_server):
+    """The server killed mid-run (the OOM killer's choice, say): not the load's crash. The
+    attempt is set aside and the run starts again from a new server (here it hangs again and
+    times out, a deterministic second attempt)."""
+    import threading
+
+    from sweeper.process import execute
+    from worker.records import RunSpec
+
+    hang = dict(TINY, timeout_s=3, fault={"phase": "model_load", "kind": "hang"})
+    record = tmp_path / "run" / "record.json"
+    killed = []
+
+    def kill_server_once_the_worker_runs() -> None:
+        deadline = time.monotonic() + 120
+        while not record.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        killed.append(own_server.proc.pid)
+        own_server.proc.kill()
+
+    threading.Thread(target=kill_server_once_the_worker_runs, daemon=True).start()
+    result = execute(RunSpec.from_dict(hang), tmp_path / "run", isolation="forkserver")
+    assert killed and own_server.proc.pid != killed[0]  # a new server served the second attempt
+    assert (tmp_path / "run" / ".attempts" / "1" / "record.json").is_file()  # the lost attempt, kept
+    assert result["outcome"] == "timeout" and result["error_message"] == "killed after timeout_s=3", result

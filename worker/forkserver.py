@@ -98,9 +98,13 @@ def serve(path: str) -> None:
 
     _die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
+    # Ctrl-C reaches the whole foreground process group: the orchestrator says what happened and
+    # exits, and the server and its handlers die with it (PR_SET_PDEATHSIG), without tracebacks.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    server.bind(path + ".new")
     server.listen(64)
+    os.replace(path + ".new", path)  # clients see the socket only once it listens (refused = dead)
     print("ready", flush=True)
     while True:
         conn, _ = server.accept()

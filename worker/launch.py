@@ -8,12 +8,14 @@ and caching allocator, that skips the import.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 
 def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict) -> None:
     """Runs in the forked child: its own session, environment and output files, then the worker."""
     os.setsid()  # its own process group, so a timeout kills the worker and anything it started
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # the server ignores it; a worker does not
     os.environ.clear()
     os.environ.update(env)
     for fd, path in ((1, stdout_path), (2, stderr_path)):

@@ -424,6 +424,9 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         return rec.finish("error", EXIT_ERROR, phase="setup", exc=exc)
 
     dynamo_loaded = "torch._dynamo" in sys.modules
+    # On the CPU, memory_reserved is the resident set, which counts imported code: ~65 MiB more
+    # with Dynamo (a train run, or a fork server that had imported it for an earlier run).
+    rec.data["environment"]["torch_dynamo_imported"] = dynamo_loaded
 
     def late_import(until: str) -> None:  # needs_dynamo said no, wrongly: say so in the record
         nonlocal dynamo_loaded
