@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from worker.records import gib
 
-from .frontier import MODE_OPTIONS, frontier_table
+from .frontier import LOAD_FIELDS, differing, frontier_table
 from .tables import build_tables
 
 log = logging.getLogger("memsweep")
@@ -35,10 +35,6 @@ def write_parquet_atomic(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, path)
-
-
-# Fields of a frontier row named in the text table only where rows of one axis differ in them.
-TELLING_APART = ("workload", "workload_params", *MODE_OPTIONS, "capacity_bytes", "devices", "warmup", "repeats")
 
 
 def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predicted: int = 0) -> str:
@@ -59,16 +55,15 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
     rows = frontier.to_pylist()
     # Rows of one axis that differ elsewhere in their load (two workloads, light probes next to
     # the full protocol, another optimizer...) would otherwise look alike: name what differs.
-    values: dict[tuple, dict] = {}
+    groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        group = values.setdefault((r["sweep_dir"], r["axis"]), {})
-        for k in TELLING_APART:
-            group.setdefault(k, set()).add(str(r.get(k)))
+        groups.setdefault((r["sweep_dir"], r["axis"]), []).append(r)
+    named = tuple(k for k in LOAD_FIELDS if k not in ("mode", "device"))  # in every label already
+    differ = {key: differing(group, named) for key, group in groups.items()}
     for r in rows:
         fixed = " ".join(f"{k}={r[k]}" for k in ("batch", "context", "width", "dtype") if r[k] is not None)
         fixed = f"{r['mode']} {r['device']} {fixed}"
-        group = values[(r["sweep_dir"], r["axis"])]
-        fixed += "".join(f" {k}={r.get(k)}" for k in TELLING_APART if len(group[k]) > 1)
+        fixed += "".join(f" {k}={r.get(k)}" for k in differ[(r["sweep_dir"], r["axis"])])
         lines.append(f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "
                      f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "
                      f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "

@@ -88,6 +88,14 @@ def search_results(sweep_dir: str) -> dict[tuple, dict]:
 
 LOAD_DETAIL = ("workload_params", *MODE_OPTIONS)
 """The fields of IDENTITY a frontier row carries besides the axes, protocol and device."""
+LOAD_FIELDS = tuple(k for k in IDENTITY if k not in ("sweep_dir", *AXES))
+"""A row's fixed load besides its directory and axes: workload, workload_params, mode, device..."""
+
+
+def differing(rows: list[dict], fields: tuple[str, ...] = LOAD_FIELDS) -> list[str]:
+    """The ``fields`` whose values differ among ``rows`` (frontier rows), in order: what tells
+    loads apart where their axes alone would read alike (the text table, the report's titles)."""
+    return [k for k in fields if len({str(r.get(k)) for r in rows}) > 1]
 
 
 def _scalar(value):

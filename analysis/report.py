@@ -43,7 +43,7 @@ from worker.records import SpecError, gib, parse_size
 from . import cards as cards_mod
 from .cli import OUTPUTS
 from .doc import Doc, Image, to_html, to_markdown
-from .frontier import MODE_OPTIONS, _order
+from .frontier import _order, differing
 
 AXES = ("batch", "context", "width", "dtype")
 DEFAULT_MARGIN = "10%"
@@ -623,10 +623,6 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
     return Report(doc, axes, policy, runs, bool(est_cols), predicted)
 
 
-LOAD_FIELDS = ("workload", "workload_params", "mode", "device", "capacity_bytes", "warmup", "repeats", "devices",
-               *MODE_OPTIONS)
-
-
 def _tell_loads_apart(axes: list[AxisResult]) -> None:
     """Where two frontier rows of one directory would carry the same title (the same axes, but a
     different load: another capacity, workload parameter, protocol...), name what differs."""
@@ -636,7 +632,7 @@ def _tell_loads_apart(axes: list[AxisResult]) -> None:
     for same in by_title.values():
         if len(same) < 2:
             continue
-        differ = [k for k in LOAD_FIELDS if len({str(a.frontier.get(k)) for a in same}) > 1]
+        differ = differing([a.frontier for a in same])
         for a in same:
             a.detail = " ".join(f"{k}={a.frontier.get(k)}" for k in differ)
 

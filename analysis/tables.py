@@ -227,11 +227,9 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
         "source": _source(run),
-        **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host")},
+        **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host",
+                                   "isolation", "torch_dynamo_imported")},  # (_coerce nulls a wrong type)
         "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
-        "isolation": env.get("isolation") if isinstance(env.get("isolation"), str) else None,
-        "torch_dynamo_imported": env.get("torch_dynamo_imported") if isinstance(env.get("torch_dynamo_imported"), bool)
-        else None,
         "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
         **{name: spec.get(name) for name, _ in OPTIONS},

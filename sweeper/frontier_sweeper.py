@@ -51,7 +51,7 @@ from omegaconf import DictConfig, OmegaConf
 from worker.records import RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_json
 
 from .frontier import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
-from .process import share_fork_server
+from .process import RunDirError, share_fork_server, stored_spec
 from .spec import launch_settings
 
 log = logging.getLogger("memsweep")
@@ -88,11 +88,13 @@ class FrontierSweeperConf:
 
 
 def stored_key(run_dir: Path) -> Optional[str]:
-    """``spec_key`` of the spec stored in ``run_dir`` (spec.json), or None when it is unreadable."""
+    """``spec_key`` of the spec stored in ``run_dir`` (spec.json), or None when it has none or an
+    unreadable one."""
     try:
-        return spec_key(RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec")))
-    except (RecordError, SpecError):
+        spec = stored_spec(run_dir)
+    except RunDirError:
         return None
+    return None if spec is None else spec_key(spec)
 
 
 def spec_key(spec: RunSpec) -> str:

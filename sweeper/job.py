@@ -69,4 +69,3 @@ def remove_bookkeeping_only(run_dir: Path) -> bool:
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     return True
-

@@ -11,7 +11,6 @@ launched, then all of them go to ``self.launcher`` in one batch, largest first
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from worker.records import AXES, SpecError
+from worker.records import AXES, SPEC_FILE, SpecError
 
 log = logging.getLogger("memsweep")
 
@@ -144,50 +143,41 @@ class OvatSweeperImpl:
             out.append(OmegaConf.create(data))
         return out
 
-    def stored_order(self, sweep_dir: Path, batches: list, specs: list) -> tuple[list, list]:
-        """A sweep resumed in its directory keeps the job numbers it was started with, whatever
-        order it is launched in now (``hydra.sweeper.order`` changed, or a memsweep that ordered
-        otherwise): each condition whose spec a job directory holds goes back to that number, the
-        others fill the free numbers in launch order. Unchanged when nothing matches exactly
-        (``check_resumable`` then refuses a directory of another sweep)."""
-        from .process import stored_spec
+    def resume_numbers(self, sweep_dir: Path, batches: list, specs: list) -> tuple[list, list]:
+        """A sweep started again on its directory must be the same sweep, and keeps the job
+        numbers it was started with whatever order it is launched in now (``hydra.sweeper.order``
+        changed, or a memsweep that ordered otherwise): each condition whose spec a job directory
+        holds goes back to that number (``hydra.sweep.subdir`` = the job number, the default),
+        the others fill the free numbers in launch order. Checked before anything is written
+        (multirun.yaml included); a job directory holding a condition of another sweep, or an
+        unreadable spec, exits 2."""
+        from .process import RunDirError, stored_spec
 
         subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
         if subdir != "${hydra.job.num}" or not sweep_dir.is_dir():
             return batches, specs
-        keys = [json.dumps(spec.to_dict(), sort_keys=True) for spec in specs]
-        stored = {}
-        for i in range(len(specs)):
-            found = stored_spec(sweep_dir / str(i))
-            if found is not None:
-                stored[i] = json.dumps(found, sort_keys=True)
-        if all(keys[i] == key for i, key in stored.items()) or not set(stored.values()) <= set(keys) \
-                or len(set(stored.values())) != len(stored):
-            return batches, specs
-        placed = {keys.index(key): i for i, key in stored.items()}  # condition -> its stored number
-        free = iter(i for i in range(len(specs)) if i not in stored)
-        order = [None] * len(specs)
-        for condition in range(len(specs)):
-            order[placed[condition] if condition in placed else next(free)] = condition
-        log.info("resuming with the job numbers this directory was started with")
-        return [batches[c] for c in order], [specs[c] for c in order]
-
-    def check_resumable(self, sweep_dir: Path, specs: list) -> None:
-        """A sweep started again on its directory must be the same sweep: each condition's job
-        directory (``hydra.sweep.subdir`` = its job number, the default) holds its own spec or
-        nothing. Checked before anything is written (multirun.yaml included); exit 2 otherwise."""
-        from .process import RunDirError, check_resumable
-
-        subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
-        if subdir != "${hydra.job.num}" or not sweep_dir.is_dir():
-            return
+        placed: dict[int, int] = {}  # condition -> the job number its directory has
         try:
-            for i, spec in enumerate(specs):
-                check_resumable(spec, sweep_dir / str(i))
+            for number in range(len(specs)):
+                found = stored_spec(sweep_dir / str(number))
+                if found is None:
+                    continue
+                if found not in specs or specs.index(found) in placed:
+                    raise RunDirError(f"{sweep_dir / str(number) / SPEC_FILE} already exists for another condition: "
+                                      f"memsweep never overwrites a run; choose another directory")
+                placed[specs.index(found)] = number
         except RunDirError as exc:
             print(f"memsweep: error: {exc} (this directory holds a different sweep; resuming needs the same "
                   f"conditions)", file=sys.stderr)
             raise SystemExit(2) from None
+        if all(condition == number for condition, number in placed.items()):
+            return batches, specs
+        free = iter(n for n in range(len(specs)) if n not in placed.values())
+        order: list[int] = [0] * len(specs)
+        for condition in range(len(specs)):
+            order[placed[condition] if condition in placed else next(free)] = condition
+        log.info("resuming with the job numbers this directory was started with")
+        return [batches[c] for c in order], [specs[c] for c in order]
 
     def sweep(self, arguments: List[str]) -> Any:
         from .process import share_fork_server
@@ -209,8 +199,7 @@ class OvatSweeperImpl:
         order = launch_order(specs, self.order)
         batches, specs = [batches[i] for i in order], [specs[i] for i in order]
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        batches, specs = self.stored_order(sweep_dir, batches, specs)
-        self.check_resumable(sweep_dir, specs)
+        batches, specs = self.resume_numbers(sweep_dir, batches, specs)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         log.info("ovat sweep: %d conditions -> %s", len(batches), sweep_dir)

@@ -67,8 +67,6 @@ device=cpu (the default) or device=cuda[:N] (fake CUDA tensors: no GPU needed; C
 allocator blocks counted)."""
 
 
-
-
 class Predictor:
     """Dry runs of one load at different values of ``axis``, each in its own directory."""
 

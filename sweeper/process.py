@@ -22,8 +22,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from worker.records import (RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, SPEC_FILE, STDERR_FILE,
-                            STDOUT_FILE, RecordError, RunSpec, SpecError, classify_run, read_json,
-                            write_json_atomic)
+                            STDOUT_FILE, RecordError, RunSpec, SpecError, classify_run, needs_dynamo,
+                            read_json, write_json_atomic)
 
 log = logging.getLogger("memsweep")
 LOCK_FILE = ".run.lock"
@@ -102,27 +102,26 @@ def _pid_alive(pid: int | None) -> bool:
     return True
 
 
-def stored_spec(run_dir: Path) -> dict | None:
-    """The spec ``run_dir`` holds (RunSpec.to_dict(), defaults filled), or None when it holds none
-    or an unreadable one."""
+def stored_spec(run_dir: Path) -> RunSpec | None:
+    """The spec ``run_dir`` holds (spec.json; from_dict fills the fields a spec written before
+    them lacks: additive, defaults), or None when it holds none.
+
+    Raises:
+        RunDirError: an unreadable or invalid spec.json.
+    """
     if not (run_dir / SPEC_FILE).exists():
         return None
     try:
-        return RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec")).to_dict()
-    except (RecordError, SpecError):
-        return None
+        return RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec"))
+    except (RecordError, SpecError) as exc:
+        raise RunDirError(f"{run_dir} holds an unreadable spec.json ({exc}); memsweep never overwrites a run") from None
 
 
 def check_resumable(spec: RunSpec, run_dir: Path) -> None:
     """Raise RunDirError when ``run_dir`` holds another condition's spec (or an unreadable one):
     a sweep resumed in its directory must be the same sweep. Nothing is written."""
-    if not (run_dir / SPEC_FILE).exists():
-        return
-    try:  # from_dict fills the fields a spec.json written before them lacks (additive, defaults)
-        old = RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec")).to_dict()
-    except (RecordError, SpecError) as exc:
-        raise RunDirError(f"{run_dir} holds an unreadable spec.json ({exc}); memsweep never overwrites a run") from None
-    if old != spec.to_dict():
+    old = stored_spec(run_dir)
+    if old is not None and old != spec:
         raise RunDirError(f"{run_dir / SPEC_FILE} already exists for another condition: memsweep never "
                           f"overwrites a run; choose another directory")
 
@@ -224,19 +223,19 @@ def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, 
     env = worker_env({**(extra_env or {}), "MEMSWEEP_ISOLATION": isolation})
     start = _run_forkserver if isolation == "forkserver" else _run_spawn
     try:
-        returncode, timed_out, pid, wall_s = start(run_dir, env, spec.timeout_s)
+        returncode, timed_out, pid, wall_s = start(run_dir, env, spec)
     except ForkServerLost as exc:  # not the load's doing: once more, from a fork server that lives
         target = _set_attempt_aside(run_dir)
         log.warning("%s: %s; its files are kept in %s, running again", run_dir, exc, target)
         try:
-            returncode, timed_out, pid, wall_s = start(run_dir, env, spec.timeout_s)
+            returncode, timed_out, pid, wall_s = start(run_dir, env, spec)
         except ForkServerLost as again:
             return _result(spec, run_dir, None, False, None, again.pid,
                            lost=f"{again} (twice; isolation=spawn needs no server)")
     return _result(spec, run_dir, returncode, timed_out, wall_s, pid)
 
 
-def _run_spawn(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int, float]:
+def _run_spawn(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int, bool, int, float]:
     """A new interpreter: ``python -m worker spec.json`` in its own session. Returns (returncode,
     timed_out, pid, wall seconds since the process started)."""
     timed_out = False
@@ -246,7 +245,7 @@ def _run_spawn(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, i
                                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=run_dir,
                                 env=env, start_new_session=True)
         try:
-            returncode = proc.wait(timeout=timeout_s)
+            returncode = proc.wait(timeout=spec.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
             _killpg(proc.pid)
@@ -265,6 +264,13 @@ class ForkServerLost(RuntimeError):
 
 SHARED_FORKSERVER_ENV = "MEMSWEEP_FORKSERVER"
 SHARED_WAIT_S = 300.0  # how long a client waits for the shared server to finish starting
+
+
+def _shared_name(path: str) -> str:
+    """``MEMSWEEP_FORKSERVER``'s value for this process's server at ``path``: ``host:pid:path``."""
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}:{path}"
 
 
 def _shared_server() -> str | None:
@@ -340,11 +346,9 @@ class ForkServer:
         if "error" in said:
             raise said["error"]
         self.proc, self._ready, self._said = said["proc"], ready, said
-        import socket
-
-        if os.environ.get(SHARED_FORKSERVER_ENV, "").startswith(f"{socket.gethostname()}:{os.getpid()}:"):
+        if os.environ.get(SHARED_FORKSERVER_ENV, "").startswith(_shared_name("")):
             # this process shares its server (share_fork_server): name the new one to processes started from now
-            os.environ[SHARED_FORKSERVER_ENV] = f"{socket.gethostname()}:{os.getpid()}:{self.path}"
+            os.environ[SHARED_FORKSERVER_ENV] = _shared_name(self.path)
 
     def _ensure(self) -> None:
         with self._lock:
@@ -388,18 +392,17 @@ class ForkServer:
             if _shared_server() != self.path or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        with self._lock:  # the shared server is gone: start one of our own
-            if self.shared:
-                self._gone.add(self.path)
-                self.shared, self.path = False, None
+        self._lost(self.path)  # the shared server is gone: start one of our own
         self._ensure()
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)
         return conn
 
-    def run(self, run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int, float]:
+    def run(self, run_dir: Path, env: dict, timeout_s: float, dynamo: bool = True) -> tuple[int, bool, int, float]:
         """Fork one worker; returns (returncode, timed_out, pid, wall seconds since it was forked).
         ``timeout_s`` counts from the fork too: waiting for the server to start is not the run's.
+        ``dynamo``: the run needs torch._dynamo (``worker.records.needs_dynamo``), which the
+        server then imports before it forks (once: every later fork has it).
 
         Raises:
             ForkServerLost: the server (or the run's handler) went away before the worker's exit
@@ -410,7 +413,7 @@ class ForkServer:
         with self._connect() as conn:
             path = self.path
             request = {"spec": str(run_dir / SPEC_FILE), "stdout": str(run_dir / STDOUT_FILE),
-                       "stderr": str(run_dir / STDERR_FILE), "env": env}
+                       "stderr": str(run_dir / STDERR_FILE), "env": env, "dynamo": dynamo}
             conn.sendall((json.dumps(request) + "\n").encode())
             buffer = bytearray()
             line = _readline(conn, buffer)
@@ -467,17 +470,15 @@ def share_fork_server(isolation: str) -> None:
     processes (joblib's loky workers, submitit_local's jobs) fork their runs from this one
     server instead of each importing torch into a server of its own. No-op unless
     ``isolation == "forkserver"``. The server still dies with this process."""
-    import socket
-
     if isolation != "forkserver":
         return
     _FORKSERVER.start()
-    os.environ[SHARED_FORKSERVER_ENV] = f"{socket.gethostname()}:{os.getpid()}:{_FORKSERVER.path}"
+    os.environ[SHARED_FORKSERVER_ENV] = _shared_name(_FORKSERVER.path)
 
 
-def _run_forkserver(run_dir: Path, env: dict, timeout_s: float) -> tuple[int, bool, int, float]:
+def _run_forkserver(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int, bool, int, float]:
     """A fresh process forked from a server that imported torch once (worker/forkserver.py)."""
-    return _FORKSERVER.run(run_dir, env, timeout_s)
+    return _FORKSERVER.run(run_dir, env, spec.timeout_s, needs_dynamo(spec))
 
 
 def _killpg(pid: int) -> None:

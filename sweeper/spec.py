@@ -16,7 +16,8 @@ import subprocess
 import sys
 from typing import Any
 
-from worker.records import MODES, RunSpec, SpecError, meminfo_bytes, parse_size, validate_device, validate_workload
+from worker.records import (MODES, RunSpec, SpecError, bytes_text, meminfo_bytes, parse_size, validate_device,
+                            validate_workload)
 
 LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "warmup",
              "repeats", "timeout_s", "seed", "threads", "fault",
@@ -188,11 +189,9 @@ def spec_from_config(cfg: Any) -> RunSpec:
         # machine's memory the kernel's OOM killer, not the limit, would end the run.
         total = meminfo_bytes("MemTotal")
         if total is not None and capacity_bytes > total:
-            raise SpecError("capacity", capacity, f"at most this machine's memory on the CPU, MemTotal = {total} "
-                                                  f"bytes ({total / 2**30:.1f} GiB); dry_run=true predicts any size")
+            raise SpecError("capacity", capacity, f"at most this machine's memory on the CPU, MemTotal = "
+                                                  f"{bytes_text(total)}; dry_run=true predicts any size")
     return with_estimate(spec)
-
-
 
 
 def with_estimate(spec: RunSpec) -> RunSpec:

@@ -669,7 +669,6 @@ class DryRunCounters:
             self.rounding = EXACT_ROUNDING
         self.roles = None  # () -> iterable of (role, tensors); see Workload.storage_roles
         self.cuda_guard = None  # CUDA dry run: how PyTorch has a CUDA device guard (ensure_fake_cuda_guard)
-        self._hook = None
 
     def start(self) -> None:
         from torch.nn.modules.module import register_module_parameter_registration_hook
@@ -684,7 +683,7 @@ class DryRunCounters:
             if param is not None:
                 self.tracker.tag("parameter", [param])
 
-        self._hook = register_module_parameter_registration_hook(on_parameter)
+        register_module_parameter_registration_hook(on_parameter)  # for the process's life (a dry run's)
         self.fake_mode.__enter__()
         self.tracker.__enter__()
         torch.empty(0)  # the first operator through the modes (FakeTensorMode's needs torch._dynamo, imported before)

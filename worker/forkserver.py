@@ -2,9 +2,10 @@
 
 The server imports torch (and what the worker needs) once, never touches a device, and
 serves one request per connection on a Unix socket: a JSON line ``{"spec", "stdout",
-"stderr", "env"}``. It imports ``torch._dynamo`` (as long again as torch itself) only when
-the first run that needs it comes (``worker.records.needs_dynamo``), so that it is ready
-sooner and a CPU inference sweep never pays that import. For each request, a handler
+"stderr", "env", "dynamo"}``. It imports ``torch._dynamo`` (as long again as torch itself)
+only when the first request whose run needs it comes (``dynamo``: the client's
+``worker.records.needs_dynamo``), so that it is ready sooner and a CPU inference sweep never
+pays that import. For each request, a handler
 process forks the worker (so every run is still a new process, with its own CUDA context
 and caching allocator, created after the fork), answers ``{"pid": ...}`` at once and
 ``{"returncode": ...}`` when the worker has ended (negative: killed by that signal, as
@@ -29,7 +30,6 @@ import sys
 import threading
 
 from .main import _die_with_parent  # stdlib-only at import: torch is imported in serve()
-from .records import RunSpec, needs_dynamo
 
 REQUEST_TIMEOUT_S = 10.0  # a connected client that sends no request line is dropped
 
@@ -75,22 +75,6 @@ def _handle(conn: socket.socket, request: dict) -> None:
         pass
 
 
-def _preload(request: dict) -> None:
-    """Import ``torch._dynamo`` into the server before the first run that needs it
-    (``worker.records.needs_dynamo``), once for every later fork; a CPU inference sweep never
-    pays it. Unreadable specs count as needing it (the worker reports them)."""
-    if "torch._dynamo" in sys.modules:
-        return
-    try:
-        with open(request["spec"]) as f:
-            spec = RunSpec.from_dict(json.load(f))
-        needed = needs_dynamo(spec)
-    except Exception:  # noqa: BLE001 - the worker reads the spec again and reports what is wrong
-        needed = True
-    if needed:
-        import torch._dynamo  # noqa: F401
-
-
 def serve(path: str) -> None:
     import torch  # noqa: F401  - the point of the server: imported once, for every fork
 
@@ -113,7 +97,8 @@ def serve(path: str) -> None:
             with conn.makefile("r") as reader:  # closed, so that conn.close() below frees the socket
                 request = json.loads(reader.readline())
             conn.settimeout(None)
-            _preload(request)
+            if request.get("dynamo", True):  # once, for this fork and every later one
+                import torch._dynamo  # noqa: F401
         except (OSError, ValueError):  # a client that hung up or sent garbage: not a run
             conn.close()
             continue

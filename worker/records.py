@@ -608,10 +608,9 @@ def needs_dynamo(spec: "RunSpec") -> bool:
     never compiled (``LiveTensorTracker._should_skip_dynamo``), so its first operator no longer
     imports Dynamo. Conservative (True) whenever unsure; stdlib only (the sweeper and the fork
     server call it without torch)."""
-    name = spec.workload.get("name") if isinstance(spec.workload, dict) else None
-    light = (spec.device == "cpu" and not spec.dry_run and spec.mode != "train" and not spec.export
-             and not spec.checkpointing and name in DYNAMO_FREE_WORKLOADS)
-    return not light
+    # (checkpointing is a train option: mode != "train" excludes it)
+    return not (spec.device == "cpu" and spec.mode != "train" and not spec.dry_run and not spec.export
+                and spec.workload_name in DYNAMO_FREE_WORKLOADS)
 
 
 def proc_kb_field(path: str, key: str) -> int | None:

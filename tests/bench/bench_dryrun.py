@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from sweeper.process import execute
-from worker.records import PEAK_SPLIT_FIELDS, RunSpec
+from worker.records import PEAK_SPLIT_FIELDS, RunSpec, bytes_text
 
 BASE = dict(context=64, width=128, device="cpu", warmup=1, repeats=1, timeout_s=1800, threads=1)
 LM = {"name": "transformer", "layers": 4, "heads": 4, "kv_heads": 2, "vocab": 1000}
@@ -100,7 +100,7 @@ def llama_vs_estimator(root: Path) -> dict:
     step = by_name.get("cold_step.optimizer_step", {})
     print(f"\nLlama-2-7B shape, train, bf16, AdamW, batch 1 x 128 tokens, dry run: {record['outcome']} in {wall:.1f} s")
     peak = max(p["max_memory_allocated"] for p in record["phases"])
-    print(f"  predicted peak of live tensor bytes: {peak} B = {peak / 1e9:.2f} GB = {peak / 2**30:.2f} GiB")
+    print(f"  predicted peak of live tensor bytes: {bytes_text(peak)}")
     if not step:
         return record
     config = parse_hf_config(LLAMA2_7B_CONFIG)
@@ -144,7 +144,7 @@ def llama_cuda_vs_cpu(root: Path, train_cpu: dict) -> None:
             print(f"  {c['name']:<28} {a:>15} {b:>15} {b - a:>+12}")
         a = max(p["max_memory_allocated"] for p in cpu["phases"])
         b = max(p["max_memory_allocated"] for p in cuda["phases"])
-        print(f"  largest phase peak: cpu {a / 1e9:.3f} GB, cuda {b / 1e9:.3f} GB = {b / 2**30:.3f} GiB "
+        print(f"  largest phase peak: cpu {bytes_text(a)}, cuda {bytes_text(b)} "
               f"(predictions of max_memory_allocated, not of reserved memory)")
 
 
