@@ -6,7 +6,9 @@ runs identical in every other load field: ``max_ok`` is the largest value that r
 says "does not fit": ``error``, ``crash`` and ``timeout`` runs are counted apart and are
 never either side. ``exact`` when the two are neighbours among the values run and the
 results are monotonic (every ok below every oom); a non-monotonic group is flagged, never
-smoothed away; ``stable`` is false when one value had both ok and oom runs.
+smoothed away; ``stable`` is false when one value had both ok and oom runs, true when some
+value ran (ok or oom) more than once without that, and null when none did (nothing was
+re-run, so nothing was checked: an ovat sweep runs each value once).
 
 Where the frontier sweeper (``hydra/sweeper=frontier``) searched an axis, its ``result``
 lines in the sweep directory's ``search.jsonl`` add the search's columns (``strategy``,
@@ -140,8 +142,9 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
             max_ok = ok[-1] if ok else None
             min_oom = oom[0] if oom else None
             monotonic = not (ok and oom and rank[ok[-1]] > rank[oom[0]])
-            stable = not any({"ok", "oom"} <= s for s in by_value.values())
-            exact = bool(ok and oom and monotonic and stable and rank[min_oom] - rank[max_ok] == 1)
+            rerun = (group.loc[group["outcome"].isin(["ok", "oom"]), axis].value_counts() > 1).any()
+            stable = not any({"ok", "oom"} <= s for s in by_value.values()) if rerun else None
+            exact = bool(ok and oom and monotonic and stable is not False and rank[min_oom] - rank[max_ok] == 1)
             peak = {}
             if max_ok is not None:
                 at = group[(group[axis] == max_ok) & (group["outcome"] == "ok")]
@@ -171,7 +174,7 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                 rows[-1].update(strategy=search.get("strategy"), runs_used=search.get("runs_used"),
                                 upper_reached=search.get("upper_reached"), stopped_by=search.get("stopped_by"),
                                 search_status=search.get("status"),
-                                exact=bool(search.get("exact")) and monotonic and stable)
+                                exact=bool(search.get("exact")) and monotonic and stable is not False)
     return rows
 
 

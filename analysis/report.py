@@ -65,6 +65,11 @@ def _text(value) -> str:
     return "-" if value is None else str(value)
 
 
+def _cut(text: str, n: int) -> str:
+    """``text`` in at most about ``n`` characters, cut at a word and marked with an ellipsis."""
+    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0] + " …"
+
+
 def pct(part: int | None, whole: int | None) -> str:
     if part is None or not whole:
         return "-"
@@ -531,7 +536,7 @@ def _load_text(r: dict) -> str:
         params = json.loads(params) if params else {}
     except json.JSONDecodeError:
         params = {"params": params}
-    ptext = ", ".join(f"{k}={v}" for k, v in params.items())
+    ptext = ", ".join(f"{k}={'null' if v is None else v}" for k, v in params.items())  # null: the default
     return (f"workload `{r.get('workload')}`" + (f" ({ptext})" if ptext else "")
             + f", mode `{r.get('mode')}`, dtype `{r.get('dtype')}`, warmup {r.get('warmup')}, repeats {r.get('repeats')}")
 
@@ -741,7 +746,7 @@ def _observed(doc: Doc, runs, phases, axes: list[AxisResult], plots) -> None:
               [([r["sweep_dir"]] if several else []) + [
                   r["run_id"], r.get("batch"), r.get("context"), r.get("width"), r.get("dtype"),
                   r.get("mode"), r.get("outcome") or "unfinished", r.get("failed_phase"),
-                  (r.get("error_type") or "") + (": " + r["error_message"][:80] if r.get("error_message") else ""),
+                  (r.get("error_type") or "") + (": " + _cut(r["error_message"], 80) if r.get("error_message") else ""),
                   f"{r['wall_s']:.1f}" if r.get("wall_s") is not None else None]
                for r in sorted(runs, key=lambda r: (r["sweep_dir"], len(r["run_id"]), r["run_id"]))],
               note="Only `oom` means 'does not fit'; an error, crash or timeout is neither a success nor an OOM."
@@ -770,7 +775,9 @@ def _observed(doc: Doc, runs, phases, axes: list[AxisResult], plots) -> None:
                  f"`min_oom` = {a.min_oom if a.min_oom is not None else 'none'} (smallest that ran out of memory)",
                  f"exact: {'yes' if f.get('exact') else 'no'} (neighbours among the values run"
                  + (", on the search's lattice" if f.get("strategy") else "") + ")",
-                 f"monotonic: {'yes' if f.get('monotonic') else 'NO'}; stable: {'yes' if f.get('stable') else 'NO'}",
+                 f"monotonic: {'yes' if f.get('monotonic') else 'NO'}; stable: "
+                 + {True: "yes", False: "NO"}.get(f.get("stable"), "not checked (no value was run twice; the frontier "
+                                                                   "sweeper's confirm re-runs the edge)"),
                  f"runs: {f.get('n_runs')} (ok {f.get('n_ok')}, oom {f.get('n_oom')}, other {f.get('n_other')})"]
         if f.get("strategy"):
             facts.append(f"searched by the frontier sweeper: strategy {f['strategy']}, {f.get('runs_used')} runs"
@@ -785,7 +792,7 @@ def _observed(doc: Doc, runs, phases, axes: list[AxisResult], plots) -> None:
         if a.max_ok is None:
             doc.note("warning", f"no value of {a.axis} ran ok: the smallest value tried is already too large, or "
                                 "the runs failed for another reason (see outcomes).")
-        if not f.get("monotonic", True) or not f.get("stable", True):
+        if not f.get("monotonic", True) or f.get("stable") is False:
             doc.note("warning", "results are not monotonic or not stable here; they are shown as measured, not smoothed.")
         points = [{"value": s.value, "outcome": "ok" if s.all_ok else (s.status if len(s.outcomes) == 1 else "mixed"),
                    "used": s.used, "other": s.other if not cpu else s.above_start} for s in a.values]

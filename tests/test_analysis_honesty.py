@@ -165,3 +165,27 @@ def test_the_console_frontier_names_what_tells_two_loads_apart(tmp_path):
     runs, _, _ = build_tables([tmp_path / "one"])
     (line,) = [line for line in format_frontier(frontier_table(runs)).splitlines() if line.startswith("batch")]
     assert "workload_params" not in line
+
+
+def test_stable_is_null_when_nothing_was_run_twice(tmp_path):
+    """`stable` is a check of re-runs: with one run per value nothing was checked (null, and the
+    report says so); a value that both ran and ran out of memory is unstable; two agreeing runs
+    of a value are stable."""
+    def row(sweep):
+        runs, _, _ = build_tables([sweep])
+        (r,) = [r for r in frontier_table(runs).to_pylist() if r["axis"] == "batch"]
+        return r
+
+    for i, (batch, outcome) in enumerate([(1, "ok"), (2, "ok"), (4, "oom")]):
+        write_run(tmp_path / "once" / str(i), batch=batch, outcome=outcome)
+    r = row(tmp_path / "once")
+    assert (r["max_ok"], r["min_oom"], r["exact"], r["stable"]) == (2, 4, True, None)
+    _, md = report_md([tmp_path / "once"])
+    assert "stable: not checked" in md and "stable: yes" not in md
+    for i, (batch, outcome) in enumerate([(1, "ok"), (2, "ok"), (2, "ok"), (4, "oom")]):
+        write_run(tmp_path / "twice" / str(i), batch=batch, outcome=outcome)
+    assert row(tmp_path / "twice")["stable"] is True
+    for i, (batch, outcome) in enumerate([(1, "ok"), (2, "ok"), (2, "oom"), (4, "oom")]):
+        write_run(tmp_path / "flip" / str(i), batch=batch, outcome=outcome)
+    r = row(tmp_path / "flip")
+    assert r["stable"] is False and r["exact"] is False
