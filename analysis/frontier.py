@@ -31,7 +31,7 @@ from .tables import OPTIONS
 
 AXES = ("batch", "context", "width", "dtype")
 MODE_OPTIONS = tuple(name for name, _ in OPTIONS)  # a different optimizer, precision... is a different load
-IDENTITY = ("sweep_dir", "workload", "workload_params", "mode", "device", "capacity_bytes",
+IDENTITY = ("sweep_dir", "workload", "workload_params", "mode", "device", "capacity_bytes", "capacity_mode",
             "warmup", "repeats", "batch", "context", "width", "dtype", *MODE_OPTIONS,
             "devices")  # devices per run: a load on 2 GPUs is not the same load as on 1
 
@@ -49,7 +49,7 @@ FRONTIER_SCHEMA = pa.schema([
     ("stopped_by", pa.string()), ("search_status", pa.string()),
     ("warmup", pa.int64()), ("repeats", pa.int64()), ("devices", pa.int64()),
     # the rest of the fixed load (IDENTITY): two rows differing only here are two loads
-    ("workload_params", pa.string()), *OPTIONS,
+    ("capacity_mode", pa.string()), ("workload_params", pa.string()), *OPTIONS,
 ])
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
@@ -59,7 +59,8 @@ null unless the frontier sweeper searched that axis (see the module docstring). 
 ``repeats``: the protocol of the row's runs (the frontier sweeper's light probes,
 ``hydra.sweeper.light``, form their own row next to the full-protocol one). ``devices``: devices
 per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and the mode options
-(``precision`` ... ``kv_cache``): the rest of the row's fixed load, as in the runs table; with
+(``precision`` ... ``kv_cache``) and ``capacity_mode`` (what the capacity capped: allocator or
+process; null without an emulated capacity): the rest of the row's fixed load, as in the runs table; with
 them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads."""
 
 SEARCH_LOG = "search.jsonl"
@@ -88,7 +89,7 @@ def search_results(sweep_dir: str) -> dict[tuple, dict]:
     return out
 
 
-LOAD_DETAIL = ("workload_params", *MODE_OPTIONS)
+LOAD_DETAIL = ("capacity_mode", "workload_params", *MODE_OPTIONS)
 """The fields of IDENTITY a frontier row carries besides the axes, protocol and device."""
 LOAD_FIELDS = tuple(k for k in IDENTITY if k not in ("sweep_dir", *AXES))
 """A row's fixed load besides its directory and axes: workload, workload_params, mode, device..."""

@@ -29,6 +29,9 @@ COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated
 EXTRA_COUNTERS = ("num_alloc_retries", "num_ooms", "inactive_split_bytes", "device_free_memory",
                   "device_total_memory")
 SIZES = ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes", "kv_cache_tokens", "export_bytes")
+# An OOM phase refused by the CPU allocator capacity (capacity_mode=allocator): the bytes the refused
+# operator asked for and the bytes live when it asked (null for other OOMs and for every other phase).
+OOM_DETAIL = ("oom_request_bytes", "oom_allocated_bytes")
 # Mode options of the spec (worker.records.RunSpec), one column each in the runs table.
 OPTIONS = (("precision", pa.string()), ("optimizer", pa.string()), ("checkpointing", pa.bool_()),
            ("micro_steps", pa.int64()), ("eval_batch", pa.int64()), ("export", pa.bool_()),
@@ -42,6 +45,7 @@ RUNS_SCHEMA = pa.schema([
     ("warmup", pa.int64()), ("repeats", pa.int64()), ("seed", pa.int64()),
     ("device", pa.string()), ("device_kind", pa.string()), ("device_name", pa.string()),
     ("device_total_memory", pa.int64()), ("capacity_bytes", pa.int64()), ("capacity_method", pa.string()),
+    ("capacity_mode", pa.string()), ("oom_request_bytes", pa.int64()),
     ("outcome", pa.string()), ("failed_phase", pa.string()), ("error_type", pa.string()),
     ("error_message", pa.string()), ("returncode", pa.int64()), ("signal", pa.int64()),
     ("timed_out", pa.bool_()), ("wall_s", pa.float64()), ("worker_pid", pa.int64()),
@@ -83,7 +87,7 @@ PHASES_SCHEMA = pa.schema([
     *[(name, pa.int64()) for name in COUNTERS],
     ("error_type", pa.string()),
     ("parent", pa.string()), ("sub_phase", pa.string()), ("step", pa.int64()), ("micro_step", pa.int64()),
-    *[(name, pa.int64()) for name in EXTRA_COUNTERS + SIZES],
+    *[(name, pa.int64()) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL],
     ("source", pa.string()), *[(name, pa.int64()) for name in PEAK_SPLIT_FIELDS],
     ("devices", DEVICE_TYPE),
 ])
@@ -212,6 +216,8 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "device_total_memory": _int(record.get("device_total_memory")),
         "capacity_bytes": _int(record.get("capacity_bytes")) or _int(spec.get("capacity_bytes")),
         "capacity_method": _dict(record.get("capacity")).get("capacity_method"),
+        "capacity_mode": _capacity_mode(record),
+        "oom_request_bytes": next((_int(p.get("oom_request_bytes")) for p in phases if p.get("status") == "oom"), None),
         "outcome": result.get("outcome"), "failed_phase": result.get("failed_phase"),
         "error_type": result.get("error_type"), "error_message": result.get("error_message"),
         "returncode": _int(result.get("returncode")), "signal": _int(result.get("signal")),
@@ -241,6 +247,19 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     return row
 
 
+def _capacity_mode(record: dict) -> str | None:
+    """What the run's emulated capacity capped (spec capacity_mode): ``allocator`` or ``process``;
+    null when no capacity was emulated (the device's own memory, a dry run). A record written
+    before the field had only the RLIMIT_DATA emulation on the CPU, which is ``process``."""
+    capacity = _dict(record.get("capacity"))
+    if capacity.get("capacity_mode") in ("allocator", "process"):
+        return capacity["capacity_mode"]
+    method = str(capacity.get("capacity_method") or "")
+    if method.startswith("RLIMIT_DATA"):
+        return "process"
+    return "allocator" if method.startswith("torch.cuda.set_per_process_memory_fraction") else None
+
+
 def _source(run: Run) -> str:
     return _dict(run.record).get("source") or ("predicted" if run.spec.get("dry_run") else "measured")
 
@@ -257,7 +276,7 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
             "iterations": _int(p.get("iterations")), "duration_s": p.get("duration_s"),
             **{name: _int(p.get(name)) for name in COUNTERS}, "error_type": p.get("error_type"),
             **{k: p.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
-            **{name: _int(p.get(name)) for name in EXTRA_COUNTERS + SIZES},
+            **{name: _int(p.get(name)) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL},
             "source": source,
             **{name: _int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},
             "devices": _devices(p.get("devices")),

@@ -19,7 +19,7 @@ from typing import Any
 from worker.records import (MODES, RunSpec, SpecError, bytes_text, meminfo_bytes, parse_size, validate_device,
                             validate_workload)
 
-LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "warmup",
+LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "capacity_mode", "warmup",
              "repeats", "timeout_s", "seed", "threads", "fault",
              # mode options (worker.records.RunSpec)
              "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export",
@@ -185,8 +185,9 @@ def spec_from_config(cfg: Any) -> RunSpec:
         if capacity_bytes is not None and total and capacity_bytes > total:
             raise SpecError("capacity", capacity, f"at most the device's total_memory, {total} bytes")
     if spec.device == "cpu" and capacity_bytes is not None and not spec.dry_run:
-        # The CPU emulation (RLIMIT_DATA) makes allocations past the capacity fail; above the
-        # machine's memory the kernel's OOM killer, not the limit, would end the run.
+        # The CPU emulation makes allocations past the capacity fail (the tracker's OutOfMemoryError,
+        # or RLIMIT_DATA); above the machine's memory the kernel's OOM killer, not the limit, would
+        # end the run.
         total = meminfo_bytes("MemTotal")
         if total is not None and capacity_bytes > total:
             raise SpecError("capacity", capacity, f"at most this machine's memory on the CPU, MemTotal = "

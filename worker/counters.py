@@ -52,17 +52,33 @@ def _proc_status_bytes(key: str) -> int | None:
 
 
 class LiveTensorTracker(TorchDispatchMode):
-    """Counts the bytes of live tensor storages created while the mode is active.
+    """Counts the bytes of live tensor storages created while the mode is active, and, when
+    given a ``capacity``, refuses the operators that would take them past it.
 
     Storages are deduplicated by their StorageImpl pointer, so views and in-place
     results are counted once; a storage whose size changes (``resize_``) is re-counted.
     ``live`` and ``peak`` are bytes (ints).
+
+    ``capacity`` (bytes, or None for no limit): the CPU capacity of ``capacity_mode=allocator``,
+    the meaning ``torch.cuda.set_per_process_memory_fraction`` gives a GPU capacity (a cap on
+    what the allocator hands out, not on the process). An operator whose new storages would
+    take ``live`` past ``capacity`` raises ``torch.OutOfMemoryError`` (message shaped as the
+    CUDA caching allocator's: what was tried, the capacity, what is already allocated); its
+    storages are never counted, so ``peak`` never exceeds the capacity, and ``refused`` holds
+    the refused request (``oom_request_bytes``, ``oom_allocated_bytes``, ``oom_operator``).
+    The operator's kernel has run when the check is made (a dispatch mode sees its outputs),
+    so the host briefly holds one refused operator's outputs above the capacity; they are
+    freed as the error unwinds. The answer depends only on the tensors the load creates,
+    never on malloc, threads or other memory of the process, so it is the same on every
+    machine.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, capacity: int | None = None) -> None:
         super().__init__()
         self.live = 0
         self.peak = 0
+        self.capacity = capacity
+        self.refused: dict | None = None
         self._sizes: dict[int, int] = {}
 
     @classmethod
@@ -76,40 +92,54 @@ class LiveTensorTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self._track(t)
+        tensors = list(tree_leaves(out))
         if getattr(func, "__name__", "").startswith("resize_"):
-            for t in tree_leaves(args):
-                if isinstance(t, torch.Tensor):
-                    self._track(t)
-        return out
-
-    def _track(self, t: torch.Tensor) -> None:
-        if t.device.type == "meta":  # shape-only tensors own no memory
-            return
-        try:
-            storage = t.untyped_storage()
-        except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, etc.)
-            return
-        key = storage._cdata
-        nbytes = storage.nbytes()
-        old = self._sizes.get(key)
-        if old is None:
+            tensors += tree_leaves(args)
+        changes: dict[int, tuple] = {}  # StorageImpl address -> (storage, new bytes, old bytes or None)
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":  # meta tensors own no memory
+                try:
+                    storage = t.untyped_storage()
+                except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, etc.)
+                    continue
+                key, nbytes = storage._cdata, storage.nbytes()
+                old = self._sizes.get(key)
+                if old != nbytes:
+                    changes[key] = (storage, nbytes, old)
+        if self.capacity is not None:
+            growth = sum(nbytes - (old or 0) for _, nbytes, old in changes.values())
+            if growth > 0 and self.live + growth > self.capacity:
+                raise self._refuse(growth, func)
+        for key, (storage, nbytes, old) in changes.items():
             self._sizes[key] = nbytes
-            self.live += nbytes
-            weakref.finalize(storage, self._free, key)
-        elif old != nbytes:
-            self._sizes[key] = nbytes
-            self.live += nbytes - old
+            self.live += nbytes - (old or 0)
+            if old is None:
+                weakref.finalize(storage, self._free, key)
         if self.live > self.peak:
             self.peak = self.live
+        return out
+
+    def _refuse(self, request: int, func) -> Exception:
+        """The OutOfMemoryError of a request of ``request`` bytes that does not fit."""
+        self.refused = {"oom_request_bytes": request, "oom_allocated_bytes": self.live,
+                        "oom_operator": str(func)}
+        free = self.capacity - self.live
+        return torch.OutOfMemoryError(
+            f"CPU out of memory (memsweep capacity_mode=allocator). Tried to allocate {_mib(request)} "
+            f"({request} bytes) in {func}. CPU capacity of {_mib(self.capacity)} ({self.capacity} bytes) "
+            f"of which {_mib(free)} ({free} bytes) is free. Of the allocated memory {_mib(self.live)} "
+            f"({self.live} bytes) is allocated by live tensors (memsweep tracker).")
 
     def _free(self, key: int) -> None:
         self.live -= self._sizes.pop(key, 0)
 
     def reset_peak(self) -> None:
         self.peak = self.live
+
+
+def _mib(nbytes: int) -> str:
+    """``nbytes`` in MiB (2^20 B) with two decimals, as the CUDA caching allocator prints sizes."""
+    return f"{nbytes / 2**20:.2f} MiB"
 
 
 # The extra counters of a phase record (``extra()``), null where a backend has none (never 0).
@@ -157,6 +187,12 @@ class CpuCounters:
     def extra(self) -> dict:
         return {**NO_EXTRA, "device_free_memory": meminfo_bytes("MemAvailable"),
                 "device_total_memory": meminfo_bytes("MemTotal"), **NO_PEAK_SPLIT}
+
+    def oom_detail(self) -> dict | None:
+        """The request the capacity refused (``LiveTensorTracker.refused``: bytes asked, bytes
+        live, operator), or None when the tracker refused nothing (no capacity, or an OOM that
+        came from elsewhere)."""
+        return self.tracker.refused
 
     def reset_peak_memory_stats(self) -> None:
         self.tracker.reset_peak()
@@ -292,8 +328,26 @@ class MultiDeviceCounters:
         return self.main.extra()
 
 
-def apply_cpu_capacity(capacity_bytes: int) -> dict:
-    """Bound the worker's further memory growth to ``capacity_bytes`` with RLIMIT_DATA.
+def apply_cpu_allocator_capacity(counters: CpuCounters, capacity_bytes: int) -> dict:
+    """Cap the CPU run's live tensor storage bytes at ``capacity_bytes`` (``capacity_mode=allocator``).
+
+    The meaning a GPU capacity has (torch.cuda.set_per_process_memory_fraction caps what the
+    caching allocator hands out, PyTorch doc), given to the CPU: the worker's
+    ``LiveTensorTracker`` refuses an operator whose new storages would take the live bytes
+    past the capacity with ``torch.OutOfMemoryError`` (see ``LiveTensorTracker``). Memory the
+    process holds outside tensors (malloc's arenas, thread stacks, oneDNN/BLAS buffers, the
+    code) is not charged, so the answer is the same on every machine.
+
+    Returns the record's ``capacity`` description (``capacity_mode``, ``capacity_method``).
+    """
+    counters.tracker.capacity = capacity_bytes
+    return {"capacity_mode": "allocator",
+            "capacity_method": "live tensor storage bytes <= capacity (worker tracker raises torch.OutOfMemoryError)"}
+
+
+def apply_cpu_process_capacity(capacity_bytes: int) -> dict:
+    """Bound the worker's further memory growth to ``capacity_bytes`` with RLIMIT_DATA
+    (``capacity_mode=process``: does this process fit in N bytes of RAM).
 
     The limit is set to the current data segment size (``VmData``, measured after torch
     is imported and its thread pool started) plus the capacity, so that allocations past
@@ -312,7 +366,7 @@ def apply_cpu_capacity(capacity_bytes: int) -> dict:
     if hard != resource.RLIM_INFINITY and limit > hard:
         limit = hard
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
-    return {"capacity_method": "RLIMIT_DATA = VmData at start + capacity",
+    return {"capacity_mode": "process", "capacity_method": "RLIMIT_DATA = VmData at start + capacity",
             "capacity_baseline_bytes": baseline, "rlimit_data_bytes": limit}
 
 
@@ -326,7 +380,7 @@ def apply_cuda_capacity(counters: CudaCounters, capacity_bytes: int, total_memor
         raise ValueError(f"capacity {capacity_bytes} B exceeds the device's total_memory {total_memory} B")
     fraction = capacity_bytes / total_memory
     torch.cuda.set_per_process_memory_fraction(fraction, counters.index)
-    return {"capacity_method": "torch.cuda.set_per_process_memory_fraction",
+    return {"capacity_mode": "allocator", "capacity_method": "torch.cuda.set_per_process_memory_fraction",
             "memory_fraction": fraction}
 
 
@@ -346,7 +400,7 @@ def apply_cuda_capacity_per_device(counters: MultiDeviceCounters, capacity_bytes
     for device_counters in counters.per_device():
         _, total = torch.cuda.mem_get_info(device_counters.index)
         fractions.append(apply_cuda_capacity(device_counters, capacity_bytes, int(total))["memory_fraction"])
-    return {"capacity_method": "torch.cuda.set_per_process_memory_fraction (every device)",
+    return {"capacity_mode": "allocator", "capacity_method": "torch.cuda.set_per_process_memory_fraction (every device)",
             "memory_fraction": fractions[0], "memory_fractions": fractions}
 
 

@@ -168,6 +168,16 @@ def environment(device, dry_run: bool = False) -> dict:
     return env
 
 
+BALLAST_ENV = "MEMSWEEP_BALLAST_BYTES"
+
+
+def _ballast_bytes() -> int | None:
+    """``MEMSWEEP_BALLAST_BYTES`` (for memsweep's own tests and benches): bytes of non-tensor
+    memory the worker holds, touched, from the end of its set-up to its end; None when unset."""
+    text = os.environ.get(BALLAST_ENV)
+    return int(text) if text and text.isdigit() else None
+
+
 def probe(requested: str) -> dict:
     """Describe a device without measuring anything (runs in its own short process)."""
     try:
@@ -324,6 +334,9 @@ def run_phase(counters, name: str, body, iterations: int, fault: dict | None, re
     else:
         phase.update(status=classify_failure(error), error_type=type(error).__name__,
                      error_message=str(error)[:4000])
+        detail = counters.oom_detail() if hasattr(counters, "oom_detail") else None
+        if phase["status"] == "oom" and detail:  # the refused request, apart from the peak it never reached
+            phase.update(detail)
         phase["_exception"] = error
     return phase
 
@@ -335,7 +348,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     except ImportError as exc:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="TorchUnavailable",
                           message=f"PyTorch is not installed: {exc}")
-    from .counters import (DryRunCounters, apply_cpu_capacity, apply_cuda_capacity,
+    from .counters import (DryRunCounters, apply_cpu_allocator_capacity, apply_cpu_process_capacity, apply_cuda_capacity,
                            apply_cuda_capacity_per_device, dry_run_unsupported, make_counters)
     from .workloads import DependencyMissing, build_workload
 
@@ -398,11 +411,15 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
                 capacity = apply_cuda_capacity_per_device(counters, spec.capacity_bytes)
             elif device.type == "cuda":
                 capacity = apply_cuda_capacity(counters, spec.capacity_bytes, total)
-            else:
+            elif spec.capacity_mode == "process":
                 torch.ones(64, 64) @ torch.ones(64, 64)  # start the intra-op thread pool before the limit
-                capacity = apply_cpu_capacity(spec.capacity_bytes)
+                capacity = apply_cpu_process_capacity(spec.capacity_bytes)
+            else:
+                capacity = apply_cpu_allocator_capacity(counters, spec.capacity_bytes)
         rec.data.update(capacity_bytes=spec.capacity_bytes if spec.capacity_bytes is not None else total,
                         capacity=capacity)
+        ballast = bytes(b"\x01" * (_ballast_bytes() or 0))  # a process that holds other memory too
+        rec.data["environment"]["ballast_bytes"] = len(ballast) or None  # held until the worker ends
         if spec.snapshot_on_oom:
             # PyTorch doc, "Understanding CUDA Memory Usage": record the allocator's history so
             # that an OOM can be dumped as a snapshot (viewable at pytorch.org/memory_viz).

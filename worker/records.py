@@ -44,6 +44,10 @@ FAULT_KINDS = ("raise", "oom", "sigkill", "segfault", "hang", "garbage")
 PRECISIONS = ("pure", "autocast")
 OPTIMIZERS = ("adamw", "sgd", "adafactor", "adamw8bit")
 KV_CACHES = ("dynamic", "static")
+# What an emulated capacity caps (spec capacity_mode): the allocator's bytes (a GPU capacity's
+# meaning; on the CPU the worker's count of live tensor storage bytes) or, on the CPU only, the
+# whole process (RLIMIT_DATA: does this process fit in N bytes of RAM).
+CAPACITY_MODES = ("allocator", "process")
 # transformer workload settings
 ATTENTIONS = ("sdpa", "eager")
 NORMS = ("rmsnorm", "layernorm")
@@ -372,6 +376,13 @@ class RunSpec:
     blocks is Linear(width -> hidden) -> activation -> Linear(hidden -> width).
     ``workload`` is ``{"name": ..., <params>}`` (see ``validate_workload``).
     ``capacity_bytes`` is the emulated capacity in bytes, ``None`` for the device's own.
+    ``capacity_mode`` (CAPACITY_MODES): what the capacity caps. ``allocator`` (default): what
+    the allocator hands out, as on a GPU (CUDA: ``set_per_process_memory_fraction``; CPU: the
+    worker's count of live tensor storage bytes, an operator past it raises
+    ``torch.OutOfMemoryError``), the same answer on every machine. ``process`` (CPU only):
+    RLIMIT_DATA on the worker process, for "does this process fit in N bytes of RAM"; it also
+    charges malloc's arenas, thread stacks and library buffers, so its edge moves from machine
+    to machine.
     ``fault`` injects a failure into one phase, for testing memsweep itself:
     ``{"phase": "cold_forward", "kind": "sigkill"}`` (kinds: FAULT_KINDS); a parent such as
     ``cold_step`` hits its first sub-phase.
@@ -418,6 +429,7 @@ class RunSpec:
     device: str = "cpu"
     workload: dict = dataclasses.field(default_factory=lambda: {"name": "mlp"})
     capacity_bytes: int | None = None
+    capacity_mode: str = "allocator"
     warmup: int = 3
     repeats: int = 5
     timeout_s: float = 600.0
@@ -451,6 +463,12 @@ class RunSpec:
         object.__setattr__(self, "workload", validate_workload(self.workload))
         if self.capacity_bytes is not None:
             parse_size(self.capacity_bytes)
+        _choice("capacity_mode", self.capacity_mode, CAPACITY_MODES)
+        if self.capacity_mode == "process" and (not self.device.startswith("cpu") or self.dry_run):
+            raise SpecError("capacity_mode", self.capacity_mode,
+                            "allocator here: process (RLIMIT_DATA on the worker process) is a CPU setting of a "
+                            "measured run; a GPU capacity caps the caching allocator "
+                            "(torch.cuda.set_per_process_memory_fraction), a dry run limits nothing")
         _nonneg_int("warmup", self.warmup)
         _positive_int("repeats", self.repeats, 10**6)
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \

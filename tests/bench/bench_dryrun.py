@@ -165,8 +165,7 @@ def _sweep(root: Path, name: str, load: list[str], bounds: list[str], extra: lis
     """A real frontier sweep through the CLI; its result event, probes and wall seconds."""
     from tests.bench.frontier_cli import frontier_sweep
 
-    # A fixed mmap threshold keeps the CPU capacity emulation about tensors (tests/test_frontier_integration.py).
-    s = frontier_sweep([*load, *bounds, *extra], root / name, root, dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072"))
+    s = frontier_sweep([*load, *bounds, *extra], root / name, root, dict(os.environ))
     if s["error"]:
         return s
     dry = [e for e in s["events"] if e["event"] == "dry_run"]
@@ -174,8 +173,8 @@ def _sweep(root: Path, name: str, load: list[str], bounds: list[str], extra: lis
 
 
 def predicted_vs_measured_edge(root: Path) -> None:
-    """For each load of EDGE_CASES: the edge a real frontier sweep measures (RLIMIT_DATA on
-    the worker: tensors plus the allocator's and PyTorch's own host memory) with
+    """For each load of EDGE_CASES: the edge a real frontier sweep measures (capacity_mode=allocator:
+    the tracked tensor bytes, what the dry run predicts) with
     hydra.sweeper.seed_from_dry_run=true and without, the real runs each needed, and the
     dry-run prediction the seeded sweep started from (tensor bytes only). Goal (issue #9):
     the exact edge in 3 real runs or fewer with the seed."""

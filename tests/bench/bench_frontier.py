@@ -208,9 +208,7 @@ def real_light_vs_full() -> None:
     if os.environ.get("BENCH_REAL", "1") == "0":
         print("real runs skipped (BENCH_REAL=0)")
         return
-    # A fixed mmap threshold keeps the CPU capacity emulation about tensors (see
-    # tests/test_frontier_integration.py): the edge is then the same from run to run.
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    env = dict(os.environ)  # capacity_mode=allocator (the default): the edge depends on the tensors only
     print("real runs: mlp train, context=64 width=128 depth=2, CPU at capacity=128MiB, batch in [8, 1024] "
           "step 8, strategy model, confirm=1")
     print(f"{'probes':<8} {'max_ok':>7} {'min_oom':>7} {'exact':>5} {'runs':>5} {'light':>5} {'full':>5} "
@@ -236,7 +234,9 @@ def real_light_vs_full() -> None:
 
 
 PEER_LOAD = {"width": 32, "depth": 2, "context": 8192, "capacity_bytes": 2 * GiB, "threads": 2, "steps": 3}
-PEER_SWEEP = ["mode=train", "device=cpu", "capacity=2GiB", "context=8192", "width=32", "workload.depth=2",
+# capacity_mode=process: the peers run in one process under RLIMIT_DATA (tests/bench/peers.py), so
+# memsweep's workers are limited the same way (the peers' OOM checks do not know the allocator mode's error).
+PEER_SWEEP = ["mode=train", "device=cpu", "capacity=2GiB", "capacity_mode=process", "context=8192", "width=32", "workload.depth=2",
               "threads=2", "warmup=1", "repeats=1", "hydra.sweeper.lower=2", "hydra.sweeper.upper=8192",
               "hydra.sweeper.multiple_of=1"]
 # (label, settings): every probe with the protocol cold + warmup 1 + 1 warm step (3 steps, as a

@@ -3,7 +3,7 @@
 ``python -m tests.bench.peers lightning|accelerate LOAD_JSON`` builds the same load as
 memsweep's ``mlp`` workload in train mode (``worker.models.MLP``, AdamW at its defaults,
 inputs and targets ``randn(batch, context, width)`` float32, MSE loss), emulates the same
-CPU capacity as memsweep's worker (``worker.counters.apply_cpu_capacity``: RLIMIT_DATA =
+CPU capacity as memsweep's worker (``worker.counters.apply_cpu_process_capacity``, memsweep's ``capacity_mode=process``: RLIMIT_DATA =
 VmData after the imports + capacity, with the worker's malloc settings set by the caller),
 then runs:
 
@@ -168,10 +168,10 @@ def main(argv: list[str]) -> int:
         import lightning.pytorch  # noqa: F401  (imports before the limit, as in the worker)
     else:
         import accelerate  # noqa: F401
-    from worker.counters import apply_cpu_capacity
+    from worker.counters import apply_cpu_process_capacity
 
     torch.ones(64, 64) @ torch.ones(64, 64)  # the intra-op thread pool starts before the limit
-    apply_cpu_capacity(load["capacity_bytes"])
+    apply_cpu_process_capacity(load["capacity_bytes"])
     if check is not None:
         try:
             (check_lightning if peer == "lightning" else check_accelerate)(load, check)
