@@ -24,7 +24,7 @@ from fractions import Fraction
 
 from worker.records import GB, GiB
 
-from . import estimate as E
+from analysis import estimate as E
 
 RESERVE_UNITS = {"reserve_gib": GiB, "reserve_gb": GB}
 
