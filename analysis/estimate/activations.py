@@ -11,6 +11,8 @@ from .kv_cache import resolve_head_dim
 
 
 RECOMPUTE = ("none", "selective", "full")
+"""Activation recomputation strategies (Korthikanti et al. 2022, Sec. 5; Chen et al. 2016),
+see ``transformer_layer_activation_bytes``."""
 
 
 def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> int:
@@ -20,6 +22,18 @@ def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> in
     Models", Sec. 4.1, Eq. (1): 16-bit activations, 1-byte dropout masks, a 4h MLP, no
     tensor parallelism. Shapes: s = ``seq``, b = ``batch``, h = ``hidden``, a = ``heads``.
     Equal to ``34*s*b*h + 5*a*s*s*b`` (exact integer).
+
+    Args:
+        seq: tokens per sequence (s).
+        batch: sequences per micro-batch (b).
+        hidden: hidden size (h).
+        heads: attention heads (a).
+
+    Returns:
+        bytes (int).
+
+    Raises:
+        ValueError: a size that is not an integer >= 1.
     """
     for name, v in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads)):
         check_int(name, v, 1)
@@ -54,11 +68,26 @@ def transformer_layer_activation_bytes(seq: int, batch: int, hidden: int, heads:
     is recomputed, its as^2b terms are not stored: 34sbh per layer); ``full`` (only the
     layer input, sbh values, is kept; Chen et al. 2016, the paper's 2sbhL).
 
+    Args:
+        seq: tokens per sequence (s).
+        batch: sequences per micro-batch (b).
+        hidden: hidden size (h).
+        heads: attention (query) heads (a).
+        kv_heads: key/value heads (k), grouped-query attention; default ``heads``.
+        head_dim: head dimension (d); default ``hidden // heads`` (``resolve_head_dim``).
+        ffn_hidden: MLP hidden size (f); default 4h.
+        gated_mlp: a SwiGLU-style MLP (three matrices) instead of the 4h GELU MLP.
+        act_bytes: bytes per activation value (2 for 16-bit activations).
+        dropout: count the dropout masks and outputs.
+        fused_attention: FlashAttention-style attention (no s x s scores stored).
+        recompute: one of ``RECOMPUTE``.
+
     Returns:
         bytes (int).
 
     Raises:
-        ValueError: a non-positive size, or an unknown ``recompute``.
+        ValueError: a non-positive size, an unknown ``recompute``, or hidden/heads that
+            do not divide without an explicit ``head_dim``.
     """
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")

@@ -18,15 +18,41 @@ peak: activation gradients in backward, optimizer scratch, dtype-conversion copi
 
 COMPONENT_LABELS = {"weights": "weights", "gradients": "gradients", "optimizer_states": "optimizer states",
                     "activations": "activations", "kv_cache": "KV cache", "temporaries": "temporaries"}
+"""The printed name of each component (``Breakdown.format``)."""
 
 
 def check_int(name: str, value: Any, minimum: int = 0) -> int:
+    """``value`` itself when it is an integer >= ``minimum`` (``bool`` is not an integer here).
+
+    Args:
+        name: what the value is, for the error message.
+        value: the value to check.
+        minimum: the smallest value accepted.
+
+    Returns:
+        ``value``, unchanged.
+
+    Raises:
+        ValueError: ``value`` is not an ``int``, is a ``bool``, or is below ``minimum``.
+    """
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return value
 
 
 def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` in exact integer arithmetic (no float rounding on large byte counts).
+
+    Args:
+        a: dividend.
+        b: divisor, non-zero.
+
+    Returns:
+        the smallest integer >= a / b.
+
+    Raises:
+        ZeroDivisionError: ``b`` is 0.
+    """
     return -(-a // b)
 
 
@@ -48,6 +74,10 @@ class Breakdown:
 
     ``peak`` is the sum of the estimated components (the number to compare with
     ``max_memory_allocated``); ``total`` is ``peak + reserve``.
+
+    Raises:
+        ValueError: a component or the reserve that is not an integer >= 0 (``None`` is
+            accepted for the components).
     """
 
     weights: int | None = None
@@ -83,13 +113,40 @@ class Breakdown:
         return tuple(n for n in COMPONENTS if getattr(self, n) is None)
 
     def replace(self, **changes: Any) -> "Breakdown":
+        """A copy with the given fields changed (``dataclasses.replace``).
+
+        Args:
+            **changes: field name -> new value (components and ``reserve`` in bytes).
+
+        Returns:
+            a new Breakdown.
+
+        Raises:
+            TypeError: an unknown field name.
+            ValueError: a value that is not an integer >= 0 (or ``None`` for a component).
+        """
         return dataclasses.replace(self, **changes)
 
     def with_note(self, *notes: str) -> "Breakdown":
+        """A copy with ``notes`` appended to the existing notes (figures unchanged).
+
+        Args:
+            *notes: sentences saying what the figures assume.
+
+        Returns:
+            a new Breakdown.
+        """
         return dataclasses.replace(self, notes=self.notes + tuple(notes))
 
     def __add__(self, other: "Breakdown") -> "Breakdown":
-        """Component-wise sum; ``None + x = x``; reserves add; notes concatenate."""
+        """Component-wise sum; ``None + x = x``; reserves add; notes concatenate.
+
+        Args:
+            other: another Breakdown.
+
+        Returns:
+            a new Breakdown, bytes; a component is ``None`` only when it is ``None`` in both.
+        """
         values = {}
         for n in COMPONENTS:
             a, b = getattr(self, n), getattr(other, n)
@@ -100,6 +157,10 @@ class Breakdown:
         """Plain JSON-able dict in bytes: the components, ``reserve``, ``peak``, ``total``.
 
         This is the ``estimate`` field of a RunSpec (keys: ``worker.records.ESTIMATE_KEYS``).
+
+        Returns:
+            ``{component: bytes or None, "reserve": bytes, "peak": bytes, "total": bytes}``;
+            the notes are not part of it.
         """
         out = {n: getattr(self, n) for n in COMPONENTS}
         out.update(reserve=self.reserve, peak=self.peak, total=self.total)
@@ -108,6 +169,19 @@ class Breakdown:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "Breakdown":
+        """The Breakdown of a ``to_dict`` (a spec's ``estimate``); ``peak`` and ``total`` are
+        recomputed, not read.
+
+        Args:
+            data: ``{component: bytes or None, "reserve": bytes}``; missing keys are ``None``
+                (a missing or null reserve is 0).
+
+        Returns:
+            a Breakdown without notes.
+
+        Raises:
+            ValueError: a value that is not an integer >= 0 (or ``None`` for a component).
+        """
         return cls(**{n: data.get(n) for n in COMPONENTS}, reserve=data.get("reserve") or 0)
 
     def format(self, title: str | None = None, decimals: int = 2) -> str:
@@ -115,6 +189,13 @@ class Breakdown:
 
         Ends with the peak, the reserve, the total with reserve, and a sentence naming the
         components that are not included.
+
+        Args:
+            title: a first line, if any.
+            decimals: decimals of the GB (10^9 B) and GiB (2^30 B) columns.
+
+        Returns:
+            the table, lines joined by newlines (no trailing newline).
         """
         rows = [(COMPONENT_LABELS[n], getattr(self, n)) for n in COMPONENTS if getattr(self, n) is not None]
         rows.append(("sum (without reserve)", self.peak))
@@ -156,6 +237,17 @@ def estimate_columns(estimate: Mapping | None, max_memory_allocated: int | None,
 
     A run that did not finish (``oom``, ``crash``, ...) has only a partial observed peak,
     so its ``estimate_error`` is null.
+
+    Args:
+        estimate: the spec's ``estimate`` (``Breakdown.to_dict``), or ``None``; anything
+            that is not a mapping counts as no estimate.
+        max_memory_allocated: the run's observed peak, bytes, or ``None``.
+        outcome: the run's outcome (``ok``, ``oom``, ...).
+
+    Returns:
+        ``{column: value}`` for every name of ``ESTIMATE_COLUMNS``: the byte counts as int
+        (``None`` when missing, not an int, negative or beyond int64: a corrupt spec never
+        raises), ``estimate_error`` as a float ratio or ``None``.
     """
     est = estimate if isinstance(estimate, Mapping) else {}
 

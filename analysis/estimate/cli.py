@@ -33,13 +33,20 @@ from .transformer import estimate_transformer, load_hf_config
 from .workloads import ACTIVATION_SAVES_OUTPUT, PhaseEstimate, estimate_mlp, mlp_phases
 
 RESERVE_UNITS = {"reserve_gib": GiB, "reserve_gb": GB}
+"""Bytes per unit of the reserve options: ``--reserve-gib`` (2^30 B), ``--reserve-gb`` (10^9 B)."""
 
 
 class UsageError(ValueError):
-    pass
+    """A combination of options that does not describe one load (exit status 2)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``memsweep estimate`` (its help is this module's docstring).
+
+    Returns:
+        an ``argparse.ArgumentParser`` with the model, weights, training state,
+        activations, KV cache, workload and output option groups.
+    """
     p = argparse.ArgumentParser(prog="memsweep estimate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     m = p.add_argument_group("model (one of)")
@@ -271,7 +278,16 @@ def _workload(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseEstim
 
 
 def format_phases(phases: list[PhaseEstimate], decimals: int = 2) -> str:
-    """Per-phase estimated counters (bytes, GiB) of a workload estimate."""
+    """Per-phase estimated counters (bytes, GiB) of a workload estimate.
+
+    Args:
+        phases: ``mlp_phases``'s result.
+        decimals: decimals of the GiB column (at least 6 are printed).
+
+    Returns:
+        a text table, one line per phase: iterations, ``memory_allocated`` at the start,
+        ``max_memory_allocated``, ``memory_allocated`` at the end (bytes), the peak in GiB.
+    """
     lines = ["estimated counters per phase (bytes; GiB = 2^30 B):",
              f"{'phase':<14} {'iterations':>10} {'allocated_start':>16} {'max_allocated':>14} "
              f"{'allocated_end':>14} {'max_allocated GiB':>18}"]
@@ -282,6 +298,20 @@ def format_phases(phases: list[PhaseEstimate], decimals: int = 2) -> str:
 
 
 def run(args: argparse.Namespace, out=None) -> int:
+    """Estimate the load that ``args`` describe and print it: the table, or JSON in bytes.
+
+    Args:
+        args: ``build_parser()``'s parsed options.
+        out: where to print (default ``sys.stdout``).
+
+    Returns:
+        0.
+
+    Raises:
+        UsageError: options that do not describe one load.
+        ValueError: a value the estimator rejects (``analysis.estimate``'s modules).
+        FileNotFoundError: a ``--config`` that does not exist.
+    """
     out = out or sys.stdout
     sources = [s for s in ("parameters", "config", "workload") if getattr(args, s) is not None]
     if len(sources) > 1:
@@ -327,6 +357,15 @@ def run(args: argparse.Namespace, out=None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``memsweep estimate``: parse ``argv``, print the estimate.
+
+    Args:
+        argv: the options (default ``sys.argv[1:]``).
+
+    Returns:
+        the exit status: 0, or 2 on bad input (the error printed to stderr); argparse exits
+        with 2 itself on unknown options.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -16,14 +16,21 @@ if TYPE_CHECKING:
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
                "float8": 1, "fp8": 1, "int8": 1}
-"""Bytes of one value of a dense floating or integer dtype (PyTorch element sizes)."""
+"""Bytes of one value of a dense floating or integer dtype, by name (aliases included):
+PyTorch element sizes (``torch.Tensor.element_size()``, ``torch.dtype.itemsize``)."""
 
 
 def dtype_bytes(dtype: str | int) -> int:
     """Bytes per value of ``dtype`` (``"float32"``, ``"bf16"``, ... or an int taken as bytes).
 
+    Args:
+        dtype: a name of ``DTYPE_BYTES`` (case-insensitive), or a byte count (int >= 1).
+
+    Returns:
+        bytes per value (int), from ``DTYPE_BYTES`` (PyTorch element sizes).
+
     Raises:
-        ValueError: unknown dtype name.
+        ValueError: unknown dtype name, or an int below 1.
     """
     if isinstance(dtype, int) and not isinstance(dtype, bool):
         return check_int("bytes per value", dtype, 1)
@@ -55,8 +62,16 @@ class StorageFormat:
     def tensor_bytes(self, n: int, row: int | None = None) -> int:
         """Bytes to store one tensor of ``n`` values in this format.
 
-        ``row``: for ``int8`` (LLM.int8(), one scale per output row), the row length
-        (in_features), used as the block size when known.
+        Args:
+            n: number of values in the tensor.
+            row: for ``int8`` (LLM.int8(), one scale per output row), the row length
+                (in_features), used as the block size when known; ignored by other formats.
+
+        Returns:
+            bytes (int): packed values plus block scales.
+
+        Raises:
+            ValueError: ``n`` is not an integer >= 0.
 
         Formula: ``ceil(n * bits / 8)`` packed values, plus ``ceil(n / block) * scale_bytes``
         block scales; with double quantization, ``ceil(n / block)`` one-byte scales plus
@@ -100,6 +115,17 @@ def storage_format(name: str, block_size: int | None = None, double_quant: bool 
                    scale_bytes: int | None = None) -> StorageFormat:
     """The named format, with its block size / double quantization / scale size overridden.
 
+    Args:
+        name: a key of ``FORMATS`` (case-insensitive): fp32, fp16, bf16, int8, nf4, fp4,
+            int4 or an alias.
+        block_size: values sharing one scale; default the format's (bitsandbytes' defaults:
+            nf4/fp4 64, int8 4096; int4 128).
+        double_quant: QLoRA double quantization of the block scales (Dettmers et al. 2023).
+        scale_bytes: bytes of one block scale; default the format's.
+
+    Returns:
+        a StorageFormat.
+
     Raises:
         ValueError: unknown name, a block size or double quantization on a format without
             scales, or a non-positive block size.
@@ -118,7 +144,17 @@ def storage_format(name: str, block_size: int | None = None, double_quant: bool 
 
 
 def compact_format(bits: int) -> StorageFormat:
-    """``bits`` per parameter, packed, no scales: the seed's "theoretical" uniform storage."""
+    """``bits`` per parameter, packed, no scales: the seed's "theoretical" uniform storage.
+
+    Args:
+        bits: bits per stored value (>= 1); values are packed, ``ceil(n * bits / 8)`` bytes.
+
+    Returns:
+        a StorageFormat named ``"<bits>-bit"`` without block scales.
+
+    Raises:
+        ValueError: ``bits`` is not an integer >= 1.
+    """
     check_int("bits", bits, 1)
     return StorageFormat(f"{bits}-bit", bits)
 
@@ -164,6 +200,18 @@ def weights_from_shapes(tensors: Iterable[ParamTensor], fmt: StorageFormat | str
     ``lm_head``, norms and biases stay in ``keep_format`` (bitsandbytes replaces nn.Linear
     modules only and skips ``lm_head``; Hugging Face docs, "bitsandbytes"). Without block
     scales (fp32/fp16/bf16/compact bits) every tensor is stored in ``fmt``.
+
+    Args:
+        tensors: the model's parameter tensors (``TransformerConfig.tensors()``); a 2-D
+            tensor's last dimension is its row length (int8's per-row scale).
+        fmt: storage format of the quantizable tensors (a ``StorageFormat`` or a name).
+        keep_format: storage format of the others when ``fmt`` has block scales.
+
+    Returns:
+        bytes (int), the sum of ``StorageFormat.tensor_bytes`` per tensor.
+
+    Raises:
+        ValueError: an unknown format name.
     """
     fmt = storage_format(fmt) if isinstance(fmt, str) else fmt
     keep = storage_format(keep_format) if isinstance(keep_format, str) else keep_format

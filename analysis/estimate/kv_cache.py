@@ -17,6 +17,14 @@ def resolve_head_dim(hidden_size: int | None, num_attention_heads: int | None,
     192); using hidden/heads there would be wrong. Otherwise ``hidden_size //
     num_attention_heads``, which must divide exactly.
 
+    Args:
+        hidden_size: the model's hidden size, or ``None``.
+        num_attention_heads: query heads, or ``None``.
+        head_dim: the explicit head dimension (a config's ``head_dim``), or ``None``.
+
+    Returns:
+        the head dimension (int >= 1), a count, not bytes.
+
     Raises:
         ValueError: no head_dim and hidden/heads missing or not dividing.
     """
@@ -41,8 +49,18 @@ def cached_tokens(tokens: int, *, sliding_window: int | None = None, static_capa
 
     Source: Hugging Face transformers docs, "KV cache strategies" / "Caching".
 
+    Args:
+        tokens: tokens of the sequence so far (prompt + generated).
+        sliding_window: tokens a sliding-window layer keeps at most, or ``None``.
+        static_capacity: a static cache's preallocated length (``max_cache_len``), or
+            ``None`` for a dynamic cache.
+
+    Returns:
+        tokens held (int), a count, not bytes.
+
     Raises:
-        ValueError: more tokens than the static capacity.
+        ValueError: more tokens than the static capacity, ``tokens`` < 0, or a static
+            capacity < 1.
     """
     check_int("tokens", tokens)
     if static_capacity is not None:
@@ -65,6 +83,20 @@ def kv_cache_bytes(*, layers: int, kv_heads: int, head_dim: int, tokens: int, by
     Example (seed 003): 32 layers x 8 KV heads x 128 x 8192 tokens x 2 bytes x 1 sequence
     = 1_073_741_824 B = 1 GiB; 4 sequences = 4 GiB. Source: Hugging Face transformers docs
     ("KV cache strategies").
+
+    Args:
+        layers: decoder layers.
+        kv_heads: key/value heads per layer.
+        head_dim: head dimension.
+        tokens: tokens one sequence keeps per layer.
+        bytes_per_value: bytes per cached value (>= 1; 2 for fp16/bf16).
+        sequences: sequences cached at once.
+
+    Returns:
+        bytes (int).
+
+    Raises:
+        ValueError: a negative count, or ``bytes_per_value`` < 1.
     """
     return (2 * check_int("layers", layers) * check_int("kv_heads", kv_heads)
             * check_int("head_dim", head_dim) * check_int("tokens", tokens)

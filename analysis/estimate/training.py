@@ -14,12 +14,14 @@ from .breakdown import Breakdown, ceil_div, check_int
 
 
 OPTIMIZERS = ("adamw", "adam", "adamw8bit", "sgd", "sgd-momentum", "adafactor", "adafactor-momentum")
+"""The optimizers whose state is estimated (``optimizer_state_bytes`` says what each keeps)."""
 
 BNB_8BIT_BLOCK = 2048
 """bitsandbytes 8-bit optimizers: block-wise quantization, 2048 values per fp32 absmax
 (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization")."""
 BNB_MIN_8BIT_SIZE = 4096
-"""bitsandbytes keeps the state of tensors with fewer values than this in 32 bits."""
+"""bitsandbytes keeps the state of tensors with fewer values than this in 32 bits
+(its 8-bit optimizers' ``min_8bit_size`` default)."""
 
 
 def gradient_bytes(parameters: int, grad_bytes: int = 2) -> int:
@@ -27,13 +29,33 @@ def gradient_bytes(parameters: int, grad_bytes: int = 2) -> int:
 
     Gradients have the parameter's dtype in PyTorch autograd (``param.grad``), or fp32 when
     a framework accumulates them in fp32. Source: PyTorch autograd docs; seed 002.
+
+    Args:
+        parameters: trainable parameter count.
+        grad_bytes: bytes per gradient value (>= 1).
+
+    Returns:
+        bytes (int): ``parameters * grad_bytes``.
+
+    Raises:
+        ValueError: ``parameters`` < 0 or ``grad_bytes`` < 1 (or not integers).
     """
     return check_int("parameters", parameters) * check_int("grad_bytes", grad_bytes, 1)
 
 
 def master_weight_bytes(parameters: int) -> int:
     """Mixed precision's fp32 master copy of the weights: 4 bytes/param (Micikevicius et al.
-    2018, "Mixed Precision Training"; ZeRO counts it with the optimizer states)."""
+    2018, "Mixed Precision Training"; ZeRO counts it with the optimizer states).
+
+    Args:
+        parameters: trainable parameter count.
+
+    Returns:
+        bytes (int): ``4 * parameters``.
+
+    Raises:
+        ValueError: ``parameters`` is not an integer >= 0.
+    """
     return 4 * check_int("parameters", parameters)
 
 
@@ -100,7 +122,8 @@ def optimizer_state_bytes(parameters: int, optimizer: str = "adamw", state_bytes
     return values * state_bytes
 
 
-ADAM_STEP_BYTES = 4  # torch.optim.Adam(W) ``state["step"]``: a 0-dim float32 tensor per parameter tensor
+ADAM_STEP_BYTES = 4
+"""torch.optim.Adam(W) ``state["step"]``: a 0-dim float32 tensor per parameter tensor."""
 
 
 def training_state(parameters: int, *, param_bytes: int = 2, optimizer: str = "adamw",
@@ -130,7 +153,9 @@ def training_state(parameters: int, *, param_bytes: int = 2, optimizer: str = "a
         a Breakdown with ``gradients`` and ``optimizer_states`` set (others ``None``).
 
     Raises:
-        ValueError: ``step_tensors`` without ``shapes`` (the tensor count is needed).
+        ValueError: ``step_tensors`` without ``shapes`` (the tensor count is needed), a
+            negative count, or what ``optimizer_state_bytes`` rejects (an unknown optimizer,
+            Adafactor without ``shapes``).
 
     Example (ZeRO Sec. 3.1): mixed-precision AdamW = 2 (fp16 weights) + 2 (fp16 gradients)
     + 4 (fp32 master) + 4 (m) + 4 (v) = 16 bytes/param; this function returns the last 14.
@@ -165,6 +190,14 @@ def zero_partition(b: Breakdown, stage: int, devices: int) -> Breakdown:
 
     Example (the paper's Figure 1): 7.5e9 params, K = 12, 64 devices -> 120 GB baseline,
     31.4 GB (stage 1), 16.6 GB (stage 2), 1.9 GB (stage 3).
+
+    Args:
+        b: the whole model's breakdown (bytes), as on one device without ZeRO.
+        stage: ZeRO stage, 0 (no partitioning) to 3.
+        devices: data-parallel devices (>= 1).
+
+    Returns:
+        a new Breakdown with the per-device bytes, and a note when ``stage`` > 0.
 
     Raises:
         ValueError: stage not in 0..3 or devices < 1.

@@ -23,7 +23,14 @@ from .training import training_state, zero_partition
 @dataclasses.dataclass(frozen=True)
 class ParamTensor:
     """One parameter tensor of a described model: name, shape, and whether a quantized load
-    (bitsandbytes) would quantize it (a Linear weight inside the decoder layers)."""
+    (bitsandbytes) would quantize it (a Linear weight inside the decoder layers).
+
+    Attributes:
+        name: a module-style name (``layers.0.q_proj.weight``); memsweep's own naming,
+            close to, not always equal to, a Hugging Face state dict's.
+        shape: the tensor's shape, a Linear weight as (out_features, in_features).
+        quantizable: a bitsandbytes load would quantize it (``weights_from_shapes``).
+    """
 
     name: str
     shape: tuple[int, ...]
@@ -31,6 +38,7 @@ class ParamTensor:
 
     @property
     def numel(self) -> int:
+        """Number of values, ``prod(shape)`` (a count, not bytes)."""
         return math.prod(self.shape)
 
 
@@ -41,6 +49,24 @@ class TransformerConfig:
     Sizes are counts (not bytes). ``head_dim`` is already resolved (explicit value first).
     ``layer_types``: per layer ``"sliding_attention"`` or ``"full_attention"`` when the
     model mixes them; ``None`` = every layer uses ``sliding_window`` (if any).
+
+    Attributes:
+        model_type: the config's ``model_type`` (``llama``, ``gpt2``, ...).
+        layers: decoder layers.
+        hidden: hidden size.
+        heads: attention (query) heads.
+        kv_heads: key/value heads (``heads`` without grouped-query attention).
+        head_dim: head dimension.
+        ffn_hidden: MLP hidden size (``intermediate_size``).
+        vocab: vocabulary size.
+        gated_mlp: SwiGLU-style MLP (gate, up, down) rather than two matrices.
+        tie_embeddings: ``lm_head`` shares the input embedding (counted once).
+        learned_positions: rows of a learned position embedding (gpt2), 0 for none.
+        norm: ``rmsnorm`` (weight only) or ``layernorm`` (weight and bias).
+        qkv_bias, o_bias, mlp_bias: whether those Linears have a bias.
+        sliding_window: tokens a sliding-window layer keeps, or ``None``.
+        layer_types: see above.
+        dtype: the config's ``torch_dtype``/``dtype``, or ``None``.
     """
 
     model_type: str
@@ -63,7 +89,17 @@ class TransformerConfig:
     dtype: str | None = None
 
     def tensors(self) -> list[ParamTensor]:
-        """Every parameter tensor (shapes as PyTorch stores them: Linear (out, in))."""
+        """Every parameter tensor (shapes as PyTorch stores them: Linear (out, in)).
+
+        Per layer: the norms, q/k/v/o projections (q and o with ``heads x head_dim``, k and
+        v with ``kv_heads x head_dim`` rows), the MLP's two or three matrices and the biases
+        the config asks for; around them the token embedding, learned positions if any, the
+        final norm and, unless tied, ``lm_head`` (the llama/gpt2 layouts of Hugging Face
+        transformers' modeling files).
+
+        Returns:
+            the ParamTensors, in that order.
+        """
         h, a, k, d, f, v = self.hidden, self.heads, self.kv_heads, self.head_dim, self.ffn_hidden, self.vocab
         norm = [(h,), (h,)] if self.norm == "layernorm" else [(h,)]
         out = [ParamTensor("embed_tokens.weight", (v, h))]
@@ -97,7 +133,19 @@ class TransformerConfig:
         return sum(t.numel for t in self.tensors())
 
     def kv_layer_tokens(self, tokens: int, static_capacity: int | None = None) -> list[int]:
-        """Tokens each layer's cache holds for one sequence (see ``cached_tokens``)."""
+        """Tokens each layer's cache holds for one sequence (see ``cached_tokens``).
+
+        Args:
+            tokens: tokens of the sequence so far.
+            static_capacity: a static cache's preallocated length, or ``None``.
+
+        Returns:
+            one token count per layer (a sliding-window layer keeps at most
+            ``sliding_window``).
+
+        Raises:
+            ValueError: as ``cached_tokens``.
+        """
         out = []
         for i in range(self.layers):
             sliding = self.sliding_window if (self.layer_types is None
@@ -107,6 +155,7 @@ class TransformerConfig:
 
 
 def _get(cfg: Mapping, *keys: str, default: Any = None) -> Any:
+    """The value of the first of ``keys`` that ``cfg`` holds and is not null, else ``default``."""
     for key in keys:
         if cfg.get(key) is not None:
             return cfg[key]
@@ -125,8 +174,15 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
     gpt2 (``model_type`` gpt2, or ``n_embd`` keys): learned positions (``n_positions``),
     LayerNorm with bias, biases on every Linear, a 4h GELU MLP, tied embeddings.
 
+    Args:
+        cfg: the parsed config.json (a mapping).
+
+    Returns:
+        a TransformerConfig.
+
     Raises:
-        ValueError: a required key is missing.
+        ValueError: not a mapping, a required key is missing, or hidden/heads that do not
+            divide without an explicit ``head_dim``.
     """
     if not isinstance(cfg, Mapping):
         raise ValueError("a config must be a JSON object")
@@ -167,6 +223,15 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
 
 def load_hf_config(path: str | Path) -> TransformerConfig:
     """Read a local ``config.json`` (a file, or a directory holding one). Never downloads.
+
+    A multimodal config whose language model sits under ``text_config`` (and that has no
+    ``num_hidden_layers`` of its own) is read from that ``text_config``.
+
+    Args:
+        path: the config.json, or its directory.
+
+    Returns:
+        a TransformerConfig (``parse_hf_config``).
 
     Raises:
         FileNotFoundError: no such file.
@@ -210,6 +275,35 @@ def estimate_transformer(model: TransformerConfig, *, weight_format: StorageForm
 
     Components not asked for stay ``None``. Inference activations are not estimated.
     ``step_tensors``: Adam(W)'s per-tensor step in the optimizer states (see ``training_state``).
+
+    Args:
+        model: the described transformer.
+        weight_format: storage of the weights (a ``StorageFormat`` or a name); with block
+            scales, the tensors that are not quantized are kept in bf16 (``compute_bytes``
+            2) or fp32.
+        compute_bytes: bytes per activation value (2: 16-bit, 4: fp32).
+        train: add gradients, optimizer states and (with ``batch`` and ``seq_len``)
+            activations.
+        optimizer, mixed_precision, grad_bytes, state_bytes, step_tensors: as
+            ``training_state``; the gradient default is the weight's bytes,
+            ``ceil(bits / 8)``.
+        zero_stage, devices: as ``zero_partition`` (applied when ``train``).
+        batch, seq_len: sequences per micro-batch and tokens per sequence (activations).
+        recompute, fused_attention, dropout: as ``transformer_layer_activation_bytes``.
+        include_head: add the output layer's activations.
+        kv_tokens: tokens per sequence in the cache (prompt + generated), or ``None`` for no
+            KV cache.
+        kv_sequences: sequences cached at once; default ``batch`` or 1.
+        kv_bytes: bytes per cached value; default ``compute_bytes``.
+        static_capacity: a static cache's preallocated length, or ``None``.
+        reserve: the planning reserve, bytes (an assumption, not in ``peak``).
+
+    Returns:
+        a Breakdown, bytes, with notes saying what was assumed.
+
+    Raises:
+        ValueError: an unknown format, optimizer or recompute, a bad size or ZeRO stage, or
+            more ``kv_tokens`` than ``static_capacity``.
     """
     fmt = storage_format(weight_format) if isinstance(weight_format, str) else weight_format
     tensors = model.tensors()

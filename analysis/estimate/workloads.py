@@ -25,7 +25,17 @@ rounded sizes."""
 class PhaseEstimate:
     """Estimated counters of one protocol phase (bytes): ``memory_allocated`` at its start
     and end, ``max_memory_allocated`` over it (the seed-003 protocol resets the peak at the
-    start, so the peak includes what was already allocated), and the breakdown at the peak."""
+    start, so the peak includes what was already allocated), and the breakdown at the peak.
+
+    Attributes:
+        name: the phase (``model_load``, ``inputs``, ``cold_forward``, ``warmup``,
+            ``warm_forward``, ``cold_step.forward``, ...), as the worker names it.
+        iterations: iterations the phase runs (warmup, repeats), 1 for the others.
+        start: estimated ``memory_allocated`` at the phase's start, bytes.
+        end: estimated ``memory_allocated`` at its end, bytes.
+        peak: estimated ``max_memory_allocated`` over the phase, bytes.
+        at_peak: the live bytes by component at that peak (``at_peak.peak == peak``).
+    """
 
     name: str
     iterations: int
@@ -36,7 +46,11 @@ class PhaseEstimate:
 
 
 class _Tape:
-    """Replays allocations and frees; tracks live bytes by category and the peak."""
+    """Replays allocations and frees; tracks live bytes by category and the peak.
+
+    On ``cuda`` each allocation is rounded up to ``CUDA_BLOCK`` bytes (an empty one stays 0),
+    as the caching allocator's ``memory_allocated`` counts it; on ``cpu`` sizes are exact.
+    """
 
     def __init__(self, device_kind: str):
         self.round = (lambda n: ceil_div(n, CUDA_BLOCK) * CUDA_BLOCK if n else 0) if device_kind == "cuda" \
@@ -48,6 +62,7 @@ class _Tape:
         self.peak_cats = dict(self.by_cat)
 
     def alloc(self, name: str, nbytes: int, category: str) -> None:
+        """A new live storage ``name`` of ``nbytes`` (rounded) in ``category`` (a COMPONENT)."""
         assert name not in self.live, name
         n = self.round(nbytes)
         self.live[name] = (n, category)
@@ -57,23 +72,36 @@ class _Tape:
             self.peak, self.peak_cats = self.total, dict(self.by_cat)
 
     def free(self, name: str) -> None:
+        """Release the live storage ``name``."""
         n, category = self.live.pop(name)
         self.by_cat[category] -= n
         self.total -= n
 
     def rename(self, old: str, new: str) -> None:
+        """Call the live storage ``old`` ``new`` (same bytes, same category)."""
         self.live[new] = self.live.pop(old)
 
     def has(self, name: str) -> bool:
+        """Whether ``name`` is live."""
         return name in self.live
 
     def reset_peak(self) -> None:
+        """Start a new peak at what is live now (``reset_peak_memory_stats``)."""
         self.peak, self.peak_cats = self.total, dict(self.by_cat)
 
 
 def mlp_param_shapes(width: int, hidden: int, depth: int) -> list[tuple[int, ...]]:
     """Shapes of the mlp's parameters in ``model.parameters()`` order: per block
-    (hidden, width) weight, (hidden,) bias, (width, hidden) weight, (width,) bias."""
+    (hidden, width) weight, (hidden,) bias, (width, hidden) weight, (width,) bias.
+
+    Args:
+        width: the block's input and output features.
+        hidden: the first Linear's output features.
+        depth: blocks.
+
+    Returns:
+        ``4 * depth`` shapes (nn.Linear's weight is (out_features, in_features)).
+    """
     return [s for _ in range(depth) for s in ((hidden, width), (hidden,), (width, hidden), (width,))]
 
 
@@ -282,7 +310,17 @@ def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", 
 
 
 def run_peak(phases: Sequence[PhaseEstimate]) -> PhaseEstimate:
-    """The phase with the largest estimated ``max_memory_allocated`` (the first of equals)."""
+    """The phase with the largest estimated ``max_memory_allocated`` (the first of equals).
+
+    Args:
+        phases: ``mlp_phases``'s result (or any non-empty sequence of PhaseEstimates).
+
+    Returns:
+        that PhaseEstimate.
+
+    Raises:
+        ValueError: ``phases`` is empty.
+    """
     return max(phases, key=lambda p: p.peak)
 
 
@@ -291,6 +329,16 @@ def estimate_mlp(batch: int, context: int, width: int, **kw: Any) -> Breakdown:
 
     Same arguments as ``mlp_phases``. The breakdown is taken at the moment of the run's
     largest phase peak, so ``peak`` equals the largest estimated ``max_memory_allocated``.
+
+    Args:
+        batch, context, width: input shape (batch, context, width).
+        **kw: the keyword arguments of ``mlp_phases``.
+
+    Returns:
+        a Breakdown, bytes (reserve 0), with a note naming the phase of the peak.
+
+    Raises:
+        ValueError: as ``mlp_phases``.
     """
     phases = mlp_phases(batch, context, width, **kw)
     top = run_peak(phases)
@@ -302,6 +350,20 @@ def estimate_for_spec(spec: Any) -> Breakdown | None:
 
     Only ``mlp`` with the default mode options is known exactly; anything else returns ``None``
     (not estimated).
+
+    Args:
+        spec: a ``worker.records.RunSpec`` (anything with ``to_dict``) or a mapping of its
+            fields; ``batch``, ``context`` and ``width`` are required for an mlp, the other
+            fields default as in RunSpec.
+
+    Returns:
+        the Breakdown of ``estimate_mlp``, bytes, or ``None`` (not estimated): another
+        workload, or a mode option the replay does not model (precision other than pure,
+        an optimizer other than adamw, checkpointing, micro_steps > 1, eval_batch, export).
+
+    Raises:
+        KeyError: a mapping without ``batch``, ``context`` or ``width``.
+        ValueError: as ``mlp_phases``.
     """
     data = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
     workload = data.get("workload") or {"name": "mlp"}
