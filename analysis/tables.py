@@ -69,7 +69,7 @@ RUNS_SCHEMA = pa.schema([
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``cold_*`` /
 ``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
 cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's estimate,
-analysis/estimate.py), never measured; ``estimate_error`` = (est_peak_bytes -
+analysis/estimate/), never measured; ``estimate_error`` = (est_peak_bytes -
 max_memory_allocated) / max_memory_allocated. ``parameters``, ``parameter_bytes``: the model's,
 by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for
 a spec written before the field, which was a one-device run); the peaks are those of cuda:0."""

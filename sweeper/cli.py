@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return report_main(rest)
     if command == "estimate":
-        from analysis.estimate_cli import main as estimate_main
+        from analysis.estimate.cli import main as estimate_main
         return estimate_main(rest)
     if command == "predict":
         from .predict import predict

@@ -196,7 +196,7 @@ def spec_from_config(cfg: Any) -> RunSpec:
 
 
 def with_estimate(spec: RunSpec) -> RunSpec:
-    """``spec`` with its ``estimate`` (analysis/estimate.py, bytes by component) filled in for
+    """``spec`` with its ``estimate`` (analysis/estimate/, bytes by component) filled in for
     the workloads the estimator knows (mlp); unchanged otherwise. No torch is imported."""
     from analysis.estimate import estimate_for_spec
 

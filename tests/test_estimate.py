@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from analysis import estimate as E
-from analysis.estimate_cli import main as estimate_main
+from analysis.estimate.cli import main as estimate_main
 from worker.records import GB, GiB, RunSpec, SpecError
 
 LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
@@ -314,7 +314,7 @@ def test_estimate_columns():
 
 
 def test_estimator_and_sweeper_do_not_import_torch():
-    code = ("import sys; import analysis.estimate, analysis.estimate_cli, sweeper.spec, sweeper.cli; "
+    code = ("import sys; import analysis.estimate, analysis.estimate.cli, sweeper.spec, sweeper.cli; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 

@@ -24,16 +24,29 @@ from fractions import Fraction
 
 from worker.records import GB, GiB
 
-from . import estimate as E
+from .activations import RECOMPUTE, transformer_layer_activation_bytes
+from .breakdown import Breakdown
+from .formats import StorageFormat, compact_format, storage_format, weight_bytes
+from .kv_cache import cached_tokens, kv_cache_bytes, resolve_head_dim
+from .training import OPTIMIZERS, training_state, zero_partition
+from .transformer import estimate_transformer, load_hf_config
+from .workloads import ACTIVATION_SAVES_OUTPUT, PhaseEstimate, estimate_mlp, mlp_phases
 
 RESERVE_UNITS = {"reserve_gib": GiB, "reserve_gb": GB}
+"""Bytes per unit of the reserve options: ``--reserve-gib`` (2^30 B), ``--reserve-gb`` (10^9 B)."""
 
 
 class UsageError(ValueError):
-    pass
+    """A combination of options that does not describe one load (exit status 2)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``memsweep estimate`` (its help is this module's docstring).
+
+    Returns:
+        an ``argparse.ArgumentParser`` with the model, weights, training state,
+        activations, KV cache, workload and output option groups.
+    """
     p = argparse.ArgumentParser(prog="memsweep estimate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     m = p.add_argument_group("model (one of)")
@@ -54,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = p.add_argument_group("training state (--train)")
     t.add_argument("--train", action="store_true", help="add gradients and optimizer states")
-    t.add_argument("--optimizer", default="adamw", choices=E.OPTIMIZERS)
+    t.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
     t.add_argument("--mixed-precision", dest="mixed", action="store_true", default=None,
                    help="fp32 master copy and fp32 optimizer states (default for 16-bit weights)")
     t.add_argument("--no-mixed-precision", dest="mixed", action="store_false")
@@ -71,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--layers/--hidden-size/--heads)")
     a.add_argument("--batch", type=int, help="batch (sequences per step; the mlp's batch)")
     a.add_argument("--seq-len", type=int, help="tokens per sequence")
-    a.add_argument("--recompute", default="none", choices=E.RECOMPUTE)
+    a.add_argument("--recompute", default="none", choices=RECOMPUTE)
     a.add_argument("--fused-attention", action="store_true", help="FlashAttention-style: no s x s scores stored")
     a.add_argument("--no-dropout", dest="dropout", action="store_false", help="no dropout masks")
     a.add_argument("--no-head", action="store_true",
@@ -97,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--width", type=int)
     x.add_argument("--depth", type=int, default=4)
     x.add_argument("--hidden", type=int, help="mlp hidden (default 4 x width)")
-    x.add_argument("--activation", default="gelu", choices=sorted(E.ACTIVATION_SAVES_OUTPUT))
+    x.add_argument("--activation", default="gelu", choices=sorted(ACTIVATION_SAVES_OUTPUT))
     x.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     x.add_argument("--mode", default="inference", choices=["inference", "train"])
     x.add_argument("--device", default="cpu", help="cpu (the worker's tracker) or cuda (512-byte rounding)")
@@ -127,17 +140,17 @@ def _reserve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _weight_format(args: argparse.Namespace, default: str | None) -> E.StorageFormat:
+def _weight_format(args: argparse.Namespace, default: str | None) -> StorageFormat:
     if args.bits is not None and args.fmt is not None:
         raise UsageError("give --bits or --format, not both")
     if args.bits is not None:
         if args.block_size is not None or args.double_quant:
             raise UsageError("--bits is compact storage without scales; use --format nf4/int8 for block scales")
-        return E.compact_format(args.bits)
+        return compact_format(args.bits)
     name = args.fmt or default
     if name is None:
         raise UsageError("give the weights' storage: --bits N or --format NAME")
-    return E.storage_format(name, block_size=args.block_size, double_quant=args.double_quant)
+    return storage_format(name, block_size=args.block_size, double_quant=args.double_quant)
 
 
 def _kept(args: argparse.Namespace) -> dict[str, int]:
@@ -146,12 +159,12 @@ def _kept(args: argparse.Namespace) -> dict[str, int]:
         name, _, count = item.partition(":")
         if not count.isdigit():
             raise UsageError(f"--keep {item!r}: expected FORMAT:COUNT, e.g. bf16:262144000")
-        E.storage_format(name)
+        storage_format(name)
         kept[name] = kept.get(name, 0) + int(count)
     return kept
 
 
-def _fmt_words(fmt: E.StorageFormat) -> str:
+def _fmt_words(fmt: StorageFormat) -> str:
     if fmt.block_size is None:
         if fmt.name.endswith("-bit"):
             return f"{fmt.bits} bits each (compact storage, no scales)"
@@ -161,19 +174,19 @@ def _fmt_words(fmt: E.StorageFormat) -> str:
     return f"{fmt.name}: {fmt.bits} bits each + {scales}"
 
 
-def _param_bytes(fmt: E.StorageFormat, train: bool) -> int:
+def _param_bytes(fmt: StorageFormat, train: bool) -> int:
     if train and (fmt.block_size is not None or fmt.bits % 8):
         raise UsageError(f"training a model stored in {fmt.name} is not estimated (a quantized base is "
                          "frozen; adapters are not modelled)")
     return fmt.bits // 8
 
 
-def _dense(args: argparse.Namespace) -> tuple[E.Breakdown, str]:
+def _dense(args: argparse.Namespace) -> tuple[Breakdown, str]:
     """--parameters N: weights, training state, activations from given dims, KV cache."""
     fmt = _weight_format(args, None)
-    weights = E.weight_bytes(args.parameters, fmt, _kept(args))
+    weights = weight_bytes(args.parameters, fmt, _kept(args))
     title = f"{args.parameters} parameters, {_fmt_words(fmt)}"
-    b = E.Breakdown(weights=weights)
+    b = Breakdown(weights=weights)
     if args.keep:
         b = b.with_note("kept in another precision: " + ", ".join(f"{c} parameters in {n}" for n, c in
                                                                     _kept(args).items()))
@@ -183,13 +196,13 @@ def _dense(args: argparse.Namespace) -> tuple[E.Breakdown, str]:
     if args.train:
         pb = _param_bytes(fmt, True)
         mixed = args.mixed if args.mixed is not None else pb == 2
-        state = E.training_state(args.parameters, param_bytes=pb, optimizer=args.optimizer,
-                                 mixed_precision=mixed, grad_bytes=args.grad_bytes, state_bytes=args.state_bytes)
+        state = training_state(args.parameters, param_bytes=pb, optimizer=args.optimizer,
+                               mixed_precision=mixed, grad_bytes=args.grad_bytes, state_bytes=args.state_bytes)
         b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states,
                       notes=b.notes + state.notes + (f"optimizer {args.optimizer}",))
     if args.activations:
         b = b.replace(activations=_bare_activations(args))
-    b = E.zero_partition(b, args.zero_stage, args.devices) if args.train else b
+    b = zero_partition(b, args.zero_stage, args.devices) if args.train else b
     if args.kv_tokens is not None:
         b = b.replace(kv_cache=_bare_kv(args))
     return b, title
@@ -202,11 +215,11 @@ def _bare_activations(args: argparse.Namespace) -> int:
                          f"--heads (missing --{missing[0].replace('_', '-')})")
     kw = dict(kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_hidden=args.ffn_hidden, gated_mlp=args.gated_mlp,
               act_bytes=args.act_bytes, dropout=args.dropout, fused_attention=args.fused_attention)
-    layer = E.transformer_layer_activation_bytes(args.seq_len, args.batch, args.hidden_size, args.heads,
-                                                 recompute=args.recompute, **kw)
+    layer = transformer_layer_activation_bytes(args.seq_len, args.batch, args.hidden_size, args.heads,
+                                               recompute=args.recompute, **kw)
     total = args.layers * layer
     if args.recompute == "full":
-        total += E.transformer_layer_activation_bytes(args.seq_len, args.batch, args.hidden_size, args.heads, **kw)
+        total += transformer_layer_activation_bytes(args.seq_len, args.batch, args.hidden_size, args.heads, **kw)
     return total
 
 
@@ -214,18 +227,18 @@ def _bare_kv(args: argparse.Namespace) -> int:
     if args.layers is None or args.kv_heads is None:
         raise UsageError("--kv-tokens without --config needs --layers and --kv-heads (KV heads, not query heads) "
                          "and --head-dim (or --hidden-size and --heads)")
-    head_dim = E.resolve_head_dim(args.hidden_size, args.heads, args.head_dim)
-    tokens = E.cached_tokens(args.kv_tokens, sliding_window=args.sliding_window, static_capacity=args.static_cache)
-    return E.kv_cache_bytes(layers=args.layers, kv_heads=args.kv_heads, head_dim=head_dim, tokens=tokens,
-                            bytes_per_value=args.kv_bytes or 2, sequences=_sequences(args))
+    head_dim = resolve_head_dim(args.hidden_size, args.heads, args.head_dim)
+    tokens = cached_tokens(args.kv_tokens, sliding_window=args.sliding_window, static_capacity=args.static_cache)
+    return kv_cache_bytes(layers=args.layers, kv_heads=args.kv_heads, head_dim=head_dim, tokens=tokens,
+                          bytes_per_value=args.kv_bytes or 2, sequences=_sequences(args))
 
 
 def _sequences(args: argparse.Namespace) -> int:
     return args.sequences if args.sequences is not None else (args.batch or 1)
 
 
-def _from_config(args: argparse.Namespace) -> tuple[E.Breakdown, str]:
-    model = E.load_hf_config(args.config)
+def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
+    model = load_hf_config(args.config)
     if args.sliding_window is not None:
         model = dataclasses.replace(model, sliding_window=args.sliding_window)
     default = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(model.dtype), "bf16")
@@ -235,7 +248,7 @@ def _from_config(args: argparse.Namespace) -> tuple[E.Breakdown, str]:
         raise UsageError("--activations needs --batch and --seq-len")
     pb = _param_bytes(fmt, args.train) if args.train else 2
     mixed = args.mixed if args.mixed is not None else pb == 2
-    b = E.estimate_transformer(
+    b = estimate_transformer(
         model, weight_format=fmt, compute_bytes=compute, train=args.train, optimizer=args.optimizer,
         mixed_precision=mixed, grad_bytes=args.grad_bytes, state_bytes=args.state_bytes,
         zero_stage=args.zero_stage, devices=args.devices,
@@ -246,7 +259,7 @@ def _from_config(args: argparse.Namespace) -> tuple[E.Breakdown, str]:
     return b, f"{args.config}: {model.parameters} parameters, weights {_fmt_words(fmt)}"
 
 
-def _workload(args: argparse.Namespace) -> tuple[E.Breakdown, str, list[E.PhaseEstimate]]:
+def _workload(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseEstimate]]:
     for flag in ("bits", "fmt", "parameters", "config"):
         if getattr(args, flag) not in (None, [], False):
             raise UsageError(f"--{flag.replace('fmt', 'format')} does not apply to --workload (its dtype decides)")
@@ -257,15 +270,24 @@ def _workload(args: argparse.Namespace) -> tuple[E.Breakdown, str, list[E.PhaseE
         raise UsageError(f"--workload mlp needs --batch, --context and --width (missing --{missing[0]})")
     kw = dict(dtype=args.dtype, mode=args.mode, depth=args.depth, hidden=args.hidden, activation=args.activation,
               device=args.device, warmup=args.warmup, repeats=args.repeats)
-    phases = E.mlp_phases(args.batch, args.context, args.width, **kw)
-    b = E.estimate_mlp(args.batch, args.context, args.width, **kw)
+    phases = mlp_phases(args.batch, args.context, args.width, **kw)
+    b = estimate_mlp(args.batch, args.context, args.width, **kw)
     title = (f"mlp workload: batch={args.batch} context={args.context} width={args.width} depth={args.depth} "
              f"hidden={args.hidden or 4 * args.width} {args.activation} {args.dtype} {args.mode} on {args.device}")
     return b, title, phases
 
 
-def format_phases(phases: list[E.PhaseEstimate], decimals: int = 2) -> str:
-    """Per-phase estimated counters (bytes, GiB) of a workload estimate."""
+def format_phases(phases: list[PhaseEstimate], decimals: int = 2) -> str:
+    """Per-phase estimated counters (bytes, GiB) of a workload estimate.
+
+    Args:
+        phases: ``mlp_phases``'s result.
+        decimals: decimals of the GiB column (at least 6 are printed).
+
+    Returns:
+        a text table, one line per phase: iterations, ``memory_allocated`` at the start,
+        ``max_memory_allocated``, ``memory_allocated`` at the end (bytes), the peak in GiB.
+    """
     lines = ["estimated counters per phase (bytes; GiB = 2^30 B):",
              f"{'phase':<14} {'iterations':>10} {'allocated_start':>16} {'max_allocated':>14} "
              f"{'allocated_end':>14} {'max_allocated GiB':>18}"]
@@ -276,6 +298,20 @@ def format_phases(phases: list[E.PhaseEstimate], decimals: int = 2) -> str:
 
 
 def run(args: argparse.Namespace, out=None) -> int:
+    """Estimate the load that ``args`` describe and print it: the table, or JSON in bytes.
+
+    Args:
+        args: ``build_parser()``'s parsed options.
+        out: where to print (default ``sys.stdout``).
+
+    Returns:
+        0.
+
+    Raises:
+        UsageError: options that do not describe one load.
+        ValueError: a value the estimator rejects (``analysis.estimate``'s modules).
+        FileNotFoundError: a ``--config`` that does not exist.
+    """
     out = out or sys.stdout
     sources = [s for s in ("parameters", "config", "workload") if getattr(args, s) is not None]
     if len(sources) > 1:
@@ -284,7 +320,7 @@ def run(args: argparse.Namespace, out=None) -> int:
         raise UsageError("--zero-stage partitions training state: add --train")
     if args.keep and args.parameters is None:
         raise UsageError("--keep applies to --parameters (a config keeps embeddings, lm_head and norms in 16 bits)")
-    phases: list[E.PhaseEstimate] = []
+    phases: list[PhaseEstimate] = []
     if args.workload:
         b, title, phases = _workload(args)
     elif args.config:
@@ -292,8 +328,8 @@ def run(args: argparse.Namespace, out=None) -> int:
     elif args.parameters is not None:
         b, title = _dense(args)
     elif args.kv_tokens is not None or args.activations:
-        b = E.Breakdown(kv_cache=_bare_kv(args) if args.kv_tokens is not None else None,
-                        activations=_bare_activations(args) if args.activations else None)
+        b = Breakdown(kv_cache=_bare_kv(args) if args.kv_tokens is not None else None,
+                      activations=_bare_activations(args) if args.activations else None)
         title = "described layers only (no weights given)"
     else:
         raise UsageError("nothing to estimate: give --parameters N with --bits/--format, --config PATH, "
@@ -321,6 +357,15 @@ def run(args: argparse.Namespace, out=None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``memsweep estimate``: parse ``argv``, print the estimate.
+
+    Args:
+        argv: the options (default ``sys.argv[1:]``).
+
+    Returns:
+        the exit status: 0, or 2 on bad input (the error printed to stderr); argparse exits
+        with 2 itself on unknown options.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,72 @@
+"""The estimator: memory calculated from a description of the load, before anything runs.
+
+Standard library only (no torch, no pandas): the sweeper imports it to put the estimate of
+a run into its spec, and ``memsweep estimate`` (``analysis/estimate/cli.py``) runs it
+without PyTorch installed.
+
+Every figure is an integer number of **bytes**. Conversion happens only when printing,
+once, in separate columns: 1 GB = 10**9 B, 1 GiB = 2**30 B (NIST binary prefixes).
+
+What this package calculates, module by module, and from which source:
+
+* ``formats``: weights by storage format (fp32, fp16/bf16, int8, 4-bit NF4/FP4 with
+  per-block scales, QLoRA double quantization, modules kept in another precision):
+  bitsandbytes docs, Dettmers et al. 2022 (LLM.int8(); 8-bit optimizers via block-wise
+  quantization), Dettmers et al. 2023 (QLoRA);
+* ``training``: gradients, the fp32 master copy of mixed precision, optimizer states
+  (AdamW, 8-bit AdamW, SGD with/without momentum, Adafactor) and ZeRO stages 1/2/3 over
+  N devices: Rajbhandari et al. 2020 (ZeRO), Loshchilov & Hutter 2019 (AdamW), Shazeer &
+  Stern 2018 (Adafactor), PyTorch torch.optim docs;
+* ``activations``: a decoder-only transformer's activations by Korthikanti et al. 2022
+  (``transformer_layer_activation_bytes``);
+* ``kv_cache``: 2 x layers x kv_heads x head_dim x tokens x bytes x sequences (Hugging
+  Face transformers docs, "KV cache strategies");
+* ``transformer``: model descriptions: a local Hugging Face ``config.json``
+  (``load_hf_config``; never downloads) and the whole estimate of the model it describes
+  (``estimate_transformer``);
+* ``workloads``: memsweep's built-in ``mlp`` workload, exactly (an allocation-by-allocation
+  replay of the PyTorch ops of ``worker/workloads.py``, see ``mlp_phases``), and the
+  estimate the sweeper puts into a RunSpec (``estimate_for_spec``);
+* ``breakdown``: the result every module returns, and its runs.parquet columns.
+
+Every estimate is a ``Breakdown``: weights, gradients, optimizer_states, activations,
+kv_cache, temporaries (each bytes, or ``None`` when it was not estimated, never a silent
+0), a planning ``reserve`` and the totals. What was calculated here stays apart from what
+the worker observed (the counters) and from what is assumed (the reserve).
+
+This ``__init__`` re-exports the public names of every module, so ``from analysis.estimate
+import X`` and ``analysis.estimate.X`` work for all of them.
+"""
+
+from __future__ import annotations
+
+from .activations import RECOMPUTE, korthikanti_layer_bytes, transformer_layer_activation_bytes
+from .breakdown import COMPONENT_LABELS, COMPONENTS, ESTIMATE_COLUMNS, Breakdown, estimate_columns
+from .formats import (DOUBLE_QUANT_BLOCK, DTYPE_BYTES, FORMATS, StorageFormat, compact_format, dtype_bytes,
+                      storage_format, weight_bytes, weights_from_shapes)
+from .kv_cache import cached_tokens, kv_cache_bytes, resolve_head_dim
+from .training import (ADAM_STEP_BYTES, BNB_8BIT_BLOCK, BNB_MIN_8BIT_SIZE, OPTIMIZERS, gradient_bytes,
+                       master_weight_bytes, optimizer_state_bytes, training_state, zero_partition)
+from .transformer import ParamTensor, TransformerConfig, estimate_transformer, load_hf_config, parse_hf_config
+from .workloads import (ACTIVATION_SAVES_OUTPUT, CUDA_BLOCK, PhaseEstimate, estimate_for_spec, estimate_mlp,
+                        mlp_param_shapes, mlp_phases, run_peak)
+
+__all__ = [
+    # breakdown
+    "COMPONENTS", "COMPONENT_LABELS", "Breakdown", "ESTIMATE_COLUMNS", "estimate_columns",
+    # formats
+    "DTYPE_BYTES", "dtype_bytes", "StorageFormat", "DOUBLE_QUANT_BLOCK", "FORMATS", "storage_format",
+    "compact_format", "weight_bytes", "weights_from_shapes",
+    # training
+    "OPTIMIZERS", "BNB_8BIT_BLOCK", "BNB_MIN_8BIT_SIZE", "gradient_bytes", "master_weight_bytes",
+    "optimizer_state_bytes", "ADAM_STEP_BYTES", "training_state", "zero_partition",
+    # activations
+    "RECOMPUTE", "korthikanti_layer_bytes", "transformer_layer_activation_bytes",
+    # kv_cache
+    "resolve_head_dim", "cached_tokens", "kv_cache_bytes",
+    # transformer
+    "ParamTensor", "TransformerConfig", "parse_hf_config", "load_hf_config", "estimate_transformer",
+    # workloads
+    "CUDA_BLOCK", "PhaseEstimate", "mlp_param_shapes", "ACTIVATION_SAVES_OUTPUT", "mlp_phases", "run_peak",
+    "estimate_mlp", "estimate_for_spec",
+]

@@ -1,0 +1,111 @@
+"""Transformer activations kept for backward (Korthikanti et al. 2022), with recomputation.
+
+Sources: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models"; Dao et al. 2022 (FlashAttention); Chen et al. 2016 (full recomputation).
+"""
+
+from __future__ import annotations
+
+from .breakdown import check_int
+from .kv_cache import resolve_head_dim
+
+
+RECOMPUTE = ("none", "selective", "full")
+"""Activation recomputation strategies (Korthikanti et al. 2022, Sec. 5; Chen et al. 2016),
+see ``transformer_layer_activation_bytes``."""
+
+
+def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> int:
+    """Activation bytes stored by one transformer layer for backward: ``sbh(34 + 5as/h)``.
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+    Models", Sec. 4.1, Eq. (1): 16-bit activations, 1-byte dropout masks, a 4h MLP, no
+    tensor parallelism. Shapes: s = ``seq``, b = ``batch``, h = ``hidden``, a = ``heads``.
+    Equal to ``34*s*b*h + 5*a*s*s*b`` (exact integer).
+
+    Args:
+        seq: tokens per sequence (s).
+        batch: sequences per micro-batch (b).
+        hidden: hidden size (h).
+        heads: attention heads (a).
+
+    Returns:
+        bytes (int).
+
+    Raises:
+        ValueError: a size that is not an integer >= 1.
+    """
+    for name, v in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads)):
+        check_int(name, v, 1)
+    return 34 * seq * batch * hidden + 5 * heads * seq * seq * batch
+
+
+def transformer_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int, *,
+                                       kv_heads: int | None = None, head_dim: int | None = None,
+                                       ffn_hidden: int | None = None, gated_mlp: bool = False,
+                                       act_bytes: int = 2, dropout: bool = True,
+                                       fused_attention: bool = False, recompute: str = "none") -> int:
+    """Bytes one decoder layer keeps for backward, by the per-tensor count of Korthikanti
+    et al. 2022 (Sec. 4.1), generalised to GQA, gated MLPs, any activation width.
+
+    Counted (values of ``act_bytes`` bytes unless said; s seq, b batch, h hidden, a heads,
+    k kv_heads, d head_dim, f ffn_hidden):
+
+    * attention: QKV input sbh; Q sbad; K and V sbkd each; softmax output as^2b; with
+      dropout a 1-byte mask as^2b and the dropout output as^2b; output-projection input
+      sbad; with dropout a 1-byte mask sbh;
+    * MLP: input sbh; 4h-style: activation input sbf and second-linear input sbf; gated
+      (SwiGLU): gate sbf, up sbf, activation output sbf, product sbf; with dropout a 1-byte
+      mask sbh;
+    * two norms: their inputs, 2 x sbh.
+
+    With a = k, d = h/a, f = 4h, 2-byte values and dropout this is the paper's
+    ``sbh(34 + 5as/h)``.
+
+    ``fused_attention`` (FlashAttention: the s x s scores are never materialised) drops
+    every as^2b term and keeps the fp32 softmax log-sum-exp, 4 bytes x bas (Dao et al.
+    2022). ``recompute``: ``none``; ``selective`` (the paper's Sec. 5: the attention core
+    is recomputed, its as^2b terms are not stored: 34sbh per layer); ``full`` (only the
+    layer input, sbh values, is kept; Chen et al. 2016, the paper's 2sbhL).
+
+    Args:
+        seq: tokens per sequence (s).
+        batch: sequences per micro-batch (b).
+        hidden: hidden size (h).
+        heads: attention (query) heads (a).
+        kv_heads: key/value heads (k), grouped-query attention; default ``heads``.
+        head_dim: head dimension (d); default ``hidden // heads`` (``resolve_head_dim``).
+        ffn_hidden: MLP hidden size (f); default 4h.
+        gated_mlp: a SwiGLU-style MLP (three matrices) instead of the 4h GELU MLP.
+        act_bytes: bytes per activation value (2 for 16-bit activations).
+        dropout: count the dropout masks and outputs.
+        fused_attention: FlashAttention-style attention (no s x s scores stored).
+        recompute: one of ``RECOMPUTE``.
+
+    Returns:
+        bytes (int).
+
+    Raises:
+        ValueError: a non-positive size, an unknown ``recompute``, or hidden/heads that
+            do not divide without an explicit ``head_dim``.
+    """
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    s, b, h, a = (check_int(n, v, 1) for n, v in (("seq", seq), ("batch", batch), ("hidden", hidden),
+                                                  ("heads", heads)))
+    k = a if kv_heads is None else check_int("kv_heads", kv_heads, 1)
+    d = resolve_head_dim(h, a, head_dim)
+    f = 4 * h if ffn_hidden is None else check_int("ffn_hidden", ffn_hidden, 1)
+    e = check_int("act_bytes", act_bytes, 1)
+    if recompute == "full":
+        return s * b * h * e
+    sbh = s * b * h
+    attn = (sbh + s * b * a * d + 2 * s * b * k * d + s * b * a * d) * e + (sbh if dropout else 0)
+    if fused_attention:
+        attn += 4 * b * a * s
+    elif recompute == "none":
+        scores = a * s * s * b
+        attn += scores * e + ((scores + scores * e) if dropout else 0)
+    mlp = sbh * e + (4 if gated_mlp else 2) * s * b * f * e + (sbh if dropout else 0)
+    norms = 2 * sbh * e
+    return attn + mlp + norms

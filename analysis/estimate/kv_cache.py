@@ -1,0 +1,103 @@
+"""KV cache: the head dimension, the tokens a cache holds, and its bytes.
+
+Source: Hugging Face transformers docs, "KV cache strategies" / "Caching"; Ainslie et
+al. 2023 (grouped-query attention).
+"""
+
+from __future__ import annotations
+
+from .breakdown import check_int
+
+
+def resolve_head_dim(hidden_size: int | None, num_attention_heads: int | None,
+                     head_dim: int | None = None) -> int:
+    """The attention head dimension: an explicit ``head_dim`` takes precedence.
+
+    Models such as Gemma set ``head_dim`` (256) different from hidden/heads (3072/16 =
+    192); using hidden/heads there would be wrong. Otherwise ``hidden_size //
+    num_attention_heads``, which must divide exactly.
+
+    Args:
+        hidden_size: the model's hidden size, or ``None``.
+        num_attention_heads: query heads, or ``None``.
+        head_dim: the explicit head dimension (a config's ``head_dim``), or ``None``.
+
+    Returns:
+        the head dimension (int >= 1), a count, not bytes.
+
+    Raises:
+        ValueError: no head_dim and hidden/heads missing or not dividing.
+    """
+    if head_dim is not None:
+        return check_int("head_dim", head_dim, 1)
+    if not hidden_size or not num_attention_heads:
+        raise ValueError("head_dim needs either an explicit head_dim or hidden_size and num_attention_heads")
+    if hidden_size % num_attention_heads:
+        raise ValueError(f"hidden_size {hidden_size} is not divisible by num_attention_heads "
+                         f"{num_attention_heads}: give head_dim explicitly")
+    return hidden_size // num_attention_heads
+
+
+def cached_tokens(tokens: int, *, sliding_window: int | None = None, static_capacity: int | None = None) -> int:
+    """Tokens one sequence holds in one layer's cache.
+
+    * dynamic cache (Hugging Face ``DynamicCache``): every token so far, ``tokens``;
+    * sliding window: at most ``sliding_window`` tokens are kept (older ones dropped);
+    * static cache (``StaticCache``, ``cache_implementation="static"``): the whole
+      ``static_capacity`` (``max_cache_len``) is preallocated, however few tokens are used;
+      with a sliding window, ``min(static_capacity, sliding_window)``.
+
+    Source: Hugging Face transformers docs, "KV cache strategies" / "Caching".
+
+    Args:
+        tokens: tokens of the sequence so far (prompt + generated).
+        sliding_window: tokens a sliding-window layer keeps at most, or ``None``.
+        static_capacity: a static cache's preallocated length (``max_cache_len``), or
+            ``None`` for a dynamic cache.
+
+    Returns:
+        tokens held (int), a count, not bytes.
+
+    Raises:
+        ValueError: more tokens than the static capacity, ``tokens`` < 0, or a static
+            capacity < 1.
+    """
+    check_int("tokens", tokens)
+    if static_capacity is not None:
+        check_int("static_capacity", static_capacity, 1)
+        if tokens > static_capacity:
+            raise ValueError(f"{tokens} tokens do not fit a static cache of {static_capacity}")
+        return min(static_capacity, sliding_window) if sliding_window else static_capacity
+    return min(tokens, sliding_window) if sliding_window else tokens
+
+
+def kv_cache_bytes(*, layers: int, kv_heads: int, head_dim: int, tokens: int, bytes_per_value: int = 2,
+                   sequences: int = 1) -> int:
+    """Bytes of a dense, uniform KV cache: ``2 x layers x kv_heads x head_dim x tokens x
+    bytes_per_value x sequences`` (the 2 is K and V).
+
+    Use the model's KV heads (``num_key_value_heads``), not its query heads: with
+    grouped-query attention (Ainslie et al. 2023) several query heads share one KV head.
+    ``tokens`` is what one sequence keeps per layer (see ``cached_tokens``).
+
+    Example (seed 003): 32 layers x 8 KV heads x 128 x 8192 tokens x 2 bytes x 1 sequence
+    = 1_073_741_824 B = 1 GiB; 4 sequences = 4 GiB. Source: Hugging Face transformers docs
+    ("KV cache strategies").
+
+    Args:
+        layers: decoder layers.
+        kv_heads: key/value heads per layer.
+        head_dim: head dimension.
+        tokens: tokens one sequence keeps per layer.
+        bytes_per_value: bytes per cached value (>= 1; 2 for fp16/bf16).
+        sequences: sequences cached at once.
+
+    Returns:
+        bytes (int).
+
+    Raises:
+        ValueError: a negative count, or ``bytes_per_value`` < 1.
+    """
+    return (2 * check_int("layers", layers) * check_int("kv_heads", kv_heads)
+            * check_int("head_dim", head_dim) * check_int("tokens", tokens)
+            * check_int("bytes_per_value", bytes_per_value, 1) * check_int("sequences", sequences))
