@@ -43,7 +43,7 @@ from worker.records import SpecError, gib, parse_size
 from . import cards as cards_mod
 from .cli import OUTPUTS
 from .doc import Doc, Image, to_html, to_markdown
-from .frontier import _order, differing
+from .frontier import differing, order_key
 
 AXES = ("batch", "context", "width", "dtype")
 DEFAULT_MARGIN = "10%"
@@ -290,7 +290,7 @@ def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResul
     capacity = row.get("capacity_bytes")
     margin_bytes = policy.bytes_for(capacity)
     by_value: dict[Any, list[dict]] = OrderedDict()
-    for r in sorted(group, key=lambda r: _order(axis, r[axis])):
+    for r in sorted(group, key=lambda r: order_key(axis, r[axis])):
         by_value.setdefault(r[axis], []).append(r)
     stats = []
     for value, rs in by_value.items():
@@ -981,12 +981,12 @@ def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> None:
         ok = [s for s in a.values if s.all_ok and s.used is not None]
         if not ok:
             continue
-        top = max(ok, key=lambda s: _order(a.axis, s.value))
+        top = max(ok, key=lambda s: order_key(a.axis, s.value))
         rows = []
         for card in cards_mod.CARDS:
             m = policy.bytes_for(card.reported_bytes)
             fitting = [s for s in ok if cards_mod.holds(card, s.used, m)]
-            best = max(fitting, key=lambda s: _order(a.axis, s.value)) if fitting else None
+            best = max(fitting, key=lambda s: order_key(a.axis, s.value)) if fitting else None
             if best is None:
                 largest = f"none of the measured values (smallest needs {gib(ok[0].used + m)} GiB with the margin)"
             elif best is top:
@@ -1059,7 +1059,7 @@ def _comparable(doc: Doc, axes: list[AxisResult]) -> None:
                          gib(m.used_at_max_ok), pct(m.margin_at_max_ok, m.capacity), m.recommended])
         doc.table(["sweep", "device", "name", "torch", "capacity B", "GiB", "max_ok", "min_oom", "peak counter",
                    "peak at max_ok B", "GiB", "margin %", "chosen"], rows)
-        values = sorted({s.value for m in members for s in m.values}, key=lambda v: _order(key[0], v))
+        values = sorted({s.value for m in members for s in m.values}, key=lambda v: order_key(key[0], v))
         doc.table([key[0]] + [f"{m.sweep_dir} peak GiB" for m in members],
                   [[v] + [(lambda s: f"{gib(s.used)} ({s.status})" if s else "not run")(m.stat(v)) for m in members]
                    for v in values])
