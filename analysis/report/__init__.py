@@ -40,10 +40,10 @@ import pyarrow as pa
 
 from worker.records import SpecError, gib, parse_size
 
-from . import cards as cards_mod
-from .cli import OUTPUTS
-from .doc import Doc, Image, to_html, to_markdown
-from .frontier import differing, order_key
+from .. import cards as cards_mod
+from ..cli import OUTPUTS
+from ..doc import Doc, Image, to_html, to_markdown
+from ..frontier import differing, order_key
 
 AXES = ("batch", "context", "width", "dtype")
 DEFAULT_MARGIN = "10%"
@@ -276,7 +276,7 @@ def _matching_runs(row: dict, runs: list[dict]) -> list[dict]:
     """The runs of one frontier row: its whole fixed load (analysis.frontier.IDENTITY, the grouping
     that made the row), never the runs of another load that only shares the axes. A field the
     row does not carry (a frontier table written before it had it) is not compared."""
-    from .frontier import IDENTITY
+    from ..frontier import IDENTITY
 
     keys = [k for k in IDENTITY if k != row["axis"] and k in row]
     return [r for r in runs if all(r.get(k) == row.get(k) for k in keys) and r.get(row["axis"]) is not None]
@@ -567,7 +567,7 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
                  analysis_files: list[Path] | None = None, render_plots: bool = True) -> Report:
     """Compute the report of the analysis tables. Plots are rendered here (PNG bytes);
     ``render_plots=False`` leaves them out (faster, for checks of the text alone)."""
-    from . import plots as plot_mod
+    from .. import plots as plot_mod
 
     plots = plot_mod if render_plots else _NoPlots()
 
@@ -1158,8 +1158,8 @@ def report_for_dirs(sweep_dirs: list[Path], out_dir: Path, margin: str | None = 
         SpecError: a bad ``margin``.
         ReportExists: a report of that name exists in ``out_dir``.
     """
-    from .frontier import frontier_table
-    from .tables import build_tables
+    from ..frontier import frontier_table
+    from ..tables import build_tables
 
     policy = parse_margin(margin)
     for d in sweep_dirs:
@@ -1182,7 +1182,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
 
-    from .cli import add_sweep_dir_args, parse_sweep_dir_args
+    from ..cli import add_sweep_dir_args, parse_sweep_dir_args
 
     parser = argparse.ArgumentParser(
         prog="memsweep report",
