@@ -1,0 +1,32 @@
+"""The peak as a polynomial of the context (calculated), and where it reaches a level."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def fit_context(xs: list[int], ys: list[int]) -> dict | None:
+    """Least-squares polynomial of the peak (bytes) in context: quadratic with three or more
+    distinct contexts (attention scores grow with its square), affine with two.
+
+    Returns {coeffs (numpy.polyfit order), degree, max_rel_residual} or None.
+    """
+    pts = sorted({(x, y) for x, y in zip(xs, ys) if x is not None and y is not None})
+    if len({x for x, _ in pts}) < 2:
+        return None
+    degree = 2 if len({x for x, _ in pts}) >= 3 else 1
+    x = np.array([p[0] for p in pts], dtype=float)
+    y = np.array([p[1] for p in pts], dtype=float)
+    coeffs = np.polyfit(x, y, degree)
+    pred = np.polyval(coeffs, x)
+    rel = float(np.max(np.abs(pred - y) / np.maximum(y, 1)))
+    return {"coeffs": [float(c) for c in coeffs], "degree": degree, "max_rel_residual": rel,
+            "xs": [int(v) for v in x], "ys": [int(v) for v in y]}
+
+
+def crossing(coeffs: list[float], level: float) -> float | None:
+    """The smallest positive context where the fitted polynomial reaches ``level`` bytes."""
+    c = list(coeffs)
+    c[-1] -= level
+    roots = [r.real for r in np.roots(c) if abs(r.imag) < 1e-9 and r.real > 0]
+    return min(roots) if roots else None
