@@ -48,11 +48,11 @@ from .fmt import nbytes, pct
 from .margin import BASIS_TEXT, DEFAULT_MARGIN, MarginPolicy, basis, device_kind, parse_margin
 from .phases import COLD_WARM_FLAG, OBSERVED_COUNTERPART, PART_NAMES, decomposition, peak_increments, phase_order
 from .stats import AxisResult, ValueStat, analyse_axis
-from .write import ReportExists, find_analysis_files, report_for_dirs, report_paths, write_report
+from .write import ReportExists, SweepDirNotFound, find_analysis_files, report_for_dirs, report_paths, write_report
 
 __all__ = [
     "AXES", "BASIS_TEXT", "COLD_WARM_FLAG", "DEFAULT_MARGIN", "OBSERVED_COUNTERPART", "PART_NAMES",
-    "AxisResult", "MarginPolicy", "Report", "ReportExists", "ValueStat",
+    "AxisResult", "MarginPolicy", "Report", "ReportExists", "SweepDirNotFound", "ValueStat",
     "analyse_axis", "basis", "build_report", "crossing", "decomposition", "device_kind", "find_analysis_files",
     "fit_context", "gib", "main", "nbytes", "parse_margin", "pct", "peak_increments", "phase_order",
     "report_for_dirs", "report_paths", "write_report",

@@ -20,7 +20,16 @@ from .stats import AxisResult, analyse_axis, enrich_runs, tell_loads_apart
 
 @dataclass
 class Report:
-    """What ``build_report`` computed, for the writer and for tests."""
+    """What ``build_report`` computed, for the writer and for tests.
+
+    Attributes:
+        doc: the document (analysis.doc.Doc), plots included as PNG bytes.
+        axes: one result per frontier row (``stats.AxisResult``).
+        policy: the margin policy applied.
+        runs: the measured run rows, enriched (``stats.enrich_runs``); a dry run is in ``predicted``.
+        has_estimate: True when the runs table has an ``est_*`` column holding a value.
+        predicted: the dry runs (source ``predicted``), never part of an observed figure.
+    """
 
     doc: Doc
     axes: list[AxisResult]
@@ -40,8 +49,22 @@ class _NoPlots:
 def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: pa.Table,
                  policy: MarginPolicy | None = None, sweep_dirs: list[Path] | None = None,
                  analysis_files: list[Path] | None = None, render_plots: bool = True) -> Report:
-    """Compute the report of the analysis tables. Plots are rendered here (PNG bytes);
-    ``render_plots=False`` leaves them out (faster, for checks of the text alone)."""
+    """Compute the report of the analysis tables.
+
+    Args:
+        runs_table: the runs (analysis.tables.RUNS_SCHEMA, plus any ``est_*`` columns); dry runs
+            (source ``predicted``) are shown apart, never as observations.
+        phases_table: the phases (analysis.tables.PHASES_SCHEMA).
+        frontier_table: the frontier (analysis.frontier.FRONTIER_SCHEMA, plus any search columns).
+        policy: the margin policy; None: the default (``parse_margin(None)``).
+        sweep_dirs: the directories named in the report; None: those of the runs.
+        analysis_files: the Parquet tables listed under "Raw results".
+        render_plots: False leaves the plots out (empty PNG bytes; faster, for checks of the
+            text alone).
+
+    Returns:
+        The report: its document (plots rendered here, as PNG bytes) and what it computed.
+    """
     # matplotlib (behind analysis.plots) takes seconds to import: only when plots are drawn
     from .. import plots as plot_mod
 
@@ -91,9 +114,9 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
             predicted_section(doc, predicted)
         return Report(doc, axes, policy, runs, bool(est_cols), predicted)
 
-    summary_card(doc, runs, axes, policy, est_cols)
+    summary_card(doc, runs, axes, policy)
     observed_section(doc, runs, phases, axes, plots)
-    calculated_section(doc, runs, axes, policy, est_cols, plots)
+    calculated_section(doc, axes, policy, est_cols, plots)
     assumed_section(doc, kinds, policy)
     decision_section(doc, axes, policy)
     if len({r["sweep_dir"] for r in runs}) > 1:

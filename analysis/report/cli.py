@@ -13,7 +13,16 @@ from .write import ReportExists, report_for_dirs
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``memsweep report SWEEP_DIR [SWEEP_DIR ...] [--out DIR] [--margin 10%|0.1|2GiB]``."""
+    """``memsweep report SWEEP_DIR [SWEEP_DIR ...] [--out DIR] [--margin 10%|0.1|2GiB]``.
+
+    Args:
+        argv: the arguments after ``report``; None: ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 written (its paths printed), 1 a sweep directory missing or a report
+        already there, 2 a bad ``--margin`` (the message on stderr). argparse exits 2 itself on
+        bad arguments.
+    """
     parser = argparse.ArgumentParser(
         prog="memsweep report",
         description="Write report.md (plots in report_plots/) and a self-contained report.html for "
@@ -26,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_sweep_dir_args(parser, argv)
     try:
         _, md, html_ = report_for_dirs(args.sweep_dirs, args.out, args.margin)
-    except (FileNotFoundError, ReportExists) as exc:
+    except (FileNotFoundError, ReportExists) as exc:  # SweepDirNotFound is a FileNotFoundError
         print(f"memsweep report: {exc}", file=sys.stderr)
         return 1
     except SpecError as exc:

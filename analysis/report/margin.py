@@ -1,4 +1,9 @@
-"""The margin policy (assumed) and what is compared with the capacity, per device kind."""
+"""The margin policy (assumed) and what is compared with the capacity, per device kind.
+
+The margin is the headroom a setting must leave below the capacity: capacity - peak >= margin,
+all in bytes. Which peak (counter) is compared depends on the device: see ``basis`` and the
+package docstring.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +16,21 @@ from typing import Any
 from worker.records import SpecError, gib, parse_size
 
 DEFAULT_MARGIN = "10%"
+"""The margin when none is given (``--margin``, ``hydra.callbacks.analyze.margin``): 10 % of the capacity."""
 
 
 @dataclass(frozen=True)
 class MarginPolicy:
-    """Headroom kept free below the capacity: a fraction of it, or a fixed number of bytes."""
+    """Headroom kept free below the capacity: a fraction of it, or a fixed number of bytes.
+
+    Built by ``parse_margin``; exactly one of ``fraction`` and ``fixed_bytes`` is set.
+
+    Attributes:
+        text: the policy as given (``"10%"``, ``"0.1"``, ``"2GiB"``), for the report's text.
+        fraction: the share of the capacity kept free, in [0, 1); None for a fixed margin.
+        fixed_bytes: the bytes kept free whatever the capacity; None for a fractional margin.
+        default: True when no margin was given (memsweep's default, DEFAULT_MARGIN).
+    """
 
     text: str
     fraction: Fraction | None = None
@@ -23,7 +38,15 @@ class MarginPolicy:
     default: bool = False
 
     def bytes_for(self, capacity: int | None) -> int | None:
-        """The margin in bytes for a device of ``capacity`` bytes (None when unknown)."""
+        """The margin in bytes for a device of ``capacity`` bytes.
+
+        Args:
+            capacity: the capacity compared with the peak (bytes); None when not recorded.
+
+        Returns:
+            ``fixed_bytes``, or ``ceil(fraction * capacity)`` bytes; None for a fractional
+            policy when ``capacity`` is None.
+        """
         if self.fixed_bytes is not None:
             return self.fixed_bytes
         if capacity is None:
@@ -31,10 +54,13 @@ class MarginPolicy:
         return int(math.ceil(self.fraction * capacity))
 
     def short(self) -> str:
+        """The policy in a few words for a sentence: ``"10 % of the capacity"`` or ``"2147483648 B"``."""
         return (f"{float(self.fraction) * 100:g} % of the capacity" if self.fraction is not None
                 else f"{self.fixed_bytes} B")
 
     def describe(self) -> str:
+        """The policy in full for the report: its size (bytes and GiB for a fixed one) and where it came
+        from (memsweep's default, or ``--margin TEXT``)."""
         what = (f"{float(self.fraction) * 100:g} % of the capacity" if self.fraction is not None
                 else f"{self.fixed_bytes} B ({gib(self.fixed_bytes)} GiB) below the capacity")
         return what + (" (memsweep's default; set another with --margin)" if self.default else
@@ -42,11 +68,19 @@ class MarginPolicy:
 
 
 def parse_margin(text: Any = None) -> MarginPolicy:
-    """``None`` -> the default (10 % of capacity); ``"0.1"`` or ``"10%"`` -> a fraction in [0, 1);
-    ``"2GiB"``, ``"1500MB"``, ``"123"`` (bytes) -> fixed bytes (see worker.records.parse_size).
+    """Read a margin policy.
+
+    Args:
+        text: ``None`` -> the default (DEFAULT_MARGIN, 10 % of the capacity); ``"0.1"`` or
+            ``"10%"`` -> a fraction of the capacity in [0, 1); ``"2GiB"``, ``"1500MB"``, ``"123"``
+            (bytes) -> a fixed number of bytes (units as in worker.records.parse_size).
+
+    Returns:
+        The policy.
 
     Raises:
-        SpecError: anything else, or a fraction outside [0, 1).
+        SpecError: anything else, or a fraction outside [0, 1); its ``field`` is ``"margin"``,
+            ``value`` the text given and ``accepted`` the forms above.
     """
     default = text is None
     text = DEFAULT_MARGIN if default else str(text).strip()
@@ -67,6 +101,14 @@ def parse_margin(text: Any = None) -> MarginPolicy:
 
 
 def device_kind(run: dict) -> str:
+    """The kind of device a run measured on: ``cpu``, ``cuda`` (ROCm included) or ``unknown``.
+
+    Args:
+        run: a row of the runs table (RUNS_SCHEMA); its ``device_kind``, else its ``device``.
+
+    Returns:
+        The kind, the key of ``basis`` and BASIS_TEXT.
+    """
     kind = run.get("device_kind")
     if kind:
         return kind
@@ -75,7 +117,15 @@ def device_kind(run: dict) -> str:
 
 
 def basis(kind: str) -> tuple[str, str]:
-    """(counter compared with the capacity, the other counter) for a device kind."""
+    """Which peak counter is compared with the capacity on a kind of device (see BASIS_TEXT).
+
+    Args:
+        kind: ``cpu``, ``cuda`` or any other (treated as ``cuda``), as ``device_kind`` returns it.
+
+    Returns:
+        (the counter compared with the capacity, the other counter): ``max_memory_allocated``
+        first on the CPU, ``max_memory_reserved`` first elsewhere. Both count bytes.
+    """
     if kind == "cpu":
         return "max_memory_allocated", "max_memory_reserved"
     return "max_memory_reserved", "max_memory_allocated"
@@ -94,3 +144,4 @@ BASIS_TEXT = {
              "caching allocator held from the device at its peak. The CUDA context, cuBLAS/cuDNN "
              "workspaces allocated outside the caching allocator and other processes are not in it."),
 }
+"""Per device kind, the report's explanation of the counter ``basis`` compares with the capacity."""

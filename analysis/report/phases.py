@@ -1,14 +1,26 @@
-"""Phases: their order, how much each raised a run's peak, and what the peak consists of."""
+"""Phases: their order, how much each raised a run's peak, and what the peak consists of.
+
+Everything here reads phase rows (analysis.tables.PHASES_SCHEMA as dicts); sizes are bytes.
+"""
 
 from __future__ import annotations
 
 from worker.records import COLD_PHASES
 
-COLD_WARM_FLAG = 1.2  # a cold peak above 1.2 x the warm one is called out
+COLD_WARM_FLAG = 1.2
+"""A cold peak (first pass, step or generation) above this many times the warm one is called out."""
 
 
 def phase_order(phases: list[dict]) -> list[str]:
-    """Phase names in the order runs went through them (by their smallest phase_index)."""
+    """Phase names in the order runs went through them.
+
+    Args:
+        phases: phase rows of any number of runs (``phase``, ``phase_index``).
+
+    Returns:
+        Each phase name once, by its smallest ``phase_index`` over the rows (then by name); a
+        row without an index sorts last.
+    """
     first: dict[str, int] = {}
     for p in phases:
         name = p.get("phase")
@@ -20,8 +32,19 @@ def phase_order(phases: list[dict]) -> list[str]:
 
 
 def peak_increments(run_phases: list[dict], order: list[str], counter: str) -> list[int | None]:
-    """How much each phase raised the running maximum of ``counter`` (bytes; None: not run).
-    A phase recorded several times (a sub-phase of every warm step) counts with its largest peak."""
+    """How much each phase raised the running maximum of ``counter``.
+
+    Args:
+        run_phases: the phase rows of one run.
+        order: the phase names to report, in order (``phase_order``).
+        counter: a peak counter column, e.g. ``max_memory_reserved``.
+
+    Returns:
+        One entry per name in ``order``: bytes by which that phase raised the run's peak
+        above every phase before it (0 when it did not), None when the phase did not run or
+        has no value. A phase recorded several times (a sub-phase of every warm step) counts
+        with its largest peak.
+    """
     peaks: dict[str, int] = {}
     for p in run_phases:
         if p.get(counter) is not None:
@@ -39,9 +62,10 @@ def peak_increments(run_phases: list[dict], order: list[str], counter: str) -> l
 PART_NAMES = {"weights": "weights (left by model_load)", "inputs": "inputs (left by inputs)",
               "state": "kept after the first pass/step (gradients, optimizer states)",
               "transient": "transient at the peak (activations, temporaries)"}
-# estimator component -> the observed part it is compared with
+"""The parts of ``decomposition``, by key, as the report names them."""
 OBSERVED_COUNTERPART = {"weights": "weights", "gradients": "state", "optimizer_states": "state",
                         "activations": "transient", "temporaries": "transient"}
+"""Estimator component (``est_<component>_bytes``) -> the key of the observed part (PART_NAMES) it is compared with."""
 
 
 def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, int]]:
@@ -51,6 +75,15 @@ def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, i
     kept after the first step = what cold_forward/cold_step left (gradients and optimizer
     states in training); transient = the peak minus what was live when its phase began
     (activations, temporaries). Whatever else was live at the peak's phase start is 'other'.
+
+    Args:
+        run_phases: the phase rows of one run (``memory_allocated_start``, ``memory_allocated``,
+            ``max_memory_allocated``, bytes).
+        peak: the run's peak ``max_memory_allocated`` (bytes); None leaves out the transient
+            and other parts.
+
+    Returns:
+        (part name, bytes) pairs in the order above; a part whose counters are missing is left out.
     """
     ordered = sorted(run_phases, key=lambda p: p.get("phase_index") or 0)
     out = []

@@ -1,4 +1,7 @@
-"""The calculated section: margins, the context fit, the estimate beside the measurement, other cards."""
+"""The calculated section: margins, the context fit, the estimate beside the measurement, other cards.
+
+Everything here is computed from the observed counters or from formulas; sizes in bytes beside GiB.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,18 @@ from .phases import OBSERVED_COUNTERPART, PART_NAMES, decomposition
 from .stats import AxisResult
 
 
-def calculated_section(doc: Doc, runs, axes: list[AxisResult], policy: MarginPolicy, est_cols: list[str], plots) -> None:
+def calculated_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, est_cols: list[str], plots) -> None:
+    """Append the "Calculated" section: margin at max_ok and at every value that ran ok, the
+    peak-against-context fit of each context axis, the estimate beside the measurement, and
+    which other cards would hold the peaks.
+
+    Args:
+        doc: the document appended to.
+        axes: the axis results (``stats.analyse_axis``); figures are numbered by their index.
+        policy: the margin policy (applied to each card's reported total too).
+        est_cols: the estimator's columns of the runs table that hold a value (``est_*``).
+        plots: ``analysis.plots``, or a stand-in whose every figure is empty bytes (no plots).
+    """
     doc.h(1, "Calculated")
     doc.p("Everything here is computed from the observed counters, or from formulas: none of it is a measurement.")
     doc.h(2, "Margin at max_ok")
@@ -65,11 +79,13 @@ def calculated_section(doc: Doc, runs, axes: list[AxisResult], policy: MarginPol
         doc.image(Image(f"fit{i}_context.png", plots.fit_plot(fit["xs"], fit["ys"], c, a.capacity, a.margin_bytes,
                                                               "context", f"peak {a.used_counter}", crossings),
                         "Peak against context with the fitted curve (calculated) and where it crosses the capacity."))
-    _estimator(doc, runs, axes, est_cols)
+    _estimator(doc, axes, est_cols)
     _cards(doc, axes, policy)
 
 
-def _estimator(doc: Doc, runs, axes: list[AxisResult], est_cols: list[str]) -> None:
+def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
+    """The estimate's components beside their observed counterparts at each max_ok, and the
+    estimate error of every run that ran ok."""
     doc.h(2, "Estimate beside the measurement")
     if not est_cols:
         doc.p("No estimate available: runs.parquet has no `est_*` columns, or only empty ones (no estimate "
@@ -123,6 +139,8 @@ def _estimator(doc: Doc, runs, axes: list[AxisResult], est_cols: list[str]) -> N
 
 
 def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> None:
+    """Which cards of analysis.cards would hold the largest measured peak plus the margin, and
+    the largest measured value that would fit on each."""
     doc.h(2, "Other cards (calculated from this device's measurement)")
     doc.note("info", "A calculation, not a measurement on those cards: the peak measured here is compared with "
                      "each card's reported total memory (see 'Assumed'). Kernels, workspaces, the CUDA context and "

@@ -1,8 +1,12 @@
-"""The closing sections: assumed, chosen setting, comparable loads, predicted (dry runs), raw results."""
+"""The closing sections: assumed, chosen setting, comparable loads, predicted (dry runs), raw results.
+
+Sizes are printed as raw bytes beside GiB.
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from pathlib import Path
 
 from worker.records import AXES, gib
 
@@ -15,6 +19,14 @@ from .stats import AxisResult
 
 
 def assumed_section(doc: Doc, kinds: list[str], policy: MarginPolicy) -> None:
+    """Append the "Assumed" section: the margin policy, which counter is compared with the
+    capacity on each device kind (BASIS_TEXT), and the card catalog with its sources.
+
+    Args:
+        doc: the document appended to.
+        kinds: the device kinds of the measured runs (``margin.device_kind``), sorted.
+        policy: the margin policy.
+    """
     doc.h(1, "Assumed")
     items = [f"Margin policy: {policy.describe()}. The margin must cover what these runs did not: longer "
              "inputs, other batch sizes, evaluation or export phases, another library version, other users "
@@ -36,6 +48,13 @@ def assumed_section(doc: Doc, kinds: list[str], policy: MarginPolicy) -> None:
 
 
 def decision_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> None:
+    """Append the "Chosen setting" section: per axis the recommended value, why, and its notes.
+
+    Args:
+        doc: the document appended to.
+        axes: the axis results (``stats.analyse_axis``: ``recommended``, ``reason``, ``notes``).
+        policy: the margin policy the choice was made under.
+    """
     doc.h(1, "Chosen setting")
     doc.p(f"Chosen only among values that ran ok, under the assumed margin: {policy.describe()}.")
     if not axes:
@@ -49,6 +68,13 @@ def decision_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> 
 
 
 def comparable_section(doc: Doc, axes: list[AxisResult]) -> None:
+    """Append "Comparable loads across sweeps": the same load (axis, workload, mode, fixed axes)
+    in several sweep directories, side by side, with their peaks at every value run.
+
+    Args:
+        doc: the document appended to.
+        axes: the axis results of every sweep directory in the report.
+    """
     doc.h(1, "Comparable loads across sweeps")
     doc.p("The same load (workload, mode, fixed dimensions, swept axis) in several sweep directories, lined up: "
           "different devices, capacities or library versions.")
@@ -80,7 +106,13 @@ def comparable_section(doc: Doc, axes: list[AxisResult]) -> None:
 
 
 def predicted_section(doc: Doc, predicted: list[dict]) -> None:
-    """The dry runs, apart from the measured ones: what they predict, never an observation."""
+    """Append "Predicted (dry runs)": the dry runs, apart from the measured ones: what they
+    predict, never an observation.
+
+    Args:
+        doc: the document appended to.
+        predicted: the run rows whose ``source`` is ``predicted``.
+    """
     doc.h(1, "Predicted (dry runs)")
     doc.p(f"{dry_runs_text(len(predicted))}: each ran the load on fake tensors and predicted its counters; "
           "nothing was measured on a device. Their outcomes and peaks are predictions.")
@@ -95,7 +127,18 @@ def predicted_section(doc: Doc, predicted: list[dict]) -> None:
                for r in sorted(predicted, key=lambda r: (r["sweep_dir"], len(r["run_id"]), r["run_id"]))])
 
 
-def raw_section(doc: Doc, runs, axes, sweep_dirs, analysis_files) -> None:
+def raw_section(doc: Doc, runs: list[dict], axes: list[AxisResult], sweep_dirs: list[Path] | None,
+                analysis_files: list[Path] | None) -> None:
+    """Append "Raw results": where the run directories and Parquet tables are, and the max_ok run
+    of each axis.
+
+    Args:
+        doc: the document appended to.
+        runs: every run row, dry runs included (their count is given per directory).
+        axes: the axis results.
+        sweep_dirs: the sweep directories of the report; None: those of ``runs``.
+        analysis_files: the Parquet tables beside the runs; None or empty: none found.
+    """
     doc.h(1, "Raw results")
     items = []
     for d in sweep_dirs or sorted({r["sweep_dir"] for r in runs}):

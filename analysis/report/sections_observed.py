@@ -1,4 +1,7 @@
-"""The observed section: environment, runs and outcomes, each swept axis and its phases."""
+"""The observed section: environment, runs and outcomes, each swept axis and its phases.
+
+Only the counters of the runs appear here; sizes are printed as raw bytes beside GiB.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ def _cut(text: str, n: int) -> str:
 
 
 def _env_rows(runs: list[dict]) -> list[list]:
+    """One row per distinct environment (sweep, device, versions, host) of ``runs``."""
     seen = OrderedDict()
     for r in runs:
         key = tuple(r.get(k) for k in ("sweep_dir", "device", "device_name", "device_total_memory", "torch",
@@ -33,7 +37,17 @@ def _env_rows(runs: list[dict]) -> list[list]:
     return rows
 
 
-def observed_section(doc: Doc, runs, phases, axes: list[AxisResult], plots) -> None:
+def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[AxisResult], plots) -> None:
+    """Append the "Observed" section: environment, runs and outcomes, then per axis its values,
+    frontier facts, plot and phases.
+
+    Args:
+        doc: the document appended to.
+        runs: the measured run rows, enriched by ``stats.enrich_runs``.
+        phases: the measured phase rows (their order of phases is shown).
+        axes: the axis results (``stats.analyse_axis``); figures are numbered by their index.
+        plots: ``analysis.plots``, or a stand-in whose every figure is empty bytes (no plots).
+    """
     doc.h(1, "Observed")
     doc.h(2, "Environment")
     doc.table(["sweep", "device", "name", "total memory B", "total GiB", "torch", "CUDA/HIP", "driver",
@@ -107,6 +121,8 @@ def observed_section(doc: Doc, runs, phases, axes: list[AxisResult], plots) -> N
 
 
 def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) -> None:
+    """The phases of axis ``a`` (the ``i``-th): status, cold against warm peaks, the stacked
+    phases plot and what the peak at max_ok consists of."""
     used_c = basis(a.kind)[0]
     doc.h(3, f"Phases ({a.axis} sweep)")
     run_of = {}

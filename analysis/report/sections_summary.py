@@ -1,4 +1,7 @@
-"""The summary card: the load, the environment, the frontier, the margin and the chosen setting."""
+"""The summary card: the load, the environment, the frontier, the margin and the chosen setting.
+
+Each section function appends to a ``Doc`` (analysis.doc); sizes are printed as raw bytes beside GiB.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ def _text(value) -> str:
 
 
 def alloc_text(r: dict) -> str:
+    """The allocator settings of a run as printed: its ``alloc_conf`` (JSON of the allocator
+    environment variables) and ``allocator_backend``; "not recorded" when absent."""
     conf = r.get("alloc_conf")
     try:
         settings = json.loads(conf) if conf else None
@@ -35,6 +40,7 @@ def alloc_text(r: dict) -> str:
 
 
 def _load_text(r: dict) -> str:
+    """The load of a run as printed: workload and its parameters, mode, dtype, warmup, repeats."""
     params = r.get("workload_params")
     try:
         params = json.loads(params) if params else {}
@@ -46,6 +52,7 @@ def _load_text(r: dict) -> str:
 
 
 def _capacity_text(r: dict) -> str:
+    """The capacity of a run as printed: bytes, GiB and how it was set (emulated or the device's)."""
     cap = r.get("capacity_bytes")
     method = r.get("capacity_method") or "not recorded"
     if cap is None:
@@ -54,7 +61,16 @@ def _capacity_text(r: dict) -> str:
     return (f"{cap} B ({gib(cap)} GiB), " + ("emulated: " if emulated else "") + method)
 
 
-def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy, est_cols: list[str]) -> None:
+def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy) -> None:
+    """Append the "Summary card" section: load, environment, capacity, outcomes, frontier, margin
+    at max_ok and chosen value per axis, then the four counters of each max_ok run.
+
+    Args:
+        doc: the document appended to.
+        runs: the measured run rows, enriched by ``stats.enrich_runs``.
+        axes: the axis results (``stats.analyse_axis``).
+        policy: the margin policy.
+    """
     doc.h(1, "Summary card")
     outcomes = Counter(r.get("outcome") or "unfinished" for r in runs)
     failed = Counter((r.get("failed_phase"), r.get("outcome")) for r in runs if r.get("failed_phase"))

@@ -1,4 +1,9 @@
-"""Per swept axis: the values run, their peaks, the frontier, the margin and the recommended value."""
+"""Per swept axis: the values run, their peaks, the frontier, the margin and the recommended value.
+
+One frontier row (analysis.frontier.FRONTIER_SCHEMA: one swept axis, everything else fixed)
+becomes one ``AxisResult``; each value of the axis that ran becomes one ``ValueStat``. Every
+size is in bytes; the peak compared with the capacity is the counter ``margin.basis`` names.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,19 @@ from .margin import MarginPolicy, basis, device_kind
 
 @dataclass
 class ValueStat:
-    """Everything measured at one value of the swept variable (bytes, or None)."""
+    """Everything measured at one value of the swept variable (bytes, or None where not recorded).
+
+    Attributes:
+        value: the value of the swept axis (an int; a dtype name for the dtype axis).
+        runs: the run rows at this value (enriched by ``enrich_runs``).
+        outcomes: how many of them ended with each outcome (``ok``, ``oom``, ``error``, ...).
+        used: the peak compared with the capacity (``basis``): the largest over the runs that
+            ran ok, else over all runs (a partial peak, before the failure).
+        other: the other counter's peak, over the same runs.
+        above_start: CPU only, the resident set's peak minus its value when the first phase began.
+        failed_phases: the phases the runs failed in, sorted.
+        margin: capacity - used, only where every run at this value ran ok.
+    """
 
     value: Any
     runs: list[dict]
@@ -28,6 +45,7 @@ class ValueStat:
 
     @property
     def status(self) -> str:
+        """The outcomes as printed: ``ok``, ``oom x2``, ``mixed (ok x1, oom x1)``; ``-`` when no run."""
         if not self.outcomes:
             return "-"
         if len(self.outcomes) == 1:
@@ -37,11 +55,35 @@ class ValueStat:
 
     @property
     def all_ok(self) -> bool:
+        """True when every run at this value ran ok (and there is at least one)."""
         return set(self.outcomes) == {"ok"}
 
 
 @dataclass
 class AxisResult:
+    """One swept axis of one load (one frontier row): its values, frontier, margin and recommended value.
+
+    Attributes:
+        sweep_dir: the sweep directory of the row.
+        axis: the swept axis (batch, context, width, dtype).
+        frontier: the frontier row itself (FRONTIER_SCHEMA, plus any search columns).
+        fixed: the other axes' values, ``{axis: value}``.
+        kind: the device kind of the runs (``device_kind``).
+        capacity: the capacity compared with the peak (bytes); None when not recorded.
+        margin_bytes: the margin policy's bytes at that capacity; None when unknown.
+        values: one ``ValueStat`` per value run, in the axis's order (``order_key``).
+        runs: every run of this load (all values).
+        max_ok, min_oom: the frontier: the largest value that ran, the smallest that ran out of
+            memory (None when none); dtype names on the dtype axis.
+        margin_at_max_ok: capacity - ``used_at_max_ok`` (bytes).
+        used_at_max_ok: the largest peak (``used_counter``) of the ok runs at ``max_ok`` (bytes).
+        recommended: the value chosen under the margin policy; None when none qualifies.
+        reason: why that value (or none) was chosen, in a sentence for the report.
+        notes: warnings that go with the choice (non-monotonic results, CPU optimism...).
+        show_dir: True when the report covers several sweep directories (the title names this one).
+        detail: what tells this load from another with the same axes (set by ``tell_loads_apart``).
+    """
+
     sweep_dir: str
     axis: str
     frontier: dict
@@ -61,6 +103,7 @@ class AxisResult:
 
     @property
     def used_counter(self) -> str:
+        """The counter compared with the capacity on this load's device (``basis``)."""
         return basis(self.kind)[0]
 
     show_dir: bool = False  # several sweep directories in one report: name the directory too
@@ -68,20 +111,31 @@ class AxisResult:
 
     @property
     def load_title(self) -> str:
+        """``"batch sweep (context=128 width=256 dtype=float32)"``, plus ``detail`` where set."""
         fixed = " ".join(f"{k}={v}" for k, v in self.fixed.items() if v is not None)
         return f"{self.axis} sweep ({fixed}{' ' + self.detail if self.detail else ''})"
 
     @property
     def title(self) -> str:
+        """``load_title``, followed by ``in SWEEP_DIR`` when the report covers several directories."""
         return self.load_title + (f" in {self.sweep_dir}" if self.show_dir else "")
 
     def stat(self, value) -> ValueStat | None:
+        """The ``ValueStat`` of ``value``; None when that value was not run (or ``value`` is None)."""
         return next((s for s in self.values if s.value == value), None)
 
 
 def enrich_runs(runs: list[dict], phases: list[dict]) -> None:
-    """Add ``rss_start`` (first phase's memory_reserved_start), ``used``/``other`` (see basis),
-    ``above_start`` (CPU) and ``_phases``/``_last_phase`` (its phase rows) to each run row, in place."""
+    """Add to each run row, in place, what the report reads from it besides the runs table.
+
+    Args:
+        runs: run rows (RUNS_SCHEMA as dicts). Each gets ``kind`` (``device_kind``),
+            ``used``/``other`` (the peaks of ``basis``'s two counters, bytes), ``rss_start`` (CPU:
+            the first phase's ``memory_reserved_start``, bytes), ``above_start`` (CPU: peak
+            resident set minus ``rss_start``, bytes), ``_phases`` (its phase rows, by
+            ``phase_index``) and ``_last_phase`` (the last of them, or None).
+        phases: phase rows (PHASES_SCHEMA as dicts), matched to runs by (sweep_dir, run_id).
+    """
     first: dict[tuple, dict] = {}
     for p in phases:
         key = (p["sweep_dir"], p["run_id"])
@@ -119,7 +173,16 @@ def _matching_runs(row: dict, runs: list[dict]) -> list[dict]:
 
 
 def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResult:
-    """The per-value table, frontier, margin at max_ok and recommended value of one frontier row."""
+    """The per-value table, frontier, margin at max_ok and recommended value of one frontier row.
+
+    Args:
+        row: a frontier row (FRONTIER_SCHEMA as a dict).
+        runs: the measured run rows, enriched by ``enrich_runs``; those of the row's load are used.
+        policy: the margin policy (its bytes at the row's ``capacity_bytes``).
+
+    Returns:
+        The axis's result, with ``recommended`` and ``reason`` filled in.
+    """
     axis = row["axis"]
     group = _matching_runs(row, runs)
     kind = device_kind(group[0]) if group else "unknown"
@@ -149,11 +212,11 @@ def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResul
         result.used_at_max_ok = _max(r["used"] for r in ok_runs)
         if capacity is not None and result.used_at_max_ok is not None:
             result.margin_at_max_ok = capacity - result.used_at_max_ok
-    recommend(result, policy)
+    _recommend(result, policy)
     return result
 
 
-def recommend(res: AxisResult, policy: MarginPolicy) -> None:
+def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
     """Choose the largest value that ran ok (every run of it), lies below the smallest value
     that ran out of memory, and whose peak leaves at least the margin; write out why."""
     axis, cap, margin = res.axis, res.capacity, res.margin_bytes
@@ -218,7 +281,11 @@ def recommend(res: AxisResult, policy: MarginPolicy) -> None:
 
 def tell_loads_apart(axes: list[AxisResult]) -> None:
     """Where two frontier rows of one directory would carry the same title (the same axes, but a
-    different load: another capacity, workload parameter, protocol...), name what differs."""
+    different load: another capacity, workload parameter, protocol...), name what differs.
+
+    Args:
+        axes: the report's axis results; ``detail`` is set, in place, on those that need it.
+    """
     by_title: dict[tuple, list[AxisResult]] = {}
     for a in axes:
         by_title.setdefault((a.sweep_dir, a.load_title), []).append(a)
