@@ -14,6 +14,14 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Image:
+    """A figure of the document.
+
+    Attributes:
+        name: its file name beside the Markdown (letters, digits, ``._-`` only).
+        png: the PNG bytes; empty bytes when plots are not rendered (the figure is then left out).
+        alt: its caption, also the alternative text (inline markup allowed).
+    """
+
     name: str  # file name, letters/digits/._- only
     png: bytes
     alt: str
@@ -21,20 +29,33 @@ class Image:
 
 @dataclass
 class Doc:
+    """A document: a title and blocks in order, appended by the methods below.
+
+    Attributes:
+        title: the top heading (and the HTML page's title).
+        blocks: ``("h", level, text)``, ``("p", text)``, ``("ul", items)``, ``("table", headers,
+            rows, note)``, ``("note", kind, text)`` or ``("img", Image)``; rows hold strings.
+    """
+
     title: str
     blocks: list[tuple] = field(default_factory=list)
 
     def h(self, level: int, text: str) -> None:
+        """A heading; level 1 is the first below the title (Markdown ``##``, HTML ``<h2>``)."""
         self.blocks.append(("h", level, text))
 
     def p(self, text: str) -> None:
+        """A paragraph."""
         self.blocks.append(("p", text))
 
     def ul(self, items: list[str]) -> None:
+        """A bulleted list; an empty one is left out."""
         if items:
             self.blocks.append(("ul", list(items)))
 
     def table(self, headers: list[str], rows: list[list], note: str | None = None) -> None:
+        """A table; cells become text (None -> ``-``, bools -> ``yes``/``no``), a column of numbers
+        is right-aligned; ``note`` is printed under it."""
         self.blocks.append(("table", list(headers), [[_cell(c) for c in r] for r in rows], note))
 
     def note(self, kind: str, text: str) -> None:
@@ -42,11 +63,13 @@ class Doc:
         self.blocks.append(("note", kind, text))
 
     def image(self, image: Image) -> None:
+        """A figure; one with empty PNG bytes (plots not rendered) is left out."""
         if image.png:  # an empty figure (plots not rendered) is left out
             self.blocks.append(("img", image))
 
     @property
     def images(self) -> list[Image]:
+        """The figures, in order (the writer saves each as ``<plot dir>/<name>``)."""
         return [b[1] for b in self.blocks if b[0] == "img"]
 
 
@@ -63,7 +86,15 @@ def _md_escape_cell(text: str) -> str:
 
 
 def to_markdown(doc: Doc, image_dir: str) -> str:
-    """Markdown; images are referenced as ``image_dir/<name>``."""
+    """The document as Markdown.
+
+    Args:
+        doc: the document.
+        image_dir: the directory the figures are saved in, relative to the Markdown file.
+
+    Returns:
+        The Markdown text; figures are referenced as ``image_dir/<name>``.
+    """
     out = [f"# {doc.title}", ""]
     for block in doc.blocks:
         kind = block[0]
@@ -141,7 +172,16 @@ window.addEventListener('load', function () {
 
 
 def to_html(doc: Doc, footer: str = "") -> str:
-    """One self-contained page: CSS inline, plots as data: URIs, no external resource."""
+    """The document as one self-contained HTML page: CSS inline, plots as data: URIs, no
+    external resource, and a script that writes into the page whether every plot decoded.
+
+    Args:
+        doc: the document.
+        footer: a line of text for the page's footer (inline markup allowed).
+
+    Returns:
+        The HTML text.
+    """
     parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              f"<title>{html.escape(doc.title)}</title>", f"<style>{_CSS}</style>",

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from worker.records import DTYPE_BYTES
 
-from .tables import OPTIONS
+from .tables import OPTIONS, coerce_table
 
 AXES = ("batch", "context", "width", "dtype")
 MODE_OPTIONS = tuple(name for name, _ in OPTIONS)  # a different optimizer, precision... is a different load
@@ -113,7 +113,16 @@ def _scalar(value):
     return value
 
 
-def _order(axis: str, value):
+def order_key(axis: str, value):
+    """The sort key of ``value`` on ``axis``: the value itself, or for dtype (bytes per element, name).
+
+    Args:
+        axis: one of AXES.
+        value: a value of that axis (an int; a dtype name for ``dtype``; an unknown dtype sorts first).
+
+    Returns:
+        A key for ``sorted``/``max``: dtypes by their size in bytes, then by name.
+    """
     return (DTYPE_BYTES.get(value, 0), value) if axis == "dtype" else value
 
 
@@ -129,7 +138,7 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     for axis in AXES:
         keys = [k for k in IDENTITY if k != axis]
         for key, group in runs.groupby(keys, dropna=False, sort=True):
-            values = sorted(group[axis].dropna().unique(), key=lambda v: _order(axis, v))
+            values = sorted(group[axis].dropna().unique(), key=lambda v: order_key(axis, v))
             fixed = dict(zip(keys, key))
             row_key = tuple(axis if k == "axis" else fixed.get(k) for k in ROW_KEY)
             search = searched.get(row_key + (fixed.get("warmup"), fixed.get("repeats")),
@@ -181,8 +190,6 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
 
 def frontier_table(runs: pa.Table) -> pa.Table:
     """Frontier rows (FRONTIER_SCHEMA) from a runs table (analysis.tables.RUNS_SCHEMA)."""
-    from .tables import _coerce
-
     df = runs.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t))
     df = df.astype(object).where(df.notna(), None)
-    return _coerce(frontier_rows(df), FRONTIER_SCHEMA)
+    return coerce_table(frontier_rows(df), FRONTIER_SCHEMA)

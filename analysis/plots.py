@@ -11,6 +11,7 @@ import math
 from typing import Sequence
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")  # before pyplot: no display, same output everywhere
 import matplotlib.pyplot as plt  # noqa: E402
@@ -55,6 +56,9 @@ def axis_plot(axis: str, points: list[dict], capacity: int | None, margin: int |
             (the other counter's peak, bytes); None where missing.
         capacity, margin: bytes; the capacity line, and the line ``capacity - margin``.
         max_ok, min_oom: the frontier, marked with vertical lines.
+
+    Returns:
+        The figure as PNG bytes.
     """
     values = [p["value"] for p in points]
     xs, numeric = _positions(values)
@@ -102,6 +106,9 @@ def phases_plot(axis: str, values: Sequence, phases: Sequence[str], increments: 
     during phase j (0 when that phase did not raise it, None when it did not run). The bar's
     height is the run's peak; a phase's segment is the memory it added on top of everything
     before it.
+
+    Returns:
+        The figure as PNG bytes.
     """
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     totals = [sum(i for i in inc if i is not None) for inc in increments]
@@ -131,9 +138,11 @@ def phases_plot(axis: str, values: Sequence, phases: Sequence[str], increments: 
 def fit_plot(xs: Sequence[float], ys: Sequence[int], coeffs: Sequence[float], capacity: int | None,
              margin: int | None, x_label: str, y_label: str, crossings: dict) -> bytes:
     """Measured peaks (bytes) of successful runs against context with the fitted polynomial
-    ``coeffs`` (numpy.polyfit order, bytes), extended to the predicted crossings."""
-    import numpy as np
+    ``coeffs`` (numpy.polyfit order, bytes), extended to the predicted crossings.
 
+    Returns:
+        The figure as PNG bytes.
+    """
     top = max([max(xs)] + [c for c in crossings.values() if c])
     grid = np.linspace(0, top * 1.05, 200)
     fig, ax = plt.subplots(figsize=(7.5, 4.2))

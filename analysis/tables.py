@@ -234,7 +234,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "source_reserved": sources.get("max_memory_reserved"),
         "source": _source(run),
         **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host",
-                                   "isolation", "torch_dynamo_imported")},  # (_coerce nulls a wrong type)
+                                   "isolation", "torch_dynamo_imported")},  # (coerce_table nulls a wrong type)
         "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
         "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
@@ -293,8 +293,17 @@ def _devices(value) -> list[dict] | None:
             for d in value if isinstance(d, dict)]
 
 
-def _coerce(rows: list[dict], schema: pa.Schema) -> pa.Table:
-    """Build a table with exactly ``schema``; a value of the wrong type becomes null."""
+def coerce_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """Build a table with exactly ``schema``; a value of the wrong type becomes null.
+
+    Args:
+        rows: one mapping per row; a column the schema has and a row lacks is null, a key
+            the schema lacks is dropped.
+        schema: the table's schema (RUNS_SCHEMA, PHASES_SCHEMA, FRONTIER_SCHEMA...); bytes are int64.
+
+    Returns:
+        A table of ``len(rows)`` rows and exactly ``schema``'s columns, in its order.
+    """
     columns = {}
     for f in schema:
         values = []
@@ -329,4 +338,4 @@ def build_tables(sweep_dirs: Iterable[Path]) -> tuple[pa.Table, pa.Table, list[s
             row = run_row(run, sweep_dir)
             runs.append(row)
             phases.extend(phase_rows(run, row["run_id"], sweep_dir))
-    return _coerce(runs, RUNS_SCHEMA), _coerce(phases, PHASES_SCHEMA), problems
+    return coerce_table(runs, RUNS_SCHEMA), coerce_table(phases, PHASES_SCHEMA), problems

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, Run, _coerce, phase_rows
+from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, Run, coerce_table, phase_rows
 from sweeper.pool import gpu_slots, lease, placement
 from sweeper.process import RunDirError, check_resumable
 from worker.counters import CudaCounters, MultiDeviceCounters, apply_cuda_capacity_per_device, make_counters
@@ -291,7 +291,7 @@ def test_phases_table_has_the_nested_devices_column():
                     "devices": [{**entry, "device_index": 0}, {**entry, "max_memory_reserved": None}]}
     without = {"name": "inputs", "status": "ok", "max_memory_allocated": 3}  # a record from before: no key
     single = {"name": "warmup", "status": "ok", "devices": None}
-    table = _coerce(phase_rows(_run([with_devices, without, single]), "0", Path("/s")), PHASES_SCHEMA)
+    table = coerce_table(phase_rows(_run([with_devices, without, single]), "0", Path("/s")), PHASES_SCHEMA)
     assert table.schema.equals(PHASES_SCHEMA)
     devices = table.column("devices").to_pylist()
     assert devices[1] is None and devices[2] is None
@@ -305,7 +305,7 @@ def test_a_corrupt_devices_entry_is_null_not_zero():
                                          "garbage"]}
     (row,) = phase_rows(_run([bad]), "0", Path("/s"))
     assert row["devices"] == [{"device_index": 0, **dict.fromkeys(DEVICE_COUNTERS)}]
-    assert _coerce([{**row, "devices": "x"}], PHASES_SCHEMA).column("devices").to_pylist() == [None]
+    assert coerce_table([{**row, "devices": "x"}], PHASES_SCHEMA).column("devices").to_pylist() == [None]
 
 
 
@@ -332,5 +332,5 @@ def test_runs_on_one_and_on_two_devices_are_separate_frontiers():
         record = {"schema_version": 1, "complete": True, "outcome": outcome, "phases": []}
         runs.append(run_row(Run(Path(f"/s/{i}"), spec, record=record), Path("/s")))
     assert [r["devices"] for r in runs] == [1, 1, 2, 2]
-    rows = [r for r in frontier_table(_coerce(runs, RUNS_SCHEMA)).to_pylist() if r["axis"] == "batch"]
+    rows = [r for r in frontier_table(coerce_table(runs, RUNS_SCHEMA)).to_pylist() if r["axis"] == "batch"]
     assert sorted((r["devices"], r["max_ok"], r["min_oom"]) for r in rows) == [(1, 4, 8), (2, 8, None)]

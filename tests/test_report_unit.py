@@ -12,7 +12,7 @@ from analysis.frontier import frontier_table
 from analysis.report import (ReportExists, build_report, crossing, decomposition, fit_context, parse_margin,
                              peak_increments,
                              write_report)
-from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA, _coerce
+from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA, coerce_table
 from worker.records import GiB, SpecError
 
 MiB = 2**20
@@ -55,12 +55,12 @@ def make(sweep_dir, points, *, axis="batch", kind="cuda", capacity=GiB, base=Non
 
 
 def tables(runs, phases, extra_columns=None):
-    runs_t = _coerce(runs, RUNS_SCHEMA)
+    runs_t = coerce_table(runs, RUNS_SCHEMA)
     for name, (typ, values) in (extra_columns or {}).items():  # replaced where the schema has it already
         column = pa.array(values, type=typ)
         i = runs_t.schema.get_field_index(name)
         runs_t = runs_t.set_column(i, name, column) if i >= 0 else runs_t.append_column(name, column)
-    return runs_t, _coerce(phases, PHASES_SCHEMA), frontier_table(_coerce(runs, RUNS_SCHEMA))
+    return runs_t, coerce_table(phases, PHASES_SCHEMA), frontier_table(coerce_table(runs, RUNS_SCHEMA))
 
 
 def report_of(runs, phases, margin=None, extra_columns=None, frontier_extra=None, plots=False):

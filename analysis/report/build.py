@@ -1,0 +1,127 @@
+"""The report of the analysis tables: the document, section by section, and what it computed."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..doc import Doc
+from .fmt import dry_runs_text
+from .margin import MarginPolicy, parse_margin
+from .sections_calculated import calculated_section
+from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
+from .sections_observed import observed_section
+from .sections_summary import summary_card
+from .stats import AxisResult, analyse_axis, enrich_runs, tell_loads_apart
+
+
+@dataclass
+class Report:
+    """What ``build_report`` computed, for the writer and for tests.
+
+    Attributes:
+        doc: the document (analysis.doc.Doc), plots included as PNG bytes.
+        axes: one result per frontier row (``stats.AxisResult``).
+        policy: the margin policy applied.
+        runs: the measured run rows, enriched (``stats.enrich_runs``); a dry run is in ``predicted``.
+        has_estimate: True when the runs table has an ``est_*`` column holding a value.
+        predicted: the dry runs (source ``predicted``), never part of an observed figure.
+    """
+
+    doc: Doc
+    axes: list[AxisResult]
+    policy: MarginPolicy
+    runs: list[dict]  # the measured runs (a dry run is in ``predicted``)
+    has_estimate: bool
+    predicted: list[dict] = field(default_factory=list)  # the dry runs (source "predicted")
+
+
+class _NoPlots:
+    """Stands in for analysis.plots when plots are not rendered: every figure is empty bytes."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: b""
+
+
+def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: pa.Table,
+                 policy: MarginPolicy | None = None, sweep_dirs: list[Path] | None = None,
+                 analysis_files: list[Path] | None = None, render_plots: bool = True) -> Report:
+    """Compute the report of the analysis tables.
+
+    Args:
+        runs_table: the runs (analysis.tables.RUNS_SCHEMA, plus any ``est_*`` columns); dry runs
+            (source ``predicted``) are shown apart, never as observations.
+        phases_table: the phases (analysis.tables.PHASES_SCHEMA).
+        frontier_table: the frontier (analysis.frontier.FRONTIER_SCHEMA, plus any search columns).
+        policy: the margin policy; None: the default (``parse_margin(None)``).
+        sweep_dirs: the directories named in the report; None: those of the runs.
+        analysis_files: the Parquet tables listed under "Raw results".
+        render_plots: False leaves the plots out (empty PNG bytes; faster, for checks of the
+            text alone).
+
+    Returns:
+        The report: its document (plots rendered here, as PNG bytes) and what it computed.
+    """
+    # matplotlib (behind analysis.plots) takes seconds to import: only when plots are drawn
+    from .. import plots as plot_mod
+
+    plots = plot_mod if render_plots else _NoPlots()
+
+    policy = policy or parse_margin(None)
+    all_runs, frontier = runs_table.to_pylist(), frontier_table.to_pylist()
+    # A dry run (source "predicted": fake tensors, nothing measured) is never an observation:
+    # it is kept out of every observed figure and shown apart, labelled predicted.
+    predicted = [r for r in all_runs if r.get("source") == "predicted"]
+    runs = [r for r in all_runs if r.get("source") != "predicted"]
+    phases = [p for p in phases_table.to_pylist() if p.get("source") != "predicted"]
+    enrich_runs(runs, phases)
+    axes = [analyse_axis(row, runs, policy) for row in frontier]
+    tell_loads_apart(axes)
+    if len({a.sweep_dir for a in axes}) > 1:
+        for a in axes:
+            a.show_dir = True
+    # the estimator's columns, when it filled any (a column of nulls is no estimate)
+    est_cols = [c for c in runs_table.column_names
+                if c.startswith("est_") and any(r.get(c) is not None for r in runs)]
+    kinds = sorted({r["kind"] for r in runs})
+    devices = sorted({str(r.get("device")) for r in all_runs})
+    workloads = sorted({str(r.get("workload")) for r in all_runs})
+    modes = sorted({str(r.get("mode")) for r in all_runs})
+    title = (f"memsweep report: {', '.join(workloads)} · {', '.join(modes)} · {', '.join(devices)}"
+             if all_runs else "memsweep report: no runs")
+    doc = Doc(title)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    doc.p(f"Generated {now} from {len(runs)} measured run{'s' if len(runs) != 1 else ''}"
+          + (f" and {len(predicted)} dry run{'s' if len(predicted) != 1 else ''} (predicted)" if predicted else "")
+          + " in " + ", ".join(f"`{d}`" for d in (sweep_dirs or sorted({r['sweep_dir'] for r in all_runs}))) + ". "
+          "Sections keep apart what was **observed** (the counters of the runs), what was **calculated** "
+          "from it (margins, fits, estimates, other cards) and what is **assumed** (the margin policy and "
+          "the catalog's figures). Sizes: raw bytes (B) beside GiB = 2^30 B.")
+    if predicted:
+        doc.note("warning", f"{dry_runs_text(len(predicted))}: predictions on fake tensors, nothing was measured. "
+                            "They are left out of every observed figure, frontier and margin below, and shown "
+                            "apart under \"Predicted (dry runs)\".")
+    if "cpu" in kinds:
+        doc.note("warning", "CPU runs: `allocated` = live tensor bytes tracked by the worker, `reserved` = the "
+                            "process resident set. This is not a GPU measurement.")
+    if not runs:
+        doc.p("No measured run was found: nothing observed to report."
+              + (f" The directory holds only {dry_runs_text(len(predicted))} (predictions)." if predicted else ""))
+        if predicted:
+            predicted_section(doc, predicted)
+        return Report(doc, axes, policy, runs, bool(est_cols), predicted)
+
+    summary_card(doc, runs, axes, policy)
+    observed_section(doc, runs, phases, axes, plots)
+    calculated_section(doc, axes, policy, est_cols, plots)
+    assumed_section(doc, kinds, policy)
+    decision_section(doc, axes, policy)
+    if len({r["sweep_dir"] for r in runs}) > 1:
+        comparable_section(doc, axes)
+    if predicted:
+        predicted_section(doc, predicted)
+    raw_section(doc, all_runs, axes, sweep_dirs, analysis_files)
+    return Report(doc, axes, policy, runs, bool(est_cols), predicted)

@@ -1,0 +1,45 @@
+"""``memsweep report``: the command line; the only part of the report that prints or exits."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from worker.records import SpecError
+
+from ..cli import add_sweep_dir_args, parse_sweep_dir_args
+from .margin import DEFAULT_MARGIN
+from .write import ReportExists, report_for_dirs
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``memsweep report SWEEP_DIR [SWEEP_DIR ...] [--out DIR] [--margin 10%|0.1|2GiB]``.
+
+    Args:
+        argv: the arguments after ``report``; None: ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 written (its paths printed), 1 a sweep directory missing or a report
+        already there, 2 a bad ``--margin`` (the message on stderr). argparse exits 2 itself on
+        bad arguments.
+    """
+    parser = argparse.ArgumentParser(
+        prog="memsweep report",
+        description="Write report.md (plots in report_plots/) and a self-contained report.html for "
+                    "sweep directories: frontier, margin at max_ok, chosen setting under a margin policy, "
+                    "phases, estimate, other cards. Never overwrites an existing report.")
+    add_sweep_dir_args(parser, "output directory")
+    parser.add_argument("--margin", default=None,
+                        help=f"headroom kept below the capacity: a fraction (0.1 or 10%%) or a size (2GiB, "
+                             f"1500MB); default {DEFAULT_MARGIN} of the capacity")
+    args = parse_sweep_dir_args(parser, argv)
+    try:
+        _, md, html_ = report_for_dirs(args.sweep_dirs, args.out, args.margin)
+    except (FileNotFoundError, ReportExists) as exc:  # SweepDirNotFound is a FileNotFoundError
+        print(f"memsweep report: {exc}", file=sys.stderr)
+        return 1
+    except SpecError as exc:
+        print(f"memsweep report: {exc}", file=sys.stderr)
+        return 2
+    print(f"memsweep: report -> {html_}  (and {md})")
+    return 0

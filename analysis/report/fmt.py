@@ -1,0 +1,32 @@
+"""Formatting for the report's text: bytes stay integers until printed (raw bytes, then GiB)."""
+
+from __future__ import annotations
+
+
+def pct(part: int | None, whole: int | None) -> str:
+    """``part`` as a percentage of ``whole``, for printing.
+
+    Args:
+        part, whole: bytes (or any two numbers in one unit); None where unknown.
+
+    Returns:
+        ``"12.3 %"`` (one decimal); ``"-"`` when ``part`` is None or ``whole`` is None or 0.
+    """
+    if part is None or not whole:
+        return "-"
+    return f"{100 * part / whole:.1f} %"
+
+
+def nbytes(value: int | None) -> str:
+    """A byte count for printing: the raw integer number of bytes, ``"-"`` when None."""
+    return "-" if value is None else str(int(value))
+
+
+def axis_label(axis: str, value) -> str:
+    """``"batch=16"``: a value of a swept axis (batch, context, width, dtype) as the report names it."""
+    return f"{axis}={value}"
+
+
+def dry_runs_text(n: int) -> str:
+    """``"3 dry runs (source `predicted`)"``: how the report names ``n`` dry runs (predictions)."""
+    return f"{n} dry run{'s' if n != 1 else ''} (source `predicted`)"

@@ -1,0 +1,147 @@
+"""The margin policy (assumed) and what is compared with the capacity, per device kind.
+
+The margin is the headroom a setting must leave below the capacity: capacity - peak >= margin,
+all in bytes. Which peak (counter) is compared depends on the device: see ``basis`` and the
+package docstring.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from worker.records import SpecError, gib, parse_size
+
+DEFAULT_MARGIN = "10%"
+"""The margin when none is given (``--margin``, ``hydra.callbacks.analyze.margin``): 10 % of the capacity."""
+
+
+@dataclass(frozen=True)
+class MarginPolicy:
+    """Headroom kept free below the capacity: a fraction of it, or a fixed number of bytes.
+
+    Built by ``parse_margin``; exactly one of ``fraction`` and ``fixed_bytes`` is set.
+
+    Attributes:
+        text: the policy as given (``"10%"``, ``"0.1"``, ``"2GiB"``), for the report's text.
+        fraction: the share of the capacity kept free, in [0, 1); None for a fixed margin.
+        fixed_bytes: the bytes kept free whatever the capacity; None for a fractional margin.
+        default: True when no margin was given (memsweep's default, DEFAULT_MARGIN).
+    """
+
+    text: str
+    fraction: Fraction | None = None
+    fixed_bytes: int | None = None
+    default: bool = False
+
+    def bytes_for(self, capacity: int | None) -> int | None:
+        """The margin in bytes for a device of ``capacity`` bytes.
+
+        Args:
+            capacity: the capacity compared with the peak (bytes); None when not recorded.
+
+        Returns:
+            ``fixed_bytes``, or ``ceil(fraction * capacity)`` bytes; None for a fractional
+            policy when ``capacity`` is None.
+        """
+        if self.fixed_bytes is not None:
+            return self.fixed_bytes
+        if capacity is None:
+            return None
+        return int(math.ceil(self.fraction * capacity))
+
+    def short(self) -> str:
+        """The policy in a few words for a sentence: ``"10 % of the capacity"`` or ``"2147483648 B"``."""
+        return (f"{float(self.fraction) * 100:g} % of the capacity" if self.fraction is not None
+                else f"{self.fixed_bytes} B")
+
+    def describe(self) -> str:
+        """The policy in full for the report: its size (bytes and GiB for a fixed one) and where it came
+        from (memsweep's default, or ``--margin TEXT``)."""
+        what = (f"{float(self.fraction) * 100:g} % of the capacity" if self.fraction is not None
+                else f"{self.fixed_bytes} B ({gib(self.fixed_bytes)} GiB) below the capacity")
+        return what + (" (memsweep's default; set another with --margin)" if self.default else
+                       f" (--margin {self.text})")
+
+
+def parse_margin(text: Any = None) -> MarginPolicy:
+    """Read a margin policy.
+
+    Args:
+        text: ``None`` -> the default (DEFAULT_MARGIN, 10 % of the capacity); ``"0.1"`` or
+            ``"10%"`` -> a fraction of the capacity in [0, 1); ``"2GiB"``, ``"1500MB"``, ``"123"``
+            (bytes) -> a fixed number of bytes (units as in worker.records.parse_size).
+
+    Returns:
+        The policy.
+
+    Raises:
+        SpecError: anything else, or a fraction outside [0, 1); its ``field`` is ``"margin"``,
+            ``value`` the text given and ``accepted`` the forms above.
+    """
+    default = text is None
+    text = DEFAULT_MARGIN if default else str(text).strip()
+    accepted = "a fraction of the capacity in [0, 1) (0.1 or 10%) or a size (2GiB, 1500MB, bytes)"
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", text)
+    if m:
+        frac = Fraction(m.group(1)) / 100
+    elif re.fullmatch(r"\d*\.\d+|0", text):
+        frac = Fraction(text)
+    else:
+        try:
+            return MarginPolicy(text, fixed_bytes=parse_size(text, "margin"), default=default)
+        except SpecError:
+            raise SpecError("margin", text, accepted) from None
+    if not 0 <= frac < 1:
+        raise SpecError("margin", text, accepted)
+    return MarginPolicy(text, fraction=frac, default=default)
+
+
+def device_kind(run: dict) -> str:
+    """The kind of device a run measured on: ``cpu``, ``cuda`` (ROCm included) or ``unknown``.
+
+    Args:
+        run: a row of the runs table (RUNS_SCHEMA); its ``device_kind``, else its ``device``.
+
+    Returns:
+        The kind, the key of ``basis`` and BASIS_TEXT.
+    """
+    kind = run.get("device_kind")
+    if kind:
+        return kind
+    device = str(run.get("device") or "")
+    return "cpu" if device == "cpu" else ("cuda" if device.startswith("cuda") else "unknown")
+
+
+def basis(kind: str) -> tuple[str, str]:
+    """Which peak counter is compared with the capacity on a kind of device (see BASIS_TEXT).
+
+    Args:
+        kind: ``cpu``, ``cuda`` or any other (treated as ``cuda``), as ``device_kind`` returns it.
+
+    Returns:
+        (the counter compared with the capacity, the other counter): ``max_memory_allocated``
+        first on the CPU, ``max_memory_reserved`` first elsewhere. Both count bytes.
+    """
+    if kind == "cpu":
+        return "max_memory_allocated", "max_memory_reserved"
+    return "max_memory_reserved", "max_memory_allocated"
+
+
+BASIS_TEXT = {
+    "cpu": ("On the CPU the peak compared with the capacity is `max_memory_allocated`, the live "
+            "tensor bytes the worker tracks. The CPU's `max_memory_reserved` is the process resident "
+            "set (interpreter and PyTorch libraries included, about 0.3 GiB), so capacity minus it "
+            "would be negative for every run; the emulated capacity limits the growth of the worker's "
+            "data segment above its size at start (RLIMIT_DATA), which holds the tensors plus the "
+            "heap's own overhead. This margin is therefore optimistic: where it and the runs disagree, "
+            "trust the first value that ran out of memory. `reserved above start` is the "
+            "resident set's peak minus its value when the first phase began, shown for information."),
+    "cuda": ("On CUDA/ROCm the peak compared with the capacity is `max_memory_reserved`, the bytes the "
+             "caching allocator held from the device at its peak. The CUDA context, cuBLAS/cuDNN "
+             "workspaces allocated outside the caching allocator and other processes are not in it."),
+}
+"""Per device kind, the report's explanation of the counter ``basis`` compares with the capacity."""

@@ -1,0 +1,297 @@
+"""Per swept axis: the values run, their peaks, the frontier, the margin and the recommended value.
+
+One frontier row (analysis.frontier.FRONTIER_SCHEMA: one swept axis, everything else fixed)
+becomes one ``AxisResult``; each value of the axis that ran becomes one ``ValueStat``. Every
+size is in bytes; the peak compared with the capacity is the counter ``margin.basis`` names.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from worker.records import AXES, gib
+
+from ..frontier import IDENTITY, differing, order_key
+from .fmt import axis_label, pct
+from .margin import MarginPolicy, basis, device_kind
+
+
+@dataclass
+class ValueStat:
+    """Everything measured at one value of the swept variable (bytes, or None where not recorded).
+
+    Attributes:
+        value: the value of the swept axis (an int; a dtype name for the dtype axis).
+        runs: the run rows at this value (enriched by ``enrich_runs``).
+        outcomes: how many of them ended with each outcome (``ok``, ``oom``, ``error``, ...).
+        used: the peak compared with the capacity (``basis``): the largest over the runs that
+            ran ok, else over all runs (a partial peak, before the failure).
+        other: the other counter's peak, over the same runs.
+        above_start: CPU only, the resident set's peak minus its value when the first phase began.
+        failed_phases: the phases the runs failed in, sorted.
+        margin: capacity - used, only where every run at this value ran ok.
+    """
+
+    value: Any
+    runs: list[dict]
+    outcomes: Counter
+    used: int | None  # the peak compared with the capacity: max over ok runs (else over all: partial)
+    other: int | None  # the other counter's peak, same selection
+    above_start: int | None  # CPU: resident set peak minus its value at the first phase's start
+    failed_phases: list[str]
+    margin: int | None  # capacity - used, for a value whose runs all ran ok
+
+    @property
+    def status(self) -> str:
+        """The outcomes as printed: ``ok``, ``oom x2``, ``mixed (ok x1, oom x1)``; ``-`` when no run."""
+        if not self.outcomes:
+            return "-"
+        if len(self.outcomes) == 1:
+            (o, n), = self.outcomes.items()
+            return str(o) if n == 1 else f"{o} x{n}"
+        return "mixed (" + ", ".join(f"{o} x{n}" for o, n in sorted(self.outcomes.items(), key=str)) + ")"
+
+    @property
+    def all_ok(self) -> bool:
+        """True when every run at this value ran ok (and there is at least one)."""
+        return set(self.outcomes) == {"ok"}
+
+
+@dataclass
+class AxisResult:
+    """One swept axis of one load (one frontier row): its values, frontier, margin and recommended value.
+
+    Attributes:
+        sweep_dir: the sweep directory of the row.
+        axis: the swept axis (batch, context, width, dtype).
+        frontier: the frontier row itself (FRONTIER_SCHEMA, plus any search columns).
+        fixed: the other axes' values, ``{axis: value}``.
+        kind: the device kind of the runs (``device_kind``).
+        capacity: the capacity compared with the peak (bytes); None when not recorded.
+        margin_bytes: the margin policy's bytes at that capacity; None when unknown.
+        values: one ``ValueStat`` per value run, in the axis's order (``order_key``).
+        runs: every run of this load (all values).
+        max_ok, min_oom: the frontier: the largest value that ran, the smallest that ran out of
+            memory (None when none); dtype names on the dtype axis.
+        margin_at_max_ok: capacity - ``used_at_max_ok`` (bytes).
+        used_at_max_ok: the largest peak (``used_counter``) of the ok runs at ``max_ok`` (bytes).
+        recommended: the value chosen under the margin policy; None when none qualifies.
+        reason: why that value (or none) was chosen, in a sentence for the report.
+        notes: warnings that go with the choice (non-monotonic results, CPU optimism...).
+        show_dir: True when the report covers several sweep directories (the title names this one).
+        detail: what tells this load from another with the same axes (set by ``tell_loads_apart``).
+    """
+
+    sweep_dir: str
+    axis: str
+    frontier: dict
+    fixed: dict
+    kind: str
+    capacity: int | None
+    margin_bytes: int | None
+    values: list[ValueStat]
+    runs: list[dict]
+    max_ok: Any = None
+    min_oom: Any = None
+    margin_at_max_ok: int | None = None
+    used_at_max_ok: int | None = None
+    recommended: Any = None
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def used_counter(self) -> str:
+        """The counter compared with the capacity on this load's device (``basis``)."""
+        return basis(self.kind)[0]
+
+    show_dir: bool = False  # several sweep directories in one report: name the directory too
+    detail: str = ""  # what tells this load from another with the same axes (set by build_report)
+
+    @property
+    def load_title(self) -> str:
+        """``"batch sweep (context=128 width=256 dtype=float32)"``, plus ``detail`` where set."""
+        fixed = " ".join(f"{k}={v}" for k, v in self.fixed.items() if v is not None)
+        return f"{self.axis} sweep ({fixed}{' ' + self.detail if self.detail else ''})"
+
+    @property
+    def title(self) -> str:
+        """``load_title``, followed by ``in SWEEP_DIR`` when the report covers several directories."""
+        return self.load_title + (f" in {self.sweep_dir}" if self.show_dir else "")
+
+    def stat(self, value) -> ValueStat | None:
+        """The ``ValueStat`` of ``value``; None when that value was not run (or ``value`` is None)."""
+        return next((s for s in self.values if s.value == value), None)
+
+
+def enrich_runs(runs: list[dict], phases: list[dict]) -> None:
+    """Add to each run row, in place, what the report reads from it besides the runs table.
+
+    Args:
+        runs: run rows (RUNS_SCHEMA as dicts). Each gets ``kind`` (``device_kind``),
+            ``used``/``other`` (the peaks of ``basis``'s two counters, bytes), ``rss_start`` (CPU:
+            the first phase's ``memory_reserved_start``, bytes), ``above_start`` (CPU: peak
+            resident set minus ``rss_start``, bytes), ``_phases`` (its phase rows, by
+            ``phase_index``) and ``_last_phase`` (the last of them, or None).
+        phases: phase rows (PHASES_SCHEMA as dicts), matched to runs by (sweep_dir, run_id).
+    """
+    first: dict[tuple, dict] = {}
+    for p in phases:
+        key = (p["sweep_dir"], p["run_id"])
+        if p.get("phase_index") is not None and (key not in first or p["phase_index"] < first[key]["phase_index"]):
+            first[key] = p
+    by_run: dict[tuple, list[dict]] = {}
+    for p in phases:
+        by_run.setdefault((p["sweep_dir"], p["run_id"]), []).append(p)
+    for r in runs:
+        ps = sorted(by_run.get((r["sweep_dir"], r["run_id"]), []), key=lambda p: p.get("phase_index") or 0)
+        r["_phases"] = ps
+        r["_last_phase"] = ps[-1] if ps else None
+        start = first.get((r["sweep_dir"], r["run_id"]), {}).get("memory_reserved_start")
+        kind = device_kind(r)
+        used_key, other_key = basis(kind)
+        r["kind"] = kind
+        r["rss_start"] = start if kind == "cpu" else None
+        r["used"] = r.get(used_key)
+        r["other"] = r.get(other_key)
+        peak = r.get("max_memory_reserved")
+        r["above_start"] = peak - start if kind == "cpu" and peak is not None and start is not None else None
+
+
+def _max(values: Iterable[int | None]) -> int | None:
+    vals = [v for v in values if v is not None]
+    return max(vals) if vals else None
+
+
+def _matching_runs(row: dict, runs: list[dict]) -> list[dict]:
+    """The runs of one frontier row: its whole fixed load (analysis.frontier.IDENTITY, the grouping
+    that made the row), never the runs of another load that only shares the axes. A field the
+    row does not carry (a frontier table written before it had it) is not compared."""
+    keys = [k for k in IDENTITY if k != row["axis"] and k in row]
+    return [r for r in runs if all(r.get(k) == row.get(k) for k in keys) and r.get(row["axis"]) is not None]
+
+
+def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResult:
+    """The per-value table, frontier, margin at max_ok and recommended value of one frontier row.
+
+    Args:
+        row: a frontier row (FRONTIER_SCHEMA as a dict).
+        runs: the measured run rows, enriched by ``enrich_runs``; those of the row's load are used.
+        policy: the margin policy (its bytes at the row's ``capacity_bytes``).
+
+    Returns:
+        The axis's result, with ``recommended`` and ``reason`` filled in.
+    """
+    axis = row["axis"]
+    group = _matching_runs(row, runs)
+    kind = device_kind(group[0]) if group else "unknown"
+    capacity = row.get("capacity_bytes")
+    margin_bytes = policy.bytes_for(capacity)
+    by_value: dict[Any, list[dict]] = OrderedDict()
+    for r in sorted(group, key=lambda r: order_key(axis, r[axis])):
+        by_value.setdefault(r[axis], []).append(r)
+    stats = []
+    for value, rs in by_value.items():
+        ok = [r for r in rs if r.get("outcome") == "ok"]
+        pick = ok or rs
+        used = _max(r["used"] for r in pick)
+        stats.append(ValueStat(
+            value=value, runs=rs, outcomes=Counter(r.get("outcome") or "unfinished" for r in rs),
+            used=used, other=_max(r["other"] for r in pick), above_start=_max(r["above_start"] for r in pick),
+            failed_phases=sorted({r["failed_phase"] for r in rs if r.get("failed_phase")}),
+            margin=capacity - used if capacity is not None and used is not None and len(ok) == len(rs) else None))
+    fixed = {a: row.get(a) for a in AXES if a != axis}
+    result = AxisResult(str(row.get("sweep_dir")), axis, row, fixed, kind, capacity, margin_bytes, stats, group)
+    numeric = axis != "dtype"
+    result.max_ok = (row.get("max_ok") if numeric else row.get("max_ok_label"))
+    result.min_oom = (row.get("min_oom") if numeric else row.get("min_oom_label"))
+    at = result.stat(result.max_ok)
+    if at is not None:
+        ok_runs = [r for r in at.runs if r.get("outcome") == "ok"]
+        result.used_at_max_ok = _max(r["used"] for r in ok_runs)
+        if capacity is not None and result.used_at_max_ok is not None:
+            result.margin_at_max_ok = capacity - result.used_at_max_ok
+    _recommend(result, policy)
+    return result
+
+
+def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
+    """Choose the largest value that ran ok (every run of it), lies below the smallest value
+    that ran out of memory, and whose peak leaves at least the margin; write out why."""
+    axis, cap, margin = res.axis, res.capacity, res.margin_bytes
+    counter = f"`{res.used_counter}`"
+    rank = {s.value: i for i, s in enumerate(res.values)}
+    first_oom = next((s.value for s in res.values if "oom" in s.outcomes), None)
+    if cap is None or margin is None:
+        res.reason = "no capacity is recorded for these runs, so no margin can be computed"
+        return
+    limit = cap - margin
+    rejected = []
+    for s in reversed(res.values):
+        if first_oom is not None and rank[s.value] >= rank[first_oom]:
+            continue
+        if not s.all_ok:
+            if s.outcomes:
+                rejected.append(f"{axis_label(axis, s.value)} is not a candidate: {s.status} "
+                                f"(only values whose every run ran ok are)")
+            continue
+        if s.used is None:
+            rejected.append(f"{axis_label(axis, s.value)} ran ok but its peak was not recorded")
+            continue
+        if s.used > limit:
+            rejected.append(f"{axis_label(axis, s.value)} ran ok but its peak {counter} {s.used} B "
+                            f"({gib(s.used)} GiB) leaves {cap - s.used} B ({pct(cap - s.used, cap)}) of the "
+                            f"capacity, less than the margin {margin} B")
+            continue
+        res.recommended = s.value
+        above = []
+        if first_oom is not None:
+            st = res.stat(first_oom)
+            where = f" in {', '.join(st.failed_phases)}" if st and st.failed_phases else ""
+            above.append(f"{axis_label(axis, first_oom)} ran out of memory{where}")
+        res.reason = (f"{axis_label(axis, s.value)}: the largest value whose every run ran ok "
+                      f"({s.outcomes['ok']} run{'s' if s.outcomes['ok'] > 1 else ''}) and whose measured "
+                      f"peak {counter} {s.used} B ({gib(s.used)} GiB) leaves {cap - s.used} B "
+                      f"({pct(cap - s.used, cap)}) of the capacity {cap} B, at least the margin "
+                      f"{margin} B ({policy.short()}).")
+        if rejected or above:
+            res.reason += " Larger values: " + "; ".join(above + rejected[::-1]) + "."
+        break
+    else:
+        res.reason = (f"no value leaves the margin {margin} B ({policy.short()}) below the capacity "
+                      f"{cap} B among the values that ran ok" + (": " + "; ".join(rejected[::-1]) if rejected else "")
+                      + ". Measure smaller values, or use a device with more memory.")
+    oom_stat = res.stat(first_oom) if first_oom is not None else None
+    if res.kind == "cpu" and oom_stat is not None and oom_stat.used is not None and oom_stat.used < cap:
+        res.notes.append("on the CPU this margin is optimistic: the emulated capacity limits the whole heap "
+                         "(tensors plus the allocator's overhead) while the margin counts tensor bytes only. "
+                         f"{axis_label(axis, first_oom)} failed with {oom_stat.used} B of tensors live "
+                         f"({pct(oom_stat.used, cap)} of the capacity; the request that failed is not counted)")
+    if res.frontier.get("monotonic") is False:
+        res.notes.append(f"results are not monotonic in {axis}: a value ran ok above one that ran out of "
+                         f"memory; only values below {axis_label(axis, first_oom)} were considered")
+    if res.frontier.get("stable") is False:
+        res.notes.append(f"at least one value of {axis} both ran ok and ran out of memory (unstable edge); "
+                         "such values are never recommended")
+    if axis == "dtype" and res.recommended is not None:
+        res.notes.append("a dtype changes the numerics, not only the memory: the choice above is the "
+                         "largest-element dtype that fits with the margin, to weigh against accuracy")
+
+
+def tell_loads_apart(axes: list[AxisResult]) -> None:
+    """Where two frontier rows of one directory would carry the same title (the same axes, but a
+    different load: another capacity, workload parameter, protocol...), name what differs.
+
+    Args:
+        axes: the report's axis results; ``detail`` is set, in place, on those that need it.
+    """
+    by_title: dict[tuple, list[AxisResult]] = {}
+    for a in axes:
+        by_title.setdefault((a.sweep_dir, a.load_title), []).append(a)
+    for same in by_title.values():
+        if len(same) < 2:
+            continue
+        differ = differing([a.frontier for a in same])
+        for a in same:
+            a.detail = " ".join(f"{k}={a.frontier.get(k)}" for k in differ)

@@ -1,0 +1,154 @@
+"""Writing a report as markdown (plots beside it) and self-contained HTML, never over an existing one.
+
+Nothing here prints or exits: a refusal is an exception (``ReportExists``, ``SweepDirNotFound``,
+``worker.records.SpecError``) that the command line (``cli``) turns into a message and exit status.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..cli import OUTPUTS
+from ..doc import to_html, to_markdown
+from ..frontier import frontier_table
+from ..tables import build_tables
+from .build import Report, build_report
+from .margin import parse_margin
+
+
+class ReportExists(FileExistsError):
+    """A report of that name is already in the output directory (nothing was written).
+
+    Args:
+        message: what exists, and what to do instead (the command line prints it).
+        path: the report file or plot directory that exists, kept as ``self.path``.
+    """
+
+    def __init__(self, message: str, path: Path):
+        super().__init__(message)
+        self.path = Path(path)
+
+
+class SweepDirNotFound(FileNotFoundError):
+    """A sweep directory given does not exist (nothing was read or written).
+
+    Args:
+        path: the directory given (an existing sweep directory is expected), kept as ``self.path``.
+    """
+
+    def __init__(self, path: Path):
+        super().__init__(f"sweep directory {path} does not exist")
+        self.path = Path(path)
+
+
+def report_paths(out_dir: Path, name: str = "report") -> tuple[Path, Path, Path]:
+    """The paths a report named ``name`` takes in ``out_dir``.
+
+    Returns:
+        (``<name>.md``, ``<name>.html``, the plot directory ``<name>_plots``).
+    """
+    out_dir = Path(out_dir)
+    return out_dir / f"{name}.md", out_dir / f"{name}.html", out_dir / f"{name}_plots"
+
+
+def _link_new(data: bytes, path: Path) -> None:
+    """Create ``path`` with ``data``, atomically, failing if it exists (temp file + hard link)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    try:
+        os.link(tmp, path)
+    finally:
+        tmp.unlink()
+
+
+def write_report(report: Report, out_dir: Path, name: str = "report") -> tuple[Path, Path]:
+    """Write ``<name>.md``, ``<name>_plots/*.png`` and ``<name>.html`` into ``out_dir``.
+
+    Args:
+        report: what ``build_report`` returned.
+        out_dir: the output directory, created when missing.
+        name: the report's name (``report``; the sweep's end picks a timestamped one when taken).
+
+    Returns:
+        (the markdown path, the HTML path).
+
+    Raises:
+        ReportExists: one of these paths exists already (nothing is written or changed).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md_path, html_path, plot_dir = report_paths(out_dir, name)
+    existing = [p for p in (md_path, html_path, plot_dir) if p.exists()]
+    if existing:
+        raise ReportExists(f"{existing[0]} already exists: memsweep never overwrites a report; "
+                           "use --out NEW_DIR", existing[0])
+    try:
+        plot_dir.mkdir()  # claims the name: a concurrent writer fails here or on the links below
+    except FileExistsError:
+        raise ReportExists(f"{plot_dir} already exists: memsweep never overwrites a report", plot_dir) from None
+    for img in report.doc.images:
+        (plot_dir / img.name).write_bytes(img.png)
+    footer = f"memsweep report · {md_path.name} holds the same content with the plots in {plot_dir.name}/"
+    try:
+        _link_new(to_markdown(report.doc, plot_dir.name).encode(), md_path)
+        _link_new(to_html(report.doc, footer).encode(), html_path)
+    except FileExistsError as exc:
+        raise ReportExists(f"{md_path} or {html_path} appeared while writing: not overwritten",
+                           Path(exc.filename or md_path)) from None
+    return md_path, html_path
+
+
+def find_analysis_files(sweep_dir: Path) -> list[Path]:
+    """The newest Parquet tables of a sweep: its own, or the latest under analysis/.
+
+    Args:
+        sweep_dir: a sweep directory.
+
+    Returns:
+        The paths of the three tables (analysis.cli.OUTPUTS) of the newest ``analysis/<time>/``
+        directory that holds all three; else those of the three present in ``sweep_dir``
+        itself (possibly none).
+    """
+    sweep_dir = Path(sweep_dir)
+    names = OUTPUTS
+    later = sorted((d for d in (sweep_dir / "analysis").glob("*") if d.is_dir()), key=lambda d: d.name)
+    for d in reversed(later):
+        if all((d / n).exists() for n in names):
+            return [d / n for n in names]
+    return [sweep_dir / n for n in names if (sweep_dir / n).exists()]
+
+
+def report_for_dirs(sweep_dirs: list[Path], out_dir: Path, margin: str | None = None,
+                    name: str = "report") -> tuple[Report, Path, Path]:
+    """Build the tables from the run records of ``sweep_dirs`` (as ``memsweep analyze`` does),
+    then write the report into ``out_dir``.
+
+    Args:
+        sweep_dirs: the sweep directories reported on.
+        out_dir: where the report goes.
+        margin: the margin policy's text (``parse_margin``); None: the default.
+        name: the report's name (``report_paths``).
+
+    Returns:
+        (the report, the markdown path, the HTML path).
+
+    Raises:
+        SweepDirNotFound: a sweep directory does not exist (a FileNotFoundError).
+        SpecError: a bad ``margin`` (field ``margin``, with the accepted forms).
+        ReportExists: a report of that name exists in ``out_dir``; checked before any work.
+    """
+    policy = parse_margin(margin)
+    for d in sweep_dirs:
+        if not Path(d).is_dir():
+            raise SweepDirNotFound(d)
+    md, html_, plot_dir = report_paths(out_dir, name)
+    for p in (md, html_, plot_dir):  # refuse before the work, not only after it
+        if p.exists():
+            raise ReportExists(f"{p} already exists: memsweep never overwrites a report; use --out NEW_DIR", p)
+    runs, phases, _ = build_tables(sweep_dirs)
+    frontier = frontier_table(runs)
+    files = [f for d in sweep_dirs for f in find_analysis_files(Path(d))]
+    report = build_report(runs, phases, frontier, policy, [Path(d) for d in sweep_dirs], files)
+    md, html_ = write_report(report, out_dir, name)
+    return report, md, html_
