@@ -13,11 +13,13 @@ What is compared with the capacity
   CUDA context and other processes are outside it.
 * CPU: ``max_memory_allocated``, the live tensor bytes tracked by the worker. The CPU's
   "reserved" is the process resident set, which includes the Python interpreter and the
-  PyTorch libraries (about 0.3 GiB): capacity - RSS would be negative for every run. The
-  emulated capacity is a limit on the growth of the worker's data segment above its size at
-  start (``worker.counters.apply_cpu_capacity``), which holds the tensors plus the heap's own
-  overhead, so the CPU margin is optimistic by that overhead; the report also shows the
-  resident set above its value when the worker started measuring (``reserved above start``).
+  PyTorch libraries (about 0.3 GiB): capacity - RSS would be negative for every run. With
+  ``capacity_mode=allocator`` (the default) the emulated capacity caps exactly these bytes
+  (``worker.counters.apply_cpu_allocator_capacity``); with ``capacity_mode=process`` it limits
+  the growth of the worker's data segment above its size at start (RLIMIT_DATA), which holds
+  the tensors plus the heap's own overhead, so that margin is optimistic by that overhead; the
+  report also shows the resident set above its value when the worker started measuring
+  (``reserved above start``).
 
 Calculated, observed and assumed figures go to separate sections. Sizes are printed as raw
 bytes next to GiB (2^30 B); GB (10^9 B) appears only where a vendor's own words are quoted.

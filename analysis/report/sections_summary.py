@@ -58,7 +58,8 @@ def _capacity_text(r: dict) -> str:
     if cap is None:
         return "not recorded"
     emulated = method != "device total_memory"
-    return (f"{cap} B ({gib(cap)} GiB), " + ("emulated: " if emulated else "") + method)
+    mode = f"emulated (capacity_mode={r.get('capacity_mode')}): " if r.get("capacity_mode") else "emulated: "
+    return (f"{cap} B ({gib(cap)} GiB), " + (mode if emulated else "") + method)
 
 
 def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy) -> None:

@@ -263,8 +263,10 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
                       f"{cap} B among the values that ran ok" + (": " + "; ".join(rejected[::-1]) if rejected else "")
                       + ". Measure smaller values, or use a device with more memory.")
     oom_stat = res.stat(first_oom) if first_oom is not None else None
-    if res.kind == "cpu" and oom_stat is not None and oom_stat.used is not None and oom_stat.used < cap:
-        res.notes.append("on the CPU this margin is optimistic: the emulated capacity limits the whole heap "
+    process_mode = res.frontier.get("capacity_mode") == "process"  # allocator mode caps the counted bytes exactly
+    if res.kind == "cpu" and process_mode and oom_stat is not None and oom_stat.used is not None and oom_stat.used < cap:
+        res.notes.append("on the CPU with capacity_mode=process this margin is optimistic: the emulated capacity "
+                         "limits the whole heap "
                          "(tensors plus the allocator's overhead) while the margin counts tensor bytes only. "
                          f"{axis_label(axis, first_oom)} failed with {oom_stat.used} B of tensors live "
                          f"({pct(oom_stat.used, cap)} of the capacity; the request that failed is not counted)")
