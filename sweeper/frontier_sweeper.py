@@ -3,7 +3,7 @@
 Finds the exact success/OOM edge of one or more axes (batch, context, width), each with
 everything else at the baseline, every probe a fresh worker process launched through
 ``self.launcher`` (basic, joblib, submitit_local, submitit_slurm: unchanged). The search
-itself is ``sweeper.frontier.FrontierSearch``; this module runs its probes, reads what
+itself is ``sweeper.search.FrontierSearch``; this module runs its probes, reads what
 they left, and writes down every decision.
 
 Files in the sweep directory:
@@ -50,7 +50,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from worker.records import RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_json
 
-from .frontier import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
+from .search import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
 from .process import RunDirError, share_fork_server, stored_spec
 from .spec import launch_settings
 

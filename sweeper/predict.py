@@ -12,7 +12,7 @@ what it cannot see is listed in ``BLIND_SPOTS_CUDA``. The default device is cpu.
 
 A load "fits" when the largest predicted phase peak (``max_memory_allocated`` of a dry run,
 bytes) is at most ``capacity``. Search: the frontier sweeper's ``model`` strategy
-(``sweeper.frontier.FrontierSearch``) with dry runs as its oracle, starting at the configured
+(``sweeper.search.FrontierSearch``) with dry runs as its oracle, starting at the configured
 value: predicted peaks fitted against the axis aim the next dry run, bisection when a guess is
 wrong, down to neighbours (``Predictor.search``). At the edge it prints the predicted bytes of every phase
 and the split of the largest phase peak into parameters, gradients, optimizer states and
@@ -109,15 +109,15 @@ class Predictor:
     def search(self, start: int, lattice=None) -> dict:
         """{"max_fit", "min_miss", "exact", "error"}: the edge of the axis (values, or None).
 
-        Driven by memsweep's frontier search (``sweeper.frontier.FrontierSearch``, strategy
+        Driven by memsweep's frontier search (``sweeper.search.FrontierSearch``, strategy
         ``model``) with dry runs as its oracle: a value "fits" when its predicted peak is at most
         the capacity, and the fit of predicted peaks against the axis aims the next dry run, so
         a load whose peak is affine in the axis needs about four dry runs instead of a doubling
         and a bisection. ``start``: the first value tried (the configured one); ``lattice``: the
-        values allowed (``sweeper.frontier.Lattice``; default every integer in [1, upper]).
+        values allowed (``sweeper.search.Lattice``; default every integer in [1, upper]).
         ``error``: the dry run that could not predict (its outcome), which stops the search.
         """
-        from .frontier import FrontierSearch, Lattice
+        from .search import FrontierSearch, Lattice
 
         lattice = lattice or Lattice.make(1, self.upper)
         search = FrontierSearch(self.axis if self.axis in AXES else "batch", lattice, "model",

@@ -280,7 +280,7 @@ def test_analysis_labels_predictions_and_keeps_them_out_of_the_frontier(runs, tm
 @pytest.mark.parametrize("seed, edge, most_runs", [(37, 37, 2), (36, 37, 8), (38, 37, 3), (500, 37, 12),
                                                    (1, 37, 12), (10, 1, 8), (10, 0, 3)])
 def test_a_seeded_search_finds_the_exact_edge(strategy, seed, edge, most_runs):
-    from sweeper.frontier import FrontierSearch, Lattice, run_search
+    from sweeper.search import FrontierSearch, Lattice, run_search
 
     capacity = 1000 + 100 * edge + 50  # peak(x) = 1000 + 100 x: x fits iff x <= edge
 
