@@ -43,6 +43,7 @@ from worker.records import SpecError, gib, parse_size
 from . import cards as cards_mod
 from .cli import OUTPUTS
 from .doc import Doc, Image, to_html, to_markdown
+from .fit import Polynomial, first_crossing, fit_polynomial
 from .frontier import _order, differing
 
 AXES = ("batch", "context", "width", "dtype")
@@ -467,33 +468,31 @@ def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, i
 
 def fit_context(xs: list[int], ys: list[int]) -> dict | None:
     """Least-squares polynomial of the peak (bytes) in context: quadratic with three or more
-    distinct contexts (attention scores grow with its square), affine with two.
+    distinct contexts (attention scores grow with its square), affine with two
+    (``analysis.fit.fit_polynomial``, the fit the frontier search uses too).
 
     Returns {coeffs (numpy.polyfit order), degree, max_rel_residual} or None.
     """
-    import numpy as np
-
     pts = sorted({(x, y) for x, y in zip(xs, ys) if x is not None and y is not None})
     if len({x for x, _ in pts}) < 2:
         return None
     degree = 2 if len({x for x, _ in pts}) >= 3 else 1
-    x = np.array([p[0] for p in pts], dtype=float)
-    y = np.array([p[1] for p in pts], dtype=float)
-    coeffs = np.polyfit(x, y, degree)
-    pred = np.polyval(coeffs, x)
-    rel = float(np.max(np.abs(pred - y) / np.maximum(y, 1)))
-    return {"coeffs": [float(c) for c in coeffs], "degree": degree, "max_rel_residual": rel,
+    x = [float(p[0]) for p in pts]
+    y = [float(p[1]) for p in pts]
+    fit = fit_polynomial(x, y, degree, centre=True)
+    if fit is None:
+        return None
+    rel = max(abs(fit(u) - v) / max(v, 1.0) for u, v in zip(x, y))
+    coeffs = [fit.c, fit.b, fit.a] if degree == 2 else [fit.b, fit.a]
+    return {"coeffs": [float(c) for c in coeffs], "degree": degree, "max_rel_residual": float(rel),
             "xs": [int(v) for v in x], "ys": [int(v) for v in y]}
 
 
 def crossing(coeffs: list[float], level: float) -> float | None:
-    """The smallest positive context where the fitted polynomial reaches ``level`` bytes."""
-    import numpy as np
-
-    c = list(coeffs)
-    c[-1] -= level
-    roots = [r.real for r in np.roots(c) if abs(r.imag) < 1e-9 and r.real > 0]
-    return min(roots) if roots else None
+    """The smallest positive context where the fitted polynomial (``coeffs`` in numpy.polyfit
+    order, bytes) reaches ``level`` bytes (``analysis.fit.first_crossing``)."""
+    a, b, c = (list(reversed(coeffs)) + [0.0, 0.0])[:3]
+    return first_crossing(Polynomial(a, b, c), level)
 
 
 # --------------------------------------------------------------------------------------
