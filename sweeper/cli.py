@@ -34,6 +34,7 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     import hydra
     from omegaconf import DictConfig
 
+    from .errors import InputRefused
     from .job import run_condition
     from .process import RunDirError, check_run_dir_free
 
@@ -60,6 +61,9 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     sys.argv = ["memsweep"] + (["--multirun"] if multirun else []) + argv
     try:
         _main()
+    except InputRefused as exc:  # a sweeper refused its settings or overrides before any run
+        print(f"memsweep: error: {exc}", file=sys.stderr)
+        return 2
     except SystemExit as exc:  # Hydra exits 1 after printing a job's error
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except KeyboardInterrupt:
