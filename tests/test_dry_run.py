@@ -204,7 +204,8 @@ PREDICT_LOAD = ["workload=mlp", "workload.depth=2", "mode=train", "context=16", 
 def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
     import io
 
-    from sweeper.predict import Predictor, predict
+    from sweeper.cli import predict_command as predict
+    from sweeper.predict import Predictor
 
     base = RunSpec.from_dict(dict(BASE, batch=5, mode="train", workload=MLP))
     probe = Predictor(base, "batch", 10**12, tmp_path / "probe", "forkserver")
@@ -242,7 +243,7 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
 
 
 def test_predict_refuses_a_missing_capacity_and_an_unknown_axis(tmp_path, capsys):
-    from sweeper.predict import predict
+    from sweeper.cli import predict_command as predict
 
     assert predict(PREDICT_LOAD + [f"results_dir={tmp_path}"]) == 2
     assert predict(PREDICT_LOAD + ["capacity=1GB", "--axis", "dtype", f"results_dir={tmp_path}"]) == 2
