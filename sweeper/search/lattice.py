@@ -67,25 +67,11 @@ class Lattice:
         return cls(lo, hi, multiple_of)
 
     def down(self, x: float) -> int:
-        """The largest lattice value <= x (may fall below ``lower``).
-
-        Args:
-            x: a value of the axis.
-
-        Returns:
-            That multiple of ``step``.
-        """
+        """The largest multiple of ``step`` <= the value ``x`` (may fall below ``lower``)."""
         return math.floor(x / self.step) * self.step
 
     def up(self, x: float) -> int:
-        """The smallest lattice value >= x (may exceed ``upper``).
-
-        Args:
-            x: a value of the axis.
-
-        Returns:
-            That multiple of ``step``.
-        """
+        """The smallest multiple of ``step`` >= the value ``x`` (may exceed ``upper``)."""
         return math.ceil(x / self.step) * self.step
 
     def split(self, lo: int, hi: int, parts: int) -> list[int]:
