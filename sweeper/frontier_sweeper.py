@@ -222,7 +222,7 @@ class FrontierSweeperImpl:
         Raises:
             InputRefused: bad input (``check``), before any worker starts; ``sweeper.cli``
                 prints it and exits 2.
-            Exception: whatever a launched job raised in the orchestrator (``run_values``).
+            Exception: whatever a launched job raised in the orchestrator (``SweepRuns.run``).
         """
         try:
             lattices, fixed, baseline, isolation = self.check(arguments)
