@@ -34,6 +34,7 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     import hydra
     from omegaconf import DictConfig
 
+    from .errors import InputRefused
     from .job import run_condition
     from .process import RunDirError, check_run_dir_free
 
@@ -60,6 +61,9 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     sys.argv = ["memsweep"] + (["--multirun"] if multirun else []) + argv
     try:
         _main()
+    except InputRefused as exc:  # a sweeper refused its settings or overrides before any run
+        print(f"memsweep: error: {exc}", file=sys.stderr)
+        return 2
     except SystemExit as exc:  # Hydra exits 1 after printing a job's error
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except KeyboardInterrupt:
@@ -107,7 +111,114 @@ def env_command(argv: list[str]) -> int:
     return 0 if info.get("available") else 2
 
 
+PREDICT_USAGE = """usage: memsweep predict [OVERRIDES] capacity=SIZE [--axis batch|context|width]
+
+Predicts, without the device, the largest value of the axis whose tensor bytes fit in SIZE
+(GB = 10^9 B, GiB = 2^30 B), by bisection on dry runs. OVERRIDES are those of `memsweep run`;
+device=cpu (the default) or device=cuda[:N] (fake CUDA tensors: no GPU needed; CUDA's 512 B
+allocator blocks counted)."""
+# How `memsweep predict` names worker.records.PEAK_CATEGORIES.
+CATEGORY_LABELS = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer states",
+                   "activation": "activations and temporaries"}
+
+
+def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None]:
+    """(overrides, axis, capacity text or None) of ``memsweep predict``'s arguments.
+
+    Raises:
+        SpecError: an axis other than batch, context or width (field ``--axis``).
+    """
+    from worker.records import SpecError
+
+    from .search import SEARCH_AXES
+
+    axis, overrides, capacity = "batch", [], None
+    it = iter(argv)
+    for arg in it:
+        if arg == "--axis":
+            axis = next(it, None)
+        elif arg.startswith("--axis="):
+            axis = arg.split("=", 1)[1]
+        elif arg.startswith("capacity="):
+            capacity = arg.split("=", 1)[1]
+        else:
+            overrides.append(arg)
+    if axis not in SEARCH_AXES:
+        raise SpecError("--axis", axis, "one of " + ", ".join(SEARCH_AXES))
+    return overrides, axis, capacity
+
+
+def predict_command(argv: list[str], out=sys.stdout) -> int:
+    """``memsweep predict``: the predicted edge of an axis from dry runs (``sweeper.predict``).
+
+    Args:
+        argv: the command's arguments (overrides, ``capacity=SIZE``, ``--axis AXIS``).
+        out: where the answer is printed (errors go to stderr).
+
+    Returns:
+        The exit status: 0 edge found, 1 no edge (a dry run failed or nothing fits), 2 bad
+        input.
+    """
+    from worker.records import PEAK_CATEGORIES, SpecError, bytes_text
+
+    from .predict import blind_spots, predict_edge
+
+    if any(a in ("-h", "--help") for a in argv):
+        print(PREDICT_USAGE, file=out)
+        return 0
+    try:
+        overrides, axis, capacity = _parse_predict_args(argv)
+        prediction = predict_edge(overrides, axis, capacity)
+    except SpecError as exc:  # bad input, or a load the dry run refuses (e.g. a workload it cannot fake)
+        print(f"memsweep predict: error: {exc}", file=sys.stderr)
+        return 2
+    predictor, edge, summary = prediction.predictor, prediction.edge, prediction.summary
+    at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
+    print(f"memsweep predict: {axis} at capacity {bytes_text(prediction.capacity_bytes)}, {len(predictor.runs)} "
+          f"dry runs (fake tensors, no device), in {prediction.out_dir}", file=out)
+    if predictor.device.startswith("cuda"):
+        print(f"  a PREDICTION for a CUDA device ({predictor.device}) made on this machine with fake CUDA tensors "
+              f"(no GPU used); tensor bytes counted as the CUDA caching allocator counts them, each storage "
+              f"rounded up to 512 B blocks: the predicted peak is torch.cuda.max_memory_allocated's, not "
+              f"max_memory_reserved's", file=out)
+    if edge["error"] is not None:
+        err = edge["error"]
+        print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
+        print("  (a real run measures such a load: memsweep run / sweep)", file=out)
+    if edge["max_fit"] is None and edge["min_miss"] == 1:
+        print(f"  PREDICTED: nothing fits; {axis}=1 already needs {bytes_text(predictor.runs[1]['peak'])}", file=out)
+    if edge["max_fit"] is not None:
+        exact = "exact" if edge["exact"] else "not exact"
+        print(f"  PREDICTED edge: max fit {axis}={edge['max_fit']}, min miss {axis}={edge['min_miss']} ({exact})",
+              file=out)
+        print(f"  predicted tensor bytes at {axis}={edge['max_fit']}, per phase (peak / live at its end):", file=out)
+        for row in summary["breakdown"]:
+            extra = "".join(f", {k} {v}" for k, v in row.items() if k.endswith("_bytes") and v is not None and
+                            k not in ("peak_bytes", "live_bytes") and not k.startswith("predicted_"))
+            print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
+        print(f"  largest phase peak: {bytes_text(at['peak'])}", file=out)
+        split = summary["peak_split"]
+        if split is not None:
+            print(f"  at that peak ({split['phase']}), live tensor bytes by category "
+                  f"(torch.distributed._tools.mem_tracker's categories):", file=out)
+            for name, field in PEAK_CATEGORIES:
+                print(f"    {CATEGORY_LABELS[name]:<28} {bytes_text(split[field])}", file=out)
+    print("  This is a prediction of live tensor bytes, not a measurement. It cannot see:", file=out)
+    for item in blind_spots(predictor.device):
+        print(f"    - {item}", file=out)
+    print("  Keep a margin for these, or measure the edge: memsweep sweep ... capacity=SIZE", file=out)
+    return 0 if edge["max_fit"] is not None and edge["error"] is None else 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The ``memsweep`` command: dispatch to its subcommands (the module's docstring).
+
+    Args:
+        argv: the arguments after ``memsweep`` (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status (see the module's docstring).
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
@@ -129,9 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.estimate.cli import main as estimate_main
         return estimate_main(rest)
     if command == "predict":
-        from .predict import predict
-
-        return predict(rest)
+        return predict_command(rest)
     if command == "env":
         return env_command(rest)
     print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, estimate, "

@@ -1,19 +1,19 @@
-"""Adaptive frontier Sweeper for Hydra (``hydra/sweeper=frontier``).
+"""Adaptive frontier Sweeper for Hydra (``hydra/sweeper=frontier``): the logic behind the
+plugin class ``hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper``.
 
 Finds the exact success/OOM edge of one or more axes (batch, context, width), each with
 everything else at the baseline, every probe a fresh worker process launched through
 ``self.launcher`` (basic, joblib, submitit_local, submitit_slurm: unchanged). The search
-itself is ``sweeper.frontier.FrontierSearch``; this module runs its probes, reads what
-they left, and writes down every decision.
+itself is ``sweeper.search.FrontierSearch``; this module runs its probes, reads what
+they left (``sweeper.frontier_runs``), and writes down every decision.
 
 Files in the sweep directory:
 
-* one run directory per probe, named ``<axis>_<value>_<spec key>`` (a confirmation run
-  adds ``_<n>``); the spec key is a hash of the run's spec.json, so running the same sweep
-  again in the same directory (``hydra.sweep.dir=...``) **reuses** the runs already there
-  (those with a result.json) instead of re-running them, and an attempt cut short with its
-  orchestrator is resumed in its own directory (``sweeper.process.execute``); a finished
-  run is never overwritten;
+* one run directory per probe, named by its spec's key (``sweeper.frontier_runs``): the
+  same sweep again in the same directory (``hydra.sweep.dir=...``) **reuses** the runs
+  already there instead of re-running them, an attempt cut short with its orchestrator is
+  resumed in its own directory (``sweeper.process.execute``), a finished run is never
+  overwritten;
 * ``search.jsonl``: appended, one JSON object a line: ``start`` (settings), ``probe``
   (value, why it was chosen, what the model predicted, outcome, peak, run directory,
   reused or not), ``confirm`` and ``result`` (the answer of each axis);
@@ -21,24 +21,15 @@ Files in the sweep directory:
   ``analysis.frontier`` adds the search's columns (strategy, runs_used, upper_reached,
   stopped_by, search_status) from the ``result`` lines.
 
-Peaks read by the model: the largest phase peak of the run, ``max_memory_reserved`` on
-CUDA (the per-process memory fraction caps what the caching allocator reserves) and
-``max_memory_allocated`` on the CPU (the worker's live-tensor tracker). On the CPU the
-capacity is a limit on the growth of the data segment above ``capacity_baseline_bytes``
-(VmData when the limit was set, see ``worker.counters.apply_cpu_capacity``); the tracker
-counts only tensors created after that point, so its bytes are compared with
-``capacity_bytes`` directly, and what malloc keeps beyond the tensors shows up as a lower
-effective threshold, which the search learns from its probes.
+Which peak the model reads, and how it compares with the capacity: ``sweeper.frontier_runs``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import logging
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -48,11 +39,14 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from worker.records import RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_json
+from worker.records import RunSpec, SpecError
 
-from .frontier import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
-from .process import RunDirError, share_fork_server, stored_spec
-from .spec import launch_settings
+from .errors import InputRefused
+from .frontier_runs import PEAK_COUNTERS, SweepRuns, launcher_slots, run_peak
+from .predict import Predictor
+from .process import share_fork_server
+from .search import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
+from .spec import launch_settings, spec_from_config
 
 log = logging.getLogger("memsweep")
 
@@ -63,6 +57,10 @@ LIGHT = ["warmup=0", "repeats=1"]
 
 @dataclass
 class FrontierSweeperConf:
+    """The settings of ``hydra/sweeper=frontier`` (``hydra.sweeper.*``), registered by the plugin
+    shim ``hydra_plugins.memsweep.memsweep_sweepers``; validated by
+    ``FrontierSweeperImpl.lattices``."""
+
     _target_: str = "hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper"
     # The axis to search (batch | context | width); `axes` searches several, one at a time.
     axis: str = "batch"
@@ -87,93 +85,12 @@ class FrontierSweeperConf:
     seed_from_dry_run: bool = False
 
 
-def stored_key(run_dir: Path) -> Optional[str]:
-    """``spec_key`` of the spec stored in ``run_dir`` (spec.json), or None when it has none or an
-    unreadable one."""
-    try:
-        spec = stored_spec(run_dir)
-    except RunDirError:
-        return None
-    return None if spec is None else spec_key(spec)
-
-
-def spec_key(spec: RunSpec) -> str:
-    """A short hash of the spec: equal specs (same condition) give equal keys."""
-    text = json.dumps(spec.to_dict(), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def run_peak(record: Optional[dict]) -> tuple[Optional[int], str]:
-    """(peak bytes, counter name) of a run record: the largest phase peak of
-    ``max_memory_reserved`` on CUDA, ``max_memory_allocated`` elsewhere (the CPU tracker)."""
-    record = record or {}
-    counter = "max_memory_reserved" if record.get("device_kind") == "cuda" else "max_memory_allocated"
-    values = [p.get(counter) for p in record.get("phases") or [] if isinstance(p, dict)]
-    values = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-    return (max(values) if values else None), counter
-
-
-PEAK_COUNTERS = {
-    "max_memory_reserved": "max_memory_reserved, largest phase peak (CUDA caching allocator; the emulated "
-                           "capacity caps reserved memory via set_per_process_memory_fraction)",
-    "max_memory_allocated": "max_memory_allocated, largest phase peak (CPU: the worker's live-tensor tracker; "
-                            "the capacity bounds data-segment growth above capacity_baseline_bytes, and the "
-                            "tracker counts only tensors created after that baseline, so the two are compared "
-                            "directly; malloc overhead shows as a lower effective threshold)",
-}
-
-
-class RunIndex:
-    """Completed runs of a sweep directory (spec.json and result.json present), by spec key.
-
-    ``get(key, n)`` is the n-th run of that condition (0: the probe; 1, 2...: its
-    confirmations), or None when it has not been run: a search and its confirmations, and
-    several axes probing the same condition, share runs instead of repeating them.
-    """
-
-    def __init__(self, sweep_dir: Path):
-        self.sweep_dir = sweep_dir
-        self.runs: dict[str, list[Path]] = {}
-        if not sweep_dir.is_dir():
-            return
-        for spec_path in sorted(sweep_dir.rglob(SPEC_FILE), key=lambda p: (len(str(p)), str(p))):
-            run_dir = spec_path.parent
-            if any(part.startswith(".") for part in run_dir.relative_to(sweep_dir).parts):
-                continue
-            if not (run_dir / RESULT_FILE).exists():
-                continue  # the orchestrator stopped during this run: not a result to reuse
-            try:
-                spec = RunSpec.from_dict(read_json(spec_path, "spec"))
-            except (RecordError, SpecError) as exc:
-                log.warning("resume: %s not reused (%s)", run_dir, exc)
-                continue
-            self.add(spec_key(spec), run_dir)
-
-    def add(self, key: str, run_dir: Path) -> None:
-        self.runs.setdefault(key, []).append(run_dir)
-
-    def get(self, key: str, n: int = 0) -> Optional[Path]:
-        runs = self.runs.get(key, [])
-        return runs[n] if n < len(runs) else None
-
-    def count(self) -> int:
-        return sum(len(v) for v in self.runs.values())
-
-
-def launcher_slots(config: DictConfig, parallel: Optional[int]) -> int:
-    """Probes per round: ``parallel`` when set, else the launcher's ``n_jobs`` (joblib;
-    negative counts back from the CPU count as joblib does), else 1."""
-    if parallel is not None:
-        return max(1, int(parallel))
-    launcher = config.hydra.get("launcher") or {}
-    n_jobs = launcher.get("n_jobs") if hasattr(launcher, "get") else None
-    if isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and n_jobs != 0:
-        return n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return 1
-
-
 class FrontierSweeperImpl:
-    """The logic of ``hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper``."""
+    """The logic of ``hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper``.
+
+    Args: the fields of ``FrontierSweeperConf`` (``hydra.sweeper.*``), validated when the
+    sweep starts (``lattices``).
+    """
 
     def __init__(self, axis: str = "batch", axes: Optional[List[str]] = None, lower: int = 1,
                  upper: int = 65536, multiple_of: int = 1, bounds: Optional[dict] = None,
@@ -188,10 +105,10 @@ class FrontierSweeperImpl:
         self.config: Optional[DictConfig] = None
         self.launcher = None
         self.hydra_context: Optional[HydraContext] = None
-        self.job_idx = 0
         self.session = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        """Hydra's Sweeper.setup: keep the config and context, instantiate the launcher."""
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -199,7 +116,16 @@ class FrontierSweeperImpl:
 
     # ---- settings ----------------------------------------------------------------------
     def lattices(self) -> dict[str, Lattice]:
-        """Validated search range of each axis. Raises SpecError."""
+        """The validated search range of each axis.
+
+        Returns:
+            axis -> its ``Lattice`` (``bounds`` of the axis over ``lower``/``upper``/``multiple_of``).
+
+        Raises:
+            SpecError: a bad setting, naming its field (``hydra.sweeper.strategy``,
+                ``confirm``, ``parallel``, ``axes``, ``bounds.<axis>.<key>``, ``lower``,
+                ``upper``, ``multiple_of``) and the values accepted.
+        """
         if self.strategy not in STRATEGIES:
             raise SpecError("hydra.sweeper.strategy", self.strategy, "one of " + ", ".join(STRATEGIES))
         if isinstance(self.confirm, bool) or not isinstance(self.confirm, int) or not 0 <= self.confirm <= 100:
@@ -224,7 +150,17 @@ class FrontierSweeperImpl:
         return out
 
     def fixed_overrides(self, arguments: List[str]) -> list[str]:
-        """The command line's overrides; a sweep (a=1,2) is refused: the search picks values."""
+        """The command line's overrides, each a single value.
+
+        Args:
+            arguments: the overrides Hydra passes to ``sweep``.
+
+        Returns:
+            Their input lines.
+
+        Raises:
+            SpecError: a sweep override (``a=1,2``), naming its key: the search picks the values.
+        """
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         fixed = []
         for override in parser.parse_overrides(arguments):
@@ -236,37 +172,70 @@ class FrontierSweeperImpl:
         return fixed
 
     def compose(self, overrides: list[str]) -> RunSpec:
-        from .spec import spec_from_config
+        """The spec of the sweep's config with ``overrides`` (Hydra's sweep composition).
 
+        Args:
+            overrides: the run's overrides.
+
+        Returns:
+            Its ``RunSpec``.
+
+        Raises:
+            SpecError: bad input in the composed config.
+        """
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
         return spec_from_config(cfg)
 
     # ---- the sweep ---------------------------------------------------------------------
+    def check(self, arguments: List[str]) -> tuple[dict[str, Lattice], list[str], RunSpec, str]:
+        """Validate everything before any worker starts: the settings, the overrides, the
+        baseline and both ends of each range (with the light protocol too when asked).
+
+        Args:
+            arguments: the overrides Hydra passes to ``sweep``.
+
+        Returns:
+            (axis -> lattice, the fixed overrides, the baseline spec, the isolation).
+
+        Raises:
+            SpecError: the first bad input, naming its field and the values accepted.
+        """
+        lattices = self.lattices()
+        fixed = self.fixed_overrides(arguments)
+        baseline = self.compose(fixed)
+        for axis, lat in lattices.items():
+            for value in (lat.lower, lat.upper):
+                self.compose(fixed + [f"{axis}={value}"])
+                if self.light:
+                    self.compose(fixed + LIGHT + [f"{axis}={value}"])
+        return lattices, fixed, baseline, launch_settings(self.config)["isolation"]
+
     def sweep(self, arguments: List[str]) -> Any:
+        """Hydra's Sweeper.sweep: search each axis in turn (``search_axis``).
+
+        Args:
+            arguments: the command line's overrides.
+
+        Returns:
+            The launcher's JobReturn lists, one per launch.
+
+        Raises:
+            InputRefused: bad input (``check``), before any worker starts; ``sweeper.cli``
+                prints it and exits 2.
+            Exception: whatever a launched job raised in the orchestrator (``SweepRuns.run``).
+        """
         try:
-            lattices = self.lattices()
-            fixed = self.fixed_overrides(arguments)
-            # Bad input fails here, before any worker starts: the baseline and both ends of each range.
-            baseline = self.compose(fixed)
-            for axis, lat in lattices.items():
-                for value in (lat.lower, lat.upper):
-                    self.compose(fixed + [f"{axis}={value}"])
-                    if self.light:
-                        self.compose(fixed + LIGHT + [f"{axis}={value}"])
-            isolation = launch_settings(self.config)["isolation"]
+            lattices, fixed, baseline, isolation = self.check(arguments)
         except SpecError as exc:
-            print(f"memsweep: error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+            raise InputRefused(exc) from None
         share_fork_server(isolation)  # one server for all of the launcher's worker processes
         self.sweep_dir = Path(str(self.config.hydra.sweep.dir))
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         if not (self.sweep_dir / "multirun.yaml").exists():
             OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
-        self.index = RunIndex(self.sweep_dir)
-        self.fixed = fixed
         self.slots = launcher_slots(self.config, self.parallel)
-        self.returns: list = []
-        self.job_idx = reusable = self.index.count()
+        self.runs = SweepRuns(self.sweep_dir, self.launcher, self.compose, fixed, self.slots)
+        reusable = self.runs.job_idx
         self.write_log({"event": "start", "axes": self.axes, "strategy": self.strategy, "light": self.light,
                         "bounds": {a: [lat.lower, lat.upper, lat.step] for a, lat in lattices.items()},
                         "confirm": self.confirm, "slots": self.slots, "overrides": fixed,
@@ -275,11 +244,21 @@ class FrontierSweeperImpl:
                  ",".join(self.axes), self.strategy, self.slots, reusable, self.sweep_dir)
         for axis, lattice in lattices.items():
             self.search_axis(axis, lattice, baseline)
-        return self.returns
+        return self.runs.returns
 
     def search_axis(self, axis: str, lattice: Lattice, baseline: RunSpec) -> dict:
         """Search one axis (light probes first when asked), verify and confirm its edge, log
-        the result; returns it."""
+        the result.
+
+        Args:
+            axis: the axis to search.
+            lattice: its values.
+            baseline: the spec of the other axes' values.
+
+        Returns:
+            ``FrontierSearch.result()`` with the verification's and confirmations' fields
+            (runs_used, runs_reused, light, stable, confirm_outcomes...).
+        """
         self.counter = self.capacity = None
         extra = LIGHT if self.light else []
         seed = self.dry_run_seed(axis, lattice, baseline) if self.seed_from_dry_run else None
@@ -307,11 +286,18 @@ class FrontierSweeperImpl:
 
     def dry_run_seed(self, axis: str, lattice: Lattice, baseline: RunSpec) -> Optional[int]:
         """The predicted max_ok of ``axis`` at the baseline's capacity, from dry runs
-        (``sweeper.predict.Predictor``, written inside the sweep in ``<sweep dir>/.dry_run``, a hidden
-        directory the analysis of measured runs skips), or
-        None (no capacity given, nothing fits, or a dry run failed: the search starts as usual)."""
-        from .predict import Predictor
+        (``sweeper.predict.Predictor``, written inside the sweep in ``<sweep dir>/.dry_run``, a
+        hidden directory the analysis of measured runs skips).
 
+        Args:
+            axis: the axis to predict.
+            lattice: its values (the prediction is one of them).
+            baseline: the load; its ``capacity_bytes`` is the capacity (bytes).
+
+        Returns:
+            The predicted max_ok, or None (no capacity given, nothing fits, or a dry run
+            failed: the search starts as usual).
+        """
         if baseline.capacity_bytes is None:
             log.warning("seed_from_dry_run: no capacity=... given; the search starts without a prediction")
             return None
@@ -334,11 +320,22 @@ class FrontierSweeperImpl:
 
     def run_search(self, axis: str, lattice: Lattice, extra: list[str], event: str,
                    seed: Optional[int] = None) -> FrontierSearch:
-        """Propose, run (``extra`` overrides on each probe), observe, log: to the end."""
+        """Propose, run, observe, log: to the end of one search.
+
+        Args:
+            axis: the axis searched.
+            lattice: its values.
+            extra: overrides added to each probe (the light protocol).
+            event: the name of the probes in the log (``probe``, ``light probe``).
+            seed: a predicted max_ok to probe first.
+
+        Returns:
+            The finished search.
+        """
         search = FrontierSearch(axis, lattice, self.strategy, capacity=None, seed=seed)
         while not search.done:
             probes = search.propose(self.slots)
-            runs = self.run_values(axis, [(p.value, 0) for p in probes], extra)
+            runs = self.runs.run(axis, [(p.value, 0) for p in probes], extra)
             for probe, run in zip(probes, runs):
                 peak, self.counter = run_peak(run["record"])
                 self.capacity = self.capacity or run["capacity_bytes"]
@@ -359,10 +356,17 @@ class FrontierSweeperImpl:
         max_ok (or fits at min_oom), the axis is searched again with the full protocol in
         the range left (lower..max_ok, or min_oom..upper), reusing the runs it has.
 
-        Returns (result, runs used, runs reused) beyond the light search.
+        Args:
+            axis: the axis searched.
+            lattice: its values.
+            light: the light search's result.
+
+        Returns:
+            (result, runs used, runs reused) beyond the light search; the result has
+            ``verify_outcomes`` (value -> full-protocol outcome).
         """
         values = [v for v in (light["max_ok"], light["min_oom"]) if v is not None]
-        runs = self.run_values(axis, [(v, 0) for v in values], [])
+        runs = self.runs.run(axis, [(v, 0) for v in values], [])
         full = {v: r["outcome"] for v, r in zip(values, runs)}
         for v, r in zip(values, runs):
             self.write_log({"event": "verify", "axis": axis, "value": v, "light_outcome":
@@ -400,6 +404,14 @@ class FrontierSweeperImpl:
         crash or timeout in a confirmation stops the axis like one in the search. After light
         probes, the full-protocol run at each edge value (the verification) is the first of
         its confirmations (at least one, whatever ``confirm`` says).
+
+        Args:
+            axis: the axis searched.
+            result: the search's result; its status and stop fields are updated in place.
+
+        Returns:
+            {"stable", "confirm_outcomes" (value -> outcomes)}, and when confirmations ran,
+            "status", "stopped_by" and "stop_value".
         """
         out = {"stable": True, "confirm_outcomes": {}}
         if (self.confirm <= 0 and not self.light) or result["stopped_by"]:
@@ -407,7 +419,7 @@ class FrontierSweeperImpl:
         first, last = (0, max(self.confirm, 1)) if self.light else (1, self.confirm + 1)
         values = [(v, side) for v, side in ((result["max_ok"], "ok"), (result["min_oom"], "oom")) if v is not None]
         wanted = [(v, n) for v, _ in values for n in range(first, last)]
-        runs = self.run_values(axis, wanted, [])
+        runs = self.runs.run(axis, wanted, [])
         for run, (value, _) in zip(runs, wanted):
             out["confirm_outcomes"].setdefault(str(value), []).append(run["outcome"])
             self.write_log({"event": "confirm", "axis": axis, "value": value, "outcome": run["outcome"],
@@ -428,94 +440,9 @@ class FrontierSweeperImpl:
         out["stopped_by"], out["stop_value"] = result["stopped_by"], result["stop_value"]
         return out
 
-    def run_values(self, axis: str, wanted: list[tuple[int, int]], extra: Optional[list[str]] = None) -> list[dict]:
-        """The ``n``-th run of each (value, n) of ``axis``: reused when the sweep directory has
-        it, else launched (fresh worker processes, at most ``slots`` per launcher call).
-
-        Returns, per (value, n): outcome, message, record (or None), capacity_bytes,
-        run_dir, reused, key.
-
-        Raises:
-            whatever a launched job raised (bad input, a refused run directory): the
-            orchestrator's own failures are not probe outcomes.
-        """
-        out: list[Optional[dict]] = [None] * len(wanted)
-        todo: list[tuple[int, list[str], Path, str]] = []
-        for i, (value, n) in enumerate(wanted):
-            overrides = self.fixed + list(extra or []) + [f"{axis}={value}"]
-            key = spec_key(self.compose(overrides))
-            stem = f"{axis}_{value}_{'light_' if extra else ''}{key}"
-            run_dir = self.index.get(key, n)
-            if run_dir is None:  # another orchestrator on this directory may have run it since the scan
-                self.rescan(stem, key)
-                run_dir = self.index.get(key, n)
-            if run_dir is not None:
-                out[i] = self.read_run(run_dir, key, reused=True)
-                continue
-            name, k = stem, 1
-            while not self.free_for(self.sweep_dir / name, key) or any(t[2] == self.sweep_dir / name for t in todo):
-                k += 1
-                name = f"{stem}_{k}"
-            todo.append((i, overrides + [f"hydra.sweep.subdir={name}"], self.sweep_dir / name, key))
-        for start in range(0, len(todo), max(1, self.slots)):
-            batch = todo[start:start + self.slots]
-            results = self.launcher.launch([t[1] for t in batch], initial_job_idx=self.job_idx)
-            self.job_idx += len(batch)
-            self.returns.append(results)
-            for (i, _, run_dir, key), r in zip(batch, results):
-                envelope = r.return_value  # re-raises a job that failed in the orchestrator
-                self.index.add(key, run_dir)
-                out[i] = self.read_run(run_dir, key, reused=False, envelope=envelope)
-        return out  # type: ignore[return-value]
-
-    def rescan(self, stem: str, key: str) -> None:
-        """Add to the index the finished runs of ``key`` named ``stem``, ``stem_2``... that are
-        not in it: runs that another orchestrator sharing the sweep directory finished after
-        this one scanned it (the per-run lock of ``sweeper.process.execute`` covers a run
-        both start at once; this covers one finished before the other looks)."""
-        known = set(self.index.runs.get(key, []))
-        name, k = stem, 1
-        while (self.sweep_dir / name).exists():
-            run_dir = self.sweep_dir / name
-            if run_dir not in known and (run_dir / RESULT_FILE).exists() and stored_key(run_dir) == key:
-                self.index.add(key, run_dir)
-            k += 1
-            name = f"{stem}_{k}"
-
-    @staticmethod
-    def free_for(run_dir: Path, key: str) -> bool:
-        """Can a run of ``key`` go into ``run_dir``: it does not exist, or it holds the same
-        spec without a result (an attempt interrupted with its orchestrator, which
-        ``sweeper.process.execute`` resumes in place)?"""
-        if not run_dir.exists():
-            return True
-        if (run_dir / RESULT_FILE).exists():
-            return False
-        return stored_key(run_dir) == key
-
-    @staticmethod
-    def read_run(run_dir: Path, key: str, reused: bool, envelope: Optional[dict] = None) -> dict:
-        """Outcome (result.json or the job's envelope), record and capacity of one run."""
-        record = None
-        try:
-            record = read_json(run_dir / RECORD_FILE, "record")
-        except RecordError:
-            pass
-        if envelope is None:
-            try:
-                envelope = read_json(run_dir / RESULT_FILE, "result")
-            except RecordError as exc:
-                envelope = {"outcome": "crash", "error_message": str(exc)}
-        capacity = (record or {}).get("capacity_bytes")
-        message = envelope.get("error_message")
-        if envelope.get("failed_phase"):
-            message = f"{envelope.get('failed_phase')}: {envelope.get('error_type')}: {message}"
-        return {"outcome": envelope.get("outcome") or "crash", "message": message, "record": record,
-                "capacity_bytes": capacity if isinstance(capacity, int) else None,
-                "run_dir": str(run_dir), "reused": reused, "key": key}
-
     def write_log(self, event: dict) -> None:
-        """Append one decision to search.jsonl (never rewritten)."""
+        """Append ``event`` (one decision, a JSON object; the session is added) to
+        search.jsonl, which is never rewritten, and sync it to disk."""
         event = {"session": self.session, **event}
         with open(self.sweep_dir / SEARCH_LOG, "a") as f:
             f.write(json.dumps(event, default=str) + "\n")

@@ -12,25 +12,34 @@ what it cannot see is listed in ``BLIND_SPOTS_CUDA``. The default device is cpu.
 
 A load "fits" when the largest predicted phase peak (``max_memory_allocated`` of a dry run,
 bytes) is at most ``capacity``. Search: the frontier sweeper's ``model`` strategy
-(``sweeper.frontier.FrontierSearch``) with dry runs as its oracle, starting at the configured
+(``sweeper.search.FrontierSearch``) with dry runs as its oracle, starting at the configured
 value: predicted peaks fitted against the axis aim the next dry run, bisection when a guess is
 wrong, down to neighbours (``Predictor.search``). At the edge it prints the predicted bytes of every phase
 and the split of the largest phase peak into parameters, gradients, optimizer states and
 activations/temporaries (the dry run's ``predicted_*_bytes``, worker.records.PEAK_CATEGORIES).
 The answer is a prediction of *tensor bytes*; what it cannot see is listed in
 ``BLIND_SPOTS`` and printed with every answer.
+
+This module is the library (``Predictor``, ``predict_edge``, which also writes predict.json);
+the command, its arguments and what it prints are ``sweeper.cli.predict_command``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
-from worker.records import (PEAK_CATEGORIES, RECORD_FILE, RecordError, RunSpec, SpecError, bytes_text, parse_size,
-                            read_json, write_json_atomic)
+from hydra import compose, initialize_config_module
 
-AXES = ("batch", "context", "width")
+from worker.records import (PEAK_CATEGORIES, RECORD_FILE, RecordError, RunSpec, SpecError, parse_size, read_json,
+                            write_json_atomic)
+
+from .process import execute
+from .search import SEARCH_AXES, FrontierSearch, Lattice
+from .spec import launch_settings, spec_from_config
+
 MAX_VALUE = 2**31
 BLIND_SPOTS = (
     "the allocator's rounding (CUDA: 512 B blocks, 2 MiB segments) and its cache of freed blocks (reserved > allocated)",
@@ -59,34 +68,49 @@ def blind_spots(device: str) -> tuple[str, ...]:
     """What a dry run on ``device`` (cpu or cuda:N) cannot see: BLIND_SPOTS_CUDA or BLIND_SPOTS."""
     return BLIND_SPOTS_CUDA if device.startswith("cuda") else BLIND_SPOTS
 
-USAGE = """usage: memsweep predict [OVERRIDES] capacity=SIZE [--axis batch|context|width]
-
-Predicts, without the device, the largest value of the axis whose tensor bytes fit in SIZE
-(GB = 10^9 B, GiB = 2^30 B), by bisection on dry runs. OVERRIDES are those of `memsweep run`;
-device=cpu (the default) or device=cuda[:N] (fake CUDA tensors: no GPU needed; CUDA's 512 B
-allocator blocks counted)."""
-
 
 class Predictor:
-    """Dry runs of one load at different values of ``axis``, each in its own directory."""
+    """Dry runs of one load at different values of ``axis``, each in its own directory.
+
+    Args:
+        base: the load; its dry runs are on its device (cpu or cuda:N: fake CUDA tensors, no
+            GPU needed), except a load on several devices (``devices`` > 1), predicted on the
+            CPU as one device.
+        axis: batch, context or width.
+        capacity_bytes: the capacity to fit in (bytes).
+        out_dir: the directory of the dry runs (one ``<axis>=<value>`` directory each).
+        isolation: how each worker process starts (``sweeper.process.execute``).
+        upper: the largest value searched (at most ``MAX_VALUE``).
+
+    Attributes:
+        device: the device the dry runs are on.
+        runs: value -> ``run``'s dict, for every dry run made.
+    """
 
     def __init__(self, base: RunSpec, axis: str, capacity_bytes: int, out_dir: Path, isolation: str,
                  upper: int = MAX_VALUE):
-        """``base``: the load; its dry runs are on its device (cpu or cuda:N: fake CUDA tensors,
-        no GPU needed), except a load on several devices (``devices`` > 1), predicted on the
-        CPU as one device. ``capacity_bytes``: the capacity to fit in (bytes)."""
         self.base, self.axis, self.capacity, self.upper = base, axis, capacity_bytes, min(upper, MAX_VALUE)
         self.device = base.device if base.devices == 1 else "cpu"
         self.out_dir, self.isolation = Path(out_dir), isolation
         self.runs: dict[int, dict] = {}
 
     def run(self, value: int) -> dict:
-        """The dry run at ``value``: {"value", "outcome", "peak" (bytes, max over phases), "fits",
-        "record"}; a load the worker cannot predict has outcome error and fits None."""
+        """The dry run at ``value`` (made once; later calls return the same dict).
+
+        Args:
+            value: the value of the axis.
+
+        Returns:
+            {"value", "outcome", "error_type", "error_message", "peak" (bytes: the largest
+            phase peak of ``max_memory_allocated``, or None), "fits" (peak <= capacity, or
+            None when the worker could not predict: outcome error), "record" (record.json,
+            or None)}.
+
+        Raises:
+            SpecError: a load the dry run refuses (e.g. a workload it cannot fake).
+        """
         if value in self.runs:
             return self.runs[value]
-        from .process import execute
-
         # one warmup iteration and one warm repeat: every later step repeats the first warm one
         data = {**self.base.to_dict(), self.axis: value, "dry_run": True, "device": self.device, "devices": 1,
                 "capacity_bytes": None, "estimate": None, "repeats": 1, "warmup": min(self.base.warmup, 1)}
@@ -106,21 +130,30 @@ class Predictor:
         self.runs[value] = out
         return out
 
-    def search(self, start: int, lattice=None) -> dict:
-        """{"max_fit", "min_miss", "exact", "error"}: the edge of the axis (values, or None).
+    def search(self, start: int, lattice: Optional[Lattice] = None) -> dict:
+        """The predicted edge of the axis.
 
-        Driven by memsweep's frontier search (``sweeper.frontier.FrontierSearch``, strategy
+        Driven by memsweep's frontier search (``sweeper.search.FrontierSearch``, strategy
         ``model``) with dry runs as its oracle: a value "fits" when its predicted peak is at most
         the capacity, and the fit of predicted peaks against the axis aims the next dry run, so
         a load whose peak is affine in the axis needs about four dry runs instead of a doubling
-        and a bisection. ``start``: the first value tried (the configured one); ``lattice``: the
-        values allowed (``sweeper.frontier.Lattice``; default every integer in [1, upper]).
-        ``error``: the dry run that could not predict (its outcome), which stops the search.
-        """
-        from .frontier import FrontierSearch, Lattice
+        and a bisection.
 
+        Args:
+            start: the first value tried (the configured one).
+            lattice: the values allowed (default every integer in [1, upper]).
+
+        Returns:
+            {"max_fit" (largest value that fits, or None), "min_miss" (smallest that does
+            not, or None), "exact" (neighbours on the lattice, or nothing fits, and no
+            error), "error" (the ``run`` dict of the dry run that could not predict, which
+            stops the search, or None)}.
+
+        Raises:
+            SpecError: a load the dry run refuses.
+        """
         lattice = lattice or Lattice.make(1, self.upper)
-        search = FrontierSearch(self.axis if self.axis in AXES else "batch", lattice, "model",
+        search = FrontierSearch(self.axis if self.axis in SEARCH_AXES else "batch", lattice, "model",
                                 capacity=self.capacity, seed=start)
         error = None
         while not search.done:
@@ -137,15 +170,19 @@ class Predictor:
                 "exact": error is None and (res["exact"] or nothing_fits)}
 
 
-CATEGORY_LABELS = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer states",
-                   "activation": "activations and temporaries"}
-
-
 def breakdown(record: dict) -> list[dict]:
-    """Per phase of a dry run's record: predicted peak and final live bytes, the peak's split
-    by category (``predicted_*_bytes``, worker.records.PEAK_CATEGORIES; null when the record
-    has none) and the sizes by construction the worker adds (gradients, optimizer states, KV
-    cache, at the phase's end)."""
+    """What a dry run predicts, phase by phase.
+
+    Args:
+        record: a dry run's record.json.
+
+    Returns:
+        One dict per phase: "phase", "peak_bytes" (predicted ``max_memory_allocated``),
+        "live_bytes" (``memory_allocated`` at its end), the peak's split by category
+        (``predicted_*_bytes``, worker.records.PEAK_CATEGORIES; None when the record has
+        none) and the sizes by construction the worker adds (``gradient_bytes``,
+        ``optimizer_state_bytes``, ``kv_cache_bytes``, at the phase's end), all bytes.
+    """
     rows = []
     for p in record.get("phases", []):
         rows.append({"phase": p["name"], "peak_bytes": p.get("max_memory_allocated"),
@@ -157,9 +194,16 @@ def breakdown(record: dict) -> list[dict]:
 
 
 def peak_split_at(record: dict) -> dict | None:
-    """{"phase", "peak_bytes", and each ``predicted_*_bytes`` field}: the split of the phase
-    with the largest predicted peak of ``record`` (the first such phase), or None when that
-    phase has no split (a record written before it existed)."""
+    """The split of the largest predicted peak by category.
+
+    Args:
+        record: a dry run's record.json.
+
+    Returns:
+        {"phase", "peak_bytes", and each ``predicted_*_bytes`` field (bytes)} of the phase
+        with the largest predicted peak (the first such phase), or None when no phase has a
+        peak or that phase has no split (a record written before it existed).
+    """
     phases = [p for p in record.get("phases", []) if p.get("max_memory_allocated") is not None]
     if not phases:
         return None
@@ -170,58 +214,66 @@ def peak_split_at(record: dict) -> dict | None:
     return {"phase": top["name"], "peak_bytes": top["max_memory_allocated"], **split}
 
 
-def _parse(argv: list[str]) -> tuple[list[str], str, str | None]:
-    axis, overrides, capacity = "batch", [], None
-    it = iter(argv)
-    for arg in it:
-        if arg == "--axis":
-            axis = next(it, None)
-        elif arg.startswith("--axis="):
-            axis = arg.split("=", 1)[1]
-        elif arg.startswith("capacity="):
-            capacity = arg.split("=", 1)[1]
-        else:
-            overrides.append(arg)
-    if axis not in AXES:
-        raise SpecError("--axis", axis, "one of " + ", ".join(AXES))
-    return overrides, axis, capacity
+@dataclass
+class Prediction:
+    """What ``predict_edge`` found.
+
+    Attributes:
+        axis: the axis predicted.
+        capacity_bytes: the capacity (bytes).
+        out_dir: the directory of the dry runs and of predict.json.
+        predictor: the dry runs (``Predictor.runs``, ``Predictor.device``).
+        edge: ``Predictor.search``'s answer.
+        summary: what predict.json holds: axis, capacity_bytes, source ("predicted"),
+            max_fit, min_miss, exact, dry_runs, runs (value, outcome, peak, fits,
+            error_type), breakdown and peak_split at max_fit (or None), blind_spots,
+            device, prediction_rounding.
+    """
+
+    axis: str
+    capacity_bytes: int
+    out_dir: Path
+    predictor: Predictor
+    edge: dict
+    summary: dict
 
 
-def predict(argv: list[str], out=sys.stdout) -> int:
-    """The ``memsweep predict`` command; returns the exit status (0 edge found, 1 no edge
-    (an error or nothing fits), 2 bad input)."""
-    from hydra import compose, initialize_config_module
+def predict_edge(overrides: list[str], axis: str, capacity: Optional[str]) -> Prediction:
+    """Predict the edge of ``axis`` on dry runs and write predict.json.
 
-    from .spec import launch_settings, spec_from_config
+    The load is memsweep's config with ``overrides`` (Hydra's syntax; ``device=cpu`` unless
+    they set a device: a CUDA dry run needs no GPU); the dry runs go to
+    ``<results_dir>/predict/<timestamp>``.
 
-    if any(a in ("-h", "--help") for a in argv):
-        print(USAGE, file=out)
-        return 0
-    try:
-        overrides, axis, capacity = _parse(argv)
-        if capacity in (None, "null"):
-            raise SpecError("capacity", capacity, "a size to predict against, e.g. capacity=80GB")
-        capacity_bytes = parse_size(capacity, "capacity")
-        # the device is the user's (cpu or cuda[:N]: a CUDA dry run needs no GPU), cpu by default
-        device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
-        with initialize_config_module(config_module="conf", version_base="1.3"):
-            cfg = compose(config_name="config", overrides=overrides + device + [
-                "capacity=null", "export=false", "dry_run=true"])
-        settings = launch_settings(cfg)
-        base = spec_from_config(cfg)
-    except SpecError as exc:
-        print(f"memsweep predict: error: {exc}", file=sys.stderr)
-        return 2
+    Args:
+        overrides: the load's overrides (those of ``memsweep run``).
+        axis: batch, context or width.
+        capacity: the capacity to fit in, as text (``80GB``, ``2GiB``, a byte count).
+
+    Returns:
+        The ``Prediction``.
+
+    Raises:
+        SpecError: an unknown axis (field ``axis``), no capacity (field ``capacity``), a
+            capacity that is not a size, bad input in the load, or a load the dry run refuses.
+    """
+    if axis not in SEARCH_AXES:
+        raise SpecError("axis", axis, "one of " + ", ".join(SEARCH_AXES))
+    if capacity in (None, "null"):
+        raise SpecError("capacity", capacity, "a size to predict against, e.g. capacity=80GB")
+    capacity_bytes = parse_size(capacity, "capacity")
+    # the device is the user's (cpu or cuda[:N]: a CUDA dry run needs no GPU), cpu by default
+    device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides + device + [
+            "capacity=null", "export=false", "dry_run=true"])
+    settings = launch_settings(cfg)
+    base = spec_from_config(cfg)
     stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
     out_dir = Path(cfg.get("results_dir", "results")) / "predict" / stamp
     predictor = Predictor(base, axis, capacity_bytes, out_dir, settings["isolation"])
-    try:
-        edge = predictor.search(getattr(base, axis))
-    except SpecError as exc:  # a load the dry run refuses (e.g. a workload it cannot fake)
-        print(f"memsweep predict: error: {exc}", file=sys.stderr)
-        return 2
+    edge = predictor.search(getattr(base, axis))
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
-    cuda = predictor.device.startswith("cuda")
     rounding = next((r["record"].get("prediction_rounding") for r in predictor.runs.values()
                      if r["record"] and r["record"].get("prediction_rounding")), None)
     summary = {"axis": axis, "capacity_bytes": capacity_bytes, "source": "predicted", **{
@@ -232,38 +284,4 @@ def predict(argv: list[str], out=sys.stdout) -> int:
         "peak_split": peak_split_at(at["record"]) if at else None, "blind_spots": list(blind_spots(predictor.device)),
         "device": predictor.device, "prediction_rounding": rounding}
     write_json_atomic(out_dir / "predict.json", summary)
-
-    print(f"memsweep predict: {axis} at capacity {bytes_text(capacity_bytes)}, {len(predictor.runs)} dry runs "
-          f"(fake tensors, no device), in {out_dir}", file=out)
-    if cuda:
-        print(f"  a PREDICTION for a CUDA device ({predictor.device}) made on this machine with fake CUDA tensors "
-              f"(no GPU used); tensor bytes counted as the CUDA caching allocator counts them, each storage "
-              f"rounded up to 512 B blocks: the predicted peak is torch.cuda.max_memory_allocated's, not "
-              f"max_memory_reserved's", file=out)
-    if edge["error"] is not None:
-        err = edge["error"]
-        print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
-        print("  (a real run measures such a load: memsweep run / sweep)", file=out)
-    if edge["max_fit"] is None and edge["min_miss"] == 1:
-        print(f"  PREDICTED: nothing fits; {axis}=1 already needs {bytes_text(predictor.runs[1]['peak'])}", file=out)
-    if edge["max_fit"] is not None:
-        exact = "exact" if edge["exact"] else "not exact"
-        print(f"  PREDICTED edge: max fit {axis}={edge['max_fit']}, min miss {axis}={edge['min_miss']} ({exact})",
-              file=out)
-        print(f"  predicted tensor bytes at {axis}={edge['max_fit']}, per phase (peak / live at its end):", file=out)
-        for row in summary["breakdown"]:
-            extra = "".join(f", {k} {v}" for k, v in row.items() if k.endswith("_bytes") and v is not None and
-                            k not in ("peak_bytes", "live_bytes") and not k.startswith("predicted_"))
-            print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
-        print(f"  largest phase peak: {bytes_text(at['peak'])}", file=out)
-        split = summary["peak_split"]
-        if split is not None:
-            print(f"  at that peak ({split['phase']}), live tensor bytes by category "
-                  f"(torch.distributed._tools.mem_tracker's categories):", file=out)
-            for name, field in PEAK_CATEGORIES:
-                print(f"    {CATEGORY_LABELS[name]:<28} {bytes_text(split[field])}", file=out)
-    print("  This is a prediction of live tensor bytes, not a measurement. It cannot see:", file=out)
-    for item in blind_spots(predictor.device):
-        print(f"    - {item}", file=out)
-    print("  Keep a margin for these, or measure the edge: memsweep sweep ... capacity=SIZE", file=out)
-    return 0 if edge["max_fit"] is not None and edge["error"] is None else 1
+    return Prediction(axis, capacity_bytes, out_dir, predictor, edge, summary)

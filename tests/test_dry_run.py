@@ -204,7 +204,8 @@ PREDICT_LOAD = ["workload=mlp", "workload.depth=2", "mode=train", "context=16", 
 def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
     import io
 
-    from sweeper.predict import Predictor, predict
+    from sweeper.cli import predict_command as predict
+    from sweeper.predict import Predictor
 
     base = RunSpec.from_dict(dict(BASE, batch=5, mode="train", workload=MLP))
     probe = Predictor(base, "batch", 10**12, tmp_path / "probe", "forkserver")
@@ -242,7 +243,7 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
 
 
 def test_predict_refuses_a_missing_capacity_and_an_unknown_axis(tmp_path, capsys):
-    from sweeper.predict import predict
+    from sweeper.cli import predict_command as predict
 
     assert predict(PREDICT_LOAD + [f"results_dir={tmp_path}"]) == 2
     assert predict(PREDICT_LOAD + ["capacity=1GB", "--axis", "dtype", f"results_dir={tmp_path}"]) == 2
@@ -280,7 +281,7 @@ def test_analysis_labels_predictions_and_keeps_them_out_of_the_frontier(runs, tm
 @pytest.mark.parametrize("seed, edge, most_runs", [(37, 37, 2), (36, 37, 8), (38, 37, 3), (500, 37, 12),
                                                    (1, 37, 12), (10, 1, 8), (10, 0, 3)])
 def test_a_seeded_search_finds_the_exact_edge(strategy, seed, edge, most_runs):
-    from sweeper.frontier import FrontierSearch, Lattice, run_search
+    from sweeper.search import FrontierSearch, Lattice, run_search
 
     capacity = 1000 + 100 * edge + 50  # peak(x) = 1000 + 100 x: x fits iff x <= edge
 

@@ -223,7 +223,8 @@ def test_predict_for_a_cuda_device_on_the_cpu(tmp_path):
     b2's 384 B of rounding, it does not, and the predicted edge is batch 4."""
     import io
 
-    from sweeper.predict import Predictor, predict
+    from sweeper.cli import predict_command as predict
+    from sweeper.predict import Predictor
 
     base = dict(BASE, batch=5, mode="inference", workload={"name": "mlp", "depth": 1})
     cpu = Predictor(RunSpec.from_dict(dict(base, device="cpu")), "batch", 10**12, tmp_path / "cpu", "forkserver")
@@ -251,7 +252,7 @@ def test_predict_for_a_cuda_device_on_the_cpu(tmp_path):
 
 
 def test_predict_on_cuda_still_requires_a_capacity(tmp_path, capsys):
-    from sweeper.predict import predict
+    from sweeper.cli import predict_command as predict
 
     assert predict(PREDICT_LOAD + ["device=cuda", f"results_dir={tmp_path}"]) == 2
     assert "capacity" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The frontier search against scripted oracles: no processes, no Hydra (sweeper/frontier.py)."""
+"""The frontier search against scripted oracles: no processes, no Hydra (sweeper/search/)."""
 
 import math
 
@@ -6,8 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sweeper.frontier import (MAX_GRANULARITY, FrontierSearch, Lattice, crossing, fit_peak, peak_band,
-                              run_search)
+from analysis.fit import crossing
+from sweeper.search import FrontierSearch, Lattice, fit_peak, peak_band, run_search
+from sweeper.search.peaks import MAX_GRANULARITY
 from worker.records import SpecError
 
 MiB = 2**20

@@ -8,7 +8,8 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from sweeper.frontier_sweeper import FrontierSweeperImpl, RunIndex, launcher_slots, run_peak, spec_key
+from sweeper.frontier_runs import RunIndex, launcher_slots, run_peak, spec_key
+from sweeper.frontier_sweeper import FrontierSweeperImpl
 from worker.records import RunSpec, SpecError, write_json_atomic
 
 CAP = 64 * 2**20

@@ -1,11 +1,11 @@
-"""The peak as a polynomial of the context (calculated), and where it reaches a level.
-
-numpy is imported at the top: pandas (analysis.frontier) loads it anyway.
+"""The peak as a polynomial of the context (calculated), and where it reaches a level: the
+report's use of ``analysis.fit``, the one least-squares fit and root finder that the frontier
+search uses too.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from ..fit import Polynomial, first_crossing, fit_polynomial
 
 
 def fit_context(xs: list[int], ys: list[int]) -> dict | None:
@@ -26,12 +26,14 @@ def fit_context(xs: list[int], ys: list[int]) -> dict | None:
     if len({x for x, _ in pts}) < 2:
         return None
     degree = 2 if len({x for x, _ in pts}) >= 3 else 1
-    x = np.array([p[0] for p in pts], dtype=float)
-    y = np.array([p[1] for p in pts], dtype=float)
-    coeffs = np.polyfit(x, y, degree)
-    pred = np.polyval(coeffs, x)
-    rel = float(np.max(np.abs(pred - y) / np.maximum(y, 1)))
-    return {"coeffs": [float(c) for c in coeffs], "degree": degree, "max_rel_residual": rel,
+    x = [float(p[0]) for p in pts]
+    y = [float(p[1]) for p in pts]
+    fit = fit_polynomial(x, y, degree, centre=True)
+    if fit is None:
+        return None
+    rel = max(abs(fit(u) - v) / max(v, 1.0) for u, v in zip(x, y))
+    coeffs = [fit.c, fit.b, fit.a] if degree == 2 else [fit.b, fit.a]
+    return {"coeffs": [float(c) for c in coeffs], "degree": degree, "max_rel_residual": float(rel),
             "xs": [int(v) for v in x], "ys": [int(v) for v in y]}
 
 
@@ -46,7 +48,5 @@ def crossing(coeffs: list[float], level: float) -> float | None:
         The context (tokens, a float: an extrapolation, not a value run); None when the
         polynomial never reaches ``level`` at a positive context.
     """
-    c = list(coeffs)
-    c[-1] -= level
-    roots = [r.real for r in np.roots(c) if abs(r.imag) < 1e-9 and r.real > 0]
-    return min(roots) if roots else None
+    a, b, c = (list(reversed(coeffs)) + [0.0, 0.0])[:3]
+    return first_crossing(Polynomial(a, b, c), level)

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from sweeper.frontier import FrontierSearch, Lattice, run_search  # noqa: E402
+from sweeper.search import FrontierSearch, Lattice, run_search  # noqa: E402
 from tests.bench.frontier_cli import frontier_sweep  # noqa: E402
 from worker.records import GiB  # noqa: E402
 

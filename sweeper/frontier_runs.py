@@ -1,0 +1,298 @@
+"""The frontier sweeper's runs: the key of a probe's spec, the index of the runs a sweep
+directory holds (reused instead of run again), what a finished run says, and the launching
+of the others (``SweepRuns``).
+
+A probe's run directory is ``<axis>_<value>_<spec key>`` (a light probe's
+``<axis>_<value>_light_<spec key>``; a second run of the same condition, such as a
+confirmation, adds ``_<n>``); the spec key is a hash of the run's spec.json, so running the
+same sweep again in the same directory reuses the runs already there (those with a
+result.json), and several axes or a search and its confirmations share runs of the same
+condition.
+
+Peaks read by the model (``run_peak``): the largest phase peak of the run,
+``max_memory_reserved`` on CUDA (the per-process memory fraction caps what the caching
+allocator reserves) and ``max_memory_allocated`` on the CPU (the worker's live-tensor
+tracker). On the CPU the capacity is a limit on the growth of the data segment above
+``capacity_baseline_bytes`` (VmData when the limit was set, see
+``worker.counters.apply_cpu_capacity``); the tracker counts only tensors created after that
+point, so its bytes are compared with ``capacity_bytes`` directly, and what malloc keeps
+beyond the tensors shows up as a lower effective threshold, which the search learns from its
+probes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from omegaconf import DictConfig
+
+from worker.records import RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_json
+
+from .process import RunDirError, stored_spec
+
+log = logging.getLogger("memsweep")
+
+PEAK_COUNTERS = {
+    "max_memory_reserved": "max_memory_reserved, largest phase peak (CUDA caching allocator; the emulated "
+                           "capacity caps reserved memory via set_per_process_memory_fraction)",
+    "max_memory_allocated": "max_memory_allocated, largest phase peak (CPU: the worker's live-tensor tracker; "
+                            "the capacity bounds data-segment growth above capacity_baseline_bytes, and the "
+                            "tracker counts only tensors created after that baseline, so the two are compared "
+                            "directly; malloc overhead shows as a lower effective threshold)",
+}
+
+
+def spec_key(spec: RunSpec) -> str:
+    """A short hash of the spec: equal specs (same condition) give equal keys.
+
+    Args:
+        spec: the run's spec.
+
+    Returns:
+        12 hexadecimal digits of the SHA-256 of its canonical JSON.
+    """
+    text = json.dumps(spec.to_dict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def stored_key(run_dir: Path) -> Optional[str]:
+    """The key of the spec stored in a run directory.
+
+    Args:
+        run_dir: a run directory.
+
+    Returns:
+        ``spec_key`` of its spec.json, or None when it has none or an unreadable one.
+    """
+    try:
+        spec = stored_spec(run_dir)
+    except RunDirError:
+        return None
+    return None if spec is None else spec_key(spec)
+
+
+def run_peak(record: Optional[dict]) -> tuple[Optional[int], str]:
+    """The peak of a run record that the model reads.
+
+    Args:
+        record: the run's record.json (a dict), or None when it left none.
+
+    Returns:
+        (peak bytes or None when no phase has one, counter name): the largest phase peak of
+        ``max_memory_reserved`` on CUDA, of ``max_memory_allocated`` elsewhere (the CPU
+        tracker).
+    """
+    record = record or {}
+    counter = "max_memory_reserved" if record.get("device_kind") == "cuda" else "max_memory_allocated"
+    values = [p.get(counter) for p in record.get("phases") or [] if isinstance(p, dict)]
+    values = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    return (max(values) if values else None), counter
+
+
+class RunIndex:
+    """Completed runs of a sweep directory (spec.json and result.json present), by spec key.
+
+    ``get(key, n)`` is the n-th run of that condition (0: the probe; 1, 2...: its
+    confirmations), or None when it has not been run: a search and its confirmations, and
+    several axes probing the same condition, share runs instead of repeating them. Runs
+    under a hidden directory (``.submitit``, ``.dry_run``) and runs without a result.json
+    (the orchestrator stopped during them) are left out; an unreadable spec is logged and
+    left out.
+
+    Args:
+        sweep_dir: the sweep directory (scanned now; nothing when it does not exist).
+    """
+
+    def __init__(self, sweep_dir: Path):
+        self.sweep_dir = sweep_dir
+        self.runs: dict[str, list[Path]] = {}
+        if not sweep_dir.is_dir():
+            return
+        for spec_path in sorted(sweep_dir.rglob(SPEC_FILE), key=lambda p: (len(str(p)), str(p))):
+            run_dir = spec_path.parent
+            if any(part.startswith(".") for part in run_dir.relative_to(sweep_dir).parts):
+                continue
+            if not (run_dir / RESULT_FILE).exists():
+                continue  # the orchestrator stopped during this run: not a result to reuse
+            try:
+                spec = RunSpec.from_dict(read_json(spec_path, "spec"))
+            except (RecordError, SpecError) as exc:
+                log.warning("resume: %s not reused (%s)", run_dir, exc)
+                continue
+            self.add(spec_key(spec), run_dir)
+
+    def add(self, key: str, run_dir: Path) -> None:
+        """Count ``run_dir`` as the next run of the condition ``key``."""
+        self.runs.setdefault(key, []).append(run_dir)
+
+    def get(self, key: str, n: int = 0) -> Optional[Path]:
+        """The ``n``-th run (0: the first) of the condition ``key``: its directory, or None."""
+        runs = self.runs.get(key, [])
+        return runs[n] if n < len(runs) else None
+
+    def count(self) -> int:
+        """How many runs the index holds."""
+        return sum(len(v) for v in self.runs.values())
+
+    def rescan(self, stem: str, key: str) -> None:
+        """Add the finished runs of ``key`` named ``stem``, ``stem_2``... that are not in the
+        index: runs that another orchestrator sharing the sweep directory finished after
+        this one scanned it (the per-run lock of ``sweeper.process.execute`` covers a run
+        both start at once; this covers one finished before the other looks)."""
+        known = set(self.runs.get(key, []))
+        name, k = stem, 1
+        while (self.sweep_dir / name).exists():
+            run_dir = self.sweep_dir / name
+            if run_dir not in known and (run_dir / RESULT_FILE).exists() and stored_key(run_dir) == key:
+                self.add(key, run_dir)
+            k += 1
+            name = f"{stem}_{k}"
+
+
+def free_for(run_dir: Path, key: str) -> bool:
+    """Whether a run of ``key`` may go into ``run_dir``.
+
+    Args:
+        run_dir: the candidate run directory.
+        key: the run's spec key.
+
+    Returns:
+        True when it does not exist, or holds the same spec without a result (an attempt
+        interrupted with its orchestrator, which ``sweeper.process.execute`` resumes in
+        place).
+    """
+    if not run_dir.exists():
+        return True
+    if (run_dir / RESULT_FILE).exists():
+        return False
+    return stored_key(run_dir) == key
+
+
+def read_run(run_dir: Path, key: str, reused: bool, envelope: Optional[dict] = None) -> dict:
+    """What one finished run says: its outcome, record and capacity.
+
+    Args:
+        run_dir: the run's directory.
+        key: its spec key (passed through).
+        reused: it was found in the sweep directory, not run now (passed through).
+        envelope: the job's result envelope; None: read result.json (a crash when it cannot
+            be read).
+
+    Returns:
+        {"outcome" (ok, oom, error, crash or timeout), "message" (the error message, with
+        the failed phase and error type when known), "record" (record.json, or None),
+        "capacity_bytes" (the record's, or None), "run_dir", "reused", "key"}.
+    """
+    record = None
+    try:
+        record = read_json(run_dir / RECORD_FILE, "record")
+    except RecordError:
+        pass
+    if envelope is None:
+        try:
+            envelope = read_json(run_dir / RESULT_FILE, "result")
+        except RecordError as exc:
+            envelope = {"outcome": "crash", "error_message": str(exc)}
+    capacity = (record or {}).get("capacity_bytes")
+    message = envelope.get("error_message")
+    if envelope.get("failed_phase"):
+        message = f"{envelope.get('failed_phase')}: {envelope.get('error_type')}: {message}"
+    return {"outcome": envelope.get("outcome") or "crash", "message": message, "record": record,
+            "capacity_bytes": capacity if isinstance(capacity, int) else None,
+            "run_dir": str(run_dir), "reused": reused, "key": key}
+
+
+def launcher_slots(config: DictConfig, parallel: Optional[int]) -> int:
+    """Probes per round.
+
+    Args:
+        config: the sweep's config (``hydra.launcher``).
+        parallel: ``hydra.sweeper.parallel`` (None: not set).
+
+    Returns:
+        ``parallel`` when set (at least 1), else the launcher's ``n_jobs`` (joblib; negative
+        counts back from the CPU count as joblib does), else 1.
+    """
+    if parallel is not None:
+        return max(1, int(parallel))
+    launcher = config.hydra.get("launcher") or {}
+    n_jobs = launcher.get("n_jobs") if hasattr(launcher, "get") else None
+    if isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and n_jobs != 0:
+        return n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs)
+    return 1
+
+
+class SweepRuns:
+    """The runs of one frontier sweep: reused when the sweep directory has them, else launched.
+
+    Args:
+        sweep_dir: the sweep directory (scanned now for reusable runs, ``RunIndex``).
+        launcher: the Hydra launcher that runs jobs (``launch(job_overrides, initial_job_idx)``).
+        compose: overrides -> the run's ``RunSpec`` (the sweeper's composition; SpecError on
+            bad input).
+        fixed: the command line's overrides, on every run.
+        slots: at most this many jobs per launcher call.
+
+    Attributes:
+        index: the runs the sweep directory holds, by spec key.
+        job_idx: the next job index for the launcher (starts after the reusable runs).
+        returns: the launcher's JobReturn lists, one per launch.
+    """
+
+    def __init__(self, sweep_dir: Path, launcher: Any, compose: Callable[[list[str]], RunSpec], fixed: list[str],
+                 slots: int):
+        self.sweep_dir, self.launcher, self.compose, self.fixed, self.slots = sweep_dir, launcher, compose, fixed, slots
+        self.index = RunIndex(sweep_dir)
+        self.job_idx = self.index.count()
+        self.returns: list = []
+
+    def run(self, axis: str, wanted: list[tuple[int, int]], extra: Optional[list[str]] = None) -> list[dict]:
+        """The ``n``-th run of each (value, n) of ``axis``: reused when the sweep directory has
+        it, else launched (fresh worker processes, at most ``slots`` per launcher call).
+
+        Args:
+            axis: the axis.
+            wanted: (value, n) pairs; n = 0: the probe, 1, 2...: its confirmations.
+            extra: overrides added to each run (the light protocol).
+
+        Returns:
+            Per (value, n), ``read_run``'s dict: outcome, message, record (or None),
+            capacity_bytes, run_dir, reused, key.
+
+        Raises:
+            Exception: whatever a launched job raised (bad input, a refused run directory):
+                the orchestrator's own failures are not probe outcomes.
+        """
+        out: list[Optional[dict]] = [None] * len(wanted)
+        todo: list[tuple[int, list[str], Path, str]] = []
+        for i, (value, n) in enumerate(wanted):
+            overrides = self.fixed + list(extra or []) + [f"{axis}={value}"]
+            key = spec_key(self.compose(overrides))
+            stem = f"{axis}_{value}_{'light_' if extra else ''}{key}"
+            run_dir = self.index.get(key, n)
+            if run_dir is None:  # another orchestrator on this directory may have run it since the scan
+                self.index.rescan(stem, key)
+                run_dir = self.index.get(key, n)
+            if run_dir is not None:
+                out[i] = read_run(run_dir, key, reused=True)
+                continue
+            name, k = stem, 1
+            while not free_for(self.sweep_dir / name, key) or any(t[2] == self.sweep_dir / name for t in todo):
+                k += 1
+                name = f"{stem}_{k}"
+            todo.append((i, overrides + [f"hydra.sweep.subdir={name}"], self.sweep_dir / name, key))
+        for start in range(0, len(todo), max(1, self.slots)):
+            batch = todo[start:start + self.slots]
+            results = self.launcher.launch([t[1] for t in batch], initial_job_idx=self.job_idx)
+            self.job_idx += len(batch)
+            self.returns.append(results)
+            for (i, _, run_dir, key), r in zip(batch, results):
+                envelope = r.return_value  # re-raises a job that failed in the orchestrator
+                self.index.add(key, run_dir)
+                out[i] = read_run(run_dir, key, reused=False, envelope=envelope)
+        return out  # type: ignore[return-value]

@@ -1,0 +1,147 @@
+"""The values a search may probe (``Lattice``), one probe and what it gave (``Probe``), a
+strategy's proposal (``Pick``), and the names of axes and outcomes the search knows."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
+
+from worker.records import SpecError
+
+SEARCH_AXES = ("batch", "context", "width")
+# Outcomes that stop the search: never read as an OOM nor as a success.
+STOP_OUTCOMES = ("error", "crash", "timeout")
+OUTCOMES = ("ok", "oom") + STOP_OUTCOMES
+# Axes whose peak may grow with the square of the value (attention scores grow with the square
+# of the context, the mlp's weights with the square of its width).
+QUADRATIC_AXES = ("context", "width")
+
+
+@dataclass(frozen=True)
+class Lattice:
+    """The values an axis may take: multiples of ``step`` from ``lower`` to ``upper``.
+
+    Built by ``Lattice.make`` from the user's bounds, rounded inwards.
+
+    Attributes:
+        lower: the smallest value (a multiple of ``step``).
+        upper: the largest value (a multiple of ``step``).
+        step: the distance between neighbouring values (``multiple_of``).
+    """
+
+    lower: int
+    upper: int
+    step: int
+
+    @classmethod
+    def make(cls, lower: int, upper: int, multiple_of: int = 1, axis: str = "axis") -> "Lattice":
+        """Round ``lower`` up and ``upper`` down to multiples of ``multiple_of``.
+
+        Args:
+            lower: the smallest value wanted (positive integer).
+            upper: the largest value wanted (positive integer, at least ``lower``).
+            multiple_of: the values' common divisor (positive integer).
+            axis: the axis's name, for the messages.
+
+        Returns:
+            The lattice of multiples of ``multiple_of`` in [lower, upper].
+
+        Raises:
+            SpecError: a bound or step that is not a positive integer (field
+                ``hydra.sweeper.lower``, ``upper`` or ``multiple_of``), ``upper`` below
+                ``lower``, or no multiple of ``multiple_of`` between them (field
+                ``hydra.sweeper.upper``).
+        """
+        for name, value in (("lower", lower), ("upper", upper), ("multiple_of", multiple_of)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(f"hydra.sweeper.{name}", value, f"a positive integer (axis {axis})")
+        lo = -(-lower // multiple_of) * multiple_of
+        hi = upper // multiple_of * multiple_of
+        if lower > upper:
+            raise SpecError("hydra.sweeper.upper", upper, f"at least lower={lower} (axis {axis})")
+        if lo > hi:
+            raise SpecError("hydra.sweeper.upper", upper,
+                            f"a value leaving a multiple of multiple_of={multiple_of} in [lower={lower}, upper] "
+                            f"(axis {axis})")
+        return cls(lo, hi, multiple_of)
+
+    def down(self, x: float) -> int:
+        """The largest multiple of ``step`` <= the value ``x`` (may fall below ``lower``)."""
+        return math.floor(x / self.step) * self.step
+
+    def up(self, x: float) -> int:
+        """The smallest multiple of ``step`` >= the value ``x`` (may exceed ``upper``)."""
+        return math.ceil(x / self.step) * self.step
+
+    def split(self, lo: int, hi: int, parts: int) -> list[int]:
+        """Lattice values strictly inside (lo, hi) that split it into ``parts`` near-equal parts.
+
+        Args:
+            lo: the lower end (a lattice value).
+            hi: the upper end (a lattice value).
+            parts: how many parts (2: the bisection midpoint).
+
+        Returns:
+            Up to ``parts - 1`` distinct values, ascending; empty when no lattice value lies
+            strictly inside.
+        """
+        n = (hi - lo) // self.step
+        if n < 2:
+            return []
+        offsets = sorted({min(n - 1, max(1, round(n * j / parts))) for j in range(1, parts)})
+        return [lo + k * self.step for k in offsets]
+
+
+class Pick(NamedTuple):
+    """A value a strategy proposes, before it is a ``Probe``.
+
+    Attributes:
+        value: the value of the axis (may be off the lattice's range or tried already: the
+            search skips those).
+        reason: why it was chosen, for people and search.jsonl.
+        expected: the model's prediction (``ok`` or ``oom``), or None.
+        detail: extra fields logged with the probe (the fit, the predicted range...).
+    """
+
+    value: int
+    reason: str
+    expected: Optional[str]
+    detail: dict
+
+
+@dataclass
+class Probe:
+    """One run of the search: value, why it was chosen, what it gave.
+
+    Attributes:
+        value: the value of the axis.
+        reason: why it was chosen.
+        round: the round that proposed it (1, 2...).
+        expected: the model's prediction (``ok``/``oom``), or None for growth and bisection
+            probes.
+        outcome: ok, oom, error, crash or timeout; None until observed.
+        peak: the peak the model reads (bytes), only for ``ok`` runs.
+        message: the run's error message, if any.
+        reused: the run was found in the sweep directory, not run again.
+        run_dir: the run's directory, when it has one.
+        detail: extra fields logged with the probe.
+    """
+
+    value: int
+    reason: str
+    round: int
+    expected: Optional[str] = None
+    outcome: Optional[str] = None
+    peak: Optional[int] = None
+    message: Optional[str] = None
+    reused: bool = False
+    run_dir: Optional[str] = None
+    detail: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """The probe as a JSON object for search.jsonl (``peak`` as ``peak_bytes``, the
+        ``detail`` fields at the top level)."""
+        return {"value": self.value, "reason": self.reason, "round": self.round, "expected": self.expected,
+                "outcome": self.outcome, "peak_bytes": self.peak, "message": self.message,
+                "reused": self.reused, "run_dir": self.run_dir, **self.detail}

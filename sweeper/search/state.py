@@ -1,0 +1,250 @@
+"""The search along one axis: what has been probed, the bracket it gives, when it is done,
+and its answer (``FrontierSearch``); ``run_search`` drives one against an oracle.
+
+``FrontierSearch.propose`` asks the strategy (``sweeper.search.strategies``) for the next
+values; ``observe`` records each outcome and peak; ``result`` is the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from worker.records import SpecError
+
+from . import strategies
+from .lattice import OUTCOMES, SEARCH_AXES, STOP_OUTCOMES, Lattice, Pick, Probe
+from .strategies import STRATEGIES
+
+
+class FrontierSearch:
+    """The search along one axis. Call ``propose``, run the values, ``observe`` each outcome,
+    until ``done``; then ``result()``.
+
+    Args:
+        axis: batch, context or width.
+        lattice: the values allowed (``Lattice.make``).
+        strategy: ``model`` or ``bisect``.
+        capacity: the capacity the peaks are compared with (bytes); None until a probe
+            reports one (``observe(..., capacity=...)``).
+        seed: a predicted max_ok (a dry run, ``memsweep predict``): probed first, with its
+            upper neighbour, before the strategy takes over; rounded down to the lattice and
+            clamped to its range.
+
+    Raises:
+        SpecError: an unknown axis (field ``hydra.sweeper.axis``) or strategy (field
+            ``hydra.sweeper.strategy``), with the accepted values.
+    """
+
+    def __init__(self, axis: str, lattice: Lattice, strategy: str = "model", capacity: Optional[int] = None,
+                 seed: Optional[int] = None):
+        if axis not in SEARCH_AXES:
+            raise SpecError("hydra.sweeper.axis", axis, "one of " + ", ".join(SEARCH_AXES))
+        if strategy not in STRATEGIES:
+            raise SpecError("hydra.sweeper.strategy", strategy, "one of " + ", ".join(STRATEGIES))
+        self.axis, self.lattice, self.strategy, self.capacity = axis, lattice, strategy, capacity
+        self.probes: list[Probe] = []
+        self.pending: dict[int, Probe] = {}
+        self.rounds = 0
+        self.wrong_streak = 0
+        self.stopped: Optional[Probe] = None
+        self.seed = None if seed is None else min(max(lattice.down(seed), lattice.lower), lattice.upper)
+
+    # ---- state -------------------------------------------------------------------------
+    def values(self, outcome: str) -> list[int]:
+        """The values observed with ``outcome``.
+
+        Args:
+            outcome: ok, oom, error, crash or timeout.
+
+        Returns:
+            The distinct values, ascending.
+        """
+        return sorted({p.value for p in self.probes if p.outcome == outcome})
+
+    def bracket(self) -> tuple[Optional[int], Optional[int]]:
+        """The bracket the probes give.
+
+        Returns:
+            (lo, hi): hi = the smallest OOM (None: none yet), lo = the largest success below
+            hi (None: none).
+        """
+        ooms = self.values("oom")
+        hi = ooms[0] if ooms else None
+        oks = [v for v in self.values("ok") if hi is None or v < hi]
+        return (oks[-1] if oks else None), hi
+
+    def tried(self) -> set[int]:
+        """The values observed or pending (a set)."""
+        return {p.value for p in self.probes} | set(self.pending)
+
+    @property
+    def done(self) -> bool:
+        """Whether the search is over: stopped by an error, crash or timeout; the lower bound
+        out of memory; the upper bound fits; or a success next to an OOM on the lattice."""
+        if self.stopped is not None:
+            return True
+        if not self.probes:
+            return False
+        L, U, m = self.lattice.lower, self.lattice.upper, self.lattice.step
+        lo, hi = self.bracket()
+        if hi is not None and hi <= L:
+            return True  # the lower bound does not fit
+        if hi is None and lo is not None and lo >= U:
+            return True  # upper bound not reached
+        return lo is not None and hi is not None and hi - lo <= m
+
+    # ---- proposing ---------------------------------------------------------------------
+    def propose(self, slots: int = 1) -> list[Probe]:
+        """The next values to run, each with its reason; empty when done.
+
+        Values are untried lattice values; they are remembered as pending until observed.
+
+        Args:
+            slots: at most this many values (the probes a launcher runs at once).
+
+        Returns:
+            The new probes (pending).
+
+        Raises:
+            RuntimeError: no untried value left while not done (cannot happen on a lattice).
+        """
+        if self.done:
+            return []
+        slots = max(1, int(slots))
+        self.rounds += 1
+        out = self._take(strategies.seed_round(self), slots) if self.seed is not None else []
+        if out:
+            return out
+        if not any(p.outcome == "ok" for p in self.probes) and not self.values("oom"):
+            picks = strategies.first_round(self, slots)
+        elif self.strategy == "bisect":
+            picks = strategies.bisect_round(self, slots)
+        elif self.wrong_streak >= 2:
+            self.wrong_streak = 0
+            picks = strategies.forced_round(self, slots)
+        else:
+            picks = strategies.model_round(self, slots)
+        out = self._take(picks, slots)
+        if not out:  # a model round with nothing new to try: plain bisection or growth
+            out = self._take(strategies.bisect_round(self, slots), slots)
+        if not out:  # cannot happen on the lattice while not done
+            raise RuntimeError(f"frontier search on {self.axis} stalled at bracket {self.bracket()}")
+        return out
+
+    def _take(self, picks: list[Pick], slots: int) -> list[Probe]:
+        """The first ``slots`` untried lattice values of ``picks``, now pending."""
+        out, seen = [], self.tried()
+        for value, reason, expected, detail in picks:
+            if value in seen or not self.lattice.lower <= value <= self.lattice.upper:
+                continue
+            seen.add(value)
+            probe = Probe(value, reason, self.rounds, expected, detail=detail)
+            self.pending[value] = probe
+            out.append(probe)
+            if len(out) == slots:
+                break
+        return out
+
+    # ---- observing ---------------------------------------------------------------------
+    def observe(self, value: int, outcome: str, peak: Optional[int] = None, capacity: Optional[int] = None,
+                message: Optional[str] = None, reused: bool = False, run_dir: Optional[str] = None) -> Probe:
+        """Record the outcome of a proposed value. An error, crash or timeout stops the search.
+
+        Args:
+            value: a pending value (from ``propose``).
+            outcome: ok, oom, error, crash or timeout.
+            peak: the run's peak in bytes (used for successes only: an OOM's peak is censored).
+            capacity: the capacity the run was measured against (bytes); the first one given
+                is the search's.
+            message: the run's error message, if any.
+            reused: the run was found in the sweep directory, not run again.
+            run_dir: the run's directory.
+
+        Returns:
+            The probe, now observed.
+
+        Raises:
+            KeyError: ``value`` was not proposed (or was observed already).
+            ValueError: an unknown outcome.
+        """
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}")
+        probe = self.pending.pop(value)
+        probe.outcome, probe.message, probe.reused, probe.run_dir = outcome, message, reused, run_dir
+        probe.peak = peak if outcome == "ok" else None
+        if capacity is not None and self.capacity is None:
+            self.capacity = capacity
+        if probe.expected is not None and outcome in ("ok", "oom"):
+            self.wrong_streak = self.wrong_streak + 1 if outcome != probe.expected else 0
+        self.probes.append(probe)
+        if outcome in STOP_OUTCOMES and self.stopped is None:
+            self.stopped = probe
+        return probe
+
+    # ---- result ------------------------------------------------------------------------
+    def result(self) -> dict:
+        """The search's answer (values are lattice values that were run).
+
+        Returns:
+            A dict with: axis, strategy, lower, upper, multiple_of (the lattice), max_ok
+            (largest success, or None), min_oom (smallest OOM, or None), exact, monotonic,
+            upper_reached, lower_fits, stopped_by (None or error|crash|timeout), stop_value,
+            stop_message, runs_used (probes run by the search, reused ones included),
+            runs_reused, rounds, status (one line for people).
+        """
+        L, U, m = self.lattice.lower, self.lattice.upper, self.lattice.step
+        oks, ooms = self.values("ok"), self.values("oom")
+        max_ok = oks[-1] if oks else None
+        min_oom = ooms[0] if ooms else None
+        monotonic = not (oks and ooms and max_ok > min_oom)
+        exact = bool(monotonic and max_ok is not None and min_oom is not None and min_oom - max_ok == m)
+        upper_reached = bool(not ooms and max_ok == U)
+        lower_fits = True if L in oks else False if L in ooms else None
+        stop = self.stopped
+        if stop is not None:
+            status = f"stopped by {stop.outcome} at {self.axis}={stop.value}"
+        elif upper_reached:
+            status = f"upper bound not reached: {self.axis}={U} fits"
+        elif min_oom is not None and min_oom <= L and max_ok is None:
+            status = f"lower bound does not fit: {self.axis}={L} is out of memory"
+        elif exact:
+            status = f"exact edge: {self.axis}={max_ok} fits, {min_oom} does not"
+        elif not monotonic:
+            status = f"not monotonic: {self.axis}={max_ok} fits above {min_oom}, which does not"
+        else:
+            status = "not finished"
+        return {
+            "axis": self.axis, "strategy": self.strategy, "lower": L, "upper": U, "multiple_of": m,
+            "max_ok": max_ok, "min_oom": min_oom, "exact": exact, "monotonic": bool(monotonic),
+            "upper_reached": upper_reached, "lower_fits": lower_fits,
+            "stopped_by": stop.outcome if stop else None, "stop_value": stop.value if stop else None,
+            "stop_message": stop.message if stop else None,
+            "runs_used": len(self.probes), "runs_reused": sum(p.reused for p in self.probes),
+            "rounds": self.rounds, "status": status,
+        }
+
+
+Oracle = Callable[[int], tuple]
+"""value -> (outcome, peak bytes or None, capacity bytes or None): a scripted stand-in for
+running the worker (tests, bench)."""
+
+
+def run_search(search: FrontierSearch, oracle: Oracle, slots: int = 1, max_rounds: int = 10_000) -> dict:
+    """Drive ``search`` to the end against ``oracle``.
+
+    Args:
+        search: a search, usually fresh.
+        oracle: value -> (outcome, peak bytes or None, capacity bytes or None).
+        slots: values proposed per round.
+        max_rounds: stop after this many rounds even if not done.
+
+    Returns:
+        ``search.result()``.
+    """
+    for _ in range(max_rounds):
+        if search.done:
+            break
+        for probe in search.propose(slots):
+            outcome, peak, capacity = oracle(probe.value)
+            search.observe(probe.value, outcome, peak, capacity)
+    return search.result()

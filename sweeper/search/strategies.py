@@ -1,0 +1,311 @@
+"""The strategies: which values a round of the search proposes (one small function each, in
+the spirit of Lightning's tuner), as ``Pick`` lists that ``FrontierSearch.propose`` turns
+into probes (skipping values tried already or outside the lattice).
+
+* ``seed_round``: the predicted edge of a dry run and its neighbour.
+* ``first_round``: ``lower'``, then growth.
+* ``bisect_round`` (strategy ``bisect``): grow geometrically (x2) until the first OOM, then
+  split the bracket (``growth``, ``split``).
+* ``model_round`` (strategy ``model``): aim at where the band of the fitted peak
+  (``sweeper.search.peaks``) crosses the capacity, or gallop away from an OOM or a success
+  the model did not expect (``gallop_down``, ``gallop_up``); ``forced_round`` after two wrong
+  predictions in a row.
+
+To add a strategy: write its round as ``(search, slots) -> list[Pick]`` here, add its name
+to ``STRATEGIES`` and dispatch to it in ``FrontierSearch.propose``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+from analysis.fit import crossing
+
+from .lattice import QUADRATIC_AXES, Lattice, Pick
+from .peaks import peak_band
+
+if TYPE_CHECKING:
+    from .state import FrontierSearch
+
+STRATEGIES = ("model", "bisect")
+# Away from an OOM the model did not expect, each step is this many times the last one.
+GALLOP = 4
+# First step down from an OOM the model did not expect: what this fraction of the capacity
+# is worth on the axis (unseen overheads are a few percent of the capacity).
+GALLOP_FIRST = 1 / 128
+
+
+def growth(lattice: Lattice, lo: int, count: int, start: Optional[int] = None) -> list[Pick]:
+    """Geometric growth (x2) above ``lo`` (no OOM yet).
+
+    Args:
+        lattice: the values allowed.
+        lo: the largest success (named in the reason).
+        count: at most this many values.
+        start: grow from this value instead of ``lo``.
+
+    Returns:
+        Up to ``count`` values, each twice the last rounded up to the lattice, the last one
+        ``upper`` when it is reached.
+    """
+    picks, x = [], start if start is not None else lo
+    for _ in range(count):
+        x = min(lattice.up(2 * x), lattice.upper)
+        picks.append(Pick(x, f"growth x2 from {lo} (no OOM yet)", None, {}))
+        if x >= lattice.upper:
+            break
+    return picks
+
+
+def split(lattice: Lattice, lo: int, hi: int, slots: int, why: str) -> list[Pick]:
+    """The values that split the bracket (lo, hi) into ``slots + 1`` parts.
+
+    Args:
+        lattice: the values allowed.
+        lo: the largest success below ``hi``.
+        hi: the smallest OOM.
+        slots: how many values (one: the bisection midpoint).
+        why: appended to their reason.
+
+    Returns:
+        Up to ``slots`` values strictly inside (lo, hi).
+    """
+    parts = slots + 1
+    values = lattice.split(lo, hi, parts)
+    label = "bisection" if parts == 2 else f"split ({lo}, {hi}) into {parts} parts"
+    return [Pick(v, f"{label} of ({lo}, {hi}){why}", None, {}) for v in values]
+
+
+def fill(lattice: Lattice, lo: int, hi: Optional[int], count: int, above: int) -> list[Pick]:
+    """Extra values for a round with spare slots.
+
+    Args:
+        lattice: the values allowed.
+        lo: the largest success.
+        hi: the smallest OOM, or None when there is none yet.
+        count: the spare slots.
+        above: with no OOM yet, grow from this value.
+
+    Returns:
+        Up to ``count`` values: the split points of (lo, hi), or growth above ``above``.
+    """
+    if count <= 0:
+        return []
+    if hi is not None:
+        return split(lattice, lo, hi, count, "")
+    return growth(lattice, lo, count, start=above)
+
+
+def seed_round(search: FrontierSearch) -> list[Pick]:
+    """The predicted edge and its neighbour on the side its outcome points to.
+
+    Args:
+        search: the search, with a ``seed`` (a predicted max_ok).
+
+    Returns:
+        The seed and the value above it first; then the value above (the seed fits) or
+        below it (it does not), or ``lower'`` when nothing at or below the seed fit;
+        nothing once both sides of the seed are known (the strategy goes on from the
+        bracket).
+    """
+    s, m = search.seed, search.lattice.step
+    done = {p.value: p.outcome for p in search.probes}
+    if s not in done:
+        return [Pick(s, "predicted max_ok (dry run)", "ok", {}),
+                Pick(s + m, "just above the predicted max_ok (dry run)", "oom", {})]
+    if done[s] == "ok":
+        return [Pick(s + m, "just above the predicted max_ok (dry run)", "oom", {})]
+    if done[s] == "oom":
+        if s - m in done and not any(o == "ok" for o in done.values()):
+            return [Pick(search.lattice.lower, "lower bound (nothing at or below the predicted edge fit)", None, {})]
+        return [Pick(s - m, "below the predicted max_ok, which did not fit (dry run)", "ok", {})]
+    return []
+
+
+def first_round(search: FrontierSearch, slots: int) -> list[Pick]:
+    """The first round, nothing known yet.
+
+    Args:
+        search: the search.
+        slots: how many values.
+
+    Returns:
+        ``lower'`` and ``slots - 1`` growth values above it.
+    """
+    lower = search.lattice.lower
+    return [Pick(lower, "start at lower", None, {})] + growth(search.lattice, lower, slots - 1)
+
+
+def bisect_round(search: FrontierSearch, slots: int) -> list[Pick]:
+    """A round of strategy ``bisect`` (also the fallback of a model round with nothing new).
+
+    Args:
+        search: the search.
+        slots: how many values.
+
+    Returns:
+        Growth above the largest success until the first OOM, then the values that split
+        the bracket.
+    """
+    lo, hi = search.bracket()
+    if hi is None:
+        return growth(search.lattice, lo, slots)
+    return split(search.lattice, lo, hi, slots, "")
+
+
+def forced_round(search: FrontierSearch, slots: int) -> list[Pick]:
+    """The model's round after two wrong predictions in a row.
+
+    Args:
+        search: the search.
+        slots: how many values.
+
+    Returns:
+        Growth (no OOM yet) or the values that split the bracket, their reason saying why.
+    """
+    lo, hi = search.bracket()
+    if hi is None:
+        return growth(search.lattice, lo, slots)
+    return split(search.lattice, lo, hi, slots, ": two wrong predictions in a row")
+
+
+def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
+    """Strategy ``model``: probe where the band of the fitted peak crosses the capacity.
+
+    With one success (or no capacity known yet): a value that must still fit if the peak is
+    at most proportional to the axis (to its square on ``QUADRATIC_AXES``), else growth or
+    bisection. With two or more: where the band crosses the capacity is where the edge must
+    be; one or two lattice values there: the pair just below and just above the central
+    prediction; more: its geometric split points. A success above the capacity or an OOM
+    under the pessimistic fit: ``gallop_up`` or ``gallop_down``.
+
+    Args:
+        search: the search; its successes' peaks (bytes) and ``capacity`` (bytes) make the
+            model.
+        slots: how many values.
+
+    Returns:
+        Up to ``slots`` values (more when the fill adds some; the search takes ``slots``),
+        with the model's prediction (``expected``) for the pair at the edge and the model
+        in their ``detail`` (fit coefficients and noise in bytes, predicted crossing and
+        range).
+    """
+    lattice = search.lattice
+    U, m = lattice.upper, lattice.step
+    lo, hi = search.bracket()
+    points = [(p.value, p.peak) for p in search.probes
+              if p.outcome == "ok" and p.peak is not None and (hi is None or p.value < hi)]
+    distinct = sorted({x for x, _ in points})
+    quadratic = search.axis in QUADRATIC_AXES
+    cap = search.capacity
+    band = peak_band(points, quadratic) if len(distinct) >= 2 else None
+    if band is None or cap is None:
+        p_lo = max((p for x, p in points if x == lo), default=None)
+        if hi is None and p_lo and cap:
+            # peak(x) <= peak(lo) * (x/lo)^d for x >= lo when the load is a + b x (+ c x^2)
+            # with a, b, c >= 0 (d = 1 for batch, 2 for context/width): x2 must still fit.
+            power = 2 if quadratic else 1
+            guess = lattice.down(lo * (cap / p_lo) ** (1 / power))
+            x2 = min(max(guess, lo + m), U)
+            why = (f"model: one success; peak({lo})={p_lo} B at most {'quadratic' if quadratic else 'proportional'}"
+                   f" in {search.axis} puts capacity {cap} B at >= {guess}")
+            return [Pick(x2, why, None, {"bound": guess})] + growth(lattice, lo, slots - 1, start=x2)
+        if hi is None:
+            return growth(lattice, lo, slots)
+        return split(lattice, lo, hi, slots, ": one success is not enough to fit")
+    top = hi if hi is not None else U + m
+    lo_peak = max(p for _, p in points)
+    if lo_peak > cap:
+        return gallop_up(search, lo, hi, slots, f"a success at {lo} measured {lo_peak} B, more than the "
+                                                f"capacity {cap} B")
+    if hi is not None and band.high(hi) <= cap:
+        slope = (band.fit(hi) - band.fit(lo)) / (hi - lo)
+        first = lattice.down(GALLOP_FIRST * cap / slope) if slope > 0 else m
+        return gallop_down(search, lo, hi, slots, max(first, m))
+    x_opt = crossing(band.low, cap, lo, top)
+    if x_opt is None:
+        return gallop_up(search, lo, hi, slots, f"{lo} fitted although even the optimistic fit puts it "
+                                                f"above the capacity {cap} B")
+    x_pess = crossing(band.high, cap, lo, top) or float(lo)
+    x_star = min(max(crossing(band.fit, cap, lo, top) or float(lo), x_pess), x_opt)
+    first = max(lattice.down(x_pess), lo)
+    last = min(lattice.down(x_opt), top - m)
+    detail = {"model": band.kind, "fit": band.coefficients, "noise_bytes": band.noise,
+              "capacity_bytes": cap, "predicted_crossing": x_star, "predicted_range": [x_pess, x_opt]}
+    if last - first > m:  # too uncertain for a pair: narrow it with its geometric midpoint(s)
+        a = max(first, lo + m)
+        values = sorted({min(max(lattice.down(a * (last / a) ** (j / (slots + 1))), lo + m), top - m)
+                         for j in range(1, slots + 1)})
+        why = (f"model: edge predicted in [{x_pess:.1f}, {x_opt:.1f}] ({band.kind} fit "
+               f"+- {band.noise:.0f} B); probe inside it (geometric split)")
+        return [Pick(v, why, None, detail) for v in values if lo < v < top]
+    below = min(max(lattice.down(x_star), lo), top - m)
+    picks = []
+    for v, side in ((below, "below"), (below + m, "above")):
+        if lo < v < top:
+            expected = "ok" if band.fit(v) <= cap else "oom"
+            picks.append(Pick(v, f"model: {band.kind} fit crosses the capacity {cap} B at "
+                                 f"{search.axis}={x_star:.2f}; probe just {side}", expected, detail))
+    return picks + fill(lattice, lo, hi, slots - len(picks), below + m)
+
+
+def gallop_down(search: FrontierSearch, lo: int, hi: int, slots: int, first: int) -> list[Pick]:
+    """Step down from an OOM the model did not expect.
+
+    The capacity is too high for the probes: the edge is below the smallest OOM ``hi``, by
+    an unknown overhead. Step down from it by ``first`` (what GALLOP_FIRST of the capacity
+    is worth on the axis), then GALLOP times the last gap between OOMs, never below the
+    bracket's midpoint (so never much slower than bisection).
+
+    Args:
+        search: the search.
+        lo: the largest success below ``hi``.
+        hi: the smallest OOM.
+        slots: how many values.
+        first: the first step down (lattice units of the axis).
+
+    Returns:
+        The value below ``hi`` and fill values; nothing when (lo, hi) holds no value.
+    """
+    lattice = search.lattice
+    ooms = [v for v in search.values("oom") if v >= hi]
+    step = GALLOP * (ooms[1] - ooms[0]) if len(ooms) > 1 else first
+    mids = lattice.split(lo, hi, 2)
+    if not mids:
+        return []
+    v = max(lattice.down(hi - step), mids[0])
+    why = (f"model: OOM at {hi} where even the pessimistic fit stays under the capacity {search.capacity} B "
+           f"(something uncounted takes memory); " + (f"bisection of ({lo}, {hi})" if v == mids[0] else
+                                                      f"step down {hi - v} from it"))
+    return [Pick(v, why, None, {})] + fill(lattice, lo, hi, slots - 1, v)
+
+
+def gallop_up(search: FrontierSearch, lo: int, hi: Optional[int], slots: int, cause: str) -> list[Pick]:
+    """Step up from a success the model did not expect.
+
+    A success measured more than the capacity: the edge is above the largest success
+    ``lo`` by an unknown amount. Step up by one lattice step, then GALLOP times the last gap
+    between successes, never past the bracket's midpoint.
+
+    Args:
+        search: the search.
+        lo: the largest success.
+        hi: the smallest OOM, or None.
+        slots: how many values.
+        cause: what the model did not expect, for the reason.
+
+    Returns:
+        The value above ``lo`` and fill values; nothing when (lo, hi) holds no value.
+    """
+    lattice = search.lattice
+    oks = [v for v in search.values("ok") if v <= lo]
+    step = GALLOP * (oks[-1] - oks[-2]) if len(oks) > 1 else lattice.step
+    v = min(lo + step, lattice.upper)
+    if hi is not None:
+        mids = lattice.split(lo, hi, 2)
+        if not mids:
+            return []
+        v = min(v, mids[0])
+    why = f"model: {cause}; " + (f"bisection of ({lo}, {hi})" if hi is not None and v == mids[0]
+                                  else f"step up {v - lo} from it")
+    return [Pick(v, why, None, {})] + fill(lattice, lo, hi, slots - 1, v)
