@@ -41,17 +41,25 @@ def test_run_that_fits_records_every_phase(tmp_path, tiny, mode, phases):
     assert record["capacity_bytes"] == record["device_total_memory"] > 0
 
 
-def test_load_above_emulated_capacity_is_oom_in_its_phase(tmp_path, tiny):
-    """(64, 64, 64) inputs fit in 8 MiB; the (64, 64, 256) hidden activations do not."""
-    spec = RunSpec.from_dict(dict(tiny, batch=64, context=64, width=64, capacity_bytes=8 * 2**20))
+@pytest.mark.parametrize("mode, message", [("allocator", "Tried to allocate 4.00 MiB (4194304 bytes)"),
+                                           ("process", "can't allocate memory")])
+def test_load_above_emulated_capacity_is_oom_in_its_phase(tmp_path, tiny, mode, message):
+    """(64, 64, 64) inputs fit in 8 MiB; the (64, 64, 256) hidden activations do not: the
+    tracker refuses the 4 MiB gelu output (allocator), or malloc fails under RLIMIT_DATA (process)."""
+    spec = RunSpec.from_dict(dict(tiny, batch=64, context=64, width=64, capacity_bytes=8 * 2**20,
+                                  capacity_mode=mode))
     result = execute(spec, tmp_path / "run", isolation="spawn")  # the other tests use the forkserver
     assert result["outcome"] == "oom" and result["returncode"] == 3
     assert result["failed_phase"] == "cold_forward"
-    assert "can't allocate memory" in result["error_message"]
+    assert message in result["error_message"]
     record = _record(tmp_path / "run")
     assert [p["status"] for p in record["phases"]] == ["ok", "ok", "oom"]
-    assert record["capacity_bytes"] == 8 * 2**20
+    assert record["capacity_bytes"] == 8 * 2**20 and record["capacity"]["capacity_mode"] == mode
     assert record["phases"][-1]["max_memory_allocated"] is not None  # the last values available are kept
+    if mode == "allocator":  # the peak never shows more than the capacity; the refused request is apart
+        oom = record["phases"][-1]
+        assert oom["max_memory_allocated"] <= 8 * 2**20 < oom["oom_allocated_bytes"] + oom["oom_request_bytes"]
+        assert oom["oom_request_bytes"] == 4194304 and oom["oom_operator"] == "aten.gelu.default"
 
 
 def test_other_exception_is_error_not_oom(tmp_path, tiny):
