@@ -12,12 +12,12 @@ condition.
 Peaks read by the model (``run_peak``): the largest phase peak of the run,
 ``max_memory_reserved`` on CUDA (the per-process memory fraction caps what the caching
 allocator reserves) and ``max_memory_allocated`` on the CPU (the worker's live-tensor
-tracker). On the CPU the capacity is a limit on the growth of the data segment above
-``capacity_baseline_bytes`` (VmData when the limit was set, see
-``worker.counters.apply_cpu_capacity``); the tracker counts only tensors created after that
-point, so its bytes are compared with ``capacity_bytes`` directly, and what malloc keeps
-beyond the tensors shows up as a lower effective threshold, which the search learns from its
-probes.
+tracker). On the CPU with ``capacity_mode=allocator`` (the default) the capacity caps exactly
+these tracked bytes (``worker.counters.apply_cpu_allocator_capacity``), so the model and the
+runs count the same bytes; with ``capacity_mode=process`` the capacity limits the growth of the
+data segment (RLIMIT_DATA, ``worker.counters.apply_cpu_process_capacity``), and what malloc
+keeps beyond the tensors shows up as a lower effective threshold, which the search learns from
+its probes.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ log = logging.getLogger("memsweep")
 PEAK_COUNTERS = {
     "max_memory_reserved": "max_memory_reserved, largest phase peak (CUDA caching allocator; the emulated "
                            "capacity caps reserved memory via set_per_process_memory_fraction)",
-    "max_memory_allocated": "max_memory_allocated, largest phase peak (CPU: the worker's live-tensor tracker; "
-                            "the capacity bounds data-segment growth above capacity_baseline_bytes, and the "
-                            "tracker counts only tensors created after that baseline, so the two are compared "
-                            "directly; malloc overhead shows as a lower effective threshold)",
+    "max_memory_allocated": "max_memory_allocated, largest phase peak (CPU: the worker's live-tensor tracker, "
+                            "which capacity_mode=allocator caps exactly; under capacity_mode=process the "
+                            "capacity bounds data-segment growth, and malloc overhead shows as a lower "
+                            "effective threshold)",
 }
 
 
