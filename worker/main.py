@@ -137,6 +137,13 @@ def _driver_version() -> str | None:
         return None
 
 
+def env_alloc_conf() -> dict:
+    """The caching allocator's settings from the environment: PYTORCH_CUDA_ALLOC_CONF,
+    PYTORCH_HIP_ALLOC_CONF and PYTORCH_ALLOC_CONF (str, or None when unset)."""
+    return {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
+                                           "PYTORCH_ALLOC_CONF")}
+
+
 def environment(device, dry_run: bool = False) -> dict:
     """The run's environment: versions, device, allocator settings, host.
 
@@ -144,8 +151,6 @@ def environment(device, dry_run: bool = False) -> dict:
     its total memory, name, driver, allocator backend and capability are null (unknown), never
     invented."""
     import torch
-
-    from .counters import env_alloc_conf
 
     no_device = dry_run and device.type == "cuda"
     total, _, name = (None, None, None) if no_device else _device_memory(device)
@@ -334,7 +339,7 @@ def run_phase(counters, name: str, body, iterations: int, fault: dict | None, re
     else:
         phase.update(status=classify_failure(error), error_type=type(error).__name__,
                      error_message=str(error)[:4000])
-        detail = counters.oom_detail() if hasattr(counters, "oom_detail") else None
+        detail = counters.oom_detail()
         if phase["status"] == "oom" and detail:  # the refused request, apart from the peak it never reached
             phase.update(detail)
         phase["_exception"] = error
