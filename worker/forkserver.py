@@ -29,14 +29,14 @@ import socket
 import sys
 import threading
 
-from .main import _die_with_parent  # stdlib-only at import: torch is imported in serve()
+from .lifecycle import die_with_parent  # stdlib-only at import: torch is imported in serve()
 
 REQUEST_TIMEOUT_S = 10.0  # a connected client that sends no request line is dropped
 
 
 def _handle(conn: socket.socket, request: dict) -> None:
     """In the handler process: fork the worker, report its pid and then its exit status."""
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     pid = os.fork()
     if pid == 0:
@@ -80,7 +80,7 @@ def serve(path: str) -> None:
 
     from . import counters, main, workloads  # noqa: F401
 
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     # Ctrl-C reaches the whole foreground process group: the orchestrator says what happened and
     # exits, and the server and its handlers die with it (PR_SET_PDEATHSIG), without tracebacks.
