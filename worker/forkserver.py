@@ -76,6 +76,18 @@ def _handle(conn: socket.socket, request: dict) -> None:
 
 
 def serve(path: str) -> None:
+    """Serve worker forks on the Unix socket ``path`` until killed (never returns).
+
+    Imports torch and the worker's modules once, binds ``path + ".new"`` and renames it to
+    ``path`` once it listens, prints ``ready``, then forks one handler process per connection
+    (see the module docstring for the protocol).
+
+    Args:
+        path: the socket's path.
+
+    Raises:
+        OSError: the socket cannot be bound or renamed.
+    """
     import torch  # noqa: F401  - the point of the server: imported once, for every fork
 
     from . import counters, main, workloads  # noqa: F401

@@ -256,7 +256,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         late_import(name)
         rec.data["current_phase"] = name
         rec.save()
-        phase = run_phase(counters, name, step.body, step.iterations, spec.fault, rec.path, step.meta, step.after)
+        phase = run_phase(counters, name, step.body, step.iterations, spec.fault, rec.path, step.meta,
+                          step.after)
         exc = phase.pop("_exception", None)
         rec.data["phases"].append(phase)
         if exc is not None:
