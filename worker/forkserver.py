@@ -29,6 +29,7 @@ import socket
 import sys
 import threading
 
+from .launch import run
 from .lifecycle import die_with_parent  # stdlib-only at import: torch is imported in serve()
 
 REQUEST_TIMEOUT_S = 10.0  # a connected client that sends no request line is dropped
@@ -41,8 +42,6 @@ def _handle(conn: socket.socket, request: dict) -> None:
     pid = os.fork()
     if pid == 0:
         conn.close()
-        from .launch import run
-
         run(request["spec"], request["stdout"], request["stderr"], request["env"])
         os._exit(70)  # run() never returns
     conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
