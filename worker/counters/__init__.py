@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 
-def make_counters(device: torch.device, devices: int = 1) -> Counters:
+def make_counters(device: torch.device, devices: int = 1) -> CpuCounters | CudaCounters | MultiDeviceCounters:
     """The counters of a run on ``device``; with ``devices`` > 1 (CUDA only), a
     ``MultiDeviceCounters`` over cuda:index .. cuda:index+devices-1, ``device`` first.
 

@@ -99,7 +99,7 @@ class LiveTensorTracker(TorchDispatchMode):
         if self.capacity is not None:
             growth = sum(nbytes - (old or 0) for _, nbytes, old in changes.values())
             if growth > 0 and self.live + growth > self.capacity:
-                raise self._refuse(growth, func)
+                raise self._refuse(growth, func, self.capacity)
         for key, (storage, nbytes, old) in changes.items():
             self._sizes[key] = nbytes
             self.live += nbytes - (old or 0)
@@ -109,14 +109,14 @@ class LiveTensorTracker(TorchDispatchMode):
             self.peak = self.live
         return out
 
-    def _refuse(self, request: int, func) -> Exception:
-        """The OutOfMemoryError of a request of ``request`` bytes that does not fit."""
+    def _refuse(self, request: int, func, capacity: int) -> Exception:
+        """The OutOfMemoryError of a request of ``request`` bytes that does not fit in ``capacity`` bytes."""
         self.refused = {"oom_request_bytes": request, "oom_allocated_bytes": self.live,
                         "oom_operator": str(func)}
-        free = self.capacity - self.live
+        free = capacity - self.live
         return torch.OutOfMemoryError(
             f"CPU out of memory (memsweep capacity_mode=allocator). Tried to allocate {_mib(request)} "
-            f"({request} bytes) in {func}. CPU capacity of {_mib(self.capacity)} ({self.capacity} bytes) "
+            f"({request} bytes) in {func}. CPU capacity of {_mib(capacity)} ({capacity} bytes) "
             f"of which {_mib(free)} ({free} bytes) is free. Of the allocated memory {_mib(self.live)} "
             f"({self.live} bytes) is allocated by live tensors (memsweep tracker).")
 

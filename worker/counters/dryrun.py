@@ -15,6 +15,7 @@ blocks (``CUDA_BLOCK_BYTES``).
 from __future__ import annotations
 
 import weakref
+from typing import Callable, Iterable
 
 import torch
 from torch.nn.modules.module import register_module_parameter_registration_hook
@@ -237,8 +238,8 @@ class DryRunCounters:
         else:
             self.tracker = FakeLiveTensorTracker()
             self.rounding = EXACT_ROUNDING
-        self.roles = None  # () -> iterable of (role, tensors); see Workload.storage_roles
-        self.cuda_guard = None  # CUDA dry run: how PyTorch has a CUDA device guard (ensure_fake_cuda_guard)
+        self.roles: Callable[[], Iterable[tuple[str, list[torch.Tensor]]]] | None = None  # see Workload.storage_roles
+        self.cuda_guard: str | None = None  # CUDA dry run: how PyTorch has a CUDA device guard (ensure_fake_cuda_guard)
 
     def start(self) -> None:
         """Install the fake CUDA device guard (CUDA dry run; a failure is kept in ``cuda_guard``),
