@@ -18,7 +18,7 @@ from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, Run, coerce_table, phase
 from sweeper.pool import gpu_slots, lease, placement
 from sweeper.process import RunDirError, check_resumable
 from worker.counters import CudaCounters, MultiDeviceCounters, apply_cuda_capacity_per_device, make_counters
-from worker.main import run_phase
+from worker.protocol import run_phase
 from worker.records import DEVICE_COUNTERS, RunSpec, SpecError
 
 MiB = 2**20

@@ -71,10 +71,10 @@ def test_the_tracker_counts_cuda_storages_only_in_512_byte_blocks():
     nothing more, a host tensor nothing (it is not in the CUDA allocator's counters)."""
     import torch
 
-    from worker.counters import FakeLiveTensorTracker, _fake_mode
+    from worker.counters import FakeLiveTensorTracker, fake_mode
 
     tracker = FakeLiveTensorTracker(device_type="cuda", block_bytes=512)
-    with _fake_mode("cuda"), tracker:
+    with fake_mode("cuda"), tracker:
         a = torch.empty(3, device="cuda:0")           # 12 B -> 512 B
         b = torch.empty(512, device="cuda:0")         # 2048 B
         view = b.narrow(0, 0, 10)                     # a view: same storage

@@ -19,8 +19,9 @@ TRANSFORMER = {"name": "transformer", "layers": 1, "hidden": 16, "heads": 2, "vo
 SCRIPT = """
 import json, sys
 import worker.main as m
+import worker.measure
 if sys.argv[2] == "1":
-    m.needs_dynamo = lambda spec: False
+    worker.measure.needs_dynamo = lambda spec: False
 code = m.main([sys.argv[1]])
 print(json.dumps({"code": code, "dynamo": "torch._dynamo" in sys.modules}))
 """

@@ -105,7 +105,7 @@ def test_replay_matches_tracker_in_process():
     import torch
 
     from worker.counters import LiveTensorTracker
-    from worker.main import plan
+    from worker.plan import plan
     from worker.workloads import build_workload
 
     rng = random.Random(1)
@@ -121,11 +121,11 @@ def test_replay_matches_tracker_in_process():
         try:
             wl = build_workload(spec, torch.device("cpu"))
             measured = []
-            for _, body, n, _, _ in plan(spec, wl):  # the worker's phases, sub-phases included
+            for step in plan(spec, wl):  # the worker's phases, sub-phases included
                 tracker.reset_peak()
                 start = tracker.live
-                for _ in range(n):
-                    body()
+                for _ in range(step.iterations):
+                    step.body()
                 measured.append((start, tracker.peak, tracker.live))
         finally:
             tracker.__exit__(None, None, None)

@@ -29,20 +29,19 @@ import socket
 import sys
 import threading
 
-from .main import _die_with_parent  # stdlib-only at import: torch is imported in serve()
+from .launch import run
+from .lifecycle import die_with_parent  # stdlib-only at import: torch is imported in serve()
 
 REQUEST_TIMEOUT_S = 10.0  # a connected client that sends no request line is dropped
 
 
 def _handle(conn: socket.socket, request: dict) -> None:
     """In the handler process: fork the worker, report its pid and then its exit status."""
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     pid = os.fork()
     if pid == 0:
         conn.close()
-        from .launch import run
-
         run(request["spec"], request["stdout"], request["stderr"], request["env"])
         os._exit(70)  # run() never returns
     conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
@@ -76,11 +75,23 @@ def _handle(conn: socket.socket, request: dict) -> None:
 
 
 def serve(path: str) -> None:
+    """Serve worker forks on the Unix socket ``path`` until killed (never returns).
+
+    Imports torch and the worker's modules once, binds ``path + ".new"`` and renames it to
+    ``path`` once it listens, prints ``ready``, then forks one handler process per connection
+    (see the module docstring for the protocol).
+
+    Args:
+        path: the socket's path.
+
+    Raises:
+        OSError: the socket cannot be bound or renamed.
+    """
     import torch  # noqa: F401  - the point of the server: imported once, for every fork
 
     from . import counters, main, workloads  # noqa: F401
 
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     # Ctrl-C reaches the whole foreground process group: the orchestrator says what happened and
     # exits, and the server and its handlers die with it (PR_SET_PDEATHSIG), without tracebacks.

@@ -11,9 +11,20 @@ import os
 import signal
 import sys
 
+from .main import main
+
 
 def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict) -> None:
-    """Runs in the forked child: its own session, environment and output files, then the worker."""
+    """Runs in the forked child: its own session, environment and output files, then the worker.
+
+    Args:
+        spec_path: the run's spec.json.
+        stdout_path: the file that becomes the worker's stdout (fd 1).
+        stderr_path: the file that becomes the worker's stderr (fd 2).
+        env: the worker's whole environment (replaces the server's).
+
+    Never returns: the process exits with the worker's exit code (``records.EXIT_*``).
+    """
     os.setsid()  # its own process group, so a timeout kills the worker and anything it started
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the server ignores it; a worker does not
     os.environ.clear()
@@ -22,8 +33,6 @@ def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict) -> None:
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(target, fd)
         os.close(target)
-    from .main import main
-
     code = main([spec_path])
     sys.stdout.flush()
     sys.stderr.flush()

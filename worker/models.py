@@ -37,6 +37,8 @@ class MLP(nn.Module):
         self.checkpointing = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (batch, context, width) through every block (each one checkpointed, non-reentrant
+        torch.utils.checkpoint, when ``checkpointing`` is on in training with grad enabled)."""
         for block in self.blocks:
             if self.checkpointing and self.training and torch.is_grad_enabled():
                 x = checkpoint(block, x, use_reentrant=False)
@@ -95,6 +97,7 @@ class KVCache:
         return out_k, out_v
 
     def tensors(self) -> list[torch.Tensor]:
+        """The keys and values held (every layer's keys, then every layer's values; none before the first update)."""
         return [t for t in self.keys + self.values if t is not None]
 
     def nbytes(self) -> int:
@@ -144,6 +147,9 @@ class Attention(nn.Module):
         self.o = nn.Linear(heads * head_dim, hidden, bias=False)
 
     def forward(self, x, cos, sin, cache: KVCache | None = None, layer: int = 0, start: int = 0):
+        """Hidden states x (batch, tokens, hidden) at positions start..start+tokens-1 -> (batch,
+        tokens, hidden); ``cos``, ``sin`` (tokens, head_dim) from ``rotary``; keys and values
+        stored in ``cache`` under ``layer`` when given. Causal: position i attends keys <= i."""
         b, t, _ = x.shape
         q = self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
         k = self.k(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
@@ -189,6 +195,7 @@ class FeedForward(nn.Module):
         self.down = nn.Linear(ffn_hidden, hidden, bias=False)
 
     def forward(self, x):
+        """x (..., hidden) -> (..., hidden)."""
         if self.gate is not None:
             return self.down(F.silu(self.gate(x)) * self.up(x))
         return self.down(F.gelu(self.up(x)))
@@ -205,6 +212,7 @@ class Block(nn.Module):
         self.ffn = FeedForward(hidden, ffn_hidden, ffn)
 
     def forward(self, x, cos, sin, cache: KVCache | None = None, layer: int = 0, start: int = 0):
+        """x (batch, tokens, hidden) -> (batch, tokens, hidden); arguments as ``Attention.forward``."""
         x = x + self.attn(self.norm1(x), cos, sin, cache, layer, start)
         return x + self.ffn(self.norm2(x))
 

@@ -1,0 +1,125 @@
+"""Fake tensors of a dry run on a device: the fake mode, the CUDA device guard a CPU-only PyTorch
+lacks, and the failures that say an operator cannot run on fake tensors.
+
+Only dry-run worker processes call these (``dryrun.DryRunCounters`` and ``measure``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+
+import torch
+from torch._subclasses import fake_tensor
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+
+class NoDeviceInitFakeTensorMode(FakeTensorMode):
+    """A FakeTensorMode whose ``avoid_device_init`` is always True (FakeTensorMode sets it only
+    when no GPU is visible): see ``fake_mode``."""
+
+    @property
+    def avoid_device_init(self) -> bool:
+        """Always True: never initialise the device behind a fake tensor."""
+        return True
+
+
+def fake_mode(device_type: str) -> FakeTensorMode:
+    """The FakeTensorMode of a dry run on ``device_type``.
+
+    For ``cuda``, a subclass whose ``avoid_device_init`` is always True (FakeTensorMode sets it
+    only when no GPU is visible): ``torch.tensor`` constants are never lifted onto the device
+    and no constant is propagated across a device move, so a CUDA dry run never touches a real
+    GPU, on a machine that has one too (torch/_subclasses/fake_tensor.py, NOTE "torch.tensor,
+    lift_fresh, and device movement").
+
+    Args:
+        device_type: ``"cpu"`` or ``"cuda"`` (``torch.device.type``).
+
+    Returns:
+        A new mode, not entered.
+    """
+    if device_type != "cuda":
+        return FakeTensorMode()
+    return NoDeviceInitFakeTensorMode()
+
+
+_DEVICE_TYPES = 21  # c10::DeviceType: CPU 0, CUDA 1, ..., Lazy 17, ..., PrivateUse1 20 (c10/core/DeviceType.h)
+_CUDA, _LAZY = 1, 17
+
+
+def ensure_fake_cuda_guard() -> str:
+    """Make sure PyTorch has a device guard for CUDA, so that fake CUDA tensors can be indexed
+    (``t[..., a:b]``, whose binding takes a device guard) without a GPU; returns how (str).
+
+    * a PyTorch built with CUDA has its own guard; without a GPU, FakeTensorMode swaps it for
+      PyTorch's no-op ``FakeGuardImpl`` (c10 ``ensureCUDADeviceGuardSet``, done here too):
+      ``"pytorch"``;
+    * a CPU-only build has none, and ``ensureCUDADeviceGuardSet`` installs the no-op guard only
+      over an existing one that reports no device. This puts the Lazy backend's guard (which
+      reports none) in the CUDA slot of c10's ``device_guard_impl_registry`` (ctypes), calls
+      ``ensureCUDADeviceGuardSet``, which then installs its ``FakeGuardImpl<CUDA>``: the state
+      of a CUDA build without a GPU. ``"installed: ..."``. Only dry-run worker processes do this.
+
+    Raises:
+        RuntimeError: libc10 or its registry cannot be found, or the no-op guard was not
+        installed (the registry is left as it was).
+    """
+    torch._C._ensureCUDADeviceGuardSet()
+    if torch.cuda._is_compiled():
+        return "pytorch"
+    libs = sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.*")))
+    if not libs:
+        raise RuntimeError("libc10 not found next to torch")
+    try:
+        registry = (ctypes.c_void_p * _DEVICE_TYPES).in_dll(ctypes.CDLL(libs[0]),
+                                                          "_ZN3c104impl26device_guard_impl_registryE")
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"c10 device_guard_impl_registry not found: {exc}") from None
+    if registry[_CUDA]:
+        return "installed: c10 FakeGuardImpl<CUDA> (already there)"
+    if not registry[_LAZY]:
+        raise RuntimeError("no Lazy device guard to stand in while the no-op CUDA guard is installed")
+    registry[_CUDA] = registry[_LAZY]
+    torch._C._ensureCUDADeviceGuardSet()
+    if registry[_CUDA] == registry[_LAZY]:
+        registry[_CUDA] = None
+        raise RuntimeError("ensureCUDADeviceGuardSet did not install its no-op CUDA guard")
+    return "installed: c10 FakeGuardImpl<CUDA> (CPU-only PyTorch)"
+
+
+def fake_cuda_autograd_available() -> bool:
+    """Whether autograd can record a graph on fake CUDA tensors in this PyTorch (bool).
+
+    The autograd graph asks the device guard of every CUDA tensor it records for its stream,
+    and the backward pass asks for the build's accelerator (autograd engine,
+    ``GraphTask::stash_current_streams``). A CPU-only build has no CUDA accelerator: without a
+    guard PyTorch aborts the process (C++ terminate, "PyTorch is not linked with support for
+    cuda devices", pytorch/pytorch#92627), with the no-op one backward raises "Cannot access
+    accelerator device when none is available" (measured with PyTorch 2.13+cpu). So: True for
+    a PyTorch built with CUDA (``torch.cuda._is_compiled()``; with or without a GPU, not
+    checked here without one), False for a CPU-only build.
+    """
+    return bool(torch.cuda._is_compiled())
+
+
+def dry_run_unsupported(exc: BaseException) -> str | None:
+    """The message of a dry run's failure when ``exc`` says that fake tensors cannot run an
+    operator (data-dependent output or shape, no fake/meta kernel), else None.
+
+    Args:
+        exc: what a dry run's phase raised.
+
+    Returns:
+        A message that names the operator and says to measure the load with a real run, or None.
+    """
+    kinds = tuple(k for k in (getattr(fake_tensor, n, None) for n in (
+        "DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException",
+        "UnsupportedFakeTensorException")) if isinstance(k, type))
+    if not isinstance(exc, kinds):
+        return None
+    op = getattr(exc, "func", None)
+    return (f"dry run: operator {op if op is not None else '?'} cannot run on fake tensors "
+            f"({type(exc).__name__}: its output depends on tensor data or it has no fake/meta kernel); "
+            f"measure this load with a real run")

@@ -1,0 +1,174 @@
+"""The device a run asks for, and the run's environment: versions, device, allocator, host.
+
+``python -m worker --probe DEVICE`` (``probe``) and ``--env DEVICE`` (``env_report``, seed 003's
+environment report) answer from here, in a short process of their own, so that the sweeper's
+process never initialises CUDA.
+
+torch is imported inside the functions, not at the top: ``probe`` must answer "PyTorch is not
+installed" instead of failing to import, and the worker's command line imports this module
+before it knows whether torch is there.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+
+from .records import meminfo_bytes
+
+
+def resolve_device(requested: str):
+    """The device of ``requested`` and why it is unavailable; imports torch.
+
+    Args:
+        requested: ``auto`` (cuda:0 when a GPU is visible, else cpu), ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Returns:
+        (torch.device, None) when the device is there (``cuda`` resolved to ``cuda:0``), else
+        (torch.device, a reason (str)).
+
+    Raises:
+        RuntimeError: ``requested`` is not a device string torch.device accepts.
+    """
+    import torch
+
+    if requested == "auto":
+        requested = "cuda:0" if torch.cuda.is_available() else "cpu"
+    device = torch.device(requested)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return device, "no CUDA/ROCm device is visible to this PyTorch build"
+        index = device.index if device.index is not None else 0
+        if index >= torch.cuda.device_count():
+            return device, f"{requested}: only {torch.cuda.device_count()} device(s) visible"
+        device = torch.device("cuda", index)
+    return device, None
+
+
+def bf16_supported(device) -> bool:
+    """Whether ``device`` (torch.device) runs bfloat16 natively: always on the CPU;
+    torch.cuda.is_bf16_supported(including_emulation=False) on CUDA (PyTorch doc)."""
+    import torch
+
+    if device.type != "cuda":
+        return True
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:  # older PyTorch without the argument
+        return bool(torch.cuda.is_bf16_supported())
+
+
+def device_memory(device) -> tuple[int | None, int | None, str | None]:
+    """(total_memory, free_memory, device_name) for ``device``, memory in bytes.
+
+    CUDA: torch.cuda.mem_get_info (PyTorch doc; creates the CUDA context) and
+    torch.cuda.get_device_name. CPU: MemTotal and MemAvailable of /proc/meminfo (None when
+    unreadable) and the processor's name.
+    """
+    import torch
+
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return int(total), int(free), torch.cuda.get_device_name(device)
+    return meminfo_bytes("MemTotal"), meminfo_bytes("MemAvailable"), platform.processor() or platform.machine()
+
+
+def _driver_version() -> str | None:
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            return f.readline().strip() or None
+    except OSError:
+        return None
+
+
+def env_alloc_conf() -> dict:
+    """The caching allocator's settings from the environment: PYTORCH_CUDA_ALLOC_CONF,
+    PYTORCH_HIP_ALLOC_CONF and PYTORCH_ALLOC_CONF (str, or None when unset)."""
+    return {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
+                                           "PYTORCH_ALLOC_CONF")}
+
+
+def environment(device, dry_run: bool = False) -> dict:
+    """The run's environment: versions, device, allocator settings, host.
+
+    ``dry_run`` on a CUDA device: nothing is asked of the device (no CUDA call, no context), so
+    its total memory, name, driver, allocator backend and capability are null (unknown), never
+    invented.
+
+    Args:
+        device: the run's device (torch.device).
+        dry_run: the run is a dry run (spec ``dry_run``).
+
+    Returns:
+        The record's ``environment`` (``total_memory`` in bytes; ``isolation`` and ``lease``:
+        the sweeper's MEMSWEEP_ISOLATION and MEMSWEEP_LEASE).
+    """
+    import torch
+
+    no_device = dry_run and device.type == "cuda"
+    total, _, name = (None, None, None) if no_device else device_memory(device)
+    env = {
+        "python": platform.python_version(), "torch": torch.__version__,
+        "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None),
+        "backend": ("hip" if torch.version.hip else "cuda") if device.type == "cuda" else "cpu",
+        "device": str(device), "device_name": name, "total_memory": total,
+        "driver": _driver_version() if device.type == "cuda" and not no_device else None,
+        "allocator_backend": torch.cuda.get_allocator_backend() if device.type == "cuda" and not no_device else None,
+        "alloc_conf": env_alloc_conf(), "host": socket.gethostname(), "platform": platform.platform(),
+        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "isolation": os.environ.get("MEMSWEEP_ISOLATION", "spawn"),
+        "lease": os.environ.get("MEMSWEEP_LEASE"),
+    }
+    if device.type == "cuda":
+        env["capability"] = None if no_device else ".".join(map(str, torch.cuda.get_device_capability(device)))
+    return env
+
+
+def probe(requested: str) -> dict:
+    """Describe a device without measuring anything (runs in its own short process).
+
+    Args:
+        requested: a device string (see ``resolve_device``).
+
+    Returns:
+        ``requested``, ``available`` and ``reason`` (why not), and when torch is installed
+        ``device``, ``device_kind``, ``torch``; when the device is available also
+        ``total_memory`` and ``free_memory`` (bytes), ``device_name``, ``bf16_supported`` and
+        ``device_count``.
+    """
+    try:
+        import torch
+    except ImportError as exc:
+        return {"requested": requested, "available": False, "reason": f"PyTorch is not installed ({exc})"}
+    device, reason = resolve_device(requested)
+    out = {"requested": requested, "device": str(device), "device_kind": device.type,
+           "available": reason is None, "reason": reason, "torch": torch.__version__}
+    if reason is None:
+        total, free, name = device_memory(device)
+        out.update(total_memory=total, free_memory=free, device_name=name,
+                   bf16_supported=bf16_supported(device),
+                   device_count=torch.cuda.device_count() if device.type == "cuda" else 1)
+    return out
+
+
+def env_report(requested: str) -> dict:
+    """Seed 003's environment report for a device: probe() plus environment() when it is there.
+
+    Args:
+        requested: a device string (see ``resolve_device``).
+
+    Returns:
+        ``probe``'s description with ``environment`` (without the run-only ``isolation`` and
+        ``lease``) when the device is available.
+    """
+    info = probe(requested)
+    if info.get("available"):
+        device, _ = resolve_device(requested)
+        env = environment(device)
+        for run_only in ("isolation", "lease"):  # facts of a run, not of the machine
+            env.pop(run_only, None)
+        info["environment"] = env
+    return info

@@ -1,0 +1,281 @@
+"""One run measured: the record (``Recorder``) and the orchestration of a run (``measure``):
+set-up (device, counters, capacity), the workload, then every phase of the plan under the
+seed-003 protocol.
+
+The record (record.json beside the spec) is rewritten atomically before every phase (its
+``current_phase`` names the phase about to run) and after it, so a process killed mid-run
+leaves its complete phases and the phase it died in. The run stops at the first failed phase.
+
+torch, ``worker.counters`` and ``worker.workloads`` (which import torch) are imported inside
+``measure``: a worker whose PyTorch is missing still writes a record that says so (exit 2).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from .environment import bf16_supported, device_memory, environment, resolve_device
+from .plan import MODEL_LOAD, plan
+from .protocol import run_phase
+from .records import (EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, SCHEMA_VERSION, RunSpec, needs_dynamo,
+                      write_json_atomic)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Recorder:
+    """Holds the run record and rewrites record.json atomically on every change.
+
+    Args:
+        path: the record's path (record.json in the run directory).
+        spec: the spec as read from spec.json (a dict), or None until it is read.
+    """
+
+    def __init__(self, path: Path, spec: dict | None):
+        self.path = path
+        self.data = {
+            "schema_version": SCHEMA_VERSION, "spec": spec, "pid": os.getpid(),
+            "started_at": _now(), "updated_at": None, "complete": False, "outcome": None,
+            "exit_code": None, "failed_phase": None, "error_type": None, "error_message": None,
+            "device": None, "device_kind": None, "counter_sources": None, "capacity_bytes": None,
+            "capacity": None, "device_total_memory": None, "device_free_memory_start": None,
+            "device_index": None, "environment": None, "model": None, "current_phase": None, "phases": [],
+            # measured: the counters of a real run; predicted: a dry run on fake tensors (spec.dry_run)
+            "source": "measured",
+            # a dry run's accounting of storage bytes (counters.CUDA_ROUNDING / EXACT_ROUNDING); null if measured
+            "prediction_rounding": None,
+            # torch.cuda.is_initialized() when the record was finished (null: torch not imported)
+            "cuda_initialized": None,
+        }
+
+    def save(self) -> None:
+        """Stamp ``updated_at`` and write the record atomically (``records.write_json_atomic``)."""
+        self.data["updated_at"] = _now()
+        write_json_atomic(self.path, self.data)
+
+    def finish(self, outcome: str, exit_code: int, phase: str | None = None,
+               exc: BaseException | None = None, error_type: str | None = None,
+               message: str | None = None) -> int:
+        """Complete the record with the run's outcome and save it.
+
+        Args:
+            outcome: ``ok``, ``oom`` or ``error``.
+            exit_code: the worker's exit code (``records.EXIT_*``).
+            phase: the phase that failed (``setup`` for the set-up), or None.
+            exc: the exception that ended the run; its type name and message (at most 4000
+                characters) are recorded unless ``error_type`` / ``message`` are given.
+            error_type: the recorded error type, instead of ``exc``'s.
+            message: the recorded error message, instead of ``exc``'s.
+
+        Returns:
+            ``exit_code``.
+        """
+        self.data.update(outcome=outcome, exit_code=exit_code, failed_phase=phase, complete=True,
+                         error_type=error_type or (type(exc).__name__ if exc else None),
+                         error_message=message or (str(exc)[:4000] if exc else None))
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            self.data["cuda_initialized"] = bool(torch.cuda.is_initialized())
+        self.save()
+        return exit_code
+
+
+BALLAST_ENV = "MEMSWEEP_BALLAST_BYTES"
+
+
+def _ballast_bytes() -> int | None:
+    """``MEMSWEEP_BALLAST_BYTES`` (for memsweep's own tests and benches): bytes of non-tensor
+    memory the worker holds, touched, from the end of its set-up to its end; None when unset."""
+    text = os.environ.get(BALLAST_ENV)
+    return int(text) if text and text.isdigit() else None
+
+
+SNAPSHOT_MAX_ENTRIES = 100_000  # allocator events kept: bounds the snapshot's size
+SNAPSHOT_MAX_BYTES = 256 * 2**20
+
+
+def dump_snapshot(run_dir: Path) -> dict:
+    """Write the CUDA allocator snapshot of an OOM run to run_dir/oom_snapshot.pickle.
+
+    The file is PyTorch's own format (torch.cuda.memory._dump_snapshot), meant for
+    pytorch.org/memory_viz; memsweep writes it and never loads it. A snapshot above
+    SNAPSHOT_MAX_BYTES is deleted and the record says so.
+
+    Args:
+        run_dir: the run directory.
+
+    Returns:
+        The record's ``oom_snapshot``: ``file`` (name, or None), ``bytes`` (its size), and
+        ``problem`` (why there is no file, or None); never raises for a failed snapshot.
+    """
+    import torch  # imported by measure already (see the module docstring)
+
+    path = run_dir / "oom_snapshot.pickle"
+    try:
+        torch.cuda.memory._dump_snapshot(str(path))
+    except Exception as exc:  # noqa: BLE001 - a failed snapshot must not hide the OOM
+        return {"file": None, "bytes": None, "problem": f"{type(exc).__name__}: {exc}"}
+    size = path.stat().st_size
+    if size > SNAPSHOT_MAX_BYTES:
+        path.unlink()
+        return {"file": None, "bytes": size, "problem": f"larger than {SNAPSHOT_MAX_BYTES} B: deleted"}
+    return {"file": path.name, "bytes": size, "max_entries": SNAPSHOT_MAX_ENTRIES, "problem": None}
+
+
+def measure(spec: RunSpec, rec: Recorder) -> int:
+    """Run every phase of ``spec``, recording each in ``rec``; torch is imported here.
+
+    Args:
+        spec: the run's spec.
+        rec: the run's recorder (record.json saved before and after every phase).
+
+    Returns:
+        The worker's exit code: ``EXIT_OK``; ``EXIT_UNAVAILABLE`` (PyTorch, the device, the
+        dtype on it, or an optional package missing: nothing measured); ``EXIT_OOM`` (a phase
+        ran out of memory); ``EXIT_ERROR`` (set-up or a phase raised something else). Every
+        failure is recorded, never raised.
+    """
+    try:
+        import torch
+    except ImportError as exc:
+        return rec.finish("error", EXIT_UNAVAILABLE, error_type="TorchUnavailable",
+                          message=f"PyTorch is not installed: {exc}")
+    from .counters import (DryRunCounters, apply_cpu_allocator_capacity, apply_cpu_process_capacity, apply_cuda_capacity,
+                           apply_cuda_capacity_per_device, dry_run_unsupported, fake_cuda_autograd_available,
+                           make_counters)
+    from .workloads import DependencyMissing, build_workload
+
+    if torch.cuda.is_initialized():  # isolation: nothing may have touched a device before this run
+        return rec.finish("error", EXIT_ERROR, phase="setup", error_type="IsolationError",
+                          message="a CUDA context existed before the worker started")
+    if needs_dynamo(spec):
+        # PyTorch would import it lazily (see needs_dynamo): seconds and ~70 MB of host memory
+        # that belong to no phase (and, on the CPU, before the capacity limit), so they are spent
+        # here. Free when the fork server imported it already.
+        import torch._dynamo  # noqa: F401
+    cores = os.environ.get("MEMSWEEP_CPU_CORES")
+    if cores:  # a lease of CPU cores from the sweeper's pool
+        os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
+        if not spec.threads:
+            torch.set_num_threads(len(cores.split(",")))
+    if spec.dry_run:  # fake tensors of the spec's device (cpu or cuda:N): nothing is asked of it
+        device, reason = torch.device(spec.device), None
+        if device.type == "cuda" and spec.mode == "train":
+            if not fake_cuda_autograd_available():
+                rec.data.update(device=str(device), device_kind=device.type, device_index=device.index)
+                return rec.finish("error", EXIT_UNAVAILABLE, error_type="DryRunUnsupported", message=(
+                    f"dry run: mode=train on {device} records an autograd graph on fake CUDA tensors, whose "
+                    f"backward pass needs a PyTorch built with CUDA (no GPU needed); this one "
+                    f"({torch.__version__}) is CPU-only (pytorch/pytorch#92627). Inference and generate "
+                    f"dry runs on {device} work here; device=cpu predicts train mode on the CPU"))
+    else:
+        device, reason = resolve_device(spec.device)
+    if not reason and spec.devices > 1 and device.index + spec.devices > torch.cuda.device_count():
+        reason = (f"devices={spec.devices}: cuda:{device.index}..cuda:{device.index + spec.devices - 1} asked, "
+                  f"only {torch.cuda.device_count()} device(s) visible")
+    if reason:
+        return rec.finish("error", EXIT_UNAVAILABLE, error_type="DeviceUnavailable", message=reason)
+    if spec.dtype == "bfloat16" and not spec.dry_run and not bf16_supported(device):
+        return rec.finish("error", EXIT_UNAVAILABLE, error_type="DtypeUnsupported",
+                          message=f"{device} does not support bfloat16 natively")
+    try:  # set-up: a failure here is an error of the run, attributed to no phase
+        if spec.threads:
+            torch.set_num_threads(spec.threads)
+        counters = DryRunCounters(device) if spec.dry_run else make_counters(device, spec.devices)
+        counters.start()
+        if spec.dry_run:  # a prediction: nothing of the host's (nor the device's) memory belongs in the record
+            total = free = None
+            rec.data["prediction_rounding"] = counters.rounding
+        else:
+            total, free, _ = device_memory(device)
+        rec.data.update(device=str(device), device_kind=device.type, counter_sources=counters.sources,
+                        device_index=device.index if device.type == "cuda" else None,
+                        device_total_memory=total, device_free_memory_start=free,
+                        environment=environment(device, dry_run=spec.dry_run))
+        if spec.dry_run and device.type == "cuda":
+            rec.data["environment"]["fake_cuda_guard"] = counters.cuda_guard
+        capacity = {"capacity_method": "device total_memory"}
+        if spec.dry_run:
+            capacity = {"capacity_method": "none (dry run: fake tensors use no memory; nothing is limited)"}
+        elif spec.capacity_bytes is not None:
+            if device.type == "cuda" and spec.devices > 1:  # the same emulated capacity on every device
+                capacity = apply_cuda_capacity_per_device(counters, spec.capacity_bytes)
+            elif device.type == "cuda":
+                capacity = apply_cuda_capacity(counters, spec.capacity_bytes, total)
+            elif spec.capacity_mode == "process":
+                torch.ones(64, 64) @ torch.ones(64, 64)  # start the intra-op thread pool before the limit
+                capacity = apply_cpu_process_capacity(spec.capacity_bytes)
+            else:
+                capacity = apply_cpu_allocator_capacity(counters, spec.capacity_bytes)
+        rec.data.update(capacity_bytes=spec.capacity_bytes if spec.capacity_bytes is not None else total,
+                        capacity=capacity)
+        ballast = bytes(b"\x01" * (_ballast_bytes() or 0))  # a process that holds other memory too
+        rec.data["environment"]["ballast_bytes"] = len(ballast) or None  # held until the worker ends
+        if spec.snapshot_on_oom:
+            # PyTorch doc, "Understanding CUDA Memory Usage": record the allocator's history so
+            # that an OOM can be dumped as a snapshot (viewable at pytorch.org/memory_viz).
+            torch.cuda.memory._record_memory_history(max_entries=SNAPSHOT_MAX_ENTRIES)
+        rec.save()
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        return rec.finish("error", EXIT_ERROR, phase="setup", exc=exc)
+
+    try:  # imports the spec needs (transformers, bitsandbytes, the user's modules): no phase yet
+        workload = build_workload(spec, device, rec.path.parent)
+        workload.prepare()
+        if spec.dry_run:  # the roles that split each phase's predicted peak
+            counters.roles = workload.storage_roles
+    except DependencyMissing as exc:
+        return rec.finish("error", EXIT_UNAVAILABLE, error_type="DependencyMissing", message=str(exc))
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        return rec.finish("error", EXIT_ERROR, phase="setup", exc=exc)
+
+    dynamo_loaded = "torch._dynamo" in sys.modules
+    # On the CPU, memory_reserved is the resident set, which counts imported code: ~65 MiB more
+    # with Dynamo (a train run, or a fork server that had imported it for an earlier run).
+    rec.data["environment"]["torch_dynamo_imported"] = dynamo_loaded
+
+    def late_import(until: str) -> None:  # needs_dynamo said no, wrongly: say so in the record
+        nonlocal dynamo_loaded
+        if not dynamo_loaded and "torch._dynamo" in sys.modules:
+            dynamo_loaded = True
+            rec.data["environment"]["imported_during_phases"] = f"torch._dynamo (before {until})"
+            print(f"memsweep worker: warning: torch._dynamo was imported inside a phase before {until} "
+                  f"(worker.records.needs_dynamo missed this run); its host memory is in that phase's "
+                  f"readings", file=sys.stderr)
+
+    for step in plan(spec, workload):
+        name = step.name
+        late_import(name)
+        rec.data["current_phase"] = name
+        rec.save()
+        phase = run_phase(counters, name, step.body, step.iterations, spec.fault, rec.path, step.meta,
+                          step.after)
+        exc = phase.pop("_exception", None)
+        rec.data["phases"].append(phase)
+        if exc is not None:
+            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+            unsupported = dry_run_unsupported(exc) if spec.dry_run else None
+            if unsupported:
+                phase.update(status="error", error_type="DryRunUnsupported", error_message=unsupported)
+                return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported",
+                                  message=unsupported)
+            code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
+            if phase["status"] == "oom" and spec.snapshot_on_oom:
+                rec.data["oom_snapshot"] = dump_snapshot(rec.path.parent)
+            return rec.finish(phase["status"], code, phase=name, exc=exc)
+        if name == MODEL_LOAD:
+            rec.data["model"] = workload.model_info()
+        if step.release is not None:
+            step.release()
+        rec.data["current_phase"] = None
+        rec.save()
+    late_import("the end")
+    return rec.finish("ok", EXIT_OK)

@@ -1,0 +1,350 @@
+"""``Workload``: what every workload shares (precision, optimizer, the training step's
+sub-phases, evaluation, export, generation with a KV cache), and the hooks a workload supplies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..records import RunSpec
+from .optimizers import check_optimizer, make_optimizer
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (a view is counted once)."""
+    seen, total = set(), 0
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        storage = t.untyped_storage()
+        # the StorageImpl's address: a fake tensor's (dry run) has no data pointer
+        key = (storage.device, storage._cdata, storage.nbytes())
+        if key not in seen:
+            seen.add(key)
+            total += storage.nbytes()
+    return total
+
+
+def _convert_fake(model: nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+    """``model.to(device=device, dtype=dtype)`` for a model of fake tensors (dry run).
+
+    ``nn.Module._apply`` swaps fake parameters in place (``torch.utils.swap_tensors``), which
+    fails on tensors FakeTensorMode holds weak references to; here a converted parameter or
+    buffer replaces the old one in its module instead. The bytes are those of ``Module.to``:
+    a parameter already in that dtype and device is kept (no copy), another one is copied and
+    the old storage released once nothing refers to it.
+    """
+    for module in model.modules():
+        for key, param in list(module._parameters.items()):
+            if param is None:
+                continue
+            with torch.no_grad():
+                applied = param.to(device=device, dtype=dtype if param.is_floating_point() else None)
+            if applied is not param:
+                module._parameters[key] = nn.Parameter(applied, requires_grad=param.requires_grad)
+        for key, buf in list(module._buffers.items()):
+            if buf is None:
+                continue
+            applied = buf.to(device=device, dtype=dtype if buf.is_floating_point() else None)
+            if applied is not buf:
+                module._buffers[key] = applied
+
+
+class Workload:
+    """The phase bodies of one run; a subclass supplies the model-specific hooks.
+
+    Training step, per micro-step m of ``spec.micro_steps``: ``step_forward(m)`` (zero_grad
+    with set_to_none at m = 0, then the forward pass), ``step_loss(m)`` (the loss, divided by
+    micro_steps; the model output is released), ``step_backward(m)``; then
+    ``step_optimizer()``, after which the loss is released. Generation: ``gen_prefill()`` (the ``context`` prompt tokens, KV
+    cache created) then ``gen_decode()`` (``new_tokens`` forward passes of one token, greedy),
+    under ``torch.inference_mode``; ``end_generation()`` releases the cache between phases.
+
+    Every phase body takes no argument and returns None (the worker's phase plan calls it); the
+    sizes a phase adds to its record (``gradient_bytes``, ``optimizer_state_bytes``,
+    ``kv_cache_info``, ``export_info``) are bytes by construction, not counters.
+
+    Args:
+        spec: the run's spec.
+        device: the run's device.
+        run_dir: the run directory (the export phase writes its temporary file there); None
+            means the system's temporary directory.
+    """
+
+    name = "?"
+    # True: build in float32 on the host, then move and cast (the mlp keeps the seed's loading,
+    # so model_load briefly holds both copies); False: build directly on the device in its dtype.
+    build_on_host = False
+
+    def __init__(self, spec: RunSpec, device: torch.device, run_dir: Path | None = None):
+        self.spec, self.device = spec, device
+        self.run_dir = Path(run_dir) if run_dir is not None else Path(tempfile.gettempdir())
+        self.compute_dtype = DTYPES[spec.dtype]
+        self.autocast_on = spec.precision == "autocast"
+        self.param_dtype = torch.float32 if self.autocast_on else self.compute_dtype
+        self.model: nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scaler = None
+        self.x = self.target = None  # the run's inputs (see make_inputs)
+        self._out = self._loss = None
+        self.cache = None
+        self._next_token = None
+        self.cache_tokens = 0
+        self.export_bytes: int | None = None
+
+    # ----- hooks of a workload --------------------------------------------------------------
+    def prepare(self) -> None:
+        """Import what the spec needs (before any phase).
+
+        Raises:
+            DependencyMissing: an optional package the spec needs is not installed.
+        """
+        if self.spec.mode == "train":
+            check_optimizer(self.spec.optimizer)
+
+    def build_model(self) -> nn.Module:
+        """The model with random weights (called under the parameter dtype as default dtype,
+        and on the device unless ``build_on_host``)."""
+        raise NotImplementedError
+
+    def make_inputs(self, batch: int, generator: torch.Generator, with_target: bool) -> tuple[Any, Any]:
+        """(inputs, target) for ``batch``, drawn from ``generator`` (None on a fake-CUDA dry run);
+        target None when not ``with_target``."""
+        raise NotImplementedError
+
+    def call(self, inputs: Any) -> Any:
+        """The model's output for ``inputs`` (``model(inputs)``)."""
+        return self.model(inputs)
+
+    def loss_fn(self, output: Any, target: Any) -> torch.Tensor:
+        """The scalar training loss of ``output`` against ``target``."""
+        raise NotImplementedError
+
+    def enable_checkpointing(self, model: nn.Module) -> None:
+        """Turn on activation checkpointing (spec ``checkpointing``) in ``model``.
+
+        Raises:
+            ValueError: the model cannot checkpoint (subclasses).
+        """
+        model.checkpointing = True
+
+    def prefill(self, ids: torch.Tensor):
+        """(logits of the last position (batch, 1, vocab), cache) for prompt ids (batch, context)."""
+        raise NotImplementedError
+
+    def decode(self, token: torch.Tensor, cache, position: int):
+        """(logits (batch, 1, vocab), cache) for one token (batch, 1) at ``position``."""
+        raise NotImplementedError
+
+    def cache_tensors(self, cache) -> list[torch.Tensor]:
+        """The tensors of a KV cache, for ``kv_cache_info``."""
+        raise NotImplementedError
+
+    def model_info(self) -> dict:
+        """Sizes by construction (not counters), for the record: parameters and their bytes."""
+        params = list(self.model.parameters())
+        return {"parameters": sum(p.numel() for p in params),
+                "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
+                "parameter_bytes": _storage_bytes(params),
+                "buffer_bytes": _storage_bytes(self.model.buffers()),
+                "param_dtype": str(self.param_dtype).replace("torch.", ""),
+                "compute_dtype": str(self.compute_dtype).replace("torch.", "")}
+
+    # ----- helpers --------------------------------------------------------------------------
+    def autocast(self):
+        """``torch.autocast`` to the compute dtype under precision=autocast, else a null context."""
+        if self.autocast_on:
+            return torch.autocast(self.device.type, dtype=self.compute_dtype)
+        return contextlib.nullcontext()
+
+    def generator(self, offset: int) -> torch.Generator | None:
+        """A seeded generator on the run's device; None on a dry run on a non-CPU device (fake
+        tensors hold no values, and a CUDA generator would need the CUDA runtime)."""
+        if self.spec.dry_run and self.device.type != "cpu":
+            return None
+        return torch.Generator(device=self.device).manual_seed(self.spec.seed + offset)
+
+    # ----- phase bodies ---------------------------------------------------------------------
+    def model_load(self) -> None:
+        """Build the model with random weights directly on the device in its dtype; in train
+        mode also the optimizer (whose states appear in the first step) and checkpointing."""
+        torch.manual_seed(self.spec.seed)
+        if self.build_on_host:
+            model = self.build_model()
+        else:
+            # On an accelerator the weights are created there directly; the CPU is the default device.
+            on_device = self.device if self.device.type != "cpu" else contextlib.nullcontext()
+            with _default_dtype(self.param_dtype), on_device:
+                model = self.build_model()
+        if self.spec.dry_run:
+            _convert_fake(model, self.device, self.param_dtype)
+        else:
+            model.to(device=self.device, dtype=self.param_dtype)
+        self.model = model
+        if self.spec.mode == "train":
+            model.train()
+            if self.spec.checkpointing:
+                self.enable_checkpointing(model)
+            # a CUDA dry run: the foreach optimizer the GPU would run by default (make_optimizer);
+            # not Adafactor's, which reads a tensor's value (.item()) that fake tensors do not have
+            foreach = True if (self.spec.dry_run and self.device.type == "cuda"
+                               and self.spec.optimizer in ("adamw", "sgd")) else None
+            self.optimizer = make_optimizer(self.spec.optimizer, [p for p in model.parameters() if p.requires_grad],
+                                            foreach=foreach)
+            if self.autocast_on and self.compute_dtype == torch.float16:
+                self.scaler = torch.amp.GradScaler(self.device.type)
+        else:
+            model.eval()
+
+    def inputs(self) -> None:
+        """The inputs phase: the run's inputs (and a target in train mode) at ``spec.batch``."""
+        self.x, self.target = self.make_inputs(self.spec.batch, self.generator(1), self.spec.mode == "train")
+
+    def forward(self) -> None:
+        """One inference forward pass (inference mode's cold_forward, warmup, warm_forward)."""
+        with torch.inference_mode(), self.autocast():
+            out = self.call(self.x)
+        del out
+
+    def step_forward(self, micro: int = 0) -> None:
+        """The forward sub-phase of micro-step ``micro`` (zero_grad(set_to_none=True) first at 0)."""
+        if micro == 0:
+            self.optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            self._out = self.call(self.x)
+
+    def step_loss(self, micro: int = 0) -> None:
+        """The loss sub-phase: the loss (divided by ``micro_steps``); the output is released."""
+        with self.autocast():
+            loss = self.loss_fn(self._out, self.target)
+        self._out = None
+        if self.spec.micro_steps > 1:
+            loss = loss / self.spec.micro_steps
+        self._loss = loss
+
+    def step_backward(self, micro: int = 0) -> None:
+        """The backward sub-phase (through the GradScaler under float16 autocast)."""
+        loss = self._loss
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def step_optimizer(self) -> None:
+        """The optimizer step; the last loss is released after it (``del loss`` at the end of
+        the step, as in the seed's loop; a next micro-step's loss replaces the previous one)."""
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self._loss = None
+
+    def train_step(self) -> None:
+        """One whole training step, micro-steps included (the warmup's unit)."""
+        for micro in range(self.spec.micro_steps):
+            self.step_forward(micro)
+            self.step_loss(micro)
+            self.step_backward(micro)
+        self.step_optimizer()
+
+    def gen_prefill(self) -> None:
+        """The prefill sub-phase: the ``context`` prompt tokens through the model, KV cache created."""
+        self.end_generation()
+        with torch.inference_mode(), self.autocast():
+            logits, self.cache = self.prefill(self.x)
+            self._next_token = logits[:, -1].argmax(-1, keepdim=True)
+        self.cache_tokens = self.spec.context
+
+    def gen_decode(self) -> None:
+        """The decode sub-phase: ``new_tokens`` greedy one-token forward passes on the cache."""
+        with torch.inference_mode(), self.autocast():
+            for i in range(self.spec.new_tokens):
+                logits, self.cache = self.decode(self._next_token, self.cache, self.spec.context + i)
+                self._next_token = logits[:, -1].argmax(-1, keepdim=True)
+                self.cache_tokens += 1
+
+    def end_generation(self) -> None:
+        """Release the KV cache and the next token (between phases)."""
+        self.cache = self._next_token = None
+
+    def generate(self) -> None:
+        """One whole generation, prefill and decode (the warmup's unit)."""
+        self.gen_prefill()
+        self.gen_decode()
+        self.end_generation()
+
+    def evaluate(self) -> None:
+        """The eval phase: eval mode, no_grad, a forward pass and the loss at eval_batch,
+        inputs created inside the phase; the model returns to train mode after."""
+        self.model.eval()
+        try:
+            with torch.no_grad(), self.autocast():
+                x, target = self.make_inputs(self.spec.eval_batch, self.generator(2), True)
+                out = self.call(x)
+                loss = self.loss_fn(out, target)
+                del out, loss, x, target
+        finally:
+            self.model.train()
+
+    def export(self) -> None:
+        """The export phase: torch.save of the state dict to a temporary file in the run
+        directory (not /tmp, which may be memory-backed), deleted afterwards."""
+        fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".pt", dir=self.run_dir)
+        os.close(fd)
+        try:
+            torch.save(self.model.state_dict(), tmp)
+            self.export_bytes = os.path.getsize(tmp)
+        finally:
+            os.unlink(tmp)
+
+    # ----- what a phase adds to its record (sizes by construction, bytes) -------------------
+    def storage_roles(self) -> list[tuple[str, list[torch.Tensor]]]:
+        """The tensors of each role, for splitting a dry run's phase peak (worker.counters
+        PEAK_CATEGORIES): ("parameter", the model's parameters), ("gradient", their ``.grad``),
+        ("optimizer_state", every tensor in the optimizer's state, ``step`` counters included).
+        Empty before model_load; buffers, inputs and caches have no role here."""
+        if self.model is None:
+            return []
+        params = list(self.model.parameters())
+        roles = [("parameter", params), ("gradient", [p.grad for p in params if p.grad is not None])]
+        if self.optimizer is not None:
+            roles.append(("optimizer_state", [v for state in self.optimizer.state.values()
+                                              for v in state.values() if isinstance(v, torch.Tensor)]))
+        return roles
+
+    def gradient_bytes(self) -> dict:
+        """``{"gradient_bytes": bytes}`` of the parameters' ``.grad`` storages."""
+        return {"gradient_bytes": _storage_bytes(p.grad for p in self.model.parameters() if p.grad is not None)}
+
+    def optimizer_state_bytes(self) -> dict:
+        """Bytes of the optimizer's state tensors on the run's device (AdamW keeps its ``step``
+        counters on the host when the parameters are on CUDA)."""
+        tensors = [v for state in self.optimizer.state.values() for v in state.values()
+                   if isinstance(v, torch.Tensor) and v.device.type == self.device.type]
+        return {"optimizer_state_bytes": _storage_bytes(tensors)}
+
+    def kv_cache_info(self) -> dict:
+        """``{"kv_cache_bytes": bytes of the cache's storages, "kv_cache_tokens": tokens in it}``."""
+        tensors = self.cache_tensors(self.cache) if self.cache is not None else []
+        return {"kv_cache_bytes": _storage_bytes(tensors), "kv_cache_tokens": self.cache_tokens}
+
+    def export_info(self) -> dict:
+        """``{"export_bytes": bytes of the file the export phase wrote}`` (None before it ran)."""
+        return {"export_bytes": self.export_bytes}

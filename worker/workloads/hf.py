@@ -1,0 +1,165 @@
+"""The ``hf`` workload: a ``transformers`` causal LM built from a config, random weights."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..records import hf_config_kind
+from .errors import DependencyMissing
+from .transformer import TokenWorkload
+
+
+class HfWorkload(TokenWorkload):
+    """A ``transformers`` causal LM from a config, random weights (AutoModelForCausalLM.from_config).
+
+    ``config``: a config class name (``LlamaConfig(**overrides)``), a model type
+    (``AutoConfig.for_model("gpt2", **overrides)``) or a local config.json / directory holding
+    one (read as JSON, then ``overrides`` applied). Hub downloads are disabled
+    (HF_HUB_OFFLINE=1). Generation passes the cache explicitly: a DynamicCache (created by the
+    model at the prefill) or a StaticCache of context + new_tokens tokens.
+    """
+
+    name = "hf"
+
+    def prepare(self) -> None:
+        """Import transformers (optional: imported here, before the first phase, only for
+        workload=hf) and build the config.
+
+        Raises:
+            DependencyMissing: transformers (or the optimizer's package) is not installed.
+            ValueError: an unknown config class, a config.json without model_type, or more
+                tokens than the model's positions.
+        """
+        super().prepare()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            import transformers  # optional: imported only for workload=hf
+        except ImportError as exc:
+            raise DependencyMissing(f"workload=hf needs the transformers package, which is not installed ({exc}): "
+                                    f"pip install 'memsweep[hf]'") from None
+        self.tf = transformers
+        self.config = self._config()
+        self.vocab = int(self.config.vocab_size)
+        limit = getattr(self.config, "max_position_embeddings", None) or getattr(self.config, "n_positions", None)
+        tokens = self.spec.context + (self.spec.new_tokens if self.spec.mode == "generate" else 0)
+        if isinstance(limit, int) and tokens > limit:
+            raise ValueError(f"{tokens} tokens (context{' + new_tokens' if self.spec.mode == 'generate' else ''}) "
+                             f"exceed the model's {limit} positions (max_position_embeddings / n_positions); "
+                             f"raise it in workload.overrides")
+
+    def _config(self):
+        tf, w = self.tf, self.spec.workload
+        config, overrides = w["config"], dict(w["overrides"])
+        kind = hf_config_kind(config)
+        if kind == "class":
+            cls = getattr(tf, config, None)
+            if cls is None:
+                raise ValueError(f"workload.config={config!r}: transformers {tf.__version__} has no such class")
+            return cls(**overrides)
+        if kind == "model_type":
+            return tf.AutoConfig.for_model(config, **overrides)
+        path = Path(config).expanduser()
+        if path.is_dir():
+            path = path / "config.json"
+        data = json.loads(path.read_text())
+        model_type = data.pop("model_type", None)
+        if not model_type:
+            raise ValueError(f"workload.config={config!r}: {path} has no model_type")
+        data.update(overrides)
+        return tf.AutoConfig.for_model(model_type, **data)
+
+    def build_model(self) -> nn.Module:
+        """``AutoModelForCausalLM.from_config`` in the parameter dtype, the spec's attention."""
+        dtype_kw = "dtype" if _version(self.tf.__version__) >= (4, 56) else "torch_dtype"  # renamed in 4.56
+        return self.tf.AutoModelForCausalLM.from_config(
+            self.config, attn_implementation=self.spec.workload["attention"], **{dtype_kw: self.param_dtype})
+
+    def enable_checkpointing(self, model):
+        """transformers' gradient (activation) checkpointing, non-reentrant; the model's cache off.
+
+        Raises:
+            ValueError: the model does not support gradient checkpointing.
+        """
+        if not getattr(model, "supports_gradient_checkpointing", False):
+            raise ValueError(f"checkpointing=true: {type(model).__name__} does not support gradient checkpointing")
+        if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.x
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+
+    def call(self, inputs):
+        """Logits (batch, context, vocab) of ids (batch, context), without a cache."""
+        return self.model(input_ids=inputs, use_cache=False).logits
+
+    @functools.cached_property
+    def _forward_params(self):
+        """The model's forward() parameters, read once (not once per decoded token)."""
+        return inspect.signature(self.model.forward).parameters
+
+    def _step(self, ids, cache):
+        kwargs = {"input_ids": ids, "use_cache": True}
+        if cache is not None:
+            kwargs["cache" if "cache" in self._forward_params else "past_key_values"] = cache
+        if "logits_to_keep" in self._forward_params:
+            kwargs["logits_to_keep"] = 1
+        out = self.model(**kwargs)
+        new_cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
+        return out.logits[:, -1:], new_cache
+
+    def prefill(self, ids):
+        """(logits (batch, 1, vocab), cache) of prompt ids (batch, context): a DynamicCache the
+        model creates, or a StaticCache of context + new_tokens tokens (spec kv_cache=static)."""
+        cache = None
+        if self.spec.kv_cache == "static":
+            capacity = self.spec.context + self.spec.new_tokens
+            params = inspect.signature(self.tf.StaticCache.__init__).parameters
+            if "max_batch_size" in params:  # transformers 4.x
+                cache = self.tf.StaticCache(config=self.config, max_batch_size=ids.shape[0], max_cache_len=capacity,
+                                            device=self.device, dtype=self.compute_dtype)
+            else:
+                cache = self.tf.StaticCache(config=self.config, max_cache_len=capacity)
+        return self._step(ids, cache)
+
+    def decode(self, token, cache, position):
+        """(logits (batch, 1, vocab), cache) for one token (batch, 1) on the cache."""
+        return self._step(token, cache)
+
+    def cache_tensors(self, cache):
+        """The key and value tensors of a transformers cache (legacy tuples, ``layers`` of
+        transformers >= 4.56, or ``key_cache`` / ``value_cache`` lists)."""
+        if isinstance(cache, (tuple, list)):  # legacy format: per layer (key, value)
+            return [t for layer in cache for t in layer if isinstance(t, torch.Tensor)]
+        layers = getattr(cache, "layers", None)
+        if layers is not None:
+            return [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                    if isinstance(t, torch.Tensor)]
+        return [t for name in ("key_cache", "value_cache") for t in getattr(cache, name, None) or []
+                if isinstance(t, torch.Tensor)]
+
+    def model_info(self) -> dict:
+        """``Workload.model_info`` plus ``dims`` read from the config (null where it has none)."""
+        c = self.config
+        heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", None)
+        hidden = getattr(c, "hidden_size", None) or getattr(c, "n_embd", None)
+        dims = {"config_class": type(c).__name__, "model_class": type(self.model).__name__,
+                "layers": getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", None),
+                "hidden": hidden, "heads": heads,
+                "kv_heads": getattr(c, "num_key_value_heads", None) or heads,
+                "head_dim": getattr(c, "head_dim", None) or (hidden // heads if hidden and heads else None),
+                "vocab": self.vocab, "attention": self.spec.workload["attention"],
+                "transformers": self.tf.__version__}
+        return {**super().model_info(), "dims": dims}
+
+
+def _version(text: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as ``4.56.0.dev0``."""
+    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
