@@ -18,7 +18,7 @@ import pyarrow as pa
 from filelock import FileLock
 import pyarrow.parquet as pq
 
-from worker.records import gib
+from conf.contract import gib
 
 from .frontier import LOAD_FIELDS, differing, frontier_table
 from .tables import build_tables

@@ -38,7 +38,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from worker.records import ESTIMATE_KEYS, GB, GiB
+from conf.contract import ESTIMATE_KEYS, GB, GiB
 
 COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "kv_cache", "temporaries")
 """The estimated components, in print order. ``temporaries`` are short-lived buffers at the
@@ -149,7 +149,7 @@ class Breakdown:
     def to_dict(self) -> dict:
         """Plain JSON-able dict in bytes: the components, ``reserve``, ``peak``, ``total``.
 
-        This is the ``estimate`` field of a RunSpec (keys: ``worker.records.ESTIMATE_KEYS``).
+        This is the ``estimate`` field of a RunSpec (keys: ``conf.contract.ESTIMATE_KEYS``).
         """
         out = {n: getattr(self, n) for n in COMPONENTS}
         out.update(reserve=self.reserve, peak=self.peak, total=self.total)
@@ -1184,7 +1184,7 @@ def estimate_for_spec(spec: Any) -> Breakdown | None:
     workload = data.get("workload") or {"name": "mlp"}
     if workload.get("name") != "mlp":
         return None
-    # Mode options the replay does not model (worker/records.py RunSpec): not estimated.
+    # Mode options the replay does not model (conf.contract.RunSpec): not estimated.
     defaults = {"precision": "pure", "optimizer": "adamw", "checkpointing": False, "micro_steps": 1,
                 "eval_batch": None, "export": False}
     if any(data.get(k, v) != v for k, v in defaults.items()):

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from worker.records import DTYPE_BYTES
+from conf.contract import DTYPE_BYTES
 
 from .tables import OPTIONS
 

@@ -38,7 +38,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from worker.records import SpecError, gib, parse_size
+from conf.contract import SpecError, gib, parse_size
 
 from . import cards as cards_mod
 from .cli import OUTPUTS

@@ -15,8 +15,8 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from worker.records import (COLD_PHASES, DEVICE_COUNTERS, PEAK_SPLIT_FIELDS, RECORD_FILE, RESULT_FILE, SPEC_FILE,
-                            WARM_PHASES, RecordError, classify_run, read_json)
+from conf.contract import (COLD_PHASES, DEVICE_COUNTERS, PEAK_SPLIT_FIELDS, RECORD_FILE, RESULT_FILE, SPEC_FILE,
+                           WARM_PHASES, RecordError, classify_run, read_json)
 
 from .estimate import ESTIMATE_COLUMNS, estimate_columns
 
@@ -32,7 +32,7 @@ SIZES = ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes", "kv_cache_
 # An OOM phase refused by the CPU allocator capacity (capacity_mode=allocator): the bytes the refused
 # operator asked for and the bytes live when it asked (null for other OOMs and for every other phase).
 OOM_DETAIL = ("oom_request_bytes", "oom_allocated_bytes")
-# Mode options of the spec (worker.records.RunSpec), one column each in the runs table.
+# Mode options of the spec (conf.contract.RunSpec), one column each in the runs table.
 OPTIONS = (("precision", pa.string()), ("optimizer", pa.string()), ("checkpointing", pa.bool_()),
            ("micro_steps", pa.int64()), ("eval_batch", pa.int64()), ("export", pa.bool_()),
            ("new_tokens", pa.int64()), ("kv_cache", pa.string()))

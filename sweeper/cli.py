@@ -77,7 +77,7 @@ def env_command(argv: list[str]) -> int:
     import argparse
     import json
 
-    from worker.records import bytes_text, validate_device
+    from conf.contract import bytes_text, validate_device
 
     from .spec import ask_worker
 

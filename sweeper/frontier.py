@@ -55,7 +55,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
-from worker.records import SpecError
+from conf.contract import SpecError
 
 SEARCH_AXES = ("batch", "context", "width")
 STRATEGIES = ("model", "bisect")

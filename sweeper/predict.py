@@ -16,7 +16,7 @@ bytes) is at most ``capacity``. Search: the frontier sweeper's ``model`` strateg
 value: predicted peaks fitted against the axis aim the next dry run, bisection when a guess is
 wrong, down to neighbours (``Predictor.search``). At the edge it prints the predicted bytes of every phase
 and the split of the largest phase peak into parameters, gradients, optimizer states and
-activations/temporaries (the dry run's ``predicted_*_bytes``, worker.records.PEAK_CATEGORIES).
+activations/temporaries (the dry run's ``predicted_*_bytes``, conf.contract.PEAK_CATEGORIES).
 The answer is a prediction of *tensor bytes*; what it cannot see is listed in
 ``BLIND_SPOTS`` and printed with every answer.
 """
@@ -27,8 +27,8 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
-from worker.records import (PEAK_CATEGORIES, RECORD_FILE, RecordError, RunSpec, SpecError, bytes_text, parse_size,
-                            read_json, write_json_atomic)
+from conf.contract import (PEAK_CATEGORIES, RECORD_FILE, RecordError, RunSpec, SpecError, bytes_text, parse_size,
+                           read_json, write_json_atomic)
 
 AXES = ("batch", "context", "width")
 MAX_VALUE = 2**31
@@ -143,7 +143,7 @@ CATEGORY_LABELS = {"parameter": "parameters", "gradient": "gradients", "optimize
 
 def breakdown(record: dict) -> list[dict]:
     """Per phase of a dry run's record: predicted peak and final live bytes, the peak's split
-    by category (``predicted_*_bytes``, worker.records.PEAK_CATEGORIES; null when the record
+    by category (``predicted_*_bytes``, conf.contract.PEAK_CATEGORIES; null when the record
     has none) and the sizes by construction the worker adds (gradients, optimizer states, KV
     cache, at the phase's end)."""
     rows = []

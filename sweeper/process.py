@@ -21,9 +21,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from worker.records import (RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, SPEC_FILE, STDERR_FILE,
-                            STDOUT_FILE, RecordError, RunSpec, SpecError, classify_run, needs_dynamo,
-                            read_json, write_json_atomic)
+from conf.contract import (RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, SPEC_FILE, STDERR_FILE, STDOUT_FILE, RecordError,
+                           RunSpec, SpecError, classify_run, needs_dynamo, read_json, write_json_atomic)
 
 log = logging.getLogger("memsweep")
 LOCK_FILE = ".run.lock"
@@ -401,7 +400,7 @@ class ForkServer:
     def run(self, run_dir: Path, env: dict, timeout_s: float, dynamo: bool = True) -> tuple[int, bool, int, float]:
         """Fork one worker; returns (returncode, timed_out, pid, wall seconds since it was forked).
         ``timeout_s`` counts from the fork too: waiting for the server to start is not the run's.
-        ``dynamo``: the run needs torch._dynamo (``worker.records.needs_dynamo``), which the
+        ``dynamo``: the run needs torch._dynamo (``conf.contract.needs_dynamo``), which the
         server then imports before it forks (once: every later fork has it).
 
         Raises:

@@ -16,12 +16,12 @@ import subprocess
 import sys
 from typing import Any
 
-from worker.records import (MODES, RunSpec, SpecError, bytes_text, meminfo_bytes, parse_size, validate_device,
-                            validate_workload)
+from conf.contract import (MODES, RunSpec, SpecError, bytes_text, meminfo_bytes, parse_size, validate_device,
+                           validate_workload)
 
 LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "capacity_mode", "warmup",
              "repeats", "timeout_s", "seed", "threads", "fault",
-             # mode options (worker.records.RunSpec)
+             # mode options (conf.contract.RunSpec)
              "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export",
              "new_tokens", "kv_cache", "dry_run", "snapshot_on_oom", "devices")
 

@@ -14,7 +14,7 @@ import torch
 
 from worker.classify import classify_failure
 from worker.counters import LiveTensorTracker
-from worker.records import RunSpec, SpecError
+from conf.contract import RunSpec, SpecError
 
 F32 = 4
 

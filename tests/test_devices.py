@@ -19,7 +19,7 @@ from sweeper.pool import gpu_slots, lease, placement
 from sweeper.process import RunDirError, check_resumable
 from worker.counters import CudaCounters, MultiDeviceCounters, apply_cuda_capacity_per_device, make_counters
 from worker.main import run_phase
-from worker.records import DEVICE_COUNTERS, RunSpec, SpecError
+from conf.contract import DEVICE_COUNTERS, RunSpec, SpecError
 
 MiB = 2**20
 BASE = dict(batch=2, context=8, width=16)

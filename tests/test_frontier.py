@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from sweeper.frontier import (MAX_GRANULARITY, FrontierSearch, Lattice, crossing, fit_peak, peak_band,
                               run_search)
-from worker.records import SpecError
+from conf.contract import SpecError
 
 MiB = 2**20
 CAP = 1024 * MiB

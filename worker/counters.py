@@ -44,7 +44,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .records import PEAK_CATEGORIES, PEAK_SPLIT_FIELDS, meminfo_bytes, proc_kb_field
+from conf.contract import PEAK_CATEGORIES, PEAK_SPLIT_FIELDS, meminfo_bytes, proc_kb_field
 
 
 def _proc_status_bytes(key: str) -> int | None:

@@ -44,10 +44,10 @@ import time
 import traceback
 from pathlib import Path
 
+from conf.contract import (EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, RECORD_FILE, SCHEMA_VERSION,
+                           RecordError, RunSpec, SpecError, meminfo_bytes, needs_dynamo, read_json, write_json_atomic)
+
 from .classify import classify_failure
-from .records import (EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, RECORD_FILE,
-                      SCHEMA_VERSION, RecordError, RunSpec, SpecError, meminfo_bytes, needs_dynamo,
-                      read_json, write_json_atomic)
 
 
 def _now() -> str:

@@ -41,8 +41,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from conf.contract import RunSpec, hf_config_kind
+
 from .models import MLP, KVCache, Transformer
-from .records import RunSpec, hf_config_kind
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from sweeper.process import execute
-from worker.records import RunSpec
+from conf.contract import RunSpec
 
 N = 20
 TRIVIAL = RunSpec(batch=1, context=4, width=8, device="cpu", workload={"name": "mlp", "depth": 1},

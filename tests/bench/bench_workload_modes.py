@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from sweeper.process import execute
-from worker.records import RunSpec
+from conf.contract import RunSpec
 
 GPT2_SMALL = {"name": "transformer", "layers": 12, "heads": 12, "vocab": 50257, "norm": "layernorm",
               "tie_embeddings": True}
