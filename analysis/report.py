@@ -38,7 +38,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from conf.contract import SpecError, gib, parse_size
+from conf.contract import SpecError, device_kind_of, gib, parse_size, peak_counters
 
 from . import cards as cards_mod
 from .cli import OUTPUTS
@@ -142,18 +142,12 @@ def parse_margin(text: Any = None) -> MarginPolicy:
 # --------------------------------------------------------------------------------------
 
 def device_kind(run: dict) -> str:
-    kind = run.get("device_kind")
-    if kind:
-        return kind
-    device = str(run.get("device") or "")
-    return "cpu" if device == "cpu" else ("cuda" if device.startswith("cuda") else "unknown")
+    return device_kind_of(run.get("device_kind"), run.get("device"))
 
 
 def basis(kind: str) -> tuple[str, str]:
     """(counter compared with the capacity, the other counter) for a device kind."""
-    if kind == "cpu":
-        return "max_memory_allocated", "max_memory_reserved"
-    return "max_memory_reserved", "max_memory_allocated"
+    return peak_counters(kind)
 
 
 BASIS_TEXT = {

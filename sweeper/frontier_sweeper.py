@@ -48,7 +48,8 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from conf.contract import RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_json
+from conf.contract import (RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_spec, run_peak,
+                           try_read)
 
 from .frontier import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
 from .process import RunDirError, share_fork_server, stored_spec
@@ -103,16 +104,6 @@ def spec_key(spec: RunSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def run_peak(record: Optional[dict]) -> tuple[Optional[int], str]:
-    """(peak bytes, counter name) of a run record: the largest phase peak of
-    ``max_memory_reserved`` on CUDA, ``max_memory_allocated`` elsewhere (the CPU tracker)."""
-    record = record or {}
-    counter = "max_memory_reserved" if record.get("device_kind") == "cuda" else "max_memory_allocated"
-    values = [p.get(counter) for p in record.get("phases") or [] if isinstance(p, dict)]
-    values = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-    return (max(values) if values else None), counter
-
-
 PEAK_COUNTERS = {
     "max_memory_reserved": "max_memory_reserved, largest phase peak (CUDA caching allocator; the emulated "
                            "capacity caps reserved memory via set_per_process_memory_fraction)",
@@ -143,7 +134,7 @@ class RunIndex:
             if not (run_dir / RESULT_FILE).exists():
                 continue  # the orchestrator stopped during this run: not a result to reuse
             try:
-                spec = RunSpec.from_dict(read_json(spec_path, "spec"))
+                spec = read_spec(run_dir)
             except (RecordError, SpecError) as exc:
                 log.warning("resume: %s not reused (%s)", run_dir, exc)
                 continue
@@ -496,16 +487,11 @@ class FrontierSweeperImpl:
     @staticmethod
     def read_run(run_dir: Path, key: str, reused: bool, envelope: Optional[dict] = None) -> dict:
         """Outcome (result.json or the job's envelope), record and capacity of one run."""
-        record = None
-        try:
-            record = read_json(run_dir / RECORD_FILE, "record")
-        except RecordError:
-            pass
+        record, _ = try_read(run_dir, RECORD_FILE)
         if envelope is None:
-            try:
-                envelope = read_json(run_dir / RESULT_FILE, "result")
-            except RecordError as exc:
-                envelope = {"outcome": "crash", "error_message": str(exc)}
+            envelope, problem = try_read(run_dir, RESULT_FILE)
+            if envelope is None:
+                envelope = {"outcome": "crash", "error_message": problem}
         capacity = (record or {}).get("capacity_bytes")
         message = envelope.get("error_message")
         if envelope.get("failed_phase"):

@@ -27,8 +27,8 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
-from conf.contract import (PEAK_CATEGORIES, RECORD_FILE, RecordError, RunSpec, SpecError, bytes_text, parse_size,
-                           read_json, write_json_atomic)
+from conf.contract import (PEAK_CATEGORIES, RECORD_FILE, RunSpec, SpecError, bytes_text, parse_size, run_peak, try_read,
+                           write_json_atomic)
 
 AXES = ("batch", "context", "width")
 MAX_VALUE = 2**31
@@ -93,16 +93,12 @@ class Predictor:
         spec = RunSpec.from_dict(data)
         run_dir = self.out_dir / f"{self.axis}={value}"
         result = execute(spec, run_dir, resume=True, isolation=self.isolation)
-        try:
-            record = read_json(run_dir / RECORD_FILE, "record")
-        except RecordError:
-            record = None
-        peaks = [p["max_memory_allocated"] for p in (record or {}).get("phases", [])
-                 if p.get("max_memory_allocated") is not None]
-        ok = result["outcome"] == "ok" and bool(peaks)
+        record, _ = try_read(run_dir, RECORD_FILE)
+        peak, _ = run_peak(record)  # a dry run's: max_memory_allocated, predicted
+        ok = result["outcome"] == "ok" and peak is not None
         out = {"value": value, "outcome": result["outcome"], "error_type": result.get("error_type"),
-               "error_message": result.get("error_message"), "peak": max(peaks) if ok else None,
-               "fits": (max(peaks) <= self.capacity) if ok else None, "record": record}
+               "error_message": result.get("error_message"), "peak": peak if ok else None,
+               "fits": (peak <= self.capacity) if ok else None, "record": record}
         self.runs[value] = out
         return out
 

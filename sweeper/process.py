@@ -22,7 +22,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from conf.contract import (RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, SPEC_FILE, STDERR_FILE, STDOUT_FILE, RecordError,
-                           RunSpec, SpecError, classify_run, needs_dynamo, read_json, write_json_atomic)
+                           RunSpec, SpecError, classify_run, needs_dynamo, read_spec, try_read, write_json_atomic)
 
 log = logging.getLogger("memsweep")
 LOCK_FILE = ".run.lock"
@@ -57,11 +57,7 @@ def _result(spec: RunSpec, run_dir: Path, returncode: int | None, timed_out: boo
             pid: int | None, lost: str | None = None) -> dict:
     """Classify what the worker left in ``run_dir`` and write result.json atomically.
     ``lost``: why the worker's exit status never came (ForkServerLost), for a crash's message."""
-    record, problem = None, None
-    try:
-        record = read_json(run_dir / RECORD_FILE, "record")
-    except RecordError as exc:
-        problem = str(exc)
+    record, problem = try_read(run_dir, RECORD_FILE)
     outcome = classify_run(record, returncode, timed_out)
     failed_phase = error_type = error_message = None
     if outcome in ("oom", "error"):
@@ -108,10 +104,8 @@ def stored_spec(run_dir: Path) -> RunSpec | None:
     Raises:
         RunDirError: an unreadable or invalid spec.json.
     """
-    if not (run_dir / SPEC_FILE).exists():
-        return None
     try:
-        return RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec"))
+        return read_spec(run_dir)
     except (RecordError, SpecError) as exc:
         raise RunDirError(f"{run_dir} holds an unreadable spec.json ({exc}); memsweep never overwrites a run") from None
 
@@ -138,23 +132,17 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
     """
     check_resumable(spec, run_dir)
     if (run_dir / RESULT_FILE).exists():
-        try:
-            return {**read_json(run_dir / RESULT_FILE, "result"), "resumed": True}
-        except RecordError:
-            pass  # a torn result cannot exist (atomic writes); an unreadable one is re-derived below
-    try:
-        record = read_json(run_dir / RECORD_FILE, "record")
-    except RecordError:
-        record = None
+        result, _ = try_read(run_dir, RESULT_FILE)
+        if result is not None:
+            return {**result, "resumed": True}
+        # a torn result cannot exist (atomic writes); an unreadable one is re-derived below
+    record, _ = try_read(run_dir, RECORD_FILE)
     pid = (record or {}).get("pid")
     deadline = time.monotonic() + spec.timeout_s
     while _pid_alive(pid) and time.monotonic() < deadline:  # a worker orphaned by a killed orchestrator
         time.sleep(0.5)
     if record is not None and not _pid_alive(pid):
-        try:
-            record = read_json(run_dir / RECORD_FILE, "record")
-        except RecordError:
-            record = None
+        record, _ = try_read(run_dir, RECORD_FILE)
     if record is not None and record.get("complete"):
         return {**_result(spec, run_dir, record.get("exit_code"), False, None, pid), "resumed": True}
     target = _set_attempt_aside(run_dir)

@@ -167,7 +167,7 @@ def find_run_dirs(paths: Iterable[Path | str]) -> list[Path]:
 def record_phases(record: Mapping | None) -> list[dict]:
     """The phase objects of a record: its ``phases`` entries that are mappings, in order;
     empty when the record, or its phases, are missing or corrupt."""
-    phases = (record or {}).get("phases")
+    phases = record.get("phases") if isinstance(record, Mapping) else None
     return [p for p in phases if isinstance(p, dict)] if isinstance(phases, list) else []
 
 
@@ -187,23 +187,27 @@ def device_kind_of(device_kind: str | None, device: str | None) -> str:
     return "cpu" if device == "cpu" else ("cuda" if device.startswith("cuda") else "unknown")
 
 
-def peak_counters(device_kind: str | None) -> tuple[str, str]:
+def peak_counters(device_kind: str | None, source: str | None = None) -> tuple[str, str]:
     """Name the peak counter compared with the capacity on a kind of device, and the other one.
 
     The CPU's is ``max_memory_allocated`` (the worker's live tensor tracker: what the CPU
     capacity caps); any other device's is ``max_memory_reserved`` (what the caching allocator
     holds from the device, which the per-process memory fraction caps). With no device known
     (None: a run that left no record, or stopped before it chose its device) the CPU's name is
-    given; such a run has no peak.
+    given; such a run has no peak. A dry run (``source`` ``predicted``) predicts
+    ``max_memory_allocated`` only, on any device.
 
     Args:
         device_kind: ``cpu``, ``cuda``, ``unknown`` (``device_kind_of``), or None (or empty).
+        source: the record's ``source``: ``measured`` (or None) or ``predicted``.
 
     Returns:
         (counter compared with the capacity, the other counter): ``CPU_PEAK_COUNTERS`` or
         ``CUDA_PEAK_COUNTERS``.
     """
-    return CPU_PEAK_COUNTERS if not device_kind or device_kind == "cpu" else CUDA_PEAK_COUNTERS
+    if source == "predicted" or not device_kind or device_kind == "cpu":
+        return CPU_PEAK_COUNTERS
+    return CUDA_PEAK_COUNTERS
 
 
 def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | None = None) -> int | None:
@@ -232,7 +236,8 @@ def run_peak(record: Mapping | None) -> tuple[int | None, str]:
 
     Returns:
         (peak in bytes or None, counter name): the largest phase value of
-        ``peak_counters(record's device_kind)[0]``.
+        ``peak_counters(record's device_kind, record's source)[0]``.
     """
-    counter = peak_counters((record or {}).get("device_kind"))[0]
+    record = record if isinstance(record, Mapping) else {}
+    counter = peak_counters(record.get("device_kind"), record.get("source"))[0]
     return phase_peak(record_phases(record), counter), counter
