@@ -21,8 +21,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from conf.contract import (RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, SPEC_FILE, STDERR_FILE, STDOUT_FILE, RecordError,
-                           RunSpec, SpecError, classify_run, needs_dynamo, read_spec, try_read, write_json_atomic)
+from conf.contract import (DEFAULT_ISOLATION, ISOLATION_ENV, ISOLATION_FORKSERVER, ISOLATIONS, RECORD_FILE, RESULT_FILE,
+                           SCHEMA_VERSION, SPEC_FILE, STDERR_FILE, STDOUT_FILE, RecordError, RunSpec, SpecError,
+                           classify_run, needs_dynamo, read_spec, try_read, write_json_atomic)
 
 log = logging.getLogger("memsweep")
 LOCK_FILE = ".run.lock"
@@ -163,10 +164,6 @@ def _set_attempt_aside(run_dir: Path) -> Path:
     return target
 
 
-ISOLATIONS = ("spawn", "forkserver")
-DEFAULT_ISOLATION = "forkserver"  # conf/config.yaml's default too (README: why)
-
-
 def execute(spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = DEFAULT_ISOLATION,
             extra_env: dict | None = None) -> dict:
     """Run ``spec`` in a fresh ``python -m worker`` process inside ``run_dir``.
@@ -207,8 +204,8 @@ def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, 
     else:
         check_run_dir_free(run_dir)
         write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
-    env = worker_env({**(extra_env or {}), "MEMSWEEP_ISOLATION": isolation})
-    start = _run_forkserver if isolation == "forkserver" else _run_spawn
+    env = worker_env({**(extra_env or {}), ISOLATION_ENV: isolation})
+    start = _run_forkserver if isolation == ISOLATION_FORKSERVER else _run_spawn
     try:
         returncode, timed_out, pid, wall_s = start(run_dir, env, spec)
     except ForkServerLost as exc:  # not the load's doing: once more, from a fork server that lives
@@ -457,7 +454,7 @@ def share_fork_server(isolation: str) -> None:
     processes (joblib's loky workers, submitit_local's jobs) fork their runs from this one
     server instead of each importing torch into a server of its own. No-op unless
     ``isolation == "forkserver"``. The server still dies with this process."""
-    if isolation != "forkserver":
+    if isolation != ISOLATION_FORKSERVER:
         return
     _FORKSERVER.start()
     os.environ[SHARED_FORKSERVER_ENV] = _shared_name(_FORKSERVER.path)

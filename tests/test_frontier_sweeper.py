@@ -58,7 +58,9 @@ class ScriptedLauncher:
 
 def make(tmp_path, oracle, launcher=None, **settings):
     impl = FrontierSweeperImpl(**settings)
-    impl.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": launcher or {}}})
+    # isolation=spawn: no fork server is started for the scripted launcher (conf/config.yaml says forkserver)
+    impl.config = OmegaConf.create({"isolation": "spawn",
+                                    "hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": launcher or {}}})
     impl.launcher = ScriptedLauncher(tmp_path, oracle)
     impl.fixed_overrides = lambda arguments: list(arguments)
     impl.compose = spec_of

@@ -44,8 +44,9 @@ import time
 import traceback
 from pathlib import Path
 
-from conf.contract import (EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, RECORD_FILE, SCHEMA_VERSION,
-                           RecordError, RunSpec, SpecError, meminfo_bytes, needs_dynamo, read_json, write_json_atomic)
+from conf.contract import (EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, ISOLATION_ENV, ISOLATION_SPAWN,
+                           RECORD_FILE, SCHEMA_VERSION, RecordError, RunSpec, SpecError, meminfo_bytes, needs_dynamo,
+                           read_json, write_json_atomic)
 
 from .classify import classify_failure
 
@@ -160,7 +161,7 @@ def environment(device, dry_run: bool = False) -> dict:
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "isolation": os.environ.get("MEMSWEEP_ISOLATION", "spawn"),
+        "isolation": os.environ.get(ISOLATION_ENV, ISOLATION_SPAWN),  # (unset: started by hand, a new interpreter)
         "lease": os.environ.get("MEMSWEEP_LEASE"),
     }
     if device.type == "cuda":
