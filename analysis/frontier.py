@@ -25,11 +25,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from conf.contract import DTYPE_BYTES
+from conf.contract import AXES, DTYPE_BYTES
 
 from .tables import OPTIONS
 
-AXES = ("batch", "context", "width", "dtype")
 MODE_OPTIONS = tuple(name for name, _ in OPTIONS)  # a different optimizer, precision... is a different load
 IDENTITY = ("sweep_dir", "workload", "workload_params", "mode", "device", "capacity_bytes", "capacity_mode",
             "warmup", "repeats", "batch", "context", "width", "dtype", *MODE_OPTIONS,

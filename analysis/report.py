@@ -38,17 +38,16 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from conf.contract import SpecError, device_kind_of, gib, parse_size, peak_counters
+from conf.contract import AXES, SpecError, device_kind_of, gib, parse_size, peak_counters
+from conf.contract import COLD_PHASES as COLD
+from conf.contract import WARM_PHASES as WARM
 
 from . import cards as cards_mod
 from .cli import OUTPUTS
 from .doc import Doc, Image, to_html, to_markdown
 from .frontier import _order, differing
 
-AXES = ("batch", "context", "width", "dtype")
 DEFAULT_MARGIN = "10%"
-COLD = ("cold_forward", "cold_step", "cold_generate")  # a phase, or the parent of sub-phases ("cold_step.forward")
-WARM = ("warm_forward", "warm_step", "warm_generate")
 COLD_WARM_FLAG = 1.2  # a cold peak above 1.2 x the warm one is called out
 
 

@@ -14,7 +14,7 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from conf.contract import (COLD_PHASES, DEVICE_COUNTERS, EXTRA_COUNTERS, OOM_DETAIL_FIELDS, PEAK_SPLIT_FIELDS,
+from conf.contract import (CAPACITY_MODES, COLD_PHASES, DEVICE_COUNTERS, EXTRA_COUNTERS, OOM_DETAIL_FIELDS, PEAK_SPLIT_FIELDS,
                            PHASE_COUNTERS, SIZE_FIELDS, SPEC_FILE, WARM_PHASES, Run, classify_run, find_run_dirs,
                            phase_peak, read_run, record_phases)
 
@@ -202,7 +202,7 @@ def _capacity_mode(record: dict) -> str | None:
     null when no capacity was emulated (the device's own memory, a dry run). A record written
     before the field had only the RLIMIT_DATA emulation on the CPU, which is ``process``."""
     capacity = _dict(record.get("capacity"))
-    if capacity.get("capacity_mode") in ("allocator", "process"):
+    if capacity.get("capacity_mode") in CAPACITY_MODES:
         return capacity["capacity_mode"]
     method = str(capacity.get("capacity_method") or "")
     if method.startswith("RLIMIT_DATA"):

@@ -25,9 +25,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from conf.contract import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RUN_EXIT, bytes_text, validate_device
+
 USAGE = __doc__
-# `memsweep run`'s exit status by outcome (2 is bad input, refused before the run).
-RUN_EXIT = {"ok": 0, "oom": 3, "error": 4, "crash": 6, "timeout": 7}
 
 
 def _hydra_main(argv: list[str], multirun: bool) -> int:
@@ -66,7 +66,7 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
         print("memsweep: interrupted; finished runs are kept: the same command with the same "
               "hydra.sweep.dir=... resumes without running them again" if multirun else
               "memsweep: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     if not multirun and results:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
         return RUN_EXIT.get(results[-1].get("outcome"), 1)
     return 0
@@ -76,8 +76,6 @@ def env_command(argv: list[str]) -> int:
     """``memsweep env``: asks a worker process (this one never imports torch) for the report."""
     import argparse
     import json
-
-    from conf.contract import bytes_text, validate_device
 
     from .spec import ask_worker
 
@@ -137,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, estimate, "
           f"predict, env\n{USAGE}",
           file=sys.stderr)
-    return 2
+    return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

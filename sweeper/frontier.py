@@ -55,9 +55,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
+from conf.contract import NUMERIC_AXES as SEARCH_AXES
 from conf.contract import SpecError
 
-SEARCH_AXES = ("batch", "context", "width")
 STRATEGIES = ("model", "bisect")
 STOP_OUTCOMES = ("error", "crash", "timeout")
 # Axes whose peak may grow with the square of the value (see the module docstring).

@@ -27,10 +27,10 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
+from conf.contract import NUMERIC_AXES as AXES
 from conf.contract import (PEAK_CATEGORIES, RECORD_FILE, RunSpec, SpecError, bytes_text, parse_size, run_peak, try_read,
                            write_json_atomic)
 
-AXES = ("batch", "context", "width")
 MAX_VALUE = 2**31
 BLIND_SPOTS = (
     "the allocator's rounding (CUDA: 512 B blocks, 2 MiB segments) and its cache of freed blocks (reserved > allocated)",

@@ -16,8 +16,8 @@ import subprocess
 import sys
 from typing import Any
 
-from conf.contract import (DEFAULT_ISOLATION, ISOLATIONS, MODES, RunSpec, SpecError, bytes_text, meminfo_bytes,
-                           parse_size, validate_device, validate_workload)
+from conf.contract import (DEFAULT_ISOLATION, EXIT_BAD_INPUT, ISOLATIONS, MODES, RunSpec, SpecError, bytes_text,
+                           meminfo_bytes, parse_size, validate_device, validate_workload)
 
 LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "capacity_mode", "warmup",
              "repeats", "timeout_s", "seed", "threads", "fault",
@@ -131,7 +131,7 @@ def spec_or_exit(cfg: Any) -> RunSpec:
         return spec_from_config(cfg)
     except SpecError as exc:
         print(f"memsweep: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(EXIT_BAD_INPUT) from None
 
 
 def spec_from_config(cfg: Any) -> RunSpec:
