@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from conf.contract import AXES, DTYPE_BYTES
 
-from .tables import OPTIONS
+from .tables import OPTIONS, coerce_table
 
 MODE_OPTIONS = tuple(name for name, _ in OPTIONS)  # a different optimizer, precision... is a different load
 IDENTITY = ("sweep_dir", "workload", "workload_params", "mode", "device", "capacity_bytes", "capacity_mode",
@@ -112,7 +112,9 @@ def _scalar(value):
     return value
 
 
-def _order(axis: str, value):
+def axis_sort_key(axis: str, value):
+    """Sort key of a value of ``axis``: the value itself, a dtype by its bytes per element
+    (DTYPE_BYTES; an unknown dtype first), so that a dtype sweep reads from small to large."""
     return (DTYPE_BYTES.get(value, 0), value) if axis == "dtype" else value
 
 
@@ -128,7 +130,7 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     for axis in AXES:
         keys = [k for k in IDENTITY if k != axis]
         for key, group in runs.groupby(keys, dropna=False, sort=True):
-            values = sorted(group[axis].dropna().unique(), key=lambda v: _order(axis, v))
+            values = sorted(group[axis].dropna().unique(), key=lambda v: axis_sort_key(axis, v))
             fixed = dict(zip(keys, key))
             row_key = tuple(axis if k == "axis" else fixed.get(k) for k in ROW_KEY)
             search = searched.get(row_key + (fixed.get("warmup"), fixed.get("repeats")),
@@ -180,8 +182,6 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
 
 def frontier_table(runs: pa.Table) -> pa.Table:
     """Frontier rows (FRONTIER_SCHEMA) from a runs table (analysis.tables.RUNS_SCHEMA)."""
-    from .tables import _coerce
-
     df = runs.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t))
     df = df.astype(object).where(df.notna(), None)
-    return _coerce(frontier_rows(df), FRONTIER_SCHEMA)
+    return coerce_table(frontier_rows(df), FRONTIER_SCHEMA)

@@ -45,7 +45,8 @@ from conf.contract import WARM_PHASES as WARM
 from . import cards as cards_mod
 from .cli import OUTPUTS
 from .doc import Doc, Image, to_html, to_markdown
-from .frontier import _order, differing
+from .frontier import axis_sort_key as _order
+from .frontier import differing
 
 DEFAULT_MARGIN = "10%"
 COLD_WARM_FLAG = 1.2  # a cold peak above 1.2 x the warm one is called out

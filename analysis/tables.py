@@ -184,7 +184,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "source_reserved": sources.get("max_memory_reserved"),
         "source": _source(run),
         **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host",
-                                   "isolation", "torch_dynamo_imported")},  # (_coerce nulls a wrong type)
+                                   "isolation", "torch_dynamo_imported")},  # (coerce_table nulls a wrong type)
         "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
         "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
@@ -242,8 +242,16 @@ def _devices(value) -> list[dict] | None:
             for d in value if isinstance(d, dict)]
 
 
-def _coerce(rows: list[dict], schema: pa.Schema) -> pa.Table:
-    """Build a table with exactly ``schema``; a value of the wrong type becomes null."""
+def coerce_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
+    """Build a table with exactly ``schema`` from row dicts.
+
+    Args:
+        rows: one dict per row; a column missing from a row is null.
+        schema: the table's schema (int64, float64, bool, string and list columns).
+
+    Returns:
+        The table; a value of the wrong type for its column becomes null (never 0).
+    """
     columns = {}
     for f in schema:
         values = []
@@ -278,4 +286,4 @@ def build_tables(sweep_dirs: Iterable[Path]) -> tuple[pa.Table, pa.Table, list[s
             row = run_row(run, sweep_dir)
             runs.append(row)
             phases.extend(phase_rows(run, row["run_id"], sweep_dir))
-    return _coerce(runs, RUNS_SCHEMA), _coerce(phases, PHASES_SCHEMA), problems
+    return coerce_table(runs, RUNS_SCHEMA), coerce_table(phases, PHASES_SCHEMA), problems

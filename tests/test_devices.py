@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, Run, _coerce, phase_rows
+from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, phase_rows
+from analysis.tables import coerce_table as _coerce
+from conf.contract import DEVICE_COUNTERS, Run, RunSpec, SpecError
 from sweeper.pool import gpu_slots, lease, placement
 from sweeper.process import RunDirError, check_resumable
 from worker.counters import CudaCounters, MultiDeviceCounters, apply_cuda_capacity_per_device, make_counters
 from worker.main import run_phase
-from conf.contract import DEVICE_COUNTERS, RunSpec, SpecError
 
 MiB = 2**20
 BASE = dict(batch=2, context=8, width=16)

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conf.contract import SpecError
 from sweeper.frontier import (MAX_GRANULARITY, FrontierSearch, Lattice, crossing, fit_peak, peak_band,
                               run_search)
-from conf.contract import SpecError
 
 MiB = 2**20
 CAP = 1024 * MiB

@@ -8,8 +8,8 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from sweeper.frontier_sweeper import FrontierSweeperImpl, RunIndex, launcher_slots, spec_key
 from conf.contract import RunSpec, SpecError, run_peak, write_json_atomic
+from sweeper.frontier_sweeper import FrontierSweeperImpl, RunIndex, launcher_slots, spec_key
 
 CAP = 64 * 2**20
 BASE = dict(batch=8, context=64, width=64, device="cpu", capacity_bytes=CAP, warmup=1, repeats=1, threads=1)

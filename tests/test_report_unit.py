@@ -12,7 +12,8 @@ from analysis.frontier import frontier_table
 from analysis.report import (ReportExists, build_report, crossing, decomposition, fit_context, parse_margin,
                              peak_increments,
                              write_report)
-from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA, _coerce
+from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA
+from analysis.tables import coerce_table as _coerce
 from conf.contract import GiB, SpecError
 
 MiB = 2**20

@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from sweeper.pool import core_slots, lease, placement
 from conf.contract import SpecError
+from sweeper.pool import core_slots, lease, placement
 
 MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 EDGE = ["batch=4,64", "capacity=8MiB", "context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1",

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sweeper.process import execute
 from conf.contract import PEAK_SPLIT_FIELDS, RunSpec, bytes_text
+from sweeper.process import execute
 
 BASE = dict(context=64, width=128, device="cpu", warmup=1, repeats=1, timeout_s=1800, threads=1)
 LM = {"name": "transformer", "layers": 4, "heads": 4, "kv_heads": 2, "vocab": 1000}
