@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from conf.contract import AXES, DTYPE_BYTES
+from conf.contract import AXES, DTYPE_BYTES, SEARCH_LOG
 
 from .tables import OPTIONS, coerce_table
 
@@ -62,7 +62,6 @@ per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and th
 process; null without an emulated capacity): the rest of the row's fixed load, as in the runs table; with
 them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads."""
 
-SEARCH_LOG = "search.jsonl"
 ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", "batch", "context", "width",
            "dtype")
 

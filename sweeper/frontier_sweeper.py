@@ -48,8 +48,8 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from conf.contract import (RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_spec, run_peak,
-                           try_read)
+from conf.contract import (RECORD_FILE, RESULT_FILE, SEARCH_LOG, SPEC_FILE, RecordError, RunSpec, SpecError, read_spec,
+                           run_peak, try_read)
 
 from .frontier import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
 from .process import RunDirError, share_fork_server, stored_spec
@@ -57,7 +57,6 @@ from .spec import launch_settings
 
 log = logging.getLogger("memsweep")
 
-SEARCH_LOG = "search.jsonl"
 # The light probe policy: the cold step (or forward) and one warm one.
 LIGHT = ["warmup=0", "repeats=1"]
 

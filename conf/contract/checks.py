@@ -52,6 +52,11 @@ def nonneg_int(name: str, value: Any, maximum: int = 10**6) -> int:
 def optional_positive(name: str, value: Any, maximum: int = 2**40) -> int | None:
     """Check None or an integer in [1, maximum] (see ``positive_int``).
 
+    Args:
+        name: the field, for the error.
+        value: the value given.
+        maximum: the largest value accepted.
+
     Returns:
         ``value``.
 

@@ -25,5 +25,12 @@ def proc_kb_field(path: str, key: str) -> int | None:
 
 
 def meminfo_bytes(key: str) -> int | None:
-    """Read a field of /proc/meminfo (MemTotal, MemAvailable) in bytes, or None when unreadable."""
+    """Read a field of /proc/meminfo in bytes.
+
+    Args:
+        key: MemTotal or MemAvailable.
+
+    Returns:
+        The value in bytes, or None when it cannot be read (not Linux, no such field).
+    """
     return proc_kb_field("/proc/meminfo", key)

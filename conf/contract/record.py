@@ -28,15 +28,24 @@ SCHEMA_VERSION = 1
 """Version of spec.json, record.json and result.json. Readers accept versions <= this."""
 
 SPEC_FILE = "spec.json"
+"""The run's spec (``RunSpec.to_dict``), written by the sweeper before the worker starts."""
 RECORD_FILE = "record.json"
+"""The worker's record (RECORD_FIELDS), rewritten atomically before and after every phase."""
 RESULT_FILE = "result.json"
+"""The sweeper's result envelope (RESULT_FIELDS), written once the worker process ended."""
 STDOUT_FILE = "stdout.log"
+"""The worker's standard output."""
 STDERR_FILE = "stderr.log"
+"""The worker's standard error (tracebacks of failed phases)."""
 RUN_FILES = (SPEC_FILE, RECORD_FILE, RESULT_FILE, STDOUT_FILE, STDERR_FILE)
 """Every file a run directory holds (``.attempts/`` and Hydra's files aside)."""
 
 FILE_KINDS = {SPEC_FILE: "spec", RECORD_FILE: "record", RESULT_FILE: "result"}
 """What each JSON file of a run directory holds, as error messages name it."""
+
+SEARCH_LOG = "search.jsonl"
+"""A frontier sweep directory's log of decisions, one JSON object a line (appended by the frontier
+sweeper, read by analysis.frontier): ``start``, ``probe``, ``confirm``, ``result``..."""
 
 
 class Field(NamedTuple):
@@ -204,7 +213,14 @@ envelope it returns adds ``resumed: true`` when the run was found rather than ru
 
 
 def field_names(fields: tuple[Field, ...]) -> tuple[str, ...]:
-    """The names of ``fields``, in order."""
+    """List the names of declared fields.
+
+    Args:
+        fields: a declaration (RECORD_FIELDS, PHASE_FIELDS...).
+
+    Returns:
+        The names, in order.
+    """
     return tuple(f.name for f in fields)
 
 

@@ -165,8 +165,15 @@ def find_run_dirs(paths: Iterable[Path | str]) -> list[Path]:
 
 
 def record_phases(record: Mapping | None) -> list[dict]:
-    """The phase objects of a record: its ``phases`` entries that are mappings, in order;
-    empty when the record, or its phases, are missing or corrupt."""
+    """List the phase objects of a record.
+
+    Args:
+        record: the worker's record, or None.
+
+    Returns:
+        Its ``phases`` entries that are mappings, in order; empty when the record, or its
+        phases, are missing or corrupt.
+    """
     phases = record.get("phases") if isinstance(record, Mapping) else None
     return [p for p in phases if isinstance(p, dict)] if isinstance(phases, list) else []
 
