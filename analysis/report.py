@@ -40,7 +40,6 @@ import pyarrow as pa
 
 from conf.contract import AXES, SpecError, device_kind_of, gib, parse_size, peak_counters
 from conf.contract import COLD_PHASES as COLD
-from conf.contract import WARM_PHASES as WARM
 
 from . import cards as cards_mod
 from .cli import OUTPUTS

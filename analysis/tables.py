@@ -14,9 +14,9 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from conf.contract import (CAPACITY_MODES, COLD_PHASES, DEVICE_COUNTERS, EXTRA_COUNTERS, OOM_DETAIL_FIELDS, PEAK_SPLIT_FIELDS,
-                           PHASE_COUNTERS, SIZE_FIELDS, SPEC_FILE, WARM_PHASES, Run, classify_run, find_run_dirs,
-                           phase_peak, read_run, record_phases)
+from conf.contract import (CAPACITY_MODES, COLD_PHASES, DEVICE_COUNTERS, EXTRA_COUNTERS, OOM_DETAIL_FIELDS,
+                           PEAK_SPLIT_FIELDS, PHASE_COUNTERS, SIZE_FIELDS, SPEC_FILE, WARM_PHASES, Run, classify_run,
+                           find_run_dirs, phase_peak, read_run, record_phases)
 
 from .estimate import ESTIMATE_COLUMNS, estimate_columns
 

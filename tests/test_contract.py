@@ -10,17 +10,16 @@ import typing
 from pathlib import Path
 
 import pyarrow as pa
-import pytest
 from omegaconf import OmegaConf
 
 import conf.contract as contract
 from analysis.estimate import ESTIMATE_COLUMNS
 from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, RUNS_SCHEMA
-from conf.contract import (CAPACITY_FIELDS, DEFAULT_ISOLATION, DEVICE_COUNTERS, DEVICE_FIELDS, ENVIRONMENT_FIELDS,
-                           EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, EXTRA_COUNTERS,
-                           MODEL_FIELDS, OOM_DETAIL_FIELDS, PEAK_COUNTERS, PEAK_SPLIT_FIELDS, PHASE_FIELDS,
-                           RECORD_FIELDS, RECORD_FILE, RESULT_FIELDS, RESULT_FILE, RUN_EXIT, SPEC_FILE, RunSpec,
-                           field_names, peak_counters, phase_peak, read_run, run_peak, write_json_atomic)
+from conf.contract import (CAPACITY_FIELDS, DEFAULT_ISOLATION, DEVICE_FIELDS, ENVIRONMENT_FIELDS, EXIT_BAD_SPEC,
+                           EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, EXTRA_COUNTERS, MODEL_FIELDS,
+                           OOM_DETAIL_FIELDS, PEAK_COUNTERS, PEAK_SPLIT_FIELDS, PHASE_FIELDS, RECORD_FIELDS,
+                           RECORD_FILE, RESULT_FIELDS, RESULT_FILE, RUN_EXIT, SPEC_FILE, RunSpec, field_names,
+                           peak_counters, phase_peak, read_run, run_peak, write_json_atomic)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "conf" / "contract"
@@ -33,8 +32,8 @@ def spec_types() -> dict[str, type]:
     """RunSpec's fields with the JSON type of a present value (``int | None`` -> int)."""
     out = {}
     for name, hint in typing.get_type_hints(RunSpec).items():
-        args = [a for a in typing.get_args(hint) if a is not type(None)] if isinstance(hint, types.UnionType) else [hint]
-        out[name] = args[0]
+        union = isinstance(hint, types.UnionType)
+        out[name] = [a for a in typing.get_args(hint) if a is not type(None)][0] if union else hint
     return out
 
 
@@ -220,8 +219,9 @@ def public_nodes():
                             yield path.name, f"{node.name}.{item.name}", item
             elif isinstance(node, ast.Assign) and path.name != "__init__.py":
                 names = [t.id for t in node.targets if isinstance(t, ast.Name) and not t.id.startswith("_")]
-                documented = (i + 1 < len(body) and isinstance(body[i + 1], ast.Expr)
-                              and isinstance(body[i + 1].value, ast.Constant) and isinstance(body[i + 1].value.value, str))
+                after = body[i + 1] if i + 1 < len(body) else None
+                documented = (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                              and isinstance(after.value.value, str))
                 for name in names:
                     yield path.name, name, documented
 

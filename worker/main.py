@@ -44,9 +44,9 @@ import time
 import traceback
 from pathlib import Path
 
-from conf.contract import (EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, ISOLATION_ENV, ISOLATION_SPAWN,
-                           RECORD_FILE, SCHEMA_VERSION, RecordError, RunSpec, SpecError, meminfo_bytes, needs_dynamo,
-                           read_json, write_json_atomic)
+from conf.contract import (EXIT_BAD_SPEC, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, ISOLATION_ENV,
+                           ISOLATION_SPAWN, RECORD_FILE, SCHEMA_VERSION, RecordError, RunSpec, SpecError,
+                           meminfo_bytes, needs_dynamo, read_json, write_json_atomic)
 
 from .classify import classify_failure
 
