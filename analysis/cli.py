@@ -18,7 +18,7 @@ import pyarrow as pa
 from filelock import FileLock
 import pyarrow.parquet as pq
 
-from worker.records import gib
+from conf.contract import AXES, gib
 
 from .frontier import LOAD_FIELDS, differing, frontier_table
 from .tables import build_tables
@@ -61,7 +61,7 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
     named = tuple(k for k in LOAD_FIELDS if k not in ("mode", "device"))  # in every label already
     differ = {key: differing(group, named) for key, group in groups.items()}
     for r in rows:
-        fixed = " ".join(f"{k}={r[k]}" for k in ("batch", "context", "width", "dtype") if r[k] is not None)
+        fixed = " ".join(f"{k}={r[k]}" for k in AXES if r[k] is not None)
         fixed = f"{r['mode']} {r['device']} {fixed}"
         fixed += "".join(f" {k}={r.get(k)}" for k in differ[(r["sweep_dir"], r["axis"])])
         lines.append(f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "

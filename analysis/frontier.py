@@ -25,11 +25,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from worker.records import DTYPE_BYTES
+from conf.contract import AXES, DTYPE_BYTES, SEARCH_LOG
 
 from .tables import OPTIONS, coerce_table
 
-AXES = ("batch", "context", "width", "dtype")
 MODE_OPTIONS = tuple(name for name, _ in OPTIONS)  # a different optimizer, precision... is a different load
 IDENTITY = ("sweep_dir", "workload", "workload_params", "mode", "device", "capacity_bytes", "capacity_mode",
             "warmup", "repeats", "batch", "context", "width", "dtype", *MODE_OPTIONS,
@@ -63,7 +62,6 @@ per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and th
 process; null without an emulated capacity): the rest of the row's fixed load, as in the runs table; with
 them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads."""
 
-SEARCH_LOG = "search.jsonl"
 ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", "batch", "context", "width",
            "dtype")
 

@@ -9,30 +9,26 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 import pyarrow as pa
 
-from worker.records import (COLD_PHASES, DEVICE_COUNTERS, PEAK_SPLIT_FIELDS, RECORD_FILE, RESULT_FILE, SPEC_FILE,
-                            WARM_PHASES, RecordError, classify_run, read_json)
+from conf.contract import (CAPACITY_MODES, COLD_PHASES, DEVICE_COUNTERS, EXTRA_COUNTERS, OOM_DETAIL_FIELDS,
+                           PEAK_SPLIT_FIELDS, PHASE_COUNTERS, SIZE_FIELDS, SPEC_FILE, WARM_PHASES, Run, classify_run,
+                           find_run_dirs, phase_peak, read_run, record_phases)
 
 from .estimate import ESTIMATE_COLUMNS, estimate_columns
 
 log = logging.getLogger("memsweep")
 
-COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
-            "max_memory_allocated", "max_memory_reserved")
-# Per phase, where the backend or the phase has them (null otherwise): extra counters, then
-# sizes by construction (tensor bytes summed by the worker, not counters).
-EXTRA_COUNTERS = ("num_alloc_retries", "num_ooms", "inactive_split_bytes", "device_free_memory",
-                  "device_total_memory")
-SIZES = ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes", "kv_cache_tokens", "export_bytes")
-# An OOM phase refused by the CPU allocator capacity (capacity_mode=allocator): the bytes the refused
-# operator asked for and the bytes live when it asked (null for other OOMs and for every other phase).
-OOM_DETAIL = ("oom_request_bytes", "oom_allocated_bytes")
-# Mode options of the spec (worker.records.RunSpec), one column each in the runs table.
+# The record's phase fields (conf.contract.record, declared there): the counters, then, where the
+# backend or the phase has them (null otherwise), extra counters, sizes by construction (tensor
+# bytes summed by the worker, not counters) and an OOM's refused request.
+COUNTERS = PHASE_COUNTERS
+SIZES = SIZE_FIELDS
+OOM_DETAIL = OOM_DETAIL_FIELDS
+# Mode options of the spec (conf.contract.RunSpec), one column each in the runs table.
 OPTIONS = (("precision", pa.string()), ("optimizer", pa.string()), ("checkpointing", pa.bool_()),
            ("micro_steps", pa.int64()), ("eval_batch", pa.int64()), ("export", pa.bool_()),
            ("new_tokens", pa.int64()), ("kv_cache", pa.string()))
@@ -104,53 +100,18 @@ else); they sum to the peak. Null on measured rows, and on records written befor
 those of cuda:0, the run's device. Null for a one-device run and for records without it."""
 
 
-@dataclass
-class Run:
-    """What one run directory holds (any of the three files may be missing or unreadable)."""
-
-    run_dir: Path
-    spec: dict
-    record: dict | None = None
-    result: dict | None = None
-    problems: list[str] = field(default_factory=list)
-    record_damage: str | None = None  # "missing" or "corrupt": the run left no complete record
-
-
-def find_run_dirs(paths: Iterable[Path]) -> list[Path]:
-    """Every directory under ``paths`` holding a spec.json, sorted (hidden dirs skipped)."""
-    found = set()
-    for path in paths:
-        for spec in Path(path).rglob(SPEC_FILE):
-            if not any(part.startswith(".") for part in spec.relative_to(path).parts[:-1]):
-                found.add(spec.parent)
-    return sorted(found, key=lambda p: (str(p.parent), len(p.name), p.name))
-
-
 def load_run(run_dir: Path) -> Run | None:
-    """Read a run directory; None (with a warning) when its spec cannot be read."""
-    try:
-        spec = read_json(run_dir / SPEC_FILE, "spec")
-    except RecordError as exc:
-        log.warning("skipped: %s", exc)
+    """Read a run directory (``conf.contract.read_run``), logging what cannot be read.
+
+    Returns:
+        The run, or None (with a warning) when its spec cannot be read.
+    """
+    run = read_run(run_dir)
+    if run.spec is None:
+        log.warning("skipped: %s", run.unreadable[SPEC_FILE])
         return None
-    run = Run(run_dir, spec)
-    for name, attr in ((RECORD_FILE, "record"), (RESULT_FILE, "result")):
-        if (run_dir / name).exists():
-            try:
-                setattr(run, attr, read_json(run_dir / name, name.split(".")[0]))
-            except RecordError as exc:
-                if name == RECORD_FILE and "newer than this memsweep" not in str(exc):
-                    # (a record of a newer memsweep is not damage: its outcome is unknown here)
-                    run.record_damage = "corrupt"
-                    run.problems.append(f"record corrupt or unreadable: {exc}")
-                else:
-                    run.problems.append(str(exc))
-                log.warning("%s", run.problems[-1])
-    if run.record is None and run.result is not None and not (run_dir / RECORD_FILE).exists():
-        # the run ended (result.json) without leaving its record: nothing of it can be trusted
-        run.record_damage = "missing"
-        run.problems.append(f"{run_dir / RECORD_FILE}: record missing (the run ended without one)")
-        log.warning("%s", run.problems[-1])
+    for problem in run.problems:
+        log.warning("%s", problem)
     return run
 
 
@@ -159,19 +120,8 @@ def _dict(value) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _list(value) -> list:
-    return value if isinstance(value, list) else []
-
-
 def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _peak(phases: list[dict], key: str, names: tuple[str, ...] | None = None) -> int | None:
-    values = [_int(p.get(key)) for p in phases
-              if names is None or p.get("name") in names or p.get("parent") in names]
-    values = [v for v in values if v is not None]
-    return max(values) if values else None
 
 
 def _outcome(run: Run) -> dict:
@@ -200,7 +150,7 @@ def _outcome(run: Run) -> dict:
 def run_row(run: Run, sweep_dir: Path) -> dict:
     spec, record = run.spec, _dict(run.record)
     result = _dict(_outcome(run))
-    phases = [p for p in _list(record.get("phases")) if isinstance(p, dict)]
+    phases = record_phases(record)
     env = _dict(record.get("environment"))
     sources = _dict(record.get("counter_sources"))
     workload = _dict(spec.get("workload"))
@@ -224,12 +174,12 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "timed_out": result.get("timed_out"), "wall_s": result.get("wall_s"),
         "worker_pid": _int(result.get("worker_pid")) or _int(record.get("pid")),
         "n_phases": len(phases),
-        "max_memory_allocated": _peak(phases, "max_memory_allocated"),
-        "max_memory_reserved": _peak(phases, "max_memory_reserved"),
-        "cold_max_memory_allocated": _peak(phases, "max_memory_allocated", COLD_PHASES),
-        "cold_max_memory_reserved": _peak(phases, "max_memory_reserved", COLD_PHASES),
-        "warm_max_memory_allocated": _peak(phases, "max_memory_allocated", WARM_PHASES),
-        "warm_max_memory_reserved": _peak(phases, "max_memory_reserved", WARM_PHASES),
+        "max_memory_allocated": phase_peak(phases, "max_memory_allocated"),
+        "max_memory_reserved": phase_peak(phases, "max_memory_reserved"),
+        "cold_max_memory_allocated": phase_peak(phases, "max_memory_allocated", COLD_PHASES),
+        "cold_max_memory_reserved": phase_peak(phases, "max_memory_reserved", COLD_PHASES),
+        "warm_max_memory_allocated": phase_peak(phases, "max_memory_allocated", WARM_PHASES),
+        "warm_max_memory_reserved": phase_peak(phases, "max_memory_reserved", WARM_PHASES),
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
         "source": _source(run),
@@ -252,7 +202,7 @@ def _capacity_mode(record: dict) -> str | None:
     null when no capacity was emulated (the device's own memory, a dry run). A record written
     before the field had only the RLIMIT_DATA emulation on the CPU, which is ``process``."""
     capacity = _dict(record.get("capacity"))
-    if capacity.get("capacity_mode") in ("allocator", "process"):
+    if capacity.get("capacity_mode") in CAPACITY_MODES:
         return capacity["capacity_mode"]
     method = str(capacity.get("capacity_method") or "")
     if method.startswith("RLIMIT_DATA"):
@@ -267,8 +217,7 @@ def _source(run: Run) -> str:
 def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
     rows = []
     source = _source(run)
-    phases = _list(_dict(run.record).get("phases"))
-    for index, p in enumerate(x for x in phases if isinstance(x, dict)):
+    for index, p in enumerate(record_phases(run.record)):
         rows.append({
             "sweep_dir": str(sweep_dir), "run_id": run_id,
             **{k: run.spec.get(k) for k in ("batch", "context", "width", "dtype", "mode", "device")},
@@ -302,7 +251,8 @@ def coerce_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
         schema: the table's schema (RUNS_SCHEMA, PHASES_SCHEMA, FRONTIER_SCHEMA...); bytes are int64.
 
     Returns:
-        A table of ``len(rows)`` rows and exactly ``schema``'s columns, in its order.
+        A table of ``len(rows)`` rows and exactly ``schema``'s columns, in its order (a
+        missing measurement is null, never 0).
     """
     columns = {}
     for f in schema:

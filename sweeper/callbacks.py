@@ -79,7 +79,7 @@ def planned_jobs(config: DictConfig) -> int | None:
               if o.is_sweep_override() and o.is_discrete_sweep()}
     if target.endswith("OvatSweeper"):
         from sweeper.ovat import plan_conditions
-        from worker.records import AXES
+        from conf.contract import AXES
 
         axes_cfg = OmegaConf.select(config, "sweep.axes")
         axes = dict(OmegaConf.to_container(axes_cfg, resolve=True)) if axes_cfg else {}

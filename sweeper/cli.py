@@ -25,9 +25,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from conf.contract import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, PEAK_CATEGORIES, RUN_EXIT, SpecError, bytes_text,
+                           validate_device)
+
 USAGE = __doc__
-# `memsweep run`'s exit status by outcome (2 is bad input, refused before the run).
-RUN_EXIT = {"ok": 0, "oom": 3, "error": 4, "crash": 6, "timeout": 7}
 
 
 def _hydra_main(argv: list[str], multirun: bool) -> int:
@@ -63,14 +64,14 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
         _main()
     except InputRefused as exc:  # a sweeper refused its settings or overrides before any run
         print(f"memsweep: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except SystemExit as exc:  # Hydra exits 1 after printing a job's error
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except KeyboardInterrupt:
         print("memsweep: interrupted; finished runs are kept: the same command with the same "
               "hydra.sweep.dir=... resumes without running them again" if multirun else
               "memsweep: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     if not multirun and results:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
         return RUN_EXIT.get(results[-1].get("outcome"), 1)
     return 0
@@ -80,8 +81,6 @@ def env_command(argv: list[str]) -> int:
     """``memsweep env``: asks a worker process (this one never imports torch) for the report."""
     import argparse
     import json
-
-    from worker.records import bytes_text, validate_device
 
     from .spec import ask_worker
 
@@ -117,7 +116,7 @@ Predicts, without the device, the largest value of the axis whose tensor bytes f
 (GB = 10^9 B, GiB = 2^30 B), by bisection on dry runs. OVERRIDES are those of `memsweep run`;
 device=cpu (the default) or device=cuda[:N] (fake CUDA tensors: no GPU needed; CUDA's 512 B
 allocator blocks counted)."""
-# How `memsweep predict` names worker.records.PEAK_CATEGORIES.
+# How `memsweep predict` names conf.contract.PEAK_CATEGORIES.
 CATEGORY_LABELS = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer states",
                    "activation": "activations and temporaries"}
 
@@ -128,8 +127,6 @@ def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None]:
     Raises:
         SpecError: an axis other than batch, context or width (field ``--axis``).
     """
-    from worker.records import SpecError
-
     from .search import SEARCH_AXES
 
     axis, overrides, capacity = "batch", [], None
@@ -159,8 +156,6 @@ def predict_command(argv: list[str], out=sys.stdout) -> int:
         The exit status: 0 edge found, 1 no edge (a dry run failed or nothing fits), 2 bad
         input.
     """
-    from worker.records import PEAK_CATEGORIES, SpecError, bytes_text
-
     from .predict import blind_spots, predict_edge
 
     if any(a in ("-h", "--help") for a in argv):
@@ -171,7 +166,7 @@ def predict_command(argv: list[str], out=sys.stdout) -> int:
         prediction = predict_edge(overrides, axis, capacity)
     except SpecError as exc:  # bad input, or a load the dry run refuses (e.g. a workload it cannot fake)
         print(f"memsweep predict: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     predictor, edge, summary = prediction.predictor, prediction.edge, prediction.summary
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
     print(f"memsweep predict: {axis} at capacity {bytes_text(prediction.capacity_bytes)}, {len(predictor.runs)} "
@@ -246,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, estimate, "
           f"predict, env\n{USAGE}",
           file=sys.stderr)
-    return 2
+    return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.records import SpecError
+from conf.contract import SpecError
 
 
 class InputRefused(BaseException):

@@ -9,8 +9,8 @@ same sweep again in the same directory reuses the runs already there (those with
 result.json), and several axes or a search and its confirmations share runs of the same
 condition.
 
-Peaks read by the model (``run_peak``): the largest phase peak of the run,
-``max_memory_reserved`` on CUDA (the per-process memory fraction caps what the caching
+Peaks read by the model (``conf.contract.run_peak``, the one definition of a run's peak): the
+largest phase peak of the run, ``max_memory_reserved`` on CUDA (the per-process memory fraction caps what the caching
 allocator reserves) and ``max_memory_allocated`` on the CPU (the worker's live-tensor
 tracker). On the CPU with ``capacity_mode=allocator`` (the default) the capacity caps exactly
 these tracked bytes (``worker.counters.apply_cpu_allocator_capacity``), so the model and the
@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 from omegaconf import DictConfig
 
-from worker.records import RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_json
+from conf.contract import RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_spec, try_read
 
 from .process import RunDirError, stored_spec
 
@@ -76,24 +76,6 @@ def stored_key(run_dir: Path) -> Optional[str]:
     return None if spec is None else spec_key(spec)
 
 
-def run_peak(record: Optional[dict]) -> tuple[Optional[int], str]:
-    """The peak of a run record that the model reads.
-
-    Args:
-        record: the run's record.json (a dict), or None when it left none.
-
-    Returns:
-        (peak bytes or None when no phase has one, counter name): the largest phase peak of
-        ``max_memory_reserved`` on CUDA, of ``max_memory_allocated`` elsewhere (the CPU
-        tracker).
-    """
-    record = record or {}
-    counter = "max_memory_reserved" if record.get("device_kind") == "cuda" else "max_memory_allocated"
-    values = [p.get(counter) for p in record.get("phases") or [] if isinstance(p, dict)]
-    values = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-    return (max(values) if values else None), counter
-
-
 class RunIndex:
     """Completed runs of a sweep directory (spec.json and result.json present), by spec key.
 
@@ -120,7 +102,7 @@ class RunIndex:
             if not (run_dir / RESULT_FILE).exists():
                 continue  # the orchestrator stopped during this run: not a result to reuse
             try:
-                spec = RunSpec.from_dict(read_json(spec_path, "spec"))
+                spec = read_spec(run_dir)
             except (RecordError, SpecError) as exc:
                 log.warning("resume: %s not reused (%s)", run_dir, exc)
                 continue
@@ -188,16 +170,11 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: Optional[dict] = N
         the failed phase and error type when known), "record" (record.json, or None),
         "capacity_bytes" (the record's, or None), "run_dir", "reused", "key"}.
     """
-    record = None
-    try:
-        record = read_json(run_dir / RECORD_FILE, "record")
-    except RecordError:
-        pass
+    record, _ = try_read(run_dir, RECORD_FILE)
     if envelope is None:
-        try:
-            envelope = read_json(run_dir / RESULT_FILE, "result")
-        except RecordError as exc:
-            envelope = {"outcome": "crash", "error_message": str(exc)}
+        envelope, problem = try_read(run_dir, RESULT_FILE)
+        if envelope is None:
+            envelope = {"outcome": "crash", "error_message": problem}
     capacity = (record or {}).get("capacity_bytes")
     message = envelope.get("error_message")
     if envelope.get("failed_phase"):

@@ -21,7 +21,8 @@ Files in the sweep directory:
   ``analysis.frontier`` adds the search's columns (strategy, runs_used, upper_reached,
   stopped_by, search_status) from the ``result`` lines.
 
-Which peak the model reads, and how it compares with the capacity: ``sweeper.frontier_runs``.
+Which peak the model reads (``conf.contract.run_peak``), and how it compares with the capacity:
+``sweeper.frontier_runs``.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from worker.records import RunSpec, SpecError
+from conf.contract import SEARCH_LOG, RunSpec, SpecError, run_peak
 
 from .errors import InputRefused
-from .frontier_runs import PEAK_COUNTERS, SweepRuns, launcher_slots, run_peak
+from .frontier_runs import PEAK_COUNTERS, SweepRuns, launcher_slots
 from .predict import Predictor
 from .process import share_fork_server
 from .search import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
@@ -50,7 +51,6 @@ from .spec import launch_settings, spec_from_config
 
 log = logging.getLogger("memsweep")
 
-SEARCH_LOG = "search.jsonl"
 # The light probe policy: the cold step (or forward) and one warm one.
 LIGHT = ["warmup=0", "repeats=1"]
 

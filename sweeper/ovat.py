@@ -22,7 +22,7 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from worker.records import AXES, SPEC_FILE, SpecError
+from conf.contract import AXES, SPEC_FILE, SpecError
 
 log = logging.getLogger("memsweep")
 

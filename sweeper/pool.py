@@ -21,7 +21,7 @@ from typing import Iterator
 
 from filelock import FileLock, Timeout
 
-from worker.records import SpecError
+from conf.contract import SpecError
 
 POOLS = ("gpus", "cores", "none")
 

@@ -16,7 +16,7 @@ bytes) is at most ``capacity``. Search: the frontier sweeper's ``model`` strateg
 value: predicted peaks fitted against the axis aim the next dry run, bisection when a guess is
 wrong, down to neighbours (``Predictor.search``). At the edge it prints the predicted bytes of every phase
 and the split of the largest phase peak into parameters, gradients, optimizer states and
-activations/temporaries (the dry run's ``predicted_*_bytes``, worker.records.PEAK_CATEGORIES).
+activations/temporaries (the dry run's ``predicted_*_bytes``, conf.contract.PEAK_CATEGORIES).
 The answer is a prediction of *tensor bytes*; what it cannot see is listed in
 ``BLIND_SPOTS`` and printed with every answer.
 
@@ -33,8 +33,8 @@ from typing import Optional
 
 from hydra import compose, initialize_config_module
 
-from worker.records import (PEAK_CATEGORIES, RECORD_FILE, RecordError, RunSpec, SpecError, parse_size, read_json,
-                            write_json_atomic)
+from conf.contract import (PEAK_CATEGORIES, RECORD_FILE, RunSpec, SpecError, parse_size, run_peak, try_read,
+                           write_json_atomic)
 
 from .process import execute
 from .search import SEARCH_AXES, FrontierSearch, Lattice
@@ -117,16 +117,12 @@ class Predictor:
         spec = RunSpec.from_dict(data)
         run_dir = self.out_dir / f"{self.axis}={value}"
         result = execute(spec, run_dir, resume=True, isolation=self.isolation)
-        try:
-            record = read_json(run_dir / RECORD_FILE, "record")
-        except RecordError:
-            record = None
-        peaks = [p["max_memory_allocated"] for p in (record or {}).get("phases", [])
-                 if p.get("max_memory_allocated") is not None]
-        ok = result["outcome"] == "ok" and bool(peaks)
+        record, _ = try_read(run_dir, RECORD_FILE)
+        peak, _ = run_peak(record)  # a dry run's: max_memory_allocated, predicted
+        ok = result["outcome"] == "ok" and peak is not None
         out = {"value": value, "outcome": result["outcome"], "error_type": result.get("error_type"),
-               "error_message": result.get("error_message"), "peak": max(peaks) if ok else None,
-               "fits": (max(peaks) <= self.capacity) if ok else None, "record": record}
+               "error_message": result.get("error_message"), "peak": peak if ok else None,
+               "fits": (peak <= self.capacity) if ok else None, "record": record}
         self.runs[value] = out
         return out
 
@@ -179,7 +175,7 @@ def breakdown(record: dict) -> list[dict]:
     Returns:
         One dict per phase: "phase", "peak_bytes" (predicted ``max_memory_allocated``),
         "live_bytes" (``memory_allocated`` at its end), the peak's split by category
-        (``predicted_*_bytes``, worker.records.PEAK_CATEGORIES; None when the record has
+        (``predicted_*_bytes``, conf.contract.PEAK_CATEGORIES; None when the record has
         none) and the sizes by construction the worker adds (``gradient_bytes``,
         ``optimizer_state_bytes``, ``kv_cache_bytes``, at the phase's end), all bytes.
     """

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from worker.records import (RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, SPEC_FILE, STDERR_FILE,
-                            STDOUT_FILE, RecordError, RunSpec, SpecError, classify_run, needs_dynamo,
-                            read_json, write_json_atomic)
+from conf.contract import (DEFAULT_ISOLATION, ISOLATION_ENV, ISOLATION_FORKSERVER, ISOLATIONS, RECORD_FILE, RESULT_FILE,
+                           SCHEMA_VERSION, SPEC_FILE, STDERR_FILE, STDOUT_FILE, RecordError, RunSpec, SpecError,
+                           classify_run, needs_dynamo, read_spec, try_read, write_json_atomic)
 
 log = logging.getLogger("memsweep")
 LOCK_FILE = ".run.lock"
@@ -58,11 +58,7 @@ def _result(spec: RunSpec, run_dir: Path, returncode: int | None, timed_out: boo
             pid: int | None, lost: str | None = None) -> dict:
     """Classify what the worker left in ``run_dir`` and write result.json atomically.
     ``lost``: why the worker's exit status never came (ForkServerLost), for a crash's message."""
-    record, problem = None, None
-    try:
-        record = read_json(run_dir / RECORD_FILE, "record")
-    except RecordError as exc:
-        problem = str(exc)
+    record, problem = try_read(run_dir, RECORD_FILE)
     outcome = classify_run(record, returncode, timed_out)
     failed_phase = error_type = error_message = None
     if outcome in ("oom", "error"):
@@ -109,10 +105,8 @@ def stored_spec(run_dir: Path) -> RunSpec | None:
     Raises:
         RunDirError: an unreadable or invalid spec.json.
     """
-    if not (run_dir / SPEC_FILE).exists():
-        return None
     try:
-        return RunSpec.from_dict(read_json(run_dir / SPEC_FILE, "spec"))
+        return read_spec(run_dir)
     except (RecordError, SpecError) as exc:
         raise RunDirError(f"{run_dir} holds an unreadable spec.json ({exc}); memsweep never overwrites a run") from None
 
@@ -139,23 +133,17 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
     """
     check_resumable(spec, run_dir)
     if (run_dir / RESULT_FILE).exists():
-        try:
-            return {**read_json(run_dir / RESULT_FILE, "result"), "resumed": True}
-        except RecordError:
-            pass  # a torn result cannot exist (atomic writes); an unreadable one is re-derived below
-    try:
-        record = read_json(run_dir / RECORD_FILE, "record")
-    except RecordError:
-        record = None
+        result, _ = try_read(run_dir, RESULT_FILE)
+        if result is not None:
+            return {**result, "resumed": True}
+        # a torn result cannot exist (atomic writes); an unreadable one is re-derived below
+    record, _ = try_read(run_dir, RECORD_FILE)
     pid = (record or {}).get("pid")
     deadline = time.monotonic() + spec.timeout_s
     while _pid_alive(pid) and time.monotonic() < deadline:  # a worker orphaned by a killed orchestrator
         time.sleep(0.5)
     if record is not None and not _pid_alive(pid):
-        try:
-            record = read_json(run_dir / RECORD_FILE, "record")
-        except RecordError:
-            record = None
+        record, _ = try_read(run_dir, RECORD_FILE)
     if record is not None and record.get("complete"):
         return {**_result(spec, run_dir, record.get("exit_code"), False, None, pid), "resumed": True}
     target = _set_attempt_aside(run_dir)
@@ -174,10 +162,6 @@ def _set_attempt_aside(run_dir: Path) -> Path:
         if (run_dir / name).exists():
             os.replace(run_dir / name, target / name)
     return target
-
-
-ISOLATIONS = ("spawn", "forkserver")
-DEFAULT_ISOLATION = "forkserver"  # conf/config.yaml's default too (README: why)
 
 
 def execute(spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = DEFAULT_ISOLATION,
@@ -220,8 +204,8 @@ def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, 
     else:
         check_run_dir_free(run_dir)
         write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
-    env = worker_env({**(extra_env or {}), "MEMSWEEP_ISOLATION": isolation})
-    start = _run_forkserver if isolation == "forkserver" else _run_spawn
+    env = worker_env({**(extra_env or {}), ISOLATION_ENV: isolation})
+    start = _run_forkserver if isolation == ISOLATION_FORKSERVER else _run_spawn
     try:
         returncode, timed_out, pid, wall_s = start(run_dir, env, spec)
     except ForkServerLost as exc:  # not the load's doing: once more, from a fork server that lives
@@ -401,7 +385,7 @@ class ForkServer:
     def run(self, run_dir: Path, env: dict, timeout_s: float, dynamo: bool = True) -> tuple[int, bool, int, float]:
         """Fork one worker; returns (returncode, timed_out, pid, wall seconds since it was forked).
         ``timeout_s`` counts from the fork too: waiting for the server to start is not the run's.
-        ``dynamo``: the run needs torch._dynamo (``worker.records.needs_dynamo``), which the
+        ``dynamo``: the run needs torch._dynamo (``conf.contract.needs_dynamo``), which the
         server then imports before it forks (once: every later fork has it).
 
         Raises:
@@ -470,7 +454,7 @@ def share_fork_server(isolation: str) -> None:
     processes (joblib's loky workers, submitit_local's jobs) fork their runs from this one
     server instead of each importing torch into a server of its own. No-op unless
     ``isolation == "forkserver"``. The server still dies with this process."""
-    if isolation != "forkserver":
+    if isolation != ISOLATION_FORKSERVER:
         return
     _FORKSERVER.start()
     os.environ[SHARED_FORKSERVER_ENV] = _shared_name(_FORKSERVER.path)

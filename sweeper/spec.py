@@ -16,12 +16,12 @@ import subprocess
 import sys
 from typing import Any
 
-from worker.records import (MODES, RunSpec, SpecError, bytes_text, meminfo_bytes, parse_size, validate_device,
-                            validate_workload)
+from conf.contract import (DEFAULT_ISOLATION, EXIT_BAD_INPUT, ISOLATIONS, MODES, RunSpec, SpecError, bytes_text,
+                           meminfo_bytes, parse_size, validate_device, validate_workload)
 
 LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "capacity_mode", "warmup",
              "repeats", "timeout_s", "seed", "threads", "fault",
-             # mode options (worker.records.RunSpec)
+             # mode options (conf.contract.RunSpec)
              "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export",
              "new_tokens", "kv_cache", "dry_run", "snapshot_on_oom", "devices")
 
@@ -95,14 +95,16 @@ def _plain(cfg: Any) -> dict:
 def launch_settings(cfg: Any) -> dict:
     """How runs are started (not part of what they measure): isolation, pool, cores_per_run.
 
+    A setting the config lacks takes its default (isolation: ``DEFAULT_ISOLATION``, as in
+    conf/config.yaml).
+
     Raises:
         SpecError: an unknown isolation or pool, or a bad cores_per_run.
     """
     from .pool import POOLS
-    from .process import ISOLATIONS
 
     get = cfg.get if hasattr(cfg, "get") else dict(cfg).get
-    settings = {"isolation": get("isolation", "spawn"), "pool": get("pool", "none"),
+    settings = {"isolation": get("isolation", DEFAULT_ISOLATION), "pool": get("pool", "none"),
                 "cores_per_run": get("cores_per_run", 1)}
     if settings["isolation"] not in ISOLATIONS:
         raise SpecError("isolation", settings["isolation"], "one of " + ", ".join(ISOLATIONS))
@@ -129,7 +131,7 @@ def spec_or_exit(cfg: Any) -> RunSpec:
         return spec_from_config(cfg)
     except SpecError as exc:
         print(f"memsweep: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(EXIT_BAD_INPUT) from None
 
 
 def spec_from_config(cfg: Any) -> RunSpec:

@@ -95,7 +95,7 @@ def check_modes(out: Path) -> list[str]:
     import importlib.util
 
     from sweeper.process import execute
-    from worker.records import RunSpec
+    from conf.contract import RunSpec
 
     lm = {"name": "transformer", "layers": 4, "heads": 8, "kv_heads": 2, "vocab": 32000}
     base = dict(batch=4, context=512, width=512, device="cuda:0", warmup=1, repeats=2, timeout_s=600)
@@ -206,7 +206,7 @@ def check_dry_run(out: Path) -> list[str]:
     measured bytes only: printed, not failed)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from sweeper.process import execute
-    from worker.records import RunSpec
+    from conf.contract import RunSpec
 
     failures = []
     for mode in ("inference", "train"):

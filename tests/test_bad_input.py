@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.tables import Run, phase_rows, run_row
-from worker.records import RecordError, RunSpec, SpecError, read_json
+from analysis.tables import phase_rows, run_row
+from conf.contract import RecordError, Run, RunSpec, SpecError, read_json
 
 MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 TINY = ["context=8", "width=16", "warmup=1", "repeats=1", "device=cpu"]

@@ -12,9 +12,9 @@ import subprocess
 import pytest
 import torch
 
+from conf.contract import RunSpec, SpecError
 from worker.classify import classify_failure
 from worker.counters import LiveTensorTracker
-from worker.records import RunSpec, SpecError
 
 F32 = 4
 

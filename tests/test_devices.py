@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, Run, coerce_table, phase_rows
+from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, coerce_table, phase_rows
+from conf.contract import DEVICE_COUNTERS, Run, RunSpec, SpecError
 from sweeper.pool import gpu_slots, lease, placement
 from sweeper.process import RunDirError, check_resumable
 from worker.counters import CudaCounters, MultiDeviceCounters, apply_cuda_capacity_per_device, make_counters
 from worker.protocol import run_phase
-from worker.records import DEVICE_COUNTERS, RunSpec, SpecError
 
 MiB = 2**20
 BASE = dict(batch=2, context=8, width=16)

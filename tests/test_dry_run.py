@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conf.contract import RunSpec, SpecError
 from sweeper.process import execute
-from worker.records import RunSpec, SpecError
 
 HERE = Path(__file__).resolve().parent
 BASE = dict(context=16, width=32, dtype="float32", device="cpu", warmup=1, repeats=1, timeout_s=300, threads=1)

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from test_dry_run import _run  # noqa: E402  (the same real-process helper)
-from worker.records import RunSpec, SpecError
+from conf.contract import RunSpec, SpecError
 
 BASE = dict(context=16, width=32, dtype="float32", warmup=1, repeats=1, timeout_s=300, threads=1, dry_run=True)
 LM = {"name": "transformer", "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 128}

@@ -1,5 +1,5 @@
 """torch._dynamo: imported before the phases when a run needs it, never inside one, and not at
-all by the CPU inference/generate runs of the built-in workloads (worker.records.needs_dynamo),
+all by the CPU inference/generate runs of the built-in workloads (conf.contract.needs_dynamo),
 so that the fork server need not import it for a CPU inference sweep."""
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.records import RunSpec, needs_dynamo
+from conf.contract import RunSpec, needs_dynamo
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSFORMER = {"name": "transformer", "layers": 1, "hidden": 16, "heads": 2, "vocab": 64}

@@ -1,6 +1,6 @@
 """The estimator's formulas, against values computed by hand (in each test's docstring).
 
-No torch here: analysis/estimate.py is standard library only.
+No torch here: analysis/estimate/ is standard library only.
 """
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from analysis import estimate as E
 from analysis.estimate.cli import main as estimate_main
-from worker.records import GB, GiB, RunSpec, SpecError
+from conf.contract import GB, GiB, RunSpec, SpecError
 
 LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
              "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000,

@@ -10,9 +10,9 @@ import pytest
 
 from analysis.estimate import estimate_for_spec, mlp_phases
 from analysis.tables import build_tables
+from conf.contract import RECORD_FILE, SPEC_FILE, RunSpec, write_json_atomic
 from sweeper.process import worker_env
 from sweeper.spec import spec_from_config, with_estimate
-from worker.records import RECORD_FILE, SPEC_FILE, RunSpec, write_json_atomic
 
 # (mode, dtype, batch, context, width, workload params): small loads, several shapes. Each
 # worker process costs seconds of CPU (the torch import, and torch._dynamo's for training),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from worker.records import INFERENCE_PHASES
+from conf.contract import INFERENCE_PHASES
 
 TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
 MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))

@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analysis.fit import crossing
+from conf.contract import SpecError
 from sweeper.search import FrontierSearch, Lattice, fit_peak, peak_band, run_search
 from sweeper.search.peaks import MAX_GRANULARITY
-from worker.records import SpecError
 
 MiB = 2**20
 CAP = 1024 * MiB

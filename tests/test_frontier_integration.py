@@ -15,8 +15,8 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
+from conf.contract import RunSpec, read_json
 from sweeper.process import execute
-from worker.records import RunSpec, read_json
 
 LOAD = ["device=cpu", "capacity=64MiB", "context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1",
         "threads=1"]

@@ -8,9 +8,9 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from sweeper.frontier_runs import RunIndex, launcher_slots, run_peak, spec_key
+from conf.contract import RunSpec, SpecError, run_peak, write_json_atomic
+from sweeper.frontier_runs import RunIndex, launcher_slots, spec_key
 from sweeper.frontier_sweeper import FrontierSweeperImpl
-from worker.records import RunSpec, SpecError, write_json_atomic
 
 CAP = 64 * 2**20
 BASE = dict(batch=8, context=64, width=64, device="cpu", capacity_bytes=CAP, warmup=1, repeats=1, threads=1)
@@ -59,7 +59,9 @@ class ScriptedLauncher:
 
 def make(tmp_path, oracle, launcher=None, **settings):
     impl = FrontierSweeperImpl(**settings)
-    impl.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": launcher or {}}})
+    # isolation=spawn: no fork server is started for the scripted launcher (conf/config.yaml says forkserver)
+    impl.config = OmegaConf.create({"isolation": "spawn",
+                                    "hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": launcher or {}}})
     impl.launcher = ScriptedLauncher(tmp_path, oracle)
     impl.fixed_overrides = lambda arguments: list(arguments)
     impl.compose = spec_of

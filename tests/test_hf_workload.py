@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from worker.records import RunSpec
+from conf.contract import RunSpec
 from worker.workloads import DependencyMissing, build_workload
 
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None

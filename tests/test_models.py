@@ -7,9 +7,9 @@ check the same numbers a run records, without a process per case.
 import pytest
 import torch
 
+from conf.contract import RunSpec
 from worker.counters import LiveTensorTracker
 from worker.models import KVCache, Transformer
-from worker.records import RunSpec
 from worker.workloads import DependencyMissing, build_workload, default_loss, make_optimizer
 
 TINY_LM = dict(layers=2, hidden=32, heads=4, kv_heads=2, head_dim=8, ffn_hidden=64, vocab=128)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from worker.records import (SCHEMA_VERSION, RecordError, RunSpec, SpecError, classify_run, parse_size,
-                            read_json, write_json_atomic)
+from conf.contract import (SCHEMA_VERSION, RecordError, RunSpec, SpecError, classify_run, parse_size, read_json,
+                           write_json_atomic)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -13,7 +13,7 @@ from analysis.report import (ReportExists, build_report, crossing, decomposition
                              peak_increments,
                              write_report)
 from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA, coerce_table
-from worker.records import GiB, SpecError
+from conf.contract import GiB, SpecError
 
 MiB = 2**20
 

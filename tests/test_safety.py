@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from analysis.cli import analyze
-from worker.records import SCHEMA_VERSION
+from conf.contract import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [p for d in ("worker", "sweeper", "analysis", "hydra_plugins") for p in (ROOT / d).rglob("*.py")]

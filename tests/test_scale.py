@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from conf.contract import SpecError
 from sweeper.pool import core_slots, lease, placement
-from worker.records import SpecError
 
 MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 EDGE = ["batch=4,64", "capacity=8MiB", "context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1",
@@ -105,7 +105,7 @@ CLIENT = """
 import json, sys
 from pathlib import Path
 import sweeper.process as p
-from worker.records import RunSpec
+from conf.contract import RunSpec
 spec = RunSpec.from_dict(json.loads(sys.argv[2]))
 result = p.execute(spec, Path(sys.argv[1]), isolation="forkserver")
 print(json.dumps({"outcome": result["outcome"], "shared": p._FORKSERVER.shared,
@@ -191,7 +191,7 @@ def test_timeout_counts_from_the_fork_not_from_the_servers_start(tmp_path, own_s
     """The first run of a sweep waits while the server imports torch (seconds); its timeout_s
     and wall_s are the worker's own."""
     from sweeper.process import execute
-    from worker.records import RunSpec
+    from conf.contract import RunSpec
 
     result = execute(RunSpec.from_dict(dict(TINY, timeout_s=1.0)), tmp_path / "run", isolation="forkserver")
     assert result["outcome"] == "ok", result
@@ -205,7 +205,7 @@ def test_a_run_whose_fork_server_dies_runs_again_from_a_new_one(tmp_path, own_se
     import threading
 
     from sweeper.process import execute
-    from worker.records import RunSpec
+    from conf.contract import RunSpec
 
     hang = dict(TINY, timeout_s=3, fault={"phase": "model_load", "kind": "hang"})
     record = tmp_path / "run" / "record.json"

@@ -3,9 +3,9 @@
 import pytest
 from hydra import compose, initialize_config_module
 
+from conf.contract import RunSpec, SpecError
 from sweeper.ovat import launch_order, plan_conditions
 from sweeper.spec import probe_device, spec_from_config
-from worker.records import RunSpec, SpecError
 
 BASE = {"batch": 8, "context": 128, "width": 256, "dtype": "float32"}
 

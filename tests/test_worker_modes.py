@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conf.contract import STEP_SUB_PHASES, RunSpec
 from sweeper.process import execute
-from worker.records import STEP_SUB_PHASES, RunSpec
 
 COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
             "max_memory_allocated", "max_memory_reserved")

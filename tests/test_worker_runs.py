@@ -5,8 +5,8 @@ import signal
 
 import pytest
 
+from conf.contract import INFERENCE_PHASES, TRAIN_PHASES, RunSpec
 from sweeper.process import RunDirError, execute
-from worker.records import INFERENCE_PHASES, TRAIN_PHASES, RunSpec
 
 COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
             "max_memory_allocated", "max_memory_reserved")

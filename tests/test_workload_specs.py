@@ -3,8 +3,7 @@ values, in the worker's contract (RunSpec) and when composing the Hydra config (
 
 import pytest
 
-from worker.records import (GENERATE_PHASES, TRAIN_PHASES, RunSpec, SpecError, hf_config_kind,
-                            validate_workload)
+from conf.contract import GENERATE_PHASES, TRAIN_PHASES, RunSpec, SpecError, hf_config_kind, validate_workload
 
 LM = {"name": "transformer", "layers": 2, "heads": 4, "vocab": 128}
 

@@ -15,7 +15,7 @@ import os
 import platform
 import socket
 
-from .records import meminfo_bytes
+from conf.contract import ISOLATION_ENV, ISOLATION_SPAWN, meminfo_bytes
 
 
 def resolve_device(requested: str):
@@ -119,7 +119,7 @@ def environment(device, dry_run: bool = False) -> dict:
         "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        "isolation": os.environ.get("MEMSWEEP_ISOLATION", "spawn"),
+        "isolation": os.environ.get(ISOLATION_ENV, ISOLATION_SPAWN),  # (unset: started by hand, a new interpreter)
         "lease": os.environ.get("MEMSWEEP_LEASE"),
     }
     if device.type == "cuda":

@@ -4,7 +4,7 @@ The server imports torch (and what the worker needs) once, never touches a devic
 serves one request per connection on a Unix socket: a JSON line ``{"spec", "stdout",
 "stderr", "env", "dynamo"}``. It imports ``torch._dynamo`` (as long again as torch itself)
 only when the first request whose run needs it comes (``dynamo``: the client's
-``worker.records.needs_dynamo``), so that it is ready sooner and a CPU inference sweep never
+``conf.contract.needs_dynamo``), so that it is ready sooner and a CPU inference sweep never
 pays that import. For each request, a handler
 process forks the worker (so every run is still a new process, with its own CUDA context
 and caching allocator, created after the fork), answers ``{"pid": ...}`` at once and

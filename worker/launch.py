@@ -23,7 +23,7 @@ def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict) -> None:
         stderr_path: the file that becomes the worker's stderr (fd 2).
         env: the worker's whole environment (replaces the server's).
 
-    Never returns: the process exits with the worker's exit code (``records.EXIT_*``).
+    Never returns: the process exits with the worker's exit code (``conf.contract.EXIT_*``).
     """
     os.setsid()  # its own process group, so a timeout kills the worker and anything it started
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the server ignores it; a worker does not

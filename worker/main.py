@@ -29,10 +29,12 @@ import json
 import sys
 from pathlib import Path
 
+from conf.contract import (EXIT_BAD_SPEC, EXIT_OK, EXIT_UNAVAILABLE, RECORD_FILE, RecordError, RunSpec, SpecError,
+                           read_json)
+
 from .environment import env_report, probe
 from .lifecycle import die_with_parent
 from .measure import Recorder, measure
-from .records import EXIT_BAD_SPEC, EXIT_OK, EXIT_UNAVAILABLE, RECORD_FILE, RecordError, RunSpec, SpecError, read_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         argv: the arguments (``sys.argv[1:]`` when None).
 
     Returns:
-        The exit code (``records.EXIT_*``): for a spec, ``measure``'s, or ``EXIT_BAD_SPEC``
+        The exit code (``conf.contract.EXIT_*``): for a spec, ``measure``'s, or ``EXIT_BAD_SPEC``
         (5) for a bad command line, an unreadable or invalid spec, or a record already there
         (never overwritten); for ``--probe``, 0 when torch is installed, else 2; for ``--env``,
         0 when the device is available, else 2. Printing is done here (JSON on stdout, errors

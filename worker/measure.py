@@ -18,11 +18,12 @@ import sys
 import traceback
 from pathlib import Path
 
+from conf.contract import (EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, SCHEMA_VERSION, RunSpec, needs_dynamo,
+                           write_json_atomic)
+
 from .environment import bf16_supported, device_memory, environment, resolve_device
 from .plan import MODEL_LOAD, plan
 from .protocol import run_phase
-from .records import (EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, SCHEMA_VERSION, RunSpec, needs_dynamo,
-                      write_json_atomic)
 
 
 def _now() -> str:
@@ -55,7 +56,7 @@ class Recorder:
         }
 
     def save(self) -> None:
-        """Stamp ``updated_at`` and write the record atomically (``records.write_json_atomic``)."""
+        """Stamp ``updated_at`` and write the record atomically (``conf.contract.write_json_atomic``)."""
         self.data["updated_at"] = _now()
         write_json_atomic(self.path, self.data)
 
@@ -66,7 +67,7 @@ class Recorder:
 
         Args:
             outcome: ``ok``, ``oom`` or ``error``.
-            exit_code: the worker's exit code (``records.EXIT_*``).
+            exit_code: the worker's exit code (``conf.contract.EXIT_*``).
             phase: the phase that failed (``setup`` for the set-up), or None.
             exc: the exception that ended the run; its type name and message (at most 4000
                 characters) are recorded unless ``error_type`` / ``message`` are given.
@@ -248,7 +249,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
             dynamo_loaded = True
             rec.data["environment"]["imported_during_phases"] = f"torch._dynamo (before {until})"
             print(f"memsweep worker: warning: torch._dynamo was imported inside a phase before {until} "
-                  f"(worker.records.needs_dynamo missed this run); its host memory is in that phase's "
+                  f"(conf.contract.needs_dynamo missed this run); its host memory is in that phase's "
                   f"readings", file=sys.stderr)
 
     for step in plan(spec, workload):

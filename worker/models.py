@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from conf.contract import KV_CACHES
+
 ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "silu": nn.SiLU, "tanh": nn.Tanh}
 
 
@@ -62,7 +64,7 @@ class KVCache:
     """
 
     def __init__(self, layers: int, kind: str = "dynamic", capacity: int | None = None):
-        if kind not in ("dynamic", "static"):
+        if kind not in KV_CACHES:
             raise ValueError(f"kv cache kind {kind!r}: expected dynamic or static")
         if kind == "static" and not capacity:
             raise ValueError("a static KV cache needs its capacity in tokens")

@@ -13,7 +13,7 @@ then, when asked, ``eval`` (train mode) and ``export``. A sub-phase's record als
 ``parent`` (cold_step, ...), ``sub_phase``, ``step`` (0-based, within the parent) and
 ``micro_step``; these are null on the other phases.
 
-The names come from ``worker.records`` (the contract's phase tuples), never spelled here.
+The names come from ``conf.contract`` (the contract's phase tuples), never spelled here.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import dataclasses
 import functools
 from typing import TYPE_CHECKING, Callable
 
-from .records import AFTER_PHASES, GENERATE_SUB_PHASES, INFERENCE_PHASES, PARENT_PHASES, STEP_SUB_PHASES, RunSpec
+from conf.contract import AFTER_PHASES, GENERATE_SUB_PHASES, INFERENCE_PHASES, PARENT_PHASES, STEP_SUB_PHASES, RunSpec
 
 if TYPE_CHECKING:  # worker.workloads imports torch; the worker's command line imports this module first
     from .workloads import Workload

@@ -60,7 +60,7 @@ def run_phase(counters: Counters, name: str, body: Callable[[], object], iterati
 
     ``devices``: when ``counters`` offers ``per_device()`` (a run on several devices,
     ``counters.MultiDeviceCounters``), a list with one entry per device, in order:
-    ``device_index`` and the six counters of ``records.DEVICE_COUNTERS`` (bytes, read at the
+    ``device_index`` and the six counters of ``conf.contract.DEVICE_COUNTERS`` (bytes, read at the
     same protocol points as the main counters; null when one cannot be read, never 0).
     Null otherwise.
 

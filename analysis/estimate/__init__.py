@@ -25,7 +25,7 @@ What this package calculates, module by module, and from which source:
   (``load_hf_config``; never downloads) and the whole estimate of the model it describes
   (``estimate_transformer``);
 * ``workloads``: memsweep's built-in ``mlp`` workload, exactly (an allocation-by-allocation
-  replay of the PyTorch ops of ``worker/workloads.py``, see ``mlp_phases``), and the
+  replay of the PyTorch ops of ``worker/workloads/mlp.py``, see ``mlp_phases``), and the
   estimate the sweeper puts into a RunSpec (``estimate_for_spec``);
 * ``breakdown``: the result every module returns, and its runs.parquet columns.
 

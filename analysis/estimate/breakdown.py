@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
-from worker.records import ESTIMATE_KEYS, GB, GiB
+from conf.contract import ESTIMATE_KEYS, GB, GiB
 
 COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "kv_cache", "temporaries")
 """The estimated components, in print order. ``temporaries`` are short-lived buffers at the
@@ -156,7 +156,7 @@ class Breakdown:
     def to_dict(self) -> dict:
         """Plain JSON-able dict in bytes: the components, ``reserve``, ``peak``, ``total``.
 
-        This is the ``estimate`` field of a RunSpec (keys: ``worker.records.ESTIMATE_KEYS``).
+        This is the ``estimate`` field of a RunSpec (keys: ``conf.contract.ESTIMATE_KEYS``).
 
         Returns:
             ``{component: bytes or None, "reserve": bytes, "peak": bytes, "total": bytes}``;

@@ -22,7 +22,7 @@ import json
 import sys
 from fractions import Fraction
 
-from worker.records import GB, GiB
+from conf.contract import GB, GiB
 
 from .activations import RECOMPUTE, transformer_layer_activation_bytes
 from .breakdown import Breakdown

@@ -1,6 +1,6 @@
 """memsweep's own workloads, exactly: an allocation-by-allocation replay of the mlp's PyTorch ops.
 
-The counterpart of ``worker/workloads.py``: ``mlp_phases`` gives the counters each protocol
+The counterpart of ``worker/workloads/mlp.py``: ``mlp_phases`` gives the counters each protocol
 phase would record, ``estimate_mlp`` the breakdown at the run's peak, ``estimate_for_spec``
 the estimate the sweeper puts into a spec.
 """
@@ -113,7 +113,7 @@ and tanh save their output, gelu and silu their input."""
 def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", mode: str = "inference",
                depth: int = 4, hidden: int | None = None, activation: str = "gelu", device: str = "cpu",
                warmup: int = 3, repeats: int = 5, foreach: bool | None = None) -> list[PhaseEstimate]:
-    """Estimated counters of every phase of memsweep's mlp workload (worker/workloads.py).
+    """Estimated counters of every phase of memsweep's mlp workload (worker/workloads/mlp.py).
 
     A replay, allocation by allocation, of the storages the PyTorch ops of the workload
     create and free, in order (PyTorch 2.13 eager mode; each rule below was read off the
@@ -219,7 +219,7 @@ def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", 
 
     saves_output = ACTIVATION_SAVES_OUTPUT[activation]
 
-    # The worker records a training step as four sub-phases (worker/main.py plan):
+    # The worker records a training step as four sub-phases (worker/plan.py):
     # forward (zero_grad first), loss, backward, optimizer_step (the loss released at its end).
     def step_forward() -> None:
         for i in range(len(numels)):  # zero_grad(set_to_none=True)
@@ -352,7 +352,7 @@ def estimate_for_spec(spec: Any) -> Breakdown | None:
     (not estimated).
 
     Args:
-        spec: a ``worker.records.RunSpec`` (anything with ``to_dict``) or a mapping of its
+        spec: a ``conf.contract.RunSpec`` (anything with ``to_dict``) or a mapping of its
             fields; ``batch``, ``context`` and ``width`` are required for an mlp, the other
             fields default as in RunSpec.
 
@@ -369,7 +369,7 @@ def estimate_for_spec(spec: Any) -> Breakdown | None:
     workload = data.get("workload") or {"name": "mlp"}
     if workload.get("name") != "mlp":
         return None
-    # Mode options the replay does not model (worker/records.py RunSpec): not estimated.
+    # Mode options the replay does not model (conf.contract.RunSpec): not estimated.
     defaults = {"precision": "pure", "optimizer": "adamw", "checkpointing": False, "micro_steps": 1,
                 "eval_batch": None, "export": False}
     if any(data.get(k, v) != v for k, v in defaults.items()):

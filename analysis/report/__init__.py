@@ -41,7 +41,7 @@ Modules, in the order the data flows:
 
 from __future__ import annotations
 
-from worker.records import AXES, gib
+from conf.contract import AXES, gib
 
 from .build import Report, build_report
 from .cli import main

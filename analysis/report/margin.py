@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from worker.records import SpecError, gib, parse_size
+from conf.contract import SpecError, device_kind_of, gib, parse_size, peak_counters
 
 DEFAULT_MARGIN = "10%"
 """The margin when none is given (``--margin``, ``hydra.callbacks.analyze.margin``): 10 % of the capacity."""
@@ -73,7 +73,7 @@ def parse_margin(text: Any = None) -> MarginPolicy:
     Args:
         text: ``None`` -> the default (DEFAULT_MARGIN, 10 % of the capacity); ``"0.1"`` or
             ``"10%"`` -> a fraction of the capacity in [0, 1); ``"2GiB"``, ``"1500MB"``, ``"123"``
-            (bytes) -> a fixed number of bytes (units as in worker.records.parse_size).
+            (bytes) -> a fixed number of bytes (units as in conf.contract.parse_size).
 
     Returns:
         The policy.
@@ -107,13 +107,9 @@ def device_kind(run: dict) -> str:
         run: a row of the runs table (RUNS_SCHEMA); its ``device_kind``, else its ``device``.
 
     Returns:
-        The kind, the key of ``basis`` and BASIS_TEXT.
+        The kind, the key of ``basis`` and BASIS_TEXT (``conf.contract.device_kind_of``).
     """
-    kind = run.get("device_kind")
-    if kind:
-        return kind
-    device = str(run.get("device") or "")
-    return "cpu" if device == "cpu" else ("cuda" if device.startswith("cuda") else "unknown")
+    return device_kind_of(run.get("device_kind"), run.get("device"))
 
 
 def basis(kind: str) -> tuple[str, str]:
@@ -124,11 +120,10 @@ def basis(kind: str) -> tuple[str, str]:
 
     Returns:
         (the counter compared with the capacity, the other counter): ``max_memory_allocated``
-        first on the CPU, ``max_memory_reserved`` first elsewhere. Both count bytes.
+        first on the CPU, ``max_memory_reserved`` first elsewhere (``conf.contract.peak_counters``,
+        the run's peak everywhere else). Both count bytes.
     """
-    if kind == "cpu":
-        return "max_memory_allocated", "max_memory_reserved"
-    return "max_memory_reserved", "max_memory_allocated"
+    return peak_counters(kind)
 
 
 BASIS_TEXT = {

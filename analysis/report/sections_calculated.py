@@ -5,7 +5,7 @@ Everything here is computed from the observed counters or from formulas; sizes i
 
 from __future__ import annotations
 
-from worker.records import gib
+from conf.contract import gib
 
 from .. import cards as cards_mod
 from ..doc import Doc, Image

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 
-from worker.records import AXES, gib
+from conf.contract import AXES, gib
 
 from .. import cards as cards_mod
 from ..doc import Doc

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from worker.records import gib
+from conf.contract import gib
 
 from ..doc import Doc, Image
 from .fmt import axis_label, nbytes, pct

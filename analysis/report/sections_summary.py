@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from worker.records import gib
+from conf.contract import gib
 
 from ..doc import Doc
 from .fmt import axis_label, nbytes, pct

@@ -11,7 +11,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from worker.records import AXES, gib
+from conf.contract import AXES, gib
 
 from ..frontier import IDENTITY, differing, order_key
 from .fmt import axis_label, pct

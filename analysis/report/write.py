@@ -1,7 +1,7 @@
 """Writing a report as markdown (plots beside it) and self-contained HTML, never over an existing one.
 
 Nothing here prints or exits: a refusal is an exception (``ReportExists``, ``SweepDirNotFound``,
-``worker.records.SpecError``) that the command line (``cli``) turns into a message and exit status.
+``conf.contract.SpecError``) that the command line (``cli``) turns into a message and exit status.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
-from worker.records import SpecError
+from conf.contract import NUMERIC_AXES, SpecError
 
-SEARCH_AXES = ("batch", "context", "width")
+SEARCH_AXES = NUMERIC_AXES  # the axes a search can walk: the numeric ones (conf.contract)
 # Outcomes that stop the search: never read as an OOM nor as a success.
 STOP_OUTCOMES = ("error", "crash", "timeout")
 OUTCOMES = ("ok", "oom") + STOP_OUTCOMES

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from worker.records import SpecError
+from conf.contract import SpecError
 
 from . import strategies
 from .lattice import OUTCOMES, SEARCH_AXES, STOP_OUTCOMES, Lattice, Pick, Probe

@@ -1,6 +1,6 @@
 """Dry run (fake tensors) against the measured run of the same spec, per phase, with the split
 of each predicted peak by category; then a dry run of Llama-2-7B's shape in train mode against
-the estimator (analysis/estimate.py); then the predicted edge of an mlp against the edge a
+the estimator (analysis/estimate/); then the predicted edge of an mlp against the edge a
 real frontier sweep measures at an emulated CPU capacity, with and without the dry-run seed.
 Real worker processes; ``make bench BENCH=dryrun`` (about 2 to 3 minutes on 2 cores).
 
@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from conf.contract import PEAK_SPLIT_FIELDS, RunSpec, bytes_text
 from sweeper.process import execute
-from worker.records import PEAK_SPLIT_FIELDS, RunSpec, bytes_text
 
 BASE = dict(context=64, width=128, device="cpu", warmup=1, repeats=1, timeout_s=1800, threads=1)
 LM = {"name": "transformer", "layers": 4, "heads": 4, "kv_heads": 2, "vocab": 1000}

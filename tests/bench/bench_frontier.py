@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
 
 from sweeper.search import FrontierSearch, Lattice, run_search  # noqa: E402
 from tests.bench.frontier_cli import frontier_sweep  # noqa: E402
-from worker.records import GiB  # noqa: E402
+from conf.contract import GiB  # noqa: E402
 
 CAPACITY = 80 * GiB
 LOWER, UPPER = 1, 65536

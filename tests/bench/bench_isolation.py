@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from conf.contract import RunSpec
 from sweeper.process import execute
-from worker.records import RunSpec
 
 N = 20
 TRIVIAL = RunSpec(batch=1, context=4, width=8, device="cpu", workload={"name": "mlp", "depth": 1},

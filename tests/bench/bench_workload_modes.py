@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from conf.contract import RunSpec
 from sweeper.process import execute
-from worker.records import RunSpec
 
 GPT2_SMALL = {"name": "transformer", "layers": 12, "heads": 12, "vocab": 50257, "norm": "layernorm",
               "tie_embeddings": True}

@@ -12,7 +12,7 @@ kind follows one protocol, ``Counters`` (``base.py``):
 * ``dryrun.py`` and ``fake.py``: dry run (spec ``dry_run``, ``DryRunCounters``): the same
   tracker on fake tensors gives the *predicted* allocated bytes, each phase's predicted peak
   split into parameters, gradients, optimizer states and activations/temporaries
-  (``records.PEAK_CATEGORIES``, the categories of ``torch.distributed._tools.mem_tracker``).
+  (``conf.contract.PEAK_CATEGORIES``, the categories of ``torch.distributed._tools.mem_tracker``).
   These fields are null on real runs.
 
 Extra counters, read at the end of every phase (``extra()``), null where the backend has

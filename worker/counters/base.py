@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..records import PEAK_SPLIT_FIELDS
+from conf.contract import PEAK_SPLIT_FIELDS
 
 # The extra counters of a phase record (``extra()``), null where a backend has none (never 0).
 NO_EXTRA = dict.fromkeys(("num_alloc_retries", "num_ooms", "inactive_split_bytes", "device_free_memory",

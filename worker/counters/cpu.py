@@ -26,7 +26,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from ..records import meminfo_bytes, proc_kb_field
+from conf.contract import meminfo_bytes, proc_kb_field
+
 from .base import NO_EXTRA, NO_PEAK_SPLIT
 
 
@@ -77,7 +78,7 @@ class LiveTensorTracker(TorchDispatchMode):
         # this says False (torch/utils/_python_dispatch.py, "a temporary measure to roll out" skipping
         # compilation inside dispatch frames); the wrapper imports torch._dynamo on the first
         # operator. This mode is never compiled (memsweep does not torch.compile its counters), so
-        # a run that needs no Dynamo does not import it (worker.records.needs_dynamo).
+        # a run that needs no Dynamo does not import it (conf.contract.needs_dynamo).
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

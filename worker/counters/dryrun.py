@@ -4,7 +4,7 @@ Dry run (spec ``dry_run``, ``DryRunCounters``): every tensor the workload create
 tensor (``torch._subclasses.fake_tensor.FakeTensorMode``: shape, dtype, device, no storage),
 and ``FakeLiveTensorTracker`` counts their storage bytes as ``LiveTensorTracker`` counts real
 ones. Each phase's predicted peak is also split into parameters, gradients, optimizer states
-and activations/temporaries (``records.PEAK_CATEGORIES``, the categories of
+and activations/temporaries (``conf.contract.PEAK_CATEGORIES``, the categories of
 ``torch.distributed._tools.mem_tracker``). These fields are null on real runs.
 
 A CUDA dry run needs no GPU: fake CUDA tensors (``fake.fake_mode("cuda")``,
@@ -21,7 +21,8 @@ import torch
 from torch.nn.modules.module import register_module_parameter_registration_hook
 from torch.utils._pytree import tree_leaves
 
-from ..records import PEAK_CATEGORIES
+from conf.contract import PEAK_CATEGORIES
+
 from .base import NO_EXTRA
 from .cpu import LiveTensorTracker
 from .fake import ensure_fake_cuda_guard, fake_mode

@@ -24,7 +24,7 @@ user's modules are imported by ``prepare``, before the first phase, only when th
 them.
 
 To add a workload: a ``Workload`` subclass in its own module, its name in ``WORKLOAD_CLASSES``
-(and its parameters in ``worker.records``' spec validation, its config in conf/workload/).
+(and its parameters in ``conf.contract``' spec validation, its config in conf/workload/).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-from ..records import RunSpec
+from conf.contract import RunSpec
+
 from .base import DTYPES, Workload
 from .errors import DependencyMissing
 from .hf import HfWorkload

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..records import RunSpec
+from conf.contract import RunSpec
+
 from .optimizers import check_optimizer, make_optimizer
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

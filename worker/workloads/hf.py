@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..records import hf_config_kind
+from conf.contract import hf_config_kind
+
 from .errors import DependencyMissing
 from .transformer import TokenWorkload
 

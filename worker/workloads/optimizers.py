@@ -23,7 +23,7 @@ def make_optimizer(name: str, params, foreach: bool | None = None) -> torch.opti
     adamw and sgd (Adafactor's foreach step reads a value, which fake tensors cannot give).
 
     Args:
-        name: one of ``records.OPTIMIZERS``.
+        name: one of ``conf.contract.OPTIMIZERS``.
         params: the parameters to optimize (an iterable of tensors).
         foreach: see above.
 

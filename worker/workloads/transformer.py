@@ -6,8 +6,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from conf.contract import RunSpec
+
 from ..models import KVCache, Transformer
-from ..records import RunSpec
 from .base import Workload
 from .losses import lm_loss
 

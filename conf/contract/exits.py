@@ -1,0 +1,31 @@
+"""Exit statuses: the worker's (read by the sweeper) and ``memsweep run``'s (read by a shell).
+
+Documented in the README ("Worker exit codes"); a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+"""The worker ran every phase."""
+
+EXIT_UNAVAILABLE = 2
+"""PyTorch, the asked-for device (or bfloat16 on it) or an optional package is missing: nothing was measured."""
+
+EXIT_OOM = 3
+"""A phase ran out of memory; the record says which."""
+
+EXIT_ERROR = 4
+"""A phase (or the set-up) raised something else; the record says which and what."""
+
+EXIT_BAD_SPEC = 5
+"""spec.json missing, unreadable or invalid."""
+
+EXIT_BAD_INPUT = 2
+"""A memsweep command refused its input (a SpecError) before anything ran."""
+
+EXIT_INTERRUPTED = 130
+"""A memsweep command interrupted (Ctrl-C); a sweep resumes when started again."""
+
+RUN_EXIT = {"ok": 0, "oom": 3, "error": 4, "crash": 6, "timeout": 7}
+"""``memsweep run``'s exit status by the run's outcome, so that ``memsweep run ... && echo
+fits`` can be trusted (``EXIT_BAD_INPUT``: refused before the run)."""

@@ -1,0 +1,311 @@
+"""The run record, the result envelope and the files of a run directory.
+
+Files of one run directory::
+
+    spec.json     RunSpec, written by the sweeper before the worker starts
+    record.json   run record, written by the worker (atomically, after every phase)
+    result.json   result envelope, written by the sweeper once the worker process ended
+    stdout.log / stderr.log   the worker's output streams
+
+The fields of each document are declared here once, with the JSON type of a present value
+(``Field``); every field may be null. All memory figures are integers in bytes; a missing
+measurement is ``None`` (JSON ``null``), never ``0``. analysis/tables.py's Parquet schemas are
+checked against these declarations (tests/test_contract.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple
+
+from .errors import NewerSchemaError, RecordError
+from .vocabulary import DEVICE_COUNTERS, PEAK_SPLIT_FIELDS, WORKER_OUTCOMES
+
+SCHEMA_VERSION = 1
+"""Version of spec.json, record.json and result.json. Readers accept versions <= this."""
+
+SPEC_FILE = "spec.json"
+"""The run's spec (``RunSpec.to_dict``), written by the sweeper before the worker starts."""
+RECORD_FILE = "record.json"
+"""The worker's record (RECORD_FIELDS), rewritten atomically before and after every phase."""
+RESULT_FILE = "result.json"
+"""The sweeper's result envelope (RESULT_FIELDS), written once the worker process ended."""
+STDOUT_FILE = "stdout.log"
+"""The worker's standard output."""
+STDERR_FILE = "stderr.log"
+"""The worker's standard error (tracebacks of failed phases)."""
+RUN_FILES = (SPEC_FILE, RECORD_FILE, RESULT_FILE, STDOUT_FILE, STDERR_FILE)
+"""Every file a run directory holds (``.attempts/`` and Hydra's files aside)."""
+
+FILE_KINDS = {SPEC_FILE: "spec", RECORD_FILE: "record", RESULT_FILE: "result"}
+"""What each JSON file of a run directory holds, as error messages name it."""
+
+SEARCH_LOG = "search.jsonl"
+"""A frontier sweep directory's log of decisions, one JSON object a line (appended by the frontier
+sweeper, read by analysis.frontier): ``start``, ``probe``, ``confirm``, ``result``..."""
+
+
+class Field(NamedTuple):
+    """One field of a JSON document of the contract.
+
+    Attributes:
+        name: the key.
+        type: the JSON type of a present value (int, float, str, bool, dict or list; a float
+            field may hold an int). Every field may also be null.
+        doc: what it holds (units: bytes, seconds).
+    """
+
+    name: str
+    type: type
+    doc: str
+
+
+def _bytes(name: str, doc: str) -> Field:
+    return Field(name, int, doc + " (bytes)")
+
+
+RECORD_FIELDS = (
+    Field("schema_version", int, "SCHEMA_VERSION of the writer"),
+    Field("spec", dict, "the spec as read from spec.json"),
+    Field("pid", int, "the worker's process id"),
+    Field("started_at", str, "UTC ISO 8601 time the worker started"),
+    Field("updated_at", str, "UTC ISO 8601 time of the last rewrite"),
+    Field("complete", bool, "the worker finished the record (a killed worker leaves false)"),
+    Field("outcome", str, "one of WORKER_OUTCOMES, once complete"),
+    Field("exit_code", int, "the worker's exit status (conf.contract.exits)"),
+    Field("failed_phase", str, "the phase that failed, or 'setup'"),
+    Field("error_type", str, "the failure's exception type name"),
+    Field("error_message", str, "the failure's message (at most 4000 characters)"),
+    Field("device", str, "the resolved device: cpu or cuda:N"),
+    Field("device_kind", str, "torch.device.type: cpu or cuda (ROCm included)"),
+    Field("counter_sources", dict, "counter name -> where its value comes from"),
+    _bytes("capacity_bytes", "the capacity the run was limited to (emulated, else the device's total)"),
+    Field("capacity", dict, "how the capacity was applied: CAPACITY_FIELDS"),
+    _bytes("device_total_memory", "the device's total memory (host MemTotal on the CPU)"),
+    _bytes("device_free_memory_start", "free device memory before the first phase"),
+    Field("device_index", int, "the CUDA device index; null on the CPU"),
+    Field("environment", dict, "versions, device, allocator settings, host: ENVIRONMENT_FIELDS"),
+    Field("model", dict, "sizes by construction: MODEL_FIELDS"),
+    Field("current_phase", str, "the phase about to run or running; null between phases and at the end"),
+    Field("phases", list, "one PHASE_FIELDS object per phase run, in order"),
+    Field("source", str, "measured or predicted (a dry run: fake tensors)"),
+    Field("prediction_rounding", str, "a dry run's accounting of storage bytes; null when measured"),
+    Field("cuda_initialized", bool, "torch.cuda.is_initialized() at the end; null when torch was not imported"),
+    Field("oom_snapshot", dict, "the CUDA allocator snapshot written at an OOM (spec snapshot_on_oom)"),
+)
+"""Top-level fields of record.json, in the order the worker writes them."""
+
+ENVIRONMENT_FIELDS = (
+    Field("python", str, "Python version"),
+    Field("torch", str, "torch.__version__"),
+    Field("cuda", str, "torch.version.cuda"),
+    Field("hip", str, "torch.version.hip"),
+    Field("backend", str, "cuda, hip or cpu"),
+    Field("device", str, "the resolved device"),
+    Field("device_name", str, "the device's name (the CPU's processor on the CPU)"),
+    _bytes("total_memory", "the device's total memory"),
+    Field("driver", str, "the NVIDIA driver's version line"),
+    Field("allocator_backend", str, "torch.cuda.get_allocator_backend()"),
+    Field("alloc_conf", dict, "the allocator's environment settings (PYTORCH_CUDA_ALLOC_CONF...)"),
+    Field("host", str, "host name"),
+    Field("platform", str, "platform.platform()"),
+    Field("cpu_count", int, "os.cpu_count()"),
+    Field("torch_threads", int, "torch.get_num_threads()"),
+    Field("cpu_affinity", list, "the CPU cores the worker may run on"),
+    Field("cuda_visible_devices", str, "CUDA_VISIBLE_DEVICES"),
+    Field("isolation", str, "how the worker was started: one of ISOLATIONS"),
+    Field("lease", str, "the device or core lease of the run (sweeper pool)"),
+    Field("capability", str, "CUDA compute capability, major.minor"),
+    Field("fake_cuda_guard", str, "a CUDA dry run: how PyTorch had a CUDA device guard"),
+    _bytes("ballast_bytes", "non-tensor memory the worker held (tests and benches)"),
+    Field("torch_dynamo_imported", bool, "torch._dynamo imported before the first phase"),
+    Field("imported_during_phases", str, "what was imported inside a phase, when needs_dynamo missed it"),
+)
+"""Fields of record.json's ``environment``."""
+
+CAPACITY_FIELDS = (
+    Field("capacity_mode", str, "one of CAPACITY_MODES"),
+    Field("capacity_method", str, "how the capacity was applied, in words"),
+    _bytes("capacity_baseline_bytes", "capacity_mode=process: VmData when the limit was set"),
+    _bytes("rlimit_data_bytes", "capacity_mode=process: the RLIMIT_DATA set"),
+    Field("memory_fraction", float, "CUDA: torch.cuda.set_per_process_memory_fraction's fraction"),
+    Field("memory_fractions", list, "CUDA, several devices: one fraction per device"),
+)
+"""Fields of record.json's ``capacity``."""
+
+MODEL_FIELDS = (
+    Field("parameters", int, "number of parameters"),
+    Field("trainable_parameters", int, "number of parameters with requires_grad"),
+    _bytes("parameter_bytes", "storage of the parameters"),
+    _bytes("buffer_bytes", "storage of the buffers"),
+    Field("param_dtype", str, "dtype of the weights"),
+    Field("compute_dtype", str, "dtype of the computation"),
+)
+"""Fields of record.json's ``model`` (sizes by construction, not counters)."""
+
+PHASE_COUNTERS = DEVICE_COUNTERS
+"""The counter fields of a phase (bytes): see vocabulary.DEVICE_COUNTERS."""
+
+EXTRA_COUNTERS = ("num_alloc_retries", "num_ooms", "inactive_split_bytes", "device_free_memory",
+                  "device_total_memory")
+"""Per phase, where the backend has them (null otherwise): the allocator's retries and OOMs
+(torch.cuda.memory_stats), inactive split bytes, device free and total memory (bytes)."""
+
+SIZE_FIELDS = ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes", "kv_cache_tokens", "export_bytes")
+"""Per phase, sizes by construction summed by the worker at a successful phase's end (bytes;
+kv_cache_tokens a count), not counters."""
+
+OOM_DETAIL_FIELDS = ("oom_request_bytes", "oom_allocated_bytes")
+"""An OOM phase refused by the CPU allocator capacity (capacity_mode=allocator): the bytes the
+refused operator asked for and the bytes live when it asked; null otherwise."""
+
+SUB_PHASE_FIELDS = ("parent", "sub_phase", "step", "micro_step")
+"""Per phase: where a sub-phase sits (null on the other phases)."""
+
+PHASE_FIELDS = (
+    Field("name", str, "the phase (vocabulary: INFERENCE_PHASES...)"),
+    Field("parent", str, "a sub-phase's parent phase (cold_step...)"),
+    Field("sub_phase", str, "a sub-phase's name (backward...)"),
+    Field("step", int, "a sub-phase's step, 0-based within the parent"),
+    Field("micro_step", int, "a sub-phase's micro-step (gradient accumulation)"),
+    Field("status", str, "ok, oom or error"),
+    Field("iterations", int, "times the phase's body ran"),
+    *[_bytes(name, "counter") for name in PHASE_COUNTERS[:2]],
+    Field("duration_s", float, "wall time of the phase (seconds)"),
+    Field("iteration_s", list, "wall time of each iteration (seconds)"),
+    *[_bytes(name, "counter") for name in PHASE_COUNTERS[2:]],
+    Field("devices", list, "a run on several devices: one DEVICE_FIELDS object per device"),
+    *[Field(name, int, "allocator counter") for name in EXTRA_COUNTERS[:2]],
+    *[_bytes(name, "allocator or device figure") for name in EXTRA_COUNTERS[2:]],
+    *[_bytes(name, "a dry run's peak split (PEAK_CATEGORIES)") for name in PEAK_SPLIT_FIELDS],
+    Field("error_type", str, "a failed phase's exception type name"),
+    Field("error_message", str, "a failed phase's message"),
+    *[Field(name, int, "size by construction") for name in SIZE_FIELDS],
+    *[_bytes(name, "the refused request") for name in OOM_DETAIL_FIELDS],
+    Field("oom_operator", str, "the operator the CPU allocator capacity refused"),
+)
+"""Fields of each entry of record.json's ``phases``."""
+
+DEVICE_FIELDS = (
+    Field("device_index", int, "the CUDA device index"),
+    *[_bytes(name, "counter") for name in DEVICE_COUNTERS],
+)
+"""Fields of each entry of a phase's ``devices`` (a run on several devices)."""
+
+RESULT_FIELDS = (
+    Field("schema_version", int, "SCHEMA_VERSION of the writer"),
+    Field("outcome", str, "one of OUTCOMES"),
+    Field("failed_phase", str, "the phase that failed, or was running when the worker died"),
+    Field("error_type", str, "exception type, signal name, or ForkServerLost"),
+    Field("error_message", str, "what went wrong, in words"),
+    Field("returncode", int, "the worker's exit status (negative: killed by that signal)"),
+    Field("signal", int, "the signal that killed the worker"),
+    Field("timed_out", bool, "killed by the sweeper at timeout_s"),
+    Field("wall_s", float, "seconds from the worker's start to its end"),
+    Field("worker_pid", int, "the worker's process id"),
+    Field("record_problem", str, "why record.json could not be read"),
+)
+"""Fields of result.json, the sweeper's envelope of one run (``sweeper.process.execute``; the
+envelope it returns adds ``resumed: true`` when the run was found rather than run)."""
+
+
+def field_names(fields: tuple[Field, ...]) -> tuple[str, ...]:
+    """List the names of declared fields.
+
+    Args:
+        fields: a declaration (RECORD_FIELDS, PHASE_FIELDS...).
+
+    Returns:
+        The names, in order.
+    """
+    return tuple(f.name for f in fields)
+
+
+def write_json_atomic(path: Path | str, data: Any) -> None:
+    """Write JSON through a temporary file in the same directory, then rename over ``path``.
+
+    A reader sees either the previous complete file or the new complete file, never a
+    partial one (POSIX rename is atomic within a file system).
+
+    Args:
+        path: the file to write.
+        data: a JSON-able value (NaN and infinities refused).
+
+    Raises:
+        OSError: the directory cannot be written.
+        ValueError, TypeError: ``data`` is not JSON-able (the temporary file is removed).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=False, allow_nan=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def read_json(path: Path | str, kind: str) -> dict:
+    """Read one versioned JSON document (spec, record or result).
+
+    Args:
+        path: the file.
+        kind: what it holds (``spec``, ``record``, ``result``), for the error message.
+
+    Returns:
+        The document, a dict with an integer ``schema_version`` <= SCHEMA_VERSION.
+
+    Raises:
+        RecordError: unreadable, not JSON, not an object, or without a valid schema_version.
+        NewerSchemaError: a schema_version newer than this memsweep understands (upgrade
+            memsweep to read it); a subclass of RecordError.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordError(f"{kind} {path}: cannot be read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"{kind} {path}: corrupt or truncated JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise RecordError(f"{kind} {path}: expected a JSON object, found {type(data).__name__}")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise RecordError(f"{kind} {path}: missing or invalid schema_version {version!r}")
+    if version > SCHEMA_VERSION:
+        raise NewerSchemaError(f"{kind} {path}: schema_version {version} is newer than this memsweep "
+                               f"reads ({SCHEMA_VERSION}); upgrade memsweep")
+    return data
+
+
+def classify_run(record: Mapping | None, returncode: int | None, timed_out: bool) -> str:
+    """Decide the outcome of one worker process from what it left behind.
+
+    Args:
+        record: the worker's record (None when missing or unreadable).
+        returncode: the worker's exit status (negative: killed by that signal); None when unknown.
+        timed_out: the sweeper killed it at ``timeout_s``.
+
+    Returns:
+        ``timeout`` when it was killed at its timeout; ``crash`` when it died by a signal or
+        left no complete record (a process that died mid-run leaves its complete phases, but
+        the run did not finish); otherwise the outcome the worker recorded: ``ok``, ``oom`` or
+        ``error``. A crash or an error is never an OOM.
+    """
+    if timed_out:
+        return "timeout"
+    if returncode is not None and returncode < 0:
+        return "crash"
+    if not record or not record.get("complete") or record.get("outcome") not in WORKER_OUTCOMES:
+        return "crash"
+    return record["outcome"]

@@ -1,0 +1,250 @@
+"""One reader of a run directory, and one definition of the run's peak.
+
+Every consumer of what a run left (the sweeper's result envelope and resume check, the
+frontier sweeper's probes, ``memsweep predict``, the analysis tables and the report) reads
+spec.json, record.json and result.json through these functions, and compares the same
+counter with the capacity (``peak_counters``):
+
+* CUDA / ROCm: ``max_memory_reserved``, the bytes the caching allocator holds from the device
+  at its peak; the emulated capacity caps it (torch.cuda.set_per_process_memory_fraction).
+* CPU: ``max_memory_allocated``, the live tensor storage bytes the worker's tracker counts; the
+  CPU's "reserved" is the process resident set (the interpreter and PyTorch included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from .errors import NewerSchemaError, RecordError
+from .record import FILE_KINDS, RECORD_FILE, RESULT_FILE, SPEC_FILE, read_json
+from .spec import RunSpec
+
+CPU_PEAK_COUNTERS = ("max_memory_allocated", "max_memory_reserved")
+"""(compared with the capacity, the other) on the CPU: the tracker's live tensor bytes first."""
+
+CUDA_PEAK_COUNTERS = ("max_memory_reserved", "max_memory_allocated")
+"""(compared with the capacity, the other) on a device with a caching allocator (CUDA, ROCm)."""
+
+
+def read_file(run_dir: Path | str, name: str) -> dict:
+    """Read one JSON file of a run directory.
+
+    Args:
+        run_dir: the run directory.
+        name: ``SPEC_FILE``, ``RECORD_FILE`` or ``RESULT_FILE``.
+
+    Returns:
+        The document (a dict with a readable ``schema_version``).
+
+    Raises:
+        RecordError: missing, unreadable, corrupt, or of an unknown version
+            (``NewerSchemaError`` when written by a newer memsweep).
+    """
+    return read_json(Path(run_dir) / name, FILE_KINDS[name])
+
+
+def try_read(run_dir: Path | str, name: str) -> tuple[dict | None, str | None]:
+    """Read one JSON file of a run directory, without raising.
+
+    Args:
+        run_dir: the run directory.
+        name: ``SPEC_FILE``, ``RECORD_FILE`` or ``RESULT_FILE``.
+
+    Returns:
+        ``(document, None)``, or ``(None, why)`` when it is missing or cannot be read (the
+        RecordError's message, which names the file).
+    """
+    try:
+        return read_file(run_dir, name), None
+    except RecordError as exc:
+        return None, str(exc)
+
+
+def read_spec(run_dir: Path | str) -> RunSpec | None:
+    """Read and validate the spec a run directory holds.
+
+    A spec written before some fields existed gets their defaults (``RunSpec.from_dict``).
+
+    Args:
+        run_dir: the run directory.
+
+    Returns:
+        The spec, or None when the directory holds no spec.json.
+
+    Raises:
+        RecordError: spec.json cannot be read.
+        SpecError: spec.json does not hold a valid spec.
+    """
+    if not (Path(run_dir) / SPEC_FILE).exists():
+        return None
+    return RunSpec.from_dict(read_file(run_dir, SPEC_FILE))
+
+
+@dataclass
+class Run:
+    """What one run directory holds; any of its files may be missing or unreadable.
+
+    Attributes:
+        run_dir: the directory.
+        spec: spec.json as read (not validated), or None when it cannot be read.
+        record: record.json, or None.
+        result: result.json, or None.
+        problems: what could not be read of record.json and result.json, in words (a newer
+            memsweep's file included), for the reader to report.
+        record_damage: ``"missing"`` (the run ended, per result.json, without a record) or
+            ``"corrupt"`` (record.json exists but cannot be read): the run left no complete
+            record, so it is a crash whatever result.json says. None otherwise.
+        unreadable: file name -> why it could not be read, for every JSON file that is
+            missing or unreadable (the RecordError's message).
+    """
+
+    run_dir: Path
+    spec: dict | None
+    record: dict | None = None
+    result: dict | None = None
+    problems: list[str] = field(default_factory=list)
+    record_damage: str | None = None
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+
+def read_run(run_dir: Path | str) -> Run:
+    """Read spec.json, record.json and result.json of a run directory.
+
+    Nothing raises: what cannot be read is None, with the reason in ``unreadable`` and, for
+    the record and the result, in ``problems``. A record of a newer memsweep is not damage
+    (its outcome is unknown here); a missing record after the run ended (result.json present)
+    and an unreadable one are (``record_damage``).
+
+    Args:
+        run_dir: the run directory.
+
+    Returns:
+        The run's files (see ``Run``).
+    """
+    run_dir = Path(run_dir)
+    run = Run(run_dir, None)
+    for name, attr in ((SPEC_FILE, "spec"), (RECORD_FILE, "record"), (RESULT_FILE, "result")):
+        try:
+            setattr(run, attr, read_file(run_dir, name))
+        except RecordError as exc:
+            run.unreadable[name] = str(exc)
+            if name == SPEC_FILE or not (run_dir / name).exists():
+                continue
+            if name == RECORD_FILE and not isinstance(exc, NewerSchemaError):
+                run.record_damage = "corrupt"
+                run.problems.append(f"record corrupt or unreadable: {exc}")
+            else:
+                run.problems.append(str(exc))
+    if run.record is None and run.result is not None and not (run_dir / RECORD_FILE).exists():
+        run.record_damage = "missing"
+        run.problems.append(f"{run_dir / RECORD_FILE}: record missing (the run ended without one)")
+    return run
+
+
+def find_run_dirs(paths: Iterable[Path | str]) -> list[Path]:
+    """Find every run directory (one holding a spec.json) under ``paths``.
+
+    Directories whose name starts with a dot below a path (``.attempts/``, ``.dry_run/``) are
+    skipped.
+
+    Args:
+        paths: sweep directories (or run directories).
+
+    Returns:
+        The run directories, sorted by parent, then by name length, then by name (so that
+        ``2`` comes before ``10``).
+    """
+    found = set()
+    for path in paths:
+        for spec in Path(path).rglob(SPEC_FILE):
+            if not any(part.startswith(".") for part in spec.relative_to(path).parts[:-1]):
+                found.add(spec.parent)
+    return sorted(found, key=lambda p: (str(p.parent), len(p.name), p.name))
+
+
+def record_phases(record: Mapping | None) -> list[dict]:
+    """List the phase objects of a record.
+
+    Args:
+        record: the worker's record, or None.
+
+    Returns:
+        Its ``phases`` entries that are mappings, in order; empty when the record, or its
+        phases, are missing or corrupt.
+    """
+    phases = record.get("phases") if isinstance(record, Mapping) else None
+    return [p for p in phases if isinstance(p, dict)] if isinstance(phases, list) else []
+
+
+def device_kind_of(device_kind: str | None, device: str | None) -> str:
+    """Name the kind of device a run used.
+
+    Args:
+        device_kind: the record's ``device_kind`` (torch.device.type), when known.
+        device: the spec's ``device`` (``cpu``, ``cuda:N``), used when the kind is not known.
+
+    Returns:
+        ``device_kind`` when given; else ``cpu`` or ``cuda`` from the device; else ``unknown``.
+    """
+    if device_kind:
+        return device_kind
+    device = str(device or "")
+    return "cpu" if device == "cpu" else ("cuda" if device.startswith("cuda") else "unknown")
+
+
+def peak_counters(device_kind: str | None, source: str | None = None) -> tuple[str, str]:
+    """Name the peak counter compared with the capacity on a kind of device, and the other one.
+
+    The CPU's is ``max_memory_allocated`` (the worker's live tensor tracker: what the CPU
+    capacity caps); any other device's is ``max_memory_reserved`` (what the caching allocator
+    holds from the device, which the per-process memory fraction caps). With no device known
+    (None: a run that left no record, or stopped before it chose its device) the CPU's name is
+    given; such a run has no peak. A dry run (``source`` ``predicted``) predicts
+    ``max_memory_allocated`` only, on any device.
+
+    Args:
+        device_kind: ``cpu``, ``cuda``, ``unknown`` (``device_kind_of``), or None (or empty).
+        source: the record's ``source``: ``measured`` (or None) or ``predicted``.
+
+    Returns:
+        (counter compared with the capacity, the other counter): ``CPU_PEAK_COUNTERS`` or
+        ``CUDA_PEAK_COUNTERS``.
+    """
+    if source == "predicted" or not device_kind or device_kind == "cpu":
+        return CPU_PEAK_COUNTERS
+    return CUDA_PEAK_COUNTERS
+
+
+def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | None = None) -> int | None:
+    """Find the largest value of a counter over phases.
+
+    Args:
+        phases: phase objects (``record_phases``).
+        counter: a counter field (``max_memory_allocated``...).
+        names: only the phases of these names, or whose ``parent`` is one of them
+            (``COLD_PHASES``, ``WARM_PHASES``); None for every phase.
+
+    Returns:
+        The largest integer value, in bytes; None when no phase has one (missing is null, never 0).
+    """
+    values = [p.get(counter) for p in phases
+              if names is None or p.get("name") in names or p.get("parent") in names]
+    values = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    return max(values) if values else None
+
+
+def run_peak(record: Mapping | None) -> tuple[int | None, str]:
+    """Find the run's peak compared with the capacity, from its record.
+
+    Args:
+        record: the worker's record, or None when it left none.
+
+    Returns:
+        (peak in bytes or None, counter name): the largest phase value of
+        ``peak_counters(record's device_kind, record's source)[0]``.
+    """
+    record = record if isinstance(record, Mapping) else {}
+    counter = peak_counters(record.get("device_kind"), record.get("source"))[0]
+    return phase_peak(record_phases(record), counter), counter

@@ -1,0 +1,179 @@
+"""The field's names, written once: axes, dtypes, modes, phases, outcomes, options, isolation.
+
+Every process (the sweeper, the worker, the analysis) spells these names the same way
+because it imports them from here. Standard library only; nothing here computes anything.
+"""
+
+from __future__ import annotations
+
+# ---- the load --------------------------------------------------------------------------
+
+AXES = ("batch", "context", "width", "dtype")
+"""What a sweep may vary, one at a time (the ``sweep.axes`` of the ovat sweeper)."""
+
+NUMERIC_AXES = ("batch", "context", "width")
+"""The axes with an order, whose success/OOM edge a search can find (frontier sweeper, ``memsweep predict``)."""
+
+DTYPES = ("float32", "float16", "bfloat16")
+"""Accepted ``dtype`` values of a run (torch dtype names)."""
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+"""Bytes per element of each of ``DTYPES`` (``torch.finfo(dtype).bits // 8``)."""
+
+MODES = ("inference", "train", "generate")
+"""What a run does with its model: forward passes, training steps, or prefill + decode."""
+
+WORKLOADS = ("mlp", "transformer", "hf", "user")
+"""Built-in workload names (``workload.name``)."""
+
+GENERATE_WORKLOADS = ("transformer", "hf")
+"""The workloads with a KV cache: the only ones ``mode=generate`` accepts."""
+
+DRY_RUN_WORKLOADS = ("mlp", "transformer", "user")
+"""The workloads a dry run (fake tensors) covers; mlp and transformer are checked against
+measured runs (tests/test_dry_run.py)."""
+
+DYNAMO_FREE_WORKLOADS = ("mlp", "transformer")
+"""The built-in workloads whose CPU runs never reach ``torch._dynamo`` (checked by
+tests/test_dynamo_import.py for every mode but train)."""
+
+ACTIVATIONS = ("gelu", "relu", "silu", "tanh")
+"""``workload.activation`` of the mlp workload."""
+
+ATTENTIONS = ("sdpa", "eager")
+"""``workload.attention`` of the transformer and hf workloads."""
+
+NORMS = ("rmsnorm", "layernorm")
+"""``workload.norm`` of the transformer workload."""
+
+FFN_KINDS = ("gelu", "swiglu")
+"""``workload.ffn`` of the transformer workload."""
+
+# ---- mode options (RunSpec fields, documented there) -----------------------------------
+
+PRECISIONS = ("pure", "autocast")
+"""``precision``: everything in ``dtype``, or float32 weights computed under ``torch.autocast(dtype)``."""
+
+OPTIMIZERS = ("adamw", "sgd", "adafactor", "adamw8bit")
+"""``optimizer`` of a training run."""
+
+KV_CACHES = ("dynamic", "static")
+"""``kv_cache`` of a generate run: grown token by token, or preallocated at the prefill."""
+
+CAPACITY_MODES = ("allocator", "process")
+"""What an emulated capacity caps (spec ``capacity_mode``): the allocator's bytes (a GPU
+capacity's meaning; on the CPU the worker's count of live tensor storage bytes) or, on the
+CPU only, the whole process (RLIMIT_DATA: does this process fit in N bytes of RAM)."""
+
+FAULT_KINDS = ("raise", "oom", "sigkill", "segfault", "hang", "garbage")
+"""Failures a spec's ``fault`` may inject into one phase (for testing memsweep itself)."""
+
+# ---- phases ----------------------------------------------------------------------------
+# A training step and a generation are split into sub-phases, each its own protocol window,
+# recorded as "<parent>.<sub_phase>" (e.g. "cold_step.backward") with the fields parent,
+# sub_phase, step and micro_step. warmup runs whole steps (or generations) in one window: the
+# loop with its real ordering, without the sub-phase boundaries.
+
+STEP_SUB_PHASES = ("forward", "loss", "backward", "optimizer_step")
+"""The sub-phases of a training step, in order."""
+
+GENERATE_SUB_PHASES = ("prefill", "decode")
+"""The sub-phases of a generation, in order."""
+
+AFTER_PHASES = ("eval", "export")
+"""Optional phases after the warm phase, each its own phase, in order."""
+
+
+def sub_phase_names(parent: str, subs: tuple[str, ...]) -> tuple[str, ...]:
+    """The recorded names of a parent phase's sub-phases.
+
+    Args:
+        parent: the parent phase (``cold_step``, ``warm_generate``...).
+        subs: its sub-phases (``STEP_SUB_PHASES`` or ``GENERATE_SUB_PHASES``).
+
+    Returns:
+        ``"<parent>.<sub>"`` for each sub-phase, in order.
+    """
+    return tuple(f"{parent}.{sub}" for sub in subs)
+
+
+INFERENCE_PHASES = ("model_load", "inputs", "cold_forward", "warmup", "warm_forward")
+"""The phases of an inference run, in order."""
+
+TRAIN_PHASES = ("model_load", "inputs", *sub_phase_names("cold_step", STEP_SUB_PHASES), "warmup",
+                *sub_phase_names("warm_step", STEP_SUB_PHASES))
+"""The phases of a training run, in order (each name once; ``warm_step.*`` repeats)."""
+
+GENERATE_PHASES = ("model_load", "inputs", *sub_phase_names("cold_generate", GENERATE_SUB_PHASES), "warmup",
+                   *sub_phase_names("warm_generate", GENERATE_SUB_PHASES))
+"""The phases of a generate run, in order (each name once; ``warm_generate.*`` repeats)."""
+
+PARENT_PHASES = ("cold_step", "warm_step", "cold_generate", "warm_generate")
+"""The phases split into sub-phases (a phase record's ``parent``)."""
+
+COLD_PHASES = ("cold_forward", "cold_step", "cold_generate")
+"""The first pass of each mode: a phase, or the parent of sub-phases."""
+
+WARM_PHASES = ("warm_forward", "warm_step", "warm_generate")
+"""The repeated (warm) pass of each mode: a phase, or the parent of sub-phases."""
+
+ALL_PHASES = tuple(dict.fromkeys(INFERENCE_PHASES + TRAIN_PHASES + GENERATE_PHASES + PARENT_PHASES + AFTER_PHASES))
+"""Every name a fault may target: a phase, or a parent (its first sub-phase is hit)."""
+
+# ---- outcomes and counters -------------------------------------------------------------
+
+OUTCOMES = ("ok", "oom", "error", "crash", "timeout")
+"""Outcome of a run. Only ``oom`` says "does not fit"; a crash or an error is never an OOM."""
+
+WORKER_OUTCOMES = ("ok", "oom", "error")
+"""The outcomes a worker writes in its own record (crash and timeout are the sweeper's findings)."""
+
+COUNTERS = ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved")
+"""PyTorch's four memory counters (torch.cuda.memory_allocated...), bytes, read by every phase."""
+
+PEAK_COUNTERS = ("max_memory_allocated", "max_memory_reserved")
+"""The two peak counters; a run's peak compared with the capacity is one of them
+(``conf.contract.rundir.peak_counters``)."""
+
+DEVICE_COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
+                   "max_memory_allocated", "max_memory_reserved")
+"""The counters of one phase (bytes, null when unreadable): both current values at its start,
+both current values at its end, both peaks. A run on several devices records them per device
+too (phase field ``devices``: ``device_index`` and these)."""
+
+PEAK_CATEGORIES = (("parameter", "predicted_parameter_bytes"), ("gradient", "predicted_gradient_bytes"),
+                   ("optimizer_state", "predicted_optimizer_state_bytes"),
+                   ("activation", "predicted_activation_bytes"))
+"""A dry run's phase peak split by category: (category, record field). The categories of
+torch.distributed._tools.mem_tracker (_MemRefType: PARAM, GRAD, OPT; its BUFFER, INP, ACT,
+TEMP and OTH are the fourth here); each field holds the bytes live at the moment of the
+phase's predicted peak (max_memory_allocated), and the four sum to that peak. Null in the
+record of a measured run."""
+
+PEAK_SPLIT_FIELDS = tuple(field for _, field in PEAK_CATEGORIES)
+"""The record fields of ``PEAK_CATEGORIES``, in order."""
+
+ESTIMATE_KEYS = ("weights", "gradients", "optimizer_states", "activations", "kv_cache", "temporaries",
+                 "reserve", "peak", "total")
+"""Keys of a spec's ``estimate`` (analysis/estimate/ ``Breakdown.to_dict``): bytes or null."""
+
+SOURCES = ("measured", "predicted")
+"""A record's ``source``: the counters of a real run, or a dry run's prediction on fake tensors."""
+
+# ---- how a run is started ---------------------------------------------------------------
+
+ISOLATION_SPAWN = "spawn"
+"""Isolation by a new interpreter per run (``python -m worker SPEC``)."""
+
+ISOLATION_FORKSERVER = "forkserver"
+"""Isolation by a fork of a server that imported torch but never touched a device."""
+
+ISOLATIONS = (ISOLATION_SPAWN, ISOLATION_FORKSERVER)
+"""Accepted ``isolation`` settings. Either way every run is a fresh process."""
+
+DEFAULT_ISOLATION = ISOLATION_FORKSERVER
+"""The isolation of a run when none is chosen (conf/config.yaml says the same; README: why)."""
+
+ISOLATION_ENV = "MEMSWEEP_ISOLATION"
+"""Environment variable through which the sweeper tells the worker how it was started; a worker
+started without it (by hand, ``python -m worker SPEC``) was started as ``ISOLATION_SPAWN``."""

@@ -1,0 +1,169 @@
+"""Workload descriptions ``{"name": ..., <params>}``: their parameters, defaults and checks.
+
+Standard library only; the worker builds the workload from the validated description
+(worker/workloads/), the sweeper validates it before any worker starts.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from .checks import choice, optional_positive, positive_int
+from .errors import SpecError
+from .vocabulary import ACTIVATIONS, ATTENTIONS, FFN_KINDS, NORMS, WORKLOADS
+
+
+def _mlp_params(params: dict) -> dict:
+    out = {"depth": 4, "hidden": None, "activation": "gelu"}
+    out.update(params)
+    positive_int("workload.depth", out["depth"], 10_000)
+    if out["hidden"] is not None:
+        positive_int("workload.hidden", out["hidden"])
+    choice("workload.activation", out["activation"], ACTIVATIONS)
+    return out
+
+
+def _transformer_params(params: dict) -> dict:
+    """Defaults and per-field checks; the checks that need the load's width are in RunSpec."""
+    out = {"layers": 2, "hidden": None, "heads": 4, "kv_heads": None, "head_dim": None,
+           "ffn_hidden": None, "vocab": 32000, "attention": "sdpa", "norm": "rmsnorm",
+           "ffn": "gelu", "tie_embeddings": False}
+    out.update(params)
+    positive_int("workload.layers", out["layers"], 10_000)
+    optional_positive("workload.hidden", out["hidden"])
+    positive_int("workload.heads", out["heads"], 10_000)
+    optional_positive("workload.kv_heads", out["kv_heads"], 10_000)
+    optional_positive("workload.head_dim", out["head_dim"], 2**16)
+    optional_positive("workload.ffn_hidden", out["ffn_hidden"])
+    positive_int("workload.vocab", out["vocab"], 2**31 - 1)
+    choice("workload.attention", out["attention"], ATTENTIONS)
+    choice("workload.norm", out["norm"], NORMS)
+    choice("workload.ffn", out["ffn"], FFN_KINDS)
+    if not isinstance(out["tie_embeddings"], bool):
+        raise SpecError("workload.tie_embeddings", out["tie_embeddings"], "true or false")
+    heads, kv_heads = out["heads"], out["kv_heads"]
+    if kv_heads is not None and heads % kv_heads:
+        raise SpecError("workload.kv_heads", kv_heads, f"a divisor of heads={heads} (grouped-query "
+                        "attention shares each K/V head among heads/kv_heads query heads)")
+    if out["head_dim"] is not None and out["head_dim"] % 2:
+        raise SpecError("workload.head_dim", out["head_dim"], "an even number (rotary position embedding)")
+    return out
+
+
+_CONFIG_CLASS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*Config")
+_MODEL_TYPE = re.compile(r"[a-z0-9][a-z0-9_\-]*")
+
+
+def hf_config_kind(config: str) -> str:
+    """Tell how the hf workload reads its ``config`` setting.
+
+    Args:
+        config: the hf workload's ``config``.
+
+    Returns:
+        ``"class"`` (a transformers config class name such as ``LlamaConfig``), ``"path"`` (a
+        local config.json or a directory holding one) or ``"model_type"`` (a registered model
+        type such as ``gpt2``, via AutoConfig.for_model).
+    """
+    if "/" in config or config.endswith(".json") or config.startswith("."):
+        return "path"
+    if _CONFIG_CLASS.fullmatch(config):
+        return "class"
+    return "model_type"
+
+
+def _hf_params(params: dict) -> dict:
+    out = {"config": None, "overrides": {}, "attention": "sdpa"}
+    out.update(params)
+    config = out["config"]
+    accepted = ("a transformers config class name (LlamaConfig), a registered model type (gpt2) "
+                "or a local config.json path")
+    if not isinstance(config, str) or not config.strip():
+        raise SpecError("workload.config", config, accepted)
+    if hf_config_kind(config) == "model_type" and not _MODEL_TYPE.fullmatch(config):
+        raise SpecError("workload.config", config, accepted)
+    overrides = {} if out["overrides"] is None else out["overrides"]
+    if not isinstance(overrides, Mapping) or not all(isinstance(k, str) for k in overrides):
+        raise SpecError("workload.overrides", overrides, "a mapping of config attribute -> value")
+    out["overrides"] = dict(overrides)
+    choice("workload.attention", out["attention"], ATTENTIONS)
+    return out
+
+
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+def _target(name: str, value: Any, required: bool) -> dict | None:
+    """A Hydra-style call description ``{_target_: "pkg.module.function", **kwargs}``."""
+    accepted = "a mapping {_target_: package.module.function, <keyword arguments>}"
+    if value is None and not required:
+        return None
+    if not isinstance(value, Mapping) or not isinstance(value.get("_target_"), str):
+        raise SpecError(name, value, accepted + ("" if required else " or null"))
+    if not _DOTTED.fullmatch(value["_target_"]):
+        raise SpecError(f"{name}._target_", value["_target_"], "a dotted path package.module.function")
+    bad = [k for k in value if not isinstance(k, str) or (k.startswith("_") and k != "_target_")]
+    if bad:
+        raise SpecError(f"{name}.{bad[0]}", value[bad[0]], "keyword arguments (Hydra's _args_, _partial_ "
+                        "and other _special_ keys are not supported)")
+    return dict(value)
+
+
+def _user_params(params: dict) -> dict:
+    out = {"model": None, "inputs": None, "loss": None, "path": None}
+    out.update(params)
+    out["model"] = _target("workload.model", out["model"], True)
+    out["inputs"] = _target("workload.inputs", out["inputs"], True)
+    out["loss"] = _target("workload.loss", out["loss"], False)
+    path = out["path"]
+    if path is not None and (not isinstance(path, (list, tuple)) or not all(isinstance(d, str) for d in path)):
+        raise SpecError("workload.path", path, "null or a list of directories to put on sys.path")
+    out["path"] = None if path is None else list(path)
+    return out
+
+
+WORKLOAD_PARAMS = {
+    "mlp": (("depth", "hidden", "activation"), _mlp_params),
+    "transformer": (("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "attention",
+                     "norm", "ffn", "tie_embeddings"), _transformer_params),
+    "hf": (("config", "overrides", "attention"), _hf_params),
+    "user": (("model", "inputs", "loss", "path"), _user_params),
+}
+"""Workload name -> (accepted parameter names, validator returning the params with defaults filled)."""
+
+
+def validate_workload(workload: Any) -> dict:
+    """Check a workload description ``{"name": ..., <params>}``; returns it with defaults.
+
+    mlp params: ``depth`` (blocks), ``hidden`` (null = 4 * width), ``activation``.
+    transformer params: ``layers``, ``hidden`` (null = width), ``heads``, ``kv_heads`` (null =
+    heads), ``head_dim`` (null = hidden / heads), ``ffn_hidden`` (null = 4 * hidden), ``vocab``,
+    ``attention`` (sdpa | eager), ``norm`` (rmsnorm | layernorm), ``ffn`` (gelu | swiglu),
+    ``tie_embeddings``.
+    hf params: ``config`` (class name, model type or config.json path), ``overrides``
+    (config attributes), ``attention`` (sdpa | eager).
+    user params: ``model``, ``inputs``, ``loss`` (Hydra-style ``{_target_: dotted.path, **kwargs}``;
+    loss may be null), ``path`` (directories put on sys.path before importing the targets).
+
+    Args:
+        workload: the description, a mapping with ``name`` (one of WORKLOADS) and its params.
+
+    Returns:
+        ``{"name": ..., <every param of that workload, defaults filled>}``.
+
+    Raises:
+        SpecError: unknown workload name, unknown parameter or bad value.
+    """
+    if not isinstance(workload, Mapping) or "name" not in workload:
+        raise SpecError("workload", workload, "a mapping with a name: one of " + ", ".join(WORKLOADS))
+    name = workload["name"]
+    if name not in WORKLOAD_PARAMS:
+        raise SpecError("workload", name, "one of " + ", ".join(WORKLOADS))
+    accepted, check = WORKLOAD_PARAMS[name]
+    params = {k: v for k, v in workload.items() if k != "name"}
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise SpecError(f"workload.{unknown[0]}", params[unknown[0]],
+                        f"one of the {name} settings " + ", ".join(accepted))
+    return {"name": name, **check(params)}
