@@ -6,14 +6,14 @@ STAMP  := $(VENV)/.installed
 # The CPU build of PyTorch 2.13.0 is pinned here: an unpinned torch pulls a multi-GB CUDA build.
 TORCH  := torch==2.13.0
 
-.PHONY: install run test bench gpu-check clean
+.PHONY: install run test lint format bench gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	@echo "memsweep: creating $(VENV) and installing torch (CPU build) and memsweep; the first time takes a few minutes"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[test,hf]" --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e ".[test,hf,lint]" --config-settings editable_mode=compat
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -25,6 +25,17 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# One formatter and linter (ruff, configured in pyproject.toml) and the type checker (mypy) on the
+# contract and the worker. `make format` rewrites the files; `make lint` only checks (CI runs it).
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 # Benchmarks print measured ratios side by side (not timed tests). BENCH=name limits to one.
 bench: $(STAMP)

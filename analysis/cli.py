@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
-from filelock import FileLock
 import pyarrow.parquet as pq
+from filelock import FileLock
 
 from conf.contract import AXES, gib
 
@@ -42,16 +42,22 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
     the runs behind it (a dry run, source predicted, is never a point of the frontier)."""
     if frontier.num_rows == 0:
         if n_predicted and not n_measured:
-            return (f"no measured frontier: the {n_predicted} run{'s are' if n_predicted != 1 else ' is a'} dry "
-                    f"run{'s' if n_predicted != 1 else ''} (predictions on fake tensors, nothing measured), "
-                    "never points of a measured frontier")
+            return (
+                f"no measured frontier: the {n_predicted} run{'s are' if n_predicted != 1 else ' is a'} dry "
+                f"run{'s' if n_predicted != 1 else ''} (predictions on fake tensors, nothing measured), "
+                "never points of a measured frontier"
+            )
         if n_predicted:
-            return (f"no frontier: no variable was swept over two or more values among the {n_measured} measured "
-                    f"runs ({n_predicted} dry runs, predictions, left out)")
+            return (
+                f"no frontier: no variable was swept over two or more values among the {n_measured} measured "
+                f"runs ({n_predicted} dry runs, predictions, left out)"
+            )
         return "no frontier: no variable was swept over two or more values"
-    lines = [f"{'axis':<8} {'fixed load':<44} {'max_ok':>8} {'min_oom':>8} {'exact':>5} {'monot.':>6} "
-             f"{'peak_alloc@max_ok':>17} {'peak_resv@max_ok':>16} {'capacity':>9}",
-             f"{'':<8} {'':<44} {'':>8} {'':>8} {'':>5} {'':>6} {'GiB':>17} {'GiB':>16} {'GiB':>9}"]
+    lines = [
+        f"{'axis':<8} {'fixed load':<44} {'max_ok':>8} {'min_oom':>8} {'exact':>5} {'monot.':>6} "
+        f"{'peak_alloc@max_ok':>17} {'peak_resv@max_ok':>16} {'capacity':>9}",
+        f"{'':<8} {'':<44} {'':>8} {'':>8} {'':>5} {'':>6} {'GiB':>17} {'GiB':>16} {'GiB':>9}",
+    ]
     rows = frontier.to_pylist()
     # Rows of one axis that differ elsewhere in their load (two workloads, light probes next to
     # the full protocol, another optimizer...) would otherwise look alike: name what differs.
@@ -64,10 +70,12 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
         fixed = " ".join(f"{k}={r[k]}" for k in AXES if r[k] is not None)
         fixed = f"{r['mode']} {r['device']} {fixed}"
         fixed += "".join(f" {k}={r.get(k)}" for k in differ[(r["sweep_dir"], r["axis"])])
-        lines.append(f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "
-                     f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "
-                     f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "
-                     f"{gib(r['capacity_bytes']):>9}")
+        lines.append(
+            f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "
+            f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "
+            f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "
+            f"{gib(r['capacity_bytes']):>9}"
+        )
         if r.get("search_status"):  # the frontier sweeper searched this axis
             lines.append(f"{'':<8} search ({r['strategy']}, {r['runs_used']} runs): {r['search_status']}")
     return "\n".join(lines)
@@ -92,8 +100,7 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream=None) -> dict[str, pa.
     with FileLock(out_dir / ".analyze.lock"):  # two analyses into one directory: one wins, one refuses
         existing = [out_dir / n for n in OUTPUTS if (out_dir / n).exists()]
         if existing:
-            raise OutputExists(f"{existing[0]} already exists: memsweep never overwrites a result; "
-                               f"use --out NEW_DIR")
+            raise OutputExists(f"{existing[0]} already exists: memsweep never overwrites a result; use --out NEW_DIR")
         for name, table in tables.items():
             write_parquet_atomic(table, out_dir / name)
     rows = runs.select(["outcome", "source", "source_allocated"]).to_pylist()
@@ -106,8 +113,10 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream=None) -> dict[str, pa.
 
     if predicted:
         text = f"{len(measured)} measured runs ({counts(measured)})" if measured else "no measured run"
-        text = (f"{runs.num_rows} runs: {text}, {len(predicted)} dry runs (predicted, nothing measured; "
-                f"predicted outcomes {counts(predicted)})")
+        text = (
+            f"{runs.num_rows} runs: {text}, {len(predicted)} dry runs (predicted, nothing measured; "
+            f"predicted outcomes {counts(predicted)})"
+        )
     else:
         text = f"{len(measured)} runs ({counts(measured)})" if measured else "no run"
     print(f"memsweep: {text} -> {out_dir}/{{{','.join(OUTPUTS)}}}", file=stream)
@@ -115,8 +124,11 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream=None) -> dict[str, pa.
         print(f"memsweep: problem: {p}", file=stream)
     sources = {r["source_allocated"] for r in measured} - {None}
     if any(s.startswith("cpu") for s in sources):
-        print("memsweep: CPU run(s): allocated = tracked live tensor bytes, reserved = process RSS; "
-              "not a GPU measurement", file=stream)
+        print(
+            "memsweep: CPU run(s): allocated = tracked live tensor bytes, reserved = process RSS; "
+            "not a GPU measurement",
+            file=stream,
+        )
     print(format_frontier(frontier, len(measured), len(predicted)), file=stream)
     return tables
 
@@ -124,8 +136,9 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream=None) -> dict[str, pa.
 def add_sweep_dir_args(parser: argparse.ArgumentParser, out_help: str) -> None:
     """SWEEP_DIR [SWEEP_DIR ...] and --out, as `memsweep analyze` and `memsweep report` take them."""
     parser.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"{out_help} (default: the sweep directory; required with several)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"{out_help} (default: the sweep directory; required with several)"
+    )
 
 
 def parse_sweep_dir_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
@@ -141,8 +154,9 @@ def parse_sweep_dir_args(parser: argparse.ArgumentParser, argv: list[str] | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="memsweep analyze", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="memsweep analyze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_sweep_dir_args(parser, "directory for the Parquet files")
     args = parse_sweep_dir_args(parser, argv)
     try:

@@ -107,8 +107,9 @@ def to_markdown(doc: Doc, image_dir: str) -> str:
         elif kind == "table":
             _, headers, rows, note = block
             out.append("| " + " | ".join(_md_escape_cell(h) for h in headers) + " |")
-            out.append("|" + "|".join(" ---: " if _numeric_column(rows, i) else " --- "
-                                      for i in range(len(headers))) + "|")
+            out.append(
+                "|" + "|".join(" ---: " if _numeric_column(rows, i) else " --- " for i in range(len(headers))) + "|"
+            )
             out += ["| " + " | ".join(_md_escape_cell(c) for c in row) + " |" for row in rows]
             out.append("")
             if note:
@@ -182,10 +183,19 @@ def to_html(doc: Doc, footer: str = "") -> str:
     Returns:
         The HTML text.
     """
-    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-             f"<title>{html.escape(doc.title)}</title>", f"<style>{_CSS}</style>",
-             f"<script>{_SELF_CHECK}</script>", "</head>", "<body>", f"<h1>{_inline(doc.title)}</h1>"]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(doc.title)}</title>",
+        f"<style>{_CSS}</style>",
+        f"<script>{_SELF_CHECK}</script>",
+        "</head>",
+        "<body>",
+        f"<h1>{_inline(doc.title)}</h1>",
+    ]
     for block in doc.blocks:
         kind = block[0]
         if kind == "h":
@@ -199,12 +209,18 @@ def to_html(doc: Doc, footer: str = "") -> str:
         elif kind == "table":
             _, headers, rows, note = block
             numeric = [_numeric_column(rows, i) for i in range(len(headers))]
-            parts.append("<table><thead><tr>" + "".join(f"<th>{_inline(h)}</th>" for h in headers)
-                         + "</tr></thead><tbody>")
+            parts.append(
+                "<table><thead><tr>" + "".join(f"<th>{_inline(h)}</th>" for h in headers) + "</tr></thead><tbody>"
+            )
             for row in rows:
-                parts.append("<tr>" + "".join(
-                    f'<td class="num">{_inline(c)}</td>' if numeric[i] else f"<td>{_inline(c)}</td>"
-                    for i, c in enumerate(row)) + "</tr>")
+                parts.append(
+                    "<tr>"
+                    + "".join(
+                        f'<td class="num">{_inline(c)}</td>' if numeric[i] else f"<td>{_inline(c)}</td>"
+                        for i, c in enumerate(row)
+                    )
+                    + "</tr>"
+                )
             parts.append("</tbody></table>")
             if note:
                 parts.append(f'<p class="tnote">{_inline(note)}</p>')
@@ -215,9 +231,12 @@ def to_html(doc: Doc, footer: str = "") -> str:
         elif kind == "img":
             img = block[1]
             data = base64.b64encode(img.png).decode("ascii")
-            parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(img.alt)}">'
-                         f"<figcaption>{_inline(img.alt)}</figcaption></figure>")
-    parts.append(f'<footer>{_inline(footer)}<br><span id="self-check">plots not checked '
-                 "(scripts disabled)</span></footer>")
+            parts.append(
+                f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(img.alt)}">'
+                f"<figcaption>{_inline(img.alt)}</figcaption></figure>"
+            )
+    parts.append(
+        f'<footer>{_inline(footer)}<br><span id="self-check">plots not checked (scripts disabled)</span></footer>'
+    )
     parts += ["</body>", "</html>"]
     return "\n".join(parts) + "\n"

@@ -19,8 +19,8 @@ features of width); peaks, levels and thresholds are bytes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Polynomial:
         return self.a + self.b * x + self.c * x * x
 
 
-def solve_least_squares(rows: list[list[float]], ys: Sequence[float]) -> Optional[list[float]]:
+def solve_least_squares(rows: list[list[float]], ys: Sequence[float]) -> list[float] | None:
     """The coefficients c minimising |A c - y|, from the normal equations (A^T A) c = A^T y.
 
     Solved by Gaussian elimination with partial pivoting.
@@ -56,8 +56,9 @@ def solve_least_squares(rows: list[list[float]], ys: Sequence[float]) -> Optiona
         largest entry), e.g. fewer distinct observations than coefficients.
     """
     n = len(rows[0])
-    m = [[sum(r[i] * r[j] for r in rows) for j in range(n)] + [sum(r[i] * y for r, y in zip(rows, ys))]
-         for i in range(n)]
+    m = [
+        [sum(r[i] * r[j] for r in rows) for j in range(n)] + [sum(r[i] * y for r, y in zip(rows, ys))] for i in range(n)
+    ]
     for col in range(n):
         pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
         if abs(m[pivot][col]) < 1e-12 * max(1.0, max(abs(v) for row in m for v in row[:n])):
@@ -70,8 +71,7 @@ def solve_least_squares(rows: list[list[float]], ys: Sequence[float]) -> Optiona
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
-def fit_polynomial(xs: Sequence[float], ys: Sequence[float], degree: int,
-                   centre: bool = False) -> Optional[Polynomial]:
+def fit_polynomial(xs: Sequence[float], ys: Sequence[float], degree: int, centre: bool = False) -> Polynomial | None:
     """Least-squares polynomial of ``ys`` against ``xs``.
 
     The values are mapped to u = (x - o) / s before solving: by default o = 0 and s = the
@@ -116,14 +116,15 @@ def fit_polynomial(xs: Sequence[float], ys: Sequence[float], degree: int,
     if degree == 1:
         a, b, c = coef[0], coef[1] / scale, 0.0
     else:
-        a, b, c = coef[0], coef[1] / scale, coef[2] / scale ** 2
+        a, b, c = coef[0], coef[1] / scale, coef[2] / scale**2
     if origin:  # p(x) = a + b (x - o) + c (x - o)^2, expanded in powers of x
         a, b = a - b * origin + c * origin * origin, b - 2 * c * origin
     return Polynomial(a, b, c)
 
 
-def crossing(f: Callable[[float], float], threshold: float, lo: float, hi: float,
-             tolerance: float = 1e-6) -> Optional[float]:
+def crossing(
+    f: Callable[[float], float], threshold: float, lo: float, hi: float, tolerance: float = 1e-6
+) -> float | None:
     """Where the increasing curve ``f`` reaches ``threshold`` in [lo, hi], by bisection.
 
     Args:
@@ -155,7 +156,7 @@ def crossing(f: Callable[[float], float], threshold: float, lo: float, hi: float
     return a
 
 
-def first_crossing(p: Polynomial, level: float) -> Optional[float]:
+def first_crossing(p: Polynomial, level: float) -> float | None:
     """The smallest x > 0 where the polynomial ``p`` equals ``level`` (its smallest positive
     real root of p(x) - level), whether p rises or falls through it.
 

@@ -30,26 +30,64 @@ from conf.contract import AXES, DTYPE_BYTES, SEARCH_LOG
 from .tables import OPTIONS, coerce_table
 
 MODE_OPTIONS = tuple(name for name, _ in OPTIONS)  # a different optimizer, precision... is a different load
-IDENTITY = ("sweep_dir", "workload", "workload_params", "mode", "device", "capacity_bytes", "capacity_mode",
-            "warmup", "repeats", "batch", "context", "width", "dtype", *MODE_OPTIONS,
-            "devices")  # devices per run: a load on 2 GPUs is not the same load as on 1
+IDENTITY = (
+    "sweep_dir",
+    "workload",
+    "workload_params",
+    "mode",
+    "device",
+    "capacity_bytes",
+    "capacity_mode",
+    "warmup",
+    "repeats",
+    "batch",
+    "context",
+    "width",
+    "dtype",
+    *MODE_OPTIONS,
+    "devices",
+)  # devices per run: a load on 2 GPUs is not the same load as on 1
 
-FRONTIER_SCHEMA = pa.schema([
-    ("sweep_dir", pa.string()), ("axis", pa.string()), ("workload", pa.string()), ("mode", pa.string()),
-    ("device", pa.string()), ("capacity_bytes", pa.int64()),
-    ("batch", pa.int64()), ("context", pa.int64()), ("width", pa.int64()), ("dtype", pa.string()),
-    ("values", pa.string()), ("n_runs", pa.int64()), ("n_ok", pa.int64()), ("n_oom", pa.int64()),
-    ("n_other", pa.int64()),
-    ("max_ok", pa.int64()), ("min_oom", pa.int64()), ("max_ok_label", pa.string()),
-    ("min_oom_label", pa.string()),
-    ("exact", pa.bool_()), ("monotonic", pa.bool_()), ("stable", pa.bool_()),
-    ("max_ok_max_memory_allocated", pa.int64()), ("max_ok_max_memory_reserved", pa.int64()),
-    ("strategy", pa.string()), ("runs_used", pa.int64()), ("upper_reached", pa.bool_()),
-    ("stopped_by", pa.string()), ("search_status", pa.string()),
-    ("warmup", pa.int64()), ("repeats", pa.int64()), ("devices", pa.int64()),
-    # the rest of the fixed load (IDENTITY): two rows differing only here are two loads
-    ("capacity_mode", pa.string()), ("workload_params", pa.string()), *OPTIONS,
-])
+FRONTIER_SCHEMA = pa.schema(
+    [
+        ("sweep_dir", pa.string()),
+        ("axis", pa.string()),
+        ("workload", pa.string()),
+        ("mode", pa.string()),
+        ("device", pa.string()),
+        ("capacity_bytes", pa.int64()),
+        ("batch", pa.int64()),
+        ("context", pa.int64()),
+        ("width", pa.int64()),
+        ("dtype", pa.string()),
+        ("values", pa.string()),
+        ("n_runs", pa.int64()),
+        ("n_ok", pa.int64()),
+        ("n_oom", pa.int64()),
+        ("n_other", pa.int64()),
+        ("max_ok", pa.int64()),
+        ("min_oom", pa.int64()),
+        ("max_ok_label", pa.string()),
+        ("min_oom_label", pa.string()),
+        ("exact", pa.bool_()),
+        ("monotonic", pa.bool_()),
+        ("stable", pa.bool_()),
+        ("max_ok_max_memory_allocated", pa.int64()),
+        ("max_ok_max_memory_reserved", pa.int64()),
+        ("strategy", pa.string()),
+        ("runs_used", pa.int64()),
+        ("upper_reached", pa.bool_()),
+        ("stopped_by", pa.string()),
+        ("search_status", pa.string()),
+        ("warmup", pa.int64()),
+        ("repeats", pa.int64()),
+        ("devices", pa.int64()),
+        # the rest of the fixed load (IDENTITY): two rows differing only here are two loads
+        ("capacity_mode", pa.string()),
+        ("workload_params", pa.string()),
+        *OPTIONS,
+    ]
+)
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
 (dtypes ordered by bytes per element, then name); ``values`` lists the values run, in order;
@@ -62,8 +100,7 @@ per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and th
 process; null without an emulated capacity): the rest of the row's fixed load, as in the runs table; with
 them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads."""
 
-ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", "batch", "context", "width",
-           "dtype")
+ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", "batch", "context", "width", "dtype")
 
 
 def search_results(sweep_dir: str) -> dict[tuple, dict]:
@@ -80,8 +117,14 @@ def search_results(sweep_dir: str) -> dict[tuple, dict]:
             continue
         if not isinstance(event, dict) or event.get("event") != "result" or not isinstance(event.get("fixed"), dict):
             continue
-        row = {**event["fixed"], event["axis"]: None, "sweep_dir": sweep_dir, "axis": event["axis"],
-               "workload": event.get("workload"), "capacity_bytes": event.get("capacity_bytes")}
+        row = {
+            **event["fixed"],
+            event["axis"]: None,
+            "sweep_dir": sweep_dir,
+            "axis": event["axis"],
+            "workload": event.get("workload"),
+            "capacity_bytes": event.get("capacity_bytes"),
+        }
         # warmup/repeats tell the full-protocol runs from light probes (hydra.sweeper.light)
         out[tuple(row.get(k) for k in ROW_KEY + ("warmup", "repeats"))] = event
     return out
@@ -139,8 +182,9 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
             values = sorted(group[axis].dropna().unique(), key=lambda v: order_key(axis, v))
             fixed = dict(zip(keys, key))
             row_key = tuple(axis if k == "axis" else fixed.get(k) for k in ROW_KEY)
-            search = searched.get(row_key + (fixed.get("warmup"), fixed.get("repeats")),
-                                  searched.get(row_key + (None, None)))
+            search = searched.get(
+                row_key + (fixed.get("warmup"), fixed.get("repeats")), searched.get(row_key + (None, None))
+            )
             if not values or (len(values) < 2 and search is None):
                 continue
             rank = {v: i for i, v in enumerate(values)}
@@ -158,31 +202,57 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                 at = group[(group[axis] == max_ok) & (group["outcome"] == "ok")]
                 peak = {c: at[c].max() for c in ("max_memory_allocated", "max_memory_reserved")}
             numeric = axis != "dtype"
-            rows.append({
-                **{k: fixed.get(k) for k in ("sweep_dir", "workload", "mode", "device", "capacity_bytes",
-                                             "batch", "context", "width", "dtype")},
-                "axis": axis, "values": ",".join(str(v) for v in values),
-                "n_runs": len(group), "n_ok": int((group["outcome"] == "ok").sum()),
-                "n_oom": int((group["outcome"] == "oom").sum()),
-                "n_other": int((~group["outcome"].isin(["ok", "oom"])).sum()),
-                "max_ok": int(max_ok) if numeric and max_ok is not None else None,
-                "min_oom": int(min_oom) if numeric and min_oom is not None else None,
-                "max_ok_label": None if max_ok is None else str(max_ok),
-                "min_oom_label": None if min_oom is None else str(min_oom),
-                "exact": exact, "monotonic": monotonic, "stable": stable,
-                "max_ok_max_memory_allocated": None if pd.isna(peak.get("max_memory_allocated", pd.NA))
-                else int(peak["max_memory_allocated"]),
-                "max_ok_max_memory_reserved": None if pd.isna(peak.get("max_memory_reserved", pd.NA))
-                else int(peak["max_memory_reserved"]),
-                **{k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k])
-                   for k in ("warmup", "repeats", "devices")},
-                **{k: _scalar(fixed.get(k)) for k in LOAD_DETAIL},
-            })
+            rows.append(
+                {
+                    **{
+                        k: fixed.get(k)
+                        for k in (
+                            "sweep_dir",
+                            "workload",
+                            "mode",
+                            "device",
+                            "capacity_bytes",
+                            "batch",
+                            "context",
+                            "width",
+                            "dtype",
+                        )
+                    },
+                    "axis": axis,
+                    "values": ",".join(str(v) for v in values),
+                    "n_runs": len(group),
+                    "n_ok": int((group["outcome"] == "ok").sum()),
+                    "n_oom": int((group["outcome"] == "oom").sum()),
+                    "n_other": int((~group["outcome"].isin(["ok", "oom"])).sum()),
+                    "max_ok": int(max_ok) if numeric and max_ok is not None else None,
+                    "min_oom": int(min_oom) if numeric and min_oom is not None else None,
+                    "max_ok_label": None if max_ok is None else str(max_ok),
+                    "min_oom_label": None if min_oom is None else str(min_oom),
+                    "exact": exact,
+                    "monotonic": monotonic,
+                    "stable": stable,
+                    "max_ok_max_memory_allocated": None
+                    if pd.isna(peak.get("max_memory_allocated", pd.NA))
+                    else int(peak["max_memory_allocated"]),
+                    "max_ok_max_memory_reserved": None
+                    if pd.isna(peak.get("max_memory_reserved", pd.NA))
+                    else int(peak["max_memory_reserved"]),
+                    **{
+                        k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k])
+                        for k in ("warmup", "repeats", "devices")
+                    },
+                    **{k: _scalar(fixed.get(k)) for k in LOAD_DETAIL},
+                }
+            )
             if search is not None:
-                rows[-1].update(strategy=search.get("strategy"), runs_used=search.get("runs_used"),
-                                upper_reached=search.get("upper_reached"), stopped_by=search.get("stopped_by"),
-                                search_status=search.get("status"),
-                                exact=bool(search.get("exact")) and monotonic and stable is not False)
+                rows[-1].update(
+                    strategy=search.get("strategy"),
+                    runs_used=search.get("runs_used"),
+                    upper_reached=search.get("upper_reached"),
+                    stopped_by=search.get("stopped_by"),
+                    search_status=search.get("status"),
+                    exact=bool(search.get("exact")) and monotonic and stable is not False,
+                )
     return rows
 
 

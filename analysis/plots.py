@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import matplotlib
 import numpy as np
@@ -46,8 +46,17 @@ def _scaled(values: Sequence[int | None], unit: int) -> list[float]:
     return [math.nan if v is None else v / unit for v in values]
 
 
-def axis_plot(axis: str, points: list[dict], capacity: int | None, margin: int | None,
-              used_label: str, other_label: str, max_ok=None, min_oom=None, title: str = "") -> bytes:
+def axis_plot(
+    axis: str,
+    points: list[dict],
+    capacity: int | None,
+    margin: int | None,
+    used_label: str,
+    other_label: str,
+    max_ok=None,
+    min_oom=None,
+    title: str = "",
+) -> bytes:
     """Peak memory against the swept variable.
 
     Args:
@@ -76,8 +85,13 @@ def axis_plot(axis: str, points: list[dict], capacity: int | None, margin: int |
     if capacity:
         ax.axhline(capacity / unit, color="#d62728", linewidth=1.5, label=f"capacity {capacity / unit:.3f} {short}")
         if margin:
-            ax.axhline((capacity - margin) / unit, color="#ff7f0e", linestyle=":", linewidth=1.5,
-                       label=f"capacity - margin {(capacity - margin) / unit:.3f} {short}")
+            ax.axhline(
+                (capacity - margin) / unit,
+                color="#ff7f0e",
+                linestyle=":",
+                linewidth=1.5,
+                label=f"capacity - margin {(capacity - margin) / unit:.3f} {short}",
+            )
     pos = dict(zip(values, xs))
     if max_ok is not None and max_ok in pos:
         ax.axvline(pos[max_ok], color="#2ca02c", alpha=0.5, linewidth=6, label=f"max_ok = {max_ok}")
@@ -98,8 +112,15 @@ def axis_plot(axis: str, points: list[dict], capacity: int | None, margin: int |
     return _png(fig)
 
 
-def phases_plot(axis: str, values: Sequence, phases: Sequence[str], increments: list[list[int | None]],
-                outcomes: Sequence[str], capacity: int | None, counter: str) -> bytes:
+def phases_plot(
+    axis: str,
+    values: Sequence,
+    phases: Sequence[str],
+    increments: list[list[int | None]],
+    outcomes: Sequence[str],
+    capacity: int | None,
+    counter: str,
+) -> bytes:
     """Stacked bars, one per swept value: how much each phase raised the run's peak.
 
     ``increments[i][j]`` (bytes): for value i, the rise of the running maximum of ``counter``
@@ -135,8 +156,16 @@ def phases_plot(axis: str, values: Sequence, phases: Sequence[str], increments: 
     return _png(fig)
 
 
-def fit_plot(xs: Sequence[float], ys: Sequence[int], coeffs: Sequence[float], capacity: int | None,
-             margin: int | None, x_label: str, y_label: str, crossings: dict) -> bytes:
+def fit_plot(
+    xs: Sequence[float],
+    ys: Sequence[int],
+    coeffs: Sequence[float],
+    capacity: int | None,
+    margin: int | None,
+    x_label: str,
+    y_label: str,
+    crossings: dict,
+) -> bytes:
     """Measured peaks (bytes) of successful runs against context with the fitted polynomial
     ``coeffs`` (numpy.polyfit order, bytes), extended to the predicted crossings.
 

@@ -9,14 +9,29 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pyarrow as pa
 
-from conf.contract import (CAPACITY_MODES, COLD_PHASES, DEVICE_COUNTERS, EXTRA_COUNTERS, OOM_DETAIL_FIELDS,
-                           PEAK_SPLIT_FIELDS, PHASE_COUNTERS, SIZE_FIELDS, SPEC_FILE, WARM_PHASES, Run, classify_run,
-                           find_run_dirs, phase_peak, read_run, record_phases)
+from conf.contract import (
+    CAPACITY_MODES,
+    COLD_PHASES,
+    DEVICE_COUNTERS,
+    EXTRA_COUNTERS,
+    OOM_DETAIL_FIELDS,
+    PEAK_SPLIT_FIELDS,
+    PHASE_COUNTERS,
+    SIZE_FIELDS,
+    SPEC_FILE,
+    WARM_PHASES,
+    Run,
+    classify_run,
+    find_run_dirs,
+    phase_peak,
+    read_run,
+    record_phases,
+)
 
 from .estimate import ESTIMATE_COLUMNS, estimate_columns
 
@@ -29,39 +44,81 @@ COUNTERS = PHASE_COUNTERS
 SIZES = SIZE_FIELDS
 OOM_DETAIL = OOM_DETAIL_FIELDS
 # Mode options of the spec (conf.contract.RunSpec), one column each in the runs table.
-OPTIONS = (("precision", pa.string()), ("optimizer", pa.string()), ("checkpointing", pa.bool_()),
-           ("micro_steps", pa.int64()), ("eval_batch", pa.int64()), ("export", pa.bool_()),
-           ("new_tokens", pa.int64()), ("kv_cache", pa.string()))
+OPTIONS = (
+    ("precision", pa.string()),
+    ("optimizer", pa.string()),
+    ("checkpointing", pa.bool_()),
+    ("micro_steps", pa.int64()),
+    ("eval_batch", pa.int64()),
+    ("export", pa.bool_()),
+    ("new_tokens", pa.int64()),
+    ("kv_cache", pa.string()),
+)
 
-RUNS_SCHEMA = pa.schema([
-    ("sweep_dir", pa.string()), ("run_id", pa.string()), ("run_dir", pa.string()),
-    ("workload", pa.string()), ("mode", pa.string()),
-    ("batch", pa.int64()), ("context", pa.int64()), ("width", pa.int64()), ("dtype", pa.string()),
-    ("workload_params", pa.string()),
-    ("warmup", pa.int64()), ("repeats", pa.int64()), ("seed", pa.int64()),
-    ("device", pa.string()), ("device_kind", pa.string()), ("device_name", pa.string()),
-    ("device_total_memory", pa.int64()), ("capacity_bytes", pa.int64()), ("capacity_method", pa.string()),
-    ("capacity_mode", pa.string()), ("oom_request_bytes", pa.int64()),
-    ("outcome", pa.string()), ("failed_phase", pa.string()), ("error_type", pa.string()),
-    ("error_message", pa.string()), ("returncode", pa.int64()), ("signal", pa.int64()),
-    ("timed_out", pa.bool_()), ("wall_s", pa.float64()), ("worker_pid", pa.int64()),
-    ("n_phases", pa.int64()),
-    ("max_memory_allocated", pa.int64()), ("max_memory_reserved", pa.int64()),
-    ("cold_max_memory_allocated", pa.int64()), ("cold_max_memory_reserved", pa.int64()),
-    ("warm_max_memory_allocated", pa.int64()), ("warm_max_memory_reserved", pa.int64()),
-    ("source_allocated", pa.string()), ("source_reserved", pa.string()),
-    ("source", pa.string()),  # measured | predicted (a dry run: spec dry_run, fake tensors)
-    ("python", pa.string()), ("torch", pa.string()), ("cuda", pa.string()), ("hip", pa.string()),
-    ("driver", pa.string()), ("allocator_backend", pa.string()), ("alloc_conf", pa.string()),
-    ("host", pa.string()), ("started_at", pa.string()), ("schema_version", pa.int64()),
-    # how the worker process was started: on the CPU its resident set (memory_reserved) counts
-    # the code it holds (spawn vs forkserver; torch._dynamo imported before the phases or not)
-    ("isolation", pa.string()), ("torch_dynamo_imported", pa.bool_()),
-    ("record_problem", pa.string()),
-    *[(name, pa.float64() if name == "estimate_error" else pa.int64()) for name in ESTIMATE_COLUMNS],
-    *OPTIONS, ("parameters", pa.int64()), ("parameter_bytes", pa.int64()),
-    ("devices", pa.int64()),
-])
+RUNS_SCHEMA = pa.schema(
+    [
+        ("sweep_dir", pa.string()),
+        ("run_id", pa.string()),
+        ("run_dir", pa.string()),
+        ("workload", pa.string()),
+        ("mode", pa.string()),
+        ("batch", pa.int64()),
+        ("context", pa.int64()),
+        ("width", pa.int64()),
+        ("dtype", pa.string()),
+        ("workload_params", pa.string()),
+        ("warmup", pa.int64()),
+        ("repeats", pa.int64()),
+        ("seed", pa.int64()),
+        ("device", pa.string()),
+        ("device_kind", pa.string()),
+        ("device_name", pa.string()),
+        ("device_total_memory", pa.int64()),
+        ("capacity_bytes", pa.int64()),
+        ("capacity_method", pa.string()),
+        ("capacity_mode", pa.string()),
+        ("oom_request_bytes", pa.int64()),
+        ("outcome", pa.string()),
+        ("failed_phase", pa.string()),
+        ("error_type", pa.string()),
+        ("error_message", pa.string()),
+        ("returncode", pa.int64()),
+        ("signal", pa.int64()),
+        ("timed_out", pa.bool_()),
+        ("wall_s", pa.float64()),
+        ("worker_pid", pa.int64()),
+        ("n_phases", pa.int64()),
+        ("max_memory_allocated", pa.int64()),
+        ("max_memory_reserved", pa.int64()),
+        ("cold_max_memory_allocated", pa.int64()),
+        ("cold_max_memory_reserved", pa.int64()),
+        ("warm_max_memory_allocated", pa.int64()),
+        ("warm_max_memory_reserved", pa.int64()),
+        ("source_allocated", pa.string()),
+        ("source_reserved", pa.string()),
+        ("source", pa.string()),  # measured | predicted (a dry run: spec dry_run, fake tensors)
+        ("python", pa.string()),
+        ("torch", pa.string()),
+        ("cuda", pa.string()),
+        ("hip", pa.string()),
+        ("driver", pa.string()),
+        ("allocator_backend", pa.string()),
+        ("alloc_conf", pa.string()),
+        ("host", pa.string()),
+        ("started_at", pa.string()),
+        ("schema_version", pa.int64()),
+        # how the worker process was started: on the CPU its resident set (memory_reserved) counts
+        # the code it holds (spawn vs forkserver; torch._dynamo imported before the phases or not)
+        ("isolation", pa.string()),
+        ("torch_dynamo_imported", pa.bool_()),
+        ("record_problem", pa.string()),
+        *[(name, pa.float64() if name == "estimate_error" else pa.int64()) for name in ESTIMATE_COLUMNS],
+        *OPTIONS,
+        ("parameters", pa.int64()),
+        ("parameter_bytes", pa.int64()),
+        ("devices", pa.int64()),
+    ]
+)
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``cold_*`` /
 ``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
 cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's estimate,
@@ -70,23 +127,36 @@ max_memory_allocated) / max_memory_allocated. ``parameters``, ``parameter_bytes`
 by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for
 a spec written before the field, which was a one-device run); the peaks are those of cuda:0."""
 
-DEVICE_TYPE = pa.list_(pa.struct([("device_index", pa.int64()),
-                                   *[(name, pa.int64()) for name in DEVICE_COUNTERS]]))
+DEVICE_TYPE = pa.list_(pa.struct([("device_index", pa.int64()), *[(name, pa.int64()) for name in DEVICE_COUNTERS]]))
 """Type of the phases table's ``devices`` column: one struct per device of a multi-device run."""
 
-PHASES_SCHEMA = pa.schema([
-    ("sweep_dir", pa.string()), ("run_id", pa.string()),
-    ("batch", pa.int64()), ("context", pa.int64()), ("width", pa.int64()), ("dtype", pa.string()),
-    ("mode", pa.string()), ("device", pa.string()),
-    ("phase", pa.string()), ("phase_index", pa.int64()), ("status", pa.string()),
-    ("iterations", pa.int64()), ("duration_s", pa.float64()),
-    *[(name, pa.int64()) for name in COUNTERS],
-    ("error_type", pa.string()),
-    ("parent", pa.string()), ("sub_phase", pa.string()), ("step", pa.int64()), ("micro_step", pa.int64()),
-    *[(name, pa.int64()) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL],
-    ("source", pa.string()), *[(name, pa.int64()) for name in PEAK_SPLIT_FIELDS],
-    ("devices", DEVICE_TYPE),
-])
+PHASES_SCHEMA = pa.schema(
+    [
+        ("sweep_dir", pa.string()),
+        ("run_id", pa.string()),
+        ("batch", pa.int64()),
+        ("context", pa.int64()),
+        ("width", pa.int64()),
+        ("dtype", pa.string()),
+        ("mode", pa.string()),
+        ("device", pa.string()),
+        ("phase", pa.string()),
+        ("phase_index", pa.int64()),
+        ("status", pa.string()),
+        ("iterations", pa.int64()),
+        ("duration_s", pa.float64()),
+        *[(name, pa.int64()) for name in COUNTERS],
+        ("error_type", pa.string()),
+        ("parent", pa.string()),
+        ("sub_phase", pa.string()),
+        ("step", pa.int64()),
+        ("micro_step", pa.int64()),
+        *[(name, pa.int64()) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL],
+        ("source", pa.string()),
+        *[(name, pa.int64()) for name in PEAK_SPLIT_FIELDS],
+        ("devices", DEVICE_TYPE),
+    ]
+)
 """One row per run and phase; counters in bytes as recorded by the worker (seed 003 protocol).
 A sub-phase of a training step or a generation (``phase`` = ``cold_step.backward``) also has
 ``parent`` (cold_step), ``sub_phase`` (backward), ``step`` and ``micro_step``. ``source``:
@@ -134,17 +204,26 @@ def _outcome(run: Run) -> dict:
         result = _dict(run.result)
         if result.get("outcome") in ("timeout", "crash"):  # killed early: no record is expected
             return {**result, "error_message": f"{result.get('error_message')}; record.json {run.record_damage}"}
-        return {**result, "outcome": "crash",
-                "error_message": f"record.json {run.record_damage}"
-                                 + (f"; result.json said {result.get('outcome')}" if result.get("outcome") else "")}
+        return {
+            **result,
+            "outcome": "crash",
+            "error_message": f"record.json {run.record_damage}"
+            + (f"; result.json said {result.get('outcome')}" if result.get("outcome") else ""),
+        }
     if run.result is not None:
         return run.result
     record = _dict(run.record)
     if record.get("complete") is True:
-        return {"outcome": classify_run(record, None, False), "failed_phase": record.get("failed_phase"),
-                "error_type": record.get("error_type"), "error_message": record.get("error_message")}
-    return {"outcome": None, "error_message": "no result.json yet: the run is still going, or its "
-                                              "orchestrator stopped before it ended"}
+        return {
+            "outcome": classify_run(record, None, False),
+            "failed_phase": record.get("failed_phase"),
+            "error_type": record.get("error_type"),
+            "error_message": record.get("error_message"),
+        }
+    return {
+        "outcome": None,
+        "error_message": "no result.json yet: the run is still going, or its orchestrator stopped before it ended",
+    }
 
 
 def run_row(run: Run, sweep_dir: Path) -> dict:
@@ -155,23 +234,34 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     sources = _dict(record.get("counter_sources"))
     workload = _dict(spec.get("workload"))
     row = {
-        "sweep_dir": str(sweep_dir), "run_id": str(run.run_dir.relative_to(sweep_dir)) if
-        run.run_dir.is_relative_to(sweep_dir) else str(run.run_dir), "run_dir": str(run.run_dir),
-        **{k: spec.get(k) for k in ("mode", "batch", "context", "width", "dtype", "warmup", "repeats",
-                                    "seed", "device")},
+        "sweep_dir": str(sweep_dir),
+        "run_id": str(run.run_dir.relative_to(sweep_dir))
+        if run.run_dir.is_relative_to(sweep_dir)
+        else str(run.run_dir),
+        "run_dir": str(run.run_dir),
+        **{
+            k: spec.get(k)
+            for k in ("mode", "batch", "context", "width", "dtype", "warmup", "repeats", "seed", "device")
+        },
         "workload": workload.get("name"),
-        "workload_params": json.dumps({k: v for k, v in workload.items() if k != "name"}, sort_keys=True,
-                                      default=str) if workload else None,
-        "device_kind": record.get("device_kind"), "device_name": env.get("device_name"),
+        "workload_params": json.dumps({k: v for k, v in workload.items() if k != "name"}, sort_keys=True, default=str)
+        if workload
+        else None,
+        "device_kind": record.get("device_kind"),
+        "device_name": env.get("device_name"),
         "device_total_memory": _int(record.get("device_total_memory")),
         "capacity_bytes": _int(record.get("capacity_bytes")) or _int(spec.get("capacity_bytes")),
         "capacity_method": _dict(record.get("capacity")).get("capacity_method"),
         "capacity_mode": _capacity_mode(record),
         "oom_request_bytes": next((_int(p.get("oom_request_bytes")) for p in phases if p.get("status") == "oom"), None),
-        "outcome": result.get("outcome"), "failed_phase": result.get("failed_phase"),
-        "error_type": result.get("error_type"), "error_message": result.get("error_message"),
-        "returncode": _int(result.get("returncode")), "signal": _int(result.get("signal")),
-        "timed_out": result.get("timed_out"), "wall_s": result.get("wall_s"),
+        "outcome": result.get("outcome"),
+        "failed_phase": result.get("failed_phase"),
+        "error_type": result.get("error_type"),
+        "error_message": result.get("error_message"),
+        "returncode": _int(result.get("returncode")),
+        "signal": _int(result.get("signal")),
+        "timed_out": result.get("timed_out"),
+        "wall_s": result.get("wall_s"),
         "worker_pid": _int(result.get("worker_pid")) or _int(record.get("pid")),
         "n_phases": len(phases),
         "max_memory_allocated": phase_peak(phases, "max_memory_allocated"),
@@ -183,10 +273,23 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
         "source": _source(run),
-        **{k: env.get(k) for k in ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "host",
-                                   "isolation", "torch_dynamo_imported")},  # (coerce_table nulls a wrong type)
+        **{
+            k: env.get(k)
+            for k in (
+                "python",
+                "torch",
+                "cuda",
+                "hip",
+                "driver",
+                "allocator_backend",
+                "host",
+                "isolation",
+                "torch_dynamo_imported",
+            )
+        },  # (coerce_table nulls a wrong type)
         "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
-        "started_at": record.get("started_at"), "schema_version": _int(record.get("schema_version")),
+        "started_at": record.get("started_at"),
+        "schema_version": _int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
         **{name: spec.get(name) for name, _ in OPTIONS},
         "parameters": _int((record.get("model") or {}).get("parameters")),
@@ -218,18 +321,25 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
     rows = []
     source = _source(run)
     for index, p in enumerate(record_phases(run.record)):
-        rows.append({
-            "sweep_dir": str(sweep_dir), "run_id": run_id,
-            **{k: run.spec.get(k) for k in ("batch", "context", "width", "dtype", "mode", "device")},
-            "phase": p.get("name"), "phase_index": index, "status": p.get("status"),
-            "iterations": _int(p.get("iterations")), "duration_s": p.get("duration_s"),
-            **{name: _int(p.get(name)) for name in COUNTERS}, "error_type": p.get("error_type"),
-            **{k: p.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
-            **{name: _int(p.get(name)) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL},
-            "source": source,
-            **{name: _int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},
-            "devices": _devices(p.get("devices")),
-        })
+        rows.append(
+            {
+                "sweep_dir": str(sweep_dir),
+                "run_id": run_id,
+                **{k: run.spec.get(k) for k in ("batch", "context", "width", "dtype", "mode", "device")},
+                "phase": p.get("name"),
+                "phase_index": index,
+                "status": p.get("status"),
+                "iterations": _int(p.get("iterations")),
+                "duration_s": p.get("duration_s"),
+                **{name: _int(p.get(name)) for name in COUNTERS},
+                "error_type": p.get("error_type"),
+                **{k: p.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
+                **{name: _int(p.get(name)) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL},
+                "source": source,
+                **{name: _int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},
+                "devices": _devices(p.get("devices")),
+            }
+        )
     return rows
 
 
@@ -238,8 +348,11 @@ def _devices(value) -> list[dict] | None:
     one-device run); an entry that is not a mapping is dropped, a non-integer value is null."""
     if not isinstance(value, list):
         return None
-    return [{"device_index": _int(d.get("device_index")), **{name: _int(d.get(name)) for name in DEVICE_COUNTERS}}
-            for d in value if isinstance(d, dict)]
+    return [
+        {"device_index": _int(d.get("device_index")), **{name: _int(d.get(name)) for name in DEVICE_COUNTERS}}
+        for d in value
+        if isinstance(d, dict)
+    ]
 
 
 def coerce_table(rows: list[dict], schema: pa.Schema) -> pa.Table:

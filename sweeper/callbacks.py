@@ -53,9 +53,14 @@ def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any
     from analysis.cli import OUTPUTS
     from analysis.report import ReportExists, build_report, parse_margin, write_report
 
-    report = build_report(tables["runs.parquet"], tables["phases.parquet"], tables["frontier.parquet"],
-                          parse_margin(margin), [sweep_dir],
-                          [out_dir / n for n in OUTPUTS])
+    report = build_report(
+        tables["runs.parquet"],
+        tables["phases.parquet"],
+        tables["frontier.parquet"],
+        parse_margin(margin),
+        [sweep_dir],
+        [out_dir / n for n in OUTPUTS],
+    )
     try:
         md, html = write_report(report, out_dir)
     except ReportExists:
@@ -75,11 +80,14 @@ def planned_jobs(config: DictConfig) -> int | None:
 
     target = str(OmegaConf.select(config, "hydra.sweeper._target_") or "")
     overrides = OverridesParser.create().parse_overrides(list(OmegaConf.select(config, "hydra.overrides.task") or []))
-    sweeps = {o.get_key_element(): list(o.sweep_string_iterator()) for o in overrides
-              if o.is_sweep_override() and o.is_discrete_sweep()}
+    sweeps = {
+        o.get_key_element(): list(o.sweep_string_iterator())
+        for o in overrides
+        if o.is_sweep_override() and o.is_discrete_sweep()
+    }
     if target.endswith("OvatSweeper"):
-        from sweeper.ovat import plan_conditions
         from conf.contract import AXES
+        from sweeper.ovat import plan_conditions
 
         axes_cfg = OmegaConf.select(config, "sweep.axes")
         axes = dict(OmegaConf.to_container(axes_cfg, resolve=True)) if axes_cfg else {}
@@ -147,14 +155,19 @@ class Progress(Callback):
 
     @staticmethod
     def _condition(config: DictConfig) -> str:
-        fields = [f"{k}={config.get(k)}" for k in ("batch", "context", "width", "dtype", "mode", "device")
-                  if config.get(k) is not None]
+        fields = [
+            f"{k}={config.get(k)}"
+            for k in ("batch", "context", "width", "dtype", "mode", "device")
+            if config.get(k) is not None
+        ]
         return f"job {config.hydra.job.get('num', '?')}: " + " ".join(fields)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         if self.enabled():
-            print(f"memsweep: [{self._counts(config)}] running {self._condition(config)} "
-                  f"· elapsed {self._elapsed()}", flush=True)
+            print(
+                f"memsweep: [{self._counts(config)}] running {self._condition(config)} · elapsed {self._elapsed()}",
+                flush=True,
+            )
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
         self.done += 1
@@ -164,5 +177,7 @@ class Progress(Callback):
         value = getattr(job_return, "_return_value", None)
         if isinstance(value, dict) and value.get("outcome"):
             outcome = value["outcome"] + (f" in {value['failed_phase']}" if value.get("failed_phase") else "")
-        print(f"memsweep: [{self._counts(config)}] {self._condition(config)} -> {outcome} "
-              f"· elapsed {self._elapsed()}", flush=True)
+        print(
+            f"memsweep: [{self._counts(config)}] {self._condition(config)} -> {outcome} · elapsed {self._elapsed()}",
+            flush=True,
+        )

@@ -25,8 +25,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from conf.contract import (EXIT_BAD_INPUT, EXIT_INTERRUPTED, PEAK_CATEGORIES, RUN_EXIT, SpecError, bytes_text,
-                           validate_device)
+from conf.contract import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    PEAK_CATEGORIES,
+    RUN_EXIT,
+    SpecError,
+    bytes_text,
+    validate_device,
+)
 
 USAGE = __doc__
 
@@ -68,9 +75,13 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     except SystemExit as exc:  # Hydra exits 1 after printing a job's error
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except KeyboardInterrupt:
-        print("memsweep: interrupted; finished runs are kept: the same command with the same "
-              "hydra.sweep.dir=... resumes without running them again" if multirun else
-              "memsweep: interrupted", file=sys.stderr)
+        print(
+            "memsweep: interrupted; finished runs are kept: the same command with the same "
+            "hydra.sweep.dir=... resumes without running them again"
+            if multirun
+            else "memsweep: interrupted",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     if not multirun and results:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
         return RUN_EXIT.get(results[-1].get("outcome"), 1)
@@ -101,8 +112,10 @@ def env_command(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(info, indent=1))
     else:
-        print(f"device: {info.get('device', args.device)}  available: {info.get('available')}"
-              + (f"  ({info['reason']})" if info.get("reason") else ""))
+        print(
+            f"device: {info.get('device', args.device)}  available: {info.get('available')}"
+            + (f"  ({info['reason']})" if info.get("reason") else "")
+        )
         for key, value in (info.get("environment") or {}).items():
             print(f"  {key}: {value}")
         if info.get("total_memory") is not None:
@@ -117,8 +130,12 @@ Predicts, without the device, the largest value of the axis whose tensor bytes f
 device=cpu (the default) or device=cuda[:N] (fake CUDA tensors: no GPU needed; CUDA's 512 B
 allocator blocks counted)."""
 # How `memsweep predict` names conf.contract.PEAK_CATEGORIES.
-CATEGORY_LABELS = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer states",
-                   "activation": "activations and temporaries"}
+CATEGORY_LABELS = {
+    "parameter": "parameters",
+    "gradient": "gradients",
+    "optimizer_state": "optimizer states",
+    "activation": "activations and temporaries",
+}
 
 
 def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None]:
@@ -169,13 +186,19 @@ def predict_command(argv: list[str], out=sys.stdout) -> int:
         return EXIT_BAD_INPUT
     predictor, edge, summary = prediction.predictor, prediction.edge, prediction.summary
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
-    print(f"memsweep predict: {axis} at capacity {bytes_text(prediction.capacity_bytes)}, {len(predictor.runs)} "
-          f"dry runs (fake tensors, no device), in {prediction.out_dir}", file=out)
+    print(
+        f"memsweep predict: {axis} at capacity {bytes_text(prediction.capacity_bytes)}, {len(predictor.runs)} "
+        f"dry runs (fake tensors, no device), in {prediction.out_dir}",
+        file=out,
+    )
     if predictor.device.startswith("cuda"):
-        print(f"  a PREDICTION for a CUDA device ({predictor.device}) made on this machine with fake CUDA tensors "
-              f"(no GPU used); tensor bytes counted as the CUDA caching allocator counts them, each storage "
-              f"rounded up to 512 B blocks: the predicted peak is torch.cuda.max_memory_allocated's, not "
-              f"max_memory_reserved's", file=out)
+        print(
+            f"  a PREDICTION for a CUDA device ({predictor.device}) made on this machine with fake CUDA tensors "
+            f"(no GPU used); tensor bytes counted as the CUDA caching allocator counts them, each storage "
+            f"rounded up to 512 B blocks: the predicted peak is torch.cuda.max_memory_allocated's, not "
+            f"max_memory_reserved's",
+            file=out,
+        )
     if edge["error"] is not None:
         err = edge["error"]
         print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
@@ -184,18 +207,29 @@ def predict_command(argv: list[str], out=sys.stdout) -> int:
         print(f"  PREDICTED: nothing fits; {axis}=1 already needs {bytes_text(predictor.runs[1]['peak'])}", file=out)
     if edge["max_fit"] is not None:
         exact = "exact" if edge["exact"] else "not exact"
-        print(f"  PREDICTED edge: max fit {axis}={edge['max_fit']}, min miss {axis}={edge['min_miss']} ({exact})",
-              file=out)
+        print(
+            f"  PREDICTED edge: max fit {axis}={edge['max_fit']}, min miss {axis}={edge['min_miss']} ({exact})",
+            file=out,
+        )
         print(f"  predicted tensor bytes at {axis}={edge['max_fit']}, per phase (peak / live at its end):", file=out)
         for row in summary["breakdown"]:
-            extra = "".join(f", {k} {v}" for k, v in row.items() if k.endswith("_bytes") and v is not None and
-                            k not in ("peak_bytes", "live_bytes") and not k.startswith("predicted_"))
+            extra = "".join(
+                f", {k} {v}"
+                for k, v in row.items()
+                if k.endswith("_bytes")
+                and v is not None
+                and k not in ("peak_bytes", "live_bytes")
+                and not k.startswith("predicted_")
+            )
             print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
         print(f"  largest phase peak: {bytes_text(at['peak'])}", file=out)
         split = summary["peak_split"]
         if split is not None:
-            print(f"  at that peak ({split['phase']}), live tensor bytes by category "
-                  f"(torch.distributed._tools.mem_tracker's categories):", file=out)
+            print(
+                f"  at that peak ({split['phase']}), live tensor bytes by category "
+                f"(torch.distributed._tools.mem_tracker's categories):",
+                file=out,
+            )
             for name, field in PEAK_CATEGORIES:
                 print(f"    {CATEGORY_LABELS[name]:<28} {bytes_text(split[field])}", file=out)
     print("  This is a prediction of live tensor bytes, not a measurement. It cannot see:", file=out)
@@ -233,14 +267,17 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(rest)
     if command == "estimate":
         from analysis.estimate.cli import main as estimate_main
+
         return estimate_main(rest)
     if command == "predict":
         return predict_command(rest)
     if command == "env":
         return env_command(rest)
-    print(f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, estimate, "
-          f"predict, env\n{USAGE}",
-          file=sys.stderr)
+    print(
+        f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, estimate, "
+        f"predict, env\n{USAGE}",
+        file=sys.stderr,
+    )
     return EXIT_BAD_INPUT
 
 

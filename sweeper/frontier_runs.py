@@ -26,8 +26,9 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -39,11 +40,11 @@ log = logging.getLogger("memsweep")
 
 PEAK_COUNTERS = {
     "max_memory_reserved": "max_memory_reserved, largest phase peak (CUDA caching allocator; the emulated "
-                           "capacity caps reserved memory via set_per_process_memory_fraction)",
+    "capacity caps reserved memory via set_per_process_memory_fraction)",
     "max_memory_allocated": "max_memory_allocated, largest phase peak (CPU: the worker's live-tensor tracker, "
-                            "which capacity_mode=allocator caps exactly; under capacity_mode=process the "
-                            "capacity bounds data-segment growth, and malloc overhead shows as a lower "
-                            "effective threshold)",
+    "which capacity_mode=allocator caps exactly; under capacity_mode=process the "
+    "capacity bounds data-segment growth, and malloc overhead shows as a lower "
+    "effective threshold)",
 }
 
 
@@ -60,7 +61,7 @@ def spec_key(spec: RunSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def stored_key(run_dir: Path) -> Optional[str]:
+def stored_key(run_dir: Path) -> str | None:
     """The key of the spec stored in a run directory.
 
     Args:
@@ -112,7 +113,7 @@ class RunIndex:
         """Count ``run_dir`` as the next run of the condition ``key``."""
         self.runs.setdefault(key, []).append(run_dir)
 
-    def get(self, key: str, n: int = 0) -> Optional[Path]:
+    def get(self, key: str, n: int = 0) -> Path | None:
         """The ``n``-th run (0: the first) of the condition ``key``: its directory, or None."""
         runs = self.runs.get(key, [])
         return runs[n] if n < len(runs) else None
@@ -155,7 +156,7 @@ def free_for(run_dir: Path, key: str) -> bool:
     return stored_key(run_dir) == key
 
 
-def read_run(run_dir: Path, key: str, reused: bool, envelope: Optional[dict] = None) -> dict:
+def read_run(run_dir: Path, key: str, reused: bool, envelope: dict | None = None) -> dict:
     """What one finished run says: its outcome, record and capacity.
 
     Args:
@@ -179,12 +180,18 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: Optional[dict] = N
     message = envelope.get("error_message")
     if envelope.get("failed_phase"):
         message = f"{envelope.get('failed_phase')}: {envelope.get('error_type')}: {message}"
-    return {"outcome": envelope.get("outcome") or "crash", "message": message, "record": record,
-            "capacity_bytes": capacity if isinstance(capacity, int) else None,
-            "run_dir": str(run_dir), "reused": reused, "key": key}
+    return {
+        "outcome": envelope.get("outcome") or "crash",
+        "message": message,
+        "record": record,
+        "capacity_bytes": capacity if isinstance(capacity, int) else None,
+        "run_dir": str(run_dir),
+        "reused": reused,
+        "key": key,
+    }
 
 
-def launcher_slots(config: DictConfig, parallel: Optional[int]) -> int:
+def launcher_slots(config: DictConfig, parallel: int | None) -> int:
     """Probes per round.
 
     Args:
@@ -221,14 +228,15 @@ class SweepRuns:
         returns: the launcher's JobReturn lists, one per launch.
     """
 
-    def __init__(self, sweep_dir: Path, launcher: Any, compose: Callable[[list[str]], RunSpec], fixed: list[str],
-                 slots: int):
+    def __init__(
+        self, sweep_dir: Path, launcher: Any, compose: Callable[[list[str]], RunSpec], fixed: list[str], slots: int
+    ):
         self.sweep_dir, self.launcher, self.compose, self.fixed, self.slots = sweep_dir, launcher, compose, fixed, slots
         self.index = RunIndex(sweep_dir)
         self.job_idx = self.index.count()
         self.returns: list = []
 
-    def run(self, axis: str, wanted: list[tuple[int, int]], extra: Optional[list[str]] = None) -> list[dict]:
+    def run(self, axis: str, wanted: list[tuple[int, int]], extra: list[str] | None = None) -> list[dict]:
         """The ``n``-th run of each (value, n) of ``axis``: reused when the sweep directory has
         it, else launched (fresh worker processes, at most ``slots`` per launcher call).
 
@@ -245,7 +253,7 @@ class SweepRuns:
             Exception: whatever a launched job raised (bad input, a refused run directory):
                 the orchestrator's own failures are not probe outcomes.
         """
-        out: list[Optional[dict]] = [None] * len(wanted)
+        out: list[dict | None] = [None] * len(wanted)
         todo: list[tuple[int, list[str], Path, str]] = []
         for i, (value, n) in enumerate(wanted):
             overrides = self.fixed + list(extra or []) + [f"{axis}={value}"]
@@ -264,7 +272,7 @@ class SweepRuns:
                 name = f"{stem}_{k}"
             todo.append((i, overrides + [f"hydra.sweep.subdir={name}"], self.sweep_dir / name, key))
         for start in range(0, len(todo), max(1, self.slots)):
-            batch = todo[start:start + self.slots]
+            batch = todo[start : start + self.slots]
             results = self.launcher.launch([t[1] for t in batch], initial_job_idx=self.job_idx)
             self.job_idx += len(batch)
             self.returns.append(results)

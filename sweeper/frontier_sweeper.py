@@ -33,7 +33,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
@@ -64,18 +64,18 @@ class FrontierSweeperConf:
     _target_: str = "hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper"
     # The axis to search (batch | context | width); `axes` searches several, one at a time.
     axis: str = "batch"
-    axes: Optional[List[str]] = None
+    axes: list[str] | None = None
     # Search range and granularity (values are multiples of multiple_of in [lower, upper]).
     lower: int = 1
     upper: int = 65536
     multiple_of: int = 1
     # Per-axis overrides of lower/upper/multiple_of: {context: {lower: 16, multiple_of: 16}}.
-    bounds: Dict[str, Any] = field(default_factory=dict)
+    bounds: dict[str, Any] = field(default_factory=dict)
     strategy: str = "model"  # model | bisect
     # Fresh-process re-runs of max_ok and of min_oom once found; a flip marks the edge unstable.
     confirm: int = 1
     # Probes per round; None: the launcher's parallelism (hydra.launcher.n_jobs), else 1.
-    parallel: Optional[int] = None
+    parallel: int | None = None
     # Light probes: the search runs warmup=0 repeats=1 (the cold step and one warm step); the
     # edge it finds is then run with the full protocol at max_ok and min_oom (and searched
     # again with it, inside the range left, if the full protocol disagrees).
@@ -92,19 +92,30 @@ class FrontierSweeperImpl:
     sweep starts (``lattices``).
     """
 
-    def __init__(self, axis: str = "batch", axes: Optional[List[str]] = None, lower: int = 1,
-                 upper: int = 65536, multiple_of: int = 1, bounds: Optional[dict] = None,
-                 strategy: str = "model", confirm: int = 1, parallel: Optional[int] = None,
-                 light: bool = False, seed_from_dry_run: bool = False) -> None:
+    def __init__(
+        self,
+        axis: str = "batch",
+        axes: list[str] | None = None,
+        lower: int = 1,
+        upper: int = 65536,
+        multiple_of: int = 1,
+        bounds: dict | None = None,
+        strategy: str = "model",
+        confirm: int = 1,
+        parallel: int | None = None,
+        light: bool = False,
+        seed_from_dry_run: bool = False,
+    ) -> None:
         self.axes = list(axes) if axes else [axis]
         self.lower, self.upper, self.multiple_of = lower, upper, multiple_of
-        self.bounds = dict(OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds)
-                           else bounds or {})
+        self.bounds = dict(
+            OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds) else bounds or {}
+        )
         self.strategy, self.confirm, self.parallel, self.light = strategy, confirm, parallel, light
         self.seed_from_dry_run = seed_from_dry_run
-        self.config: Optional[DictConfig] = None
+        self.config: DictConfig | None = None
         self.launcher = None
-        self.hydra_context: Optional[HydraContext] = None
+        self.hydra_context: HydraContext | None = None
         self.session = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -112,7 +123,8 @@ class FrontierSweeperImpl:
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     # ---- settings ----------------------------------------------------------------------
     def lattices(self) -> dict[str, Lattice]:
@@ -130,8 +142,9 @@ class FrontierSweeperImpl:
             raise SpecError("hydra.sweeper.strategy", self.strategy, "one of " + ", ".join(STRATEGIES))
         if isinstance(self.confirm, bool) or not isinstance(self.confirm, int) or not 0 <= self.confirm <= 100:
             raise SpecError("hydra.sweeper.confirm", self.confirm, "an integer from 0 to 100")
-        if self.parallel is not None and (isinstance(self.parallel, bool) or not isinstance(self.parallel, int)
-                                          or self.parallel < 1):
+        if self.parallel is not None and (
+            isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or self.parallel < 1
+        ):
             raise SpecError("hydra.sweeper.parallel", self.parallel, "null or a positive integer")
         unknown = [a for a in list(self.axes) + list(self.bounds) if a not in SEARCH_AXES]
         if unknown:
@@ -145,11 +158,12 @@ class FrontierSweeperImpl:
                 raise SpecError(f"hydra.sweeper.bounds.{axis}.{extra[0]}", b[extra[0]], "lower, upper or multiple_of")
         for axis in self.axes:
             b = self.bounds.get(axis) or {}
-            out[axis] = Lattice.make(b.get("lower", self.lower), b.get("upper", self.upper),
-                                     b.get("multiple_of", self.multiple_of), axis)
+            out[axis] = Lattice.make(
+                b.get("lower", self.lower), b.get("upper", self.upper), b.get("multiple_of", self.multiple_of), axis
+            )
         return out
 
-    def fixed_overrides(self, arguments: List[str]) -> list[str]:
+    def fixed_overrides(self, arguments: list[str]) -> list[str]:
         """The command line's overrides, each a single value.
 
         Args:
@@ -165,9 +179,11 @@ class FrontierSweeperImpl:
         fixed = []
         for override in parser.parse_overrides(arguments):
             if override.is_sweep_override():
-                raise SpecError(override.get_key_element(), override.input_line,
-                                "a single value: the frontier sweeper chooses the values of "
-                                "hydra.sweeper.axis/axes itself")
+                raise SpecError(
+                    override.get_key_element(),
+                    override.input_line,
+                    "a single value: the frontier sweeper chooses the values of hydra.sweeper.axis/axes itself",
+                )
             fixed.append(override.input_line)
         return fixed
 
@@ -187,7 +203,7 @@ class FrontierSweeperImpl:
         return spec_from_config(cfg)
 
     # ---- the sweep ---------------------------------------------------------------------
-    def check(self, arguments: List[str]) -> tuple[dict[str, Lattice], list[str], RunSpec, str]:
+    def check(self, arguments: list[str]) -> tuple[dict[str, Lattice], list[str], RunSpec, str]:
         """Validate everything before any worker starts: the settings, the overrides, the
         baseline and both ends of each range (with the light protocol too when asked).
 
@@ -210,7 +226,7 @@ class FrontierSweeperImpl:
                     self.compose(fixed + LIGHT + [f"{axis}={value}"])
         return lattices, fixed, baseline, launch_settings(self.config)["isolation"]
 
-    def sweep(self, arguments: List[str]) -> Any:
+    def sweep(self, arguments: list[str]) -> Any:
         """Hydra's Sweeper.sweep: search each axis in turn (``search_axis``).
 
         Args:
@@ -236,12 +252,27 @@ class FrontierSweeperImpl:
         self.slots = launcher_slots(self.config, self.parallel)
         self.runs = SweepRuns(self.sweep_dir, self.launcher, self.compose, fixed, self.slots)
         reusable = self.runs.job_idx
-        self.write_log({"event": "start", "axes": self.axes, "strategy": self.strategy, "light": self.light,
-                        "bounds": {a: [lat.lower, lat.upper, lat.step] for a, lat in lattices.items()},
-                        "confirm": self.confirm, "slots": self.slots, "overrides": fixed,
-                        "reusable_runs": reusable})
-        log.info("frontier sweep: axes %s, strategy %s, %d probe(s) per round, %d reusable run(s) -> %s",
-                 ",".join(self.axes), self.strategy, self.slots, reusable, self.sweep_dir)
+        self.write_log(
+            {
+                "event": "start",
+                "axes": self.axes,
+                "strategy": self.strategy,
+                "light": self.light,
+                "bounds": {a: [lat.lower, lat.upper, lat.step] for a, lat in lattices.items()},
+                "confirm": self.confirm,
+                "slots": self.slots,
+                "overrides": fixed,
+                "reusable_runs": reusable,
+            }
+        )
+        log.info(
+            "frontier sweep: axes %s, strategy %s, %d probe(s) per round, %d reusable run(s) -> %s",
+            ",".join(self.axes),
+            self.strategy,
+            self.slots,
+            reusable,
+            self.sweep_dir,
+        )
         for axis, lattice in lattices.items():
             self.search_axis(axis, lattice, baseline)
         return self.runs.returns
@@ -272,19 +303,37 @@ class FrontierSweeperImpl:
         result.update(self.confirm_edge(axis, result))
         if not result["stable"]:  # a flip at the edge: the two values bracket no single edge
             result["exact"] = False
-        fixed = {k: getattr(baseline, k) for k in ("batch", "context", "width", "dtype", "mode", "device",
-                                                   "warmup", "repeats")}
+        fixed = {
+            k: getattr(baseline, k)
+            for k in ("batch", "context", "width", "dtype", "mode", "device", "warmup", "repeats")
+        }
         fixed[axis] = None
-        self.write_log({"event": "result", **result, "workload": baseline.workload_name,
-                        "capacity_bytes": self.capacity if self.capacity is not None else baseline.capacity_bytes,
-                        "fixed": fixed, "peak_counter": PEAK_COUNTERS.get(self.counter, self.counter)})
+        self.write_log(
+            {
+                "event": "result",
+                **result,
+                "workload": baseline.workload_name,
+                "capacity_bytes": self.capacity if self.capacity is not None else baseline.capacity_bytes,
+                "fixed": fixed,
+                "peak_counter": PEAK_COUNTERS.get(self.counter, self.counter),
+            }
+        )
         n_confirm = sum(len(v) for v in result.get("confirm_outcomes", {}).values())
-        log.info("frontier %s: %s; max_ok=%s min_oom=%s after %d search run(s) (%d reused) and %d "
-                 "confirmation run(s), stable=%s", axis, result["status"], result["max_ok"], result["min_oom"],
-                 result["runs_used"], result["runs_reused"], n_confirm, result["stable"])
+        log.info(
+            "frontier %s: %s; max_ok=%s min_oom=%s after %d search run(s) (%d reused) and %d "
+            "confirmation run(s), stable=%s",
+            axis,
+            result["status"],
+            result["max_ok"],
+            result["min_oom"],
+            result["runs_used"],
+            result["runs_reused"],
+            n_confirm,
+            result["stable"],
+        )
         return result
 
-    def dry_run_seed(self, axis: str, lattice: Lattice, baseline: RunSpec) -> Optional[int]:
+    def dry_run_seed(self, axis: str, lattice: Lattice, baseline: RunSpec) -> int | None:
         """The predicted max_ok of ``axis`` at the baseline's capacity, from dry runs
         (``sweeper.predict.Predictor``, written inside the sweep in ``<sweep dir>/.dry_run``, a
         hidden directory the analysis of measured runs skips).
@@ -301,25 +350,43 @@ class FrontierSweeperImpl:
         if baseline.capacity_bytes is None:
             log.warning("seed_from_dry_run: no capacity=... given; the search starts without a prediction")
             return None
-        predictor = Predictor(baseline, axis, baseline.capacity_bytes,
-                              Path(self.sweep_dir) / ".dry_run" / axis, launch_settings(self.config)["isolation"],
-                              upper=lattice.upper)
+        predictor = Predictor(
+            baseline,
+            axis,
+            baseline.capacity_bytes,
+            Path(self.sweep_dir) / ".dry_run" / axis,
+            launch_settings(self.config)["isolation"],
+            upper=lattice.upper,
+        )
         start = min(max(getattr(baseline, axis), lattice.lower), lattice.upper)
         edge = predictor.search(start, lattice)
         error = edge["error"]
-        self.write_log({"event": "dry_run", "axis": axis, "capacity_bytes": baseline.capacity_bytes,
-                        "predicted_max_ok": edge["max_fit"], "predicted_min_oom": edge["min_miss"],
-                        "dry_runs": len(predictor.runs), "dry_run_dir": str(predictor.out_dir),
-                        "error": None if error is None else f"{error['error_type']}: {error['error_message']}"})
+        self.write_log(
+            {
+                "event": "dry_run",
+                "axis": axis,
+                "capacity_bytes": baseline.capacity_bytes,
+                "predicted_max_ok": edge["max_fit"],
+                "predicted_min_oom": edge["min_miss"],
+                "dry_runs": len(predictor.runs),
+                "dry_run_dir": str(predictor.out_dir),
+                "error": None if error is None else f"{error['error_type']}: {error['error_message']}",
+            }
+        )
         if error is not None:
-            log.warning("seed_from_dry_run: dry run at %s=%s failed (%s): real probes only", axis, error["value"],
-                        error["error_type"])
+            log.warning(
+                "seed_from_dry_run: dry run at %s=%s failed (%s): real probes only",
+                axis,
+                error["value"],
+                error["error_type"],
+            )
             return None
         log.info("frontier dry runs (%d): predicted max_ok %s=%s", len(predictor.runs), axis, edge["max_fit"])
         return edge["max_fit"]
 
-    def run_search(self, axis: str, lattice: Lattice, extra: list[str], event: str,
-                   seed: Optional[int] = None) -> FrontierSearch:
+    def run_search(
+        self, axis: str, lattice: Lattice, extra: list[str], event: str, seed: int | None = None
+    ) -> FrontierSearch:
         """Propose, run, observe, log: to the end of one search.
 
         Args:
@@ -339,14 +406,38 @@ class FrontierSweeperImpl:
             for probe, run in zip(probes, runs):
                 peak, self.counter = run_peak(run["record"])
                 self.capacity = self.capacity or run["capacity_bytes"]
-                search.observe(probe.value, run["outcome"], peak, run["capacity_bytes"], run["message"],
-                               run["reused"], run["run_dir"])
-                self.write_log({"event": event.replace(" ", "_"), "axis": axis, **probe.to_dict(),
-                                "peak_counter": self.counter, "capacity_bytes": run["capacity_bytes"],
-                                "spec_key": run["key"], "overrides": extra})
-                log.info("frontier %s %s=%d [%s] -> %s%s%s", event, axis, probe.value, probe.reason,
-                         run["outcome"], "" if probe.expected is None or run["outcome"] == probe.expected else
-                         f" (predicted {probe.expected})", " (reused)" if run["reused"] else "")
+                search.observe(
+                    probe.value,
+                    run["outcome"],
+                    peak,
+                    run["capacity_bytes"],
+                    run["message"],
+                    run["reused"],
+                    run["run_dir"],
+                )
+                self.write_log(
+                    {
+                        "event": event.replace(" ", "_"),
+                        "axis": axis,
+                        **probe.to_dict(),
+                        "peak_counter": self.counter,
+                        "capacity_bytes": run["capacity_bytes"],
+                        "spec_key": run["key"],
+                        "overrides": extra,
+                    }
+                )
+                log.info(
+                    "frontier %s %s=%d [%s] -> %s%s%s",
+                    event,
+                    axis,
+                    probe.value,
+                    probe.reason,
+                    run["outcome"],
+                    ""
+                    if probe.expected is None or run["outcome"] == probe.expected
+                    else f" (predicted {probe.expected})",
+                    " (reused)" if run["reused"] else "",
+                )
         return search
 
     def verify_full(self, axis: str, lattice: Lattice, light: dict) -> tuple[dict, int, int]:
@@ -369,16 +460,29 @@ class FrontierSweeperImpl:
         runs = self.runs.run(axis, [(v, 0) for v in values], [])
         full = {v: r["outcome"] for v, r in zip(values, runs)}
         for v, r in zip(values, runs):
-            self.write_log({"event": "verify", "axis": axis, "value": v, "light_outcome":
-                            "ok" if v == light["max_ok"] else "oom", "outcome": r["outcome"],
-                            "message": r["message"], "run_dir": r["run_dir"], "reused": r["reused"],
-                            "spec_key": r["key"]})
+            self.write_log(
+                {
+                    "event": "verify",
+                    "axis": axis,
+                    "value": v,
+                    "light_outcome": "ok" if v == light["max_ok"] else "oom",
+                    "outcome": r["outcome"],
+                    "message": r["message"],
+                    "run_dir": r["run_dir"],
+                    "reused": r["reused"],
+                    "spec_key": r["key"],
+                }
+            )
         used, reused = len(runs), sum(r["reused"] for r in runs)
         result = dict(light, verify_outcomes={str(v): o for v, o in full.items()})
         stop = next(((v, o) for v, o in full.items() if o in STOP_OUTCOMES), None)
         if stop is not None:
-            result.update(stopped_by=stop[1], stop_value=stop[0], exact=False,
-                          status=f"stopped by {stop[1]} at {axis}={stop[0]} (full protocol at the light edge)")
+            result.update(
+                stopped_by=stop[1],
+                stop_value=stop[0],
+                exact=False,
+                status=f"stopped by {stop[1]} at {axis}={stop[0]} (full protocol at the light edge)",
+            )
             return result, used, reused
         sub = None
         if light["max_ok"] is not None and full[light["max_ok"]] == "oom":
@@ -388,12 +492,20 @@ class FrontierSweeperImpl:
         if sub is None:
             result["status"] += " (light probes; verified with the full protocol)"
             return result, used, reused
-        log.info("frontier %s: the full protocol disagrees with the light probes at the edge; "
-                 "searching %d..%d with it", axis, sub.lower, sub.upper)
+        log.info(
+            "frontier %s: the full protocol disagrees with the light probes at the edge; searching %d..%d with it",
+            axis,
+            sub.lower,
+            sub.upper,
+        )
         search = self.run_search(axis, sub, [], "probe")
         again = search.result()
-        again.update(verify_outcomes=result["verify_outcomes"], lower=lattice.lower, upper=lattice.upper,
-                     upper_reached=bool(again["upper_reached"] and sub.upper == lattice.upper))
+        again.update(
+            verify_outcomes=result["verify_outcomes"],
+            lower=lattice.lower,
+            upper=lattice.upper,
+            upper_reached=bool(again["upper_reached"] and sub.upper == lattice.upper),
+        )
         again["status"] += " (full protocol, after light probes it disagreed with)"
         return again, used + again["runs_used"], reused + again["runs_reused"]
 
@@ -422,9 +534,18 @@ class FrontierSweeperImpl:
         runs = self.runs.run(axis, wanted, [])
         for run, (value, _) in zip(runs, wanted):
             out["confirm_outcomes"].setdefault(str(value), []).append(run["outcome"])
-            self.write_log({"event": "confirm", "axis": axis, "value": value, "outcome": run["outcome"],
-                            "message": run["message"], "run_dir": run["run_dir"], "reused": run["reused"],
-                            "spec_key": run["key"]})
+            self.write_log(
+                {
+                    "event": "confirm",
+                    "axis": axis,
+                    "value": value,
+                    "outcome": run["outcome"],
+                    "message": run["message"],
+                    "run_dir": run["run_dir"],
+                    "reused": run["reused"],
+                    "spec_key": run["key"],
+                }
+            )
         for value, side in values:
             outcomes = out["confirm_outcomes"].get(str(value), [])
             other = [o for o in outcomes if o in STOP_OUTCOMES]
@@ -434,8 +555,10 @@ class FrontierSweeperImpl:
             if any(o in ("ok", "oom") and o != side for o in outcomes):
                 out["stable"] = False
         if not out["stable"]:
-            result["status"] = (result["status"].replace("exact edge: ", "edge found by the search, not confirmed: ")
-                                + "; UNSTABLE: a confirmation flipped")
+            result["status"] = (
+                result["status"].replace("exact edge: ", "edge found by the search, not confirmed: ")
+                + "; UNSTABLE: a confirmation flipped"
+            )
         out["status"] = result["status"]
         out["stopped_by"], out["stop_value"] = result["stopped_by"], result["stop_value"]
         return out

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from .process import execute
 from .pool import placement
+from .process import execute
 from .spec import launch_settings, probe_device, spec_or_exit
 
 log = logging.getLogger("memsweep")
@@ -42,16 +42,28 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     launch = launch_settings(cfg)
     probe = probe_device(spec.device) if spec.device.startswith("cuda") else None
     with placement(launch["pool"], spec.device, launch["cores_per_run"], probe, devices=spec.devices) as extra_env:
-        result = execute(spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN,
-                         isolation=launch["isolation"], extra_env=extra_env)
+        result = execute(
+            spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN, isolation=launch["isolation"], extra_env=extra_env
+        )
     where = f" in {result['failed_phase']}" if result["failed_phase"] else ""
     if result.get("resumed"):
         log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])
         return result
     kind = " (DRY RUN: a prediction on fake tensors, nothing measured)" if spec.dry_run else ""
-    log.info("%s: batch=%d context=%d width=%d dtype=%s mode=%s device=%s -> %s%s (%.1f s)%s",
-             run_dir, spec.batch, spec.context, spec.width, spec.dtype, spec.mode, spec.device,
-             result["outcome"], where, result["wall_s"], kind)
+    log.info(
+        "%s: batch=%d context=%d width=%d dtype=%s mode=%s device=%s -> %s%s (%.1f s)%s",
+        run_dir,
+        spec.batch,
+        spec.context,
+        spec.width,
+        spec.dtype,
+        spec.mode,
+        spec.device,
+        result["outcome"],
+        where,
+        result["wall_s"],
+        kind,
+    )
     return result
 
 

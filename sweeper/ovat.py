@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
@@ -31,7 +32,7 @@ log = logging.getLogger("memsweep")
 class OvatSweeperConf:
     _target_: str = "hydra_plugins.memsweep.memsweep_sweepers.OvatSweeper"
     # Launch at most this many conditions per launcher call (None: all at once).
-    max_batch_size: Optional[int] = None
+    max_batch_size: int | None = None
     # The order of the jobs: "largest_first" (by batch x context x width, see launch_order) or
     # "given" (the axes' order, as planned).
     order: str = "largest_first"
@@ -92,28 +93,32 @@ class OvatSweeperImpl:
     """The logic of ``hydra_plugins.memsweep.memsweep_sweepers.OvatSweeper`` (Hydra loads
     plugin classes only from the hydra_plugins package; the shim delegates here)."""
 
-    def __init__(self, max_batch_size: Optional[int] = None, order: str = "largest_first") -> None:
+    def __init__(self, max_batch_size: int | None = None, order: str = "largest_first") -> None:
         self.max_batch_size = max_batch_size
         self.order = order
-        self.config: Optional[DictConfig] = None
+        self.config: DictConfig | None = None
         self.launcher = None
-        self.hydra_context: Optional[HydraContext] = None
+        self.hydra_context: HydraContext | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
-            hydra_context=hydra_context, task_function=task_function, config=config)
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
-    def job_overrides(self, arguments: List[str]) -> list[list[str]]:
+    def job_overrides(self, arguments: list[str]) -> list[list[str]]:
         """Overrides of every condition: the fixed arguments plus one ``axis=value``."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         fixed, cli_axes = [], {}
         for override in parser.parse_overrides(arguments):
             if override.is_sweep_override():
                 if not override.is_discrete_sweep():
-                    raise SpecError(override.get_key_element(), override.input_line,
-                                    "a list of values (a=1,2,4) for the ovat sweeper")
+                    raise SpecError(
+                        override.get_key_element(),
+                        override.input_line,
+                        "a list of values (a=1,2,4) for the ovat sweeper",
+                    )
                 cli_axes[override.get_key_element()] = list(override.sweep_string_iterator())
             else:
                 fixed.append(override.input_line)
@@ -163,12 +168,16 @@ class OvatSweeperImpl:
                 if found is None:
                     continue
                 if found not in specs or specs.index(found) in placed:
-                    raise RunDirError(f"{sweep_dir / str(number) / SPEC_FILE} already exists for another condition: "
-                                      f"memsweep never overwrites a run; choose another directory")
+                    raise RunDirError(
+                        f"{sweep_dir / str(number) / SPEC_FILE} already exists for another condition: "
+                        f"memsweep never overwrites a run; choose another directory"
+                    )
                 placed[specs.index(found)] = number
         except RunDirError as exc:
-            print(f"memsweep: error: {exc} (this directory holds a different sweep; resuming needs the same "
-                  f"conditions)", file=sys.stderr)
+            print(
+                f"memsweep: error: {exc} (this directory holds a different sweep; resuming needs the same conditions)",
+                file=sys.stderr,
+            )
             raise SystemExit(2) from None
         if all(condition == number for condition, number in placed.items()):
             return batches, specs
@@ -179,7 +188,7 @@ class OvatSweeperImpl:
         log.info("resuming with the job numbers this directory was started with")
         return [batches[c] for c in order], [specs[c] for c in order]
 
-    def sweep(self, arguments: List[str]) -> Any:
+    def sweep(self, arguments: list[str]) -> Any:
         from .process import share_fork_server
         from .spec import launch_settings, spec_or_exit
 
@@ -206,7 +215,7 @@ class OvatSweeperImpl:
         size = self.max_batch_size or len(batches) or 1
         returns: list[Sequence[Any]] = []
         for start in range(0, len(batches), size):
-            results = self.launcher.launch(batches[start:start + size], initial_job_idx=start)
+            results = self.launcher.launch(batches[start : start + size], initial_job_idx=start)
             for r in results:
                 _ = r.return_value  # re-raises a job that failed (bad input, refused run dir)
             returns.append(results)

@@ -16,8 +16,8 @@ import contextlib
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from filelock import FileLock, Timeout
 
@@ -45,7 +45,7 @@ def gpu_slots(probe: dict, devices: int = 1) -> list[str]:
         ids = [str(i) for i in range(int(probe.get("device_count") or 1))]
     if devices > len(ids):
         raise SpecError("devices", devices, f"at most the {len(ids)} GPU(s) visible to the pool ({','.join(ids)})")
-    return [",".join(ids[i:i + devices]) for i in range(0, len(ids) - devices + 1, devices)]
+    return [",".join(ids[i : i + devices]) for i in range(0, len(ids) - devices + 1, devices)]
 
 
 def core_slots(cores_per_run: int) -> list[str]:
@@ -53,8 +53,10 @@ def core_slots(cores_per_run: int) -> list[str]:
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     if cores_per_run > len(cores):
         raise SpecError("cores_per_run", cores_per_run, f"at most the {len(cores)} usable cores")
-    return [",".join(map(str, cores[i:i + cores_per_run]))
-            for i in range(0, len(cores) - cores_per_run + 1, cores_per_run)]
+    return [
+        ",".join(map(str, cores[i : i + cores_per_run]))
+        for i in range(0, len(cores) - cores_per_run + 1, cores_per_run)
+    ]
 
 
 @contextlib.contextmanager
@@ -90,8 +92,9 @@ def lease(kind: str, slots: list[str], lease_dir: Path | None = None, poll_s: fl
 
 
 @contextlib.contextmanager
-def placement(pool: str, device: str, cores_per_run: int, probe: dict | None,
-              lease_dir: Path | None = None, devices: int = 1) -> Iterator[dict]:
+def placement(
+    pool: str, device: str, cores_per_run: int, probe: dict | None, lease_dir: Path | None = None, devices: int = 1
+) -> Iterator[dict]:
     """The worker's extra environment for one run under ``pool`` (empty when nothing is leased).
 
     ``gpus``: on a CUDA device, lease ``devices`` visible GPUs at once (one slot of
@@ -107,8 +110,12 @@ def placement(pool: str, device: str, cores_per_run: int, probe: dict | None,
         raise SpecError("pool", pool, "one of " + ", ".join(POOLS))
     if pool == "gpus" and device.startswith("cuda"):
         if device != "cuda:0":
-            raise SpecError("device", device, "device=cuda or auto with pool=gpus (the pool picks the GPU, "
-                                              "seen as cuda:0 by the run), or pool=none to name one")
+            raise SpecError(
+                "device",
+                device,
+                "device=cuda or auto with pool=gpus (the pool picks the GPU, "
+                "seen as cuda:0 by the run), or pool=none to name one",
+            )
         with lease("gpu", gpu_slots(probe or {}, devices), lease_dir) as slot:
             yield {"CUDA_VISIBLE_DEVICES": slot, "MEMSWEEP_LEASE": f"gpu:{slot}"}
     elif pool == "cores" and device == "cpu":

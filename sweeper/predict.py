@@ -29,12 +29,19 @@ from __future__ import annotations
 import datetime as _dt
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from hydra import compose, initialize_config_module
 
-from conf.contract import (PEAK_CATEGORIES, RECORD_FILE, RunSpec, SpecError, parse_size, run_peak, try_read,
-                           write_json_atomic)
+from conf.contract import (
+    PEAK_CATEGORIES,
+    RECORD_FILE,
+    RunSpec,
+    SpecError,
+    parse_size,
+    run_peak,
+    try_read,
+    write_json_atomic,
+)
 
 from .process import execute
 from .search import SEARCH_AXES, FrontierSearch, Lattice
@@ -42,7 +49,8 @@ from .spec import launch_settings, spec_from_config
 
 MAX_VALUE = 2**31
 BLIND_SPOTS = (
-    "the allocator's rounding (CUDA: 512 B blocks, 2 MiB segments) and its cache of freed blocks (reserved > allocated)",
+    "the allocator's rounding (CUDA: 512 B blocks, 2 MiB segments) and its cache of freed blocks "
+    "(reserved > allocated)",
     "fragmentation (free memory in pieces too small for the next request)",
     "library workspaces: cuBLAS, cuDNN, NCCL, flash/efficient-attention kernels' scratch",
     "the CUDA context and loaded kernels (hundreds of MB, outside PyTorch's counters)",
@@ -87,8 +95,9 @@ class Predictor:
         runs: value -> ``run``'s dict, for every dry run made.
     """
 
-    def __init__(self, base: RunSpec, axis: str, capacity_bytes: int, out_dir: Path, isolation: str,
-                 upper: int = MAX_VALUE):
+    def __init__(
+        self, base: RunSpec, axis: str, capacity_bytes: int, out_dir: Path, isolation: str, upper: int = MAX_VALUE
+    ):
         self.base, self.axis, self.capacity, self.upper = base, axis, capacity_bytes, min(upper, MAX_VALUE)
         self.device = base.device if base.devices == 1 else "cpu"
         self.out_dir, self.isolation = Path(out_dir), isolation
@@ -112,21 +121,36 @@ class Predictor:
         if value in self.runs:
             return self.runs[value]
         # one warmup iteration and one warm repeat: every later step repeats the first warm one
-        data = {**self.base.to_dict(), self.axis: value, "dry_run": True, "device": self.device, "devices": 1,
-                "capacity_bytes": None, "estimate": None, "repeats": 1, "warmup": min(self.base.warmup, 1)}
+        data = {
+            **self.base.to_dict(),
+            self.axis: value,
+            "dry_run": True,
+            "device": self.device,
+            "devices": 1,
+            "capacity_bytes": None,
+            "estimate": None,
+            "repeats": 1,
+            "warmup": min(self.base.warmup, 1),
+        }
         spec = RunSpec.from_dict(data)
         run_dir = self.out_dir / f"{self.axis}={value}"
         result = execute(spec, run_dir, resume=True, isolation=self.isolation)
         record, _ = try_read(run_dir, RECORD_FILE)
         peak, _ = run_peak(record)  # a dry run's: max_memory_allocated, predicted
         ok = result["outcome"] == "ok" and peak is not None
-        out = {"value": value, "outcome": result["outcome"], "error_type": result.get("error_type"),
-               "error_message": result.get("error_message"), "peak": peak if ok else None,
-               "fits": (peak <= self.capacity) if ok else None, "record": record}
+        out = {
+            "value": value,
+            "outcome": result["outcome"],
+            "error_type": result.get("error_type"),
+            "error_message": result.get("error_message"),
+            "peak": peak if ok else None,
+            "fits": (peak <= self.capacity) if ok else None,
+            "record": record,
+        }
         self.runs[value] = out
         return out
 
-    def search(self, start: int, lattice: Optional[Lattice] = None) -> dict:
+    def search(self, start: int, lattice: Lattice | None = None) -> dict:
         """The predicted edge of the axis.
 
         Driven by memsweep's frontier search (``sweeper.search.FrontierSearch``, strategy
@@ -149,8 +173,9 @@ class Predictor:
             SpecError: a load the dry run refuses.
         """
         lattice = lattice or Lattice.make(1, self.upper)
-        search = FrontierSearch(self.axis if self.axis in SEARCH_AXES else "batch", lattice, "model",
-                                capacity=self.capacity, seed=start)
+        search = FrontierSearch(
+            self.axis if self.axis in SEARCH_AXES else "batch", lattice, "model", capacity=self.capacity, seed=start
+        )
         error = None
         while not search.done:
             for probe in search.propose(1):
@@ -162,8 +187,12 @@ class Predictor:
                     search.observe(probe.value, "ok" if r["fits"] else "oom", r["peak"], self.capacity)
         res = search.result()
         nothing_fits = res["max_ok"] is None and res["min_oom"] == lattice.lower
-        return {"max_fit": res["max_ok"], "min_miss": res["min_oom"], "error": error,
-                "exact": error is None and (res["exact"] or nothing_fits)}
+        return {
+            "max_fit": res["max_ok"],
+            "min_miss": res["min_oom"],
+            "error": error,
+            "exact": error is None and (res["exact"] or nothing_fits),
+        }
 
 
 def breakdown(record: dict) -> list[dict]:
@@ -181,11 +210,19 @@ def breakdown(record: dict) -> list[dict]:
     """
     rows = []
     for p in record.get("phases", []):
-        rows.append({"phase": p["name"], "peak_bytes": p.get("max_memory_allocated"),
-                     "live_bytes": p.get("memory_allocated"),
-                     **{field: p.get(field) for _, field in PEAK_CATEGORIES},
-                     **{k: p[k] for k in ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes")
-                        if p.get(k) is not None}})
+        rows.append(
+            {
+                "phase": p["name"],
+                "peak_bytes": p.get("max_memory_allocated"),
+                "live_bytes": p.get("memory_allocated"),
+                **{field: p.get(field) for _, field in PEAK_CATEGORIES},
+                **{
+                    k: p[k]
+                    for k in ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes")
+                    if p.get(k) is not None
+                },
+            }
+        )
     return rows
 
 
@@ -234,7 +271,7 @@ class Prediction:
     summary: dict
 
 
-def predict_edge(overrides: list[str], axis: str, capacity: Optional[str]) -> Prediction:
+def predict_edge(overrides: list[str], axis: str, capacity: str | None) -> Prediction:
     """Predict the edge of ``axis`` on dry runs and write predict.json.
 
     The load is memsweep's config with ``overrides`` (Hydra's syntax; ``device=cpu`` unless
@@ -261,8 +298,9 @@ def predict_edge(overrides: list[str], axis: str, capacity: Optional[str]) -> Pr
     # the device is the user's (cpu or cuda[:N]: a CUDA dry run needs no GPU), cpu by default
     device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
     with initialize_config_module(config_module="conf", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=overrides + device + [
-            "capacity=null", "export=false", "dry_run=true"])
+        cfg = compose(
+            config_name="config", overrides=overrides + device + ["capacity=null", "export=false", "dry_run=true"]
+        )
     settings = launch_settings(cfg)
     base = spec_from_config(cfg)
     stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
@@ -270,14 +308,29 @@ def predict_edge(overrides: list[str], axis: str, capacity: Optional[str]) -> Pr
     predictor = Predictor(base, axis, capacity_bytes, out_dir, settings["isolation"])
     edge = predictor.search(getattr(base, axis))
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
-    rounding = next((r["record"].get("prediction_rounding") for r in predictor.runs.values()
-                     if r["record"] and r["record"].get("prediction_rounding")), None)
-    summary = {"axis": axis, "capacity_bytes": capacity_bytes, "source": "predicted", **{
-        k: edge[k] for k in ("max_fit", "min_miss", "exact")}, "dry_runs": len(predictor.runs),
-        "runs": [{k: r[k] for k in ("value", "outcome", "peak", "fits", "error_type")}
-                 for r in sorted(predictor.runs.values(), key=lambda r: r["value"])],
+    rounding = next(
+        (
+            r["record"].get("prediction_rounding")
+            for r in predictor.runs.values()
+            if r["record"] and r["record"].get("prediction_rounding")
+        ),
+        None,
+    )
+    summary = {
+        "axis": axis,
+        "capacity_bytes": capacity_bytes,
+        "source": "predicted",
+        **{k: edge[k] for k in ("max_fit", "min_miss", "exact")},
+        "dry_runs": len(predictor.runs),
+        "runs": [
+            {k: r[k] for k in ("value", "outcome", "peak", "fits", "error_type")}
+            for r in sorted(predictor.runs.values(), key=lambda r: r["value"])
+        ],
         "breakdown": breakdown(at["record"]) if at else None,
-        "peak_split": peak_split_at(at["record"]) if at else None, "blind_spots": list(blind_spots(predictor.device)),
-        "device": predictor.device, "prediction_rounding": rounding}
+        "peak_split": peak_split_at(at["record"]) if at else None,
+        "blind_spots": list(blind_spots(predictor.device)),
+        "device": predictor.device,
+        "prediction_rounding": rounding,
+    }
     write_json_atomic(out_dir / "predict.json", summary)
     return Prediction(axis, capacity_bytes, out_dir, predictor, edge, summary)

@@ -21,9 +21,26 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from conf.contract import (DEFAULT_ISOLATION, ISOLATION_ENV, ISOLATION_FORKSERVER, ISOLATIONS, RECORD_FILE, RESULT_FILE,
-                           SCHEMA_VERSION, SPEC_FILE, STDERR_FILE, STDOUT_FILE, RecordError, RunSpec, SpecError,
-                           classify_run, needs_dynamo, read_spec, try_read, write_json_atomic)
+from conf.contract import (
+    DEFAULT_ISOLATION,
+    ISOLATION_ENV,
+    ISOLATION_FORKSERVER,
+    ISOLATIONS,
+    RECORD_FILE,
+    RESULT_FILE,
+    SCHEMA_VERSION,
+    SPEC_FILE,
+    STDERR_FILE,
+    STDOUT_FILE,
+    RecordError,
+    RunSpec,
+    SpecError,
+    classify_run,
+    needs_dynamo,
+    read_spec,
+    try_read,
+    write_json_atomic,
+)
 
 log = logging.getLogger("memsweep")
 LOCK_FILE = ".run.lock"
@@ -37,8 +54,10 @@ def check_run_dir_free(run_dir: Path) -> None:
     """Raise RunDirError when ``run_dir`` already holds a spec, record or result."""
     for name in (RECORD_FILE, RESULT_FILE, SPEC_FILE):
         if (run_dir / name).exists():
-            raise RunDirError(f"{run_dir / name} already exists: memsweep never overwrites a run; "
-                              f"choose another directory (hydra.run.dir=...)")
+            raise RunDirError(
+                f"{run_dir / name} already exists: memsweep never overwrites a run; "
+                f"choose another directory (hydra.run.dir=...)"
+            )
 
 
 def worker_env(extra: dict | None = None) -> dict:
@@ -54,16 +73,26 @@ def worker_env(extra: dict | None = None) -> dict:
     return env
 
 
-def _result(spec: RunSpec, run_dir: Path, returncode: int | None, timed_out: bool, wall_s: float | None,
-            pid: int | None, lost: str | None = None) -> dict:
+def _result(
+    spec: RunSpec,
+    run_dir: Path,
+    returncode: int | None,
+    timed_out: bool,
+    wall_s: float | None,
+    pid: int | None,
+    lost: str | None = None,
+) -> dict:
     """Classify what the worker left in ``run_dir`` and write result.json atomically.
     ``lost``: why the worker's exit status never came (ForkServerLost), for a crash's message."""
     record, problem = try_read(run_dir, RECORD_FILE)
     outcome = classify_run(record, returncode, timed_out)
     failed_phase = error_type = error_message = None
     if outcome in ("oom", "error"):
-        failed_phase, error_type, error_message = (record.get("failed_phase"), record.get("error_type"),
-                                                   record.get("error_message"))
+        failed_phase, error_type, error_message = (
+            record.get("failed_phase"),
+            record.get("error_type"),
+            record.get("error_message"),
+        )
     elif outcome in ("crash", "timeout"):
         done = [p.get("name") for p in (record or {}).get("phases") or [] if isinstance(p, dict)]
         todo = [p for p in spec.phases if p not in done]
@@ -72,15 +101,25 @@ def _result(spec: RunSpec, run_dir: Path, returncode: int | None, timed_out: boo
             failed_phase = record["current_phase"]  # the worker names the phase it started
         if returncode is not None and returncode < 0:
             error_type = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else None
-        error_message = (f"killed after timeout_s={spec.timeout_s}" if timed_out
-                         else f"worker exited with {returncode}" + (f"; {problem}" if problem else ""))
+        error_message = (
+            f"killed after timeout_s={spec.timeout_s}"
+            if timed_out
+            else f"worker exited with {returncode}" + (f"; {problem}" if problem else "")
+        )
         if lost is not None:
             error_type, error_message = "ForkServerLost", lost + (f"; {problem}" if problem else "")
     result = {
-        "schema_version": SCHEMA_VERSION, "outcome": outcome, "failed_phase": failed_phase,
-        "error_type": error_type, "error_message": error_message, "returncode": returncode,
+        "schema_version": SCHEMA_VERSION,
+        "outcome": outcome,
+        "failed_phase": failed_phase,
+        "error_type": error_type,
+        "error_message": error_message,
+        "returncode": returncode,
         "signal": -returncode if returncode is not None and returncode < 0 else None,
-        "timed_out": timed_out, "wall_s": wall_s, "worker_pid": pid, "record_problem": problem,
+        "timed_out": timed_out,
+        "wall_s": wall_s,
+        "worker_pid": pid,
+        "record_problem": problem,
     }
     write_json_atomic(run_dir / RESULT_FILE, result)
     return result
@@ -116,8 +155,10 @@ def check_resumable(spec: RunSpec, run_dir: Path) -> None:
     a sweep resumed in its directory must be the same sweep. Nothing is written."""
     old = stored_spec(run_dir)
     if old is not None and old != spec:
-        raise RunDirError(f"{run_dir / SPEC_FILE} already exists for another condition: memsweep never "
-                          f"overwrites a run; choose another directory")
+        raise RunDirError(
+            f"{run_dir / SPEC_FILE} already exists for another condition: memsweep never "
+            f"overwrites a run; choose another directory"
+        )
 
 
 def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
@@ -164,8 +205,9 @@ def _set_attempt_aside(run_dir: Path) -> Path:
     return target
 
 
-def execute(spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = DEFAULT_ISOLATION,
-            extra_env: dict | None = None) -> dict:
+def execute(
+    spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = DEFAULT_ISOLATION, extra_env: dict | None = None
+) -> dict:
     """Run ``spec`` in a fresh ``python -m worker`` process inside ``run_dir``.
 
     Returns the result envelope (also written to run_dir/result.json): ``outcome``,
@@ -214,8 +256,9 @@ def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, 
         try:
             returncode, timed_out, pid, wall_s = start(run_dir, env, spec)
         except ForkServerLost as again:
-            return _result(spec, run_dir, None, False, None, again.pid,
-                           lost=f"{again} (twice; isolation=spawn needs no server)")
+            return _result(
+                spec, run_dir, None, False, None, again.pid, lost=f"{again} (twice; isolation=spawn needs no server)"
+            )
     return _result(spec, run_dir, returncode, timed_out, wall_s, pid)
 
 
@@ -225,9 +268,15 @@ def _run_spawn(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int, bool, int,
     timed_out = False
     with open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
-                                stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=run_dir,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=run_dir,
+            env=env,
+            start_new_session=True,
+        )
         try:
             returncode = proc.wait(timeout=spec.timeout_s)
         except subprocess.TimeoutExpired:
@@ -312,8 +361,13 @@ class ForkServer:
 
         def keeper() -> None:
             try:
-                proc = subprocess.Popen([sys.executable, "-m", "worker.forkserver", self.path], env=env,
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "worker.forkserver", self.path],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
             except BaseException as exc:  # noqa: BLE001 - reported by the caller
                 said["error"] = exc
                 launched.set()
@@ -348,8 +402,9 @@ class ForkServer:
             self._start_locked()
         self._ready.wait()
         if self._said.get("line") != "ready":
-            raise RuntimeError(f"memsweep fork server did not start (said {self._said.get('line')!r}, "
-                               f"exit {self.proc.poll()})")
+            raise RuntimeError(
+                f"memsweep fork server did not start (said {self._said.get('line')!r}, exit {self.proc.poll()})"
+            )
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -392,12 +447,16 @@ class ForkServer:
             ForkServerLost: the server (or the run's handler) went away before the worker's exit
                 status came; the worker is killed (it dies with its handler anyway).
         """
-        import socket
 
         with self._connect() as conn:
             path = self.path
-            request = {"spec": str(run_dir / SPEC_FILE), "stdout": str(run_dir / STDOUT_FILE),
-                       "stderr": str(run_dir / STDERR_FILE), "env": env, "dynamo": dynamo}
+            request = {
+                "spec": str(run_dir / SPEC_FILE),
+                "stdout": str(run_dir / STDOUT_FILE),
+                "stderr": str(run_dir / STDERR_FILE),
+                "env": env,
+                "dynamo": dynamo,
+            }
             conn.sendall((json.dumps(request) + "\n").encode())
             buffer = bytearray()
             line = _readline(conn, buffer)
@@ -410,7 +469,7 @@ class ForkServer:
             conn.settimeout(max(0.001, timeout_s))
             try:
                 line = _readline(conn, buffer)
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 timed_out = True
                 _killpg(pid)
                 conn.settimeout(None)
@@ -419,8 +478,11 @@ class ForkServer:
             if not line:
                 _killpg(pid)
                 self._lost(path)
-                raise ForkServerLost("the fork server went away while the worker ran (killed, or out of host "
-                                     "memory?); the run's outcome is unknown", pid)
+                raise ForkServerLost(
+                    "the fork server went away while the worker ran (killed, or out of host "
+                    "memory?); the run's outcome is unknown",
+                    pid,
+                )
             returncode = json.loads(line)["returncode"]
         return returncode, timed_out, pid, wall_s
 

@@ -16,14 +16,48 @@ import subprocess
 import sys
 from typing import Any
 
-from conf.contract import (DEFAULT_ISOLATION, EXIT_BAD_INPUT, ISOLATIONS, MODES, RunSpec, SpecError, bytes_text,
-                           meminfo_bytes, parse_size, validate_device, validate_workload)
+from conf.contract import (
+    DEFAULT_ISOLATION,
+    EXIT_BAD_INPUT,
+    ISOLATIONS,
+    MODES,
+    RunSpec,
+    SpecError,
+    bytes_text,
+    meminfo_bytes,
+    parse_size,
+    validate_device,
+    validate_workload,
+)
 
-LOAD_KEYS = ("batch", "context", "width", "dtype", "mode", "device", "capacity", "capacity_mode", "warmup",
-             "repeats", "timeout_s", "seed", "threads", "fault",
-             # mode options (conf.contract.RunSpec)
-             "precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export",
-             "new_tokens", "kv_cache", "dry_run", "snapshot_on_oom", "devices")
+LOAD_KEYS = (
+    "batch",
+    "context",
+    "width",
+    "dtype",
+    "mode",
+    "device",
+    "capacity",
+    "capacity_mode",
+    "warmup",
+    "repeats",
+    "timeout_s",
+    "seed",
+    "threads",
+    "fault",
+    # mode options (conf.contract.RunSpec)
+    "precision",
+    "optimizer",
+    "checkpointing",
+    "micro_steps",
+    "eval_batch",
+    "export",
+    "new_tokens",
+    "kv_cache",
+    "dry_run",
+    "snapshot_on_oom",
+    "devices",
+)
 
 
 def check_optional_packages(spec: RunSpec) -> None:
@@ -36,8 +70,11 @@ def check_optional_packages(spec: RunSpec) -> None:
     if spec.workload_name == "hf" and importlib.util.find_spec("transformers") is None:
         raise SpecError("workload", "hf", "an installed transformers package: pip install 'memsweep[hf]'")
     if spec.mode == "train" and spec.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") is None:
-        raise SpecError("optimizer", "adamw8bit", "an installed bitsandbytes package (pip install bitsandbytes), "
-                        "or one of adamw, sgd, adafactor")
+        raise SpecError(
+            "optimizer",
+            "adamw8bit",
+            "an installed bitsandbytes package (pip install bitsandbytes), or one of adamw, sgd, adafactor",
+        )
 
 
 def _cache_key(device: str) -> str:
@@ -69,8 +106,7 @@ def ask_worker(flag: str, device: str) -> dict:
     Raises:
         RuntimeError: no answer (the worker's stderr, last 500 characters).
     """
-    proc = subprocess.run([sys.executable, "-m", "worker", flag, device], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "worker", flag, device], capture_output=True, text=True, timeout=300)
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
@@ -104,8 +140,11 @@ def launch_settings(cfg: Any) -> dict:
     from .pool import POOLS
 
     get = cfg.get if hasattr(cfg, "get") else dict(cfg).get
-    settings = {"isolation": get("isolation", DEFAULT_ISOLATION), "pool": get("pool", "none"),
-                "cores_per_run": get("cores_per_run", 1)}
+    settings = {
+        "isolation": get("isolation", DEFAULT_ISOLATION),
+        "pool": get("pool", "none"),
+        "cores_per_run": get("cores_per_run", 1),
+    }
     if settings["isolation"] not in ISOLATIONS:
         raise SpecError("isolation", settings["isolation"], "one of " + ", ".join(ISOLATIONS))
     if settings["pool"] not in POOLS:
@@ -192,8 +231,12 @@ def spec_from_config(cfg: Any) -> RunSpec:
         # end the run.
         total = meminfo_bytes("MemTotal")
         if total is not None and capacity_bytes > total:
-            raise SpecError("capacity", capacity, f"at most this machine's memory on the CPU, MemTotal = "
-                                                  f"{bytes_text(total)}; dry_run=true predicts any size")
+            raise SpecError(
+                "capacity",
+                capacity,
+                f"at most this machine's memory on the CPU, MemTotal = "
+                f"{bytes_text(total)}; dry_run=true predicts any size",
+            )
     return with_estimate(spec)
 
 

@@ -46,8 +46,20 @@ def main() -> int:
     print(f"gpu-check: {info['device_name']}, total_memory {info['total_memory']} B")
     out = Path(tempfile.mkdtemp(prefix="memsweep-gpu-check-"))
     # width 1024, context 512: the (batch, 512, 4096) fp32 hidden activation is 8 MiB per batch element.
-    cmd = [sys.executable, "-m", "sweeper.cli", "sweep", "device=cuda:0", "capacity=1GiB", "context=512",
-           "width=1024", "batch=1,8,32,64,128,256", "snapshot_on_oom=true", f"hydra.sweep.dir={out}/sweep", "sweep=none"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sweeper.cli",
+        "sweep",
+        "device=cuda:0",
+        "capacity=1GiB",
+        "context=512",
+        "width=1024",
+        "batch=1,8,32,64,128,256",
+        "snapshot_on_oom=true",
+        f"hydra.sweep.dir={out}/sweep",
+        "sweep=none",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     print(proc.stdout[-4000:])
     if proc.returncode != 0:
@@ -63,13 +75,22 @@ def main() -> int:
         for p in record["phases"]:
             where = f"batch={batch} {p['name']}"
             a0, r0 = p["memory_allocated_start"], p["memory_reserved_start"]
-            a, r, ma, mr = p["memory_allocated"], p["memory_reserved"], p["max_memory_allocated"], p["max_memory_reserved"]
+            a, r, ma, mr = (
+                p["memory_allocated"],
+                p["memory_reserved"],
+                p["max_memory_allocated"],
+                p["max_memory_reserved"],
+            )
             if None in (a0, r0, a, r, ma, mr):
                 failures.append(f"{where}: a counter is missing: {p}")
                 continue
-            checks = {"allocated_start <= reserved_start": a0 <= r0, "allocated <= reserved": a <= r,
-                      "max_allocated >= allocated": ma >= a, "max_reserved >= reserved": mr >= r,
-                      "max_allocated <= max_reserved": ma <= mr}
+            checks = {
+                "allocated_start <= reserved_start": a0 <= r0,
+                "allocated <= reserved": a <= r,
+                "max_allocated >= allocated": ma >= a,
+                "max_reserved >= reserved": mr >= r,
+                "max_allocated <= max_reserved": ma <= mr,
+            }
             failures += [f"{where}: {name} fails ({p})" for name, ok in checks.items() if not ok]
         if record["outcome"] == "oom":
             snap = record.get("oom_snapshot") or {}
@@ -94,21 +115,44 @@ def check_modes(out: Path) -> list[str]:
     """Run the train, generate (and hf) modes on cuda:0 and check their records; returns failures."""
     import importlib.util
 
-    from sweeper.process import execute
     from conf.contract import RunSpec
+    from sweeper.process import execute
 
     lm = {"name": "transformer", "layers": 4, "heads": 8, "kv_heads": 2, "vocab": 32000}
     base = dict(batch=4, context=512, width=512, device="cuda:0", warmup=1, repeats=2, timeout_s=600)
     specs = {
-        "train": dict(base, mode="train", dtype="bfloat16", precision="autocast", workload=lm, checkpointing=True,
-                      micro_steps=2, eval_batch=8, export=True),
+        "train": dict(
+            base,
+            mode="train",
+            dtype="bfloat16",
+            precision="autocast",
+            workload=lm,
+            checkpointing=True,
+            micro_steps=2,
+            eval_batch=8,
+            export=True,
+        ),
         "generate": dict(base, mode="generate", dtype="bfloat16", workload=lm, new_tokens=32, kv_cache="static"),
     }
     if importlib.util.find_spec("transformers") is not None:
-        specs["hf_generate"] = dict(base, mode="generate", dtype="bfloat16", new_tokens=32, workload={
-            "name": "hf", "config": "LlamaConfig", "overrides": {
-                "num_hidden_layers": 4, "hidden_size": 512, "intermediate_size": 1376, "num_attention_heads": 8,
-                "num_key_value_heads": 2, "vocab_size": 32000}})
+        specs["hf_generate"] = dict(
+            base,
+            mode="generate",
+            dtype="bfloat16",
+            new_tokens=32,
+            workload={
+                "name": "hf",
+                "config": "LlamaConfig",
+                "overrides": {
+                    "num_hidden_layers": 4,
+                    "hidden_size": 512,
+                    "intermediate_size": 1376,
+                    "num_attention_heads": 8,
+                    "num_key_value_heads": 2,
+                    "vocab_size": 32000,
+                },
+            },
+        )
     failures = []
     for name, spec in specs.items():
         result = execute(RunSpec.from_dict(spec), out / name)
@@ -118,8 +162,15 @@ def check_modes(out: Path) -> list[str]:
             failures.append(f"{name}: {result['outcome']} in {result['failed_phase']}: {result['error_message']}")
             continue
         for p in record["phases"]:
-            for key in ("max_memory_allocated", "max_memory_reserved", "num_alloc_retries", "num_ooms",
-                        "inactive_split_bytes", "device_free_memory", "device_total_memory"):
+            for key in (
+                "max_memory_allocated",
+                "max_memory_reserved",
+                "num_alloc_retries",
+                "num_ooms",
+                "inactive_split_bytes",
+                "device_free_memory",
+                "device_total_memory",
+            ):
                 if not isinstance(p.get(key), int):
                     failures.append(f"{name} {p['name']}: {key} missing ({p.get(key)!r})")
             if p.get("kv_cache_bytes") is not None:
@@ -133,8 +184,9 @@ def check_modes(out: Path) -> list[str]:
             opt = [p for p in record["phases"] if p["sub_phase"] == "optimizer_step"]
             grew = [p["memory_allocated"] - p["memory_allocated_start"] for p in opt]
             states = opt[0]["optimizer_state_bytes"]  # storage bytes; the allocator rounds to 512 B
-            if not (states > 0 and states <= grew[0] - grew[1] <= 1.01 * states + 512 * 64
-                    and all(g <= 0 for g in grew[1:])):
+            if not (
+                states > 0 and states <= grew[0] - grew[1] <= 1.01 * states + 512 * 64 and all(g <= 0 for g in grew[1:])
+            ):
                 failures.append(f"train: optimizer states ({states} B) should appear in the first step only: {grew}")
     return failures
 
@@ -146,9 +198,21 @@ def check_pool(info: dict, out: Path) -> list[str]:
         print("gpu-check: one GPU visible, the concurrent pool check needs two or more (skipped)")
         return []
     batches = ",".join(str(b) for b in range(1, 2 * n + 1))
-    cmd = [sys.executable, "-m", "sweeper.cli", "sweep", "device=cuda", "pool=gpus", "hydra/launcher=joblib",
-           f"hydra.launcher.n_jobs={n}", f"batch={batches}", "context=512", "width=1024", "sweep=none",
-           f"hydra.sweep.dir={out}/pool"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sweeper.cli",
+        "sweep",
+        "device=cuda",
+        "pool=gpus",
+        "hydra/launcher=joblib",
+        f"hydra.launcher.n_jobs={n}",
+        f"batch={batches}",
+        "context=512",
+        "width=1024",
+        "sweep=none",
+        f"hydra.sweep.dir={out}/pool",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0:
         return [f"pool sweep failed: {proc.stderr[-2000:]}"]
@@ -158,8 +222,9 @@ def check_pool(info: dict, out: Path) -> list[str]:
         runs.append((rec["started_at"], rec["updated_at"], rec["environment"]["cuda_visible_devices"], rec["outcome"]))
     failures = [f"pool run not ok: {r}" for r in runs if r[3] != "ok"]
     for i, a in enumerate(runs):
-        failures += [f"two concurrent runs on GPU {a[2]}" for b in runs[i + 1:]
-                     if a[0] < b[1] and b[0] < a[1] and a[2] == b[2]]
+        failures += [
+            f"two concurrent runs on GPU {a[2]}" for b in runs[i + 1 :] if a[0] < b[1] and b[0] < a[1] and a[2] == b[2]
+        ]
     used = sorted({r[2] for r in runs})
     print(f"gpu-check pool: {len(runs)} runs over GPUs {used}")
     return failures
@@ -173,15 +238,27 @@ def check_devices(info: dict, out: Path) -> list[str]:
         print("gpu-check: one GPU visible, the devices=2 check needs two or more (skipped)")
         return []
     run_dir = out / "devices"
-    cmd = [sys.executable, "-m", "sweeper.cli", "run", "device=cuda", "devices=2", "pool=gpus", "batch=4",
-           "context=128", "width=256", "warmup=1", "repeats=1", f"hydra.run.dir={run_dir}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sweeper.cli",
+        "run",
+        "device=cuda",
+        "devices=2",
+        "pool=gpus",
+        "batch=4",
+        "context=128",
+        "width=256",
+        "warmup=1",
+        "repeats=1",
+        f"hydra.run.dir={run_dir}",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     record_path = run_dir / "record.json"
     if proc.returncode != 0 or not record_path.is_file():
         return [f"devices=2 run failed ({proc.returncode}): {proc.stderr[-2000:]}"]
     record = json.loads(record_path.read_text())
-    failures = [] if record["outcome"] == "ok" else [
-        f"devices=2 run: {record['outcome']}: {record['error_message']}"]
+    failures = [] if record["outcome"] == "ok" else [f"devices=2 run: {record['outcome']}: {record['error_message']}"]
     visible = (record["environment"]["cuda_visible_devices"] or "").split(",")
     if len(visible) != 2:
         failures.append(f"devices=2 run leased {visible}, not two GPUs")
@@ -192,8 +269,9 @@ def check_devices(info: dict, out: Path) -> list[str]:
             continue
         peak0 = devices[0]["max_memory_allocated"]
         if not (isinstance(peak0, int) and peak0 > 0 and peak0 == p["max_memory_allocated"]):
-            failures.append(f"devices=2 {p['name']}: cuda:0 max_memory_allocated {peak0} vs main "
-                            f"{p['max_memory_allocated']}")
+            failures.append(
+                f"devices=2 {p['name']}: cuda:0 max_memory_allocated {peak0} vs main {p['max_memory_allocated']}"
+            )
     print(f"gpu-check devices=2: {record['outcome']}, GPUs {visible}, {len(record['phases'])} phases")
     return failures
 
@@ -205,13 +283,22 @@ def check_dry_run(out: Path) -> list[str]:
     the measured one with the relative error (library workspaces, e.g. cuBLAS's, are in the
     measured bytes only: printed, not failed)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from sweeper.process import execute
     from conf.contract import RunSpec
+    from sweeper.process import execute
 
     failures = []
     for mode in ("inference", "train"):
-        base = dict(batch=8, context=256, width=512, device="cuda:0", mode=mode, warmup=1, repeats=1,
-                    workload={"name": "mlp", "depth": 2}, timeout_s=600)
+        base = dict(
+            batch=8,
+            context=256,
+            width=512,
+            device="cuda:0",
+            mode=mode,
+            warmup=1,
+            repeats=1,
+            workload={"name": "mlp", "depth": 2},
+            timeout_s=600,
+        )
         records = {}
         for kind, extra in (("measured", {}), ("predicted", {"dry_run": True})):
             run_dir = out / f"{mode}-{kind}"
@@ -230,8 +317,10 @@ def check_dry_run(out: Path) -> list[str]:
             err = (pp - mp) / mp if mp else float("nan")
             print(f"  {m['name']:<28} measured {mp:>12} predicted {pp:>12} ({err:+.2%})")
             if m["name"] == "model_load" and m["memory_allocated"] != p["memory_allocated"]:
-                failures.append(f"dry-run check {mode}: model_load memory_allocated measured "
-                                f"{m['memory_allocated']} != predicted {p['memory_allocated']}")
+                failures.append(
+                    f"dry-run check {mode}: model_load memory_allocated measured "
+                    f"{m['memory_allocated']} != predicted {p['memory_allocated']}"
+                )
     return failures
 
 

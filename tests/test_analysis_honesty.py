@@ -11,26 +11,62 @@ from analysis.tables import build_tables
 MiB = 2**20
 
 
-def write_run(run_dir, *, batch, outcome="ok", peak=4 * MiB, capacity=64 * MiB, dry_run=False, depth=2,
-              record=True, result=True):
+def write_run(
+    run_dir, *, batch, outcome="ok", peak=4 * MiB, capacity=64 * MiB, dry_run=False, depth=2, record=True, result=True
+):
     run_dir.mkdir(parents=True)
-    spec = {"schema_version": 1, "workload": {"name": "mlp", "depth": depth}, "mode": "inference",
-            "batch": batch, "context": 16, "width": 32, "dtype": "float32", "warmup": 1, "repeats": 1,
-            "seed": 0, "device": "cpu", "capacity_bytes": capacity, "dry_run": dry_run}
+    spec = {
+        "schema_version": 1,
+        "workload": {"name": "mlp", "depth": depth},
+        "mode": "inference",
+        "batch": batch,
+        "context": 16,
+        "width": 32,
+        "dtype": "float32",
+        "warmup": 1,
+        "repeats": 1,
+        "seed": 0,
+        "device": "cpu",
+        "capacity_bytes": capacity,
+        "dry_run": dry_run,
+    }
     (run_dir / "spec.json").write_text(json.dumps(spec))
-    phases = [{"name": "model_load", "status": "ok", "max_memory_allocated": MiB, "max_memory_reserved": 2 * MiB},
-              {"name": "cold_forward", "status": outcome, "max_memory_allocated": peak,
-               "max_memory_reserved": peak + MiB}]
+    phases = [
+        {"name": "model_load", "status": "ok", "max_memory_allocated": MiB, "max_memory_reserved": 2 * MiB},
+        {"name": "cold_forward", "status": outcome, "max_memory_allocated": peak, "max_memory_reserved": peak + MiB},
+    ]
     if record:
-        (run_dir / "record.json").write_text(json.dumps(
-            {"schema_version": 1, "complete": True, "outcome": outcome, "phases": phases, "device_kind": "cpu",
-             "capacity_bytes": capacity, "source": "predicted" if dry_run else "measured",
-             "failed_phase": None if outcome == "ok" else "cold_forward",
-             "counter_sources": {"max_memory_allocated": "cpu: tracked tensors", "max_memory_reserved": "cpu: rss"}}))
+        (run_dir / "record.json").write_text(
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "complete": True,
+                    "outcome": outcome,
+                    "phases": phases,
+                    "device_kind": "cpu",
+                    "capacity_bytes": capacity,
+                    "source": "predicted" if dry_run else "measured",
+                    "failed_phase": None if outcome == "ok" else "cold_forward",
+                    "counter_sources": {
+                        "max_memory_allocated": "cpu: tracked tensors",
+                        "max_memory_reserved": "cpu: rss",
+                    },
+                }
+            )
+        )
     if result:
-        (run_dir / "result.json").write_text(json.dumps(
-            {"schema_version": 1, "outcome": outcome, "returncode": 0, "timed_out": False, "wall_s": 1.0,
-             "failed_phase": None if outcome == "ok" else "cold_forward"}))
+        (run_dir / "result.json").write_text(
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "outcome": outcome,
+                    "returncode": 0,
+                    "timed_out": False,
+                    "wall_s": 1.0,
+                    "failed_phase": None if outcome == "ok" else "cold_forward",
+                }
+            )
+        )
 
 
 def rows_by_id(runs):
@@ -38,6 +74,7 @@ def rows_by_id(runs):
 
 
 # ---- 3. damaged run directories ------------------------------------------------------------
+
 
 def test_missing_or_corrupt_record_is_a_crash_whatever_result_json_says(tmp_path):
     write_run(tmp_path / "0", batch=1)
@@ -67,8 +104,10 @@ def test_run_still_going_without_record_is_not_a_crash(tmp_path):
 
 # ---- 1. dry runs are predictions, never observations ---------------------------------------
 
+
 def report_md(sweep_dirs):
     from analysis.doc import to_markdown
+
     runs, phases, _ = build_tables(sweep_dirs)
     report = build_report(runs, phases, frontier_table(runs), parse_margin(None), sweep_dirs, render_plots=False)
     return report, to_markdown(report.doc, "plots")
@@ -99,6 +138,7 @@ def test_a_dry_run_is_not_counted_among_the_observed_runs(tmp_path):
 
 def test_analyze_of_dry_runs_says_there_is_no_measured_frontier_because_they_are_predictions(tmp_path):
     import io
+
     for i, batch in enumerate((1, 2)):
         write_run(tmp_path / str(i), batch=batch, dry_run=True)
     out = io.StringIO()
@@ -111,6 +151,7 @@ def test_analyze_of_dry_runs_says_there_is_no_measured_frontier_because_they_are
 
 
 # ---- 2. summaries per load, never across loads ---------------------------------------------
+
 
 def card_rows(md):
     card = md.split("# Summary card")[1].split("\n# ")[0]
@@ -133,7 +174,7 @@ def test_summary_values_are_per_load_and_missing_is_a_dash(tmp_path):
     assert (b.max_ok, b.min_oom, b.used_at_max_ok) == (1, 2, 3 * MiB)  # not the other load's 5 MiB
     assert a.title != b.title and "depth" in a.title
     rows = card_rows(md)
-    (b_row,) = [line for line in rows if line.startswith("| largest batch that ran") and "depth\": 8" in line]
+    (b_row,) = [line for line in rows if line.startswith("| largest batch that ran") and 'depth": 8' in line]
     assert f"batch=1: peak `max_memory_allocated` {3 * MiB} B" in b_row and "ran out of memory: 2" in b_row
 
 
@@ -171,6 +212,7 @@ def test_stable_is_null_when_nothing_was_run_twice(tmp_path):
     """`stable` is a check of re-runs: with one run per value nothing was checked (null, and the
     report says so); a value that both ran and ran out of memory is unstable; two agreeing runs
     of a value are stable."""
+
     def row(sweep):
         runs, _, _ = build_tables([sweep])
         (r,) = [r for r in frontier_table(runs).to_pylist() if r["axis"] == "batch"]

@@ -18,27 +18,47 @@ TINY = ["context=8", "width=16", "warmup=1", "repeats=1", "device=cpu"]
 
 # (command-line arguments after `memsweep sweep`, text the error must contain)
 CASES = [
-    (["batch=0"], "invalid batch=0"), (["batch=-1"], "invalid batch=-1"), (["batch=1.5"], "invalid batch=1.5"),
-    (["batch=10000000000000"], "invalid batch="), (["context=0"], "invalid context=0"),
-    (["context=abc"], "invalid context='abc'"), (["width=-64"], "invalid width=-64"),
-    (["width=2.5"], "invalid width=2.5"), (["dtype=float8"], "float32, float16, bfloat16"),
-    (["dtype=int8"], "invalid dtype='int8'"), (["mode=serve"], "inference, train"),
-    (["device=tpu"], "auto, cpu, cuda, cuda:N"), (["device=gpu"], "invalid device='gpu'"),
-    (["device=cuda:0"], "visible device"), (["device=cuda:7"], "invalid device='cuda:7'"),
+    (["batch=0"], "invalid batch=0"),
+    (["batch=-1"], "invalid batch=-1"),
+    (["batch=1.5"], "invalid batch=1.5"),
+    (["batch=10000000000000"], "invalid batch="),
+    (["context=0"], "invalid context=0"),
+    (["context=abc"], "invalid context='abc'"),
+    (["width=-64"], "invalid width=-64"),
+    (["width=2.5"], "invalid width=2.5"),
+    (["dtype=float8"], "float32, float16, bfloat16"),
+    (["dtype=int8"], "invalid dtype='int8'"),
+    (["mode=serve"], "inference, train"),
+    (["device=tpu"], "auto, cpu, cuda, cuda:N"),
+    (["device=gpu"], "invalid device='gpu'"),
+    (["device=cuda:0"], "visible device"),
+    (["device=cuda:7"], "invalid device='cuda:7'"),
     (["batch=0", "sweep=batch"], "invalid batch=0"),
-    (["workload=resnet"], "workload/resnet"), (["+workload.heads=4"], "invalid workload.heads=4"),
-    (["workload.depth=0"], "invalid workload.depth=0"), (["workload.activation=swish"], "gelu, relu, silu, tanh"),
-    (["workload.hidden=-1"], "invalid workload.hidden=-1"), (["capacity=lots"], "invalid capacity='lots'"),
-    (["capacity=12XB"], "KiB, MiB, GiB"), (["capacity=-1GB"], "invalid capacity='-1GB'"),
-    (["capacity=0"], "invalid capacity=0"), (["capacity=1.3B"], "whole number of bytes"),
-    (["warmup=-1"], "invalid warmup=-1"), (["repeats=0"], "invalid repeats=0"),
-    (["timeout_s=0"], "invalid timeout_s=0"), (["timeout_s=-5"], "invalid timeout_s=-5"),
-    (["seed=-1"], "invalid seed=-1"), (["threads=0"], "invalid threads=0"),
+    (["workload=resnet"], "workload/resnet"),
+    (["+workload.heads=4"], "invalid workload.heads=4"),
+    (["workload.depth=0"], "invalid workload.depth=0"),
+    (["workload.activation=swish"], "gelu, relu, silu, tanh"),
+    (["workload.hidden=-1"], "invalid workload.hidden=-1"),
+    (["capacity=lots"], "invalid capacity='lots'"),
+    (["capacity=12XB"], "KiB, MiB, GiB"),
+    (["capacity=-1GB"], "invalid capacity='-1GB'"),
+    (["capacity=0"], "invalid capacity=0"),
+    (["capacity=1.3B"], "whole number of bytes"),
+    (["warmup=-1"], "invalid warmup=-1"),
+    (["repeats=0"], "invalid repeats=0"),
+    (["timeout_s=0"], "invalid timeout_s=0"),
+    (["timeout_s=-5"], "invalid timeout_s=-5"),
+    (["seed=-1"], "invalid seed=-1"),
+    (["threads=0"], "invalid threads=0"),
     (["fault={phase:nowhere,kind:raise}"], "invalid fault.phase='nowhere'"),
     (["fault={phase:inputs,kind:explode}"], "invalid fault.kind='explode'"),
-    (["sweep=nope"], "sweep/nope"), (["batch=1,0"], "invalid batch=0"), (["bach=4"], "bach"),
-    (["snapshot_on_oom=true"], "invalid snapshot_on_oom=True"), (["snapshot_on_oom=maybe"], "true or false"),
-    (["context=8,-8"], "invalid context=-8"), (["dtype=float32,float64"], "invalid dtype='float64'"),
+    (["sweep=nope"], "sweep/nope"),
+    (["batch=1,0"], "invalid batch=0"),
+    (["bach=4"], "bach"),
+    (["snapshot_on_oom=true"], "invalid snapshot_on_oom=True"),
+    (["snapshot_on_oom=maybe"], "true or false"),
+    (["context=8,-8"], "invalid context=-8"),
+    (["dtype=float32,float64"], "invalid dtype='float64'"),
     (["device=cpu", "capacity=99999999TiB"], "at most this machine's memory"),
     (["pool=cores", "cores_per_run=4096"], "invalid cores_per_run=4096"),
 ]
@@ -51,8 +71,13 @@ def test_bad_sweep_input(tmp_path, args, message):
     sentinel.parent.mkdir()
     sentinel.write_text("earlier results")
     # sweep=none and tiny sizes: were a case wrongly accepted, it would cost one small run, not a sweep.
-    proc = subprocess.run([MEMSWEEP, "sweep", "sweep=none", f"results_dir={results}", *TINY, *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [MEMSWEEP, "sweep", "sweep=none", f"results_dir={results}", *TINY, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode != 0
     assert message in proc.stderr, proc.stderr[-2000:]
     assert not list(results.rglob("spec.json")), "no worker may start on bad input"
@@ -63,20 +88,29 @@ def test_at_least_thirty_cases():
     assert len(CASES) >= 30
 
 
-@pytest.mark.parametrize("argv, code, message", [
-    (["frobnicate"], 2, "unknown command 'frobnicate'"),
-    (["analyze", "/nonexistent/sweep"], 1, "does not exist"),
-    (["analyze"], 2, "SWEEP_DIR"),
-])
+@pytest.mark.parametrize(
+    "argv, code, message",
+    [
+        (["frobnicate"], 2, "unknown command 'frobnicate'"),
+        (["analyze", "/nonexistent/sweep"], 1, "does not exist"),
+        (["analyze"], 2, "SWEEP_DIR"),
+    ],
+)
 def test_bad_command_lines(tmp_path, argv, code, message):
     proc = subprocess.run([MEMSWEEP, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == code and message in proc.stderr
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "cannot be read"), ("{not json", "corrupt or truncated"), ('{"schema_version": 99, "batch": 1}', "newer"),
-    ('{"schema_version": 1, "batch": 0, "context": 1, "width": 1}', "invalid batch=0"), ("[]", "JSON object"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "cannot be read"),
+        ("{not json", "corrupt or truncated"),
+        ('{"schema_version": 99, "batch": 1}', "newer"),
+        ('{"schema_version": 1, "batch": 0, "context": 1, "width": 1}', "invalid batch=0"),
+        ("[]", "JSON object"),
+    ],
+)
 def test_worker_refuses_bad_spec_files(tmp_path, content, message):
     spec = tmp_path / "spec.json"
     if content is not None:
@@ -85,13 +119,39 @@ def test_worker_refuses_bad_spec_files(tmp_path, content, message):
     assert proc.returncode == 5 and message in proc.stderr
 
 
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
-                    st.text(max_size=12), st.sampled_from(["float32", "bfloat16", "cpu", "cuda:0", "train", "2GiB"]))
-KEYS = st.sampled_from(["batch", "context", "width", "dtype", "mode", "device", "workload", "capacity_bytes",
-                        "warmup", "repeats", "timeout_s", "seed", "threads", "fault", "schema_version", "bogus"])
-VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                       st.dictionaries(st.text(max_size=8), inner, max_size=3)),
-                      max_leaves=6)
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.sampled_from(["float32", "bfloat16", "cpu", "cuda:0", "train", "2GiB"]),
+)
+KEYS = st.sampled_from(
+    [
+        "batch",
+        "context",
+        "width",
+        "dtype",
+        "mode",
+        "device",
+        "workload",
+        "capacity_bytes",
+        "warmup",
+        "repeats",
+        "timeout_s",
+        "seed",
+        "threads",
+        "fault",
+        "schema_version",
+        "bogus",
+    ]
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=6,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -119,9 +179,25 @@ def test_record_reader_fuzz(tmp_path_factory, blob):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.sampled_from(["schema_version", "phases", "complete", "outcome", "environment",
-                                        "counter_sources", "capacity", "pid", "device_total_memory"]),
-                       VALUES, max_size=9))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "schema_version",
+                "phases",
+                "complete",
+                "outcome",
+                "environment",
+                "counter_sources",
+                "capacity",
+                "pid",
+                "device_total_memory",
+            ]
+        ),
+        VALUES,
+        max_size=9,
+    )
+)
 def test_analysis_survives_any_record_content(tmp_path_factory, record):
     """A readable but nonsensical record still yields one row, with wrong-typed values as null."""
     root = tmp_path_factory.mktemp("an")

@@ -26,8 +26,11 @@ def test_the_tracker_refuses_an_operator_past_the_capacity_and_never_counts_it()
         with pytest.raises(torch.OutOfMemoryError) as info:
             torch.empty(600)  # 2400 B more: 4448 B > 4096 B
         assert tracker.live == tracker.peak == 512 * F32
-        assert tracker.refused == {"oom_request_bytes": 600 * F32, "oom_allocated_bytes": 512 * F32,
-                                   "oom_operator": "aten.empty.memory_format"}
+        assert tracker.refused == {
+            "oom_request_bytes": 600 * F32,
+            "oom_allocated_bytes": 512 * F32,
+            "oom_operator": "aten.empty.memory_format",
+        }
         more = torch.empty(512)  # exactly at the capacity: fits
         assert tracker.live == tracker.peak == 4096
     message = str(info.value)
@@ -52,9 +55,14 @@ def test_a_refusal_inside_backward_is_still_an_out_of_memory_error():
     assert classify_failure(info.value) == "oom" and tracker.peak <= forward_peak + 1024
 
 
-@pytest.mark.parametrize("fields", [dict(device="cuda:0", capacity_mode="process"),
-                                    dict(dry_run=True, capacity_mode="process"),
-                                    dict(capacity_mode="rlimit")])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(device="cuda:0", capacity_mode="process"),
+        dict(dry_run=True, capacity_mode="process"),
+        dict(capacity_mode="rlimit"),
+    ],
+)
 def test_capacity_mode_is_checked_and_named(tiny, fields):
     with pytest.raises(SpecError) as info:
         RunSpec(**{**tiny, "capacity_bytes": 2**26, **fields})
@@ -65,10 +73,24 @@ LOAD = ["device=cpu", "capacity=64MiB", "context=64", "width=64", "workload.dept
 
 
 def search(memsweep_cmd, sweep_dir, env, *args):
-    proc = subprocess.run(memsweep_cmd + ["sweep", "hydra/sweeper=frontier", *LOAD, "hydra.sweeper.lower=256",
-                                          "hydra.sweeper.upper=1024", "hydra.sweeper.confirm=0", *args,
-                                          f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=sweep_dir.parent, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        memsweep_cmd
+        + [
+            "sweep",
+            "hydra/sweeper=frontier",
+            *LOAD,
+            "hydra.sweeper.lower=256",
+            "hydra.sweeper.upper=1024",
+            "hydra.sweeper.confirm=0",
+            *args,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=sweep_dir.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
     (result,) = [e for e in events if e["event"] == "result"]
@@ -83,8 +105,13 @@ def test_the_allocator_mode_finds_the_same_edge_whatever_the_process_state(tmp_p
     plain = dict(os.environ)
     for key in ("MEMSWEEP_BALLAST_BYTES", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_"):
         plain.pop(key, None)
-    burdened = dict(plain, MEMSWEEP_BALLAST_BYTES=str(32 * 2**20), MALLOC_ARENA_MAX="1",
-                    MALLOC_MMAP_THRESHOLD_="33554432", MALLOC_TOP_PAD_="16777216")
+    burdened = dict(
+        plain,
+        MEMSWEEP_BALLAST_BYTES=str(32 * 2**20),
+        MALLOC_ARENA_MAX="1",
+        MALLOC_MMAP_THRESHOLD_="33554432",
+        MALLOC_TOP_PAD_="16777216",
+    )
     first, first_records = search(memsweep_cmd, tmp_path / "plain", plain, "threads=1")
     second, second_records = search(memsweep_cmd, tmp_path / "burdened", burdened, "threads=2", "isolation=spawn")
     assert first["exact"] and second["exact"]
@@ -100,8 +127,11 @@ def test_the_allocator_mode_finds_the_same_edge_whatever_the_process_state(tmp_p
         assert max(peaks) <= 64 * 2**20  # an OOM run's peak never shows more than the capacity
         if record["outcome"] == "oom":
             (failed,) = [p for p in record["phases"] if p["status"] == "oom"]
-            assert failed["max_memory_allocated"] + 0 <= 64 * 2**20 < failed["oom_allocated_bytes"] + \
-                failed["oom_request_bytes"]
+            assert (
+                failed["max_memory_allocated"] + 0
+                <= 64 * 2**20
+                < failed["oom_allocated_bytes"] + failed["oom_request_bytes"]
+            )
 
 
 def test_the_process_mode_limits_the_whole_process(tmp_path, tiny):

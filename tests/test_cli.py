@@ -21,10 +21,22 @@ def crash_sweep(tmp_path_factory):
     """A 4-run sweep: batch 4 fits and batch 64 does not at 8 MiB; half the runs are SIGKILLed in warmup."""
     import sys
     from pathlib import Path
+
     exe = Path(sys.executable).with_name("memsweep")
     root = tmp_path_factory.mktemp("sweep")
-    proc = run([str(exe), "sweep", "hydra/sweeper=basic", "fault={phase:warmup,kind:sigkill},null",
-                "batch=4,64", "capacity=8MiB", f"hydra.sweep.dir={root}/s", *TINY_ARGS], cwd=root)
+    proc = run(
+        [
+            str(exe),
+            "sweep",
+            "hydra/sweeper=basic",
+            "fault={phase:warmup,kind:sigkill},null",
+            "batch=4,64",
+            "capacity=8MiB",
+            f"hydra.sweep.dir={root}/s",
+            *TINY_ARGS,
+        ],
+        cwd=root,
+    )
     return proc, root / "s"
 
 
@@ -98,8 +110,11 @@ def test_refused_run_leaves_no_directory_of_its_own_and_keeps_yours(tmp_path, me
 
 def test_run_exits_with_its_outcome(tmp_path, memsweep_cmd):
     """`memsweep run ... && echo fits` can be trusted: ok 0, out of memory 3, error 4."""
-    cases = {"ok": (["batch=2"], 0), "oom": (["batch=1024", "capacity=8MiB"], 3),
-             "error": (["batch=2", "fault={phase:cold_forward,kind:raise}"], 4)}
+    cases = {
+        "ok": (["batch=2"], 0),
+        "oom": (["batch=1024", "capacity=8MiB"], 3),
+        "error": (["batch=2", "fault={phase:cold_forward,kind:raise}"], 4),
+    }
     for outcome, (args, code) in cases.items():
         run_dir = tmp_path / outcome
         proc = run([*memsweep_cmd, "run", *args, f"hydra.run.dir={run_dir}", *TINY_ARGS], cwd=tmp_path)
@@ -107,19 +122,22 @@ def test_run_exits_with_its_outcome(tmp_path, memsweep_cmd):
         assert proc.returncode == code, (outcome, proc.returncode, proc.stderr[-1000:])
 
 
-@pytest.mark.parametrize("args, field, accepted", [
-    (["batch=4,0"], "batch", "integer from 1"),
-    (["batch=-1"], "batch", "integer from 1"),
-    (["dtype=float8"], "dtype", "float32, float16, bfloat16"),
-    (["capacity=lots"], "capacity", "2GiB, 1500MB, 24GB"),
-    (["capacity=12XB"], "capacity", "GiB"),
-    (["mode=serve"], "mode", "inference, train"),
-    (["device=tpu:0"], "device", "auto, cpu, cuda, cuda:N"),
-    (["device=cuda:0"], "device", "visible device"),
-    (["width=1.5"], "width", "integer"),
-    (["+workload.heads=4"], "workload.heads", "depth, hidden, activation"),
-    (["hydra.sweeper.order=random"], "hydra.sweeper.order", "largest_first or given"),
-])
+@pytest.mark.parametrize(
+    "args, field, accepted",
+    [
+        (["batch=4,0"], "batch", "integer from 1"),
+        (["batch=-1"], "batch", "integer from 1"),
+        (["dtype=float8"], "dtype", "float32, float16, bfloat16"),
+        (["capacity=lots"], "capacity", "2GiB, 1500MB, 24GB"),
+        (["capacity=12XB"], "capacity", "GiB"),
+        (["mode=serve"], "mode", "inference, train"),
+        (["device=tpu:0"], "device", "auto, cpu, cuda, cuda:N"),
+        (["device=cuda:0"], "device", "visible device"),
+        (["width=1.5"], "width", "integer"),
+        (["+workload.heads=4"], "workload.heads", "depth, hidden, activation"),
+        (["hydra.sweeper.order=random"], "hydra.sweeper.order", "largest_first or given"),
+    ],
+)
 def test_bad_input_fails_before_any_worker(tmp_path, memsweep_cmd, args, field, accepted):
     proc = run([*memsweep_cmd, "sweep", "context=8,16", f"results_dir={tmp_path}/res", *args], cwd=tmp_path)
     assert proc.returncode == 2, (proc.stdout[-1000:], proc.stderr[-2000:])
@@ -149,26 +167,41 @@ def test_env_reports_the_machine_and_exits_2_without_the_device(tmp_path, memswe
 
 def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_written(tmp_path, memsweep_cmd):
     sweep_dir = tmp_path / "s"
-    first = run([*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS],
-                cwd=tmp_path)
+    first = run(
+        [*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS], cwd=tmp_path
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     before = {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()}
-    other = run([*memsweep_cmd, "sweep", "sweep=none", "batch=4,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS],
-                cwd=tmp_path)
+    other = run(
+        [*memsweep_cmd, "sweep", "sweep=none", "batch=4,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS], cwd=tmp_path
+    )
     assert other.returncode == 2, other.stderr[-2000:]
     assert "already exists for another condition" in other.stderr and "Traceback" not in other.stderr
     assert {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()} == before  # multirun.yaml too
-    again = run([*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS],
-                cwd=tmp_path)
+    again = run(
+        [*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS], cwd=tmp_path
+    )
     assert again.returncode == 0 and "already ran" in again.stdout + again.stderr
     # started in the given order, resumed largest first: the directory's job numbers are kept
-    reordered = run([*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", "hydra.sweeper.order=given",
-                     f"hydra.sweep.dir={tmp_path / 'g'}", *TINY_ARGS], cwd=tmp_path)
+    reordered = run(
+        [
+            *memsweep_cmd,
+            "sweep",
+            "sweep=none",
+            "batch=1,2",
+            "hydra.sweeper.order=given",
+            f"hydra.sweep.dir={tmp_path / 'g'}",
+            *TINY_ARGS,
+        ],
+        cwd=tmp_path,
+    )
     assert reordered.returncode == 0, reordered.stderr[-2000:]
     specs = {p: p.read_bytes() for p in (tmp_path / "g").glob("*/spec.json")}
     assert json.loads((tmp_path / "g" / "0" / "spec.json").read_text())["batch"] == 1
-    resumed = run([*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 'g'}",
-                   *TINY_ARGS], cwd=tmp_path)
+    resumed = run(
+        [*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 'g'}", *TINY_ARGS],
+        cwd=tmp_path,
+    )
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0 and out.count("already ran") == 2, out[-2000:]
     assert {p: p.read_bytes() for p in (tmp_path / "g").glob("*/spec.json")} == specs

@@ -15,8 +15,10 @@ TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1
 def test_two_sweeps_on_one_directory_run_each_condition_once(tmp_path):
     sweep_dir = tmp_path / "shared"
     cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS]
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     results = sorted(sweep_dir.glob("*/result.json"))
@@ -34,14 +36,24 @@ def test_two_sweeps_on_one_directory_run_each_condition_once(tmp_path):
 
 def test_analyze_while_a_sweep_writes_reads_every_record(tmp_path):
     sweep_dir = tmp_path / "live"
-    sweep = subprocess.Popen([MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3,4", f"hydra.sweep.dir={sweep_dir}",
-                              *TINY_ARGS], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sweep = subprocess.Popen(
+        [MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3,4", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     snapshots = 0
     while sweep.poll() is None and snapshots < 30:
         if sweep_dir.is_dir():
             out = tmp_path / f"snap{snapshots}"
-            proc = subprocess.run([MEMSWEEP, "analyze", str(sweep_dir), "--out", str(out)], cwd=tmp_path,
-                                  capture_output=True, text=True, timeout=120)
+            proc = subprocess.run(
+                [MEMSWEEP, "analyze", str(sweep_dir), "--out", str(out)],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert proc.returncode == 0, proc.stderr
             assert "problem" not in proc.stdout, proc.stdout  # no torn or unreadable record, ever
             for row in pq.read_table(out / "runs.parquet").to_pylist():

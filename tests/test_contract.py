@@ -15,17 +15,47 @@ from omegaconf import OmegaConf
 import conf.contract as contract
 from analysis.estimate import ESTIMATE_COLUMNS
 from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, RUNS_SCHEMA
-from conf.contract import (CAPACITY_FIELDS, DEFAULT_ISOLATION, DEVICE_FIELDS, ENVIRONMENT_FIELDS, EXIT_BAD_SPEC,
-                           EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, EXTRA_COUNTERS, MODEL_FIELDS,
-                           OOM_DETAIL_FIELDS, PEAK_COUNTERS, PEAK_SPLIT_FIELDS, PHASE_FIELDS, RECORD_FIELDS,
-                           RECORD_FILE, RESULT_FIELDS, RESULT_FILE, RUN_EXIT, SPEC_FILE, RunSpec, field_names,
-                           peak_counters, phase_peak, read_run, run_peak, write_json_atomic)
+from conf.contract import (
+    CAPACITY_FIELDS,
+    DEFAULT_ISOLATION,
+    DEVICE_FIELDS,
+    ENVIRONMENT_FIELDS,
+    EXIT_BAD_SPEC,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_OOM,
+    EXIT_UNAVAILABLE,
+    EXTRA_COUNTERS,
+    MODEL_FIELDS,
+    OOM_DETAIL_FIELDS,
+    PEAK_COUNTERS,
+    PEAK_SPLIT_FIELDS,
+    PHASE_FIELDS,
+    RECORD_FIELDS,
+    RECORD_FILE,
+    RESULT_FIELDS,
+    RESULT_FILE,
+    RUN_EXIT,
+    SPEC_FILE,
+    RunSpec,
+    field_names,
+    peak_counters,
+    phase_peak,
+    read_run,
+    run_peak,
+    write_json_atomic,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "conf" / "contract"
 
-ARROW = {int: pa.types.is_int64, float: pa.types.is_float64, str: pa.types.is_string, bool: pa.types.is_boolean,
-         list: pa.types.is_list}
+ARROW = {
+    int: pa.types.is_int64,
+    float: pa.types.is_float64,
+    str: pa.types.is_string,
+    bool: pa.types.is_boolean,
+    list: pa.types.is_list,
+}
 
 
 def spec_types() -> dict[str, type]:
@@ -46,8 +76,9 @@ def declared(*groups) -> dict[str, set]:
     return out
 
 
-def check_columns(schema: pa.Schema, sources: dict[str, set], renamed: dict[str, str], derived: set[str],
-                  transformed: set[str]) -> list[str]:
+def check_columns(
+    schema: pa.Schema, sources: dict[str, set], renamed: dict[str, str], derived: set[str], transformed: set[str]
+) -> list[str]:
     """Columns of ``schema`` taken from a declared field must have a compatible type; every other
     column must be named as derived or transformed. Returns the columns checked."""
     checked = []
@@ -64,23 +95,52 @@ def check_columns(schema: pa.Schema, sources: dict[str, set], renamed: dict[str,
 
 def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
     peaks = {f.name: f.type for f in PHASE_FIELDS if f.name in PEAK_COUNTERS + OOM_DETAIL_FIELDS}
-    sources = declared(RESULT_FIELDS, RECORD_FIELDS, ENVIRONMENT_FIELDS, CAPACITY_FIELDS, MODEL_FIELDS,
-                       spec_types(), peaks)
+    sources = declared(
+        RESULT_FIELDS, RECORD_FIELDS, ENVIRONMENT_FIELDS, CAPACITY_FIELDS, MODEL_FIELDS, spec_types(), peaks
+    )
     cold_warm = {f"{w}_{c}": c for w in ("cold", "warm") for c in PEAK_COUNTERS}
-    derived = {"sweep_dir", "run_id", "run_dir", "workload_params", "n_phases", "source_allocated",
-               "source_reserved", *ESTIMATE_COLUMNS}
-    transformed = {"workload",  # the spec's workload mapping -> its name
-                   "alloc_conf"}  # environment mapping -> JSON text
+    derived = {
+        "sweep_dir",
+        "run_id",
+        "run_dir",
+        "workload_params",
+        "n_phases",
+        "source_allocated",
+        "source_reserved",
+        *ESTIMATE_COLUMNS,
+    }
+    transformed = {
+        "workload",  # the spec's workload mapping -> its name
+        "alloc_conf",
+    }  # environment mapping -> JSON text
     checked = check_columns(RUNS_SCHEMA, sources, cold_warm, derived, transformed)
-    assert {"batch", "capacity_bytes", "outcome", "returncode", "timed_out", "wall_s", "device_kind", "torch",
-            "isolation", "torch_dynamo_imported", "capacity_mode", "parameters", "max_memory_reserved",
-            "cold_max_memory_allocated", "devices", "micro_steps", "checkpointing"} <= set(checked)
+    assert {
+        "batch",
+        "capacity_bytes",
+        "outcome",
+        "returncode",
+        "timed_out",
+        "wall_s",
+        "device_kind",
+        "torch",
+        "isolation",
+        "torch_dynamo_imported",
+        "capacity_mode",
+        "parameters",
+        "max_memory_reserved",
+        "cold_max_memory_allocated",
+        "devices",
+        "micro_steps",
+        "checkpointing",
+    } <= set(checked)
 
 
 def test_phases_schema_columns_from_the_record_are_declared_with_their_types():
-    sources = declared(PHASE_FIELDS, {k: v for k, v in spec_types().items()
-                                      if k in ("batch", "context", "width", "dtype", "mode", "device")},
-                       {"source": str})
+    sources = declared(
+        PHASE_FIELDS,
+        {k: v for k, v in spec_types().items() if k in ("batch", "context", "width", "dtype", "mode", "device")},
+        {"source": str},
+    )
     checked = check_columns(PHASES_SCHEMA, sources, {"phase": "name"}, {"sweep_dir", "run_id", "phase_index"}, set())
     assert set(field_names(PHASE_FIELDS)) - set(checked) <= {"name", "error_message", "iteration_s", "oom_operator"}
     struct = DEVICE_TYPE.value_type
@@ -122,9 +182,16 @@ def test_the_worker_writes_the_declared_phase_fields(tmp_path):
     def refuse():
         raise MemoryError("can't allocate memory")
 
-    ok = run_phase(FakeCounters(), "cold_step.forward", lambda: None, 1, None, tmp_path / RECORD_FILE,
-                   {"parent": "cold_step", "sub_phase": "forward", "step": 0, "micro_step": 0},
-                   after=lambda: {"gradient_bytes": 8, "kv_cache_bytes": 4, "kv_cache_tokens": 2})
+    ok = run_phase(
+        FakeCounters(),
+        "cold_step.forward",
+        lambda: None,
+        1,
+        None,
+        tmp_path / RECORD_FILE,
+        {"parent": "cold_step", "sub_phase": "forward", "step": 0, "micro_step": 0},
+        after=lambda: {"gradient_bytes": 8, "kv_cache_bytes": 4, "kv_cache_tokens": 2},
+    )
     oom = run_phase(FakeCounters(), "cold_forward", refuse, 1, None, tmp_path / RECORD_FILE)
     oom.pop("_exception")
     assert oom["status"] == "oom"
@@ -148,8 +215,10 @@ def test_the_result_envelope_has_the_declared_fields(tmp_path, tiny):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
-    write_json_atomic(run_dir / RECORD_FILE, {"schema_version": 1, "complete": True, "outcome": "ok",
-                                              "exit_code": 0, "pid": None, "phases": []})
+    write_json_atomic(
+        run_dir / RECORD_FILE,
+        {"schema_version": 1, "complete": True, "outcome": "ok", "exit_code": 0, "pid": None, "phases": []},
+    )
     envelope = execute(spec, run_dir, isolation="spawn")
     assert envelope["resumed"] is True and envelope["outcome"] == "ok"
     written = json.loads((run_dir / RESULT_FILE).read_text())
@@ -183,9 +252,11 @@ def test_one_peak_compared_with_the_capacity():
     assert peak_counters("cuda", "predicted")[0] == "max_memory_allocated"  # a dry run predicts allocated only
     for kind in ("cpu", "cuda", "unknown"):
         assert basis(kind) == peak_counters(kind)
-    phases = [{"name": "cold_step.forward", "parent": "cold_step", "max_memory_reserved": 70},
-              {"name": "warm_step.forward", "parent": "warm_step", "max_memory_reserved": 50},
-              {"name": "inputs", "max_memory_reserved": True}]  # a bool is no byte count
+    phases = [
+        {"name": "cold_step.forward", "parent": "cold_step", "max_memory_reserved": 70},
+        {"name": "warm_step.forward", "parent": "warm_step", "max_memory_reserved": 50},
+        {"name": "inputs", "max_memory_reserved": True},
+    ]  # a bool is no byte count
     assert phase_peak(phases, "max_memory_reserved") == 70
     assert phase_peak(phases, "max_memory_reserved", ("warm_step",)) == 50
     assert run_peak({"device_kind": "cuda", "phases": phases}) == (70, "max_memory_reserved")
@@ -198,11 +269,16 @@ def test_the_isolation_default_is_the_configs():
 
 def test_the_readme_states_the_exit_codes():
     readme = (ROOT / "README.md").read_text()
-    worker = readme[readme.index("Worker exit codes:"):readme.index("`memsweep run` exits with")]
-    for code, words in ((EXIT_OK, "ok"), (EXIT_UNAVAILABLE, "missing"), (EXIT_OOM, "out of memory"),
-                        (EXIT_ERROR, "another error"), (EXIT_BAD_SPEC, "bad spec")):
+    worker = readme[readme.index("Worker exit codes:") : readme.index("`memsweep run` exits with")]
+    for code, words in (
+        (EXIT_OK, "ok"),
+        (EXIT_UNAVAILABLE, "missing"),
+        (EXIT_OOM, "out of memory"),
+        (EXIT_ERROR, "another error"),
+        (EXIT_BAD_SPEC, "bad spec"),
+    ):
         assert re.search(rf"`{code}` [^`]*{words}", worker), (code, words)
-    run = readme[readme.index("`memsweep run` exits with"):]
+    run = readme[readme.index("`memsweep run` exits with") :]
     assert dict((o, int(c)) for c, o in re.findall(r"`(\d+)` (ok|oom|error|crash|timeout)", run)[:5]) == RUN_EXIT
 
 
@@ -220,8 +296,11 @@ def public_nodes():
             elif isinstance(node, ast.Assign) and path.name != "__init__.py":
                 names = [t.id for t in node.targets if isinstance(t, ast.Name) and not t.id.startswith("_")]
                 after = body[i + 1] if i + 1 < len(body) else None
-                documented = (isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                              and isinstance(after.value.value, str))
+                documented = (
+                    isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)
+                )
                 for name in names:
                     yield path.name, name, documented
 
@@ -234,8 +313,11 @@ def test_every_public_name_of_the_contract_is_documented():
                 missing.append(f"{module}: {name} (constant without a docstring)")
             continue
         doc = ast.get_docstring(node)
-        params = [a.arg for a in node.args.args + node.args.kwonlyargs
-                  if a.arg not in ("self", "cls")] if isinstance(node, ast.FunctionDef) else []
+        params = (
+            [a.arg for a in node.args.args + node.args.kwonlyargs if a.arg not in ("self", "cls")]
+            if isinstance(node, ast.FunctionDef)
+            else []
+        )
         if not doc:
             missing.append(f"{module}: {name} (no docstring)")
         elif params and "Args:" not in doc:

@@ -27,21 +27,25 @@ BASE = dict(batch=2, context=8, width=16)
 
 # --- spec validation -------------------------------------------------------------------------
 
+
 def test_devices_defaults_to_one_and_is_in_the_spec_json():
     spec = RunSpec(**BASE)
     assert spec.devices == 1 and spec.to_dict()["devices"] == 1
     assert RunSpec.from_dict({**BASE, "device": "cuda:0", "devices": 2}).devices == 2
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"devices": 0}, "invalid devices=0: expected an integer from 1 to"),
-    ({"devices": -1}, "invalid devices=-1"),
-    ({"devices": True, "device": "cuda:0"}, "invalid devices=True: expected an integer"),
-    ({"devices": "2", "device": "cuda:0"}, "invalid devices='2': expected an integer"),
-    ({"devices": 1.0}, "invalid devices=1.0"),
-    ({"devices": 2}, "invalid devices=2: expected 1 with device=cpu"),
-    ({"devices": 2, "device": "cuda:1"}, "invalid device='cuda:1': expected cuda:0 with devices=2"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"devices": 0}, "invalid devices=0: expected an integer from 1 to"),
+        ({"devices": -1}, "invalid devices=-1"),
+        ({"devices": True, "device": "cuda:0"}, "invalid devices=True: expected an integer"),
+        ({"devices": "2", "device": "cuda:0"}, "invalid devices='2': expected an integer"),
+        ({"devices": 1.0}, "invalid devices=1.0"),
+        ({"devices": 2}, "invalid devices=2: expected 1 with device=cpu"),
+        ({"devices": 2, "device": "cuda:1"}, "invalid device='cuda:1': expected cuda:0 with devices=2"),
+    ],
+)
 def test_bad_devices_names_the_field_and_what_is_accepted(fields, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(")) as info:
         RunSpec.from_dict({**BASE, **fields})
@@ -53,8 +57,17 @@ def test_spec_from_config_reads_devices_and_checks_the_visible_gpus(monkeypatch)
 
     from sweeper.spec import spec_from_config
 
-    fake = {"requested": "cuda", "device": "cuda:0", "device_kind": "cuda", "available": True, "reason": None,
-            "total_memory": 80 * 2**30, "device_name": "fake", "bf16_supported": True, "device_count": 2}
+    fake = {
+        "requested": "cuda",
+        "device": "cuda:0",
+        "device_kind": "cuda",
+        "available": True,
+        "reason": None,
+        "total_memory": 80 * 2**30,
+        "device_name": "fake",
+        "bf16_supported": True,
+        "device_count": 2,
+    }
     monkeypatch.setenv("MEMSWEEP_PROBE_cuda", json.dumps(fake))
     with initialize_config_module(config_module="conf", version_base="1.3"):
         assert compose(config_name="config").devices == 1  # the baseline
@@ -67,8 +80,13 @@ def test_spec_from_config_reads_devices_and_checks_the_visible_gpus(monkeypatch)
 
 
 def test_memsweep_run_devices_2_on_the_cpu_is_refused_before_any_worker(tmp_path, memsweep_cmd):
-    proc = subprocess.run([*memsweep_cmd, "run", "device=cpu", "devices=2", f"results_dir={tmp_path}/res"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [*memsweep_cmd, "run", "device=cpu", "devices=2", f"results_dir={tmp_path}/res"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "invalid devices=2: expected 1 with device=cpu" in proc.stderr
     assert not list(tmp_path.rglob("spec.json"))
@@ -91,6 +109,7 @@ def test_a_spec_json_written_before_devices_still_resumes_as_the_same_condition(
 
 
 # --- pool ------------------------------------------------------------------------------------
+
 
 def test_gpu_slots_group_visible_gpus(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -142,6 +161,7 @@ def test_a_pair_and_a_single_gpu_never_share_a_member(tmp_path):
 
 
 # --- counters through the phase protocol -----------------------------------------------------
+
 
 class FakeDevice:
     """One device's counters (the CudaCounters interface) over a fake allocator: ``alloc``
@@ -199,12 +219,24 @@ def test_per_device_readings_land_per_device_and_main_counters_are_device_0(tmp_
     phase = run_phase(counters, "cold_forward", body, 1, None, tmp_path / "record.json")
     assert phase["status"] == "ok"
     first, second = phase["devices"]
-    assert first == {"device_index": 0, "memory_allocated_start": 10 * MiB, "memory_reserved_start": 10 * MiB,
-                     "memory_allocated": 13 * MiB, "memory_reserved": 14 * MiB,
-                     "max_memory_allocated": 17 * MiB, "max_memory_reserved": 18 * MiB}
-    assert second == {"device_index": 1, "memory_allocated_start": 1 * MiB, "memory_reserved_start": 2 * MiB,
-                      "memory_allocated": 1 * MiB, "memory_reserved": 2 * MiB,
-                      "max_memory_allocated": 6 * MiB, "max_memory_reserved": None}  # unreadable: null, not 0
+    assert first == {
+        "device_index": 0,
+        "memory_allocated_start": 10 * MiB,
+        "memory_reserved_start": 10 * MiB,
+        "memory_allocated": 13 * MiB,
+        "memory_reserved": 14 * MiB,
+        "max_memory_allocated": 17 * MiB,
+        "max_memory_reserved": 18 * MiB,
+    }
+    assert second == {
+        "device_index": 1,
+        "memory_allocated_start": 1 * MiB,
+        "memory_reserved_start": 2 * MiB,
+        "memory_allocated": 1 * MiB,
+        "memory_reserved": 2 * MiB,
+        "max_memory_allocated": 6 * MiB,
+        "max_memory_reserved": None,
+    }  # unreadable: null, not 0
     for name in DEVICE_COUNTERS:  # the run's main counters are cuda:0's
         assert phase[name] == first[name] and isinstance(phase[name], int)
     assert phase["num_ooms"] == 0  # extra() of cuda:0 too
@@ -240,8 +272,13 @@ class FakeAllocatorApi:
     def __getattr__(self, name):
         def call(index):
             self.calls.append((name, index))
-            return {"memory_allocated": 1000, "memory_reserved": 2000, "max_memory_allocated": 3000,
-                    "max_memory_reserved": 4000}.get(name, 0) * (index + 1)
+            return {
+                "memory_allocated": 1000,
+                "memory_reserved": 2000,
+                "max_memory_allocated": 3000,
+                "max_memory_reserved": 4000,
+            }.get(name, 0) * (index + 1)
+
         return call
 
 
@@ -254,8 +291,11 @@ def test_the_real_cuda_counters_read_each_device_by_its_index(tmp_path):
     for d in counters.per_device():
         d._api = api
     phase = run_phase(counters, "inputs", lambda: None, 1, None, tmp_path / "r.json")
-    assert [(d["device_index"], d["max_memory_allocated"], d["max_memory_reserved"]) for d in phase["devices"]] \
-        == [(0, 3000, 4000), (1, 6000, 8000), (2, 9000, 12000)]
+    assert [(d["device_index"], d["max_memory_allocated"], d["max_memory_reserved"]) for d in phase["devices"]] == [
+        (0, 3000, 4000),
+        (1, 6000, 8000),
+        (2, 9000, 12000),
+    ]
     assert (phase["memory_allocated"], phase["max_memory_reserved"]) == (1000, 4000)
     assert {i for name, i in api.calls if name == "reset_peak_memory_stats"} == {0, 1, 2}
     assert {i for name, i in api.calls if name == "synchronize"} == {0, 1, 2}
@@ -279,6 +319,7 @@ def test_capacity_is_applied_to_each_device(monkeypatch):
 
 # --- analysis --------------------------------------------------------------------------------
 
+
 def _run(phases):
     spec = {**BASE, "dtype": "float32", "mode": "inference", "device": "cuda:0", "devices": 2}
     return Run(Path("/s/0"), spec, record={"schema_version": 1, "source": "measured", "phases": phases})
@@ -287,8 +328,12 @@ def _run(phases):
 def test_phases_table_has_the_nested_devices_column():
     assert PHASES_SCHEMA.field("devices").type == DEVICE_TYPE
     entry = {"device_index": 1, **{name: i * MiB for i, name in enumerate(DEVICE_COUNTERS)}}
-    with_devices = {"name": "cold_forward", "status": "ok", "max_memory_allocated": 5,
-                    "devices": [{**entry, "device_index": 0}, {**entry, "max_memory_reserved": None}]}
+    with_devices = {
+        "name": "cold_forward",
+        "status": "ok",
+        "max_memory_allocated": 5,
+        "devices": [{**entry, "device_index": 0}, {**entry, "max_memory_reserved": None}],
+    }
     without = {"name": "inputs", "status": "ok", "max_memory_allocated": 3}  # a record from before: no key
     single = {"name": "warmup", "status": "ok", "devices": None}
     table = coerce_table(phase_rows(_run([with_devices, without, single]), "0", Path("/s")), PHASES_SCHEMA)
@@ -301,12 +346,13 @@ def test_phases_table_has_the_nested_devices_column():
 
 
 def test_a_corrupt_devices_entry_is_null_not_zero():
-    bad = {"name": "inputs", "devices": [{"device_index": 0, "memory_allocated": "12", "max_memory_allocated": True},
-                                         "garbage"]}
+    bad = {
+        "name": "inputs",
+        "devices": [{"device_index": 0, "memory_allocated": "12", "max_memory_allocated": True}, "garbage"],
+    }
     (row,) = phase_rows(_run([bad]), "0", Path("/s"))
     assert row["devices"] == [{"device_index": 0, **dict.fromkeys(DEVICE_COUNTERS)}]
     assert coerce_table([{**row, "devices": "x"}], PHASES_SCHEMA).column("devices").to_pylist() == [None]
-
 
 
 def test_a_user_workload_is_told_how_many_devices_it_has():
@@ -325,8 +371,17 @@ def test_runs_on_one_and_on_two_devices_are_separate_frontiers():
 
     runs = []
     for i, (batch, devices, outcome) in enumerate([(4, 1, "ok"), (8, 1, "oom"), (4, 2, "ok"), (8, 2, "ok")]):
-        spec = {**BASE, "batch": batch, "dtype": "float32", "mode": "inference", "device": "cuda:0",
-                "workload": {"name": "mlp"}, "warmup": 1, "repeats": 1, "seed": 0}
+        spec = {
+            **BASE,
+            "batch": batch,
+            "dtype": "float32",
+            "mode": "inference",
+            "device": "cuda:0",
+            "workload": {"name": "mlp"},
+            "warmup": 1,
+            "repeats": 1,
+            "seed": 0,
+        }
         if devices > 1:  # the one-device specs predate the field: no key at all
             spec["devices"] = devices
         record = {"schema_version": 1, "complete": True, "outcome": outcome, "phases": []}

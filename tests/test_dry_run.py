@@ -44,9 +44,19 @@ def runs(tmp_path_factory):
         for name, data in LOADS.items():
             jobs[(name, "measured")] = pool.submit(_run, root, f"{name}-measured", data)
             jobs[(name, "predicted")] = pool.submit(_run, root, f"{name}-predicted", dict(data, dry_run=True))
-        user = dict(BASE, batch=2, width=8, mode="inference", dry_run=True,
-                    workload={"name": "user", "path": [str(HERE / "dryrun_user")],
-                              "model": {"_target_": "datadep.model"}, "inputs": {"_target_": "datadep.inputs"}})
+        user = dict(
+            BASE,
+            batch=2,
+            width=8,
+            mode="inference",
+            dry_run=True,
+            workload={
+                "name": "user",
+                "path": [str(HERE / "dryrun_user")],
+                "model": {"_target_": "datadep.model"},
+                "inputs": {"_target_": "datadep.inputs"},
+            },
+        )
         jobs[("user_datadep", "predicted")] = pool.submit(_run, root, "user-datadep", user)
         return {key: job.result() for key, job in jobs.items()}
 
@@ -89,17 +99,28 @@ def test_an_operator_fake_tensors_cannot_run_is_named(runs):
     assert record["phases"][-1]["error_type"] == "DryRunUnsupported"
 
 
-@pytest.mark.parametrize("change", [dict(device="cuda:0", devices=2), dict(device="cuda"), dict(export=True),
-                                    dict(dry_run="yes"),
-                                    dict(fault={"phase": "inputs", "kind": "raise"})])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(device="cuda:0", devices=2),
+        dict(device="cuda"),
+        dict(export=True),
+        dict(dry_run="yes"),
+        dict(fault={"phase": "inputs", "kind": "raise"}),
+    ],
+)
 def test_a_dry_run_refuses_what_it_cannot_predict(change):
     with pytest.raises(SpecError):
         RunSpec.from_dict({**BASE, "batch": 2, "workload": MLP, "dry_run": True, **change})
 
 
 # ----- the predicted peak split by category --------------------------------------------------
-SPLIT = ("predicted_parameter_bytes", "predicted_gradient_bytes", "predicted_optimizer_state_bytes",
-         "predicted_activation_bytes")
+SPLIT = (
+    "predicted_parameter_bytes",
+    "predicted_gradient_bytes",
+    "predicted_optimizer_state_bytes",
+    "predicted_activation_bytes",
+)
 
 
 def _split(phase: dict) -> dict:
@@ -141,8 +162,7 @@ def test_mlp_train_peak_split_parameters_gradients_adamw_states(runs):
     cold = _split(by_name["cold_step.forward"])
     assert cold["gradient"] == 0 and cold["optimizer_state"] == 0  # AdamW's states appear in the first step
     assert _split(by_name["warm_step.forward"])["optimizer_state"] == adamw
-    assert _split(by_name["model_load"]) == {"parameter": params, "gradient": 0, "optimizer_state": 0,
-                                             "activation": 0}
+    assert _split(by_name["model_load"]) == {"parameter": params, "gradient": 0, "optimizer_state": 0, "activation": 0}
 
 
 def test_mlp_inference_peak_split_has_no_gradients_or_optimizer_states(runs):
@@ -169,31 +189,43 @@ def test_the_split_follows_the_storage_not_its_address():
     """In-process: a gradient freed inside the phase (zero_grad set_to_none) counts as a
     gradient when it was live at the peak; a storage freed before the peak is not counted."""
     import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
     from worker.counters import FakeLiveTensorTracker
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     tracker = FakeLiveTensorTracker()
     with FakeTensorMode(), tracker:
-        w = torch.empty(256)            # 1024 B, a parameter
-        g = torch.empty(256)            # 1024 B, its gradient
+        w = torch.empty(256)  # 1024 B, a parameter
+        g = torch.empty(256)  # 1024 B, its gradient
         tracker.tag("parameter", [w])
         tracker.tag("gradient", [g, torch.empty(1)])  # the second one is a temporary: freed now
-        tracker.reset_peak()            # phase start: 2048 B live
-        del g                           # freed: the phase peak stays at its start
-        a = torch.empty(128)            # 512 B
+        tracker.reset_peak()  # phase start: 2048 B live
+        del g  # freed: the phase peak stays at its start
+        a = torch.empty(128)  # 512 B
         split_1 = tracker.peak_split()
-        b = torch.empty(1024)           # 4096 B: a new peak without the gradient
+        b = torch.empty(1024)  # 4096 B: a new peak without the gradient
         split_2 = tracker.peak_split()
         del a, b
         tracker.reset_peak()
         split_3 = tracker.peak_split()
-    assert split_1 == {"predicted_parameter_bytes": 1024, "predicted_gradient_bytes": 1024,
-                       "predicted_optimizer_state_bytes": 0, "predicted_activation_bytes": 0}
-    assert split_2 == {"predicted_parameter_bytes": 1024, "predicted_gradient_bytes": 0,
-                       "predicted_optimizer_state_bytes": 0, "predicted_activation_bytes": 512 + 4096}
-    assert split_3 == {"predicted_parameter_bytes": 1024, "predicted_gradient_bytes": 0,
-                       "predicted_optimizer_state_bytes": 0, "predicted_activation_bytes": 0}
+    assert split_1 == {
+        "predicted_parameter_bytes": 1024,
+        "predicted_gradient_bytes": 1024,
+        "predicted_optimizer_state_bytes": 0,
+        "predicted_activation_bytes": 0,
+    }
+    assert split_2 == {
+        "predicted_parameter_bytes": 1024,
+        "predicted_gradient_bytes": 0,
+        "predicted_optimizer_state_bytes": 0,
+        "predicted_activation_bytes": 512 + 4096,
+    }
+    assert split_3 == {
+        "predicted_parameter_bytes": 1024,
+        "predicted_gradient_bytes": 0,
+        "predicted_optimizer_state_bytes": 0,
+        "predicted_activation_bytes": 0,
+    }
     assert tracker.peak == tracker.live == 1024
 
 
@@ -214,8 +246,9 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
     capacity = (peak5 + peak6) // 2
 
     out = io.StringIO()
-    code = predict(PREDICT_LOAD + ["batch=3", f"capacity={capacity}", "--axis", "batch",
-                                   f"results_dir={tmp_path}"], out=out)
+    code = predict(
+        PREDICT_LOAD + ["batch=3", f"capacity={capacity}", "--axis", "batch", f"results_dir={tmp_path}"], out=out
+    )
     text = out.getvalue()
     assert code == 0, text
     assert "PREDICTED edge: max fit batch=5, min miss batch=6 (exact)" in text
@@ -225,19 +258,31 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
     # the split of the largest phase peak at the edge, printed in bytes with GB and GiB
     split = summary["peak_split"]
     assert split["peak_bytes"] == probe.run(5)["peak"] == peak5
-    parts = {k: split[k] for k in ("predicted_parameter_bytes", "predicted_gradient_bytes",
-                                   "predicted_optimizer_state_bytes", "predicted_activation_bytes")}
+    parts = {
+        k: split[k]
+        for k in (
+            "predicted_parameter_bytes",
+            "predicted_gradient_bytes",
+            "predicted_optimizer_state_bytes",
+            "predicted_activation_bytes",
+        )
+    }
     assert sum(parts.values()) == peak5 and parts["predicted_gradient_bytes"] > 0
     assert f"at that peak ({split['phase']})" in text
-    for label, key in (("parameters", "parameter"), ("gradients", "gradient"),
-                       ("optimizer states", "optimizer_state"), ("activations and temporaries", "activation")):
+    for label, key in (
+        ("parameters", "parameter"),
+        ("gradients", "gradient"),
+        ("optimizer states", "optimizer_state"),
+        ("activations and temporaries", "activation"),
+    ):
         n = parts[f"predicted_{key}_bytes"]
         assert f"{label:<28} {n} B = {n / 1e9:.3f} GB = {n / 2**30:.3f} GiB" in text, (label, text)
     assert {r["value"] for r in summary["runs"]} >= {5, 6}
 
     # the same loads measured (tracked allocated on the CPU) fall on the same sides of the capacity
-    measured = {b: _run(tmp_path, f"measured-{b}", dict(BASE, batch=b, mode="train", workload=MLP, repeats=1))
-                for b in (5, 6)}
+    measured = {
+        b: _run(tmp_path, f"measured-{b}", dict(BASE, batch=b, mode="train", workload=MLP, repeats=1)) for b in (5, 6)
+    }
     peaks = {b: max(p["max_memory_allocated"] for p in m["record"]["phases"]) for b, m in measured.items()}
     assert peaks[5] <= capacity < peaks[6]
 
@@ -278,8 +323,9 @@ def test_analysis_labels_predictions_and_keeps_them_out_of_the_frontier(runs, tm
 
 # ----- the frontier search seeded with the predicted edge -----------------------------------
 @pytest.mark.parametrize("strategy", ["model", "bisect"])
-@pytest.mark.parametrize("seed, edge, most_runs", [(37, 37, 2), (36, 37, 8), (38, 37, 3), (500, 37, 12),
-                                                   (1, 37, 12), (10, 1, 8), (10, 0, 3)])
+@pytest.mark.parametrize(
+    "seed, edge, most_runs", [(37, 37, 2), (36, 37, 8), (38, 37, 3), (500, 37, 12), (1, 37, 12), (10, 1, 8), (10, 0, 3)]
+)
 def test_a_seeded_search_finds_the_exact_edge(strategy, seed, edge, most_runs):
     from sweeper.search import FrontierSearch, Lattice, run_search
 
@@ -308,9 +354,22 @@ def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path, memsw
     from test_frontier_integration import LOAD, RANGE
 
     sweep_dir = tmp_path / "seeded"
-    proc = subprocess.run(memsweep_cmd + ["sweep", "hydra/sweeper=frontier", *LOAD, *RANGE, "hydra.sweeper.confirm=0",
-                                          "hydra.sweeper.seed_from_dry_run=true", f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        memsweep_cmd
+        + [
+            "sweep",
+            "hydra/sweeper=frontier",
+            *LOAD,
+            *RANGE,
+            "hydra.sweeper.confirm=0",
+            "hydra.sweeper.seed_from_dry_run=true",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
     (dry,) = [e for e in events if e["event"] == "dry_run"]
@@ -320,8 +379,10 @@ def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path, memsw
     (result,) = [e for e in events if e["event"] == "result"]
     assert (result["max_ok"], result["min_oom"], result["exact"], result["runs_used"]) == (384, 416, True, 2)
     assert not list(sweep_dir.glob("*/spec.json")) or all(
-        not json.loads(p.read_text()).get("dry_run") for p in sweep_dir.glob("*/spec.json"))
+        not json.loads(p.read_text()).get("dry_run") for p in sweep_dir.glob("*/spec.json")
+    )
     # The dry runs stay inside the sweep directory, hidden from the analysis of measured runs.
     assert list((sweep_dir / ".dry_run").rglob("record.json")) and not (tmp_path / "seeded-dry_run").exists()
     import pyarrow.parquet as pq
+
     assert set(pq.read_table(sweep_dir / "runs.parquet").column("source").to_pylist()) <= {"measured", None}

@@ -13,8 +13,8 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
 from test_dry_run import _run  # noqa: E402  (the same real-process helper)
+
 from conf.contract import RunSpec, SpecError
 
 BASE = dict(context=16, width=32, dtype="float32", warmup=1, repeats=1, timeout_s=300, threads=1, dry_run=True)
@@ -27,8 +27,12 @@ LOADS = {
     # a static KV cache is written by slice assignment: indexing fake CUDA tensors
     "lm_generate_static": dict(BASE, batch=2, mode="generate", workload=LM, new_tokens=3, kv_cache="static"),
 }
-SPLIT = ("predicted_parameter_bytes", "predicted_gradient_bytes", "predicted_optimizer_state_bytes",
-         "predicted_activation_bytes")
+SPLIT = (
+    "predicted_parameter_bytes",
+    "predicted_gradient_bytes",
+    "predicted_optimizer_state_bytes",
+    "predicted_activation_bytes",
+)
 
 
 def _r512(n: int) -> int:
@@ -39,8 +43,11 @@ def _r512(n: int) -> int:
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cudadry")
     with ThreadPoolExecutor(2) as pool:
-        jobs = {(name, device): pool.submit(_run, root, f"{name}-{device.replace(':', '')}", dict(data, device=device))
-                for name, data in LOADS.items() for device in ("cuda:0", "cpu")}
+        jobs = {
+            (name, device): pool.submit(_run, root, f"{name}-{device.replace(':', '')}", dict(data, device=device))
+            for name, data in LOADS.items()
+            for device in ("cuda:0", "cpu")
+        }
         return {key: job.result() for key, job in jobs.items()}
 
 
@@ -60,8 +67,15 @@ def _ok(run: dict) -> dict:
 def test_cuda_block_bytes_rounds_up_to_512():
     from worker.counters import cuda_block_bytes
 
-    assert [cuda_block_bytes(n) for n in (0, 1, 511, 512, 513, 1024, 4 * 10**6 + 1)] == \
-        [0, 512, 512, 512, 1024, 1024, 7813 * 512]
+    assert [cuda_block_bytes(n) for n in (0, 1, 511, 512, 513, 1024, 4 * 10**6 + 1)] == [
+        0,
+        512,
+        512,
+        512,
+        1024,
+        1024,
+        7813 * 512,
+    ]
     with pytest.raises(ValueError):
         cuda_block_bytes(-1)
 
@@ -75,10 +89,10 @@ def test_the_tracker_counts_cuda_storages_only_in_512_byte_blocks():
 
     tracker = FakeLiveTensorTracker(device_type="cuda", block_bytes=512)
     with fake_mode("cuda"), tracker:
-        a = torch.empty(3, device="cuda:0")           # 12 B -> 512 B
-        b = torch.empty(512, device="cuda:0")         # 2048 B
-        view = b.narrow(0, 0, 10)                     # a view: same storage
-        host = torch.empty(1000)                      # on the host: not counted
+        a = torch.empty(3, device="cuda:0")  # 12 B -> 512 B
+        b = torch.empty(512, device="cuda:0")  # 2048 B
+        view = b.narrow(0, 0, 10)  # a view: same storage
+        host = torch.empty(1000)  # on the host: not counted
         live = tracker.live
         del a
         after = tracker.live
@@ -193,22 +207,32 @@ def test_a_cuda_dry_run_spec_needs_no_gpu_but_a_valid_device(monkeypatch):
     monkeypatch.setattr(spec_module, "probe_device", no_probe)
     with initialize_config_module(config_module="conf", version_base="1.3"):
         for device, resolved in (("cuda", "cuda:0"), ("cuda:3", "cuda:3")):
-            spec = spec_module.spec_from_config(compose(config_name="config", overrides=[
-                f"device={device}", "dry_run=true", "dtype=bfloat16", "capacity=80GB"]))
+            spec = spec_module.spec_from_config(
+                compose(
+                    config_name="config",
+                    overrides=[f"device={device}", "dry_run=true", "dtype=bfloat16", "capacity=80GB"],
+                )
+            )
             assert (spec.device, spec.dry_run, spec.capacity_bytes) == (resolved, True, 80 * 10**9)
         with pytest.raises(SpecError, match="device"):
             spec_module.spec_from_config(compose(config_name="config", overrides=["device=gpu", "dry_run=true"]))
         with pytest.raises(SpecError, match="invalid devices=2"):
-            spec_module.spec_from_config(compose(config_name="config", overrides=[
-                "device=cuda", "devices=2", "dry_run=true"]))
+            spec_module.spec_from_config(
+                compose(config_name="config", overrides=["device=cuda", "devices=2", "dry_run=true"])
+            )
     with pytest.raises(SpecError, match="invalid device='cuda'"):  # a run spec holds a resolved device
         RunSpec.from_dict(dict(LOADS["mlp1_inference"], device="cuda"))
 
 
 def test_a_real_run_on_a_missing_gpu_is_still_refused(tmp_path, memsweep_cmd):
-    proc = subprocess.run([*memsweep_cmd, "run", "device=cuda", "workload=mlp", "context=8", "width=16",
-                           f"results_dir={tmp_path}/res"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ))
+    proc = subprocess.run(
+        [*memsweep_cmd, "run", "device=cuda", "workload=mlp", "context=8", "width=16", f"results_dir={tmp_path}/res"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "invalid device='cuda'" in proc.stderr and "visible device" in proc.stderr
     assert not list(tmp_path.rglob("spec.json"))
@@ -235,8 +259,10 @@ def test_predict_for_a_cuda_device_on_the_cpu(tmp_path):
     results = {}
     for device in ("cpu", "cuda"):
         out = io.StringIO()
-        code = predict(PREDICT_LOAD + [f"device={device}", "batch=2", f"capacity={capacity}",
-                                       f"results_dir={tmp_path / device}"], out=out)
+        code = predict(
+            PREDICT_LOAD + [f"device={device}", "batch=2", f"capacity={capacity}", f"results_dir={tmp_path / device}"],
+            out=out,
+        )
         results[device] = (code, out.getvalue())
     code, text = results["cuda"]
     assert code == 0, text

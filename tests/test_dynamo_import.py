@@ -31,8 +31,13 @@ def _run(tmp_path, spec: dict, patch: bool = False) -> tuple[dict, dict]:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "spec.json").write_text(json.dumps(RunSpec.from_dict(spec).to_dict()))
-    out = subprocess.run([sys.executable, "-c", SCRIPT, str(run_dir / "spec.json"), "1" if patch else "0"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(run_dir / "spec.json"), "1" if patch else "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     said = json.loads(out.stdout.strip().splitlines()[-1])
     record = json.loads((run_dir / "record.json").read_text())
@@ -43,11 +48,16 @@ def _run(tmp_path, spec: dict, patch: bool = False) -> tuple[dict, dict]:
 EAGER_SWIGLU = dict(TRANSFORMER, attention="eager", ffn="swiglu", norm="layernorm", kv_heads=1)
 
 
-@pytest.mark.parametrize("workload, mode, extra", [
-    ({"name": "mlp", "depth": 1}, "inference", {}),
-    ({"name": "mlp", "depth": 1}, "inference", dict(precision="autocast", dtype="bfloat16")),
-    (TRANSFORMER, "inference", {}), (TRANSFORMER, "generate", {}),
-    (EAGER_SWIGLU, "generate", dict(kv_cache="static", dtype="bfloat16"))])
+@pytest.mark.parametrize(
+    "workload, mode, extra",
+    [
+        ({"name": "mlp", "depth": 1}, "inference", {}),
+        ({"name": "mlp", "depth": 1}, "inference", dict(precision="autocast", dtype="bfloat16")),
+        (TRANSFORMER, "inference", {}),
+        (TRANSFORMER, "generate", {}),
+        (EAGER_SWIGLU, "generate", dict(kv_cache="static", dtype="bfloat16")),
+    ],
+)
 def test_cpu_inference_of_builtin_workloads_never_imports_dynamo(tmp_path, tiny, workload, mode, extra):
     spec = dict(tiny, workload=workload, mode=mode, new_tokens=2, **extra)
     assert not needs_dynamo(RunSpec.from_dict(spec))
@@ -72,8 +82,16 @@ def test_a_wrong_no_is_caught_and_recorded(tmp_path, tiny):
     assert record["environment"]["imported_during_phases"].startswith("torch._dynamo (before ")
 
 
-@pytest.mark.parametrize("change", [dict(mode="train"), dict(dry_run=True), dict(device="cuda"),
-                                    dict(export=True), dict(workload={"name": "hf", "config": "GPT2Config"})])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(mode="train"),
+        dict(dry_run=True),
+        dict(device="cuda"),
+        dict(export=True),
+        dict(workload={"name": "hf", "config": "GPT2Config"}),
+    ],
+)
 def test_needs_dynamo_is_conservative(tiny, change):
     spec = dict(tiny, **change)
     assert needs_dynamo(RunSpec.from_dict(spec)), change

@@ -13,16 +13,34 @@ from analysis import estimate as E
 from analysis.estimate.cli import main as estimate_main
 from conf.contract import GB, GiB, RunSpec, SpecError
 
-LLAMA2_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
-             "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000,
-             "tie_word_embeddings": False, "torch_dtype": "float16"}
-MISTRAL_7B = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
-              "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000, "sliding_window": 4096,
-              "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+LLAMA2_7B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+}
+MISTRAL_7B = {
+    "model_type": "mistral",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+    "sliding_window": 4096,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
 GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257}
 
 
 # ---------------------------------------------------------------- weights, the seed's case
+
 
 def test_seed_7b_16bit_weights_and_reserve():
     """7e9 params x 16 bits / 8 = 14_000_000_000 B = 14.00 GB (/1e9) = 13.04 GiB (/2^30 = 13.0385).
@@ -57,8 +75,12 @@ def test_cli_seed_command(capsys):
 
 def test_console_script_dispatches_estimate(memsweep_cmd):
     """The installed `memsweep estimate` (a subprocess, as a user runs it) prints the same bytes."""
-    proc = subprocess.run(memsweep_cmd + ["estimate", "--parameters", "7000000000", "--bits", "16",
-                                          "--reserve-gib", "4", "--json"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        memsweep_cmd + ["estimate", "--parameters", "7000000000", "--bits", "16", "--reserve-gib", "4", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     est = json.loads(proc.stdout)["estimate"]
     assert est["weights"] == 14_000_000_000 and est["reserve"] == 4 * 2**30 and est["gradients"] is None
@@ -109,6 +131,7 @@ def test_quantized_config_keeps_embeddings_and_head():
 
 
 # ---------------------------------------------------------------- training state
+
 
 def test_mixed_precision_adamw_is_16_bytes_per_param():
     """ZeRO Sec. 3.1: fp16 weights 2 + fp16 gradients 2 + fp32 master 4 + fp32 m 4 + fp32 v 4 =
@@ -176,6 +199,7 @@ def test_optimizer_states_by_optimizer():
 
 # ---------------------------------------------------------------- activations
 
+
 def test_korthikanti_per_layer():
     """Korthikanti et al. 2022 Eq. (1), GPT-3 175B sizes, s=2048, b=1, h=12288, a=96:
     sbh(34 + 5as/h) = 2048 x 12288 x (34 + 5 x 96 x 2048 / 12288 = 80) = 25_165_824 x 114 =
@@ -193,6 +217,7 @@ def test_korthikanti_per_layer():
 
 
 # ---------------------------------------------------------------- KV cache
+
 
 def test_seed_kv_cache_1gib_and_4_sequences():
     """Seed 003: 2 (K and V) x 32 layers x 8 KV heads x 128 x 8192 tokens x 2 bytes x 1 sequence
@@ -221,9 +246,18 @@ def test_head_dim_precedence_sliding_window_static_cache():
     is used: 2 x 32 x 8 x 128 x 16384 x 2 = 2 GiB for 1 sequence of 10 tokens."""
     assert E.resolve_head_dim(3072, 16, 256) == 256
     assert E.resolve_head_dim(3072, 16) == 192
-    gemma = E.parse_hf_config({"model_type": "gemma", "hidden_size": 3072, "num_attention_heads": 16,
-                               "num_key_value_heads": 16, "head_dim": 256, "num_hidden_layers": 28,
-                               "intermediate_size": 24576, "vocab_size": 256000})
+    gemma = E.parse_hf_config(
+        {
+            "model_type": "gemma",
+            "hidden_size": 3072,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "head_dim": 256,
+            "num_hidden_layers": 28,
+            "intermediate_size": 24576,
+            "vocab_size": 256000,
+        }
+    )
     assert gemma.head_dim == 256
     with pytest.raises(ValueError, match="head_dim"):
         E.resolve_head_dim(100, 3)
@@ -236,20 +270,38 @@ def test_head_dim_precedence_sliding_window_static_cache():
     with pytest.raises(ValueError):
         E.cached_tokens(20000, static_capacity=16384)
     # mixed layer types: only sliding layers are capped
-    mixed = E.parse_hf_config({**MISTRAL_7B, "num_hidden_layers": 2,
-                               "layer_types": ["sliding_attention", "full_attention"]})
+    mixed = E.parse_hf_config(
+        {**MISTRAL_7B, "num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"]}
+    )
     assert mixed.kv_layer_tokens(8192) == [4096, 8192]
 
 
 def test_cli_kv_cache(capsys):
     """The seed's KV case from the command line: 1 GiB, then 4 GiB with 4 sequences."""
-    assert estimate_main(["--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--kv-tokens", "8192",
-                          "--sequences", "4", "--json"]) == 0
+    assert (
+        estimate_main(
+            [
+                "--layers",
+                "32",
+                "--kv-heads",
+                "8",
+                "--head-dim",
+                "128",
+                "--kv-tokens",
+                "8192",
+                "--sequences",
+                "4",
+                "--json",
+            ]
+        )
+        == 0
+    )
     est = json.loads(capsys.readouterr().out)["estimate"]
     assert est["kv_cache"] == 4 * GiB and est["weights"] is None
 
 
 # ---------------------------------------------------------------- model descriptions
+
 
 def test_hf_config_parameter_counts(tmp_path):
     """Llama-2-7B: embeddings 32000 x 4096 = 131_072_000; per layer 4 x 4096^2 = 67_108_864
@@ -271,12 +323,17 @@ def test_cli_config_train_zero(tmp_path, capsys):
     assert estimate_main(["--config", str(tmp_path), "--train", "--zero-stage", "3", "--devices", "8", "--json"]) == 0
     est = json.loads(capsys.readouterr().out)["estimate"]
     assert est["peak"] == 16 * 6_738_415_616 // 8 == 13_476_831_232
-    assert estimate_main(["--config", str(tmp_path), "--train", "--activations", "--batch", "1", "--seq-len", "512",
-                          "--json"]) == 0
+    assert (
+        estimate_main(
+            ["--config", str(tmp_path), "--train", "--activations", "--batch", "1", "--seq-len", "512", "--json"]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["estimate"]["activations"] > 0
 
 
 # ---------------------------------------------------------------- breakdown, spec, columns
+
 
 def test_breakdown_format_separates_gb_and_gib():
     b = E.Breakdown(weights=GiB, kv_cache=GB)
@@ -314,8 +371,10 @@ def test_estimate_columns():
 
 
 def test_estimator_and_sweeper_do_not_import_torch():
-    code = ("import sys; import analysis.estimate, analysis.estimate.cli, sweeper.spec, sweeper.cli; "
-            "sys.exit(1 if 'torch' in sys.modules else 0)")
+    code = (
+        "import sys; import analysis.estimate, analysis.estimate.cli, sweeper.spec, sweeper.cli; "
+        "sys.exit(1 if 'torch' in sys.modules else 0)"
+    )
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 

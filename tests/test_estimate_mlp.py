@@ -25,8 +25,19 @@ LOADS = [
 
 
 def _spec(mode, dtype, batch, context, width, params) -> RunSpec:
-    return RunSpec(batch=batch, context=context, width=width, dtype=dtype, mode=mode, device="cpu",
-                   workload={"name": "mlp", **params}, warmup=1, repeats=2, timeout_s=120, threads=1)
+    return RunSpec(
+        batch=batch,
+        context=context,
+        width=width,
+        dtype=dtype,
+        mode=mode,
+        device="cpu",
+        workload={"name": "mlp", **params},
+        warmup=1,
+        repeats=2,
+        timeout_s=120,
+        threads=1,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +54,14 @@ def worker_runs(tmp_path_factory):
         runs.append((spec, run_dir))
 
     def measure(run_dir):
-        return subprocess.run([sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)], cwd=run_dir,
-                              env=worker_env(), capture_output=True, text=True, timeout=180)
+        return subprocess.run(
+            [sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
+            cwd=run_dir,
+            env=worker_env(),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
 
     with ThreadPoolExecutor(len(runs)) as pool:
         procs = list(pool.map(measure, [d for _, d in runs]))
@@ -72,12 +89,23 @@ def test_every_phase_counter_matches_worker(worker_runs):
     """Per phase: memory_allocated at start and end and max_memory_allocated, estimate vs record."""
     for spec, record, _ in worker_runs:
         w = spec.workload
-        phases = mlp_phases(spec.batch, spec.context, spec.width, dtype=spec.dtype, mode=spec.mode,
-                            depth=w["depth"], hidden=w["hidden"], activation=w["activation"],
-                            warmup=spec.warmup, repeats=spec.repeats)
+        phases = mlp_phases(
+            spec.batch,
+            spec.context,
+            spec.width,
+            dtype=spec.dtype,
+            mode=spec.mode,
+            depth=w["depth"],
+            hidden=w["hidden"],
+            activation=w["activation"],
+            warmup=spec.warmup,
+            repeats=spec.repeats,
+        )
         got = [(p.name, p.start, p.peak, p.end) for p in phases]
-        want = [(p["name"], p["memory_allocated_start"], p["max_memory_allocated"], p["memory_allocated"])
-                for p in record["phases"]]
+        want = [
+            (p["name"], p["memory_allocated_start"], p["max_memory_allocated"], p["memory_allocated"])
+            for p in record["phases"]
+        ]
         assert got == want
 
 
@@ -90,8 +118,9 @@ def test_runs_parquet_has_calculated_next_to_observed(worker_runs, tmp_path):
     assert len(rows) == len(LOADS)
     for row in rows:
         assert row["est_peak_bytes"] is not None and row["max_memory_allocated"] is not None
-        assert row["estimate_error"] == pytest.approx((row["est_peak_bytes"] - row["max_memory_allocated"])
-                                                      / row["max_memory_allocated"])
+        assert row["estimate_error"] == pytest.approx(
+            (row["est_peak_bytes"] - row["max_memory_allocated"]) / row["max_memory_allocated"]
+        )
         assert abs(row["estimate_error"]) <= 0.05
     train = [r for r in rows if r["mode"] == "train"]
     assert all(r["est_optimizer_states_bytes"] > 0 and r["est_gradients_bytes"] >= 0 for r in train)
@@ -110,11 +139,20 @@ def test_replay_matches_tracker_in_process():
 
     rng = random.Random(1)
     for _ in range(12):
-        kw = dict(batch=rng.randint(1, 4), context=rng.randint(1, 6), width=rng.randint(1, 12),
-                  dtype=rng.choice(["float32", "float16", "bfloat16"]), mode=rng.choice(["inference", "train"]),
-                  warmup=rng.randint(0, 2), repeats=rng.randint(1, 2))
-        params = dict(depth=rng.randint(1, 3), hidden=rng.choice([None, rng.randint(1, 20)]),
-                      activation=rng.choice(["gelu", "relu", "silu", "tanh"]))
+        kw = dict(
+            batch=rng.randint(1, 4),
+            context=rng.randint(1, 6),
+            width=rng.randint(1, 12),
+            dtype=rng.choice(["float32", "float16", "bfloat16"]),
+            mode=rng.choice(["inference", "train"]),
+            warmup=rng.randint(0, 2),
+            repeats=rng.randint(1, 2),
+        )
+        params = dict(
+            depth=rng.randint(1, 3),
+            hidden=rng.choice([None, rng.randint(1, 20)]),
+            activation=rng.choice(["gelu", "relu", "silu", "tanh"]),
+        )
         spec = RunSpec(workload={"name": "mlp", **params}, **kw)
         tracker = LiveTensorTracker()
         tracker.__enter__()
@@ -129,9 +167,19 @@ def test_replay_matches_tracker_in_process():
                 measured.append((start, tracker.peak, tracker.live))
         finally:
             tracker.__exit__(None, None, None)
-        est = [(p.start, p.peak, p.end) for p in mlp_phases(spec.batch, spec.context, spec.width, dtype=spec.dtype,
-                                                            mode=spec.mode, warmup=spec.warmup,
-                                                            repeats=spec.repeats, **params)]
+        est = [
+            (p.start, p.peak, p.end)
+            for p in mlp_phases(
+                spec.batch,
+                spec.context,
+                spec.width,
+                dtype=spec.dtype,
+                mode=spec.mode,
+                warmup=spec.warmup,
+                repeats=spec.repeats,
+                **params,
+            )
+        ]
         assert est == measured, (kw, params)
 
 

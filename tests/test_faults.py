@@ -18,7 +18,10 @@ MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 
 # (fault kind, phase) -> expected outcome. OOMs are injected as torch.OutOfMemoryError in each phase.
 MATRIX = [(kind, phase) for kind in ("sigkill", "oom") for phase in INFERENCE_PHASES] + [
-    ("segfault", "cold_forward"), ("raise", "warm_forward"), ("garbage", "inputs")]
+    ("segfault", "cold_forward"),
+    ("raise", "warm_forward"),
+    ("garbage", "inputs"),
+]
 # A hang past timeout_s is in tests/test_worker_runs.py (its short timeout_s would race slow starts here).
 EXPECTED = {"sigkill": "crash", "oom": "oom", "segfault": "crash", "raise": "error", "garbage": "crash"}
 
@@ -26,10 +29,22 @@ EXPECTED = {"sigkill": "crash", "oom": "oom", "segfault": "crash", "raise": "err
 @pytest.fixture(scope="module")
 def matrix_sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
-    faults = ",".join("{phase:%s,kind:%s}" % (phase, kind) for kind, phase in MATRIX)
-    proc = subprocess.run([MEMSWEEP, "sweep", "hydra/sweeper=basic", f"fault={faults}", "batch=2",
-                           f"hydra.sweep.dir={root}/s", *TINY_ARGS], cwd=root, capture_output=True, text=True,
-                          timeout=900)
+    faults = ",".join(f"{{phase:{phase},kind:{kind}}}" for kind, phase in MATRIX)
+    proc = subprocess.run(
+        [
+            MEMSWEEP,
+            "sweep",
+            "hydra/sweeper=basic",
+            f"fault={faults}",
+            "batch=2",
+            f"hydra.sweep.dir={root}/s",
+            *TINY_ARGS,
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return proc, root / "s"
 
 
@@ -48,7 +63,7 @@ def test_fault_matrix(matrix_sweep):
         assert spec["fault"] == {"phase": phase, "kind": kind}
         if kind != "garbage":
             record = json.loads((sweep_dir / str(index) / "record.json").read_text())
-            done = list(INFERENCE_PHASES[:INFERENCE_PHASES.index(phase)])
+            done = list(INFERENCE_PHASES[: INFERENCE_PHASES.index(phase)])
             names = [p["name"] for p in record["phases"]]
             if kind in ("oom", "raise"):
                 assert names == done + [phase] and record["phases"][-1]["status"] == EXPECTED[kind]

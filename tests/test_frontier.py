@@ -22,14 +22,17 @@ def affine(a, b, cap=CAP, limit=None):
     def oracle(x):
         p = int(a + b * x)
         return ("ok", p, cap) if p <= limit else ("oom", None, cap)
+
     return oracle
 
 
 def scripted(outcomes: dict, default="ok", peak=lambda x: 1000 * x, cap=CAP):
     """Outcome by value from ``outcomes`` (value -> outcome, or a callable), else ``default``."""
+
     def oracle(x):
         o = outcomes(x) if callable(outcomes) else outcomes.get(x, default)
         return o, (peak(x) if o == "ok" else None), cap
+
     return oracle
 
 
@@ -42,6 +45,7 @@ def tried(s, outcome):
 
 
 # ---- lattice and fit ----------------------------------------------------------------------
+
 
 def test_lattice_rounds_bounds_inwards_and_refuses_empty_ranges():
     lat = Lattice.make(1, 1000, 8)
@@ -88,6 +92,7 @@ def test_crossing_and_band():
 
 
 # ---- scripted oracles ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("strategy", ["model", "bisect"])
 def test_all_probes_fit_reports_upper_bound_not_reached(strategy):
@@ -218,13 +223,22 @@ def test_observe_refuses_unknown_values_and_outcomes():
 # ---- properties over random oracles ---------------------------------------------------------
 
 lattices = st.tuples(st.integers(1, 300), st.integers(0, 5000), st.sampled_from([1, 1, 2, 8, 16])).filter(
-    lambda t: (t[0] + t[1]) // t[2] * t[2] >= -(-t[0] // t[2]) * t[2])
+    lambda t: (t[0] + t[1]) // t[2] * t[2] >= -(-t[0] // t[2]) * t[2]
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(lat=lattices, edge=st.integers(0, 6000), strategy=st.sampled_from(["model", "bisect"]),
-       slots=st.integers(1, 4), a=st.integers(0, 10**9), b=st.integers(1, 10**6), c=st.integers(0, 1000),
-       cap=st.integers(1, 10**10), axis=st.sampled_from(["batch", "context"]))
+@given(
+    lat=lattices,
+    edge=st.integers(0, 6000),
+    strategy=st.sampled_from(["model", "bisect"]),
+    slots=st.integers(1, 4),
+    a=st.integers(0, 10**9),
+    b=st.integers(1, 10**6),
+    c=st.integers(0, 1000),
+    cap=st.integers(1, 10**10),
+    axis=st.sampled_from(["batch", "context"]),
+)
 def test_monotone_oracles_end_exact_on_a_tried_pair(lat, edge, strategy, slots, a, b, c, cap, axis):
     """Any monotone oracle, whatever the peaks and the capacity say: the answer is a tried
     success, min_oom a tried OOM, and the search ends on the true edge of the lattice."""
@@ -250,8 +264,13 @@ def test_monotone_oracles_end_exact_on_a_tried_pair(lat, edge, strategy, slots, 
 
 
 @settings(max_examples=200, deadline=None)
-@given(lat=lattices, strategy=st.sampled_from(["model", "bisect"]), slots=st.integers(1, 4),
-       seed=st.integers(0, 2**32 - 1), p_oom=st.floats(0.05, 0.95))
+@given(
+    lat=lattices,
+    strategy=st.sampled_from(["model", "bisect"]),
+    slots=st.integers(1, 4),
+    seed=st.integers(0, 2**32 - 1),
+    p_oom=st.floats(0.05, 0.95),
+)
 def test_any_oracle_answers_with_tried_values(lat, strategy, slots, seed, p_oom):
     """Random, non-monotonic outcomes: still a tried success and a tried OOM, and it ends."""
     import random

@@ -18,21 +18,36 @@ import pytest
 from conf.contract import RunSpec, read_json
 from sweeper.process import execute
 
-LOAD = ["device=cpu", "capacity=64MiB", "context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1",
-        "threads=1"]
+LOAD = [
+    "device=cpu",
+    "capacity=64MiB",
+    "context=64",
+    "width=64",
+    "workload.depth=2",
+    "warmup=1",
+    "repeats=1",
+    "threads=1",
+]
 LATTICE = (352, 384, 416, 448)
 RANGE = ["hydra.sweeper.lower=352", "hydra.sweeper.upper=448", "hydra.sweeper.multiple_of=32"]
 
 
 def sweep(cmd, sweep_dir, *args, timeout=300, bounds=RANGE):
-    return subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *LOAD, *bounds, *args,
-                                 f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=sweep_dir.parent, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        cmd + ["sweep", "hydra/sweeper=frontier", *LOAD, *bounds, *args, f"hydra.sweep.dir={sweep_dir}"],
+        cwd=sweep_dir.parent,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def results(sweep_dir):
-    return [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()
-            if json.loads(x)["event"] == "result"]
+    return [
+        json.loads(x)
+        for x in (sweep_dir / "search.jsonl").read_text().splitlines()
+        if json.loads(x)["event"] == "result"
+    ]
 
 
 def outcomes_by_value(sweep_dir):
@@ -40,7 +55,8 @@ def outcomes_by_value(sweep_dir):
     out = {}
     for spec_path in sweep_dir.glob("*/spec.json"):
         out.setdefault(read_json(spec_path, "spec")["batch"], []).append(
-            read_json(spec_path.parent / "result.json", "result")["outcome"])
+            read_json(spec_path.parent / "result.json", "result")["outcome"]
+        )
     return out
 
 
@@ -87,15 +103,20 @@ def test_basic_launcher_finds_the_exhaustive_edge(basic, exhaustive):
     assert (row["max_ok"], row["min_oom"], row["exact"], row["strategy"]) == (*exhaustive, True, "model")
     assert row["runs_used"] == result["runs_used"] and row["search_status"].startswith("exact edge")
     assert "search (model" in proc.stdout
-    probes = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()
-              if json.loads(x)["event"] == "probe"]
+    probes = [
+        json.loads(x)
+        for x in (sweep_dir / "search.jsonl").read_text().splitlines()
+        if json.loads(x)["event"] == "probe"
+    ]
     assert all(p["reason"] and p["outcome"] in ("ok", "oom") and p["run_dir"] for p in probes)
 
 
 def test_resume_reuses_the_runs(basic):
     cmd, sweep_dir, _ = basic
-    runs = lambda: {p.parent.name: p.parent.joinpath("result.json").read_bytes()  # noqa: E731
-                    for p in sweep_dir.glob("*/spec.json")}
+
+    def runs():
+        return {p.parent.name: p.parent.joinpath("result.json").read_bytes() for p in sweep_dir.glob("*/spec.json")}
+
     before = runs()
     proc = sweep(cmd, sweep_dir, "hydra.sweeper.confirm=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -111,9 +132,14 @@ def test_submitit_local_finds_the_same_edge_two_probes_at_a_time(basic, exhausti
     sweep_dir = tmp_path / "submitit"
     # the two lattice values around the edge, run at once: one round
     lower, upper = exhaustive
-    proc = sweep(cmd, sweep_dir, "hydra/launcher=submitit_local", "hydra.sweeper.parallel=2",
-                 "hydra.sweeper.confirm=0", bounds=[f"hydra.sweeper.lower={lower}", f"hydra.sweeper.upper={upper}",
-                                                    "hydra.sweeper.multiple_of=32"])
+    proc = sweep(
+        cmd,
+        sweep_dir,
+        "hydra/launcher=submitit_local",
+        "hydra.sweeper.parallel=2",
+        "hydra.sweeper.confirm=0",
+        bounds=[f"hydra.sweeper.lower={lower}", f"hydra.sweeper.upper={upper}", "hydra.sweeper.multiple_of=32"],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (result,) = results(sweep_dir)
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (*exhaustive, True)
@@ -136,8 +162,7 @@ def test_an_error_probe_stops_the_search_and_is_reported(basic, tmp_path):
 
 def test_bad_settings_exit_2_before_any_run(basic, tmp_path):
     cmd, _, _ = basic
-    for args, field in ((["hydra.sweeper.strategy=random"], "hydra.sweeper.strategy"),
-                        (["batch=1,2"], "batch")):
+    for args, field in ((["hydra.sweeper.strategy=random"], "hydra.sweeper.strategy"), (["batch=1,2"], "batch")):
         sweep_dir = tmp_path / field
         proc = sweep(cmd, sweep_dir, *args)
         assert proc.returncode == 2 and f"invalid {field}=" in proc.stderr, proc.stderr[-2000:]

@@ -44,12 +44,24 @@ class ScriptedLauncher:
             outcome = self.oracle(spec)
             peak = 1000 * spec.batch * spec.context
             write_json_atomic(run_dir / "spec.json", spec.to_dict())
-            write_json_atomic(run_dir / "record.json", {
-                "schema_version": 1, "complete": True, "outcome": outcome, "device_kind": "cpu",
-                "capacity_bytes": CAP, "phases": [{"name": "cold_forward", "max_memory_allocated":
-                                                   peak if outcome == "ok" else None}]})
-            envelope = {"schema_version": 1, "outcome": outcome, "failed_phase": None, "error_type": None,
-                        "error_message": None if outcome == "ok" else f"scripted {outcome}"}
+            write_json_atomic(
+                run_dir / "record.json",
+                {
+                    "schema_version": 1,
+                    "complete": True,
+                    "outcome": outcome,
+                    "device_kind": "cpu",
+                    "capacity_bytes": CAP,
+                    "phases": [{"name": "cold_forward", "max_memory_allocated": peak if outcome == "ok" else None}],
+                },
+            )
+            envelope = {
+                "schema_version": 1,
+                "outcome": outcome,
+                "failed_phase": None,
+                "error_type": None,
+                "error_message": None if outcome == "ok" else f"scripted {outcome}",
+            }
             write_json_atomic(run_dir / "result.json", envelope)
             r = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
             r.return_value = envelope
@@ -60,8 +72,9 @@ class ScriptedLauncher:
 def make(tmp_path, oracle, launcher=None, **settings):
     impl = FrontierSweeperImpl(**settings)
     # isolation=spawn: no fork server is started for the scripted launcher (conf/config.yaml says forkserver)
-    impl.config = OmegaConf.create({"isolation": "spawn",
-                                    "hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": launcher or {}}})
+    impl.config = OmegaConf.create(
+        {"isolation": "spawn", "hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": launcher or {}}}
+    )
     impl.launcher = ScriptedLauncher(tmp_path, oracle)
     impl.fixed_overrides = lambda arguments: list(arguments)
     impl.compose = spec_of
@@ -82,8 +95,16 @@ def test_search_writes_runs_keyed_by_spec_and_its_decisions(tmp_path):
     impl.sweep([])
     (result,) = log_lines(tmp_path, "result")
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
-    assert result["fixed"] == {"batch": None, "context": 64, "width": 64, "dtype": "float32",
-                               "mode": "inference", "device": "cpu", "warmup": 1, "repeats": 1}
+    assert result["fixed"] == {
+        "batch": None,
+        "context": 64,
+        "width": 64,
+        "dtype": "float32",
+        "mode": "inference",
+        "device": "cpu",
+        "warmup": 1,
+        "repeats": 1,
+    }
     assert result["capacity_bytes"] == CAP and "max_memory_allocated" in result["peak_counter"]
     probes = log_lines(tmp_path, "probe")
     assert len(probes) == result["runs_used"] and all(p["reason"] and p["outcome"] for p in probes)
@@ -157,8 +178,7 @@ def test_failure_stops_the_axis_and_the_next_axis_still_runs(tmp_path, failure):
 
 
 def test_axes_share_runs_of_the_same_condition(tmp_path):
-    impl = make(tmp_path, edge_at(10**9), axes=["batch", "context"], lower=8, upper=64, multiple_of=8,
-                confirm=0)
+    impl = make(tmp_path, edge_at(10**9), axes=["batch", "context"], lower=8, upper=64, multiple_of=8, confirm=0)
     impl.sweep([])
     batch, context = log_lines(tmp_path, "result")
     assert batch["upper_reached"] and context["upper_reached"]
@@ -173,8 +193,9 @@ def test_parallel_slots_come_from_the_launcher_or_the_setting(tmp_path):
     assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"n_jobs": 3}}}), 2) == 2
     assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"timeout_min": 60}}}), None) == 1
     assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"n_jobs": -1}}}), None) >= 1
-    impl = make(tmp_path, edge_at(64 * 3000), launcher={"n_jobs": 3}, strategy="bisect", lower=1, upper=65536,
-                confirm=0)
+    impl = make(
+        tmp_path, edge_at(64 * 3000), launcher={"n_jobs": 3}, strategy="bisect", lower=1, upper=65536, confirm=0
+    )
     impl.sweep([])
     rounds = {}
     for p in log_lines(tmp_path, "probe"):
@@ -182,27 +203,42 @@ def test_parallel_slots_come_from_the_launcher_or_the_setting(tmp_path):
     assert max(len(v) for v in rounds.values()) == 3 and log_lines(tmp_path, "start")[0]["slots"] == 3
 
 
-@pytest.mark.parametrize("settings, field", [
-    ({"strategy": "random"}, "strategy"), ({"axes": ["dtype"]}, "axes"), ({"confirm": -1}, "confirm"),
-    ({"lower": 100, "upper": 10}, "upper"), ({"multiple_of": 0}, "multiple_of"), ({"parallel": 0}, "parallel"),
-    ({"bounds": {"context": {"step": 3}}}, "bounds"),
-])
+@pytest.mark.parametrize(
+    "settings, field",
+    [
+        ({"strategy": "random"}, "strategy"),
+        ({"axes": ["dtype"]}, "axes"),
+        ({"confirm": -1}, "confirm"),
+        ({"lower": 100, "upper": 10}, "upper"),
+        ({"multiple_of": 0}, "multiple_of"),
+        ({"parallel": 0}, "parallel"),
+        ({"bounds": {"context": {"step": 3}}}, "bounds"),
+    ],
+)
 def test_bad_settings_name_the_field(tmp_path, settings, field):
     with pytest.raises(SpecError, match=field):
         make(tmp_path, edge_at(1), **settings).lattices()
 
 
 def test_per_axis_bounds(tmp_path):
-    impl = make(tmp_path, edge_at(1), axes=["batch", "context"], lower=1, upper=100,
-                bounds={"context": {"lower": 16, "upper": 8192, "multiple_of": 16}})
+    impl = make(
+        tmp_path,
+        edge_at(1),
+        axes=["batch", "context"],
+        lower=1,
+        upper=100,
+        bounds={"context": {"lower": 16, "upper": 8192, "multiple_of": 16}},
+    )
     lat = impl.lattices()
     assert (lat["batch"].lower, lat["batch"].upper, lat["batch"].step) == (1, 100, 1)
     assert (lat["context"].lower, lat["context"].upper, lat["context"].step) == (16, 8192, 16)
 
 
 def test_run_peak_reads_the_counter_of_the_device():
-    phases = [{"max_memory_allocated": 10, "max_memory_reserved": 40}, {"max_memory_allocated": 30,
-                                                                       "max_memory_reserved": None}]
+    phases = [
+        {"max_memory_allocated": 10, "max_memory_reserved": 40},
+        {"max_memory_allocated": 30, "max_memory_reserved": None},
+    ]
     assert run_peak({"device_kind": "cpu", "phases": phases}) == (30, "max_memory_allocated")
     assert run_peak({"device_kind": "cuda", "phases": phases}) == (40, "max_memory_reserved")
     assert run_peak(None) == (None, "max_memory_allocated")
@@ -210,8 +246,11 @@ def test_run_peak_reads_the_counter_of_the_device():
 
 def test_run_index_skips_hidden_and_unfinished_runs(tmp_path):
     spec = spec_of(["batch=4"])
-    for name, files in (("a", ("spec.json", "result.json")), (".submitit/x", ("spec.json", "result.json")),
-                        ("b", ("spec.json",))):
+    for name, files in (
+        ("a", ("spec.json", "result.json")),
+        (".submitit/x", ("spec.json", "result.json")),
+        ("b", ("spec.json",)),
+    ):
         (tmp_path / name).mkdir(parents=True)
         for f in files:
             write_json_atomic(tmp_path / name / f, spec.to_dict() if f == "spec.json" else {"schema_version": 1})
@@ -227,8 +266,9 @@ def test_frontier_table_carries_the_search_columns(tmp_path):
 
     # batch: exact edge; context: the lower bound already fails (one value run, still a row)
     oracle = lambda spec: "error" if spec.context >= 128 else edge_at(64 * 300)(spec)  # noqa: E731
-    impl = make(tmp_path, oracle, axes=["batch", "context"], lower=1, upper=1024, confirm=1,
-                bounds={"context": {"lower": 128}})
+    impl = make(
+        tmp_path, oracle, axes=["batch", "context"], lower=1, upper=1024, confirm=1, bounds={"context": {"lower": 128}}
+    )
     impl.sweep([])
     tables = analyze([tmp_path], out_dir=tmp_path / "out", stream=io.StringIO())
     rows = {r["axis"]: r for r in tables["frontier.parquet"].to_pylist() if r["search_status"]}
@@ -243,9 +283,11 @@ def test_frontier_table_carries_the_search_columns(tmp_path):
 
 def light_aware(limit_light, limit_full):
     """Edge by protocol: runs with repeats=1 (light) fit up to limit_light, full ones up to limit_full."""
+
     def oracle(spec):
         limit = limit_light if spec.repeats == 1 and spec.warmup == 0 else limit_full
         return "ok" if spec.batch * spec.context <= limit else "oom"
+
     return oracle
 
 

@@ -15,14 +15,28 @@ from conf.contract import RunSpec
 from worker.workloads import DependencyMissing, build_workload
 
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
-needs_transformers = pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed: "
-                                        "pip install 'memsweep[hf]'")
+needs_transformers = pytest.mark.skipif(
+    not HAS_TRANSFORMERS, reason="transformers is not installed: pip install 'memsweep[hf]'"
+)
 
-GPT2 = {"name": "hf", "config": "gpt2",
-        "overrides": {"n_layer": 2, "n_embd": 32, "n_head": 4, "vocab_size": 128, "n_positions": 64}}
-LLAMA = {"name": "hf", "config": "LlamaConfig",
-         "overrides": {"num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
-                       "num_key_value_heads": 2, "vocab_size": 128, "max_position_embeddings": 64}}
+GPT2 = {
+    "name": "hf",
+    "config": "gpt2",
+    "overrides": {"n_layer": 2, "n_embd": 32, "n_head": 4, "vocab_size": 128, "n_positions": 64},
+}
+LLAMA = {
+    "name": "hf",
+    "config": "LlamaConfig",
+    "overrides": {
+        "num_hidden_layers": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 128,
+        "max_position_embeddings": 64,
+    },
+}
 
 
 def _workload(workload, **kw):
@@ -49,15 +63,18 @@ def test_missing_transformers_names_the_extra(monkeypatch):
 
 
 @needs_transformers
-@pytest.mark.parametrize("workload, kv_heads, kv_cache", [(GPT2, 4, "dynamic"), (LLAMA, 2, "dynamic"),
-                                                        (LLAMA, 2, "static")])
+@pytest.mark.parametrize(
+    "workload, kv_heads, kv_cache", [(GPT2, 4, "dynamic"), (LLAMA, 2, "dynamic"), (LLAMA, 2, "static")]
+)
 def test_generate_kv_cache_bytes_follow_the_formula(workload, kv_heads, kv_cache):
     w = _workload(workload, mode="generate", new_tokens=3, kv_cache=kv_cache)
     w.gen_prefill()
     per_token = 2 * 2 * kv_heads * 8 * 4 * 2  # 2 (K, V) x layers x kv_heads x head_dim x 4 bytes x batch
     capacity = 16 + 3
-    assert w.kv_cache_info() == {"kv_cache_bytes": per_token * (capacity if kv_cache == "static" else 16),
-                                 "kv_cache_tokens": 16}
+    assert w.kv_cache_info() == {
+        "kv_cache_bytes": per_token * (capacity if kv_cache == "static" else 16),
+        "kv_cache_tokens": 16,
+    }
     w.gen_decode()
     assert w.kv_cache_info() == {"kv_cache_bytes": per_token * capacity, "kv_cache_tokens": capacity}
     dims = w.model_info()["dims"]
@@ -88,7 +105,8 @@ def test_local_config_json_and_eager_attention(tmp_path):
 
 @needs_transformers
 def test_context_beyond_the_model_positions_is_refused_before_any_phase():
-    spec = RunSpec.from_dict({"batch": 1, "context": 60, "width": 8, "mode": "generate", "new_tokens": 8,
-                              "workload": GPT2})
+    spec = RunSpec.from_dict(
+        {"batch": 1, "context": 60, "width": 8, "mode": "generate", "new_tokens": 8, "workload": GPT2}
+    )
     with pytest.raises(ValueError, match="68 tokens .* 64 positions"):
         build_workload(spec, torch.device("cpu")).prepare()

@@ -36,7 +36,7 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
             out += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[:len(package) - node.level + 1]
+                base = package[: len(package) - node.level + 1]
                 out.append((node.lineno, ".".join(base + ((node.module,) if node.module else ()))))
             else:
                 out.append((node.lineno, node.module))
@@ -50,29 +50,44 @@ def sources(top: str) -> list[Path]:
 @pytest.mark.parametrize("top", sorted(FORBIDDEN))
 def test_layer_imports_nothing_forbidden(top):
     assert sources(top), f"no modules under {top}/"
-    bad = [f"{path.relative_to(ROOT)}:{line}: {name}" for path in sources(top) for line, name in imported_modules(path)
-           if name.split(".")[0] in FORBIDDEN[top]]
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in sources(top)
+        for line, name in imported_modules(path)
+        if name.split(".")[0] in FORBIDDEN[top]
+    ]
     assert not bad, f"{top}/ must not import {', '.join(sorted(FORBIDDEN[top]))}:\n" + "\n".join(bad)
 
 
 def test_the_contract_imports_the_standard_library_only():
     paths = sorted((ROOT / "conf" / "contract").glob("*.py"))
     assert paths
-    bad = [f"{path.relative_to(ROOT)}:{line}: {name}" for path in paths for line, name in imported_modules(path)
-           if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith("conf.contract")]
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in paths
+        for line, name in imported_modules(path)
+        if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith("conf.contract")
+    ]
     assert not bad, "conf/contract imports beyond the standard library:\n" + "\n".join(bad)
 
 
 def test_the_worker_is_imported_by_nobody_but_itself():
     """The sweeper starts the worker as a process (``python -m worker``); the analysis reads its
     files. Neither imports it: what they share is in conf.contract."""
-    bad = [f"{path.relative_to(ROOT)}:{line}: {name}" for top in ("sweeper", "analysis", "hydra_plugins", "conf")
-           for path in sources(top) for line, name in imported_modules(path) if name.split(".")[0] == "worker"]
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for top in ("sweeper", "analysis", "hydra_plugins", "conf")
+        for path in sources(top)
+        for line, name in imported_modules(path)
+        if name.split(".")[0] == "worker"
+    ]
     assert not bad, "\n".join(bad)
 
 
 def test_sweeper_cli_analysis_and_contract_leave_torch_unimported():
-    code = ("import sys; import sweeper.cli, analysis.tables, conf.contract; "
-            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    code = (
+        "import sys; import sweeper.cli, analysis.tables, conf.contract; "
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -55,7 +55,7 @@ def test_decoding_with_the_kv_cache_matches_the_full_forward(attention, kind):
         cache = KVCache(2, kind, capacity=14)
         steps = [model(ids[:, :10], cache, 0, last_only=True)]
         for i in range(10, 14):
-            steps.append(model(ids[:, i:i + 1], cache, i, last_only=True))
+            steps.append(model(ids[:, i : i + 1], cache, i, last_only=True))
     torch.testing.assert_close(torch.cat(steps[1:], dim=1), full[:, 10:14], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(steps[0][:, 0], full[:, 9], rtol=1e-4, atol=1e-4)
     assert cache.length == 14
@@ -80,14 +80,22 @@ def test_eager_attention_peak_grows_faster_with_context_than_sdpa():
         for t in (32, 128):
             ids = torch.randint(0, 128, (1, t))
             with torch.inference_mode():
-                peaks.append(_peak(lambda: model(ids)))
+                peaks.append(_peak(lambda model=model, ids=ids: model(ids)))
         growth[attention] = peaks[1] - peaks[0]
     assert growth["eager"] > 2 * growth["sdpa"], growth
 
 
 def _spec(**kw):
-    base = dict(batch=2, context=16, width=32, mode="train", device="cpu", warmup=0, repeats=1,
-                workload={"name": "transformer", **{k: v for k, v in TINY_LM.items() if k != "hidden"}})
+    base = dict(
+        batch=2,
+        context=16,
+        width=32,
+        mode="train",
+        device="cpu",
+        warmup=0,
+        repeats=1,
+        workload={"name": "transformer", **{k: v for k, v in TINY_LM.items() if k != "hidden"}},
+    )
     return RunSpec.from_dict({**base, **kw})
 
 
@@ -184,11 +192,22 @@ def test_pure_bfloat16_training_keeps_everything_in_bfloat16():
 
 
 def test_user_workload_example_runs_every_train_sub_phase():
-    spec = RunSpec.from_dict(dict(
-        batch=2, context=8, width=4, mode="train", device="cpu", eval_batch=3,
-        workload={"name": "user", "model": {"_target_": "conf.examples.convnet.build_model", "blocks": 2},
-                  "inputs": {"_target_": "conf.examples.convnet.make_inputs"},
-                  "loss": {"_target_": "conf.examples.convnet.loss"}}))
+    spec = RunSpec.from_dict(
+        dict(
+            batch=2,
+            context=8,
+            width=4,
+            mode="train",
+            device="cpu",
+            eval_batch=3,
+            workload={
+                "name": "user",
+                "model": {"_target_": "conf.examples.convnet.build_model", "blocks": 2},
+                "inputs": {"_target_": "conf.examples.convnet.make_inputs"},
+                "loss": {"_target_": "conf.examples.convnet.loss"},
+            },
+        )
+    )
     w = build_workload(spec, torch.device("cpu"))
     w.prepare()
     w.model_load()
@@ -201,9 +220,18 @@ def test_user_workload_example_runs_every_train_sub_phase():
 
 
 def test_user_workload_with_a_bad_target_names_the_field():
-    spec = RunSpec.from_dict(dict(batch=1, context=4, width=4, workload={
-        "name": "user", "model": {"_target_": "conf.examples.convnet.nothing_here"},
-        "inputs": {"_target_": "conf.examples.convnet.make_inputs"}}))
+    spec = RunSpec.from_dict(
+        dict(
+            batch=1,
+            context=4,
+            width=4,
+            workload={
+                "name": "user",
+                "model": {"_target_": "conf.examples.convnet.nothing_here"},
+                "inputs": {"_target_": "conf.examples.convnet.make_inputs"},
+            },
+        )
+    )
     with pytest.raises(AttributeError, match="workload.model._target_"):
         build_workload(spec, torch.device("cpu")).prepare()
 
@@ -211,7 +239,9 @@ def test_user_workload_with_a_bad_target_names_the_field():
 def test_default_loss():
     out = torch.randn(4, 5, requires_grad=True)
     assert default_loss(out.sum(), None).dim() == 0
-    assert torch.isclose(default_loss(out, torch.tensor([0, 1, 2, 3])),
-                         torch.nn.functional.cross_entropy(out, torch.tensor([0, 1, 2, 3])))
+    assert torch.isclose(
+        default_loss(out, torch.tensor([0, 1, 2, 3])),
+        torch.nn.functional.cross_entropy(out, torch.tensor([0, 1, 2, 3])),
+    )
     assert torch.isclose(default_loss(out, torch.zeros(4, 5)), out.pow(2).mean())
     assert torch.isclose(default_loss((out,), None), out.pow(2).mean())

@@ -4,22 +4,33 @@ import json
 
 import pytest
 
-from conf.contract import (SCHEMA_VERSION, RecordError, RunSpec, SpecError, classify_run, parse_size, read_json,
-                           write_json_atomic)
+from conf.contract import (
+    SCHEMA_VERSION,
+    RecordError,
+    RunSpec,
+    SpecError,
+    classify_run,
+    parse_size,
+    read_json,
+    write_json_atomic,
+)
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("2GiB", 2 * 2**30),
-    ("1500MB", 1_500_000_000),
-    ("24GB", 24 * 10**9),
-    ("24GiB", 24 * 2**30),
-    ("512MiB", 512 * 2**20),
-    ("1.5GiB", 1_610_612_736),
-    ("0.5GB", 500_000_000),
-    ("4096", 4096),
-    ("4096B", 4096),
-    (123456789, 123456789),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2GiB", 2 * 2**30),
+        ("1500MB", 1_500_000_000),
+        ("24GB", 24 * 10**9),
+        ("24GiB", 24 * 2**30),
+        ("512MiB", 512 * 2**20),
+        ("1.5GiB", 1_610_612_736),
+        ("0.5GB", 500_000_000),
+        ("4096", 4096),
+        ("4096B", 4096),
+        (123456789, 123456789),
+    ],
+)
 def test_parse_size_exact(text, expected):
     assert parse_size(text) == expected
 
@@ -30,23 +41,39 @@ def test_gb_and_gib_differ():
     assert parse_size("24GiB") - parse_size("24GB") == 24 * (2**30 - 10**9)
 
 
-@pytest.mark.parametrize("garbage", ["", "12XB", "GiB", "-1GB", "0", "0GiB", "1.3B", "2 gigs", "2gib",
-                                     "1e9", "nan", True, -5, 0, "1,5GB", None])
+@pytest.mark.parametrize(
+    "garbage",
+    ["", "12XB", "GiB", "-1GB", "0", "0GiB", "1.3B", "2 gigs", "2gib", "1e9", "nan", True, -5, 0, "1,5GB", None],
+)
 def test_parse_size_rejects_garbage(garbage):
     with pytest.raises(SpecError) as err:
         parse_size(garbage)
     assert "capacity" in str(err.value) and "GiB" in str(err.value)
 
 
-@pytest.mark.parametrize("field, value, accepted", [
-    ("batch", 0, "integer"), ("batch", -3, "integer"), ("batch", 1.5, "integer"), ("batch", "8", "integer"),
-    ("batch", True, "integer"), ("context", 0, "integer"), ("width", -1, "integer"),
-    ("dtype", "float8", "float32, float16, bfloat16"), ("mode", "serve", "inference, train"),
-    ("device", "tpu", "cuda:N"), ("device", "cuda:x", "cuda:N"), ("warmup", -1, "integer"),
-    ("repeats", 0, "integer"), ("timeout_s", 0, "seconds"), ("capacity_bytes", "lots", "GiB"),
-    ("workload", {"name": "resnet"}, "mlp"), ("workload", "mlp", "name"),
-    ("fault", {"phase": "nowhere", "kind": "raise"}, "model_load"),
-])
+@pytest.mark.parametrize(
+    "field, value, accepted",
+    [
+        ("batch", 0, "integer"),
+        ("batch", -3, "integer"),
+        ("batch", 1.5, "integer"),
+        ("batch", "8", "integer"),
+        ("batch", True, "integer"),
+        ("context", 0, "integer"),
+        ("width", -1, "integer"),
+        ("dtype", "float8", "float32, float16, bfloat16"),
+        ("mode", "serve", "inference, train"),
+        ("device", "tpu", "cuda:N"),
+        ("device", "cuda:x", "cuda:N"),
+        ("warmup", -1, "integer"),
+        ("repeats", 0, "integer"),
+        ("timeout_s", 0, "seconds"),
+        ("capacity_bytes", "lots", "GiB"),
+        ("workload", {"name": "resnet"}, "mlp"),
+        ("workload", "mlp", "name"),
+        ("fault", {"phase": "nowhere", "kind": "raise"}, "model_load"),
+    ],
+)
 def test_spec_rejects_bad_field(tiny, field, value, accepted):
     data = dict(tiny, **{field: value})
     with pytest.raises(SpecError) as err:
@@ -86,14 +113,17 @@ def test_read_json_versions_and_corruption(tmp_path):
     assert not list(tmp_path.glob(".*.tmp")), "atomic writes leave no temporary file behind"
 
 
-@pytest.mark.parametrize("record, returncode, timed_out, expected", [
-    ({"complete": True, "outcome": "ok"}, 0, False, "ok"),
-    ({"complete": True, "outcome": "oom"}, 3, False, "oom"),
-    ({"complete": True, "outcome": "error"}, 4, False, "error"),
-    ({"complete": False, "outcome": None}, -9, False, "crash"),
-    ({"complete": True, "outcome": "ok"}, -11, False, "crash"),
-    (None, 1, False, "crash"),
-    ({"complete": False}, -9, True, "timeout"),
-])
+@pytest.mark.parametrize(
+    "record, returncode, timed_out, expected",
+    [
+        ({"complete": True, "outcome": "ok"}, 0, False, "ok"),
+        ({"complete": True, "outcome": "oom"}, 3, False, "oom"),
+        ({"complete": True, "outcome": "error"}, 4, False, "error"),
+        ({"complete": False, "outcome": None}, -9, False, "crash"),
+        ({"complete": True, "outcome": "ok"}, -11, False, "crash"),
+        (None, 1, False, "crash"),
+        ({"complete": False}, -9, True, "timeout"),
+    ],
+)
 def test_classify_run(record, returncode, timed_out, expected):
     assert classify_run(record, returncode, timed_out) == expected

@@ -14,8 +14,16 @@ import pytest
 from analysis.report import gib, pct
 
 # Tiny loads: at 8 MiB, batch 16 fits and batch 32 runs out of memory (measured: ~5 s a run).
-TINY_ARGS = ["context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu",
-             "isolation=forkserver"]
+TINY_ARGS = [
+    "context=64",
+    "width=64",
+    "workload.depth=2",
+    "warmup=1",
+    "repeats=1",
+    "threads=1",
+    "device=cpu",
+    "isolation=forkserver",
+]
 CAPACITY = 8 * 2**20
 MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 
@@ -29,8 +37,11 @@ def sweep(tmp_path_factory):
     """One 4-run batch sweep; the sweep's end writes the tables and the report."""
     root = tmp_path_factory.mktemp("report")
     env = {**os.environ, "MEMSWEEP_PROGRESS": "1"}  # the progress lines, though stdout is a pipe
-    proc = run([MEMSWEEP, "sweep", "sweep=none", "batch=4,16,32,64", "capacity=8MiB", *TINY_ARGS,
-                f"hydra.sweep.dir={root}/s"], cwd=root, env=env)
+    proc = run(
+        [MEMSWEEP, "sweep", "sweep=none", "batch=4,16,32,64", "capacity=8MiB", *TINY_ARGS, f"hydra.sweep.dir={root}/s"],
+        cwd=root,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, root / "s"
 
@@ -66,8 +77,10 @@ def test_margin_is_capacity_minus_the_measured_peak_from_parquet(sweep):
     assert peak == row["max_ok_max_memory_allocated"]
     margin = CAPACITY - peak
     md = (sweep_dir / "report.md").read_text()
-    expected = (f"| {max_ok} | `max_memory_allocated` | {CAPACITY} | {gib(CAPACITY)} | {peak} | {gib(peak)} | "
-                f"{margin} | {gib(margin)} | {pct(margin, CAPACITY)} |")
+    expected = (
+        f"| {max_ok} | `max_memory_allocated` | {CAPACITY} | {gib(CAPACITY)} | {peak} | {gib(peak)} | "
+        f"{margin} | {gib(margin)} | {pct(margin, CAPACITY)} |"
+    )
     assert expected in md, [line for line in md.splitlines() if "max_memory_allocated` |" in line]
     assert f"margin at max_ok batch (calculated) | {margin} B" in md
     # the four counters of the max_ok run, in bytes
@@ -121,17 +134,37 @@ def test_html_is_self_contained(sweep):
 
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--no-first-run", "--virtual-time-budget=5000"]
+CHROME_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--virtual-time-budget=5000",
+]
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium); "
-                                             "the HTML rendering check needs a headless browser")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed (Debian: apt-get install chromium); "
+    "the HTML rendering check needs a headless browser",
+)
 def test_html_renders_in_headless_chromium_with_its_plots(sweep, tmp_path):
     _, sweep_dir = sweep
     url = (sweep_dir / "report.html").as_uri()
-    dom = run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile1'}", "--enable-logging=stderr",
-               "--dump-dom", url], cwd=tmp_path)
+    dom = run(
+        [
+            CHROMIUM,
+            *CHROME_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile1'}",
+            "--enable-logging=stderr",
+            "--dump-dom",
+            url,
+        ],
+        cwd=tmp_path,
+    )
     assert dom.returncode == 0, dom.stderr[-2000:]
     total = re.search(r'data-plots-total="(\d+)"', dom.stdout)
     rendered = re.search(r'data-plots-rendered="(\d+)"', dom.stdout)
@@ -140,8 +173,17 @@ def test_html_renders_in_headless_chromium_with_its_plots(sweep, tmp_path):
     assert 'data-errors="0"' in dom.stdout
     assert "Uncaught" not in dom.stderr, dom.stderr[-2000:]
     shot = tmp_path / "report.png"
-    proc = run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1280,2400",
-                f"--screenshot={shot}", url], cwd=tmp_path)
+    proc = run(
+        [
+            CHROMIUM,
+            *CHROME_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile2'}",
+            "--window-size=1280,2400",
+            f"--screenshot={shot}",
+            url,
+        ],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0 and shot.stat().st_size > 20_000, proc.stderr[-2000:]
     keep = os.environ.get("MEMSWEEP_KEEP_SCREENSHOT")  # a path, to look at the page by eye
     if keep:

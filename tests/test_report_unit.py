@@ -9,9 +9,16 @@ import pytest
 
 from analysis import cards
 from analysis.frontier import frontier_table
-from analysis.report import (ReportExists, build_report, crossing, decomposition, fit_context, parse_margin,
-                             peak_increments,
-                             write_report)
+from analysis.report import (
+    ReportExists,
+    build_report,
+    crossing,
+    decomposition,
+    fit_context,
+    parse_margin,
+    peak_increments,
+    write_report,
+)
 from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA, coerce_table
 from conf.contract import GiB, SpecError
 
@@ -27,30 +34,64 @@ def make(sweep_dir, points, *, axis="batch", kind="cuda", capacity=GiB, base=Non
         load = {**base, axis: value}
         run_id = str(i)
         failed = None if outcome == "ok" else "cold_forward"
-        runs.append({"sweep_dir": sweep_dir, "run_id": run_id, "run_dir": f"{sweep_dir}/{run_id}",
-                     "workload": "mlp", "mode": "inference", **load, "workload_params": '{"depth": 2}',
-                     "warmup": 1, "repeats": 1, "seed": 0, "device": device, "device_kind": kind,
-                     "device_name": "NVIDIA H200" if kind == "cuda" else "x86_64",
-                     "device_total_memory": 150 * GiB, "capacity_bytes": capacity,
-                     "capacity_method": "torch.cuda.set_per_process_memory_fraction",
-                     "outcome": outcome, "failed_phase": failed, "n_phases": 5 if outcome == "ok" else 3,
-                     "max_memory_allocated": allocated, "max_memory_reserved": reserved,
-                     "cold_max_memory_allocated": allocated, "cold_max_memory_reserved": reserved,
-                     "warm_max_memory_allocated": allocated if outcome == "ok" else None,
-                     "warm_max_memory_reserved": (reserved // 2 if outcome == "ok" else None),
-                     "source_allocated": f"{kind}: x", "source_reserved": f"{kind}: y", "torch": torch,
-                     "python": "3.11", "alloc_conf": '{"PYTORCH_CUDA_ALLOC_CONF": null}', "wall_s": 1.0})
+        runs.append(
+            {
+                "sweep_dir": sweep_dir,
+                "run_id": run_id,
+                "run_dir": f"{sweep_dir}/{run_id}",
+                "workload": "mlp",
+                "mode": "inference",
+                **load,
+                "workload_params": '{"depth": 2}',
+                "warmup": 1,
+                "repeats": 1,
+                "seed": 0,
+                "device": device,
+                "device_kind": kind,
+                "device_name": "NVIDIA H200" if kind == "cuda" else "x86_64",
+                "device_total_memory": 150 * GiB,
+                "capacity_bytes": capacity,
+                "capacity_method": "torch.cuda.set_per_process_memory_fraction",
+                "outcome": outcome,
+                "failed_phase": failed,
+                "n_phases": 5 if outcome == "ok" else 3,
+                "max_memory_allocated": allocated,
+                "max_memory_reserved": reserved,
+                "cold_max_memory_allocated": allocated,
+                "cold_max_memory_reserved": reserved,
+                "warm_max_memory_allocated": allocated if outcome == "ok" else None,
+                "warm_max_memory_reserved": (reserved // 2 if outcome == "ok" else None),
+                "source_allocated": f"{kind}: x",
+                "source_reserved": f"{kind}: y",
+                "torch": torch,
+                "python": "3.11",
+                "alloc_conf": '{"PYTORCH_CUDA_ALLOC_CONF": null}',
+                "wall_s": 1.0,
+            }
+        )
         weights = 10 * MiB
         names = ["model_load", "inputs", "cold_forward"] + (["warmup", "warm_forward"] if outcome == "ok" else [])
         for j, name in enumerate(names):
             peak_a = {"model_load": weights, "inputs": weights + MiB}.get(name, allocated)
             peak_r = {"model_load": weights, "inputs": weights + MiB}.get(name, reserved // (1 if j == 2 else 2))
-            phases.append({"sweep_dir": sweep_dir, "run_id": run_id, **load, "mode": "inference", "device": device,
-                           "phase": name, "phase_index": j, "status": "oom" if failed == name else "ok",
-                           "memory_allocated_start": 0 if j == 0 else weights + (MiB if j > 1 else 0),
-                           "memory_reserved_start": 0 if j == 0 else weights,
-                           "memory_allocated": weights + (MiB if j >= 1 else 0), "memory_reserved": peak_r,
-                           "max_memory_allocated": peak_a, "max_memory_reserved": peak_r})
+            phases.append(
+                {
+                    "sweep_dir": sweep_dir,
+                    "run_id": run_id,
+                    **load,
+                    "mode": "inference",
+                    "device": device,
+                    "phase": name,
+                    "phase_index": j,
+                    "status": "oom" if failed == name else "ok",
+                    "memory_allocated_start": 0 if j == 0 else weights + (MiB if j > 1 else 0),
+                    "memory_reserved_start": 0 if j == 0 else weights,
+                    "memory_allocated": weights + (MiB if j >= 1 else 0),
+                    "memory_reserved": peak_r,
+                    "max_memory_allocated": peak_a,
+                    "max_memory_reserved": peak_r,
+                }
+            )
     return runs, phases
 
 
@@ -75,14 +116,25 @@ def report_of(runs, phases, margin=None, extra_columns=None, frontier_extra=None
 
 def markdown(report):
     from analysis.doc import to_markdown
+
     return to_markdown(report.doc, "plots")
 
 
 # ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text,fraction,fixed", [
-    (None, 0.1, None), ("10%", 0.1, None), ("0.25", 0.25, None), ("0", 0.0, None), ("2GiB", None, 2 * GiB),
-    ("1500MB", None, 1500 * 10**6), ("4096", None, 4096)])
+
+@pytest.mark.parametrize(
+    "text,fraction,fixed",
+    [
+        (None, 0.1, None),
+        ("10%", 0.1, None),
+        ("0.25", 0.25, None),
+        ("0", 0.0, None),
+        ("2GiB", None, 2 * GiB),
+        ("1500MB", None, 1500 * 10**6),
+        ("4096", None, 4096),
+    ],
+)
 def test_margin_policy_parses_fractions_and_sizes(text, fraction, fixed):
     policy = parse_margin(text)
     assert policy.default is (text is None)
@@ -101,8 +153,15 @@ def test_bad_margin_is_refused_with_a_message(bad):
 def test_cuda_margin_is_capacity_minus_reserved_and_choice_respects_it():
     """Capacity 1 GiB, margin 10 % = 107374183 B (ceil). batch 32 leaves 1 GiB - 1000 MiB = 24 MiB
     < margin, so batch 16 (800 MiB reserved, 224 MiB left) is chosen though 32 ran."""
-    runs, phases = make("s", [(8, "ok", 400 * MiB, 300 * MiB), (16, "ok", 800 * MiB, 600 * MiB),
-                              (32, "ok", 1000 * MiB, 900 * MiB), (64, "oom", 1020 * MiB, 1000 * MiB)])
+    runs, phases = make(
+        "s",
+        [
+            (8, "ok", 400 * MiB, 300 * MiB),
+            (16, "ok", 800 * MiB, 600 * MiB),
+            (32, "ok", 1000 * MiB, 900 * MiB),
+            (64, "oom", 1020 * MiB, 1000 * MiB),
+        ],
+    )
     rep = report_of(runs, phases)
     (axis,) = rep.axes
     assert (axis.max_ok, axis.min_oom) == (32, 64)
@@ -126,8 +185,9 @@ def test_fixed_byte_margin_and_no_value_fitting():
 
 
 def test_non_monotonic_results_only_allow_values_below_the_first_oom():
-    runs, phases = make("s", [(4, "ok", 100 * MiB, 90 * MiB), (8, "oom", 900 * MiB, 800 * MiB),
-                              (16, "ok", 300 * MiB, 200 * MiB)])
+    runs, phases = make(
+        "s", [(4, "ok", 100 * MiB, 90 * MiB), (8, "oom", 900 * MiB, 800 * MiB), (16, "ok", 300 * MiB, 200 * MiB)]
+    )
     rep = report_of(runs, phases)
     (axis,) = rep.axes
     assert axis.frontier["monotonic"] is False
@@ -136,14 +196,16 @@ def test_non_monotonic_results_only_allow_values_below_the_first_oom():
 
 
 def test_errors_are_never_candidates_nor_ooms():
-    runs, phases = make("s", [(4, "ok", 100 * MiB, 90 * MiB), (8, "error", 150 * MiB, 100 * MiB),
-                              (16, "oom", 900 * MiB, 800 * MiB)])
+    runs, phases = make(
+        "s", [(4, "ok", 100 * MiB, 90 * MiB), (8, "error", 150 * MiB, 100 * MiB), (16, "oom", 900 * MiB, 800 * MiB)]
+    )
     (axis,) = report_of(runs, phases).axes
     assert axis.recommended == 4 and "batch=8 is not a candidate: error" in axis.reason
 
 
 def test_context_sweep_gets_a_quadratic_fit_and_crossings():
     """peak = 50 MiB + 1000 B * c + 40 B * c^2: reaches 1 GiB at c = 5098.6 (positive root)."""
+
     def peak(c):
         return 50 * MiB + 1000 * c + 40 * c * c
 
@@ -161,10 +223,12 @@ def test_context_sweep_gets_a_quadratic_fit_and_crossings():
 
 def test_estimator_columns_are_shown_beside_the_observed_peak():
     runs, phases = make("s", [(8, "ok", 400 * MiB, 300 * MiB), (16, "oom", 2 * GiB, GiB)])
-    extra = {"est_weights_bytes": (pa.int64(), [10 * MiB, 10 * MiB]),
-             "est_activations_bytes": (pa.int64(), [280 * MiB, 560 * MiB]),
-             "est_peak_bytes": (pa.int64(), [315 * MiB, 600 * MiB]),
-             "estimate_error": (pa.float64(), [0.05, None])}
+    extra = {
+        "est_weights_bytes": (pa.int64(), [10 * MiB, 10 * MiB]),
+        "est_activations_bytes": (pa.int64(), [280 * MiB, 560 * MiB]),
+        "est_peak_bytes": (pa.int64(), [315 * MiB, 600 * MiB]),
+        "estimate_error": (pa.float64(), [0.05, None]),
+    }
     md = markdown(report_of(runs, phases, extra_columns=extra))
     assert "No estimate available" not in md and "no estimate available" not in md
     assert "Largest estimated component: **activations**" in md
@@ -174,17 +238,26 @@ def test_estimator_columns_are_shown_beside_the_observed_peak():
 
 def test_frontier_search_columns_are_read_when_present():
     runs, phases = make("s", [(8, "ok", 100 * MiB, 90 * MiB), (16, "ok", 200 * MiB, 180 * MiB)])
-    md = markdown(report_of(runs, phases, frontier_extra={"upper_reached": (pa.bool_(), [True]),
-                                                          "strategy": (pa.string(), ["model"]),
-                                                          "runs_used": (pa.int64(), [2]),
-                                                          "stopped_by": (pa.string(), [None])}))
+    md = markdown(
+        report_of(
+            runs,
+            phases,
+            frontier_extra={
+                "upper_reached": (pa.bool_(), [True]),
+                "strategy": (pa.string(), ["model"]),
+                "runs_used": (pa.int64(), [2]),
+                "stopped_by": (pa.string(), [None]),
+            },
+        )
+    )
     assert "upper bound not reached" in md and "strategy model, 2 runs" in md
 
 
 def test_several_sweeps_line_up_the_same_load():
     a_runs, a_ph = make("sweepA", [(8, "ok", 400 * MiB, 300 * MiB), (16, "oom", 2 * GiB, GiB)])
-    b_runs, b_ph = make("sweepB", [(8, "ok", 500 * MiB, 300 * MiB), (16, "ok", 900 * MiB, 600 * MiB)],
-                        capacity=2 * GiB, torch="2.14.0")
+    b_runs, b_ph = make(
+        "sweepB", [(8, "ok", 500 * MiB, 300 * MiB), (16, "ok", 900 * MiB, 600 * MiB)], capacity=2 * GiB, torch="2.14.0"
+    )
     md = markdown(report_of(a_runs + b_runs, a_ph + b_ph))
     assert "Comparable loads across sweeps" in md
     section = md.split("Comparable loads across sweeps")[1]
@@ -229,8 +302,15 @@ def test_report_is_never_overwritten_and_the_sweep_end_picks_a_new_name(tmp_path
 
 
 def test_dtype_axis_is_categorical_and_never_an_unqualified_choice():
-    runs, phases = make("s", [("float32", "oom", 1100 * MiB, GiB), ("float16", "ok", 500 * MiB, 400 * MiB),
-                              ("bfloat16", "ok", 520 * MiB, 400 * MiB)], axis="dtype")
+    runs, phases = make(
+        "s",
+        [
+            ("float32", "oom", 1100 * MiB, GiB),
+            ("float16", "ok", 500 * MiB, 400 * MiB),
+            ("bfloat16", "ok", 520 * MiB, 400 * MiB),
+        ],
+        axis="dtype",
+    )
     rep = report_of(runs, phases, plots=True)
     (axis,) = rep.axes
     assert axis.min_oom == "float32" and axis.max_ok in ("float16", "bfloat16")
@@ -250,16 +330,35 @@ def test_training_sub_phases_are_stacked_and_decomposed():
     sub-phase once per step: states kept after the first step = end of the last cold sub-phase
     minus the start of the first one; a repeated sub-phase stacks with its largest peak."""
     w = 10 * MiB
-    names = [("model_load", 0, w, w), ("inputs", w, w + MiB, w + MiB), ("cold_step.forward", w + MiB, w + 5 * MiB, w + 9 * MiB),
-             ("cold_step.loss", w + 5 * MiB, w + 5 * MiB, w + 5 * MiB),
-             ("cold_step.backward", w + 5 * MiB, w + 11 * MiB, w + 15 * MiB),
-             ("cold_step.optimizer_step", w + 11 * MiB, w + 31 * MiB, w + 32 * MiB),
-             ("warm_step.forward", w + 31 * MiB, w + 31 * MiB, w + 38 * MiB),
-             ("warm_step.forward", w + 31 * MiB, w + 31 * MiB, w + 40 * MiB)]
-    phases = [{"phase": n, "phase_index": i, "memory_allocated_start": a0, "memory_allocated": a1,
-               "max_memory_allocated": peak} for i, (n, a0, a1, peak) in enumerate(names)]
-    order = ["model_load", "inputs", "cold_step.forward", "cold_step.loss", "cold_step.backward",
-             "cold_step.optimizer_step", "warm_step.forward"]
+    names = [
+        ("model_load", 0, w, w),
+        ("inputs", w, w + MiB, w + MiB),
+        ("cold_step.forward", w + MiB, w + 5 * MiB, w + 9 * MiB),
+        ("cold_step.loss", w + 5 * MiB, w + 5 * MiB, w + 5 * MiB),
+        ("cold_step.backward", w + 5 * MiB, w + 11 * MiB, w + 15 * MiB),
+        ("cold_step.optimizer_step", w + 11 * MiB, w + 31 * MiB, w + 32 * MiB),
+        ("warm_step.forward", w + 31 * MiB, w + 31 * MiB, w + 38 * MiB),
+        ("warm_step.forward", w + 31 * MiB, w + 31 * MiB, w + 40 * MiB),
+    ]
+    phases = [
+        {
+            "phase": n,
+            "phase_index": i,
+            "memory_allocated_start": a0,
+            "memory_allocated": a1,
+            "max_memory_allocated": peak,
+        }
+        for i, (n, a0, a1, peak) in enumerate(names)
+    ]
+    order = [
+        "model_load",
+        "inputs",
+        "cold_step.forward",
+        "cold_step.loss",
+        "cold_step.backward",
+        "cold_step.optimizer_step",
+        "warm_step.forward",
+    ]
     inc = peak_increments(phases, order, "max_memory_allocated")
     assert sum(inc) == w + 40 * MiB and inc[-1] == 8 * MiB
     parts = dict(decomposition(phases, w + 40 * MiB))

@@ -15,8 +15,9 @@ def test_no_pickle_and_no_shell_anywhere():
     assert len(SOURCES) > 10
     for path in SOURCES:
         text = path.read_text()
-        assert not re.search(r"\bimport pickle\b|\bpickle\.load|cloudpickle|shell=True|os\.system\(|os\.popen\(",
-                             text), path
+        assert not re.search(
+            r"\bimport pickle\b|\bpickle\.load|cloudpickle|shell=True|os\.system\(|os\.popen\(", text
+        ), path
 
 
 def test_worker_imports_only_torch_and_the_standard_library():
@@ -44,9 +45,20 @@ def test_analysis_never_imports_torch():
 def _run_dir(root, name, batch, record=None, result=None):
     d = root / name
     d.mkdir(parents=True)
-    (d / "spec.json").write_text(json.dumps({"schema_version": 1, "batch": batch, "context": 8, "width": 16,
-                                             "dtype": "float32", "mode": "inference", "device": "cpu",
-                                             "workload": {"name": "mlp"}}))
+    (d / "spec.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "batch": batch,
+                "context": 8,
+                "width": 16,
+                "dtype": "float32",
+                "mode": "inference",
+                "device": "cpu",
+                "workload": {"name": "mlp"},
+            }
+        )
+    )
     if record is not None:
         (d / "record.json").write_text(record)
     if result is not None:

@@ -14,16 +14,35 @@ from conf.contract import SpecError
 from sweeper.pool import core_slots, lease, placement
 
 MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
-EDGE = ["batch=4,64", "capacity=8MiB", "context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1",
-        "threads=1", "device=cpu", "sweep=none"]
+EDGE = [
+    "batch=4,64",
+    "capacity=8MiB",
+    "context=64",
+    "width=64",
+    "workload.depth=2",
+    "warmup=1",
+    "repeats=1",
+    "threads=1",
+    "device=cpu",
+    "sweep=none",
+]
 
 
 def test_a_lease_is_exclusive_and_freed_when_its_holder_is_killed(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from sweeper.pool import lease\n"
-        f"with lease('gpu', ['0'], {str(tmp_path)!r}):\n"
-        "    print('held', flush=True); time.sleep(600)")], stdout=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parents[1])
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from sweeper.pool import lease\n"
+                f"with lease('gpu', ['0'], {str(tmp_path)!r}):\n"
+                "    print('held', flush=True); time.sleep(600)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert holder.stdout.readline().strip() == "held"
     with lease("gpu", ["0", "1"], tmp_path) as slot:
         assert slot == "1"  # never the one another run holds
@@ -52,34 +71,66 @@ def _intervals(sweep_dir):
     out = []
     for rec_path in sorted(sweep_dir.glob("*/record.json")):
         rec = json.loads(rec_path.read_text())
-        out.append((rec["started_at"], rec["updated_at"], rec["environment"]["lease"],
-                    rec["environment"]["cpu_affinity"], rec["environment"]["isolation"], rec["outcome"]))
+        out.append(
+            (
+                rec["started_at"],
+                rec["updated_at"],
+                rec["environment"]["lease"],
+                rec["environment"]["cpu_affinity"],
+                rec["environment"]["isolation"],
+                rec["outcome"],
+            )
+        )
     return out
 
 
 def test_concurrent_runs_never_share_a_lease(tmp_path):
     sweep_dir = tmp_path / "par"
-    proc = subprocess.run([MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3,4", "context=8", "width=16", "warmup=1",
-                           "repeats=1", "device=cpu", "pool=cores", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                           f"hydra.sweep.dir={sweep_dir}"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            MEMSWEEP,
+            "sweep",
+            "sweep=none",
+            "batch=1,2,3,4",
+            "context=8",
+            "width=16",
+            "warmup=1",
+            "repeats=1",
+            "device=cpu",
+            "pool=cores",
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = _intervals(sweep_dir)
     assert len(runs) == 4 and all(r[5] == "ok" for r in runs)
     for i, a in enumerate(runs):
         assert len(a[3]) == 1 and a[2] == f"cores:{a[3][0]}"  # pinned to the core it leased
-        for b in runs[i + 1:]:
+        for b in runs[i + 1 :]:
             overlap = a[0] < b[1] and b[0] < a[1]
             if overlap:
                 assert a[2] != b[2], (a, b)
 
 
-@pytest.mark.parametrize("extra", [["isolation=forkserver"], ["hydra/launcher=submitit_local"]],
-                         ids=["forkserver", "submitit_local"])
+@pytest.mark.parametrize(
+    "extra", [["isolation=forkserver"], ["hydra/launcher=submitit_local"]], ids=["forkserver", "submitit_local"]
+)
 def test_same_frontier_as_spawn_with_the_basic_launcher(tmp_path, extra):
     results = {}
     for name, args in (("basic", ["isolation=spawn"]), ("other", extra)):
-        proc = subprocess.run([MEMSWEEP, "sweep", *EDGE, *args, f"hydra.sweep.dir={tmp_path}/{name}"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [MEMSWEEP, "sweep", *EDGE, *args, f"hydra.sweep.dir={tmp_path}/{name}"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         frontier = pq.read_table(tmp_path / name / "frontier.parquet").to_pylist()
         results[name] = [(r["axis"], r["max_ok"], r["min_oom"], r["exact"]) for r in frontier]
@@ -111,8 +162,16 @@ result = p.execute(spec, Path(sys.argv[1]), isolation="forkserver")
 print(json.dumps({"outcome": result["outcome"], "shared": p._FORKSERVER.shared,
                   "own_server": p._FORKSERVER.proc is not None}))
 """
-TINY = {"batch": 1, "context": 4, "width": 8, "device": "cpu", "workload": {"name": "mlp", "depth": 1},
-        "warmup": 0, "repeats": 1, "threads": 1}
+TINY = {
+    "batch": 1,
+    "context": 4,
+    "width": 8,
+    "device": "cpu",
+    "workload": {"name": "mlp", "depth": 1},
+    "warmup": 0,
+    "repeats": 1,
+    "threads": 1,
+}
 
 
 @pytest.fixture
@@ -126,8 +185,12 @@ def shared_server(monkeypatch):
 
 def test_launcher_workers_fork_their_runs_from_the_sweeps_one_server(tmp_path, shared_server):
     """A process started after share_fork_server (a loky worker) uses that server, not its own."""
-    proc = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(TINY)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(TINY)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.splitlines()[-1]) == {"outcome": "ok", "shared": True, "own_server": False}
 
@@ -141,8 +204,12 @@ def test_a_client_whose_shared_server_is_gone_starts_its_own(tmp_path, monkeypat
     owner.wait()  # the owner of the named server has exited
     (tmp_path / "sock").write_text("")  # and nothing listens there
     monkeypatch.setenv(process.SHARED_FORKSERVER_ENV, f"{socket.gethostname()}:{owner.pid}:{tmp_path / 'sock'}")
-    proc = subprocess.run([sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(TINY)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(TINY)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.splitlines()[-1]) == {"outcome": "ok", "shared": False, "own_server": True}
 
@@ -150,8 +217,12 @@ def test_a_client_whose_shared_server_is_gone_starts_its_own(tmp_path, monkeypat
 def test_a_killed_client_takes_its_run_on_the_shared_server_with_it(tmp_path, shared_server):
     """The server outlives a killed loky worker; the run that worker was waiting for must not."""
     hang = dict(TINY, timeout_s=600, fault={"phase": "model_load", "kind": "hang"})
-    client = subprocess.Popen([sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(hang)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(hang)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     record = tmp_path / "run" / "record.json"
     deadline = time.monotonic() + 120
     while not record.exists() and time.monotonic() < deadline:
@@ -190,8 +261,8 @@ def own_server(monkeypatch):
 def test_timeout_counts_from_the_fork_not_from_the_servers_start(tmp_path, own_server):
     """The first run of a sweep waits while the server imports torch (seconds); its timeout_s
     and wall_s are the worker's own."""
-    from sweeper.process import execute
     from conf.contract import RunSpec
+    from sweeper.process import execute
 
     result = execute(RunSpec.from_dict(dict(TINY, timeout_s=1.0)), tmp_path / "run", isolation="forkserver")
     assert result["outcome"] == "ok", result
@@ -204,8 +275,8 @@ def test_a_run_whose_fork_server_dies_runs_again_from_a_new_one(tmp_path, own_se
     times out, a deterministic second attempt)."""
     import threading
 
-    from sweeper.process import execute
     from conf.contract import RunSpec
+    from sweeper.process import execute
 
     hang = dict(TINY, timeout_s=3, fault={"phase": "model_load", "kind": "hang"})
     record = tmp_path / "run" / "record.json"

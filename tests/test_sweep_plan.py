@@ -23,8 +23,10 @@ def test_plan_rejects_unknown_axis_and_empty_list():
 
 
 def test_launch_order_is_largest_first_ties_in_the_given_order():
-    specs = [RunSpec(batch=b, context=c, width=w) for b, c, w in
-             [(1, 128, 256), (16, 128, 256), (8, 128, 256), (8, 256, 128), (1, 128, 4096), (4, 64, 256)]]
+    specs = [
+        RunSpec(batch=b, context=c, width=w)
+        for b, c, w in [(1, 128, 256), (16, 128, 256), (8, 128, 256), (8, 256, 128), (1, 128, 4096), (4, 64, 256)]
+    ]
     # activations: 32768, 524288, 262144, 262144 (tie: given order), 524288 (tie), 65536
     assert launch_order(specs) == [1, 4, 2, 3, 5, 0]
     assert launch_order(specs, "given") == [0, 1, 2, 3, 4, 5]
@@ -32,9 +34,16 @@ def test_launch_order_is_largest_first_ties_in_the_given_order():
         launch_order(specs, "random")
 
 
-@pytest.mark.parametrize("name, axes", [("batch", {"batch"}), ("context", {"context"}), ("width", {"width"}),
-                                        ("dtype", {"dtype"}),
-                                        ("ovat", {"batch", "context", "width", "dtype"})])
+@pytest.mark.parametrize(
+    "name, axes",
+    [
+        ("batch", {"batch"}),
+        ("context", {"context"}),
+        ("width", {"width"}),
+        ("dtype", {"dtype"}),
+        ("ovat", {"batch", "context", "width", "dtype"}),
+    ],
+)
 def test_sweep_configs_change_one_variable_each(name, axes):
     with initialize_config_module(config_module="conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"sweep={name}"])
@@ -48,8 +57,17 @@ def test_sweep_configs_change_one_variable_each(name, axes):
 def test_bfloat16_refused_where_the_device_lacks_it(monkeypatch):
     """The probe's answer for a GPU without native bf16 (cached the way the sweeper caches it)."""
     import json
-    fake = {"requested": "cuda:0", "device": "cuda:0", "device_kind": "cuda", "available": True,
-            "reason": None, "total_memory": 16 * 2**30, "device_name": "Tesla T4", "bf16_supported": False}
+
+    fake = {
+        "requested": "cuda:0",
+        "device": "cuda:0",
+        "device_kind": "cuda",
+        "available": True,
+        "reason": None,
+        "total_memory": 16 * 2**30,
+        "device_name": "Tesla T4",
+        "bf16_supported": False,
+    }
     monkeypatch.setenv("MEMSWEEP_PROBE_cuda_0", json.dumps(fake))
     assert probe_device("cuda:0")["device_name"] == "Tesla T4"
     with initialize_config_module(config_module="conf", version_base="1.3"):
@@ -59,7 +77,8 @@ def test_bfloat16_refused_where_the_device_lacks_it(monkeypatch):
         cfg = compose(config_name="config", overrides=["device=cuda:0", "capacity=17GiB"])
         with pytest.raises(SpecError, match="capacity.*total_memory"):
             spec_from_config(cfg)
-        cfg = compose(config_name="config", overrides=["device=cuda:0", "dtype=float16", "capacity=8GiB",
-                                                        "snapshot_on_oom=true"])
+        cfg = compose(
+            config_name="config", overrides=["device=cuda:0", "dtype=float16", "capacity=8GiB", "snapshot_on_oom=true"]
+        )
         spec = spec_from_config(cfg)
     assert spec.device == "cuda:0" and spec.capacity_bytes == 8 * 2**30 and spec.snapshot_on_oom

@@ -19,39 +19,81 @@ import pytest
 from conf.contract import STEP_SUB_PHASES, RunSpec
 from sweeper.process import execute
 
-COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
-            "max_memory_allocated", "max_memory_reserved")
-BASE = dict(batch=2, context=16, width=32, dtype="float32", device="cpu", warmup=1, repeats=2, timeout_s=300,
-            threads=1)
+COUNTERS = (
+    "memory_allocated_start",
+    "memory_reserved_start",
+    "memory_allocated",
+    "memory_reserved",
+    "max_memory_allocated",
+    "max_memory_reserved",
+)
+BASE = dict(batch=2, context=16, width=32, dtype="float32", device="cpu", warmup=1, repeats=2, timeout_s=300, threads=1)
 LM = {"name": "transformer", "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 128}
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 
 RUNS = {
     "train": dict(BASE, mode="train", workload=LM, micro_steps=2, eval_batch=3, export=True),
     "generate": dict(BASE, mode="generate", workload=LM, new_tokens=4),
-    "eval_oom": dict(BASE, mode="train", workload=LM, repeats=1, eval_batch=3, export=True,
-                     fault={"phase": "eval", "kind": "oom"}),
-    "export_error": dict(BASE, mode="inference", workload={"name": "mlp", "depth": 2}, export=True,
-                         fault={"phase": "export", "kind": "raise"}),
-    "killed_in_backward": dict(BASE, mode="train", workload={"name": "mlp", "depth": 2}, warmup=0,
-                               fault={"phase": "warm_step.backward", "kind": "sigkill"}),
+    "eval_oom": dict(
+        BASE, mode="train", workload=LM, repeats=1, eval_batch=3, export=True, fault={"phase": "eval", "kind": "oom"}
+    ),
+    "export_error": dict(
+        BASE,
+        mode="inference",
+        workload={"name": "mlp", "depth": 2},
+        export=True,
+        fault={"phase": "export", "kind": "raise"},
+    ),
+    "killed_in_backward": dict(
+        BASE,
+        mode="train",
+        workload={"name": "mlp", "depth": 2},
+        warmup=0,
+        fault={"phase": "warm_step.backward", "kind": "sigkill"},
+    ),
 }
 if HAS_TRANSFORMERS:
-    RUNS["hf_generate"] = dict(BASE, mode="generate", new_tokens=4, repeats=1, workload={
-        "name": "hf", "config": "LlamaConfig", "overrides": {
-            "num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
-            "num_key_value_heads": 2, "vocab_size": 128}})
+    RUNS["hf_generate"] = dict(
+        BASE,
+        mode="generate",
+        new_tokens=4,
+        repeats=1,
+        workload={
+            "name": "hf",
+            "config": "LlamaConfig",
+            "overrides": {
+                "num_hidden_layers": 2,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": 128,
+            },
+        },
+    )
 
-USER_ARGS = ["workload=user_convnet", "mode=train", "batch=2", "context=8", "width=4", "warmup=0", "repeats=1",
-             "eval_batch=3", "device=cpu", "threads=1", "sweep=none"]
+USER_ARGS = [
+    "workload=user_convnet",
+    "mode=train",
+    "batch=2",
+    "context=8",
+    "width=4",
+    "warmup=0",
+    "repeats=1",
+    "eval_batch=3",
+    "device=cpu",
+    "threads=1",
+    "sweep=none",
+]
 
 
 def _memsweep_user_run(root: Path) -> Path:
     run_dir = root / "user"
     exe = Path(sys.executable).with_name("memsweep")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
-    proc = subprocess.run(cmd + ["run", *USER_ARGS, f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
-                          cwd=root, timeout=300)
+    proc = subprocess.run(
+        cmd + ["run", *USER_ARGS, f"hydra.run.dir={run_dir}"], capture_output=True, text=True, cwd=root, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 
@@ -62,11 +104,12 @@ def runs(tmp_path_factory):
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = {name: pool.submit(execute, RunSpec.from_dict(spec), root / name) for name, spec in RUNS.items()}
         user = pool.submit(_memsweep_user_run, root)
-        out = {name: (f.result(), json.loads((root / name / "record.json").read_text()))
-               for name, f in futures.items()}
+        out = {name: (f.result(), json.loads((root / name / "record.json").read_text())) for name, f in futures.items()}
         user_dir = user.result()
-        out["user"] = (json.loads((user_dir / "result.json").read_text()),
-                       json.loads((user_dir / "record.json").read_text()))
+        out["user"] = (
+            json.loads((user_dir / "result.json").read_text()),
+            json.loads((user_dir / "record.json").read_text()),
+        )
     out["_root"] = root
     return out
 
@@ -88,14 +131,25 @@ def _step(parent, micro_steps):
 def test_train_records_sub_phases_in_order_then_eval_and_export(runs):
     result, record = runs["train"]
     assert result["outcome"] == "ok", result
-    assert _names(record) == (["model_load", "inputs", *_step("cold_step", 2), "warmup",
-                               *_step("warm_step", 2), *_step("warm_step", 2), "eval", "export"])
+    assert _names(record) == (
+        [
+            "model_load",
+            "inputs",
+            *_step("cold_step", 2),
+            "warmup",
+            *_step("warm_step", 2),
+            *_step("warm_step", 2),
+            "eval",
+            "export",
+        ]
+    )
     for phase in record["phases"]:
         assert phase["status"] == "ok"
         _check_counters(phase)
     subs = [p for p in record["phases"] if p["parent"]]
-    assert [(p["step"], p["micro_step"]) for p in subs if p["parent"] == "cold_step"] == \
-        [(0, 0)] * 3 + [(0, 1)] * 3 + [(0, None)]
+    assert [(p["step"], p["micro_step"]) for p in subs if p["parent"] == "cold_step"] == [(0, 0)] * 3 + [(0, 1)] * 3 + [
+        (0, None)
+    ]
     assert [p["step"] for p in subs if p["sub_phase"] == "optimizer_step"] == [0, 0, 1]
     assert all(p["parent"] is None and p["sub_phase"] is None for p in record["phases"] if "." not in p["name"])
     # The optimizer's states (AdamW: two per parameter) appear in the first step only; every
@@ -115,9 +169,17 @@ def test_train_records_sub_phases_in_order_then_eval_and_export(runs):
 def test_generate_records_prefill_decode_and_the_kv_cache_formula(runs):
     result, record = runs["generate"]
     assert result["outcome"] == "ok", result
-    assert _names(record) == ["model_load", "inputs", "cold_generate.prefill", "cold_generate.decode", "warmup",
-                              "warm_generate.prefill", "warm_generate.decode", "warm_generate.prefill",
-                              "warm_generate.decode"]
+    assert _names(record) == [
+        "model_load",
+        "inputs",
+        "cold_generate.prefill",
+        "cold_generate.decode",
+        "warmup",
+        "warm_generate.prefill",
+        "warm_generate.decode",
+        "warm_generate.prefill",
+        "warm_generate.decode",
+    ]
     dims = record["model"]["dims"]
     for phase in record["phases"]:
         _check_counters(phase)
@@ -128,8 +190,10 @@ def test_generate_records_prefill_decode_and_the_kv_cache_formula(runs):
             assert phase["kv_cache_tokens"] == tokens
     prefill, decode = record["phases"][2:4]
     assert prefill["memory_allocated"] - prefill["memory_allocated_start"] >= prefill["kv_cache_bytes"]
-    assert decode["memory_allocated"] - decode["memory_allocated_start"] >= \
-        decode["kv_cache_bytes"] - prefill["kv_cache_bytes"]
+    assert (
+        decode["memory_allocated"] - decode["memory_allocated_start"]
+        >= decode["kv_cache_bytes"] - prefill["kv_cache_bytes"]
+    )
     # the cache of a generation is released after it: the next one starts where the first did
     assert record["phases"][5]["memory_allocated_start"] == prefill["memory_allocated_start"]
 

@@ -8,8 +8,14 @@ import pytest
 from conf.contract import INFERENCE_PHASES, TRAIN_PHASES, RunSpec
 from sweeper.process import RunDirError, execute
 
-COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
-            "max_memory_allocated", "max_memory_reserved")
+COUNTERS = (
+    "memory_allocated_start",
+    "memory_reserved_start",
+    "memory_allocated",
+    "memory_reserved",
+    "max_memory_allocated",
+    "max_memory_reserved",
+)
 
 
 def _record(run_dir):
@@ -41,13 +47,13 @@ def test_run_that_fits_records_every_phase(tmp_path, tiny, mode, phases):
     assert record["capacity_bytes"] == record["device_total_memory"] > 0
 
 
-@pytest.mark.parametrize("mode, message", [("allocator", "Tried to allocate 4.00 MiB (4194304 bytes)"),
-                                           ("process", "can't allocate memory")])
+@pytest.mark.parametrize(
+    "mode, message", [("allocator", "Tried to allocate 4.00 MiB (4194304 bytes)"), ("process", "can't allocate memory")]
+)
 def test_load_above_emulated_capacity_is_oom_in_its_phase(tmp_path, tiny, mode, message):
     """(64, 64, 64) inputs fit in 8 MiB; the (64, 64, 256) hidden activations do not: the
     tracker refuses the 4 MiB gelu output (allocator), or malloc fails under RLIMIT_DATA (process)."""
-    spec = RunSpec.from_dict(dict(tiny, batch=64, context=64, width=64, capacity_bytes=8 * 2**20,
-                                  capacity_mode=mode))
+    spec = RunSpec.from_dict(dict(tiny, batch=64, context=64, width=64, capacity_bytes=8 * 2**20, capacity_mode=mode))
     result = execute(spec, tmp_path / "run", isolation="spawn")  # the other tests use the forkserver
     assert result["outcome"] == "oom" and result["returncode"] == 3
     assert result["failed_phase"] == "cold_forward"
@@ -70,8 +76,9 @@ def test_other_exception_is_error_not_oom(tmp_path, tiny):
     assert [p["status"] for p in _record(tmp_path / "run")["phases"]] == ["ok", "ok", "error"]
 
 
-@pytest.mark.parametrize("kind, phase, sig", [("sigkill", "warmup", signal.SIGKILL),
-                                             ("segfault", "inputs", signal.SIGSEGV)])
+@pytest.mark.parametrize(
+    "kind, phase, sig", [("sigkill", "warmup", signal.SIGKILL), ("segfault", "inputs", signal.SIGSEGV)]
+)
 def test_killed_worker_is_crash_and_keeps_complete_phases(tmp_path, tiny, kind, phase, sig):
     spec = RunSpec.from_dict(dict(tiny, fault={"phase": phase, "kind": kind}))
     result = execute(spec, tmp_path / "run")
@@ -79,7 +86,7 @@ def test_killed_worker_is_crash_and_keeps_complete_phases(tmp_path, tiny, kind, 
     assert result["failed_phase"] == phase
     record = _record(tmp_path / "run")
     assert not record["complete"] and record["outcome"] is None
-    done = list(INFERENCE_PHASES[:INFERENCE_PHASES.index(phase)])
+    done = list(INFERENCE_PHASES[: INFERENCE_PHASES.index(phase)])
     assert [p["name"] for p in record["phases"]] == done
     assert all(p["status"] == "ok" for p in record["phases"])
 

@@ -12,45 +12,63 @@ def _spec(**kw):
     return RunSpec.from_dict({"batch": 2, "context": 16, "width": 32, "device": "cpu", **kw})
 
 
-@pytest.mark.parametrize("fields, field, accepted", [
-    ({"workload": {**LM, "heads": 3}}, "workload.heads", "divisor of hidden=32"),
-    ({"workload": {**LM, "heads": 4, "hidden": 30}}, "workload.heads", "divisor of hidden=30"),
-    ({"workload": {**LM, "kv_heads": 3}}, "workload.kv_heads", "divisor of heads=4"),
-    ({"workload": {**LM, "head_dim": 7}}, "workload.head_dim", "even"),
-    ({"workload": {**LM, "heads": 32, "kv_heads": 32}}, "workload.heads", "even head_dim"),
-    ({"workload": {**LM, "attention": "flash"}}, "workload.attention", "sdpa, eager"),
-    ({"workload": {**LM, "norm": "batchnorm"}}, "workload.norm", "rmsnorm, layernorm"),
-    ({"workload": {**LM, "ffn": "relu"}}, "workload.ffn", "gelu, swiglu"),
-    ({"workload": {**LM, "layers": 0}}, "workload.layers", "integer"),
-    ({"workload": {**LM, "tie_embeddings": "yes"}}, "workload.tie_embeddings", "true or false"),
-    ({"workload": {**LM, "depth": 2}}, "workload.depth", "transformer settings"),
-    ({"workload": {"name": "hf"}}, "workload.config", "config class name"),
-    ({"workload": {"name": "hf", "config": "not a model"}}, "workload.config", "model type"),
-    ({"workload": {"name": "hf", "config": "gpt2", "overrides": [1]}}, "workload.overrides", "mapping"),
-    ({"workload": {"name": "hf", "config": "gpt2", "attention": "flash"}}, "workload.attention", "sdpa"),
-    ({"workload": {"name": "user", "inputs": {"_target_": "a.b"}}}, "workload.model", "_target_"),
-    ({"workload": {"name": "user", "model": {"_target_": "nodots"}, "inputs": {"_target_": "a.b"}}},
-     "workload.model._target_", "dotted path"),
-    ({"workload": {"name": "user", "model": {"_target_": "a.b", "_partial_": True}, "inputs": {"_target_": "a.b"}}},
-     "workload.model._partial_", "keyword arguments"),
-    ({"workload": {"name": "user", "model": {"_target_": "a.b"}, "inputs": {"_target_": "a.b"}, "path": "x"}},
-     "workload.path", "list of directories"),
-    ({"mode": "generate"}, "mode", "generate needs a KV cache"),
-    ({"mode": "serve"}, "mode", "inference, train, generate"),
-    ({"precision": "autocast"}, "precision", "float16 or bfloat16"),
-    ({"precision": "amp", "dtype": "bfloat16"}, "precision", "pure, autocast"),
-    ({"optimizer": "lion", "mode": "train"}, "optimizer", "adamw, sgd, adafactor, adamw8bit"),
-    ({"checkpointing": True}, "checkpointing", "mode=train"),
-    ({"checkpointing": "yes", "mode": "train"}, "checkpointing", "true or false"),
-    ({"micro_steps": 2}, "micro_steps", "mode=train"),
-    ({"micro_steps": 0, "mode": "train"}, "micro_steps", "integer"),
-    ({"eval_batch": 4}, "eval_batch", "mode=train"),
-    ({"eval_batch": 0, "mode": "train"}, "eval_batch", "integer"),
-    ({"export": 1}, "export", "true or false"),
-    ({"new_tokens": 0, "mode": "generate", "workload": LM}, "new_tokens", "integer"),
-    ({"kv_cache": "paged", "mode": "generate", "workload": LM}, "kv_cache", "dynamic, static"),
-    ({"fault": {"phase": "cold_step.sideways", "kind": "oom"}}, "fault.phase", "cold_step.backward"),
-])
+@pytest.mark.parametrize(
+    "fields, field, accepted",
+    [
+        ({"workload": {**LM, "heads": 3}}, "workload.heads", "divisor of hidden=32"),
+        ({"workload": {**LM, "heads": 4, "hidden": 30}}, "workload.heads", "divisor of hidden=30"),
+        ({"workload": {**LM, "kv_heads": 3}}, "workload.kv_heads", "divisor of heads=4"),
+        ({"workload": {**LM, "head_dim": 7}}, "workload.head_dim", "even"),
+        ({"workload": {**LM, "heads": 32, "kv_heads": 32}}, "workload.heads", "even head_dim"),
+        ({"workload": {**LM, "attention": "flash"}}, "workload.attention", "sdpa, eager"),
+        ({"workload": {**LM, "norm": "batchnorm"}}, "workload.norm", "rmsnorm, layernorm"),
+        ({"workload": {**LM, "ffn": "relu"}}, "workload.ffn", "gelu, swiglu"),
+        ({"workload": {**LM, "layers": 0}}, "workload.layers", "integer"),
+        ({"workload": {**LM, "tie_embeddings": "yes"}}, "workload.tie_embeddings", "true or false"),
+        ({"workload": {**LM, "depth": 2}}, "workload.depth", "transformer settings"),
+        ({"workload": {"name": "hf"}}, "workload.config", "config class name"),
+        ({"workload": {"name": "hf", "config": "not a model"}}, "workload.config", "model type"),
+        ({"workload": {"name": "hf", "config": "gpt2", "overrides": [1]}}, "workload.overrides", "mapping"),
+        ({"workload": {"name": "hf", "config": "gpt2", "attention": "flash"}}, "workload.attention", "sdpa"),
+        ({"workload": {"name": "user", "inputs": {"_target_": "a.b"}}}, "workload.model", "_target_"),
+        (
+            {"workload": {"name": "user", "model": {"_target_": "nodots"}, "inputs": {"_target_": "a.b"}}},
+            "workload.model._target_",
+            "dotted path",
+        ),
+        (
+            {
+                "workload": {
+                    "name": "user",
+                    "model": {"_target_": "a.b", "_partial_": True},
+                    "inputs": {"_target_": "a.b"},
+                }
+            },
+            "workload.model._partial_",
+            "keyword arguments",
+        ),
+        (
+            {"workload": {"name": "user", "model": {"_target_": "a.b"}, "inputs": {"_target_": "a.b"}, "path": "x"}},
+            "workload.path",
+            "list of directories",
+        ),
+        ({"mode": "generate"}, "mode", "generate needs a KV cache"),
+        ({"mode": "serve"}, "mode", "inference, train, generate"),
+        ({"precision": "autocast"}, "precision", "float16 or bfloat16"),
+        ({"precision": "amp", "dtype": "bfloat16"}, "precision", "pure, autocast"),
+        ({"optimizer": "lion", "mode": "train"}, "optimizer", "adamw, sgd, adafactor, adamw8bit"),
+        ({"checkpointing": True}, "checkpointing", "mode=train"),
+        ({"checkpointing": "yes", "mode": "train"}, "checkpointing", "true or false"),
+        ({"micro_steps": 2}, "micro_steps", "mode=train"),
+        ({"micro_steps": 0, "mode": "train"}, "micro_steps", "integer"),
+        ({"eval_batch": 4}, "eval_batch", "mode=train"),
+        ({"eval_batch": 0, "mode": "train"}, "eval_batch", "integer"),
+        ({"export": 1}, "export", "true or false"),
+        ({"new_tokens": 0, "mode": "generate", "workload": LM}, "new_tokens", "integer"),
+        ({"kv_cache": "paged", "mode": "generate", "workload": LM}, "kv_cache", "dynamic, static"),
+        ({"fault": {"phase": "cold_step.sideways", "kind": "oom"}}, "fault.phase", "cold_step.backward"),
+    ],
+)
 def test_bad_workload_or_option_is_refused_naming_the_field(fields, field, accepted):
     with pytest.raises(SpecError) as err:
         _spec(**fields)
@@ -64,16 +82,28 @@ def test_transformer_defaults_and_explicit_head_dim():
     assert validate_workload({"name": "transformer"})["vocab"] == 32000
 
 
-@pytest.mark.parametrize("config, kind", [("LlamaConfig", "class"), ("gpt2", "model_type"),
-                                          ("./model/config.json", "path"), ("/m", "path"), ("cfg.json", "path")])
+@pytest.mark.parametrize(
+    "config, kind",
+    [
+        ("LlamaConfig", "class"),
+        ("gpt2", "model_type"),
+        ("./model/config.json", "path"),
+        ("/m", "path"),
+        ("cfg.json", "path"),
+    ],
+)
 def test_hf_config_kinds(config, kind):
     assert hf_config_kind(config) == kind
 
 
 def test_phases_of_each_mode_with_eval_and_export():
     assert _spec(mode="train", eval_batch=4, export=True).phases == TRAIN_PHASES + ("eval", "export")
-    assert TRAIN_PHASES[2:6] == ("cold_step.forward", "cold_step.loss", "cold_step.backward",
-                                 "cold_step.optimizer_step")
+    assert TRAIN_PHASES[2:6] == (
+        "cold_step.forward",
+        "cold_step.loss",
+        "cold_step.backward",
+        "cold_step.optimizer_step",
+    )
     assert _spec(mode="generate", workload=LM).phases == GENERATE_PHASES
     assert GENERATE_PHASES[2:4] == ("cold_generate.prefill", "cold_generate.decode")
     assert _spec(export=True).phases[-1] == "export"
@@ -83,6 +113,7 @@ def test_phases_of_each_mode_with_eval_and_export():
 
 # ----- through Hydra's composition (the sweeper side, no worker process) ---------------------
 
+
 @pytest.fixture
 def compose():
     from hydra import compose as hydra_compose
@@ -91,6 +122,7 @@ def compose():
     def _compose(*overrides):
         with initialize_config_module(config_module="conf", version_base="1.3"):
             return hydra_compose(config_name="config", overrides=["device=cpu", *overrides])
+
     return _compose
 
 
@@ -100,16 +132,33 @@ def test_config_groups_compose_into_valid_specs(compose, monkeypatch, tmp_path):
     spec = spec_from_config(compose("workload=transformer", "mode=generate", "new_tokens=8", "kv_cache=static"))
     assert spec.workload["name"] == "transformer" and spec.workload["hidden"] is None
     assert (spec.mode, spec.new_tokens, spec.kv_cache) == ("generate", 8, "static")
-    spec = spec_from_config(compose("mode=train", "optimizer=sgd", "micro_steps=2", "eval_batch=4",
-                                    "export=true", "checkpointing=true", "dtype=bfloat16", "precision=autocast"))
-    assert (spec.optimizer, spec.micro_steps, spec.eval_batch, spec.export, spec.checkpointing,
-            spec.precision) == ("sgd", 2, 4, True, True, "autocast")
+    spec = spec_from_config(
+        compose(
+            "mode=train",
+            "optimizer=sgd",
+            "micro_steps=2",
+            "eval_batch=4",
+            "export=true",
+            "checkpointing=true",
+            "dtype=bfloat16",
+            "precision=autocast",
+        )
+    )
+    assert (spec.optimizer, spec.micro_steps, spec.eval_batch, spec.export, spec.checkpointing, spec.precision) == (
+        "sgd",
+        2,
+        4,
+        True,
+        True,
+        "autocast",
+    )
     monkeypatch.chdir(tmp_path)
     spec = spec_from_config(compose("workload=user_convnet"))
     assert spec.workload["model"]["_target_"] == "conf.examples.convnet.build_model"
     assert spec.workload["path"] == [str(tmp_path)]  # the worker imports from where memsweep runs
-    spec = spec_from_config(compose("workload=hf", "workload.config=LlamaConfig",
-                                    "+workload.overrides.num_hidden_layers=2"))
+    spec = spec_from_config(
+        compose("workload=hf", "workload.config=LlamaConfig", "+workload.overrides.num_hidden_layers=2")
+    )
     assert spec.workload["overrides"] == {"num_hidden_layers": 2}
 
 
@@ -119,8 +168,11 @@ def test_missing_optional_packages_are_named_before_any_worker(compose, monkeypa
     from sweeper.spec import spec_from_config
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("transformers", "bitsandbytes") else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("transformers", "bitsandbytes") else real(name, *a),
+    )
     with pytest.raises(SpecError, match=r"pip install 'memsweep\[hf\]'"):
         spec_from_config(compose("workload=hf"))
     with pytest.raises(SpecError, match="pip install bitsandbytes"):

@@ -85,8 +85,7 @@ def _driver_version() -> str | None:
 def env_alloc_conf() -> dict:
     """The caching allocator's settings from the environment: PYTORCH_CUDA_ALLOC_CONF,
     PYTORCH_HIP_ALLOC_CONF and PYTORCH_ALLOC_CONF (str, or None when unset)."""
-    return {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
-                                           "PYTORCH_ALLOC_CONF")}
+    return {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
 
 
 def environment(device, dry_run: bool = False) -> dict:
@@ -109,14 +108,21 @@ def environment(device, dry_run: bool = False) -> dict:
     no_device = dry_run and device.type == "cuda"
     total, _, name = (None, None, None) if no_device else device_memory(device)
     env = {
-        "python": platform.python_version(), "torch": torch.__version__,
-        "cuda": torch.version.cuda, "hip": getattr(torch.version, "hip", None),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": getattr(torch.version, "hip", None),
         "backend": ("hip" if torch.version.hip else "cuda") if device.type == "cuda" else "cpu",
-        "device": str(device), "device_name": name, "total_memory": total,
+        "device": str(device),
+        "device_name": name,
+        "total_memory": total,
         "driver": _driver_version() if device.type == "cuda" and not no_device else None,
         "allocator_backend": torch.cuda.get_allocator_backend() if device.type == "cuda" and not no_device else None,
-        "alloc_conf": env_alloc_conf(), "host": socket.gethostname(), "platform": platform.platform(),
-        "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "alloc_conf": env_alloc_conf(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
         "cpu_affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "isolation": os.environ.get(ISOLATION_ENV, ISOLATION_SPAWN),  # (unset: started by hand, a new interpreter)
@@ -144,13 +150,23 @@ def probe(requested: str) -> dict:
     except ImportError as exc:
         return {"requested": requested, "available": False, "reason": f"PyTorch is not installed ({exc})"}
     device, reason = resolve_device(requested)
-    out = {"requested": requested, "device": str(device), "device_kind": device.type,
-           "available": reason is None, "reason": reason, "torch": torch.__version__}
+    out = {
+        "requested": requested,
+        "device": str(device),
+        "device_kind": device.type,
+        "available": reason is None,
+        "reason": reason,
+        "torch": torch.__version__,
+    }
     if reason is None:
         total, free, name = device_memory(device)
-        out.update(total_memory=total, free_memory=free, device_name=name,
-                   bf16_supported=bf16_supported(device),
-                   device_count=torch.cuda.device_count() if device.type == "cuda" else 1)
+        out.update(
+            total_memory=total,
+            free_memory=free,
+            device_name=name,
+            bf16_supported=bf16_supported(device),
+            device_count=torch.cuda.device_count() if device.type == "cuda" else 1,
+        )
     return out
 
 

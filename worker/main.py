@@ -29,8 +29,16 @@ import json
 import sys
 from pathlib import Path
 
-from conf.contract import (EXIT_BAD_SPEC, EXIT_OK, EXIT_UNAVAILABLE, RECORD_FILE, RecordError, RunSpec, SpecError,
-                           read_json)
+from conf.contract import (
+    EXIT_BAD_SPEC,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    RECORD_FILE,
+    RecordError,
+    RunSpec,
+    SpecError,
+    read_json,
+)
 
 from .environment import env_report, probe
 from .lifecycle import die_with_parent

@@ -17,9 +17,18 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
-from conf.contract import (EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, SCHEMA_VERSION, RunSpec, needs_dynamo,
-                           write_json_atomic)
+from conf.contract import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_OOM,
+    EXIT_UNAVAILABLE,
+    SCHEMA_VERSION,
+    RunSpec,
+    needs_dynamo,
+    write_json_atomic,
+)
 
 from .environment import bf16_supported, device_memory, environment, resolve_device
 from .plan import MODEL_LOAD, plan
@@ -40,13 +49,30 @@ class Recorder:
 
     def __init__(self, path: Path, spec: dict | None):
         self.path = path
-        self.data = {
-            "schema_version": SCHEMA_VERSION, "spec": spec, "pid": os.getpid(),
-            "started_at": _now(), "updated_at": None, "complete": False, "outcome": None,
-            "exit_code": None, "failed_phase": None, "error_type": None, "error_message": None,
-            "device": None, "device_kind": None, "counter_sources": None, "capacity_bytes": None,
-            "capacity": None, "device_total_memory": None, "device_free_memory_start": None,
-            "device_index": None, "environment": None, "model": None, "current_phase": None, "phases": [],
+        self.data: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "spec": spec,
+            "pid": os.getpid(),
+            "started_at": _now(),
+            "updated_at": None,
+            "complete": False,
+            "outcome": None,
+            "exit_code": None,
+            "failed_phase": None,
+            "error_type": None,
+            "error_message": None,
+            "device": None,
+            "device_kind": None,
+            "counter_sources": None,
+            "capacity_bytes": None,
+            "capacity": None,
+            "device_total_memory": None,
+            "device_free_memory_start": None,
+            "device_index": None,
+            "environment": None,
+            "model": None,
+            "current_phase": None,
+            "phases": [],
             # measured: the counters of a real run; predicted: a dry run on fake tensors (spec.dry_run)
             "source": "measured",
             # a dry run's accounting of storage bytes (counters.CUDA_ROUNDING / EXACT_ROUNDING); null if measured
@@ -60,9 +86,15 @@ class Recorder:
         self.data["updated_at"] = _now()
         write_json_atomic(self.path, self.data)
 
-    def finish(self, outcome: str, exit_code: int, phase: str | None = None,
-               exc: BaseException | None = None, error_type: str | None = None,
-               message: str | None = None) -> int:
+    def finish(
+        self,
+        outcome: str,
+        exit_code: int,
+        phase: str | None = None,
+        exc: BaseException | None = None,
+        error_type: str | None = None,
+        message: str | None = None,
+    ) -> int:
         """Complete the record with the run's outcome and save it.
 
         Args:
@@ -77,9 +109,14 @@ class Recorder:
         Returns:
             ``exit_code``.
         """
-        self.data.update(outcome=outcome, exit_code=exit_code, failed_phase=phase, complete=True,
-                         error_type=error_type or (type(exc).__name__ if exc else None),
-                         error_message=message or (str(exc)[:4000] if exc else None))
+        self.data.update(
+            outcome=outcome,
+            exit_code=exit_code,
+            failed_phase=phase,
+            complete=True,
+            error_type=error_type or (type(exc).__name__ if exc else None),
+            error_message=message or (str(exc)[:4000] if exc else None),
+        )
         torch = sys.modules.get("torch")
         if torch is not None:
             self.data["cuda_initialized"] = bool(torch.cuda.is_initialized())
@@ -145,16 +182,29 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     try:
         import torch
     except ImportError as exc:
-        return rec.finish("error", EXIT_UNAVAILABLE, error_type="TorchUnavailable",
-                          message=f"PyTorch is not installed: {exc}")
-    from .counters import (DryRunCounters, apply_cpu_allocator_capacity, apply_cpu_process_capacity, apply_cuda_capacity,
-                           apply_cuda_capacity_per_device, dry_run_unsupported, fake_cuda_autograd_available,
-                           make_counters)
+        return rec.finish(
+            "error", EXIT_UNAVAILABLE, error_type="TorchUnavailable", message=f"PyTorch is not installed: {exc}"
+        )
+    from .counters import (
+        DryRunCounters,
+        apply_cpu_allocator_capacity,
+        apply_cpu_process_capacity,
+        apply_cuda_capacity,
+        apply_cuda_capacity_per_device,
+        dry_run_unsupported,
+        fake_cuda_autograd_available,
+        make_counters,
+    )
     from .workloads import DependencyMissing, build_workload
 
     if torch.cuda.is_initialized():  # isolation: nothing may have touched a device before this run
-        return rec.finish("error", EXIT_ERROR, phase="setup", error_type="IsolationError",
-                          message="a CUDA context existed before the worker started")
+        return rec.finish(
+            "error",
+            EXIT_ERROR,
+            phase="setup",
+            error_type="IsolationError",
+            message="a CUDA context existed before the worker started",
+        )
     if needs_dynamo(spec):
         # PyTorch would import it lazily (see needs_dynamo): seconds and ~70 MB of host memory
         # that belong to no phase (and, on the CPU, before the capacity limit), so they are spent
@@ -170,21 +220,33 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         if device.type == "cuda" and spec.mode == "train":
             if not fake_cuda_autograd_available():
                 rec.data.update(device=str(device), device_kind=device.type, device_index=device.index)
-                return rec.finish("error", EXIT_UNAVAILABLE, error_type="DryRunUnsupported", message=(
-                    f"dry run: mode=train on {device} records an autograd graph on fake CUDA tensors, whose "
-                    f"backward pass needs a PyTorch built with CUDA (no GPU needed); this one "
-                    f"({torch.__version__}) is CPU-only (pytorch/pytorch#92627). Inference and generate "
-                    f"dry runs on {device} work here; device=cpu predicts train mode on the CPU"))
+                return rec.finish(
+                    "error",
+                    EXIT_UNAVAILABLE,
+                    error_type="DryRunUnsupported",
+                    message=(
+                        f"dry run: mode=train on {device} records an autograd graph on fake CUDA tensors, whose "
+                        f"backward pass needs a PyTorch built with CUDA (no GPU needed); this one "
+                        f"({torch.__version__}) is CPU-only (pytorch/pytorch#92627). Inference and generate "
+                        f"dry runs on {device} work here; device=cpu predicts train mode on the CPU"
+                    ),
+                )
     else:
         device, reason = resolve_device(spec.device)
     if not reason and spec.devices > 1 and device.index + spec.devices > torch.cuda.device_count():
-        reason = (f"devices={spec.devices}: cuda:{device.index}..cuda:{device.index + spec.devices - 1} asked, "
-                  f"only {torch.cuda.device_count()} device(s) visible")
+        reason = (
+            f"devices={spec.devices}: cuda:{device.index}..cuda:{device.index + spec.devices - 1} asked, "
+            f"only {torch.cuda.device_count()} device(s) visible"
+        )
     if reason:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="DeviceUnavailable", message=reason)
     if spec.dtype == "bfloat16" and not spec.dry_run and not bf16_supported(device):
-        return rec.finish("error", EXIT_UNAVAILABLE, error_type="DtypeUnsupported",
-                          message=f"{device} does not support bfloat16 natively")
+        return rec.finish(
+            "error",
+            EXIT_UNAVAILABLE,
+            error_type="DtypeUnsupported",
+            message=f"{device} does not support bfloat16 natively",
+        )
     try:  # set-up: a failure here is an error of the run, attributed to no phase
         if spec.threads:
             torch.set_num_threads(spec.threads)
@@ -195,10 +257,15 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
             rec.data["prediction_rounding"] = counters.rounding
         else:
             total, free, _ = device_memory(device)
-        rec.data.update(device=str(device), device_kind=device.type, counter_sources=counters.sources,
-                        device_index=device.index if device.type == "cuda" else None,
-                        device_total_memory=total, device_free_memory_start=free,
-                        environment=environment(device, dry_run=spec.dry_run))
+        rec.data.update(
+            device=str(device),
+            device_kind=device.type,
+            counter_sources=counters.sources,
+            device_index=device.index if device.type == "cuda" else None,
+            device_total_memory=total,
+            device_free_memory_start=free,
+            environment=environment(device, dry_run=spec.dry_run),
+        )
         if spec.dry_run and device.type == "cuda":
             rec.data["environment"]["fake_cuda_guard"] = counters.cuda_guard
         capacity = {"capacity_method": "device total_memory"}
@@ -214,8 +281,9 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
                 capacity = apply_cpu_process_capacity(spec.capacity_bytes)
             else:
                 capacity = apply_cpu_allocator_capacity(counters, spec.capacity_bytes)
-        rec.data.update(capacity_bytes=spec.capacity_bytes if spec.capacity_bytes is not None else total,
-                        capacity=capacity)
+        rec.data.update(
+            capacity_bytes=spec.capacity_bytes if spec.capacity_bytes is not None else total, capacity=capacity
+        )
         ballast = bytes(b"\x01" * (_ballast_bytes() or 0))  # a process that holds other memory too
         rec.data["environment"]["ballast_bytes"] = len(ballast) or None  # held until the worker ends
         if spec.snapshot_on_oom:
@@ -248,17 +316,19 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         if not dynamo_loaded and "torch._dynamo" in sys.modules:
             dynamo_loaded = True
             rec.data["environment"]["imported_during_phases"] = f"torch._dynamo (before {until})"
-            print(f"memsweep worker: warning: torch._dynamo was imported inside a phase before {until} "
-                  f"(conf.contract.needs_dynamo missed this run); its host memory is in that phase's "
-                  f"readings", file=sys.stderr)
+            print(
+                f"memsweep worker: warning: torch._dynamo was imported inside a phase before {until} "
+                f"(conf.contract.needs_dynamo missed this run); its host memory is in that phase's "
+                f"readings",
+                file=sys.stderr,
+            )
 
     for step in plan(spec, workload):
         name = step.name
         late_import(name)
         rec.data["current_phase"] = name
         rec.save()
-        phase = run_phase(counters, name, step.body, step.iterations, spec.fault, rec.path, step.meta,
-                          step.after)
+        phase = run_phase(counters, name, step.body, step.iterations, spec.fault, rec.path, step.meta, step.after)
         exc = phase.pop("_exception", None)
         rec.data["phases"].append(phase)
         if exc is not None:
@@ -266,8 +336,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
             unsupported = dry_run_unsupported(exc) if spec.dry_run else None
             if unsupported:
                 phase.update(status="error", error_type="DryRunUnsupported", error_message=unsupported)
-                return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported",
-                                  message=unsupported)
+                return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported", message=unsupported)
             code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
             if phase["status"] == "oom" and spec.snapshot_on_oom:
                 rec.data["oom_snapshot"] = dump_snapshot(rec.path.parent)

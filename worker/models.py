@@ -32,10 +32,12 @@ class MLP(nn.Module):
 
     def __init__(self, width: int, hidden: int, depth: int, activation: str = "gelu"):
         super().__init__()
-        self.blocks = nn.Sequential(*[
-            nn.Sequential(nn.Linear(width, hidden), ACTIVATIONS[activation](), nn.Linear(hidden, width))
-            for _ in range(depth)
-        ])
+        self.blocks = nn.Sequential(
+            *[
+                nn.Sequential(nn.Linear(width, hidden), ACTIVATIONS[activation](), nn.Linear(hidden, width))
+                for _ in range(depth)
+            ]
+        )
         self.checkpointing = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -110,8 +112,7 @@ class KVCache:
 def rotary(positions: torch.Tensor, head_dim: int, theta: float = 10000.0):
     """float32 cos and sin tables (tokens, head_dim) for rotary position embedding (Su et al.
     2021, RoFormer, arXiv:2104.09864), in the half-split layout used by Llama and GPT-NeoX."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32)
-                                / head_dim))
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=positions.device, dtype=torch.float32) / head_dim))
     freqs = torch.outer(positions.to(torch.float32), inv_freq)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
@@ -228,14 +229,26 @@ class Transformer(nn.Module):
     the embedding when ``tie_embeddings``).
     """
 
-    def __init__(self, layers: int, hidden: int, heads: int, kv_heads: int, head_dim: int, ffn_hidden: int,
-                 vocab: int, attention: str = "sdpa", norm: str = "rmsnorm", ffn: str = "gelu",
-                 tie_embeddings: bool = False):
+    def __init__(
+        self,
+        layers: int,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        ffn_hidden: int,
+        vocab: int,
+        attention: str = "sdpa",
+        norm: str = "rmsnorm",
+        ffn: str = "gelu",
+        tie_embeddings: bool = False,
+    ):
         super().__init__()
         self.layers, self.head_dim = layers, head_dim
         self.embed = nn.Embedding(vocab, hidden)
-        self.blocks = nn.ModuleList([Block(hidden, heads, kv_heads, head_dim, ffn_hidden, attention, norm, ffn)
-                                     for _ in range(layers)])
+        self.blocks = nn.ModuleList(
+            [Block(hidden, heads, kv_heads, head_dim, ffn_hidden, attention, norm, ffn) for _ in range(layers)]
+        )
         self.norm = nn.RMSNorm(hidden, eps=1e-6) if norm == "rmsnorm" else nn.LayerNorm(hidden)
         # A tied head gets no weight of its own (not even briefly, which would show in model_load's peak).
         self.head = nn.Linear(hidden, vocab, bias=False, device="meta" if tie_embeddings else None)
@@ -243,8 +256,9 @@ class Transformer(nn.Module):
             self.head.weight = self.embed.weight
         self.checkpointing = False
 
-    def forward(self, ids: torch.Tensor, cache: KVCache | None = None, start: int = 0,
-                last_only: bool = False) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, cache: KVCache | None = None, start: int = 0, last_only: bool = False
+    ) -> torch.Tensor:
         """Logits for ``ids`` at positions start..start+tokens-1 (only the last position's,
         shape (batch, 1, vocab), when ``last_only``, as a generation's prefill needs)."""
         x = self.embed(ids)

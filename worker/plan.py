@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from conf.contract import AFTER_PHASES, GENERATE_SUB_PHASES, INFERENCE_PHASES, PARENT_PHASES, STEP_SUB_PHASES, RunSpec
 
@@ -68,8 +69,7 @@ class PhaseStep:
     @property
     def meta(self) -> dict:
         """The sub-phase fields of the phase record: parent, sub_phase, step, micro_step."""
-        return {"parent": self.parent, "sub_phase": self.sub_phase, "step": self.step,
-                "micro_step": self.micro_step}
+        return {"parent": self.parent, "sub_phase": self.sub_phase, "step": self.step, "micro_step": self.micro_step}
 
 
 def plan(spec: RunSpec, w: Workload) -> list[PhaseStep]:
@@ -88,19 +88,48 @@ def plan(spec: RunSpec, w: Workload) -> list[PhaseStep]:
         out = []
         for m in range(spec.micro_steps):
             sub = functools.partial(PhaseStep, parent=parent, step=index, micro_step=m)
-            out += [sub(f"{parent}.{FORWARD}", functools.partial(w.step_forward, m), sub_phase=FORWARD),
-                    sub(f"{parent}.{LOSS}", functools.partial(w.step_loss, m), sub_phase=LOSS),
-                    sub(f"{parent}.{BACKWARD}", functools.partial(w.step_backward, m), sub_phase=BACKWARD,
-                        after=w.gradient_bytes)]
-        out.append(PhaseStep(f"{parent}.{OPTIMIZER_STEP}", w.step_optimizer, parent=parent,
-                             sub_phase=OPTIMIZER_STEP, step=index, after=w.optimizer_state_bytes))
+            out += [
+                sub(f"{parent}.{FORWARD}", functools.partial(w.step_forward, m), sub_phase=FORWARD),
+                sub(f"{parent}.{LOSS}", functools.partial(w.step_loss, m), sub_phase=LOSS),
+                sub(
+                    f"{parent}.{BACKWARD}",
+                    functools.partial(w.step_backward, m),
+                    sub_phase=BACKWARD,
+                    after=w.gradient_bytes,
+                ),
+            ]
+        out.append(
+            PhaseStep(
+                f"{parent}.{OPTIMIZER_STEP}",
+                w.step_optimizer,
+                parent=parent,
+                sub_phase=OPTIMIZER_STEP,
+                step=index,
+                after=w.optimizer_state_bytes,
+            )
+        )
         return out
 
     def generation(parent: str, index: int) -> list[PhaseStep]:
-        return [PhaseStep(f"{parent}.{PREFILL}", w.gen_prefill, parent=parent, sub_phase=PREFILL, step=index,
-                          after=w.kv_cache_info),
-                PhaseStep(f"{parent}.{DECODE}", w.gen_decode, parent=parent, sub_phase=DECODE, step=index,
-                          after=w.kv_cache_info, release=w.end_generation)]
+        return [
+            PhaseStep(
+                f"{parent}.{PREFILL}",
+                w.gen_prefill,
+                parent=parent,
+                sub_phase=PREFILL,
+                step=index,
+                after=w.kv_cache_info,
+            ),
+            PhaseStep(
+                f"{parent}.{DECODE}",
+                w.gen_decode,
+                parent=parent,
+                sub_phase=DECODE,
+                step=index,
+                after=w.kv_cache_info,
+                release=w.end_generation,
+            ),
+        ]
 
     if spec.mode == "train":
         steps += train_step(COLD_STEP, 0)
@@ -113,8 +142,11 @@ def plan(spec: RunSpec, w: Workload) -> list[PhaseStep]:
         for i in range(spec.repeats):
             steps += generation(WARM_GENERATE, i)
     else:
-        steps += [PhaseStep(COLD_FORWARD, w.forward), PhaseStep(WARMUP, w.forward, spec.warmup),
-                  PhaseStep(WARM_FORWARD, w.forward, spec.repeats)]
+        steps += [
+            PhaseStep(COLD_FORWARD, w.forward),
+            PhaseStep(WARMUP, w.forward, spec.warmup),
+            PhaseStep(WARM_FORWARD, w.forward, spec.repeats),
+        ]
     if spec.eval_batch is not None:
         steps.append(PhaseStep(EVAL, w.evaluate))
     if spec.export:

@@ -20,8 +20,9 @@ import os
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from .classify import classify_failure
 
@@ -35,6 +36,7 @@ def _inject_fault(kind: str, phase: str, record_path: Path) -> None:
         raise ValueError(f"injected fault in phase {phase}")
     if kind == "oom":
         import torch
+
         raise torch.OutOfMemoryError(f"CUDA out of memory. (injected fault in phase {phase})")
     if kind == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
@@ -48,8 +50,16 @@ def _inject_fault(kind: str, phase: str, record_path: Path) -> None:
         os._exit(0)
 
 
-def run_phase(counters: Counters, name: str, body: Callable[[], object], iterations: int, fault: dict | None,
-              record_path: Path, meta: dict | None = None, after: Callable[[], dict] | None = None) -> dict:
+def run_phase(
+    counters: Counters,
+    name: str,
+    body: Callable[[], object],
+    iterations: int,
+    fault: dict | None,
+    record_path: Path,
+    meta: dict | None = None,
+    after: Callable[[], dict] | None = None,
+) -> dict:
     """Run one phase under the seed-003 protocol and return its phase record (bytes, seconds).
 
     ``meta``: parent, sub_phase, step, micro_step of a sub-phase (null otherwise). ``after``:
@@ -99,13 +109,26 @@ def run_phase(counters: Counters, name: str, body: Callable[[], object], iterati
     per_device = counters.per_device() if hasattr(counters, "per_device") else None
     counters.synchronize()
     meta = meta or {}
-    phase = {"name": name, **{k: meta.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
-             "status": None, "iterations": iterations,
-             "memory_allocated_start": read(counters.memory_allocated),
-             "memory_reserved_start": read(counters.memory_reserved)}
-    devices = None if per_device is None else [
-        {"device_index": d.index, "memory_allocated_start": read(d.memory_allocated),
-         "memory_reserved_start": read(d.memory_reserved)} for d in per_device]
+    phase = {
+        "name": name,
+        **{k: meta.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
+        "status": None,
+        "iterations": iterations,
+        "memory_allocated_start": read(counters.memory_allocated),
+        "memory_reserved_start": read(counters.memory_reserved),
+    }
+    devices = (
+        None
+        if per_device is None
+        else [
+            {
+                "device_index": d.index,
+                "memory_allocated_start": read(d.memory_allocated),
+                "memory_reserved_start": read(d.memory_reserved),
+            }
+            for d in per_device
+        ]
+    )
     counters.reset_peak_memory_stats()
     durations: list[float] = []
     t0 = time.perf_counter()
@@ -134,9 +157,12 @@ def run_phase(counters: Counters, name: str, body: Callable[[], object], iterati
         max_memory_reserved=read(counters.max_memory_reserved),
     )
     for entry, d in zip(devices or (), per_device or ()):
-        entry.update(memory_allocated=read(d.memory_allocated), memory_reserved=read(d.memory_reserved),
-                     max_memory_allocated=read(d.max_memory_allocated),
-                     max_memory_reserved=read(d.max_memory_reserved))
+        entry.update(
+            memory_allocated=read(d.memory_allocated),
+            memory_reserved=read(d.memory_reserved),
+            max_memory_allocated=read(d.max_memory_allocated),
+            max_memory_reserved=read(d.max_memory_reserved),
+        )
     phase["devices"] = devices
     try:
         phase.update(counters.extra())
@@ -150,8 +176,7 @@ def run_phase(counters: Counters, name: str, body: Callable[[], object], iterati
             except Exception:  # noqa: BLE001 - a size we cannot compute is missing, not a failed phase
                 traceback.print_exc()
     else:
-        phase.update(status=classify_failure(error), error_type=type(error).__name__,
-                     error_message=str(error)[:4000])
+        phase.update(status=classify_failure(error), error_type=type(error).__name__, error_message=str(error)[:4000])
         detail = counters.oom_detail()
         if phase["status"] == "oom" and detail:  # the refused request, apart from the peak it never reached
             phase.update(detail)

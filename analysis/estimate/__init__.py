@@ -42,31 +42,89 @@ from __future__ import annotations
 
 from .activations import RECOMPUTE, korthikanti_layer_bytes, transformer_layer_activation_bytes
 from .breakdown import COMPONENT_LABELS, COMPONENTS, ESTIMATE_COLUMNS, Breakdown, estimate_columns
-from .formats import (DOUBLE_QUANT_BLOCK, DTYPE_BYTES, FORMATS, StorageFormat, compact_format, dtype_bytes,
-                      storage_format, weight_bytes, weights_from_shapes)
+from .formats import (
+    DOUBLE_QUANT_BLOCK,
+    DTYPE_BYTES,
+    FORMATS,
+    StorageFormat,
+    compact_format,
+    dtype_bytes,
+    storage_format,
+    weight_bytes,
+    weights_from_shapes,
+)
 from .kv_cache import cached_tokens, kv_cache_bytes, resolve_head_dim
-from .training import (ADAM_STEP_BYTES, BNB_8BIT_BLOCK, BNB_MIN_8BIT_SIZE, OPTIMIZERS, gradient_bytes,
-                       master_weight_bytes, optimizer_state_bytes, training_state, zero_partition)
+from .training import (
+    ADAM_STEP_BYTES,
+    BNB_8BIT_BLOCK,
+    BNB_MIN_8BIT_SIZE,
+    OPTIMIZERS,
+    gradient_bytes,
+    master_weight_bytes,
+    optimizer_state_bytes,
+    training_state,
+    zero_partition,
+)
 from .transformer import ParamTensor, TransformerConfig, estimate_transformer, load_hf_config, parse_hf_config
-from .workloads import (ACTIVATION_SAVES_OUTPUT, CUDA_BLOCK, PhaseEstimate, estimate_for_spec, estimate_mlp,
-                        mlp_param_shapes, mlp_phases, run_peak)
+from .workloads import (
+    ACTIVATION_SAVES_OUTPUT,
+    CUDA_BLOCK,
+    PhaseEstimate,
+    estimate_for_spec,
+    estimate_mlp,
+    mlp_param_shapes,
+    mlp_phases,
+    run_peak,
+)
 
 __all__ = [
     # breakdown
-    "COMPONENTS", "COMPONENT_LABELS", "Breakdown", "ESTIMATE_COLUMNS", "estimate_columns",
+    "COMPONENTS",
+    "COMPONENT_LABELS",
+    "Breakdown",
+    "ESTIMATE_COLUMNS",
+    "estimate_columns",
     # formats
-    "DTYPE_BYTES", "dtype_bytes", "StorageFormat", "DOUBLE_QUANT_BLOCK", "FORMATS", "storage_format",
-    "compact_format", "weight_bytes", "weights_from_shapes",
+    "DTYPE_BYTES",
+    "dtype_bytes",
+    "StorageFormat",
+    "DOUBLE_QUANT_BLOCK",
+    "FORMATS",
+    "storage_format",
+    "compact_format",
+    "weight_bytes",
+    "weights_from_shapes",
     # training
-    "OPTIMIZERS", "BNB_8BIT_BLOCK", "BNB_MIN_8BIT_SIZE", "gradient_bytes", "master_weight_bytes",
-    "optimizer_state_bytes", "ADAM_STEP_BYTES", "training_state", "zero_partition",
+    "OPTIMIZERS",
+    "BNB_8BIT_BLOCK",
+    "BNB_MIN_8BIT_SIZE",
+    "gradient_bytes",
+    "master_weight_bytes",
+    "optimizer_state_bytes",
+    "ADAM_STEP_BYTES",
+    "training_state",
+    "zero_partition",
     # activations
-    "RECOMPUTE", "korthikanti_layer_bytes", "transformer_layer_activation_bytes",
+    "RECOMPUTE",
+    "korthikanti_layer_bytes",
+    "transformer_layer_activation_bytes",
     # kv_cache
-    "resolve_head_dim", "cached_tokens", "kv_cache_bytes",
+    "resolve_head_dim",
+    "cached_tokens",
+    "kv_cache_bytes",
     # transformer
-    "ParamTensor", "TransformerConfig", "parse_hf_config", "load_hf_config", "estimate_transformer",
+    "ParamTensor",
+    "TransformerConfig",
+    "parse_hf_config",
+    "load_hf_config",
+    "estimate_transformer",
     # workloads
-    "CUDA_BLOCK", "PhaseEstimate", "mlp_param_shapes", "ACTIVATION_SAVES_OUTPUT", "mlp_phases", "run_peak",
-    "estimate_mlp", "estimate_for_spec",
+    "CUDA_BLOCK",
+    "PhaseEstimate",
+    "mlp_param_shapes",
+    "ACTIVATION_SAVES_OUTPUT",
+    "mlp_phases",
+    "run_peak",
+    "estimate_mlp",
+    "estimate_for_spec",
 ]

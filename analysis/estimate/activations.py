@@ -9,7 +9,6 @@ from __future__ import annotations
 from .breakdown import check_int
 from .kv_cache import resolve_head_dim
 
-
 RECOMPUTE = ("none", "selective", "full")
 """Activation recomputation strategies (Korthikanti et al. 2022, Sec. 5; Chen et al. 2016),
 see ``transformer_layer_activation_bytes``."""
@@ -40,11 +39,21 @@ def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> in
     return 34 * seq * batch * hidden + 5 * heads * seq * seq * batch
 
 
-def transformer_layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int, *,
-                                       kv_heads: int | None = None, head_dim: int | None = None,
-                                       ffn_hidden: int | None = None, gated_mlp: bool = False,
-                                       act_bytes: int = 2, dropout: bool = True,
-                                       fused_attention: bool = False, recompute: str = "none") -> int:
+def transformer_layer_activation_bytes(
+    seq: int,
+    batch: int,
+    hidden: int,
+    heads: int,
+    *,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+    ffn_hidden: int | None = None,
+    gated_mlp: bool = False,
+    act_bytes: int = 2,
+    dropout: bool = True,
+    fused_attention: bool = False,
+    recompute: str = "none",
+) -> int:
     """Bytes one decoder layer keeps for backward, by the per-tensor count of Korthikanti
     et al. 2022 (Sec. 4.1), generalised to GQA, gated MLPs, any activation width.
 
@@ -91,8 +100,7 @@ def transformer_layer_activation_bytes(seq: int, batch: int, hidden: int, heads:
     """
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-    s, b, h, a = (check_int(n, v, 1) for n, v in (("seq", seq), ("batch", batch), ("hidden", hidden),
-                                                  ("heads", heads)))
+    s, b, h, a = (check_int(n, v, 1) for n, v in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads)))
     k = a if kv_heads is None else check_int("kv_heads", kv_heads, 1)
     d = resolve_head_dim(h, a, head_dim)
     f = 4 * h if ffn_hidden is None else check_int("ffn_hidden", ffn_hidden, 1)

@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from conf.contract import ESTIMATE_KEYS, GB, GiB
 
@@ -16,8 +17,14 @@ COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "kv_cac
 """The estimated components, in print order. ``temporaries`` are short-lived buffers at the
 peak: activation gradients in backward, optimizer scratch, dtype-conversion copies."""
 
-COMPONENT_LABELS = {"weights": "weights", "gradients": "gradients", "optimizer_states": "optimizer states",
-                    "activations": "activations", "kv_cache": "KV cache", "temporaries": "temporaries"}
+COMPONENT_LABELS = {
+    "weights": "weights",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer states",
+    "activations": "activations",
+    "kv_cache": "KV cache",
+    "temporaries": "temporaries",
+}
 """The printed name of each component (``Breakdown.format``)."""
 
 
@@ -112,7 +119,7 @@ class Breakdown:
         """Components that were not estimated (``None``)."""
         return tuple(n for n in COMPONENTS if getattr(self, n) is None)
 
-    def replace(self, **changes: Any) -> "Breakdown":
+    def replace(self, **changes: Any) -> Breakdown:
         """A copy with the given fields changed (``dataclasses.replace``).
 
         Args:
@@ -127,7 +134,7 @@ class Breakdown:
         """
         return dataclasses.replace(self, **changes)
 
-    def with_note(self, *notes: str) -> "Breakdown":
+    def with_note(self, *notes: str) -> Breakdown:
         """A copy with ``notes`` appended to the existing notes (figures unchanged).
 
         Args:
@@ -138,7 +145,7 @@ class Breakdown:
         """
         return dataclasses.replace(self, notes=self.notes + tuple(notes))
 
-    def __add__(self, other: "Breakdown") -> "Breakdown":
+    def __add__(self, other: Breakdown) -> Breakdown:
         """Component-wise sum; ``None + x = x``; reserves add; notes concatenate.
 
         Args:
@@ -168,7 +175,7 @@ class Breakdown:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Breakdown":
+    def from_dict(cls, data: Mapping) -> Breakdown:
         """The Breakdown of a ``to_dict`` (a spec's ``estimate``); ``peak`` and ``total`` are
         recomputed, not read.
 
@@ -206,11 +213,12 @@ class Breakdown:
         iw = max(8, max(len(f"{v / GiB:.{decimals}f}") for _, v in rows))
         lines = [title] if title else []
         lines.append(f"{'component':<24} {'bytes (B)':>{width}} {'GB':>{gw}} {'GiB':>{iw}}")
-        for i, (label, value) in enumerate(rows):
+        for label, value in rows:
             if label == "sum (without reserve)":
                 lines.append("-" * (24 + width + gw + iw + 3))
-            lines.append(f"{label:<24} {value:>{width}d} {value / GB:>{gw}.{decimals}f} "
-                         f"{value / GiB:>{iw}.{decimals}f}")
+            lines.append(
+                f"{label:<24} {value:>{width}d} {value / GB:>{gw}.{decimals}f} {value / GiB:>{iw}.{decimals}f}"
+            )
         lines.append("GB = 10^9 B, GiB = 2^30 B.")
         missing = [COMPONENT_LABELS[n] for n in self.not_included]
         if missing:
@@ -231,8 +239,7 @@ ESTIMATE_COLUMNS = tuple(f"est_{n}_bytes" for n in COMPONENTS) + ("est_peak_byte
 null unless the run is ``ok`` and both sides are known)."""
 
 
-def estimate_columns(estimate: Mapping | None, max_memory_allocated: int | None,
-                     outcome: str | None) -> dict:
+def estimate_columns(estimate: Mapping | None, max_memory_allocated: int | None, outcome: str | None) -> dict:
     """The ``ESTIMATE_COLUMNS`` of one run, from its spec's estimate and its observed peak.
 
     A run that did not finish (``oom``, ``crash``, ...) has only a partial observed peak,
@@ -259,5 +266,7 @@ def estimate_columns(estimate: Mapping | None, max_memory_allocated: int | None,
     measured = as_int(max_memory_allocated)
     row["estimate_error"] = (
         (row["est_peak_bytes"] - measured) / measured
-        if outcome == "ok" and row["est_peak_bytes"] is not None and measured else None)
+        if outcome == "ok" and row["est_peak_bytes"] is not None and measured
+        else None
+    )
     return row

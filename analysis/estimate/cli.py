@@ -47,48 +47,65 @@ def build_parser() -> argparse.ArgumentParser:
         an ``argparse.ArgumentParser`` with the model, weights, training state,
         activations, KV cache, workload and output option groups.
     """
-    p = argparse.ArgumentParser(prog="memsweep estimate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="memsweep estimate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     m = p.add_argument_group("model (one of)")
     m.add_argument("--parameters", type=int, help="dense parameter count")
-    m.add_argument("--config", metavar="PATH", help="a local Hugging Face config.json (or its directory); "
-                                                    "never downloads")
+    m.add_argument(
+        "--config", metavar="PATH", help="a local Hugging Face config.json (or its directory); never downloads"
+    )
     m.add_argument("--workload", choices=["mlp"], help="a memsweep built-in workload (exact estimate)")
 
     w = p.add_argument_group("weights")
     w.add_argument("--bits", type=int, help="compact storage, BITS per parameter, no scales (seed 003)")
-    w.add_argument("--format", dest="fmt", help="storage format with its scales: fp32, fp16, bf16, int8, nf4, "
-                                                "fp4, int4")
-    w.add_argument("--block-size", type=int, help="values per block scale (nf4/fp4 default 64, int8 4096, "
-                                                  "int4 128)")
+    w.add_argument(
+        "--format", dest="fmt", help="storage format with its scales: fp32, fp16, bf16, int8, nf4, fp4, int4"
+    )
+    w.add_argument("--block-size", type=int, help="values per block scale (nf4/fp4 default 64, int8 4096, int4 128)")
     w.add_argument("--double-quant", action="store_true", help="QLoRA double quantization of the scales")
-    w.add_argument("--keep", action="append", default=[], metavar="FORMAT:COUNT",
-                   help="COUNT parameters kept in FORMAT (e.g. bf16:262144000 for embeddings and lm_head)")
+    w.add_argument(
+        "--keep",
+        action="append",
+        default=[],
+        metavar="FORMAT:COUNT",
+        help="COUNT parameters kept in FORMAT (e.g. bf16:262144000 for embeddings and lm_head)",
+    )
 
     t = p.add_argument_group("training state (--train)")
     t.add_argument("--train", action="store_true", help="add gradients and optimizer states")
     t.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
-    t.add_argument("--mixed-precision", dest="mixed", action="store_true", default=None,
-                   help="fp32 master copy and fp32 optimizer states (default for 16-bit weights)")
+    t.add_argument(
+        "--mixed-precision",
+        dest="mixed",
+        action="store_true",
+        default=None,
+        help="fp32 master copy and fp32 optimizer states (default for 16-bit weights)",
+    )
     t.add_argument("--no-mixed-precision", dest="mixed", action="store_false")
     t.add_argument("--grad-bytes", type=int, help="bytes per gradient value (default: the weight's)")
-    t.add_argument("--state-bytes", type=int, help="bytes per optimizer-state value (default 4 with mixed "
-                                                   "precision, else the weight's)")
-    t.add_argument("--zero-stage", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (Rajbhandari "
-                                                                                   "et al. 2020)")
+    t.add_argument(
+        "--state-bytes",
+        type=int,
+        help="bytes per optimizer-state value (default 4 with mixed precision, else the weight's)",
+    )
+    t.add_argument(
+        "--zero-stage", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (Rajbhandari et al. 2020)"
+    )
     t.add_argument("--devices", type=int, default=1, help="data-parallel devices for ZeRO")
 
     a = p.add_argument_group("activations (--activations: a transformer by Korthikanti et al. 2022)")
-    a.add_argument("--activations", action="store_true",
-                   help="add training activations (needs --batch, --seq-len and --config or "
-                        "--layers/--hidden-size/--heads)")
+    a.add_argument(
+        "--activations",
+        action="store_true",
+        help="add training activations (needs --batch, --seq-len and --config or --layers/--hidden-size/--heads)",
+    )
     a.add_argument("--batch", type=int, help="batch (sequences per step; the mlp's batch)")
     a.add_argument("--seq-len", type=int, help="tokens per sequence")
     a.add_argument("--recompute", default="none", choices=RECOMPUTE)
     a.add_argument("--fused-attention", action="store_true", help="FlashAttention-style: no s x s scores stored")
     a.add_argument("--no-dropout", dest="dropout", action="store_false", help="no dropout masks")
-    a.add_argument("--no-head", action="store_true",
-                   help="leave out the output layer and fp32 logits")
+    a.add_argument("--no-head", action="store_true", help="leave out the output layer and fp32 logits")
     a.add_argument("--hidden-size", type=int)
     a.add_argument("--heads", type=int, help="attention (query) heads")
     a.add_argument("--ffn-hidden", type=int, help="MLP hidden size (default 4 x hidden)")
@@ -169,15 +186,20 @@ def _fmt_words(fmt: StorageFormat) -> str:
         if fmt.name.endswith("-bit"):
             return f"{fmt.bits} bits each (compact storage, no scales)"
         return f"{fmt.name}: {fmt.bits} bits each"
-    scales = ("8-bit scales, double-quantized" if fmt.double_quant
-              else f"{fmt.scale_bytes}-byte scale per block of {fmt.block_size}")
+    scales = (
+        "8-bit scales, double-quantized"
+        if fmt.double_quant
+        else f"{fmt.scale_bytes}-byte scale per block of {fmt.block_size}"
+    )
     return f"{fmt.name}: {fmt.bits} bits each + {scales}"
 
 
 def _param_bytes(fmt: StorageFormat, train: bool) -> int:
     if train and (fmt.block_size is not None or fmt.bits % 8):
-        raise UsageError(f"training a model stored in {fmt.name} is not estimated (a quantized base is "
-                         "frozen; adapters are not modelled)")
+        raise UsageError(
+            f"training a model stored in {fmt.name} is not estimated (a quantized base is "
+            "frozen; adapters are not modelled)"
+        )
     return fmt.bits // 8
 
 
@@ -188,18 +210,30 @@ def _dense(args: argparse.Namespace) -> tuple[Breakdown, str]:
     title = f"{args.parameters} parameters, {_fmt_words(fmt)}"
     b = Breakdown(weights=weights)
     if args.keep:
-        b = b.with_note("kept in another precision: " + ", ".join(f"{c} parameters in {n}" for n, c in
-                                                                    _kept(args).items()))
+        b = b.with_note(
+            "kept in another precision: " + ", ".join(f"{c} parameters in {n}" for n, c in _kept(args).items())
+        )
     if fmt.block_size is None and fmt.name.endswith("-bit") and fmt.bits < 16:
-        b = b.with_note("a real quantized load adds block scales and keeps some modules in 16 bits: "
-                        "try --format nf4 / int8 and --keep")
+        b = b.with_note(
+            "a real quantized load adds block scales and keeps some modules in 16 bits: "
+            "try --format nf4 / int8 and --keep"
+        )
     if args.train:
         pb = _param_bytes(fmt, True)
         mixed = args.mixed if args.mixed is not None else pb == 2
-        state = training_state(args.parameters, param_bytes=pb, optimizer=args.optimizer,
-                               mixed_precision=mixed, grad_bytes=args.grad_bytes, state_bytes=args.state_bytes)
-        b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states,
-                      notes=b.notes + state.notes + (f"optimizer {args.optimizer}",))
+        state = training_state(
+            args.parameters,
+            param_bytes=pb,
+            optimizer=args.optimizer,
+            mixed_precision=mixed,
+            grad_bytes=args.grad_bytes,
+            state_bytes=args.state_bytes,
+        )
+        b = b.replace(
+            gradients=state.gradients,
+            optimizer_states=state.optimizer_states,
+            notes=b.notes + state.notes + (f"optimizer {args.optimizer}",),
+        )
     if args.activations:
         b = b.replace(activations=_bare_activations(args))
     b = zero_partition(b, args.zero_stage, args.devices) if args.train else b
@@ -211,12 +245,22 @@ def _dense(args: argparse.Namespace) -> tuple[Breakdown, str]:
 def _bare_activations(args: argparse.Namespace) -> int:
     missing = [f for f in ("batch", "seq_len", "layers", "hidden_size", "heads") if getattr(args, f) is None]
     if missing:
-        raise UsageError("--activations without --config needs --batch, --seq-len, --layers, --hidden-size, "
-                         f"--heads (missing --{missing[0].replace('_', '-')})")
-    kw = dict(kv_heads=args.kv_heads, head_dim=args.head_dim, ffn_hidden=args.ffn_hidden, gated_mlp=args.gated_mlp,
-              act_bytes=args.act_bytes, dropout=args.dropout, fused_attention=args.fused_attention)
-    layer = transformer_layer_activation_bytes(args.seq_len, args.batch, args.hidden_size, args.heads,
-                                               recompute=args.recompute, **kw)
+        raise UsageError(
+            "--activations without --config needs --batch, --seq-len, --layers, --hidden-size, "
+            f"--heads (missing --{missing[0].replace('_', '-')})"
+        )
+    kw = dict(
+        kv_heads=args.kv_heads,
+        head_dim=args.head_dim,
+        ffn_hidden=args.ffn_hidden,
+        gated_mlp=args.gated_mlp,
+        act_bytes=args.act_bytes,
+        dropout=args.dropout,
+        fused_attention=args.fused_attention,
+    )
+    layer = transformer_layer_activation_bytes(
+        args.seq_len, args.batch, args.hidden_size, args.heads, recompute=args.recompute, **kw
+    )
     total = args.layers * layer
     if args.recompute == "full":
         total += transformer_layer_activation_bytes(args.seq_len, args.batch, args.hidden_size, args.heads, **kw)
@@ -225,12 +269,20 @@ def _bare_activations(args: argparse.Namespace) -> int:
 
 def _bare_kv(args: argparse.Namespace) -> int:
     if args.layers is None or args.kv_heads is None:
-        raise UsageError("--kv-tokens without --config needs --layers and --kv-heads (KV heads, not query heads) "
-                         "and --head-dim (or --hidden-size and --heads)")
+        raise UsageError(
+            "--kv-tokens without --config needs --layers and --kv-heads (KV heads, not query heads) "
+            "and --head-dim (or --hidden-size and --heads)"
+        )
     head_dim = resolve_head_dim(args.hidden_size, args.heads, args.head_dim)
     tokens = cached_tokens(args.kv_tokens, sliding_window=args.sliding_window, static_capacity=args.static_cache)
-    return kv_cache_bytes(layers=args.layers, kv_heads=args.kv_heads, head_dim=head_dim, tokens=tokens,
-                          bytes_per_value=args.kv_bytes or 2, sequences=_sequences(args))
+    return kv_cache_bytes(
+        layers=args.layers,
+        kv_heads=args.kv_heads,
+        head_dim=head_dim,
+        tokens=tokens,
+        bytes_per_value=args.kv_bytes or 2,
+        sequences=_sequences(args),
+    )
 
 
 def _sequences(args: argparse.Namespace) -> int:
@@ -249,13 +301,27 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
     pb = _param_bytes(fmt, args.train) if args.train else 2
     mixed = args.mixed if args.mixed is not None else pb == 2
     b = estimate_transformer(
-        model, weight_format=fmt, compute_bytes=compute, train=args.train, optimizer=args.optimizer,
-        mixed_precision=mixed, grad_bytes=args.grad_bytes, state_bytes=args.state_bytes,
-        zero_stage=args.zero_stage, devices=args.devices,
-        batch=args.batch if args.activations else None, seq_len=args.seq_len if args.activations else None,
-        recompute=args.recompute, fused_attention=args.fused_attention, dropout=args.dropout,
-        include_head=not args.no_head, kv_tokens=args.kv_tokens, kv_sequences=_sequences(args) if args.kv_tokens
-        is not None else None, kv_bytes=args.kv_bytes, static_capacity=args.static_cache)
+        model,
+        weight_format=fmt,
+        compute_bytes=compute,
+        train=args.train,
+        optimizer=args.optimizer,
+        mixed_precision=mixed,
+        grad_bytes=args.grad_bytes,
+        state_bytes=args.state_bytes,
+        zero_stage=args.zero_stage,
+        devices=args.devices,
+        batch=args.batch if args.activations else None,
+        seq_len=args.seq_len if args.activations else None,
+        recompute=args.recompute,
+        fused_attention=args.fused_attention,
+        dropout=args.dropout,
+        include_head=not args.no_head,
+        kv_tokens=args.kv_tokens,
+        kv_sequences=_sequences(args) if args.kv_tokens is not None else None,
+        kv_bytes=args.kv_bytes,
+        static_capacity=args.static_cache,
+    )
     return b, f"{args.config}: {model.parameters} parameters, weights {_fmt_words(fmt)}"
 
 
@@ -268,12 +334,22 @@ def _workload(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseEstim
     missing = [f for f in ("batch", "context", "width") if getattr(args, f) is None]
     if missing:
         raise UsageError(f"--workload mlp needs --batch, --context and --width (missing --{missing[0]})")
-    kw = dict(dtype=args.dtype, mode=args.mode, depth=args.depth, hidden=args.hidden, activation=args.activation,
-              device=args.device, warmup=args.warmup, repeats=args.repeats)
+    kw = dict(
+        dtype=args.dtype,
+        mode=args.mode,
+        depth=args.depth,
+        hidden=args.hidden,
+        activation=args.activation,
+        device=args.device,
+        warmup=args.warmup,
+        repeats=args.repeats,
+    )
     phases = mlp_phases(args.batch, args.context, args.width, **kw)
     b = estimate_mlp(args.batch, args.context, args.width, **kw)
-    title = (f"mlp workload: batch={args.batch} context={args.context} width={args.width} depth={args.depth} "
-             f"hidden={args.hidden or 4 * args.width} {args.activation} {args.dtype} {args.mode} on {args.device}")
+    title = (
+        f"mlp workload: batch={args.batch} context={args.context} width={args.width} depth={args.depth} "
+        f"hidden={args.hidden or 4 * args.width} {args.activation} {args.dtype} {args.mode} on {args.device}"
+    )
     return b, title, phases
 
 
@@ -288,12 +364,16 @@ def format_phases(phases: list[PhaseEstimate], decimals: int = 2) -> str:
         a text table, one line per phase: iterations, ``memory_allocated`` at the start,
         ``max_memory_allocated``, ``memory_allocated`` at the end (bytes), the peak in GiB.
     """
-    lines = ["estimated counters per phase (bytes; GiB = 2^30 B):",
-             f"{'phase':<14} {'iterations':>10} {'allocated_start':>16} {'max_allocated':>14} "
-             f"{'allocated_end':>14} {'max_allocated GiB':>18}"]
+    lines = [
+        "estimated counters per phase (bytes; GiB = 2^30 B):",
+        f"{'phase':<14} {'iterations':>10} {'allocated_start':>16} {'max_allocated':>14} "
+        f"{'allocated_end':>14} {'max_allocated GiB':>18}",
+    ]
     for p in phases:
-        lines.append(f"{p.name:<14} {p.iterations:>10} {p.start:>16} {p.peak:>14} {p.end:>14} "
-                     f"{p.peak / GiB:>18.{max(decimals, 6)}f}")
+        lines.append(
+            f"{p.name:<14} {p.iterations:>10} {p.start:>16} {p.peak:>14} {p.end:>14} "
+            f"{p.peak / GiB:>18.{max(decimals, 6)}f}"
+        )
     return "\n".join(lines)
 
 
@@ -328,25 +408,50 @@ def run(args: argparse.Namespace, out=None) -> int:
     elif args.parameters is not None:
         b, title = _dense(args)
     elif args.kv_tokens is not None or args.activations:
-        b = Breakdown(kv_cache=_bare_kv(args) if args.kv_tokens is not None else None,
-                      activations=_bare_activations(args) if args.activations else None)
+        b = Breakdown(
+            kv_cache=_bare_kv(args) if args.kv_tokens is not None else None,
+            activations=_bare_activations(args) if args.activations else None,
+        )
         title = "described layers only (no weights given)"
     else:
-        raise UsageError("nothing to estimate: give --parameters N with --bits/--format, --config PATH, "
-                         "--workload mlp, or --kv-tokens with the cache's dimensions")
+        raise UsageError(
+            "nothing to estimate: give --parameters N with --bits/--format, --config PATH, "
+            "--workload mlp, or --kv-tokens with the cache's dimensions"
+        )
     b = b.replace(reserve=_reserve(args))
     if args.json:
-        print(json.dumps({"title": title, "estimate": b.to_dict(), "not_included": list(b.not_included),
-                          "notes": list(b.notes),
-                          "phases": [{"name": p.name, "iterations": p.iterations, "memory_allocated_start": p.start,
-                                      "max_memory_allocated": p.peak, "memory_allocated": p.end} for p in phases]},
-                         indent=1), file=out)
+        print(
+            json.dumps(
+                {
+                    "title": title,
+                    "estimate": b.to_dict(),
+                    "not_included": list(b.not_included),
+                    "notes": list(b.notes),
+                    "phases": [
+                        {
+                            "name": p.name,
+                            "iterations": p.iterations,
+                            "memory_allocated_start": p.start,
+                            "max_memory_allocated": p.peak,
+                            "memory_allocated": p.end,
+                        }
+                        for p in phases
+                    ],
+                },
+                indent=1,
+            ),
+            file=out,
+        )
         return 0
     print(b.format(f"memsweep estimate: {title}", decimals=args.decimals), file=out)
     if b.not_included:
         # name only the options that add a component still missing
-        hints = {"gradients": "--train (gradients, optimizer states)", "optimizer_states": None,
-                 "activations": "--activations", "kv_cache": "--kv-tokens"}
+        hints = {
+            "gradients": "--train (gradients, optimizer states)",
+            "optimizer_states": None,
+            "activations": "--activations",
+            "kv_cache": "--kv-tokens",
+        }
         asks = [hints[n] for n in b.not_included if hints.get(n)]
         if asks:
             print(f"Ask for them with {', '.join(asks)}; --workload mlp estimates a whole memsweep load.", file=out)

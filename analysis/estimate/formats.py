@@ -7,15 +7,25 @@ Dettmers et al. 2023 (QLoRA, double quantization).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from .breakdown import ceil_div, check_int
 
 if TYPE_CHECKING:
     from .transformer import ParamTensor
 
-DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
-               "float8": 1, "fp8": 1, "int8": 1}
+DTYPE_BYTES = {
+    "float32": 4,
+    "fp32": 4,
+    "float16": 2,
+    "fp16": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float8": 1,
+    "fp8": 1,
+    "int8": 1,
+}
 """Bytes of one value of a dense floating or integer dtype, by name (aliases included):
 PyTorch element sizes (``torch.Tensor.element_size()``, ``torch.dtype.itemsize``)."""
 
@@ -95,9 +105,12 @@ DOUBLE_QUANT_BLOCK = 256
 """QLoRA double quantization: fp32 second-level scale per 256 8-bit first-level scales."""
 
 FORMATS = {
-    "fp32": StorageFormat("fp32", 32), "float32": StorageFormat("fp32", 32),
-    "fp16": StorageFormat("fp16", 16), "float16": StorageFormat("fp16", 16),
-    "bf16": StorageFormat("bf16", 16), "bfloat16": StorageFormat("bf16", 16),
+    "fp32": StorageFormat("fp32", 32),
+    "float32": StorageFormat("fp32", 32),
+    "fp16": StorageFormat("fp16", 16),
+    "float16": StorageFormat("fp16", 16),
+    "bf16": StorageFormat("bf16", 16),
+    "bfloat16": StorageFormat("bf16", 16),
     # bitsandbytes LLM.int8() (Dettmers et al. 2022): int8 values, one fp32 absmax per row
     # (``SCB``); with only a parameter count the row length is the block_size (default 4096).
     "int8": StorageFormat("int8", 8, block_size=4096, scale_bytes=4),
@@ -111,8 +124,9 @@ FORMATS = {
 """Storage formats by name (aliases included). Defaults follow bitsandbytes' own defaults."""
 
 
-def storage_format(name: str, block_size: int | None = None, double_quant: bool = False,
-                   scale_bytes: int | None = None) -> StorageFormat:
+def storage_format(
+    name: str, block_size: int | None = None, double_quant: bool = False, scale_bytes: int | None = None
+) -> StorageFormat:
     """The named format, with its block size / double quantization / scale size overridden.
 
     Args:
@@ -133,14 +147,20 @@ def storage_format(name: str, block_size: int | None = None, double_quant: bool 
     try:
         fmt = FORMATS[name.lower()]
     except KeyError:
-        raise ValueError(f"unknown storage format {name!r}: expected one of "
-                         f"{', '.join(sorted(set(f.name for f in FORMATS.values())))}") from None
+        raise ValueError(
+            f"unknown storage format {name!r}: expected one of "
+            f"{', '.join(sorted(set(f.name for f in FORMATS.values())))}"
+        ) from None
     if (block_size is not None or double_quant) and fmt.block_size is None:
         raise ValueError(f"format {fmt.name} has no block scales: block_size/double_quant do not apply")
     if block_size is not None:
         check_int("block_size", block_size, 1)
-    return dataclasses.replace(fmt, block_size=block_size or fmt.block_size, double_quant=double_quant,
-                               scale_bytes=fmt.scale_bytes if scale_bytes is None else scale_bytes)
+    return dataclasses.replace(
+        fmt,
+        block_size=block_size or fmt.block_size,
+        double_quant=double_quant,
+        scale_bytes=fmt.scale_bytes if scale_bytes is None else scale_bytes,
+    )
 
 
 def compact_format(bits: int) -> StorageFormat:
@@ -191,8 +211,9 @@ def weight_bytes(parameters: int, fmt: StorageFormat | str, kept: Mapping[str, i
     return out
 
 
-def weights_from_shapes(tensors: Iterable[ParamTensor], fmt: StorageFormat | str,
-                        keep_format: StorageFormat | str = "bf16") -> int:
+def weights_from_shapes(
+    tensors: Iterable[ParamTensor], fmt: StorageFormat | str, keep_format: StorageFormat | str = "bf16"
+) -> int:
     """Bytes of a model's tensors: quantizable tensors in ``fmt``, the others in ``keep_format``.
 
     A tensor is quantized when ``fmt`` has block scales (a quantized load) only if it is a

@@ -9,8 +9,7 @@ from __future__ import annotations
 from .breakdown import check_int
 
 
-def resolve_head_dim(hidden_size: int | None, num_attention_heads: int | None,
-                     head_dim: int | None = None) -> int:
+def resolve_head_dim(hidden_size: int | None, num_attention_heads: int | None, head_dim: int | None = None) -> int:
     """The attention head dimension: an explicit ``head_dim`` takes precedence.
 
     Models such as Gemma set ``head_dim`` (256) different from hidden/heads (3072/16 =
@@ -33,8 +32,10 @@ def resolve_head_dim(hidden_size: int | None, num_attention_heads: int | None,
     if not hidden_size or not num_attention_heads:
         raise ValueError("head_dim needs either an explicit head_dim or hidden_size and num_attention_heads")
     if hidden_size % num_attention_heads:
-        raise ValueError(f"hidden_size {hidden_size} is not divisible by num_attention_heads "
-                         f"{num_attention_heads}: give head_dim explicitly")
+        raise ValueError(
+            f"hidden_size {hidden_size} is not divisible by num_attention_heads "
+            f"{num_attention_heads}: give head_dim explicitly"
+        )
     return hidden_size // num_attention_heads
 
 
@@ -71,8 +72,9 @@ def cached_tokens(tokens: int, *, sliding_window: int | None = None, static_capa
     return min(tokens, sliding_window) if sliding_window else tokens
 
 
-def kv_cache_bytes(*, layers: int, kv_heads: int, head_dim: int, tokens: int, bytes_per_value: int = 2,
-                   sequences: int = 1) -> int:
+def kv_cache_bytes(
+    *, layers: int, kv_heads: int, head_dim: int, tokens: int, bytes_per_value: int = 2, sequences: int = 1
+) -> int:
     """Bytes of a dense, uniform KV cache: ``2 x layers x kv_heads x head_dim x tokens x
     bytes_per_value x sequences`` (the 2 is K and V).
 
@@ -98,6 +100,12 @@ def kv_cache_bytes(*, layers: int, kv_heads: int, head_dim: int, tokens: int, by
     Raises:
         ValueError: a negative count, or ``bytes_per_value`` < 1.
     """
-    return (2 * check_int("layers", layers) * check_int("kv_heads", kv_heads)
-            * check_int("head_dim", head_dim) * check_int("tokens", tokens)
-            * check_int("bytes_per_value", bytes_per_value, 1) * check_int("sequences", sequences))
+    return (
+        2
+        * check_int("layers", layers)
+        * check_int("kv_heads", kv_heads)
+        * check_int("head_dim", head_dim)
+        * check_int("tokens", tokens)
+        * check_int("bytes_per_value", bytes_per_value, 1)
+        * check_int("sequences", sequences)
+    )

@@ -8,10 +8,9 @@ Loshchilov & Hutter 2019 (AdamW), Shazeer & Stern 2018 (Adafactor), Dettmers et 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 from .breakdown import Breakdown, ceil_div, check_int
-
 
 OPTIMIZERS = ("adamw", "adam", "adamw8bit", "sgd", "sgd-momentum", "adafactor", "adafactor-momentum")
 """The optimizers whose state is estimated (``optimizer_state_bytes`` says what each keeps)."""
@@ -59,8 +58,9 @@ def master_weight_bytes(parameters: int) -> int:
     return 4 * check_int("parameters", parameters)
 
 
-def optimizer_state_bytes(parameters: int, optimizer: str = "adamw", state_bytes: int = 4,
-                          shapes: Sequence[Sequence[int]] | None = None) -> int:
+def optimizer_state_bytes(
+    parameters: int, optimizer: str = "adamw", state_bytes: int = 4, shapes: Sequence[Sequence[int]] | None = None
+) -> int:
     """Bytes of the optimizer's own state (without the master copy).
 
     Args:
@@ -108,8 +108,10 @@ def optimizer_state_bytes(parameters: int, optimizer: str = "adamw", state_bytes
         return total
     # Adafactor
     if shapes is None:
-        raise ValueError("Adafactor's factored state depends on each matrix's shape: give the "
-                         "parameter shapes (a config.json or a workload), not just a count")
+        raise ValueError(
+            "Adafactor's factored state depends on each matrix's shape: give the "
+            "parameter shapes (a config.json or a workload), not just a count"
+        )
     values = 0
     for shape in shapes:
         if len(shape) >= 2:
@@ -126,11 +128,17 @@ ADAM_STEP_BYTES = 4
 """torch.optim.Adam(W) ``state["step"]``: a 0-dim float32 tensor per parameter tensor."""
 
 
-def training_state(parameters: int, *, param_bytes: int = 2, optimizer: str = "adamw",
-                   mixed_precision: bool = True, grad_bytes: int | None = None,
-                   state_bytes: int | None = None,
-                   shapes: Sequence[Sequence[int]] | None = None,
-                   step_tensors: bool = False) -> Breakdown:
+def training_state(
+    parameters: int,
+    *,
+    param_bytes: int = 2,
+    optimizer: str = "adamw",
+    mixed_precision: bool = True,
+    grad_bytes: int | None = None,
+    state_bytes: int | None = None,
+    shapes: Sequence[Sequence[int]] | None = None,
+    step_tensors: bool = False,
+) -> Breakdown:
     """Gradients and optimizer states (with the fp32 master copy when mixed precision).
 
     Args:
@@ -169,12 +177,16 @@ def training_state(parameters: int, *, param_bytes: int = 2, optimizer: str = "a
         if shapes is None:
             raise ValueError("step_tensors: give the parameter shapes (one step tensor per parameter tensor)")
         opt += ADAM_STEP_BYTES * len(shapes)
-        notes.append(f"optimizer states include {len(shapes)} step tensors of {ADAM_STEP_BYTES} B "
-                     "(Adam's per-tensor step, in device memory on the CPU)")
+        notes.append(
+            f"optimizer states include {len(shapes)} step tensors of {ADAM_STEP_BYTES} B "
+            "(Adam's per-tensor step, in device memory on the CPU)"
+        )
     if mixed_precision:
         opt += master_weight_bytes(parameters)
-        notes.append("optimizer states include the fp32 master copy of the weights (4 B/param, "
-                     "mixed precision; ZeRO's convention)")
+        notes.append(
+            "optimizer states include the fp32 master copy of the weights (4 B/param, "
+            "mixed precision; ZeRO's convention)"
+        )
     return Breakdown(gradients=gradient_bytes(parameters, grad_bytes), optimizer_states=opt, notes=tuple(notes))
 
 
@@ -210,5 +222,9 @@ def zero_partition(b: Breakdown, stage: int, devices: int) -> Breakdown:
         return None if value is None else (ceil_div(value, devices) if stage >= from_stage else value)
 
     note = f"ZeRO stage {stage} over {devices} devices: per-device figures"
-    return b.replace(optimizer_states=part(b.optimizer_states, 1), gradients=part(b.gradients, 2),
-                     weights=part(b.weights, 3), notes=b.notes + ((note,) if stage else ()))
+    return b.replace(
+        optimizer_states=part(b.optimizer_states, 1),
+        gradients=part(b.gradients, 2),
+        weights=part(b.weights, 3),
+        notes=b.notes + ((note,) if stage else ()),
+    )

@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from .activations import transformer_layer_activation_bytes
 from .breakdown import Breakdown, ceil_div
@@ -116,8 +117,11 @@ class TransformerConfig:
             if self.o_bias:
                 out.append(ParamTensor(p + "o_proj.bias", (h,)))
             out += [ParamTensor(p + f"post_norm.{j}", s) for j, s in enumerate(norm)]
-            mlp = (("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f)) if self.gated_mlp \
+            mlp = (
+                (("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f))
+                if self.gated_mlp
                 else (("fc_in", f, h), ("fc_out", h, f))
+            )
             for name, rows, cols in mlp:
                 out.append(ParamTensor(p + name + ".weight", (rows, cols), True))
                 if self.mlp_bias:
@@ -148,8 +152,11 @@ class TransformerConfig:
         """
         out = []
         for i in range(self.layers):
-            sliding = self.sliding_window if (self.layer_types is None
-                                              or self.layer_types[i] == "sliding_attention") else None
+            sliding = (
+                self.sliding_window
+                if (self.layer_types is None or self.layer_types[i] == "sliding_attention")
+                else None
+            )
             out.append(cached_tokens(tokens, sliding_window=sliding, static_capacity=static_capacity))
         return out
 
@@ -192,8 +199,16 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
     hidden = _get(cfg, "hidden_size", "n_embd", "d_model")
     heads = _get(cfg, "num_attention_heads", "n_head")
     vocab = _get(cfg, "vocab_size")
-    missing = [n for n, v in (("num_hidden_layers", layers), ("hidden_size", hidden),
-                              ("num_attention_heads", heads), ("vocab_size", vocab)) if v is None]
+    missing = [
+        n
+        for n, v in (
+            ("num_hidden_layers", layers),
+            ("hidden_size", hidden),
+            ("num_attention_heads", heads),
+            ("vocab_size", vocab),
+        )
+        if v is None
+    ]
     if missing:
         raise ValueError(f"config has no {missing[0]} (nor its gpt2-style alias)")
     head_dim = resolve_head_dim(hidden, heads, _get(cfg, "head_dim"))
@@ -201,24 +216,48 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
     if gpt2_like:
         window = None
         return TransformerConfig(
-            model_type=model_type, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-            head_dim=head_dim, ffn_hidden=_get(cfg, "n_inner", "intermediate_size", default=4 * hidden),
-            vocab=vocab, gated_mlp=False, tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+            model_type=model_type,
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            ffn_hidden=_get(cfg, "n_inner", "intermediate_size", default=4 * hidden),
+            vocab=vocab,
+            gated_mlp=False,
+            tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
             learned_positions=_get(cfg, "n_positions", "max_position_embeddings", default=0),
-            norm="layernorm", qkv_bias=True, o_bias=True, mlp_bias=True, sliding_window=window,
-            dtype=_get(cfg, "torch_dtype", "dtype"))
+            norm="layernorm",
+            qkv_bias=True,
+            o_bias=True,
+            mlp_bias=True,
+            sliding_window=window,
+            dtype=_get(cfg, "torch_dtype", "dtype"),
+        )
     window = cfg.get("sliding_window")
     if cfg.get("use_sliding_window") is False:
         window = None
     layer_types = cfg.get("layer_types")
     attention_bias = bool(cfg.get("attention_bias", model_type == "qwen2"))
     return TransformerConfig(
-        model_type=model_type, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
-        head_dim=head_dim, ffn_hidden=_get(cfg, "intermediate_size", default=4 * hidden), vocab=vocab,
-        gated_mlp=True, tie_embeddings=bool(cfg.get("tie_word_embeddings", False)), norm="rmsnorm",
-        qkv_bias=attention_bias, o_bias=attention_bias and model_type != "qwen2",
-        mlp_bias=bool(cfg.get("mlp_bias", False)), sliding_window=window,
-        layer_types=tuple(layer_types) if layer_types else None, dtype=_get(cfg, "torch_dtype", "dtype"))
+        model_type=model_type,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        ffn_hidden=_get(cfg, "intermediate_size", default=4 * hidden),
+        vocab=vocab,
+        gated_mlp=True,
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        norm="rmsnorm",
+        qkv_bias=attention_bias,
+        o_bias=attention_bias and model_type != "qwen2",
+        mlp_bias=bool(cfg.get("mlp_bias", False)),
+        sliding_window=window,
+        layer_types=tuple(layer_types) if layer_types else None,
+        dtype=_get(cfg, "torch_dtype", "dtype"),
+    )
 
 
 def load_hf_config(path: str | Path) -> TransformerConfig:
@@ -249,15 +288,31 @@ def load_hf_config(path: str | Path) -> TransformerConfig:
     return parse_hf_config(data)
 
 
-def estimate_transformer(model: TransformerConfig, *, weight_format: StorageFormat | str = "bf16",
-                         compute_bytes: int = 2, train: bool = False, optimizer: str = "adamw",
-                         mixed_precision: bool = True, grad_bytes: int | None = None,
-                         state_bytes: int | None = None, zero_stage: int = 0, devices: int = 1,
-                         batch: int | None = None, seq_len: int | None = None, recompute: str = "none",
-                         fused_attention: bool = False, dropout: bool = True, include_head: bool = True,
-                         kv_tokens: int | None = None, kv_sequences: int | None = None,
-                         kv_bytes: int | None = None, static_capacity: int | None = None,
-                         reserve: int = 0, step_tensors: bool = False) -> Breakdown:
+def estimate_transformer(
+    model: TransformerConfig,
+    *,
+    weight_format: StorageFormat | str = "bf16",
+    compute_bytes: int = 2,
+    train: bool = False,
+    optimizer: str = "adamw",
+    mixed_precision: bool = True,
+    grad_bytes: int | None = None,
+    state_bytes: int | None = None,
+    zero_stage: int = 0,
+    devices: int = 1,
+    batch: int | None = None,
+    seq_len: int | None = None,
+    recompute: str = "none",
+    fused_attention: bool = False,
+    dropout: bool = True,
+    include_head: bool = True,
+    kv_tokens: int | None = None,
+    kv_sequences: int | None = None,
+    kv_bytes: int | None = None,
+    static_capacity: int | None = None,
+    reserve: int = 0,
+    step_tensors: bool = False,
+) -> Breakdown:
     """Estimate a described decoder-only transformer.
 
     * weights: every tensor of ``model.tensors()`` in ``weight_format`` (a quantized format
@@ -310,22 +365,40 @@ def estimate_transformer(model: TransformerConfig, *, weight_format: StorageForm
     params = sum(t.numel for t in tensors)
     keep = "bf16" if compute_bytes == 2 else "fp32"
     weights = weights_from_shapes(tensors, fmt, keep_format=keep)
-    b = Breakdown(weights=weights, reserve=reserve,
-                  notes=(f"{model.model_type}: {params} parameters, {model.layers} layers, hidden {model.hidden}, "
-                         f"{model.heads} heads / {model.kv_heads} KV heads x head_dim {model.head_dim}",))
+    b = Breakdown(
+        weights=weights,
+        reserve=reserve,
+        notes=(
+            f"{model.model_type}: {params} parameters, {model.layers} layers, hidden {model.hidden}, "
+            f"{model.heads} heads / {model.kv_heads} KV heads x head_dim {model.head_dim}",
+        ),
+    )
     if train:
         param_bytes = max(1, ceil_div(fmt.bits, 8))
-        state = training_state(params, param_bytes=param_bytes, optimizer=optimizer,
-                               mixed_precision=mixed_precision, grad_bytes=grad_bytes, state_bytes=state_bytes,
-                               shapes=[t.shape for t in tensors], step_tensors=step_tensors)
-        b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states,
-                      notes=b.notes + state.notes)
+        state = training_state(
+            params,
+            param_bytes=param_bytes,
+            optimizer=optimizer,
+            mixed_precision=mixed_precision,
+            grad_bytes=grad_bytes,
+            state_bytes=state_bytes,
+            shapes=[t.shape for t in tensors],
+            step_tensors=step_tensors,
+        )
+        b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states, notes=b.notes + state.notes)
         if batch and seq_len:
-            kw = dict(kv_heads=model.kv_heads, head_dim=model.head_dim, ffn_hidden=model.ffn_hidden,
-                      gated_mlp=model.gated_mlp, act_bytes=compute_bytes, dropout=dropout,
-                      fused_attention=fused_attention)
-            layer = transformer_layer_activation_bytes(seq_len, batch, model.hidden, model.heads,
-                                                       recompute=recompute, **kw)
+            kw = dict(
+                kv_heads=model.kv_heads,
+                head_dim=model.head_dim,
+                ffn_hidden=model.ffn_hidden,
+                gated_mlp=model.gated_mlp,
+                act_bytes=compute_bytes,
+                dropout=dropout,
+                fused_attention=fused_attention,
+            )
+            layer = transformer_layer_activation_bytes(
+                seq_len, batch, model.hidden, model.heads, recompute=recompute, **kw
+            )
             acts = model.layers * layer
             if recompute == "full":
                 acts += transformer_layer_activation_bytes(seq_len, batch, model.hidden, model.heads, **kw)
@@ -335,14 +408,25 @@ def estimate_transformer(model: TransformerConfig, *, weight_format: StorageForm
             b = b.replace(activations=acts).with_note(
                 f"activations: Korthikanti et al. 2022, recompute={recompute}, "
                 f"{'fused attention (no s x s scores)' if fused_attention else 'scores materialised'}, "
-                f"{'with' if dropout else 'without'} dropout")
+                f"{'with' if dropout else 'without'} dropout"
+            )
         b = zero_partition(b, zero_stage, devices)
     if kv_tokens is not None:
         seqs = kv_sequences if kv_sequences is not None else (batch or 1)
         per_layer = model.kv_layer_tokens(kv_tokens, static_capacity)
-        kv = sum(kv_cache_bytes(layers=1, kv_heads=model.kv_heads, head_dim=model.head_dim, tokens=t,
-                                bytes_per_value=kv_bytes or compute_bytes, sequences=seqs) for t in per_layer)
+        kv = sum(
+            kv_cache_bytes(
+                layers=1,
+                kv_heads=model.kv_heads,
+                head_dim=model.head_dim,
+                tokens=t,
+                bytes_per_value=kv_bytes or compute_bytes,
+                sequences=seqs,
+            )
+            for t in per_layer
+        )
         b = b.replace(kv_cache=kv).with_note(
             f"KV cache: {model.kv_heads} KV heads x head_dim {model.head_dim}, {seqs} sequence(s), "
-            f"{max(per_layer) if per_layer else 0} tokens kept per layer at most")
+            f"{max(per_layer) if per_layer else 0} tokens kept per layer at most"
+        )
     return b

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .breakdown import COMPONENTS, Breakdown, ceil_div, check_int
 from .formats import DTYPE_BYTES
-
 
 CUDA_BLOCK = 512
 """The CUDA caching allocator rounds every request up to a multiple of 512 bytes
@@ -53,8 +53,9 @@ class _Tape:
     """
 
     def __init__(self, device_kind: str):
-        self.round = (lambda n: ceil_div(n, CUDA_BLOCK) * CUDA_BLOCK if n else 0) if device_kind == "cuda" \
-            else (lambda n: n)
+        self.round = (
+            (lambda n: ceil_div(n, CUDA_BLOCK) * CUDA_BLOCK if n else 0) if device_kind == "cuda" else (lambda n: n)
+        )
         self.live: dict[str, tuple[int, str]] = {}
         self.by_cat = {c: 0 for c in COMPONENTS}
         self.total = 0
@@ -110,9 +111,21 @@ ACTIVATION_SAVES_OUTPUT = {"relu": True, "tanh": True, "gelu": False, "silu": Fa
 and tanh save their output, gelu and silu their input."""
 
 
-def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", mode: str = "inference",
-               depth: int = 4, hidden: int | None = None, activation: str = "gelu", device: str = "cpu",
-               warmup: int = 3, repeats: int = 5, foreach: bool | None = None) -> list[PhaseEstimate]:
+def mlp_phases(
+    batch: int,
+    context: int,
+    width: int,
+    *,
+    dtype: str = "float32",
+    mode: str = "inference",
+    depth: int = 4,
+    hidden: int | None = None,
+    activation: str = "gelu",
+    device: str = "cpu",
+    warmup: int = 3,
+    repeats: int = 5,
+    foreach: bool | None = None,
+) -> list[PhaseEstimate]:
     """Estimated counters of every phase of memsweep's mlp workload (worker/workloads/mlp.py).
 
     A replay, allocation by allocation, of the storages the PyTorch ops of the workload
@@ -183,8 +196,11 @@ def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", 
         start = t.total
         for _ in range(min(iterations, 2)):  # from the second iteration on, every one is the same
             body()
-        phases.append(PhaseEstimate(name, iterations, start, t.total, t.peak,
-                                    Breakdown(**{c: t.peak_cats[c] for c in COMPONENTS})))
+        phases.append(
+            PhaseEstimate(
+                name, iterations, start, t.total, t.peak, Breakdown(**{c: t.peak_cats[c] for c in COMPONENTS})
+            )
+        )
 
     def model_load() -> None:
         if kind == "cuda":
@@ -286,8 +302,12 @@ def mlp_phases(batch: int, context: int, width: int, *, dtype: str = "float32", 
             t.free("denom")
         t.free("loss")  # del loss
 
-    sub_phases = (("forward", step_forward), ("loss", step_loss), ("backward", step_backward),
-                  ("optimizer_step", step_optimizer))
+    sub_phases = (
+        ("forward", step_forward),
+        ("loss", step_loss),
+        ("backward", step_backward),
+        ("optimizer_step", step_optimizer),
+    )
 
     def train_step() -> None:
         for _, body in sub_phases:
@@ -370,12 +390,26 @@ def estimate_for_spec(spec: Any) -> Breakdown | None:
     if workload.get("name") != "mlp":
         return None
     # Mode options the replay does not model (conf.contract.RunSpec): not estimated.
-    defaults = {"precision": "pure", "optimizer": "adamw", "checkpointing": False, "micro_steps": 1,
-                "eval_batch": None, "export": False}
+    defaults = {
+        "precision": "pure",
+        "optimizer": "adamw",
+        "checkpointing": False,
+        "micro_steps": 1,
+        "eval_batch": None,
+        "export": False,
+    }
     if any(data.get(k, v) != v for k, v in defaults.items()):
         return None
-    return estimate_mlp(data["batch"], data["context"], data["width"], dtype=data.get("dtype", "float32"),
-                        mode=data.get("mode", "inference"), depth=workload.get("depth", 4),
-                        hidden=workload.get("hidden"), activation=workload.get("activation", "gelu"),
-                        device=data.get("device", "cpu"), warmup=data.get("warmup", 3),
-                        repeats=data.get("repeats", 5))
+    return estimate_mlp(
+        data["batch"],
+        data["context"],
+        data["width"],
+        dtype=data.get("dtype", "float32"),
+        mode=data.get("mode", "inference"),
+        depth=workload.get("depth", 4),
+        hidden=workload.get("hidden"),
+        activation=workload.get("activation", "gelu"),
+        device=data.get("device", "cpu"),
+        warmup=data.get("warmup", 3),
+        repeats=data.get("repeats", 5),
+    )

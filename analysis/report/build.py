@@ -46,9 +46,15 @@ class _NoPlots:
         return lambda *args, **kwargs: b""
 
 
-def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: pa.Table,
-                 policy: MarginPolicy | None = None, sweep_dirs: list[Path] | None = None,
-                 analysis_files: list[Path] | None = None, render_plots: bool = True) -> Report:
+def build_report(
+    runs_table: pa.Table,
+    phases_table: pa.Table,
+    frontier_table: pa.Table,
+    policy: MarginPolicy | None = None,
+    sweep_dirs: list[Path] | None = None,
+    analysis_files: list[Path] | None = None,
+    render_plots: bool = True,
+) -> Report:
     """Compute the report of the analysis tables.
 
     Args:
@@ -84,32 +90,46 @@ def build_report(runs_table: pa.Table, phases_table: pa.Table, frontier_table: p
         for a in axes:
             a.show_dir = True
     # the estimator's columns, when it filled any (a column of nulls is no estimate)
-    est_cols = [c for c in runs_table.column_names
-                if c.startswith("est_") and any(r.get(c) is not None for r in runs)]
+    est_cols = [c for c in runs_table.column_names if c.startswith("est_") and any(r.get(c) is not None for r in runs)]
     kinds = sorted({r["kind"] for r in runs})
     devices = sorted({str(r.get("device")) for r in all_runs})
     workloads = sorted({str(r.get("workload")) for r in all_runs})
     modes = sorted({str(r.get("mode")) for r in all_runs})
-    title = (f"memsweep report: {', '.join(workloads)} · {', '.join(modes)} · {', '.join(devices)}"
-             if all_runs else "memsweep report: no runs")
+    title = (
+        f"memsweep report: {', '.join(workloads)} · {', '.join(modes)} · {', '.join(devices)}"
+        if all_runs
+        else "memsweep report: no runs"
+    )
     doc = Doc(title)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    doc.p(f"Generated {now} from {len(runs)} measured run{'s' if len(runs) != 1 else ''}"
-          + (f" and {len(predicted)} dry run{'s' if len(predicted) != 1 else ''} (predicted)" if predicted else "")
-          + " in " + ", ".join(f"`{d}`" for d in (sweep_dirs or sorted({r['sweep_dir'] for r in all_runs}))) + ". "
-          "Sections keep apart what was **observed** (the counters of the runs), what was **calculated** "
-          "from it (margins, fits, estimates, other cards) and what is **assumed** (the margin policy and "
-          "the catalog's figures). Sizes: raw bytes (B) beside GiB = 2^30 B.")
+    doc.p(
+        f"Generated {now} from {len(runs)} measured run{'s' if len(runs) != 1 else ''}"
+        + (f" and {len(predicted)} dry run{'s' if len(predicted) != 1 else ''} (predicted)" if predicted else "")
+        + " in "
+        + ", ".join(f"`{d}`" for d in (sweep_dirs or sorted({r["sweep_dir"] for r in all_runs})))
+        + ". "
+        "Sections keep apart what was **observed** (the counters of the runs), what was **calculated** "
+        "from it (margins, fits, estimates, other cards) and what is **assumed** (the margin policy and "
+        "the catalog's figures). Sizes: raw bytes (B) beside GiB = 2^30 B."
+    )
     if predicted:
-        doc.note("warning", f"{dry_runs_text(len(predicted))}: predictions on fake tensors, nothing was measured. "
-                            "They are left out of every observed figure, frontier and margin below, and shown "
-                            "apart under \"Predicted (dry runs)\".")
+        doc.note(
+            "warning",
+            f"{dry_runs_text(len(predicted))}: predictions on fake tensors, nothing was measured. "
+            "They are left out of every observed figure, frontier and margin below, and shown "
+            'apart under "Predicted (dry runs)".',
+        )
     if "cpu" in kinds:
-        doc.note("warning", "CPU runs: `allocated` = live tensor bytes tracked by the worker, `reserved` = the "
-                            "process resident set. This is not a GPU measurement.")
+        doc.note(
+            "warning",
+            "CPU runs: `allocated` = live tensor bytes tracked by the worker, `reserved` = the "
+            "process resident set. This is not a GPU measurement.",
+        )
     if not runs:
-        doc.p("No measured run was found: nothing observed to report."
-              + (f" The directory holds only {dry_runs_text(len(predicted))} (predictions)." if predicted else ""))
+        doc.p(
+            "No measured run was found: nothing observed to report."
+            + (f" The directory holds only {dry_runs_text(len(predicted))} (predictions)." if predicted else "")
+        )
         if predicted:
             predicted_section(doc, predicted)
         return Report(doc, axes, policy, runs, bool(est_cols), predicted)

@@ -26,12 +26,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="memsweep report",
         description="Write report.md (plots in report_plots/) and a self-contained report.html for "
-                    "sweep directories: frontier, margin at max_ok, chosen setting under a margin policy, "
-                    "phases, estimate, other cards. Never overwrites an existing report.")
+        "sweep directories: frontier, margin at max_ok, chosen setting under a margin policy, "
+        "phases, estimate, other cards. Never overwrites an existing report.",
+    )
     add_sweep_dir_args(parser, "output directory")
-    parser.add_argument("--margin", default=None,
-                        help=f"headroom kept below the capacity: a fraction (0.1 or 10%%) or a size (2GiB, "
-                             f"1500MB); default {DEFAULT_MARGIN} of the capacity")
+    parser.add_argument(
+        "--margin",
+        default=None,
+        help=f"headroom kept below the capacity: a fraction (0.1 or 10%%) or a size (2GiB, "
+        f"1500MB); default {DEFAULT_MARGIN} of the capacity",
+    )
     args = parse_sweep_dir_args(parser, argv)
     try:
         _, md, html_ = report_for_dirs(args.sweep_dirs, args.out, args.margin)

@@ -33,8 +33,13 @@ def fit_context(xs: list[int], ys: list[int]) -> dict | None:
         return None
     rel = max(abs(fit(u) - v) / max(v, 1.0) for u, v in zip(x, y))
     coeffs = [fit.c, fit.b, fit.a] if degree == 2 else [fit.b, fit.a]
-    return {"coeffs": [float(c) for c in coeffs], "degree": degree, "max_rel_residual": float(rel),
-            "xs": [int(v) for v in x], "ys": [int(v) for v in y]}
+    return {
+        "coeffs": [float(c) for c in coeffs],
+        "degree": degree,
+        "max_rel_residual": float(rel),
+        "xs": [int(v) for v in x],
+        "ys": [int(v) for v in y],
+    }
 
 
 def crossing(coeffs: list[float], level: float) -> float | None:

@@ -55,16 +55,23 @@ class MarginPolicy:
 
     def short(self) -> str:
         """The policy in a few words for a sentence: ``"10 % of the capacity"`` or ``"2147483648 B"``."""
-        return (f"{float(self.fraction) * 100:g} % of the capacity" if self.fraction is not None
-                else f"{self.fixed_bytes} B")
+        return (
+            f"{float(self.fraction) * 100:g} % of the capacity"
+            if self.fraction is not None
+            else f"{self.fixed_bytes} B"
+        )
 
     def describe(self) -> str:
         """The policy in full for the report: its size (bytes and GiB for a fixed one) and where it came
         from (memsweep's default, or ``--margin TEXT``)."""
-        what = (f"{float(self.fraction) * 100:g} % of the capacity" if self.fraction is not None
-                else f"{self.fixed_bytes} B ({gib(self.fixed_bytes)} GiB) below the capacity")
-        return what + (" (memsweep's default; set another with --margin)" if self.default else
-                       f" (--margin {self.text})")
+        what = (
+            f"{float(self.fraction) * 100:g} % of the capacity"
+            if self.fraction is not None
+            else f"{self.fixed_bytes} B ({gib(self.fixed_bytes)} GiB) below the capacity"
+        )
+        return what + (
+            " (memsweep's default; set another with --margin)" if self.default else f" (--margin {self.text})"
+        )
 
 
 def parse_margin(text: Any = None) -> MarginPolicy:
@@ -127,18 +134,22 @@ def basis(kind: str) -> tuple[str, str]:
 
 
 BASIS_TEXT = {
-    "cpu": ("On the CPU the peak compared with the capacity is `max_memory_allocated`, the live "
-            "tensor bytes the worker tracks. The CPU's `max_memory_reserved` is the process resident "
-            "set (interpreter and PyTorch libraries included, about 0.3 GiB), so capacity minus it "
-            "would be negative for every run. With `capacity_mode=allocator` (the default) the emulated "
-            "capacity caps exactly these tracked bytes, as a GPU capacity caps the caching allocator, "
-            "so the margin and the runs agree. With `capacity_mode=process` it limits the growth of the "
-            "worker's data segment above its size at start (RLIMIT_DATA), which holds the tensors plus "
-            "the heap's own overhead: that margin is optimistic, and where it and the runs disagree, "
-            "trust the first value that ran out of memory. `reserved above start` is the "
-            "resident set's peak minus its value when the first phase began, shown for information."),
-    "cuda": ("On CUDA/ROCm the peak compared with the capacity is `max_memory_reserved`, the bytes the "
-             "caching allocator held from the device at its peak. The CUDA context, cuBLAS/cuDNN "
-             "workspaces allocated outside the caching allocator and other processes are not in it."),
+    "cpu": (
+        "On the CPU the peak compared with the capacity is `max_memory_allocated`, the live "
+        "tensor bytes the worker tracks. The CPU's `max_memory_reserved` is the process resident "
+        "set (interpreter and PyTorch libraries included, about 0.3 GiB), so capacity minus it "
+        "would be negative for every run. With `capacity_mode=allocator` (the default) the emulated "
+        "capacity caps exactly these tracked bytes, as a GPU capacity caps the caching allocator, "
+        "so the margin and the runs agree. With `capacity_mode=process` it limits the growth of the "
+        "worker's data segment above its size at start (RLIMIT_DATA), which holds the tensors plus "
+        "the heap's own overhead: that margin is optimistic, and where it and the runs disagree, "
+        "trust the first value that ran out of memory. `reserved above start` is the "
+        "resident set's peak minus its value when the first phase began, shown for information."
+    ),
+    "cuda": (
+        "On CUDA/ROCm the peak compared with the capacity is `max_memory_reserved`, the bytes the "
+        "caching allocator held from the device at its peak. The CUDA context, cuBLAS/cuDNN "
+        "workspaces allocated outside the caching allocator and other processes are not in it."
+    ),
 }
 """Per device kind, the report's explanation of the counter ``basis`` compares with the capacity."""

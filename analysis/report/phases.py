@@ -59,12 +59,20 @@ def peak_increments(run_phases: list[dict], order: list[str], counter: str) -> l
     return out
 
 
-PART_NAMES = {"weights": "weights (left by model_load)", "inputs": "inputs (left by inputs)",
-              "state": "kept after the first pass/step (gradients, optimizer states)",
-              "transient": "transient at the peak (activations, temporaries)"}
+PART_NAMES = {
+    "weights": "weights (left by model_load)",
+    "inputs": "inputs (left by inputs)",
+    "state": "kept after the first pass/step (gradients, optimizer states)",
+    "transient": "transient at the peak (activations, temporaries)",
+}
 """The parts of ``decomposition``, by key, as the report names them."""
-OBSERVED_COUNTERPART = {"weights": "weights", "gradients": "state", "optimizer_states": "state",
-                        "activations": "transient", "temporaries": "transient"}
+OBSERVED_COUNTERPART = {
+    "weights": "weights",
+    "gradients": "state",
+    "optimizer_states": "state",
+    "activations": "transient",
+    "temporaries": "transient",
+}
 """Estimator component (``est_<component>_bytes``) -> the key of the observed part (PART_NAMES) it is compared with."""
 
 
@@ -95,12 +103,21 @@ def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, i
             return rows[-1]["memory_allocated"] - rows[0]["memory_allocated_start"]
         return None
 
-    parts = [(PART_NAMES["weights"], delta("model_load")), (PART_NAMES["inputs"], delta("inputs")),
-             (PART_NAMES["state"], delta(*COLD_PHASES))]
+    parts = [
+        (PART_NAMES["weights"], delta("model_load")),
+        (PART_NAMES["inputs"], delta("inputs")),
+        (PART_NAMES["state"], delta(*COLD_PHASES)),
+    ]
     if peak is None:
         return [(n, v) for n, v in parts if v is not None]
-    peak_phase = next((p for p in sorted(run_phases, key=lambda p: p.get("phase_index") or 0)
-                       if p.get("max_memory_allocated") == peak), None)
+    peak_phase = next(
+        (
+            p
+            for p in sorted(run_phases, key=lambda p: p.get("phase_index") or 0)
+            if p.get("max_memory_allocated") == peak
+        ),
+        None,
+    )
     live = peak_phase.get("memory_allocated_start") if peak_phase else None
     known = sum(v for _, v in parts if v is not None)
     for name, v in parts:

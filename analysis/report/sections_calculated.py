@@ -34,18 +34,51 @@ def calculated_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, e
     doc.h(2, "Margin at max_ok")
     rows = []
     for a in axes:
-        rows.append([a.title, a.max_ok, f"`{a.used_counter}`", nbytes(a.capacity), gib(a.capacity),
-                     nbytes(a.used_at_max_ok), gib(a.used_at_max_ok), nbytes(a.margin_at_max_ok),
-                     gib(a.margin_at_max_ok), pct(a.margin_at_max_ok, a.capacity)])
-    doc.table(["sweep", "max_ok", "peak counter", "capacity B", "GiB", "peak B", "GiB", "margin B", "GiB",
-               "margin % of capacity"], rows,
-              note="margin = capacity - peak, at the largest value that ran (see 'Assumed' for which counter).")
+        rows.append(
+            [
+                a.title,
+                a.max_ok,
+                f"`{a.used_counter}`",
+                nbytes(a.capacity),
+                gib(a.capacity),
+                nbytes(a.used_at_max_ok),
+                gib(a.used_at_max_ok),
+                nbytes(a.margin_at_max_ok),
+                gib(a.margin_at_max_ok),
+                pct(a.margin_at_max_ok, a.capacity),
+            ]
+        )
+    doc.table(
+        [
+            "sweep",
+            "max_ok",
+            "peak counter",
+            "capacity B",
+            "GiB",
+            "peak B",
+            "GiB",
+            "margin B",
+            "GiB",
+            "margin % of capacity",
+        ],
+        rows,
+        note="margin = capacity - peak, at the largest value that ran (see 'Assumed' for which counter).",
+    )
     per_value = []
     for a in axes:
         for s in a.values:
             if s.margin is not None:
-                per_value.append([a.title, s.value, nbytes(s.used), nbytes(s.margin), gib(s.margin),
-                                  pct(s.margin, a.capacity), "yes" if a.margin_bytes is not None and s.margin >= a.margin_bytes else "no"])
+                per_value.append(
+                    [
+                        a.title,
+                        s.value,
+                        nbytes(s.used),
+                        nbytes(s.margin),
+                        gib(s.margin),
+                        pct(s.margin, a.capacity),
+                        "yes" if a.margin_bytes is not None and s.margin >= a.margin_bytes else "no",
+                    ]
+                )
     if per_value:
         doc.p("Margin at every value whose runs all ran ok:")
         doc.table(["sweep", "value", "peak B", "margin B", "GiB", "% of capacity", "leaves the margin"], per_value)
@@ -59,26 +92,43 @@ def calculated_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, e
             doc.p("Fewer than two contexts ran ok: no curve fitted.")
             continue
         c = fit["coeffs"]
-        terms = (f"{c[0]:.6g}·context² + {c[1]:.6g}·context + {c[2]:.6g}" if fit["degree"] == 2
-                 else f"{c[0]:.6g}·context + {c[1]:.6g}")
-        doc.p(f"Least-squares {'quadratic' if fit['degree'] == 2 else 'affine (two points only)'} fit of the "
-              f"peak `{a.used_counter}` (bytes) of the runs that ran ok: peak ≈ {terms}; largest relative "
-              f"residual {fit['max_rel_residual'] * 100:.2f} %.")
+        terms = (
+            f"{c[0]:.6g}·context² + {c[1]:.6g}·context + {c[2]:.6g}"
+            if fit["degree"] == 2
+            else f"{c[0]:.6g}·context + {c[1]:.6g}"
+        )
+        doc.p(
+            f"Least-squares {'quadratic' if fit['degree'] == 2 else 'affine (two points only)'} fit of the "
+            f"peak `{a.used_counter}` (bytes) of the runs that ran ok: peak ≈ {terms}; largest relative "
+            f"residual {fit['max_rel_residual'] * 100:.2f} %."
+        )
         crossings = {}
         if a.capacity:
             crossings["capacity"] = crossing(c, a.capacity)
             if a.margin_bytes:
                 crossings["capacity - margin"] = crossing(c, a.capacity - a.margin_bytes)
-        lines = [f"the fit reaches the {k} at context ≈ {v:.0f} (extrapolated, not run)" if v else
-                 f"the fit never reaches the {k} for a positive context" for k, v in crossings.items()]
+        lines = [
+            f"the fit reaches the {k} at context ≈ {v:.0f} (extrapolated, not run)"
+            if v
+            else f"the fit never reaches the {k} for a positive context"
+            for k, v in crossings.items()
+        ]
         cap_x = crossings.get("capacity")
         if cap_x and isinstance(a.min_oom, int) and a.min_oom < cap_x:
-            lines.append(f"observed: context={a.min_oom} already ran out of memory, below the fit's crossing: "
-                         "the capacity holds more than the counter fitted (see 'Assumed'); trust the runs")
+            lines.append(
+                f"observed: context={a.min_oom} already ran out of memory, below the fit's crossing: "
+                "the capacity holds more than the counter fitted (see 'Assumed'); trust the runs"
+            )
         doc.ul(lines)
-        doc.image(Image(f"fit{i}_context.png", plots.fit_plot(fit["xs"], fit["ys"], c, a.capacity, a.margin_bytes,
-                                                              "context", f"peak {a.used_counter}", crossings),
-                        "Peak against context with the fitted curve (calculated) and where it crosses the capacity."))
+        doc.image(
+            Image(
+                f"fit{i}_context.png",
+                plots.fit_plot(
+                    fit["xs"], fit["ys"], c, a.capacity, a.margin_bytes, "context", f"peak {a.used_counter}", crossings
+                ),
+                "Peak against context with the fitted curve (calculated) and where it crosses the capacity.",
+            )
+        )
     _estimator(doc, axes, est_cols)
     _cards(doc, axes, policy)
 
@@ -88,8 +138,10 @@ def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
     estimate error of every run that ran ok."""
     doc.h(2, "Estimate beside the measurement")
     if not est_cols:
-        doc.p("No estimate available: runs.parquet has no `est_*` columns, or only empty ones (no estimate "
-              "was made for these runs).")
+        doc.p(
+            "No estimate available: runs.parquet has no `est_*` columns, or only empty ones (no estimate "
+            "was made for these runs)."
+        )
         return
     comps = [c for c in est_cols if c.endswith("_bytes") and c != "est_peak_bytes"]
     for a in axes:
@@ -105,24 +157,45 @@ def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
             for key, label in PART_NAMES.items():
                 if name.startswith(label):
                     observed[key] = (name, value)
-        doc.p(f"{a.title}, at {axis_label(a.axis, a.max_ok)} (estimate: calculated before the run; observed: "
-              "differences of the counters between phases, see 'Observed'):")
+        doc.p(
+            f"{a.title}, at {axis_label(a.axis, a.max_ok)} (estimate: calculated before the run; observed: "
+            "differences of the counters between phases, see 'Observed'):"
+        )
         rows = []
         for c in comps:
             if r.get(c) is None:
                 continue
-            comp = c[len("est_"):-len("_bytes")]
+            comp = c[len("est_") : -len("_bytes")]
             obs = observed.get(OBSERVED_COUNTERPART.get(comp, ""))
-            rows.append([comp, nbytes(r.get(c)), gib(r.get(c)), pct(r.get(c), est_peak),
-                         f"{obs[1]} B: {obs[0]}" if obs else None])
+            rows.append(
+                [
+                    comp,
+                    nbytes(r.get(c)),
+                    gib(r.get(c)),
+                    pct(r.get(c), est_peak),
+                    f"{obs[1]} B: {obs[0]}" if obs else None,
+                ]
+            )
         obs_peak = r.get("max_memory_allocated")
-        doc.table(["component (calculated)", "bytes", "GiB", "share of estimated peak", "observed counterpart"],
-                  rows + [["estimated peak", nbytes(est_peak), gib(est_peak), pct(est_peak, est_peak),
-                           f"{nbytes(obs_peak)} B: max_memory_allocated"]])
+        doc.table(
+            ["component (calculated)", "bytes", "GiB", "share of estimated peak", "observed counterpart"],
+            rows
+            + [
+                [
+                    "estimated peak",
+                    nbytes(est_peak),
+                    gib(est_peak),
+                    pct(est_peak, est_peak),
+                    f"{nbytes(obs_peak)} B: max_memory_allocated",
+                ]
+            ],
+        )
         dominant = max(((c, r.get(c)) for c in comps if r.get(c) is not None), key=lambda t: t[1], default=None)
         if dominant:
-            doc.p(f"Largest estimated component: **{dominant[0][len('est_'):-len('_bytes')]}** "
-                  f"({pct(dominant[1], est_peak)} of the estimated peak).")
+            doc.p(
+                f"Largest estimated component: **{dominant[0][len('est_') : -len('_bytes')]}** "
+                f"({pct(dominant[1], est_peak)} of the estimated peak)."
+            )
         rows = []
         for s in a.values:
             for run in s.runs:
@@ -132,22 +205,39 @@ def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
                 err = run.get("estimate_error")
                 if err is None and est is not None and obs:
                     err = (est - obs) / obs
-                rows.append([s.value, nbytes(est), gib(est), nbytes(obs), gib(obs),
-                             f"{err * 100:+.1f} %" if err is not None else None])
-        doc.table([a.axis, "estimated peak B", "GiB", "observed max_memory_allocated B", "GiB", "estimate error"],
-                  rows, note="estimate error = (estimated - observed) / observed, on runs that ran ok.")
+                rows.append(
+                    [
+                        s.value,
+                        nbytes(est),
+                        gib(est),
+                        nbytes(obs),
+                        gib(obs),
+                        f"{err * 100:+.1f} %" if err is not None else None,
+                    ]
+                )
+        doc.table(
+            [a.axis, "estimated peak B", "GiB", "observed max_memory_allocated B", "GiB", "estimate error"],
+            rows,
+            note="estimate error = (estimated - observed) / observed, on runs that ran ok.",
+        )
 
 
 def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> None:
     """Which cards of analysis.cards would hold the largest measured peak plus the margin, and
     the largest measured value that would fit on each."""
     doc.h(2, "Other cards (calculated from this device's measurement)")
-    doc.note("info", "A calculation, not a measurement on those cards: the peak measured here is compared with "
-                     "each card's reported total memory (see 'Assumed'). Kernels, workspaces, the CUDA context and "
-                     "library versions differ between devices; measure on the card before relying on it.")
+    doc.note(
+        "info",
+        "A calculation, not a measurement on those cards: the peak measured here is compared with "
+        "each card's reported total memory (see 'Assumed'). Kernels, workspaces, the CUDA context and "
+        "library versions differ between devices; measure on the card before relying on it.",
+    )
     if any(a.kind == "cpu" for a in axes):
-        doc.note("warning", "These peaks come from CPU runs (tracked tensor bytes). A GPU adds the CUDA context, "
-                            "library workspaces and the caching allocator's rounding on top.")
+        doc.note(
+            "warning",
+            "These peaks come from CPU runs (tracked tensor bytes). A GPU adds the CUDA context, "
+            "library workspaces and the caching allocator's rounding on top.",
+        )
     for a in axes:
         ok = [s for s in a.values if s.all_ok and s.used is not None]
         if not ok:
@@ -161,13 +251,37 @@ def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> None:
             if best is None:
                 largest = f"none of the measured values (smallest needs {gib(ok[0].used + m)} GiB with the margin)"
             elif best is top:
-                largest = f"{best.value} (every measured value that ran; larger ones were not measured)" \
-                    if top.value == a.max_ok else f"{best.value}"
+                largest = (
+                    f"{best.value} (every measured value that ran; larger ones were not measured)"
+                    if top.value == a.max_ok
+                    else f"{best.value}"
+                )
             else:
                 largest = str(best.value)
-            rows.append([card.name, card.vendor_spec, nbytes(card.reported_bytes), gib(card.reported_bytes),
-                         nbytes(m), "yes" if top.used + m <= card.reported_bytes else "no", largest])
-        doc.p(f"{a.title}: would the peak `{a.used_counter}` measured at {axis_label(a.axis, top.value)} "
-              f"({top.used} B, {gib(top.used)} GiB) plus the margin fit, and which largest measured {a.axis} would:")
-        doc.table(["card", "vendor's spec (GB as printed by the vendor)", "reported total B", "GiB", "margin B",
-                   f"holds {axis_label(a.axis, top.value)}", f"largest measured {a.axis} that fits"], rows)
+            rows.append(
+                [
+                    card.name,
+                    card.vendor_spec,
+                    nbytes(card.reported_bytes),
+                    gib(card.reported_bytes),
+                    nbytes(m),
+                    "yes" if top.used + m <= card.reported_bytes else "no",
+                    largest,
+                ]
+            )
+        doc.p(
+            f"{a.title}: would the peak `{a.used_counter}` measured at {axis_label(a.axis, top.value)} "
+            f"({top.used} B, {gib(top.used)} GiB) plus the margin fit, and which largest measured {a.axis} would:"
+        )
+        doc.table(
+            [
+                "card",
+                "vendor's spec (GB as printed by the vendor)",
+                "reported total B",
+                "GiB",
+                "margin B",
+                f"holds {axis_label(a.axis, top.value)}",
+                f"largest measured {a.axis} that fits",
+            ],
+            rows,
+        )

@@ -28,23 +28,50 @@ def assumed_section(doc: Doc, kinds: list[str], policy: MarginPolicy) -> None:
         policy: the margin policy.
     """
     doc.h(1, "Assumed")
-    items = [f"Margin policy: {policy.describe()}. The margin must cover what these runs did not: longer "
-             "inputs, other batch sizes, evaluation or export phases, another library version, other users "
-             "of the device. It is a policy, not a measurement (seed 003: no margin percentage is universal)."]
+    items = [
+        f"Margin policy: {policy.describe()}. The margin must cover what these runs did not: longer "
+        "inputs, other batch sizes, evaluation or export phases, another library version, other users "
+        "of the device. It is a policy, not a measurement (seed 003: no margin percentage is universal)."
+    ]
     for k in kinds:
         items.append(BASIS_TEXT.get(k, BASIS_TEXT["cuda"]))
-    items.append("Other cards: each card's total is the figure its management tool reports (nvidia-smi "
-                 "memory.total, rocm-smi VRAM total), from the public logs cited below; PyTorch's own "
-                 "total_memory is 1.5-2 % lower and the CUDA context takes a few hundred MiB more, so a card "
-                 "marked 'yes' with little headroom may still not fit. Several GPUs do not pool their memory "
-                 "into one: a load that fails on one card can fail with free memory on another.")
-    items.append("Only the conditions run were measured; nothing between or beyond them is known except by "
-                 "the calculations above.")
+    items.append(
+        "Other cards: each card's total is the figure its management tool reports (nvidia-smi "
+        "memory.total, rocm-smi VRAM total), from the public logs cited below; PyTorch's own "
+        "total_memory is 1.5-2 % lower and the CUDA context takes a few hundred MiB more, so a card "
+        "marked 'yes' with little headroom may still not fit. Several GPUs do not pool their memory "
+        "into one: a load that fails on one card can fail with free memory on another."
+    )
+    items.append(
+        "Only the conditions run were measured; nothing between or beyond them is known except by "
+        "the calculations above."
+    )
     doc.ul(items)
-    doc.table(["card", "vendor's spec", "what the vendor's GB means here", "reported total B", "GiB", "reported by",
-               "source", "note"],
-              [[c.name, c.vendor_spec, c.vendor_unit, nbytes(c.reported_bytes), gib(c.reported_bytes),
-                c.reported_by, c.source, c.note or None] for c in cards_mod.CARDS])
+    doc.table(
+        [
+            "card",
+            "vendor's spec",
+            "what the vendor's GB means here",
+            "reported total B",
+            "GiB",
+            "reported by",
+            "source",
+            "note",
+        ],
+        [
+            [
+                c.name,
+                c.vendor_spec,
+                c.vendor_unit,
+                nbytes(c.reported_bytes),
+                gib(c.reported_bytes),
+                c.reported_by,
+                c.source,
+                c.note or None,
+            ]
+            for c in cards_mod.CARDS
+        ],
+    )
 
 
 def decision_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> None:
@@ -60,8 +87,11 @@ def decision_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> 
     if not axes:
         doc.p("No variable was swept: no setting to choose.")
     for a in axes:
-        head = (f"**{a.title}: {axis_label(a.axis, a.recommended)}**" if a.recommended is not None
-                else f"**{a.title}: no setting recommended**")
+        head = (
+            f"**{a.title}: {axis_label(a.axis, a.recommended)}**"
+            if a.recommended is not None
+            else f"**{a.title}: no setting recommended**"
+        )
         doc.p(f"{head}. {a.reason}")
         for n in a.notes:
             doc.note("warning", n)
@@ -76,8 +106,10 @@ def comparable_section(doc: Doc, axes: list[AxisResult]) -> None:
         axes: the axis results of every sweep directory in the report.
     """
     doc.h(1, "Comparable loads across sweeps")
-    doc.p("The same load (workload, mode, fixed dimensions, swept axis) in several sweep directories, lined up: "
-          "different devices, capacities or library versions.")
+    doc.p(
+        "The same load (workload, mode, fixed dimensions, swept axis) in several sweep directories, lined up: "
+        "different devices, capacities or library versions."
+    )
     groups: dict[tuple, list[AxisResult]] = OrderedDict()
     for a in axes:
         f = a.frontier
@@ -92,15 +124,49 @@ def comparable_section(doc: Doc, axes: list[AxisResult]) -> None:
         rows = []
         for m in members:
             r = m.runs[0] if m.runs else {}
-            rows.append([m.sweep_dir, r.get("device"), r.get("device_name"), r.get("torch"), nbytes(m.capacity),
-                         gib(m.capacity), m.max_ok, m.min_oom, f"`{m.used_counter}`", nbytes(m.used_at_max_ok),
-                         gib(m.used_at_max_ok), pct(m.margin_at_max_ok, m.capacity), m.recommended])
-        doc.table(["sweep", "device", "name", "torch", "capacity B", "GiB", "max_ok", "min_oom", "peak counter",
-                   "peak at max_ok B", "GiB", "margin %", "chosen"], rows)
+            rows.append(
+                [
+                    m.sweep_dir,
+                    r.get("device"),
+                    r.get("device_name"),
+                    r.get("torch"),
+                    nbytes(m.capacity),
+                    gib(m.capacity),
+                    m.max_ok,
+                    m.min_oom,
+                    f"`{m.used_counter}`",
+                    nbytes(m.used_at_max_ok),
+                    gib(m.used_at_max_ok),
+                    pct(m.margin_at_max_ok, m.capacity),
+                    m.recommended,
+                ]
+            )
+        doc.table(
+            [
+                "sweep",
+                "device",
+                "name",
+                "torch",
+                "capacity B",
+                "GiB",
+                "max_ok",
+                "min_oom",
+                "peak counter",
+                "peak at max_ok B",
+                "GiB",
+                "margin %",
+                "chosen",
+            ],
+            rows,
+        )
         values = sorted({s.value for m in members for s in m.values}, key=lambda v: order_key(key[0], v))
-        doc.table([key[0]] + [f"{m.sweep_dir} peak GiB" for m in members],
-                  [[v] + [(lambda s: f"{gib(s.used)} ({s.status})" if s else "not run")(m.stat(v)) for m in members]
-                   for v in values])
+        doc.table(
+            [key[0]] + [f"{m.sweep_dir} peak GiB" for m in members],
+            [
+                [v] + [(lambda s: f"{gib(s.used)} ({s.status})" if s else "not run")(m.stat(v)) for m in members]
+                for v in values
+            ],
+        )
     if not any_shown:
         doc.p("No load appears in more than one sweep directory.")
 
@@ -114,21 +180,47 @@ def predicted_section(doc: Doc, predicted: list[dict]) -> None:
         predicted: the run rows whose ``source`` is ``predicted``.
     """
     doc.h(1, "Predicted (dry runs)")
-    doc.p(f"{dry_runs_text(len(predicted))}: each ran the load on fake tensors and predicted its counters; "
-          "nothing was measured on a device. Their outcomes and peaks are predictions.")
+    doc.p(
+        f"{dry_runs_text(len(predicted))}: each ran the load on fake tensors and predicted its counters; "
+        "nothing was measured on a device. Their outcomes and peaks are predictions."
+    )
     several = len({r["sweep_dir"] for r in predicted}) > 1
-    doc.table((["sweep"] if several else []) + ["run", "batch", "context", "width", "dtype", "mode", "device",
-                                                "outcome (predicted)", "peak max_memory_allocated B (predicted)",
-                                                "GiB (predicted)"],
-              [([r["sweep_dir"]] if several else []) + [
-                  r["run_id"], r.get("batch"), r.get("context"), r.get("width"), r.get("dtype"), r.get("mode"),
-                  r.get("device"), r.get("outcome") or "unfinished", nbytes(r.get("max_memory_allocated")),
-                  gib(r.get("max_memory_allocated"))]
-               for r in sorted(predicted, key=lambda r: (r["sweep_dir"], len(r["run_id"]), r["run_id"]))])
+    doc.table(
+        (["sweep"] if several else [])
+        + [
+            "run",
+            "batch",
+            "context",
+            "width",
+            "dtype",
+            "mode",
+            "device",
+            "outcome (predicted)",
+            "peak max_memory_allocated B (predicted)",
+            "GiB (predicted)",
+        ],
+        [
+            ([r["sweep_dir"]] if several else [])
+            + [
+                r["run_id"],
+                r.get("batch"),
+                r.get("context"),
+                r.get("width"),
+                r.get("dtype"),
+                r.get("mode"),
+                r.get("device"),
+                r.get("outcome") or "unfinished",
+                nbytes(r.get("max_memory_allocated")),
+                gib(r.get("max_memory_allocated")),
+            ]
+            for r in sorted(predicted, key=lambda r: (r["sweep_dir"], len(r["run_id"]), r["run_id"]))
+        ],
+    )
 
 
-def raw_section(doc: Doc, runs: list[dict], axes: list[AxisResult], sweep_dirs: list[Path] | None,
-                analysis_files: list[Path] | None) -> None:
+def raw_section(
+    doc: Doc, runs: list[dict], axes: list[AxisResult], sweep_dirs: list[Path] | None, analysis_files: list[Path] | None
+) -> None:
     """Append "Raw results": where the run directories and Parquet tables are, and the max_ok run
     of each axis.
 
@@ -142,10 +234,13 @@ def raw_section(doc: Doc, runs: list[dict], axes: list[AxisResult], sweep_dirs: 
     doc.h(1, "Raw results")
     items = []
     for d in sweep_dirs or sorted({r["sweep_dir"] for r in runs}):
-        n_dry = sum(1 for r in runs if r['sweep_dir'] == str(d) and r.get("source") == "predicted")
-        items.append(f"`{d}`: {sum(1 for r in runs if r['sweep_dir'] == str(d))} run directories"
-                     + (f" ({n_dry} of them dry runs, predicted)" if n_dry else "") + ", each with "
-                     "spec.json, record.json (all counters of every phase), result.json, stdout.log, stderr.log")
+        n_dry = sum(1 for r in runs if r["sweep_dir"] == str(d) and r.get("source") == "predicted")
+        items.append(
+            f"`{d}`: {sum(1 for r in runs if r['sweep_dir'] == str(d))} run directories"
+            + (f" ({n_dry} of them dry runs, predicted)" if n_dry else "")
+            + ", each with "
+            "spec.json, record.json (all counters of every phase), result.json, stdout.log, stderr.log"
+        )
     for f in analysis_files or []:
         items.append(f"`{f}`")
     if not analysis_files:

@@ -26,14 +26,38 @@ def _env_rows(runs: list[dict]) -> list[list]:
     """One row per distinct environment (sweep, device, versions, host) of ``runs``."""
     seen = OrderedDict()
     for r in runs:
-        key = tuple(r.get(k) for k in ("sweep_dir", "device", "device_name", "device_total_memory", "torch",
-                                       "python", "cuda", "hip", "driver", "host"))
+        key = tuple(
+            r.get(k)
+            for k in (
+                "sweep_dir",
+                "device",
+                "device_name",
+                "device_total_memory",
+                "torch",
+                "python",
+                "cuda",
+                "hip",
+                "driver",
+                "host",
+            )
+        )
         seen.setdefault(key, r)
     rows = []
     for r in seen.values():
-        rows.append([r.get("sweep_dir"), r.get("device"), r.get("device_name"), nbytes(r.get("device_total_memory")),
-                     gib(r.get("device_total_memory")), r.get("torch"), r.get("cuda") or r.get("hip") or "-",
-                     r.get("driver"), r.get("python"), r.get("host")])
+        rows.append(
+            [
+                r.get("sweep_dir"),
+                r.get("device"),
+                r.get("device_name"),
+                nbytes(r.get("device_total_memory")),
+                gib(r.get("device_total_memory")),
+                r.get("torch"),
+                r.get("cuda") or r.get("hip") or "-",
+                r.get("driver"),
+                r.get("python"),
+                r.get("host"),
+            ]
+        )
     return rows
 
 
@@ -50,21 +74,35 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
     """
     doc.h(1, "Observed")
     doc.h(2, "Environment")
-    doc.table(["sweep", "device", "name", "total memory B", "total GiB", "torch", "CUDA/HIP", "driver",
-               "python", "host"], _env_rows(runs))
+    doc.table(
+        ["sweep", "device", "name", "total memory B", "total GiB", "torch", "CUDA/HIP", "driver", "python", "host"],
+        _env_rows(runs),
+    )
     doc.p("Allocator settings: " + "; ".join(sorted({alloc_text(r) for r in runs})) + ".")
     doc.h(2, "Runs and outcomes")
     several = len({r["sweep_dir"] for r in runs}) > 1
-    doc.table((["sweep"] if several else []) + ["run", "batch", "context", "width", "dtype", "mode", "outcome",
-                                                "failed phase", "error", "wall s"],
-              [([r["sweep_dir"]] if several else []) + [
-                  r["run_id"], r.get("batch"), r.get("context"), r.get("width"), r.get("dtype"),
-                  r.get("mode"), r.get("outcome") or "unfinished", r.get("failed_phase"),
-                  (r.get("error_type") or "") + (": " + _cut(r["error_message"], 80) if r.get("error_message") else ""),
-                  f"{r['wall_s']:.1f}" if r.get("wall_s") is not None else None]
-               for r in sorted(runs, key=lambda r: (r["sweep_dir"], len(r["run_id"]), r["run_id"]))],
-              note="Only `oom` means 'does not fit'; an error, crash or timeout is neither a success nor an OOM."
-                   + ("" if several else f" Run directories are under `{runs[0]['sweep_dir']}`."))
+    doc.table(
+        (["sweep"] if several else [])
+        + ["run", "batch", "context", "width", "dtype", "mode", "outcome", "failed phase", "error", "wall s"],
+        [
+            ([r["sweep_dir"]] if several else [])
+            + [
+                r["run_id"],
+                r.get("batch"),
+                r.get("context"),
+                r.get("width"),
+                r.get("dtype"),
+                r.get("mode"),
+                r.get("outcome") or "unfinished",
+                r.get("failed_phase"),
+                (r.get("error_type") or "") + (": " + _cut(r["error_message"], 80) if r.get("error_message") else ""),
+                f"{r['wall_s']:.1f}" if r.get("wall_s") is not None else None,
+            ]
+            for r in sorted(runs, key=lambda r: (r["sweep_dir"], len(r["run_id"]), r["run_id"]))
+        ],
+        note="Only `oom` means 'does not fit'; an error, crash or timeout is neither a success nor an OOM."
+        + ("" if several else f" Run directories are under `{runs[0]['sweep_dir']}`."),
+    )
     order = phase_order(phases)
     if not axes:
         doc.p("No frontier: no variable was swept over two or more values.")
@@ -77,46 +115,90 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
             headers += ["reserved above start B", "GiB"]
         rows = []
         for s in a.values:
-            row = [s.value, len(s.runs), s.status, ", ".join(s.failed_phases) or None,
-                   nbytes(s.used), gib(s.used), nbytes(s.other), gib(s.other)]
+            row = [
+                s.value,
+                len(s.runs),
+                s.status,
+                ", ".join(s.failed_phases) or None,
+                nbytes(s.used),
+                gib(s.used),
+                nbytes(s.other),
+                gib(s.other),
+            ]
             if cpu:
                 row += [nbytes(s.above_start), gib(s.above_start)]
             rows.append(row)
-        doc.table(headers, rows, note="A run that did not complete shows its partial peak, before the failure: "
-                                      "not the memory the full run would need.")
+        doc.table(
+            headers,
+            rows,
+            note="A run that did not complete shows its partial peak, before the failure: "
+            "not the memory the full run would need.",
+        )
         f = a.frontier
-        facts = [f"`max_ok` = {a.max_ok if a.max_ok is not None else 'none'} (largest value that ran), "
-                 f"`min_oom` = {a.min_oom if a.min_oom is not None else 'none'} (smallest that ran out of memory)",
-                 f"exact: {'yes' if f.get('exact') else 'no'} (neighbours among the values run"
-                 + (", on the search's lattice" if f.get("strategy") else "") + ")",
-                 f"monotonic: {'yes' if f.get('monotonic') else 'NO'}; stable: "
-                 + {True: "yes", False: "NO"}.get(f.get("stable"), "not checked (no value was run twice; the frontier "
-                                                                   "sweeper's confirm re-runs the edge)"),
-                 f"runs: {f.get('n_runs')} (ok {f.get('n_ok')}, oom {f.get('n_oom')}, other {f.get('n_other')})"]
+        facts = [
+            f"`max_ok` = {a.max_ok if a.max_ok is not None else 'none'} (largest value that ran), "
+            f"`min_oom` = {a.min_oom if a.min_oom is not None else 'none'} (smallest that ran out of memory)",
+            f"exact: {'yes' if f.get('exact') else 'no'} (neighbours among the values run"
+            + (", on the search's lattice" if f.get("strategy") else "")
+            + ")",
+            f"monotonic: {'yes' if f.get('monotonic') else 'NO'}; stable: "
+            + {True: "yes", False: "NO"}.get(
+                f.get("stable"), "not checked (no value was run twice; the frontier sweeper's confirm re-runs the edge)"
+            ),
+            f"runs: {f.get('n_runs')} (ok {f.get('n_ok')}, oom {f.get('n_oom')}, other {f.get('n_other')})",
+        ]
         if f.get("strategy"):
-            facts.append(f"searched by the frontier sweeper: strategy {f['strategy']}, {f.get('runs_used')} runs"
-                         + (f", status {f['search_status']}" if f.get("search_status") else ""))
+            facts.append(
+                f"searched by the frontier sweeper: strategy {f['strategy']}, {f.get('runs_used')} runs"
+                + (f", status {f['search_status']}" if f.get("search_status") else "")
+            )
         if f.get("upper_reached"):
             facts.append(f"upper bound not reached: every value up to {a.max_ok} fit; the edge lies above it")
         if f.get("stopped_by"):
-            facts.append(f"the search stopped on a run that ended with `{f['stopped_by']}`"
-                         + (f" at {a.axis}={f['stop_value']}" if f.get("stop_value") is not None else "")
-                         + ": not an OOM, the edge is unknown above it")
+            facts.append(
+                f"the search stopped on a run that ended with `{f['stopped_by']}`"
+                + (f" at {a.axis}={f['stop_value']}" if f.get("stop_value") is not None else "")
+                + ": not an OOM, the edge is unknown above it"
+            )
         doc.ul(facts)
         if a.max_ok is None:
-            doc.note("warning", f"no value of {a.axis} ran ok: the smallest value tried is already too large, or "
-                                "the runs failed for another reason (see outcomes).")
+            doc.note(
+                "warning",
+                f"no value of {a.axis} ran ok: the smallest value tried is already too large, or "
+                "the runs failed for another reason (see outcomes).",
+            )
         if not f.get("monotonic", True) or f.get("stable") is False:
-            doc.note("warning", "results are not monotonic or not stable here; they are shown as measured, not smoothed.")
-        points = [{"value": s.value, "outcome": "ok" if s.all_ok else (s.status if len(s.outcomes) == 1 else "mixed"),
-                   "used": s.used, "other": s.other if not cpu else s.above_start} for s in a.values]
-        doc.image(Image(f"axis{i}_{a.axis}.png", plots.axis_plot(
-            a.axis, points, a.capacity, a.margin_bytes, f"peak {used_c}",
-            "reserved above start (RSS)" if cpu else f"peak {other_c}", a.max_ok, a.min_oom),
-            f"Peak {used_c} (compared with the capacity) and "
-            + ("the resident set above its start" if cpu else f"peak {other_c}")
-            + f" against {a.axis}; capacity line, capacity minus the margin, max_ok and min_oom marked "
-              "(observed; the lines between points are only a guide)."))
+            doc.note(
+                "warning", "results are not monotonic or not stable here; they are shown as measured, not smoothed."
+            )
+        points = [
+            {
+                "value": s.value,
+                "outcome": "ok" if s.all_ok else (s.status if len(s.outcomes) == 1 else "mixed"),
+                "used": s.used,
+                "other": s.other if not cpu else s.above_start,
+            }
+            for s in a.values
+        ]
+        doc.image(
+            Image(
+                f"axis{i}_{a.axis}.png",
+                plots.axis_plot(
+                    a.axis,
+                    points,
+                    a.capacity,
+                    a.margin_bytes,
+                    f"peak {used_c}",
+                    "reserved above start (RSS)" if cpu else f"peak {other_c}",
+                    a.max_ok,
+                    a.min_oom,
+                ),
+                f"Peak {used_c} (compared with the capacity) and "
+                + ("the resident set above its start" if cpu else f"peak {other_c}")
+                + f" against {a.axis}; capacity line, capacity minus the margin, max_ok and min_oom marked "
+                "(observed; the lines between points are only a guide).",
+            )
+        )
         _phases_section(doc, a, order, plots, i)
 
 
@@ -145,24 +227,36 @@ def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) ->
         ratio = f"{cold / warm:.2f}" if cold is not None and warm else None
         cw_rows.append([s.value, nbytes(cold), gib(cold), nbytes(warm), gib(warm), ratio])
         if cold is not None and warm and cold > COLD_WARM_FLAG * warm:
-            flagged.append(f"{axis_label(a.axis, s.value)}: cold {gib(cold)} GiB vs warm {gib(warm)} GiB "
-                           f"(x{cold / warm:.2f})")
-    doc.table([a.axis, f"cold peak {used_c} B", "GiB", f"warm peak {used_c} B", "GiB", "cold / warm"], cw_rows,
-              note="cold = the first pass, step or generation (cold_forward, cold_step, cold_generate and their "
-                   "sub-phases), warm = the measured repeats after warmup (warm_*); '-' where the phase did not run.")
+            flagged.append(
+                f"{axis_label(a.axis, s.value)}: cold {gib(cold)} GiB vs warm {gib(warm)} GiB (x{cold / warm:.2f})"
+            )
+    doc.table(
+        [a.axis, f"cold peak {used_c} B", "GiB", f"warm peak {used_c} B", "GiB", "cold / warm"],
+        cw_rows,
+        note="cold = the first pass, step or generation (cold_forward, cold_step, cold_generate and their "
+        "sub-phases), warm = the measured repeats after warmup (warm_*); '-' where the phase did not run.",
+    )
     if flagged:
-        doc.note("warning", f"the first (cold) pass peaks more than {COLD_WARM_FLAG:g} x the warm one: "
-                 + "; ".join(flagged) + ". Size for the cold peak: it happens on every fresh process "
-                 "(allocator warm-up, lazy workspaces, optimizer states created on the first step).")
+        doc.note(
+            "warning",
+            f"the first (cold) pass peaks more than {COLD_WARM_FLAG:g} x the warm one: "
+            + "; ".join(flagged)
+            + ". Size for the cold peak: it happens on every fresh process "
+            "(allocator warm-up, lazy workspaces, optimizer states created on the first step).",
+        )
     else:
         doc.p(f"No cold peak above {COLD_WARM_FLAG:g} x its warm peak.")
     values = [s.value for s in a.values]
     increments = [peak_increments(run_of[v]["_phases"], present, used_c) for v in values]
     outcomes = [run_of[v].get("outcome") or "unfinished" for v in values]
-    doc.image(Image(f"phases{i}_{a.axis}.png",
-                    plots.phases_plot(a.axis, values, present, increments, outcomes, a.capacity, used_c),
-                    f"Stacked phases: each segment is how much that phase raised the run's peak `{used_c}` above "
-                    "every phase before it; the bar's height is the run's peak (observed)."))
+    doc.image(
+        Image(
+            f"phases{i}_{a.axis}.png",
+            plots.phases_plot(a.axis, values, present, increments, outcomes, a.capacity, used_c),
+            f"Stacked phases: each segment is how much that phase raised the run's peak `{used_c}` above "
+            "every phase before it; the bar's height is the run's peak (observed).",
+        )
+    )
     # what the peak consists of, at max_ok
     st = a.stat(a.max_ok)
     if st is not None:
@@ -170,8 +264,12 @@ def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) ->
         parts = decomposition(r["_phases"], r.get("max_memory_allocated"))
         if parts:
             peak = r.get("max_memory_allocated")
-            doc.p(f"What the peak `max_memory_allocated` of the {axis_label(a.axis, a.max_ok)} run consists of "
-                  "(observed: differences of the counters between phases):")
-            doc.table(["part", "bytes", "GiB", "share of peak"],
-                      [[n, nbytes(v), gib(v), pct(v, peak)] for n, v in parts]
-                      + [["peak max_memory_allocated", nbytes(peak), gib(peak), pct(peak, peak)]])
+            doc.p(
+                f"What the peak `max_memory_allocated` of the {axis_label(a.axis, a.max_ok)} run consists of "
+                "(observed: differences of the counters between phases):"
+            )
+            doc.table(
+                ["part", "bytes", "GiB", "share of peak"],
+                [[n, nbytes(v), gib(v), pct(v, peak)] for n, v in parts]
+                + [["peak max_memory_allocated", nbytes(peak), gib(peak), pct(peak, peak)]],
+            )

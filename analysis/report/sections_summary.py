@@ -31,8 +31,11 @@ def alloc_text(r: dict) -> str:
         settings = conf
     if isinstance(settings, dict):
         set_ = {k: v for k, v in settings.items() if v is not None}
-        text = (", ".join(f"{k}={v}" for k, v in set_.items()) if set_ else
-                "none of " + ", ".join(settings) + " set (PyTorch's defaults)")
+        text = (
+            ", ".join(f"{k}={v}" for k, v in set_.items())
+            if set_
+            else "none of " + ", ".join(settings) + " set (PyTorch's defaults)"
+        )
     else:
         text = "not recorded" if settings is None else str(settings)
     backend = r.get("allocator_backend")
@@ -47,8 +50,11 @@ def _load_text(r: dict) -> str:
     except json.JSONDecodeError:
         params = {"params": params}
     ptext = ", ".join(f"{k}={'null' if v is None else v}" for k, v in params.items())  # null: the default
-    return (f"workload `{r.get('workload')}`" + (f" ({ptext})" if ptext else "")
-            + f", mode `{r.get('mode')}`, dtype `{r.get('dtype')}`, warmup {r.get('warmup')}, repeats {r.get('repeats')}")
+    return (
+        f"workload `{r.get('workload')}`"
+        + (f" ({ptext})" if ptext else "")
+        + f", mode `{r.get('mode')}`, dtype `{r.get('dtype')}`, warmup {r.get('warmup')}, repeats {r.get('repeats')}"
+    )
 
 
 def _capacity_text(r: dict) -> str:
@@ -59,7 +65,7 @@ def _capacity_text(r: dict) -> str:
         return "not recorded"
     emulated = method != "device total_memory"
     mode = f"emulated (capacity_mode={r.get('capacity_mode')}): " if r.get("capacity_mode") else "emulated: "
-    return (f"{cap} B ({gib(cap)} GiB), " + (mode if emulated else "") + method)
+    return f"{cap} B ({gib(cap)} GiB), " + (mode if emulated else "") + method
 
 
 def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy) -> None:
@@ -75,17 +81,30 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
     doc.h(1, "Summary card")
     outcomes = Counter(r.get("outcome") or "unfinished" for r in runs)
     failed = Counter((r.get("failed_phase"), r.get("outcome")) for r in runs if r.get("failed_phase"))
-    rows = [["load (observed)", "; ".join(sorted({_load_text(r) for r in runs}))],
-            ["environment (observed)", "; ".join(sorted({f"{_text(r.get('device'))} ({_text(r.get('device_name'))}), "
-                                                         f"torch {_text(r.get('torch'))}, python {_text(r.get('python'))}"
-                                                         + (f", CUDA {r['cuda']}" if r.get('cuda') else "")
-                                                         + (f", HIP {r['hip']}" if r.get('hip') else "")
-                                                         for r in runs}))],
-            ["allocator settings (observed)", "; ".join(sorted({alloc_text(r) for r in runs}))],
-            ["capacity (observed)", "; ".join(sorted({_capacity_text(r) for r in runs}))],
-            ["runs (observed)", f"{len(runs)}: " + ", ".join(f"{o} {n}" for o, n in outcomes.most_common())],
-            ["phases that failed (observed)", ", ".join(f"{p} ({o} x{n})" for (p, o), n in failed.items())
-             or "none: every phase of every run succeeded"]]
+    rows = [
+        ["load (observed)", "; ".join(sorted({_load_text(r) for r in runs}))],
+        [
+            "environment (observed)",
+            "; ".join(
+                sorted(
+                    {
+                        f"{_text(r.get('device'))} ({_text(r.get('device_name'))}), "
+                        f"torch {_text(r.get('torch'))}, python {_text(r.get('python'))}"
+                        + (f", CUDA {r['cuda']}" if r.get("cuda") else "")
+                        + (f", HIP {r['hip']}" if r.get("hip") else "")
+                        for r in runs
+                    }
+                )
+            ),
+        ],
+        ["allocator settings (observed)", "; ".join(sorted({alloc_text(r) for r in runs}))],
+        ["capacity (observed)", "; ".join(sorted({_capacity_text(r) for r in runs}))],
+        ["runs (observed)", f"{len(runs)}: " + ", ".join(f"{o} {n}" for o, n in outcomes.most_common())],
+        [
+            "phases that failed (observed)",
+            ", ".join(f"{p} ({o} x{n})" for (p, o), n in failed.items()) or "none: every phase of every run succeeded",
+        ],
+    ]
     weights = [r for r in runs if r.get("est_weights_bytes") is not None]
     if weights:
         w = weights[0]["est_weights_bytes"]
@@ -98,19 +117,29 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
         of = f", {a.title}" if several else ""
         st = a.stat(a.max_ok)
         if a.max_ok is not None and st is not None:
-            value = (f"{axis_label(a.axis, a.max_ok)}: peak `{a.used_counter}` {nbytes(a.used_at_max_ok)} B "
-                     f"({gib(a.used_at_max_ok)} GiB); smallest that ran out of memory: "
-                     f"{a.min_oom if a.min_oom is not None else 'none'}")
+            value = (
+                f"{axis_label(a.axis, a.max_ok)}: peak `{a.used_counter}` {nbytes(a.used_at_max_ok)} B "
+                f"({gib(a.used_at_max_ok)} GiB); smallest that ran out of memory: "
+                f"{a.min_oom if a.min_oom is not None else 'none'}"
+            )
             if not a.frontier.get("monotonic", True):
                 value += " (not monotonic: this load ran out of memory below a value that ran)"
             rows.append([f"largest {a.axis} that ran{of} (observed)", value])
-            rows.append([f"margin at max_ok {a.axis}{of} (calculated)",
-                         f"{nbytes(a.margin_at_max_ok)} B ({gib(a.margin_at_max_ok)} GiB, "
-                         f"{pct(a.margin_at_max_ok, a.capacity)} of capacity)"])
+            rows.append(
+                [
+                    f"margin at max_ok {a.axis}{of} (calculated)",
+                    f"{nbytes(a.margin_at_max_ok)} B ({gib(a.margin_at_max_ok)} GiB, "
+                    f"{pct(a.margin_at_max_ok, a.capacity)} of capacity)",
+                ]
+            )
         else:
             rows.append([f"largest {a.axis} that ran{of} (observed)", "none of the values ran ok"])
-        rows.append([f"chosen {a.axis}{of} (calculated under the assumed margin)",
-                     axis_label(a.axis, a.recommended) if a.recommended is not None else "none"])
+        rows.append(
+            [
+                f"chosen {a.axis}{of} (calculated under the assumed margin)",
+                axis_label(a.axis, a.recommended) if a.recommended is not None else "none",
+            ]
+        )
     rows.append(["margin policy (assumed)", policy.describe()])
     doc.table(["item", "value"], rows)
     # the four counters of each max_ok run
@@ -121,15 +150,37 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
         run = max((r for r in st.runs if r.get("outcome") == "ok"), key=lambda r: r["used"] or 0, default=None)
         if run is None:
             continue
-        doc.p(f"Four counters of the {axis_label(a.axis, a.max_ok)} run (`{run['run_id']}`, observed; "
-              "current values at the end of its last phase, peaks over all its phases):")
+        doc.p(
+            f"Four counters of the {axis_label(a.axis, a.max_ok)} run (`{run['run_id']}`, observed; "
+            "current values at the end of its last phase, peaks over all its phases):"
+        )
         last = run.get("_last_phase") or {}
-        doc.table(["counter", "bytes", "GiB", "source"],
-                  [["memory_allocated", nbytes(last.get("memory_allocated")), gib(last.get("memory_allocated")),
-                    "current value of the counter below"],
-                   ["memory_reserved", nbytes(last.get("memory_reserved")), gib(last.get("memory_reserved")),
-                    "current value of the counter below"],
-                   ["max_memory_allocated", nbytes(run.get("max_memory_allocated")),
-                    gib(run.get("max_memory_allocated")), run.get("source_allocated")],
-                   ["max_memory_reserved", nbytes(run.get("max_memory_reserved")),
-                    gib(run.get("max_memory_reserved")), run.get("source_reserved")]])
+        doc.table(
+            ["counter", "bytes", "GiB", "source"],
+            [
+                [
+                    "memory_allocated",
+                    nbytes(last.get("memory_allocated")),
+                    gib(last.get("memory_allocated")),
+                    "current value of the counter below",
+                ],
+                [
+                    "memory_reserved",
+                    nbytes(last.get("memory_reserved")),
+                    gib(last.get("memory_reserved")),
+                    "current value of the counter below",
+                ],
+                [
+                    "max_memory_allocated",
+                    nbytes(run.get("max_memory_allocated")),
+                    gib(run.get("max_memory_allocated")),
+                    run.get("source_allocated"),
+                ],
+                [
+                    "max_memory_reserved",
+                    nbytes(run.get("max_memory_reserved")),
+                    gib(run.get("max_memory_reserved")),
+                    run.get("source_reserved"),
+                ],
+            ],
+        )

@@ -8,8 +8,9 @@ size is in bytes; the peak compared with the capacity is the counter ``margin.ba
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from conf.contract import AXES, gib
 
@@ -49,7 +50,7 @@ class ValueStat:
         if not self.outcomes:
             return "-"
         if len(self.outcomes) == 1:
-            (o, n), = self.outcomes.items()
+            ((o, n),) = self.outcomes.items()
             return str(o) if n == 1 else f"{o} x{n}"
         return "mixed (" + ", ".join(f"{o} x{n}" for o, n in sorted(self.outcomes.items(), key=str)) + ")"
 
@@ -196,16 +197,23 @@ def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResul
         ok = [r for r in rs if r.get("outcome") == "ok"]
         pick = ok or rs
         used = _max(r["used"] for r in pick)
-        stats.append(ValueStat(
-            value=value, runs=rs, outcomes=Counter(r.get("outcome") or "unfinished" for r in rs),
-            used=used, other=_max(r["other"] for r in pick), above_start=_max(r["above_start"] for r in pick),
-            failed_phases=sorted({r["failed_phase"] for r in rs if r.get("failed_phase")}),
-            margin=capacity - used if capacity is not None and used is not None and len(ok) == len(rs) else None))
+        stats.append(
+            ValueStat(
+                value=value,
+                runs=rs,
+                outcomes=Counter(r.get("outcome") or "unfinished" for r in rs),
+                used=used,
+                other=_max(r["other"] for r in pick),
+                above_start=_max(r["above_start"] for r in pick),
+                failed_phases=sorted({r["failed_phase"] for r in rs if r.get("failed_phase")}),
+                margin=capacity - used if capacity is not None and used is not None and len(ok) == len(rs) else None,
+            )
+        )
     fixed = {a: row.get(a) for a in AXES if a != axis}
     result = AxisResult(str(row.get("sweep_dir")), axis, row, fixed, kind, capacity, margin_bytes, stats, group)
     numeric = axis != "dtype"
-    result.max_ok = (row.get("max_ok") if numeric else row.get("max_ok_label"))
-    result.min_oom = (row.get("min_oom") if numeric else row.get("min_oom_label"))
+    result.max_ok = row.get("max_ok") if numeric else row.get("max_ok_label")
+    result.min_oom = row.get("min_oom") if numeric else row.get("min_oom_label")
     at = result.stat(result.max_ok)
     if at is not None:
         ok_runs = [r for r in at.runs if r.get("outcome") == "ok"]
@@ -233,16 +241,20 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
             continue
         if not s.all_ok:
             if s.outcomes:
-                rejected.append(f"{axis_label(axis, s.value)} is not a candidate: {s.status} "
-                                f"(only values whose every run ran ok are)")
+                rejected.append(
+                    f"{axis_label(axis, s.value)} is not a candidate: {s.status} "
+                    f"(only values whose every run ran ok are)"
+                )
             continue
         if s.used is None:
             rejected.append(f"{axis_label(axis, s.value)} ran ok but its peak was not recorded")
             continue
         if s.used > limit:
-            rejected.append(f"{axis_label(axis, s.value)} ran ok but its peak {counter} {s.used} B "
-                            f"({gib(s.used)} GiB) leaves {cap - s.used} B ({pct(cap - s.used, cap)}) of the "
-                            f"capacity, less than the margin {margin} B")
+            rejected.append(
+                f"{axis_label(axis, s.value)} ran ok but its peak {counter} {s.used} B "
+                f"({gib(s.used)} GiB) leaves {cap - s.used} B ({pct(cap - s.used, cap)}) of the "
+                f"capacity, less than the margin {margin} B"
+            )
             continue
         res.recommended = s.value
         above = []
@@ -250,35 +262,54 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
             st = res.stat(first_oom)
             where = f" in {', '.join(st.failed_phases)}" if st and st.failed_phases else ""
             above.append(f"{axis_label(axis, first_oom)} ran out of memory{where}")
-        res.reason = (f"{axis_label(axis, s.value)}: the largest value whose every run ran ok "
-                      f"({s.outcomes['ok']} run{'s' if s.outcomes['ok'] > 1 else ''}) and whose measured "
-                      f"peak {counter} {s.used} B ({gib(s.used)} GiB) leaves {cap - s.used} B "
-                      f"({pct(cap - s.used, cap)}) of the capacity {cap} B, at least the margin "
-                      f"{margin} B ({policy.short()}).")
+        res.reason = (
+            f"{axis_label(axis, s.value)}: the largest value whose every run ran ok "
+            f"({s.outcomes['ok']} run{'s' if s.outcomes['ok'] > 1 else ''}) and whose measured "
+            f"peak {counter} {s.used} B ({gib(s.used)} GiB) leaves {cap - s.used} B "
+            f"({pct(cap - s.used, cap)}) of the capacity {cap} B, at least the margin "
+            f"{margin} B ({policy.short()})."
+        )
         if rejected or above:
             res.reason += " Larger values: " + "; ".join(above + rejected[::-1]) + "."
         break
     else:
-        res.reason = (f"no value leaves the margin {margin} B ({policy.short()}) below the capacity "
-                      f"{cap} B among the values that ran ok" + (": " + "; ".join(rejected[::-1]) if rejected else "")
-                      + ". Measure smaller values, or use a device with more memory.")
+        res.reason = (
+            f"no value leaves the margin {margin} B ({policy.short()}) below the capacity "
+            f"{cap} B among the values that ran ok"
+            + (": " + "; ".join(rejected[::-1]) if rejected else "")
+            + ". Measure smaller values, or use a device with more memory."
+        )
     oom_stat = res.stat(first_oom) if first_oom is not None else None
     process_mode = res.frontier.get("capacity_mode") == "process"  # allocator mode caps the counted bytes exactly
-    if res.kind == "cpu" and process_mode and oom_stat is not None and oom_stat.used is not None and oom_stat.used < cap:
-        res.notes.append("on the CPU with capacity_mode=process this margin is optimistic: the emulated capacity "
-                         "limits the whole heap "
-                         "(tensors plus the allocator's overhead) while the margin counts tensor bytes only. "
-                         f"{axis_label(axis, first_oom)} failed with {oom_stat.used} B of tensors live "
-                         f"({pct(oom_stat.used, cap)} of the capacity; the request that failed is not counted)")
+    if (
+        res.kind == "cpu"
+        and process_mode
+        and oom_stat is not None
+        and oom_stat.used is not None
+        and oom_stat.used < cap
+    ):
+        res.notes.append(
+            "on the CPU with capacity_mode=process this margin is optimistic: the emulated capacity "
+            "limits the whole heap "
+            "(tensors plus the allocator's overhead) while the margin counts tensor bytes only. "
+            f"{axis_label(axis, first_oom)} failed with {oom_stat.used} B of tensors live "
+            f"({pct(oom_stat.used, cap)} of the capacity; the request that failed is not counted)"
+        )
     if res.frontier.get("monotonic") is False:
-        res.notes.append(f"results are not monotonic in {axis}: a value ran ok above one that ran out of "
-                         f"memory; only values below {axis_label(axis, first_oom)} were considered")
+        res.notes.append(
+            f"results are not monotonic in {axis}: a value ran ok above one that ran out of "
+            f"memory; only values below {axis_label(axis, first_oom)} were considered"
+        )
     if res.frontier.get("stable") is False:
-        res.notes.append(f"at least one value of {axis} both ran ok and ran out of memory (unstable edge); "
-                         "such values are never recommended")
+        res.notes.append(
+            f"at least one value of {axis} both ran ok and ran out of memory (unstable edge); "
+            "such values are never recommended"
+        )
     if axis == "dtype" and res.recommended is not None:
-        res.notes.append("a dtype changes the numerics, not only the memory: the choice above is the "
-                         "largest-element dtype that fits with the margin, to weigh against accuracy")
+        res.notes.append(
+            "a dtype changes the numerics, not only the memory: the choice above is the "
+            "largest-element dtype that fits with the margin, to weigh against accuracy"
+        )
 
 
 def tell_loads_apart(axes: list[AxisResult]) -> None:

@@ -81,8 +81,9 @@ def write_report(report: Report, out_dir: Path, name: str = "report") -> tuple[P
     md_path, html_path, plot_dir = report_paths(out_dir, name)
     existing = [p for p in (md_path, html_path, plot_dir) if p.exists()]
     if existing:
-        raise ReportExists(f"{existing[0]} already exists: memsweep never overwrites a report; "
-                           "use --out NEW_DIR", existing[0])
+        raise ReportExists(
+            f"{existing[0]} already exists: memsweep never overwrites a report; use --out NEW_DIR", existing[0]
+        )
     try:
         plot_dir.mkdir()  # claims the name: a concurrent writer fails here or on the links below
     except FileExistsError:
@@ -94,8 +95,9 @@ def write_report(report: Report, out_dir: Path, name: str = "report") -> tuple[P
         _link_new(to_markdown(report.doc, plot_dir.name).encode(), md_path)
         _link_new(to_html(report.doc, footer).encode(), html_path)
     except FileExistsError as exc:
-        raise ReportExists(f"{md_path} or {html_path} appeared while writing: not overwritten",
-                           Path(exc.filename or md_path)) from None
+        raise ReportExists(
+            f"{md_path} or {html_path} appeared while writing: not overwritten", Path(exc.filename or md_path)
+        ) from None
     return md_path, html_path
 
 
@@ -119,8 +121,9 @@ def find_analysis_files(sweep_dir: Path) -> list[Path]:
     return [sweep_dir / n for n in names if (sweep_dir / n).exists()]
 
 
-def report_for_dirs(sweep_dirs: list[Path], out_dir: Path, margin: str | None = None,
-                    name: str = "report") -> tuple[Report, Path, Path]:
+def report_for_dirs(
+    sweep_dirs: list[Path], out_dir: Path, margin: str | None = None, name: str = "report"
+) -> tuple[Report, Path, Path]:
     """Build the tables from the run records of ``sweep_dirs`` (as ``memsweep analyze`` does),
     then write the report into ``out_dir``.
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from .errors import NewerSchemaError, RecordError
 from .vocabulary import DEVICE_COUNTERS, PEAK_SPLIT_FIELDS, WORKER_OUTCOMES
@@ -149,8 +150,7 @@ MODEL_FIELDS = (
 PHASE_COUNTERS = DEVICE_COUNTERS
 """The counter fields of a phase (bytes): see vocabulary.DEVICE_COUNTERS."""
 
-EXTRA_COUNTERS = ("num_alloc_retries", "num_ooms", "inactive_split_bytes", "device_free_memory",
-                  "device_total_memory")
+EXTRA_COUNTERS = ("num_alloc_retries", "num_ooms", "inactive_split_bytes", "device_free_memory", "device_total_memory")
 """Per phase, where the backend has them (null otherwise): the allocator's retries and OOMs
 (torch.cuda.memory_stats), inactive split bytes, device free and total memory (bytes)."""
 
@@ -283,8 +283,10 @@ def read_json(path: Path | str, kind: str) -> dict:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise RecordError(f"{kind} {path}: missing or invalid schema_version {version!r}")
     if version > SCHEMA_VERSION:
-        raise NewerSchemaError(f"{kind} {path}: schema_version {version} is newer than this memsweep "
-                               f"reads ({SCHEMA_VERSION}); upgrade memsweep")
+        raise NewerSchemaError(
+            f"{kind} {path}: schema_version {version} is newer than this memsweep "
+            f"reads ({SCHEMA_VERSION}); upgrade memsweep"
+        )
     return data
 
 

@@ -13,9 +13,9 @@ counter with the capacity (``peak_counters``):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from .errors import NewerSchemaError, RecordError
 from .record import FILE_KINDS, RECORD_FILE, RESULT_FILE, SPEC_FILE, read_json
@@ -229,8 +229,7 @@ def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | N
     Returns:
         The largest integer value, in bytes; None when no phase has one (missing is null, never 0).
     """
-    values = [p.get(counter) for p in phases
-              if names is None or p.get("name") in names or p.get("parent") in names]
+    values = [p.get(counter) for p in phases if names is None or p.get("name") in names or p.get("parent") in names]
     values = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
     return max(values) if values else None
 

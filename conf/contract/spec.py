@@ -10,15 +10,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .checks import choice, nonneg_int, positive_int
 from .errors import SpecError
 from .record import SCHEMA_VERSION
 from .units import parse_size
-from .vocabulary import (ALL_PHASES, CAPACITY_MODES, DRY_RUN_WORKLOADS, DTYPES, DYNAMO_FREE_WORKLOADS, ESTIMATE_KEYS,
-                         FAULT_KINDS, GENERATE_PHASES, GENERATE_WORKLOADS, INFERENCE_PHASES, KV_CACHES, MODES,
-                         OPTIMIZERS, PRECISIONS, TRAIN_PHASES)
+from .vocabulary import (
+    ALL_PHASES,
+    CAPACITY_MODES,
+    DRY_RUN_WORKLOADS,
+    DTYPES,
+    DYNAMO_FREE_WORKLOADS,
+    ESTIMATE_KEYS,
+    FAULT_KINDS,
+    GENERATE_PHASES,
+    GENERATE_WORKLOADS,
+    INFERENCE_PHASES,
+    KV_CACHES,
+    MODES,
+    OPTIMIZERS,
+    PRECISIONS,
+    TRAIN_PHASES,
+)
 from .workload import validate_workload
 
 MAX_DEVICES = 1024
@@ -163,14 +178,20 @@ class RunSpec:
             parse_size(self.capacity_bytes)
         choice("capacity_mode", self.capacity_mode, CAPACITY_MODES)
         if self.capacity_mode == "process" and (not self.device.startswith("cpu") or self.dry_run):
-            raise SpecError("capacity_mode", self.capacity_mode,
-                            "allocator here: process (RLIMIT_DATA on the worker process) is a CPU setting of a "
-                            "measured run; a GPU capacity caps the caching allocator "
-                            "(torch.cuda.set_per_process_memory_fraction), a dry run limits nothing")
+            raise SpecError(
+                "capacity_mode",
+                self.capacity_mode,
+                "allocator here: process (RLIMIT_DATA on the worker process) is a CPU setting of a "
+                "measured run; a GPU capacity caps the caching allocator "
+                "(torch.cuda.set_per_process_memory_fraction), a dry run limits nothing",
+            )
         nonneg_int("warmup", self.warmup)
         positive_int("repeats", self.repeats, 10**6)
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
-                or not 0 < self.timeout_s <= 7 * 24 * 3600:
+        if (
+            isinstance(self.timeout_s, bool)
+            or not isinstance(self.timeout_s, (int, float))
+            or not 0 < self.timeout_s <= 7 * 24 * 3600
+        ):
             raise SpecError("timeout_s", self.timeout_s, "a number of seconds in (0, 604800]")
         nonneg_int("seed", self.seed, 2**63 - 1)
         if self.threads is not None:
@@ -186,9 +207,11 @@ class RunSpec:
         if not isinstance(self.snapshot_on_oom, bool):
             raise SpecError("snapshot_on_oom", self.snapshot_on_oom, "true or false")
         if self.snapshot_on_oom and (not self.device.startswith("cuda") or self.dry_run):
-            raise SpecError("snapshot_on_oom", self.snapshot_on_oom,
-                            "false here: memory snapshots record the CUDA caching allocator (a cuda device, "
-                            "not a dry run)")
+            raise SpecError(
+                "snapshot_on_oom",
+                self.snapshot_on_oom,
+                "false here: memory snapshots record the CUDA caching allocator (a cuda device, not a dry run)",
+            )
         self._check_devices()
         object.__setattr__(self, "estimate", validate_estimate(self.estimate))
         if self.schema_version != SCHEMA_VERSION:
@@ -203,17 +226,25 @@ class RunSpec:
         if self.devices == 1:
             return
         if not self.device.startswith("cuda"):
-            raise SpecError("devices", self.devices, f"1 with device={self.device} (several devices per run "
-                            "need a CUDA device)")
+            raise SpecError(
+                "devices", self.devices, f"1 with device={self.device} (several devices per run need a CUDA device)"
+            )
         if self.device != "cuda:0":
-            raise SpecError("device", self.device, f"cuda:0 with devices={self.devices} (the run uses cuda:0 to "
-                            f"cuda:{self.devices - 1}; choose the GPUs with pool=gpus or CUDA_VISIBLE_DEVICES)")
+            raise SpecError(
+                "device",
+                self.device,
+                f"cuda:0 with devices={self.devices} (the run uses cuda:0 to "
+                f"cuda:{self.devices - 1}; choose the GPUs with pool=gpus or CUDA_VISIBLE_DEVICES)",
+            )
 
     def _check_mode_options(self) -> None:
         choice("precision", self.precision, PRECISIONS)
         if self.precision == "autocast" and self.dtype == "float32":
-            raise SpecError("precision", self.precision, "pure with dtype=float32 (autocast computes in "
-                            "dtype=float16 or bfloat16 with float32 weights)")
+            raise SpecError(
+                "precision",
+                self.precision,
+                "pure with dtype=float32 (autocast computes in dtype=float16 or bfloat16 with float32 weights)",
+            )
         choice("optimizer", self.optimizer, OPTIMIZERS)
         if not isinstance(self.checkpointing, bool):
             raise SpecError("checkpointing", self.checkpointing, "true or false")
@@ -227,11 +258,18 @@ class RunSpec:
         if self.mode != "train":
             for name, default in (("checkpointing", False), ("micro_steps", 1), ("eval_batch", None)):
                 if getattr(self, name) != default:
-                    raise SpecError(name, getattr(self, name), f"{json.dumps(default)} with mode={self.mode} "
-                                    f"({name} applies to mode=train)")
+                    raise SpecError(
+                        name,
+                        getattr(self, name),
+                        f"{json.dumps(default)} with mode={self.mode} ({name} applies to mode=train)",
+                    )
         if self.mode == "generate" and self.workload_name not in GENERATE_WORKLOADS:
-            raise SpecError("mode", self.mode, f"inference or train for workload={self.workload_name} "
-                            f"(generate needs a KV cache: workload " + " or ".join(GENERATE_WORKLOADS) + ")")
+            raise SpecError(
+                "mode",
+                self.mode,
+                f"inference or train for workload={self.workload_name} "
+                f"(generate needs a KV cache: workload " + " or ".join(GENERATE_WORKLOADS) + ")",
+            )
 
     def _check_dry_run(self) -> None:
         """A dry run runs the phases on fake tensors (shapes, no storage) of the spec's device, cpu
@@ -248,8 +286,11 @@ class RunSpec:
         if not self.dry_run:
             return
         if not re.fullmatch(r"cpu|cuda:\d+", self.device):
-            raise SpecError("device", self.device, "cpu or cuda:N with dry_run=true (a dry run runs fake tensors "
-                            "of that device; a CUDA one needs no GPU)")
+            raise SpecError(
+                "device",
+                self.device,
+                "cpu or cuda:N with dry_run=true (a dry run runs fake tensors of that device; a CUDA one needs no GPU)",
+            )
         if self.devices != 1:
             raise SpecError("devices", self.devices, "1 with dry_run=true (a dry run predicts one device)")
         if self.export:
@@ -257,8 +298,11 @@ class RunSpec:
         if self.fault is not None:
             raise SpecError("fault", self.fault, "null with dry_run=true")
         if self.workload_name not in DRY_RUN_WORKLOADS:
-            raise SpecError("dry_run", self.dry_run, "false for workload=" + self.workload_name + " (dry runs: "
-                            + ", ".join(DRY_RUN_WORKLOADS) + ")")
+            raise SpecError(
+                "dry_run",
+                self.dry_run,
+                "false for workload=" + self.workload_name + " (dry runs: " + ", ".join(DRY_RUN_WORKLOADS) + ")",
+            )
 
     def _check_workload_shape(self) -> None:
         """Cross-field checks of the transformer's shape (hidden defaults to the load's width)."""
@@ -268,12 +312,17 @@ class RunSpec:
         hidden = w["hidden"] if w["hidden"] is not None else self.width
         if w["head_dim"] is None:
             if hidden % w["heads"]:
-                raise SpecError("workload.heads", w["heads"], f"a divisor of hidden={hidden} "
-                                "(or set workload.head_dim explicitly)")
+                raise SpecError(
+                    "workload.heads", w["heads"], f"a divisor of hidden={hidden} (or set workload.head_dim explicitly)"
+                )
             if (hidden // w["heads"]) % 2:
-                raise SpecError("workload.heads", w["heads"], f"a value giving an even head_dim = "
-                                f"hidden / heads (hidden={hidden}; rotary position embedding), "
-                                "or set workload.head_dim")
+                raise SpecError(
+                    "workload.heads",
+                    w["heads"],
+                    f"a value giving an even head_dim = "
+                    f"hidden / heads (hidden={hidden}; rotary position embedding), "
+                    "or set workload.head_dim",
+                )
 
     @property
     def workload_name(self) -> str:
@@ -292,7 +341,7 @@ class RunSpec:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Any) -> "RunSpec":
+    def from_dict(cls, data: Any) -> RunSpec:
         """Build and validate a spec from a mapping (spec.json's content).
 
         Fields a spec written before them lacks take their defaults (additive changes).
@@ -321,7 +370,7 @@ class RunSpec:
             raise SpecError("spec", dict(data), str(exc)) from None
 
 
-def needs_dynamo(spec: "RunSpec") -> bool:
+def needs_dynamo(spec: RunSpec) -> bool:
     """Tell whether a run of ``spec`` may import ``torch._dynamo`` lazily, inside a measured phase.
 
     That import costs seconds of CPU and ~70 MB of host memory, so the worker imports it before
@@ -343,5 +392,10 @@ def needs_dynamo(spec: "RunSpec") -> bool:
         True when the run may import ``torch._dynamo``.
     """
     # (checkpointing is a train option: mode != "train" excludes it)
-    return not (spec.device == "cpu" and spec.mode != "train" and not spec.dry_run and not spec.export
-                and spec.workload_name in DYNAMO_FREE_WORKLOADS)
+    return not (
+        spec.device == "cpu"
+        and spec.mode != "train"
+        and not spec.dry_run
+        and not spec.export
+        and spec.workload_name in DYNAMO_FREE_WORKLOADS
+    )

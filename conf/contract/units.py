@@ -21,8 +21,15 @@ GiB = 2**30
 
 SIZE_UNITS = {
     "B": 1,
-    "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+    "kB": 10**3,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
 }
 """Bytes per unit of the size texts ``parse_size`` accepts."""
 
@@ -74,8 +81,10 @@ def parse_size(text: Any, field: str = "capacity") -> int:
     Raises:
         SpecError: not a positive whole number of bytes, or an unknown unit.
     """
-    accepted = ("a positive size such as 2GiB, 1500MB, 24GB or a byte count "
-                "(units B, kB, MB, GB, TB = 10^3n; KiB, MiB, GiB, TiB = 2^10n)")
+    accepted = (
+        "a positive size such as 2GiB, 1500MB, 24GB or a byte count "
+        "(units B, kB, MB, GB, TB = 10^3n; KiB, MiB, GiB, TiB = 2^10n)"
+    )
     if isinstance(text, bool):
         raise SpecError(field, text, accepted)
     if isinstance(text, int):

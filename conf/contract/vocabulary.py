@@ -100,12 +100,22 @@ def sub_phase_names(parent: str, subs: tuple[str, ...]) -> tuple[str, ...]:
 INFERENCE_PHASES = ("model_load", "inputs", "cold_forward", "warmup", "warm_forward")
 """The phases of an inference run, in order."""
 
-TRAIN_PHASES = ("model_load", "inputs", *sub_phase_names("cold_step", STEP_SUB_PHASES), "warmup",
-                *sub_phase_names("warm_step", STEP_SUB_PHASES))
+TRAIN_PHASES = (
+    "model_load",
+    "inputs",
+    *sub_phase_names("cold_step", STEP_SUB_PHASES),
+    "warmup",
+    *sub_phase_names("warm_step", STEP_SUB_PHASES),
+)
 """The phases of a training run, in order (each name once; ``warm_step.*`` repeats)."""
 
-GENERATE_PHASES = ("model_load", "inputs", *sub_phase_names("cold_generate", GENERATE_SUB_PHASES), "warmup",
-                   *sub_phase_names("warm_generate", GENERATE_SUB_PHASES))
+GENERATE_PHASES = (
+    "model_load",
+    "inputs",
+    *sub_phase_names("cold_generate", GENERATE_SUB_PHASES),
+    "warmup",
+    *sub_phase_names("warm_generate", GENERATE_SUB_PHASES),
+)
 """The phases of a generate run, in order (each name once; ``warm_generate.*`` repeats)."""
 
 PARENT_PHASES = ("cold_step", "warm_step", "cold_generate", "warm_generate")
@@ -135,15 +145,24 @@ PEAK_COUNTERS = ("max_memory_allocated", "max_memory_reserved")
 """The two peak counters; a run's peak compared with the capacity is one of them
 (``conf.contract.rundir.peak_counters``)."""
 
-DEVICE_COUNTERS = ("memory_allocated_start", "memory_reserved_start", "memory_allocated", "memory_reserved",
-                   "max_memory_allocated", "max_memory_reserved")
+DEVICE_COUNTERS = (
+    "memory_allocated_start",
+    "memory_reserved_start",
+    "memory_allocated",
+    "memory_reserved",
+    "max_memory_allocated",
+    "max_memory_reserved",
+)
 """The counters of one phase (bytes, null when unreadable): both current values at its start,
 both current values at its end, both peaks. A run on several devices records them per device
 too (phase field ``devices``: ``device_index`` and these)."""
 
-PEAK_CATEGORIES = (("parameter", "predicted_parameter_bytes"), ("gradient", "predicted_gradient_bytes"),
-                   ("optimizer_state", "predicted_optimizer_state_bytes"),
-                   ("activation", "predicted_activation_bytes"))
+PEAK_CATEGORIES = (
+    ("parameter", "predicted_parameter_bytes"),
+    ("gradient", "predicted_gradient_bytes"),
+    ("optimizer_state", "predicted_optimizer_state_bytes"),
+    ("activation", "predicted_activation_bytes"),
+)
 """A dry run's phase peak split by category: (category, record field). The categories of
 torch.distributed._tools.mem_tracker (_MemRefType: PARAM, GRAD, OPT; its BUFFER, INP, ACT,
 TEMP and OTH are the fourth here); each field holds the bytes live at the moment of the
@@ -153,8 +172,17 @@ record of a measured run."""
 PEAK_SPLIT_FIELDS = tuple(field for _, field in PEAK_CATEGORIES)
 """The record fields of ``PEAK_CATEGORIES``, in order."""
 
-ESTIMATE_KEYS = ("weights", "gradients", "optimizer_states", "activations", "kv_cache", "temporaries",
-                 "reserve", "peak", "total")
+ESTIMATE_KEYS = (
+    "weights",
+    "gradients",
+    "optimizer_states",
+    "activations",
+    "kv_cache",
+    "temporaries",
+    "reserve",
+    "peak",
+    "total",
+)
 """Keys of a spec's ``estimate`` (analysis/estimate/ ``Breakdown.to_dict``): bytes or null."""
 
 SOURCES = ("measured", "predicted")

@@ -7,7 +7,8 @@ Standard library only; the worker builds the workload from the validated descrip
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .checks import choice, optional_positive, positive_int
 from .errors import SpecError
@@ -26,9 +27,19 @@ def _mlp_params(params: dict) -> dict:
 
 def _transformer_params(params: dict) -> dict:
     """Defaults and per-field checks; the checks that need the load's width are in RunSpec."""
-    out = {"layers": 2, "hidden": None, "heads": 4, "kv_heads": None, "head_dim": None,
-           "ffn_hidden": None, "vocab": 32000, "attention": "sdpa", "norm": "rmsnorm",
-           "ffn": "gelu", "tie_embeddings": False}
+    out = {
+        "layers": 2,
+        "hidden": None,
+        "heads": 4,
+        "kv_heads": None,
+        "head_dim": None,
+        "ffn_hidden": None,
+        "vocab": 32000,
+        "attention": "sdpa",
+        "norm": "rmsnorm",
+        "ffn": "gelu",
+        "tie_embeddings": False,
+    }
     out.update(params)
     positive_int("workload.layers", out["layers"], 10_000)
     optional_positive("workload.hidden", out["hidden"])
@@ -44,8 +55,12 @@ def _transformer_params(params: dict) -> dict:
         raise SpecError("workload.tie_embeddings", out["tie_embeddings"], "true or false")
     heads, kv_heads = out["heads"], out["kv_heads"]
     if kv_heads is not None and heads % kv_heads:
-        raise SpecError("workload.kv_heads", kv_heads, f"a divisor of heads={heads} (grouped-query "
-                        "attention shares each K/V head among heads/kv_heads query heads)")
+        raise SpecError(
+            "workload.kv_heads",
+            kv_heads,
+            f"a divisor of heads={heads} (grouped-query "
+            "attention shares each K/V head among heads/kv_heads query heads)",
+        )
     if out["head_dim"] is not None and out["head_dim"] % 2:
         raise SpecError("workload.head_dim", out["head_dim"], "an even number (rotary position embedding)")
     return out
@@ -77,8 +92,9 @@ def _hf_params(params: dict) -> dict:
     out = {"config": None, "overrides": {}, "attention": "sdpa"}
     out.update(params)
     config = out["config"]
-    accepted = ("a transformers config class name (LlamaConfig), a registered model type (gpt2) "
-                "or a local config.json path")
+    accepted = (
+        "a transformers config class name (LlamaConfig), a registered model type (gpt2) or a local config.json path"
+    )
     if not isinstance(config, str) or not config.strip():
         raise SpecError("workload.config", config, accepted)
     if hf_config_kind(config) == "model_type" and not _MODEL_TYPE.fullmatch(config):
@@ -105,8 +121,11 @@ def _target(name: str, value: Any, required: bool) -> dict | None:
         raise SpecError(f"{name}._target_", value["_target_"], "a dotted path package.module.function")
     bad = [k for k in value if not isinstance(k, str) or (k.startswith("_") and k != "_target_")]
     if bad:
-        raise SpecError(f"{name}.{bad[0]}", value[bad[0]], "keyword arguments (Hydra's _args_, _partial_ "
-                        "and other _special_ keys are not supported)")
+        raise SpecError(
+            f"{name}.{bad[0]}",
+            value[bad[0]],
+            "keyword arguments (Hydra's _args_, _partial_ and other _special_ keys are not supported)",
+        )
     return dict(value)
 
 
@@ -125,8 +144,22 @@ def _user_params(params: dict) -> dict:
 
 WORKLOAD_PARAMS = {
     "mlp": (("depth", "hidden", "activation"), _mlp_params),
-    "transformer": (("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab", "attention",
-                     "norm", "ffn", "tie_embeddings"), _transformer_params),
+    "transformer": (
+        (
+            "layers",
+            "hidden",
+            "heads",
+            "kv_heads",
+            "head_dim",
+            "ffn_hidden",
+            "vocab",
+            "attention",
+            "norm",
+            "ffn",
+            "tie_embeddings",
+        ),
+        _transformer_params,
+    ),
     "hf": (("config", "overrides", "attention"), _hf_params),
     "user": (("model", "inputs", "loss", "path"), _user_params),
 }
@@ -164,6 +197,7 @@ def validate_workload(workload: Any) -> dict:
     params = {k: v for k, v in workload.items() if k != "name"}
     unknown = sorted(set(params) - set(accepted))
     if unknown:
-        raise SpecError(f"workload.{unknown[0]}", params[unknown[0]],
-                        f"one of the {name} settings " + ", ".join(accepted))
+        raise SpecError(
+            f"workload.{unknown[0]}", params[unknown[0]], f"one of the {name} settings " + ", ".join(accepted)
+        )
     return {"name": name, **check(params)}

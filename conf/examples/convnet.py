@@ -24,8 +24,9 @@ def build_model(load, blocks: int = 3, classes: int = 10) -> nn.Module:
 
 def make_inputs(load, classes: int = 10):
     """Random images (batch, 3, context, context) in ``load.dtype`` and labels (batch,)."""
-    images = torch.randn(load.batch, 3, load.context, load.context, dtype=load.dtype, device=load.device,
-                         generator=load.generator)
+    images = torch.randn(
+        load.batch, 3, load.context, load.context, dtype=load.dtype, device=load.device, generator=load.generator
+    )
     labels = torch.randint(0, classes, (load.batch,), device=load.device, generator=load.generator)
     return images, labels
 

@@ -1,7 +1,7 @@
 """Hydra discovers plugins only under the ``hydra_plugins`` namespace: this shim registers
 memsweep's sweepers there and delegates to their logic in ``sweeper/``."""
 
-from typing import Any, List
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
@@ -21,7 +21,7 @@ class _Delegating(Sweeper):
     def setup(self, **kwargs: Any) -> None:
         self.impl.setup(**kwargs)
 
-    def sweep(self, arguments: List[str]) -> Any:
+    def sweep(self, arguments: list[str]) -> Any:
         return self.impl.sweep(arguments)
 
 

@@ -65,5 +65,19 @@ from .peaks import Band, fit_peak, peak_band
 from .state import FrontierSearch, Oracle, run_search
 from .strategies import STRATEGIES
 
-__all__ = ["OUTCOMES", "QUADRATIC_AXES", "SEARCH_AXES", "STOP_OUTCOMES", "STRATEGIES", "Band", "FrontierSearch",
-           "Lattice", "Oracle", "Pick", "Probe", "fit_peak", "peak_band", "run_search"]
+__all__ = [
+    "OUTCOMES",
+    "QUADRATIC_AXES",
+    "SEARCH_AXES",
+    "STOP_OUTCOMES",
+    "STRATEGIES",
+    "Band",
+    "FrontierSearch",
+    "Lattice",
+    "Oracle",
+    "Pick",
+    "Probe",
+    "fit_peak",
+    "peak_band",
+    "run_search",
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 from conf.contract import NUMERIC_AXES, SpecError
 
@@ -35,7 +35,7 @@ class Lattice:
     step: int
 
     @classmethod
-    def make(cls, lower: int, upper: int, multiple_of: int = 1, axis: str = "axis") -> "Lattice":
+    def make(cls, lower: int, upper: int, multiple_of: int = 1, axis: str = "axis") -> Lattice:
         """Round ``lower`` up and ``upper`` down to multiples of ``multiple_of``.
 
         Args:
@@ -61,9 +61,11 @@ class Lattice:
         if lower > upper:
             raise SpecError("hydra.sweeper.upper", upper, f"at least lower={lower} (axis {axis})")
         if lo > hi:
-            raise SpecError("hydra.sweeper.upper", upper,
-                            f"a value leaving a multiple of multiple_of={multiple_of} in [lower={lower}, upper] "
-                            f"(axis {axis})")
+            raise SpecError(
+                "hydra.sweeper.upper",
+                upper,
+                f"a value leaving a multiple of multiple_of={multiple_of} in [lower={lower}, upper] (axis {axis})",
+            )
         return cls(lo, hi, multiple_of)
 
     def down(self, x: float) -> int:
@@ -106,7 +108,7 @@ class Pick(NamedTuple):
 
     value: int
     reason: str
-    expected: Optional[str]
+    expected: str | None
     detail: dict
 
 
@@ -131,17 +133,26 @@ class Probe:
     value: int
     reason: str
     round: int
-    expected: Optional[str] = None
-    outcome: Optional[str] = None
-    peak: Optional[int] = None
-    message: Optional[str] = None
+    expected: str | None = None
+    outcome: str | None = None
+    peak: int | None = None
+    message: str | None = None
     reused: bool = False
-    run_dir: Optional[str] = None
+    run_dir: str | None = None
     detail: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """The probe as a JSON object for search.jsonl (``peak`` as ``peak_bytes``, the
         ``detail`` fields at the top level)."""
-        return {"value": self.value, "reason": self.reason, "round": self.round, "expected": self.expected,
-                "outcome": self.outcome, "peak_bytes": self.peak, "message": self.message,
-                "reused": self.reused, "run_dir": self.run_dir, **self.detail}
+        return {
+            "value": self.value,
+            "reason": self.reason,
+            "round": self.round,
+            "expected": self.expected,
+            "outcome": self.outcome,
+            "peak_bytes": self.peak,
+            "message": self.message,
+            "reused": self.reused,
+            "run_dir": self.run_dir,
+            **self.detail,
+        }

@@ -9,8 +9,8 @@ resolution and the fit's residual. Peaks are bytes.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
 
 from analysis.fit import Polynomial, fit_polynomial
 
@@ -37,7 +37,7 @@ def average_peaks(points: Iterable[tuple[int, int]]) -> tuple[list[int], list[fl
     return xs, [sum(by_x[x]) / len(by_x[x]) for x in xs]
 
 
-def fit_peak(points: Iterable[tuple[int, int]], quadratic: bool = False) -> Optional[Polynomial]:
+def fit_peak(points: Iterable[tuple[int, int]], quadratic: bool = False) -> Polynomial | None:
     """Least-squares fit of peak bytes against the axis value.
 
     Affine with two or more distinct values; with ``quadratic`` and three or more, a
@@ -90,7 +90,7 @@ class Band:
     coefficients: dict
 
 
-def peak_band(points: list[tuple[int, int]], quadratic: bool = False) -> Optional[Band]:
+def peak_band(points: list[tuple[int, int]], quadratic: bool = False) -> Band | None:
     """The ``Band`` of the successes ``points``.
 
     Args:
@@ -122,8 +122,19 @@ def peak_band(points: list[tuple[int, int]], quadratic: bool = False) -> Optiona
         c = (ps[1] - ps[0]) / (x1 * x1 - x0 * x0)
         square = Polynomial(ps[0] - c * x0 * x0, 0.0, c)
         central = Polynomial((fit.a + square.a) / 2, fit.b / 2, c / 2)
-        return Band(central, lambda x: max(fit(x), square(x)) + widen(x),
-                    lambda x: min(fit(x), square(x)) - widen(x), noise, "affine..square",
-                    {"a": central.a, "b": central.b, "c": central.c})
-    return Band(fit, lambda x: fit(x) + widen(x), lambda x: fit(x) - widen(x), noise,
-                "quadratic" if fit.c else "affine", coefficients)
+        return Band(
+            central,
+            lambda x: max(fit(x), square(x)) + widen(x),
+            lambda x: min(fit(x), square(x)) - widen(x),
+            noise,
+            "affine..square",
+            {"a": central.a, "b": central.b, "c": central.c},
+        )
+    return Band(
+        fit,
+        lambda x: fit(x) + widen(x),
+        lambda x: fit(x) - widen(x),
+        noise,
+        "quadratic" if fit.c else "affine",
+        coefficients,
+    )

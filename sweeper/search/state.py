@@ -7,7 +7,7 @@ values; ``observe`` records each outcome and peak; ``result`` is the answer.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from conf.contract import SpecError
 
@@ -35,8 +35,9 @@ class FrontierSearch:
             ``hydra.sweeper.strategy``), with the accepted values.
     """
 
-    def __init__(self, axis: str, lattice: Lattice, strategy: str = "model", capacity: Optional[int] = None,
-                 seed: Optional[int] = None):
+    def __init__(
+        self, axis: str, lattice: Lattice, strategy: str = "model", capacity: int | None = None, seed: int | None = None
+    ):
         if axis not in SEARCH_AXES:
             raise SpecError("hydra.sweeper.axis", axis, "one of " + ", ".join(SEARCH_AXES))
         if strategy not in STRATEGIES:
@@ -46,7 +47,7 @@ class FrontierSearch:
         self.pending: dict[int, Probe] = {}
         self.rounds = 0
         self.wrong_streak = 0
-        self.stopped: Optional[Probe] = None
+        self.stopped: Probe | None = None
         self.seed = None if seed is None else min(max(lattice.down(seed), lattice.lower), lattice.upper)
 
     # ---- state -------------------------------------------------------------------------
@@ -61,7 +62,7 @@ class FrontierSearch:
         """
         return sorted({p.value for p in self.probes if p.outcome == outcome})
 
-    def bracket(self) -> tuple[Optional[int], Optional[int]]:
+    def bracket(self) -> tuple[int | None, int | None]:
         """The bracket the probes give.
 
         Returns:
@@ -146,8 +147,16 @@ class FrontierSearch:
         return out
 
     # ---- observing ---------------------------------------------------------------------
-    def observe(self, value: int, outcome: str, peak: Optional[int] = None, capacity: Optional[int] = None,
-                message: Optional[str] = None, reused: bool = False, run_dir: Optional[str] = None) -> Probe:
+    def observe(
+        self,
+        value: int,
+        outcome: str,
+        peak: int | None = None,
+        capacity: int | None = None,
+        message: str | None = None,
+        reused: bool = False,
+        run_dir: str | None = None,
+    ) -> Probe:
         """Record the outcome of a proposed value. An error, crash or timeout stops the search.
 
         Args:
@@ -214,13 +223,24 @@ class FrontierSearch:
         else:
             status = "not finished"
         return {
-            "axis": self.axis, "strategy": self.strategy, "lower": L, "upper": U, "multiple_of": m,
-            "max_ok": max_ok, "min_oom": min_oom, "exact": exact, "monotonic": bool(monotonic),
-            "upper_reached": upper_reached, "lower_fits": lower_fits,
-            "stopped_by": stop.outcome if stop else None, "stop_value": stop.value if stop else None,
+            "axis": self.axis,
+            "strategy": self.strategy,
+            "lower": L,
+            "upper": U,
+            "multiple_of": m,
+            "max_ok": max_ok,
+            "min_oom": min_oom,
+            "exact": exact,
+            "monotonic": bool(monotonic),
+            "upper_reached": upper_reached,
+            "lower_fits": lower_fits,
+            "stopped_by": stop.outcome if stop else None,
+            "stop_value": stop.value if stop else None,
             "stop_message": stop.message if stop else None,
-            "runs_used": len(self.probes), "runs_reused": sum(p.reused for p in self.probes),
-            "rounds": self.rounds, "status": status,
+            "runs_used": len(self.probes),
+            "runs_reused": sum(p.reused for p in self.probes),
+            "rounds": self.rounds,
+            "status": status,
         }
 
 

@@ -17,7 +17,7 @@ to ``STRATEGIES`` and dispatch to it in ``FrontierSearch.propose``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from analysis.fit import crossing
 
@@ -35,7 +35,7 @@ GALLOP = 4
 GALLOP_FIRST = 1 / 128
 
 
-def growth(lattice: Lattice, lo: int, count: int, start: Optional[int] = None) -> list[Pick]:
+def growth(lattice: Lattice, lo: int, count: int, start: int | None = None) -> list[Pick]:
     """Geometric growth (x2) above ``lo`` (no OOM yet).
 
     Args:
@@ -76,7 +76,7 @@ def split(lattice: Lattice, lo: int, hi: int, slots: int, why: str) -> list[Pick
     return [Pick(v, f"{label} of ({lo}, {hi}){why}", None, {}) for v in values]
 
 
-def fill(lattice: Lattice, lo: int, hi: Optional[int], count: int, above: int) -> list[Pick]:
+def fill(lattice: Lattice, lo: int, hi: int | None, count: int, above: int) -> list[Pick]:
     """Extra values for a round with spare slots.
 
     Args:
@@ -111,8 +111,10 @@ def seed_round(search: FrontierSearch) -> list[Pick]:
     s, m = search.seed, search.lattice.step
     done = {p.value: p.outcome for p in search.probes}
     if s not in done:
-        return [Pick(s, "predicted max_ok (dry run)", "ok", {}),
-                Pick(s + m, "just above the predicted max_ok (dry run)", "oom", {})]
+        return [
+            Pick(s, "predicted max_ok (dry run)", "ok", {}),
+            Pick(s + m, "just above the predicted max_ok (dry run)", "oom", {}),
+        ]
     if done[s] == "ok":
         return [Pick(s + m, "just above the predicted max_ok (dry run)", "oom", {})]
     if done[s] == "oom":
@@ -193,8 +195,11 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
     lattice = search.lattice
     U, m = lattice.upper, lattice.step
     lo, hi = search.bracket()
-    points = [(p.value, p.peak) for p in search.probes
-              if p.outcome == "ok" and p.peak is not None and (hi is None or p.value < hi)]
+    points = [
+        (p.value, p.peak)
+        for p in search.probes
+        if p.outcome == "ok" and p.peak is not None and (hi is None or p.value < hi)
+    ]
     distinct = sorted({x for x, _ in points})
     quadratic = search.axis in QUADRATIC_AXES
     cap = search.capacity
@@ -207,8 +212,10 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
             power = 2 if quadratic else 1
             guess = lattice.down(lo * (cap / p_lo) ** (1 / power))
             x2 = min(max(guess, lo + m), U)
-            why = (f"model: one success; peak({lo})={p_lo} B at most {'quadratic' if quadratic else 'proportional'}"
-                   f" in {search.axis} puts capacity {cap} B at >= {guess}")
+            why = (
+                f"model: one success; peak({lo})={p_lo} B at most {'quadratic' if quadratic else 'proportional'}"
+                f" in {search.axis} puts capacity {cap} B at >= {guess}"
+            )
             return [Pick(x2, why, None, {"bound": guess})] + growth(lattice, lo, slots - 1, start=x2)
         if hi is None:
             return growth(lattice, lo, slots)
@@ -216,36 +223,54 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
     top = hi if hi is not None else U + m
     lo_peak = max(p for _, p in points)
     if lo_peak > cap:
-        return gallop_up(search, lo, hi, slots, f"a success at {lo} measured {lo_peak} B, more than the "
-                                                f"capacity {cap} B")
+        return gallop_up(
+            search, lo, hi, slots, f"a success at {lo} measured {lo_peak} B, more than the capacity {cap} B"
+        )
     if hi is not None and band.high(hi) <= cap:
         slope = (band.fit(hi) - band.fit(lo)) / (hi - lo)
         first = lattice.down(GALLOP_FIRST * cap / slope) if slope > 0 else m
         return gallop_down(search, lo, hi, slots, max(first, m))
     x_opt = crossing(band.low, cap, lo, top)
     if x_opt is None:
-        return gallop_up(search, lo, hi, slots, f"{lo} fitted although even the optimistic fit puts it "
-                                                f"above the capacity {cap} B")
+        return gallop_up(
+            search, lo, hi, slots, f"{lo} fitted although even the optimistic fit puts it above the capacity {cap} B"
+        )
     x_pess = crossing(band.high, cap, lo, top) or float(lo)
     x_star = min(max(crossing(band.fit, cap, lo, top) or float(lo), x_pess), x_opt)
     first = max(lattice.down(x_pess), lo)
     last = min(lattice.down(x_opt), top - m)
-    detail = {"model": band.kind, "fit": band.coefficients, "noise_bytes": band.noise,
-              "capacity_bytes": cap, "predicted_crossing": x_star, "predicted_range": [x_pess, x_opt]}
+    detail = {
+        "model": band.kind,
+        "fit": band.coefficients,
+        "noise_bytes": band.noise,
+        "capacity_bytes": cap,
+        "predicted_crossing": x_star,
+        "predicted_range": [x_pess, x_opt],
+    }
     if last - first > m:  # too uncertain for a pair: narrow it with its geometric midpoint(s)
         a = max(first, lo + m)
-        values = sorted({min(max(lattice.down(a * (last / a) ** (j / (slots + 1))), lo + m), top - m)
-                         for j in range(1, slots + 1)})
-        why = (f"model: edge predicted in [{x_pess:.1f}, {x_opt:.1f}] ({band.kind} fit "
-               f"+- {band.noise:.0f} B); probe inside it (geometric split)")
+        values = sorted(
+            {min(max(lattice.down(a * (last / a) ** (j / (slots + 1))), lo + m), top - m) for j in range(1, slots + 1)}
+        )
+        why = (
+            f"model: edge predicted in [{x_pess:.1f}, {x_opt:.1f}] ({band.kind} fit "
+            f"+- {band.noise:.0f} B); probe inside it (geometric split)"
+        )
         return [Pick(v, why, None, detail) for v in values if lo < v < top]
     below = min(max(lattice.down(x_star), lo), top - m)
     picks = []
     for v, side in ((below, "below"), (below + m, "above")):
         if lo < v < top:
             expected = "ok" if band.fit(v) <= cap else "oom"
-            picks.append(Pick(v, f"model: {band.kind} fit crosses the capacity {cap} B at "
-                                 f"{search.axis}={x_star:.2f}; probe just {side}", expected, detail))
+            picks.append(
+                Pick(
+                    v,
+                    f"model: {band.kind} fit crosses the capacity {cap} B at "
+                    f"{search.axis}={x_star:.2f}; probe just {side}",
+                    expected,
+                    detail,
+                )
+            )
     return picks + fill(lattice, lo, hi, slots - len(picks), below + m)
 
 
@@ -274,13 +299,15 @@ def gallop_down(search: FrontierSearch, lo: int, hi: int, slots: int, first: int
     if not mids:
         return []
     v = max(lattice.down(hi - step), mids[0])
-    why = (f"model: OOM at {hi} where even the pessimistic fit stays under the capacity {search.capacity} B "
-           f"(something uncounted takes memory); " + (f"bisection of ({lo}, {hi})" if v == mids[0] else
-                                                      f"step down {hi - v} from it"))
+    why = (
+        f"model: OOM at {hi} where even the pessimistic fit stays under the capacity {search.capacity} B "
+        f"(something uncounted takes memory); "
+        + (f"bisection of ({lo}, {hi})" if v == mids[0] else f"step down {hi - v} from it")
+    )
     return [Pick(v, why, None, {})] + fill(lattice, lo, hi, slots - 1, v)
 
 
-def gallop_up(search: FrontierSearch, lo: int, hi: Optional[int], slots: int, cause: str) -> list[Pick]:
+def gallop_up(search: FrontierSearch, lo: int, hi: int | None, slots: int, cause: str) -> list[Pick]:
     """Step up from a success the model did not expect.
 
     A success measured more than the capacity: the edge is above the largest success
@@ -306,6 +333,7 @@ def gallop_up(search: FrontierSearch, lo: int, hi: Optional[int], slots: int, ca
         if not mids:
             return []
         v = min(v, mids[0])
-    why = f"model: {cause}; " + (f"bisection of ({lo}, {hi})" if hi is not None and v == mids[0]
-                                  else f"step up {v - lo} from it")
+    why = f"model: {cause}; " + (
+        f"bisection of ({lo}, {hi})" if hi is not None and v == mids[0] else f"step up {v - lo} from it"
+    )
     return [Pick(v, why, None, {})] + fill(lattice, lo, hi, slots - 1, v)

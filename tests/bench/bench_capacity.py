@@ -22,17 +22,31 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench.frontier_cli import frontier_sweep  # noqa: E402
 
-LOAD = ["device=cpu", "capacity=256MiB", "warmup=1", "repeats=1", "isolation=spawn",
-        "hydra.sweeper.lower=64", "hydra.sweeper.upper=1024", "hydra.sweeper.confirm=0"]
+LOAD = [
+    "device=cpu",
+    "capacity=256MiB",
+    "warmup=1",
+    "repeats=1",
+    "isolation=spawn",
+    "hydra.sweeper.lower=64",
+    "hydra.sweeper.upper=1024",
+    "hydra.sweeper.confirm=0",
+]
 MIB = 2**20
 STATES = [  # (label, environment additions, overrides)
     ("default malloc, 1 thread", {}, ["threads=1"]),
     ("MALLOC_MMAP_THRESHOLD_=128KiB", {"MALLOC_MMAP_THRESHOLD_": "131072"}, ["threads=1"]),
-    ("MALLOC_ARENA_MAX=1, TOP_PAD=16MiB, 2 threads",
-     {"MALLOC_ARENA_MAX": "1", "MALLOC_TOP_PAD_": str(16 * MIB)}, ["threads=2"]),
+    (
+        "MALLOC_ARENA_MAX=1, TOP_PAD=16MiB, 2 threads",
+        {"MALLOC_ARENA_MAX": "1", "MALLOC_TOP_PAD_": str(16 * MIB)},
+        ["threads=2"],
+    ),
     ("32 MiB ballast", {"MEMSWEEP_BALLAST_BYTES": str(32 * MIB)}, ["threads=1"]),
-    ("64 MiB ballast, MMAP_THRESHOLD_=32MiB", {"MEMSWEEP_BALLAST_BYTES": str(64 * MIB),
-                                              "MALLOC_MMAP_THRESHOLD_": str(32 * MIB)}, ["threads=1"]),
+    (
+        "64 MiB ballast, MMAP_THRESHOLD_=32MiB",
+        {"MEMSWEEP_BALLAST_BYTES": str(64 * MIB), "MALLOC_MMAP_THRESHOLD_": str(32 * MIB)},
+        ["threads=1"],
+    ),
 ]
 
 
@@ -45,8 +59,9 @@ def main() -> int:
         for i, (label, extra_env, overrides) in enumerate(STATES):
             cells = []
             for mode in answers:
-                s = frontier_sweep([*LOAD, *overrides, f"capacity_mode={mode}"], root / f"{mode}{i}", root,
-                                   {**base, **extra_env})
+                s = frontier_sweep(
+                    [*LOAD, *overrides, f"capacity_mode={mode}"], root / f"{mode}{i}", root, {**base, **extra_env}
+                )
                 if s["error"]:
                     print(f"{label}: {mode} sweep failed: {s['error']}")
                     return 1
@@ -56,11 +71,15 @@ def main() -> int:
             print(f"{label:45} {cells[0]:>27} {cells[1]:>25}")
     allocator = set(answers["allocator"])
     process = [a[0] for a in answers["process"] if a[0] is not None]
-    print(f"\nallocator mode: {len(allocator)} distinct answer(s) over {len(STATES)} states"
-          f" ({'goal met: one answer' if len(allocator) == 1 else 'GOAL NOT MET'})")
+    print(
+        f"\nallocator mode: {len(allocator)} distinct answer(s) over {len(STATES)} states"
+        f" ({'goal met: one answer' if len(allocator) == 1 else 'GOAL NOT MET'})"
+    )
     if process:
-        print(f"process mode: max_ok from {min(process)} to {max(process)} (spread {max(process) - min(process)} "
-              f"batch items): RLIMIT_DATA charges malloc's arenas, threads and the ballast as well")
+        print(
+            f"process mode: max_ok from {min(process)} to {max(process)} (spread {max(process) - min(process)} "
+            f"batch items): RLIMIT_DATA charges malloc's arenas, threads and the ballast as well"
+        )
     return 0 if len(allocator) == 1 else 1
 
 

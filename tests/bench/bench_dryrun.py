@@ -26,8 +26,9 @@ LM = {"name": "transformer", "layers": 4, "heads": 4, "kv_heads": 2, "vocab": 10
 LOADS = {
     "mlp inference b=16": dict(BASE, batch=16, mode="inference", workload={"name": "mlp"}),
     "mlp train b=16": dict(BASE, batch=16, mode="train", workload={"name": "mlp"}),
-    "mlp train bf16 b=8 w=256": dict(BASE, batch=8, width=256, dtype="bfloat16", mode="train",
-                                     workload={"name": "mlp"}),
+    "mlp train bf16 b=8 w=256": dict(
+        BASE, batch=8, width=256, dtype="bfloat16", mode="train", workload={"name": "mlp"}
+    ),
     "lm inference b=4": dict(BASE, batch=4, mode="inference", workload=LM),
     "lm train b=4 micro=2": dict(BASE, batch=4, mode="train", workload=LM, micro_steps=2),
     "lm train checkpointing": dict(BASE, batch=4, mode="train", workload=LM, checkpointing=True),
@@ -36,19 +37,59 @@ LOADS = {
 }
 # The Llama-2-7B config.json fields the estimator reads (meta-llama/Llama-2-7b-hf), the same
 # shape as LLAMA2_7B's workload.
-LLAMA2_7B_CONFIG = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-                    "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
-                    "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+LLAMA2_7B_CONFIG = {
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "intermediate_size": 11008,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
 # The frontier load of tests/bench/bench_frontier.py (REAL_LOAD, REAL_RANGE) with one warmup
 # step, one warm step, one thread and no confirmation runs, to keep the bench short.
-EDGE_LOAD = ["mode=train", "device=cpu", "capacity=128MiB", "context=64", "width=128", "workload.depth=2",
-             "threads=1", "warmup=1", "repeats=1"]
-EDGE_RANGE = ["hydra.sweeper.lower=8", "hydra.sweeper.upper=1024", "hydra.sweeper.multiple_of=8",
-              "hydra.sweeper.confirm=0"]
-LLAMA2_7B = dict(batch=1, context=128, width=4096, dtype="bfloat16", mode="train", device="cpu", warmup=0,
-                 repeats=1, timeout_s=1800, threads=1, dry_run=True,
-                 workload={"name": "transformer", "layers": 32, "heads": 32, "kv_heads": 32,
-                           "ffn_hidden": 11008, "vocab": 32000, "ffn": "swiglu", "norm": "rmsnorm"})
+EDGE_LOAD = [
+    "mode=train",
+    "device=cpu",
+    "capacity=128MiB",
+    "context=64",
+    "width=128",
+    "workload.depth=2",
+    "threads=1",
+    "warmup=1",
+    "repeats=1",
+]
+EDGE_RANGE = [
+    "hydra.sweeper.lower=8",
+    "hydra.sweeper.upper=1024",
+    "hydra.sweeper.multiple_of=8",
+    "hydra.sweeper.confirm=0",
+]
+LLAMA2_7B = dict(
+    batch=1,
+    context=128,
+    width=4096,
+    dtype="bfloat16",
+    mode="train",
+    device="cpu",
+    warmup=0,
+    repeats=1,
+    timeout_s=1800,
+    threads=1,
+    dry_run=True,
+    workload={
+        "name": "transformer",
+        "layers": 32,
+        "heads": 32,
+        "kv_heads": 32,
+        "ffn_hidden": 11008,
+        "vocab": 32000,
+        "ffn": "swiglu",
+        "norm": "rmsnorm",
+    },
+)
 
 
 def run(root: Path, name: str, data: dict) -> tuple[dict, float]:
@@ -69,16 +110,20 @@ def main() -> int:
             measured, tm = run(root, f"{i}-measured", data)
             predicted, tp = run(root, f"{i}-predicted", dict(data, dry_run=True))
             print(f"\n{label}: measured run {tm:.1f} s, dry run {tp:.1f} s (wall, incl. process start)")
-            print(f"  {'phase':<26} {'measured peak':>13} {'predicted peak':>14} {'error':>8} | predicted peak = "
-                  f"{'params':>9} + {'grads':>9} + {'opt states':>10} + {'act+tmp':>9}")
+            print(
+                f"  {'phase':<26} {'measured peak':>13} {'predicted peak':>14} {'error':>8} | predicted peak = "
+                f"{'params':>9} + {'grads':>9} + {'opt states':>10} + {'act+tmp':>9}"
+            )
             for m, p in zip(measured["phases"], predicted["phases"]):
                 mp, pp = m["max_memory_allocated"], p["max_memory_allocated"]
                 err = (pp - mp) / mp if mp else 0.0
                 worst = max(worst, abs(err))
                 split = [p.get(k) for k in PEAK_SPLIT_FIELDS]
                 sums = "" if None not in split and sum(split) == pp else "  (SPLIT DOES NOT SUM TO THE PEAK)"
-                print(f"  {m['name']:<26} {mp:>13} {pp:>14} {err:>+8.3%} | {'':>16}"
-                      f"{split[0]!s:>9}   {split[1]!s:>9}   {split[2]!s:>10}   {split[3]!s:>9}{sums}")
+                print(
+                    f"  {m['name']:<26} {mp:>13} {pp:>14} {err:>+8.3%} | {'':>16}"
+                    f"{split[0]!s:>9}   {split[1]!s:>9}   {split[2]!s:>10}   {split[3]!s:>9}{sums}"
+                )
         print(f"\nlargest |error| of a phase peak over all loads: {worst:.3%}")
 
         train_cpu = llama_vs_estimator(root)
@@ -106,20 +151,33 @@ def llama_vs_estimator(root: Path) -> dict:
     config = parse_hf_config(LLAMA2_7B_CONFIG)
     # The dry run is a CPU one: AdamW's per-tensor `step` (0-dim float32) lives in that device's
     # memory, so the estimator counts it too (step_tensors=True; on CUDA it is on the host).
-    est = estimate_transformer(config, weight_format="bf16", compute_bytes=2, train=True, optimizer="adamw",
-                               mixed_precision=False, step_tensors=True)
+    est = estimate_transformer(
+        config,
+        weight_format="bf16",
+        compute_bytes=2,
+        train=True,
+        optimizer="adamw",
+        mixed_precision=False,
+        step_tensors=True,
+    )
     print(f"  parameters: dry run {params}, estimator {config.parameters} ({params == config.parameters})")
-    print(f"  at the peak of cold_step.optimizer_step ({step['max_memory_allocated']} B), dry run vs estimator "
-          f"(AdamW's {len(config.tensors())} step tensors of 4 B counted by both):")
-    rows = (("parameters", step["predicted_parameter_bytes"], est.weights),
-            ("gradients", step["predicted_gradient_bytes"], est.gradients),
-            ("optimizer states", step["predicted_optimizer_state_bytes"], est.optimizer_states))
+    print(
+        f"  at the peak of cold_step.optimizer_step ({step['max_memory_allocated']} B), dry run vs estimator "
+        f"(AdamW's {len(config.tensors())} step tensors of 4 B counted by both):"
+    )
+    rows = (
+        ("parameters", step["predicted_parameter_bytes"], est.weights),
+        ("gradients", step["predicted_gradient_bytes"], est.gradients),
+        ("optimizer states", step["predicted_optimizer_state_bytes"], est.optimizer_states),
+    )
     for label, dry, calc in rows:
         same = "agree exactly" if dry == calc else f"DIFFER by {dry - calc:+d} B"
         print(f"    {label:<18} {dry:>14} B {calc:>14} B  {same}")
-    print(f"  the rest of that peak, activations and temporaries: {step['predicted_activation_bytes']} B "
-          f"(AdamW's per-tensor scratch on the CPU; the estimator's temporaries are not estimated for a transformer:"
-          f" {est.temporaries})")
+    print(
+        f"  the rest of that peak, activations and temporaries: {step['predicted_activation_bytes']} B "
+        f"(AdamW's per-tensor scratch on the CPU; the estimator's temporaries are not estimated for a transformer:"
+        f" {est.temporaries})"
+    )
     return record
 
 
@@ -129,12 +187,19 @@ def llama_cuda_vs_cpu(root: Path, train_cpu: dict) -> None:
     both are PREDICTIONS (no GPU is used). Inference at batch 1 x 128 tokens, and train (the
     run of llama_vs_estimator) where this PyTorch can (a CUDA build; a CPU-only one refuses it)."""
     infer = dict(LLAMA2_7B, mode="inference")
-    pairs = [("inference", run(root, "llama2-7b-infer-cpu", infer), run(root, "llama2-7b-infer-cuda",
-                                                                       dict(infer, device="cuda:0")))]
+    pairs = [
+        (
+            "inference",
+            run(root, "llama2-7b-infer-cpu", infer),
+            run(root, "llama2-7b-infer-cuda", dict(infer, device="cuda:0")),
+        )
+    ]
     pairs.append(("train", (train_cpu, None), run(root, "llama2-7b-train-cuda", dict(LLAMA2_7B, device="cuda:0"))))
     for mode, (cpu, _), (cuda, wall) in pairs:
-        print(f"\nLlama-2-7B shape, {mode}, bf16, batch 1 x 128 tokens: PREDICTED peaks (dry runs, no GPU), "
-              f"cpu (exact storage bytes) vs cuda:0 (fake CUDA tensors, 512 B blocks; {wall:.1f} s)")
+        print(
+            f"\nLlama-2-7B shape, {mode}, bf16, batch 1 x 128 tokens: PREDICTED peaks (dry runs, no GPU), "
+            f"cpu (exact storage bytes) vs cuda:0 (fake CUDA tensors, 512 B blocks; {wall:.1f} s)"
+        )
         if cuda["outcome"] != "ok":
             print(f"  cuda:0 dry run: {cuda['outcome']} {cuda['error_type']}: {cuda['error_message']}")
             continue
@@ -144,8 +209,10 @@ def llama_cuda_vs_cpu(root: Path, train_cpu: dict) -> None:
             print(f"  {c['name']:<28} {a:>15} {b:>15} {b - a:>+12}")
         a = max(p["max_memory_allocated"] for p in cpu["phases"])
         b = max(p["max_memory_allocated"] for p in cuda["phases"])
-        print(f"  largest phase peak: cpu {bytes_text(a)}, cuda {bytes_text(b)} "
-              f"(predictions of max_memory_allocated, not of reserved memory)")
+        print(
+            f"  largest phase peak: cpu {bytes_text(a)}, cuda {bytes_text(b)} "
+            f"(predictions of max_memory_allocated, not of reserved memory)"
+        )
 
 
 # Loads whose edge is measured by real frontier sweeps, with and without the dry-run seed:
@@ -153,11 +220,25 @@ def llama_cuda_vs_cpu(root: Path, train_cpu: dict) -> None:
 # transformer: a small GQA LM in train mode, every batch size (step 1).
 EDGE_CASES = [
     ("mlp train context=64 width=128 depth=2", EDGE_LOAD, EDGE_RANGE),
-    ("transformer train context=64 width=128 layers=2 heads=4 kv_heads=2 vocab=1000",
-     ["mode=train", "device=cpu", "capacity=128MiB", "context=64", "width=128", "workload=transformer",
-      "workload.layers=2", "workload.heads=4", "workload.kv_heads=2", "workload.vocab=1000", "threads=1",
-      "warmup=1", "repeats=1"],
-     ["hydra.sweeper.lower=1", "hydra.sweeper.upper=1024", "hydra.sweeper.multiple_of=1", "hydra.sweeper.confirm=0"]),
+    (
+        "transformer train context=64 width=128 layers=2 heads=4 kv_heads=2 vocab=1000",
+        [
+            "mode=train",
+            "device=cpu",
+            "capacity=128MiB",
+            "context=64",
+            "width=128",
+            "workload=transformer",
+            "workload.layers=2",
+            "workload.heads=4",
+            "workload.kv_heads=2",
+            "workload.vocab=1000",
+            "threads=1",
+            "warmup=1",
+            "repeats=1",
+        ],
+        ["hydra.sweeper.lower=1", "hydra.sweeper.upper=1024", "hydra.sweeper.multiple_of=1", "hydra.sweeper.confirm=0"],
+    ),
 ]
 
 
@@ -181,8 +262,10 @@ def predicted_vs_measured_edge(root: Path) -> None:
     worst = 0
     for i, (label, load, bounds) in enumerate(EDGE_CASES):
         options = dict(o.split("=", 1) for o in load)
-        print(f"\nedge of batch, {label}, CPU, capacity {options['capacity']} (emulated), "
-              f"{' '.join(b.split('.')[-1] for b in bounds)}:")
+        print(
+            f"\nedge of batch, {label}, CPU, capacity {options['capacity']} (emulated), "
+            f"{' '.join(b.split('.')[-1] for b in bounds)}:"
+        )
         for name, extra in (("unseeded", []), ("seeded", ["hydra.sweeper.seed_from_dry_run=true"])):
             s = _sweep(root, f"edge{i}-{name}", load, bounds, extra)
             if s["error"]:
@@ -190,17 +273,26 @@ def predicted_vs_measured_edge(root: Path) -> None:
                 worst = None
                 continue
             r = s["result"]
-            seed = (f"; dry-run prediction max fit {s['dry']['predicted_max_ok']} from {s['dry']['dry_runs']} dry runs"
-                    if s["dry"] else "")
-            print(f"  {name:<8} frontier sweep: max_ok {r['max_ok']}, min_oom {r['min_oom']} (exact: {r['exact']}); "
-                  f"{s['runs']} real runs {s['probes']}, {s['wall']:.1f} s{seed}")
+            seed = (
+                f"; dry-run prediction max fit {s['dry']['predicted_max_ok']} from {s['dry']['dry_runs']} dry runs"
+                if s["dry"]
+                else ""
+            )
+            print(
+                f"  {name:<8} frontier sweep: max_ok {r['max_ok']}, min_oom {r['min_oom']} (exact: {r['exact']}); "
+                f"{s['runs']} real runs {s['probes']}, {s['wall']:.1f} s{seed}"
+            )
             if name == "seeded" and worst is not None:
                 worst = max(worst, s["runs"] if r["exact"] else 10**9)
     if worst is not None:
-        print(f"\ngoal: exact edge in <= 3 real runs with the dry-run seed: "
-              f"{'met' if worst <= 3 else 'NOT met'} (worst: {worst if worst < 10**9 else 'not exact'})")
-    print("the seeded sweeps also ran their dry runs (fake tensors, a fraction of a second each), counted in their "
-          "wall time, not in real runs")
+        print(
+            f"\ngoal: exact edge in <= 3 real runs with the dry-run seed: "
+            f"{'met' if worst <= 3 else 'NOT met'} (worst: {worst if worst < 10**9 else 'not exact'})"
+        )
+    print(
+        "the seeded sweeps also ran their dry runs (fake tensors, a fraction of a second each), counted in their "
+        "wall time, not in real runs"
+    )
 
 
 if __name__ == "__main__":

@@ -60,29 +60,54 @@ def _row(label: str, est: int | None, meas: int | None) -> str:
 
 def report(spec: RunSpec, record: dict) -> tuple[str, float | None]:
     w = spec.workload
-    est = {p.name: p for p in mlp_phases(spec.batch, spec.context, spec.width, dtype=spec.dtype, mode=spec.mode,
-                                         depth=w["depth"], hidden=w["hidden"], activation=w["activation"],
-                                         device=spec.device, warmup=spec.warmup, repeats=spec.repeats)}
+    est = {
+        p.name: p
+        for p in mlp_phases(
+            spec.batch,
+            spec.context,
+            spec.width,
+            dtype=spec.dtype,
+            mode=spec.mode,
+            depth=w["depth"],
+            hidden=w["hidden"],
+            activation=w["activation"],
+            device=spec.device,
+            warmup=spec.warmup,
+            repeats=spec.repeats,
+        )
+    }
     meas = {p["name"]: p for p in record.get("phases") or []}
-    lines = [f"load: {spec.mode} {spec.dtype} batch={spec.batch} context={spec.context} width={spec.width} "
-             f"depth={w['depth']} hidden={w['hidden'] or 4 * spec.width} {w['activation']} on {spec.device} "
-             f"-> {record.get('outcome')}",
-             f"  {'quantity (bytes)':<46} {'estimated':>13} {'measured':>13} {'error':>9}"]
+    lines = [
+        f"load: {spec.mode} {spec.dtype} batch={spec.batch} context={spec.context} width={spec.width} "
+        f"depth={w['depth']} hidden={w['hidden'] or 4 * spec.width} {w['activation']} on {spec.device} "
+        f"-> {record.get('outcome')}",
+        f"  {'quantity (bytes)':<46} {'estimated':>13} {'measured':>13} {'error':>9}",
+    ]
 
     def m(phase: str, key: str) -> int | None:
         return (meas.get(phase) or {}).get(key)
 
-    lines.append(_row("weights (allocated after model_load)", est["model_load"].end,
-                      m("model_load", "memory_allocated")))
+    lines.append(
+        _row("weights (allocated after model_load)", est["model_load"].end, m("model_load", "memory_allocated"))
+    )
     mi = m("inputs", "memory_allocated")
-    lines.append(_row("inputs (growth over inputs)", est["inputs"].end - est["inputs"].start,
-                      None if mi is None else mi - m("inputs", "memory_allocated_start")))
+    lines.append(
+        _row(
+            "inputs (growth over inputs)",
+            est["inputs"].end - est["inputs"].start,
+            None if mi is None else mi - m("inputs", "memory_allocated_start"),
+        )
+    )
     if spec.mode == "train":
         # the first step is recorded as sub-phases: cold_step.forward ... cold_step.optimizer_step
         mc = m("cold_step.optimizer_step", "memory_allocated")
-        lines.append(_row("gradients + optimizer states (growth, cold_step)",
-                          est["cold_step.optimizer_step"].end - est["cold_step.forward"].start,
-                          None if mc is None else mc - m("cold_step.forward", "memory_allocated_start")))
+        lines.append(
+            _row(
+                "gradients + optimizer states (growth, cold_step)",
+                est["cold_step.optimizer_step"].end - est["cold_step.forward"].start,
+                None if mc is None else mc - m("cold_step.forward", "memory_allocated_start"),
+            )
+        )
     for name, p in est.items():
         lines.append(_row(f"max_memory_allocated, {name}", p.peak, m(name, "max_memory_allocated")))
     est_peak = max(p.peak for p in est.values())
@@ -91,20 +116,38 @@ def report(spec: RunSpec, record: dict) -> tuple[str, float | None]:
     lines.append(_row("run peak (max over phases)", est_peak, meas_peak))
     assert spec.estimate is None or spec.estimate["peak"] == est_peak
     top = max(est.values(), key=lambda p: p.peak)
-    lines.append(f"  calculated at the peak ({top.name}): " + ", ".join(
-        f"{c}={getattr(top.at_peak, c)}" for c in COMPONENTS if getattr(top.at_peak, c)))
+    lines.append(
+        f"  calculated at the peak ({top.name}): "
+        + ", ".join(f"{c}={getattr(top.at_peak, c)}" for c in COMPONENTS if getattr(top.at_peak, c))
+    )
     resv = [p.get("max_memory_reserved") for p in meas.values() if p.get("max_memory_reserved") is not None]
     if resv:
-        lines.append(f"  observed max_memory_reserved ({'process RSS' if spec.device == 'cpu' else 'allocator'},"
-                     f" not estimated): {max(resv)}")
+        lines.append(
+            f"  observed max_memory_reserved ({'process RSS' if spec.device == 'cpu' else 'allocator'},"
+            f" not estimated): {max(resv)}"
+        )
     error = None if meas_peak is None else (est_peak - meas_peak) / meas_peak
     return "\n".join(lines), error
 
 
 def main() -> int:
-    specs = [with_estimate(RunSpec(batch=b, context=c, width=wd, dtype=dt, mode=mode, device=DEVICE,
-                                   workload={"name": "mlp", **params}, warmup=1, repeats=2, timeout_s=600))
-             for mode, dt, b, c, wd, params in LOADS]
+    specs = [
+        with_estimate(
+            RunSpec(
+                batch=b,
+                context=c,
+                width=wd,
+                dtype=dt,
+                mode=mode,
+                device=DEVICE,
+                workload={"name": "mlp", **params},
+                warmup=1,
+                repeats=2,
+                timeout_s=600,
+            )
+        )
+        for mode, dt, b, c, wd, params in LOADS
+    ]
     print(f"estimate vs measurement, mlp workload on {DEVICE}; {len(specs)} loads, {JOBS} worker(s) at a time")
     if DEVICE == "cpu":
         print("CPU: allocated = worker-tracked live tensor storage bytes (not a GPU measurement)")

@@ -50,9 +50,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from conf.contract import GiB  # noqa: E402
 from sweeper.search import FrontierSearch, Lattice, run_search  # noqa: E402
 from tests.bench.frontier_cli import frontier_sweep  # noqa: E402
-from conf.contract import GiB  # noqa: E402
 
 CAPACITY = 80 * GiB
 LOWER, UPPER = 1, 65536
@@ -112,8 +112,9 @@ def make_loads(kind: str, n: int, seed: int) -> list[Load]:
     return loads
 
 
-def lightning_binsearch(oracle, init_val: int = 2, max_trials: int = 25, margin: float = 0.05,
-                        max_val: int = 8192) -> tuple[int, list[int]]:
+def lightning_binsearch(
+    oracle, init_val: int = 2, max_trials: int = 25, margin: float = 0.05, max_val: int = 8192
+) -> tuple[int, list[int]]:
     """Lightning 2.6's ``_run_binsearch_scaling`` replayed (tuner/batch_size_scaling.py) with its
     defaults; returns (new_size, values tried). ``_adjust_batch_size`` caps every new size at
     ``max_val``; a size >= max_val stops the search untried; the answer is finally reduced by
@@ -171,8 +172,12 @@ def run_peer(name: str, load: Load) -> dict:
     else:
         answer, tried = accelerate_decreasing(load.oracle)
     edge = load.edge()
-    return {"runs": len(tried), "rounds": len(tried), "exact": answer == edge,
-            "ran_ok": answer in tried and answer is not None and load.fits(answer)}
+    return {
+        "runs": len(tried),
+        "rounds": len(tried),
+        "exact": answer == edge,
+        "ran_ok": answer in tried and answer is not None and load.fits(answer),
+    }
 
 
 def run_memsweep(strategy: str, load: Load, slots: int = 1) -> dict:
@@ -191,10 +196,23 @@ def summarize(rows: list[dict], key: str = "runs") -> str:
     return f"{statistics.median(values):>6.1f} {p90:>5} {values[-1]:>5} {exact:>6.0f}% {ran:>6.0f}%"
 
 
-REAL_LOAD = ["mode=train", "device=cpu", "capacity=128MiB", "context=64", "width=128", "workload.depth=2",
-             "threads=2", "warmup=3", "repeats=5"]
-REAL_RANGE = ["hydra.sweeper.lower=8", "hydra.sweeper.upper=1024", "hydra.sweeper.multiple_of=8",
-              "hydra.sweeper.confirm=1"]
+REAL_LOAD = [
+    "mode=train",
+    "device=cpu",
+    "capacity=128MiB",
+    "context=64",
+    "width=128",
+    "workload.depth=2",
+    "threads=2",
+    "warmup=3",
+    "repeats=5",
+]
+REAL_RANGE = [
+    "hydra.sweeper.lower=8",
+    "hydra.sweeper.upper=1024",
+    "hydra.sweeper.multiple_of=8",
+    "hydra.sweeper.confirm=1",
+]
 
 
 def real_light_vs_full() -> None:
@@ -209,16 +227,21 @@ def real_light_vs_full() -> None:
         print("real runs skipped (BENCH_REAL=0)")
         return
     env = dict(os.environ)  # capacity_mode=allocator (the default): the edge depends on the tensors only
-    print("real runs: mlp train, context=64 width=128 depth=2, CPU at capacity=128MiB, batch in [8, 1024] "
-          "step 8, strategy model, confirm=1")
-    print(f"{'probes':<8} {'max_ok':>7} {'min_oom':>7} {'exact':>5} {'runs':>5} {'light':>5} {'full':>5} "
-          f"{'sweep s':>8} {'worker s':>8}")
+    print(
+        "real runs: mlp train, context=64 width=128 depth=2, CPU at capacity=128MiB, batch in [8, 1024] "
+        "step 8, strategy model, confirm=1"
+    )
+    print(
+        f"{'probes':<8} {'max_ok':>7} {'min_oom':>7} {'exact':>5} {'runs':>5} {'light':>5} {'full':>5} "
+        f"{'sweep s':>8} {'worker s':>8}"
+    )
     edges = {}
     with tempfile.TemporaryDirectory() as tmp:
         for policy in ("full", "light"):
             sweep_dir = Path(tmp) / policy
-            s = frontier_sweep([*REAL_LOAD, *REAL_RANGE, f"hydra.sweeper.light={policy == 'light'}"], sweep_dir,
-                               Path(tmp), env)
+            s = frontier_sweep(
+                [*REAL_LOAD, *REAL_RANGE, f"hydra.sweeper.light={policy == 'light'}"], sweep_dir, Path(tmp), env
+            )
             if s["error"]:
                 print(f"{policy}: {s['error']}")
                 return
@@ -227,31 +250,54 @@ def real_light_vs_full() -> None:
             light = sum(1 for p in sweep_dir.glob("*_light_*/result.json"))
             worker = sum(r.get("wall_s") or 0 for r in results)
             edges[policy] = (result["max_ok"], result["min_oom"])
-            print(f"{policy:<8} {result['max_ok']!s:>7} {result['min_oom']!s:>7} {'yes' if result['exact'] else 'no':>5} "
-                  f"{len(results):>5} {light:>5} {len(results) - light:>5} {wall:>8.1f} {worker:>8.1f}")
-    print(f"edge unchanged by light probes: {'yes' if edges['full'] == edges['light'] else 'NO'}; "
-          "runs include the confirmations (full protocol) at max_ok and min_oom")
+            print(
+                f"{policy:<8} {result['max_ok']!s:>7} {result['min_oom']!s:>7} {'yes' if result['exact'] else 'no':>5} "
+                f"{len(results):>5} {light:>5} {len(results) - light:>5} {wall:>8.1f} {worker:>8.1f}"
+            )
+    print(
+        f"edge unchanged by light probes: {'yes' if edges['full'] == edges['light'] else 'NO'}; "
+        "runs include the confirmations (full protocol) at max_ok and min_oom"
+    )
 
 
 PEER_LOAD = {"width": 32, "depth": 2, "context": 8192, "capacity_bytes": 2 * GiB, "threads": 2, "steps": 3}
 # capacity_mode=process: the peers run in one process under RLIMIT_DATA (tests/bench/peers.py), so
 # memsweep's workers are limited the same way (the peers' OOM checks do not know the allocator mode's error).
-PEER_SWEEP = ["mode=train", "device=cpu", "capacity=2GiB", "capacity_mode=process", "context=8192", "width=32", "workload.depth=2",
-              "threads=2", "warmup=1", "repeats=1", "hydra.sweeper.lower=2", "hydra.sweeper.upper=8192",
-              "hydra.sweeper.multiple_of=1"]
+PEER_SWEEP = [
+    "mode=train",
+    "device=cpu",
+    "capacity=2GiB",
+    "capacity_mode=process",
+    "context=8192",
+    "width=32",
+    "workload.depth=2",
+    "threads=2",
+    "warmup=1",
+    "repeats=1",
+    "hydra.sweeper.lower=2",
+    "hydra.sweeper.upper=8192",
+    "hydra.sweeper.multiple_of=1",
+]
 # (label, settings): every probe with the protocol cold + warmup 1 + 1 warm step (3 steps, as a
 # peer's trial) and no re-run; then light probes (cold + 1 warm step) with the edge re-run
 # with the full protocol and confirmed once more.
-PEER_VARIANTS = [("memsweep, 3-step probes, confirm=0", ["hydra.sweeper.confirm=0", "hydra.sweeper.light=false"]),
-                 ("memsweep, light probes, confirm=1", ["hydra.sweeper.confirm=1", "hydra.sweeper.light=true"])]
+PEER_VARIANTS = [
+    ("memsweep, 3-step probes, confirm=0", ["hydra.sweeper.confirm=0", "hydra.sweeper.light=false"]),
+    ("memsweep, light probes, confirm=1", ["hydra.sweeper.confirm=1", "hydra.sweeper.light=true"]),
+]
 
 
 def _peer(peer: str, env: dict, *args: str) -> dict:
     import json
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "tests.bench.peers", peer, json.dumps(PEER_LOAD), *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.bench.peers", peer, json.dumps(PEER_LOAD), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     if proc.returncode != 0 or not lines:
         return {"error": f"exit {proc.returncode}: {proc.stderr[-300:]}"}
@@ -279,13 +325,21 @@ def real_peers() -> None:
         return
     from importlib.metadata import version
 
-    env = dict(os.environ, MALLOC_ARENA_MAX="2", MALLOC_MMAP_THRESHOLD_="131072",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    print(f"\nreal peers: mlp train, context=8192 width=32 depth=2, CPU at an emulated 2 GiB (RLIMIT_DATA), "
-          f"batch in [2, 8192]; lightning {version('lightning')}, accelerate {version('accelerate')}, "
-          f"torch {version('torch')}")
-    print("each peer's trial = 3 training steps (Lightning's steps_per_trial default); memsweep's probes: cold + "
-          "warmup 1 + 1 warm step (3 steps), or light (cold + 1 warm step) with the edge re-run at 3 steps")
+    env = dict(
+        os.environ,
+        MALLOC_ARENA_MAX="2",
+        MALLOC_MMAP_THRESHOLD_="131072",
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
+    print(
+        f"\nreal peers: mlp train, context=8192 width=32 depth=2, CPU at an emulated 2 GiB (RLIMIT_DATA), "
+        f"batch in [2, 8192]; lightning {version('lightning')}, accelerate {version('accelerate')}, "
+        f"torch {version('torch')}"
+    )
+    print(
+        "each peer's trial = 3 training steps (Lightning's steps_per_trial default); memsweep's probes: cold + "
+        "warmup 1 + 1 warm step (3 steps), or light (cold + 1 warm step) with the edge re-run at 3 steps"
+    )
     print("'answer, fresh' / 'answer+1, fresh': the peer's own training loop re-run in a new process at that batch")
     rows = []
     for label, settings in PEER_VARIANTS:
@@ -295,10 +349,22 @@ def real_peers() -> None:
                 print(f"{label}: {s['error']}")
                 return
             result, wall, runs = s["result"], s["wall"], s["runs"]
-            probes = " ".join(f"{e['value']}{'' if e['outcome'] == 'ok' else 'x'}" for e in s["events"]
-                              if e["event"] in ("probe", "light_probe"))
-            rows.append((f"{label} ({probes})", result["max_ok"], f"{runs} runs", wall, "ok (ran)",
-                         f"{result['min_oom']}: oom (ran)", result["exact"]))
+            probes = " ".join(
+                f"{e['value']}{'' if e['outcome'] == 'ok' else 'x'}"
+                for e in s["events"]
+                if e["event"] in ("probe", "light_probe")
+            )
+            rows.append(
+                (
+                    f"{label} ({probes})",
+                    result["max_ok"],
+                    f"{runs} runs",
+                    wall,
+                    "ok (ran)",
+                    f"{result['min_oom']}: oom (ran)",
+                    result["exact"],
+                )
+            )
     for peer in ("lightning", "accelerate"):
         t0 = time.perf_counter()
         out = _peer(peer, env)
@@ -310,37 +376,56 @@ def real_peers() -> None:
         fit = _peer(peer, env, str(answer)).get("outcome")
         nxt = _peer(peer, env, str(answer + 1)).get("outcome")
         trials = " ".join(f"{v}{'' if o == 'ok' else 'x'}" for v, o in out["trials"])
-        rows.append((f"{peer} ({trials})", answer, f"{len(out['trials'])} trials", wall, fit,
-                     f"{answer + 1}: {nxt}", fit == "ok" and nxt == "oom"))
-    print(f"{'finder (values tried, x = OOM)':<70} {'answer':>6} {'cost':>10} {'wall s':>7}  "
-          f"{'answer, fresh':<15} {'answer+1, fresh':<20} exact")
+        rows.append(
+            (
+                f"{peer} ({trials})",
+                answer,
+                f"{len(out['trials'])} trials",
+                wall,
+                fit,
+                f"{answer + 1}: {nxt}",
+                fit == "ok" and nxt == "oom",
+            )
+        )
+    print(
+        f"{'finder (values tried, x = OOM)':<70} {'answer':>6} {'cost':>10} {'wall s':>7}  "
+        f"{'answer, fresh':<15} {'answer+1, fresh':<20} exact"
+    )
     for name, answer, cost, wall, fit, nxt, exact in rows:
         print(f"{name:<70} {answer!s:>6} {cost:>10} {wall:>7.1f}  {fit!s:<15} {nxt:<20} {'yes' if exact else 'no'}")
-    peers = rows[len(PEER_VARIANTS):]
+    peers = rows[len(PEER_VARIANTS) :]
     verdict = None
-    for label, _a, _c, mem, _f, _n, exact in rows[:len(PEER_VARIANTS)]:
+    for label, _a, _c, mem, _f, _n, exact in rows[: len(PEER_VARIANTS)]:
         ratios = [mem / wall for _name, _a, _c, wall, *_ in peers]
         if verdict is None:  # the first variant: the peers' work per trial, no re-runs (as the peers)
             verdict = exact and all(r < 1 for r in ratios)
-        print(f"{label.split(' (')[0]}: wall / " + ", ".join(
-            f"{name.split()[0]} wall = {r:.2f}" for (name, *_), r in zip(peers, ratios)))
-    print("goal: memsweep's edge exact, in less wall time than each peer takes to its answer (ratios < 1), "
-          f"judged on the first variant (3-step probes like the peers' trials, no confirmation re-runs, as the "
-          f"peers have none): {'met' if verdict else 'NOT met'}; the second adds the confirmation's cost")
+        print(
+            f"{label.split(' (')[0]}: wall / "
+            + ", ".join(f"{name.split()[0]} wall = {r:.2f}" for (name, *_), r in zip(peers, ratios))
+        )
+    print(
+        "goal: memsweep's edge exact, in less wall time than each peer takes to its answer (ratios < 1), "
+        f"judged on the first variant (3-step probes like the peers' trials, no confirmation re-runs, as the "
+        f"peers have none): {'met' if verdict else 'NOT met'}; the second adds the confirmation's cost"
+    )
 
 
 def main() -> int:
     t0 = time.perf_counter()
     kinds = ["affine", "affine, 2 MiB", "quadratic", "affine, hidden 2 %", "affine, hidden 20 %"]
-    methods = [("memsweep model", lambda l: run_memsweep("model", l)),
-               ("memsweep bisect", lambda l: run_memsweep("bisect", l)),
-               ("lightning binsearch", lambda l: run_peer("lightning binsearch", l)),
-               ("accelerate from 128", lambda l: run_peer("accelerate", l)),
-               ("memsweep model k=4", lambda l: run_memsweep("model", l, slots=4)),
-               ("memsweep bisect k=4", lambda l: run_memsweep("bisect", l, slots=4))]
+    methods = [
+        ("memsweep model", lambda load: run_memsweep("model", load)),
+        ("memsweep bisect", lambda load: run_memsweep("bisect", load)),
+        ("lightning binsearch", lambda load: run_peer("lightning binsearch", load)),
+        ("accelerate from 128", lambda load: run_peer("accelerate", load)),
+        ("memsweep model k=4", lambda load: run_memsweep("model", load, slots=4)),
+        ("memsweep bisect k=4", lambda load: run_memsweep("bisect", load, slots=4)),
+    ]
     print(f"runs to the edge over [{LOWER}, {UPPER}], {N_LOADS} synthetic loads per set, capacity 80 GiB")
-    print(f"{'load set':<20} {'method':<22} {'median':>6} {'p90':>5} {'max':>5} {'exact':>7} {'ran ok':>7}"
-          f"   rounds (median)")
+    print(
+        f"{'load set':<20} {'method':<22} {'median':>6} {'p90':>5} {'max':>5} {'exact':>7} {'ran ok':>7}"
+        f"   rounds (median)"
+    )
     medians = {}
     for i, kind in enumerate(kinds):
         loads = make_loads(kind, N_LOADS, seed=i)

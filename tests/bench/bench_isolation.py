@@ -27,8 +27,9 @@ from conf.contract import RunSpec
 from sweeper.process import execute
 
 N = 20
-TRIVIAL = RunSpec(batch=1, context=4, width=8, device="cpu", workload={"name": "mlp", "depth": 1},
-                  warmup=0, repeats=1, threads=1)
+TRIVIAL = RunSpec(
+    batch=1, context=4, width=8, device="cpu", workload={"name": "mlp", "depth": 1}, warmup=0, repeats=1, threads=1
+)
 
 
 def bare_imports(n: int) -> float:
@@ -58,11 +59,27 @@ def sweep(n_jobs: int, context: int) -> float:
     t0 = time.perf_counter()
     # Compute-bound runs (one core each: pool=cores pins every run and its threads to its own core),
     # so that the sweep measures running conditions side by side, not the orchestrator's fixed costs.
-    subprocess.run([exe, "sweep", "sweep=none", f"batch={batches}", f"context={context}", "width=256", "warmup=2",
-                    "repeats=4", "device=cpu", "pool=cores", "hydra/launcher=joblib",
-                    "hydra.callbacks.analyze.report=false",
-                    f"hydra.launcher.n_jobs={n_jobs}", f"hydra.sweep.dir={root}/s"],
-                   check=True, capture_output=True, cwd=root)
+    subprocess.run(
+        [
+            exe,
+            "sweep",
+            "sweep=none",
+            f"batch={batches}",
+            f"context={context}",
+            "width=256",
+            "warmup=2",
+            "repeats=4",
+            "device=cpu",
+            "pool=cores",
+            "hydra/launcher=joblib",
+            "hydra.callbacks.analyze.report=false",
+            f"hydra.launcher.n_jobs={n_jobs}",
+            f"hydra.sweep.dir={root}/s",
+        ],
+        check=True,
+        capture_output=True,
+        cwd=root,
+    )
     elapsed = time.perf_counter() - t0
     shutil.rmtree(root, ignore_errors=True)
     return elapsed
@@ -74,16 +91,20 @@ def main() -> None:
     fork = isolated_runs(N, "forkserver")
     print(f"{N} bare `python -c 'import torch'`:   {bare:7.2f} s  (1.00)")
     print(f"{N} isolated runs, isolation=spawn:      {spawn:7.2f} s  ({spawn / bare:.2f} of bare imports)")
-    print(f"{N} isolated runs, isolation=forkserver: {fork:7.2f} s  ({fork / bare:.2f} of bare imports; goal <= 0.30: "
-          f"{'met' if fork / bare <= 0.3 else 'NOT met'})")
+    print(
+        f"{N} isolated runs, isolation=forkserver: {fork:7.2f} s  ({fork / bare:.2f} of bare imports; goal <= 0.30: "
+        f"{'met' if fork / bare <= 0.3 else 'NOT met'})"
+    )
     # Short runs (about 1.3 s each at context 128) leave the sweep's fixed costs in view; longer
     # runs (context 256 and 512, about 2.6 and 5 s each) are closer to a real memory sweep's.
     for context in (128, 256, 512):
         serial = sweep(1, context)
         parallel = sweep(2, context)
         print(f"16-run CPU sweep (batch 1..16 x context {context}), 1 worker:  {serial:7.2f} s  (1.00)")
-        print(f"16-run CPU sweep (batch 1..16 x context {context}), 2 workers: {parallel:7.2f} s  "
-              f"({parallel / serial:.2f} of serial; goal <= 0.60: {'met' if parallel / serial <= 0.6 else 'NOT met'})")
+        print(
+            f"16-run CPU sweep (batch 1..16 x context {context}), 2 workers: {parallel:7.2f} s  "
+            f"({parallel / serial:.2f} of serial; goal <= 0.60: {'met' if parallel / serial <= 0.6 else 'NOT met'})"
+        )
 
 
 if __name__ == "__main__":

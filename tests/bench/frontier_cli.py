@@ -18,12 +18,22 @@ def frontier_sweep(args: list[str], sweep_dir: Path, cwd: Path, env: dict) -> di
     exe = Path(sys.executable).with_name("memsweep")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd + ["sweep", "hydra/sweeper=frontier", *args, f"hydra.sweep.dir={sweep_dir}"],
-                          cwd=cwd, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        cmd + ["sweep", "hydra/sweeper=frontier", *args, f"hydra.sweep.dir={sweep_dir}"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return {"error": f"memsweep failed ({proc.returncode}): {proc.stderr[-500:]}", "wall": wall}
     events = [json.loads(x) for x in (Path(sweep_dir) / "search.jsonl").read_text().splitlines()]
     (result,) = [e for e in events if e["event"] == "result"]
-    return {"error": None, "wall": wall, "events": events, "result": result,
-            "runs": len(list(Path(sweep_dir).glob("*/result.json")))}
+    return {
+        "error": None,
+        "wall": wall,
+        "events": events,
+        "result": result,
+        "runs": len(list(Path(sweep_dir).glob("*/result.json"))),
+    }

@@ -3,7 +3,8 @@
 ``python -m tests.bench.peers lightning|accelerate LOAD_JSON`` builds the same load as
 memsweep's ``mlp`` workload in train mode (``worker.models.MLP``, AdamW at its defaults,
 inputs and targets ``randn(batch, context, width)`` float32, MSE loss), emulates the same
-CPU capacity as memsweep's worker (``worker.counters.apply_cpu_process_capacity``, memsweep's ``capacity_mode=process``: RLIMIT_DATA =
+CPU capacity as memsweep's worker (``worker.counters.apply_cpu_process_capacity``, memsweep's
+``capacity_mode=process``: RLIMIT_DATA =
 VmData after the imports + capacity, with the worker's malloc settings set by the caller),
 then runs:
 
@@ -47,8 +48,7 @@ class RandomPairs(Dataset):
 
     def __getitem__(self, i: int):
         g = torch.Generator().manual_seed(i)
-        return (torch.randn(self.context, self.width, generator=g),
-                torch.randn(self.context, self.width, generator=g))
+        return (torch.randn(self.context, self.width, generator=g), torch.randn(self.context, self.width, generator=g))
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -87,8 +87,17 @@ def lightning_module(load: dict, batch_size: int):
 def lightning_trainer(root: str, **kwargs):
     import lightning.pytorch as pl
 
-    return pl.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-                      enable_progress_bar=False, enable_model_summary=False, default_root_dir=root, **kwargs)
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        **kwargs,
+    )
 
 
 def run_lightning(load: dict, trials: list) -> int | None:
@@ -188,8 +197,18 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # the peer gave up (e.g. Accelerate reached 0): reported, not hidden
         error = f"{type(exc).__name__}: {str(exc)[:200]}"
     search_s = time.perf_counter() - t0
-    print(json.dumps({"peer": peer, "answer": answer, "trials": trials, "error": error,
-                      "search_s": search_s, "process_s": time.perf_counter() - T_START}))
+    print(
+        json.dumps(
+            {
+                "peer": peer,
+                "answer": answer,
+                "trials": trials,
+                "error": error,
+                "search_s": search_s,
+                "process_s": time.perf_counter() - T_START,
+            }
+        )
+    )
     return 0
 
 

@@ -30,16 +30,41 @@ import torch
 from .base import NO_EXTRA, NO_PEAK_SPLIT, Counters
 from .cpu import CpuCounters, LiveTensorTracker, apply_cpu_allocator_capacity, apply_cpu_process_capacity
 from .cuda import CudaCounters, MultiDeviceCounters, apply_cuda_capacity, apply_cuda_capacity_per_device
-from .dryrun import (CUDA_BLOCK_BYTES, CUDA_ROUNDING, EXACT_ROUNDING, REAL_STORAGE_BYTES, DryRunCounters,
-                     FakeLiveTensorTracker, cuda_block_bytes)
+from .dryrun import (
+    CUDA_BLOCK_BYTES,
+    CUDA_ROUNDING,
+    EXACT_ROUNDING,
+    REAL_STORAGE_BYTES,
+    DryRunCounters,
+    FakeLiveTensorTracker,
+    cuda_block_bytes,
+)
 from .fake import dry_run_unsupported, ensure_fake_cuda_guard, fake_cuda_autograd_available, fake_mode
 
 __all__ = [
-    "CUDA_BLOCK_BYTES", "CUDA_ROUNDING", "EXACT_ROUNDING", "NO_EXTRA", "NO_PEAK_SPLIT", "REAL_STORAGE_BYTES",
-    "Counters", "CpuCounters", "CudaCounters", "DryRunCounters", "FakeLiveTensorTracker", "LiveTensorTracker",
-    "MultiDeviceCounters", "apply_cpu_allocator_capacity", "apply_cpu_process_capacity", "apply_cuda_capacity",
-    "apply_cuda_capacity_per_device", "cuda_block_bytes", "dry_run_unsupported", "ensure_fake_cuda_guard",
-    "fake_cuda_autograd_available", "fake_mode", "make_counters",
+    "CUDA_BLOCK_BYTES",
+    "CUDA_ROUNDING",
+    "EXACT_ROUNDING",
+    "NO_EXTRA",
+    "NO_PEAK_SPLIT",
+    "REAL_STORAGE_BYTES",
+    "Counters",
+    "CpuCounters",
+    "CudaCounters",
+    "DryRunCounters",
+    "FakeLiveTensorTracker",
+    "LiveTensorTracker",
+    "MultiDeviceCounters",
+    "apply_cpu_allocator_capacity",
+    "apply_cpu_process_capacity",
+    "apply_cuda_capacity",
+    "apply_cuda_capacity_per_device",
+    "cuda_block_bytes",
+    "dry_run_unsupported",
+    "ensure_fake_cuda_guard",
+    "fake_cuda_autograd_available",
+    "fake_mode",
+    "make_counters",
 ]
 
 

@@ -112,14 +112,14 @@ class LiveTensorTracker(TorchDispatchMode):
 
     def _refuse(self, request: int, func, capacity: int) -> Exception:
         """The OutOfMemoryError of a request of ``request`` bytes that does not fit in ``capacity`` bytes."""
-        self.refused = {"oom_request_bytes": request, "oom_allocated_bytes": self.live,
-                        "oom_operator": str(func)}
+        self.refused = {"oom_request_bytes": request, "oom_allocated_bytes": self.live, "oom_operator": str(func)}
         free = capacity - self.live
         return torch.OutOfMemoryError(
             f"CPU out of memory (memsweep capacity_mode=allocator). Tried to allocate {_mib(request)} "
             f"({request} bytes) in {func}. CPU capacity of {_mib(capacity)} ({capacity} bytes) "
             f"of which {_mib(free)} ({free} bytes) is free. Of the allocated memory {_mib(self.live)} "
-            f"({self.live} bytes) is allocated by live tensors (memsweep tracker).")
+            f"({self.live} bytes) is allocated by live tensors (memsweep tracker)."
+        )
 
     def _free(self, key: int) -> None:
         self.live -= self._sizes.pop(key, 0)
@@ -181,8 +181,12 @@ class CpuCounters:
 
     def extra(self) -> dict:
         """``NO_EXTRA`` with the host's MemAvailable / MemTotal (/proc/meminfo, bytes)."""
-        return {**NO_EXTRA, "device_free_memory": meminfo_bytes("MemAvailable"),
-                "device_total_memory": meminfo_bytes("MemTotal"), **NO_PEAK_SPLIT}
+        return {
+            **NO_EXTRA,
+            "device_free_memory": meminfo_bytes("MemAvailable"),
+            "device_total_memory": meminfo_bytes("MemTotal"),
+            **NO_PEAK_SPLIT,
+        }
 
     def oom_detail(self) -> dict | None:
         """The request the capacity refused (``LiveTensorTracker.refused``: bytes asked, bytes
@@ -219,8 +223,10 @@ def apply_cpu_allocator_capacity(counters: CpuCounters, capacity_bytes: int) -> 
         The record's ``capacity`` description (``capacity_mode``, ``capacity_method``).
     """
     counters.tracker.capacity = capacity_bytes
-    return {"capacity_mode": "allocator",
-            "capacity_method": "live tensor storage bytes <= capacity (worker tracker raises torch.OutOfMemoryError)"}
+    return {
+        "capacity_mode": "allocator",
+        "capacity_method": "live tensor storage bytes <= capacity (worker tracker raises torch.OutOfMemoryError)",
+    }
 
 
 def apply_cpu_process_capacity(capacity_bytes: int) -> dict:
@@ -253,5 +259,9 @@ def apply_cpu_process_capacity(capacity_bytes: int) -> dict:
     if hard != resource.RLIM_INFINITY and limit > hard:
         limit = hard
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
-    return {"capacity_mode": "process", "capacity_method": "RLIMIT_DATA = VmData at start + capacity",
-            "capacity_baseline_bytes": baseline, "rlimit_data_bytes": limit}
+    return {
+        "capacity_mode": "process",
+        "capacity_method": "RLIMIT_DATA = VmData at start + capacity",
+        "capacity_baseline_bytes": baseline,
+        "rlimit_data_bytes": limit,
+    }

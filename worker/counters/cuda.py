@@ -43,14 +43,19 @@ class CudaCounters:
         self._api = acc if acc is not None and hasattr(acc, "max_memory_reserved") else torch.cuda
         api_name = "torch.accelerator" if self._api is not torch.cuda else "torch.cuda"
         backend = "hip" if torch.version.hip else "cuda"
-        self.sources: dict[str, str | None] = {name: f"{backend}: {api_name}.{name}" for name in (
-            "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved")}
-        self.sources.update({
-            "num_alloc_retries": f"{backend}: torch.cuda.memory_stats num_alloc_retries",
-            "num_ooms": f"{backend}: torch.cuda.memory_stats num_ooms",
-            "inactive_split_bytes": f"{backend}: torch.cuda.memory_stats inactive_split_bytes.all.current",
-            "device_free_memory": f"{backend}: torch.cuda.mem_get_info (free)",
-            "device_total_memory": f"{backend}: torch.cuda.mem_get_info (total)"})
+        self.sources: dict[str, str | None] = {
+            name: f"{backend}: {api_name}.{name}"
+            for name in ("memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved")
+        }
+        self.sources.update(
+            {
+                "num_alloc_retries": f"{backend}: torch.cuda.memory_stats num_alloc_retries",
+                "num_ooms": f"{backend}: torch.cuda.memory_stats num_ooms",
+                "inactive_split_bytes": f"{backend}: torch.cuda.memory_stats inactive_split_bytes.all.current",
+                "device_free_memory": f"{backend}: torch.cuda.mem_get_info (free)",
+                "device_total_memory": f"{backend}: torch.cuda.mem_get_info (total)",
+            }
+        )
 
     def start(self) -> None:
         """Make the device current and initialise CUDA (torch.cuda.set_device, torch.cuda.init)."""
@@ -88,8 +93,11 @@ class CudaCounters:
         out = {**NO_EXTRA, **NO_PEAK_SPLIT}
         try:
             stats = torch.cuda.memory_stats(self.index)
-            out.update(num_alloc_retries=stats.get("num_alloc_retries"), num_ooms=stats.get("num_ooms"),
-                       inactive_split_bytes=stats.get("inactive_split_bytes.all.current"))
+            out.update(
+                num_alloc_retries=stats.get("num_alloc_retries"),
+                num_ooms=stats.get("num_ooms"),
+                inactive_split_bytes=stats.get("inactive_split_bytes.all.current"),
+            )
         except Exception:  # noqa: BLE001 - e.g. cudaMallocAsync backend without these stats
             pass
         try:
@@ -135,8 +143,10 @@ class MultiDeviceCounters:
         self.index = self.main.index
         self.device = getattr(self.main, "device", None)
         self.sources: dict[str, str | None] = dict(self.main.sources)
-        self.sources["devices"] = (f"per device, cuda:{self.devices[0].index}..cuda:{self.devices[-1].index}: "
-                                   f"the same counters; main counters are cuda:{self.main.index}'s")
+        self.sources["devices"] = (
+            f"per device, cuda:{self.devices[0].index}..cuda:{self.devices[-1].index}: "
+            f"the same counters; main counters are cuda:{self.main.index}'s"
+        )
 
     def start(self) -> None:
         """Start every device's counters, the run's device last (so that it is current)."""
@@ -205,8 +215,11 @@ def apply_cuda_capacity(counters: CudaCounters, capacity_bytes: int, total_memor
         raise ValueError(f"capacity {capacity_bytes} B exceeds the device's total_memory {total_memory} B")
     fraction = capacity_bytes / total_memory
     torch.cuda.set_per_process_memory_fraction(fraction, counters.index)
-    return {"capacity_mode": "allocator", "capacity_method": "torch.cuda.set_per_process_memory_fraction",
-            "memory_fraction": fraction}
+    return {
+        "capacity_mode": "allocator",
+        "capacity_method": "torch.cuda.set_per_process_memory_fraction",
+        "memory_fraction": fraction,
+    }
 
 
 def apply_cuda_capacity_per_device(counters: MultiDeviceCounters, capacity_bytes: int) -> dict:
@@ -230,5 +243,9 @@ def apply_cuda_capacity_per_device(counters: MultiDeviceCounters, capacity_bytes
     for device_counters in counters.per_device():
         _, total = torch.cuda.mem_get_info(device_counters.index)
         fractions.append(apply_cuda_capacity(device_counters, capacity_bytes, int(total))["memory_fraction"])
-    return {"capacity_mode": "allocator", "capacity_method": "torch.cuda.set_per_process_memory_fraction (every device)",
-            "memory_fraction": fractions[0], "memory_fractions": fractions}
+    return {
+        "capacity_mode": "allocator",
+        "capacity_method": "torch.cuda.set_per_process_memory_fraction (every device)",
+        "memory_fraction": fractions[0],
+        "memory_fractions": fractions,
+    }

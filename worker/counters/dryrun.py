@@ -15,7 +15,7 @@ blocks (``CUDA_BLOCK_BYTES``).
 from __future__ import annotations
 
 import weakref
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch.nn.modules.module import register_module_parameter_registration_hook
@@ -36,7 +36,9 @@ from .fake import ensure_fake_cuda_guard, fake_mode
 REAL_STORAGE_BYTES = {
     "aten::mse_loss": lambda args, kwargs, out: (
         args[0].numel() * out.element_size()
-        if (args[2] if len(args) > 2 else kwargs.get("reduction", 1)) != 0 else None),
+        if (args[2] if len(args) > 2 else kwargs.get("reduction", 1)) != 0
+        else None
+    ),
 }
 
 # The CUDA caching allocator's smallest block: every request is rounded up to a multiple of
@@ -222,10 +224,13 @@ class DryRunCounters:
     sources: dict[str, str | None] = {
         "memory_allocated": "predicted: live fake-tensor storage bytes (dry run, FakeTensorMode)",
         "max_memory_allocated": "predicted: peak of live fake-tensor storage bytes (dry run)",
-        "memory_reserved": None, "max_memory_reserved": None,
-        **{field: f"predicted: bytes of {name.replace('_', ' ')}s live at the phase's predicted peak "
-                  f"(categories of torch.distributed._tools.mem_tracker; activation = everything else)"
-           for name, field in PEAK_CATEGORIES},
+        "memory_reserved": None,
+        "max_memory_reserved": None,
+        **{
+            field: f"predicted: bytes of {name.replace('_', ' ')}s live at the phase's predicted peak "
+            f"(categories of torch.distributed._tools.mem_tracker; activation = everything else)"
+            for name, field in PEAK_CATEGORIES
+        },
     }
 
     def __init__(self, device: torch.device | None = None) -> None:
@@ -234,8 +239,10 @@ class DryRunCounters:
         if kind == "cuda":
             self.tracker = FakeLiveTensorTracker(device_type="cuda", block_bytes=CUDA_BLOCK_BYTES)
             self.rounding = CUDA_ROUNDING
-            self.sources = {k: (v if v is None else v + "; CUDA storages only, each rounded up to 512 B blocks")
-                            for k, v in type(self).sources.items()}
+            self.sources = {
+                k: (v if v is None else v + "; CUDA storages only, each rounded up to 512 B blocks")
+                for k, v in type(self).sources.items()
+            }
         else:
             self.tracker = FakeLiveTensorTracker()
             self.rounding = EXACT_ROUNDING
@@ -262,7 +269,7 @@ class DryRunCounters:
         torch.empty(0)  # the first operator through the modes (FakeTensorMode's needs torch._dynamo, imported before)
 
     def _tag(self) -> None:
-        for role, tensors in (self.roles() if self.roles is not None else ()):
+        for role, tensors in self.roles() if self.roles is not None else ():
             self.tracker.tag(role, tensors)
 
     def synchronize(self) -> None:

@@ -73,8 +73,9 @@ def ensure_fake_cuda_guard() -> str:
     if not libs:
         raise RuntimeError("libc10 not found next to torch")
     try:
-        registry = (ctypes.c_void_p * _DEVICE_TYPES).in_dll(ctypes.CDLL(libs[0]),
-                                                          "_ZN3c104impl26device_guard_impl_registryE")
+        registry = (ctypes.c_void_p * _DEVICE_TYPES).in_dll(
+            ctypes.CDLL(libs[0]), "_ZN3c104impl26device_guard_impl_registryE"
+        )
     except (OSError, ValueError) as exc:
         raise RuntimeError(f"c10 device_guard_impl_registry not found: {exc}") from None
     if registry[_CUDA]:
@@ -114,12 +115,24 @@ def dry_run_unsupported(exc: BaseException) -> str | None:
     Returns:
         A message that names the operator and says to measure the load with a real run, or None.
     """
-    kinds = tuple(k for k in (getattr(fake_tensor, n, None) for n in (
-        "DataDependentOutputException", "DynamicOutputShapeException", "UnsupportedOperatorException",
-        "UnsupportedFakeTensorException")) if isinstance(k, type))
+    kinds = tuple(
+        k
+        for k in (
+            getattr(fake_tensor, n, None)
+            for n in (
+                "DataDependentOutputException",
+                "DynamicOutputShapeException",
+                "UnsupportedOperatorException",
+                "UnsupportedFakeTensorException",
+            )
+        )
+        if isinstance(k, type)
+    )
     if not isinstance(exc, kinds):
         return None
     op = getattr(exc, "func", None)
-    return (f"dry run: operator {op if op is not None else '?'} cannot run on fake tensors "
-            f"({type(exc).__name__}: its output depends on tensor data or it has no fake/meta kernel); "
-            f"measure this load with a real run")
+    return (
+        f"dry run: operator {op if op is not None else '?'} cannot run on fake tensors "
+        f"({type(exc).__name__}: its output depends on tensor data or it has no fake/meta kernel); "
+        f"measure this load with a real run"
+    )

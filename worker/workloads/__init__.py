@@ -45,13 +45,31 @@ from .transformer import TokenWorkload, TransformerWorkload, transformer_dims
 from .user import Load, UserWorkload, resolve_target
 
 __all__ = [
-    "DTYPES", "WORKLOAD_CLASSES", "DependencyMissing", "HfWorkload", "Load", "MlpWorkload", "TokenWorkload",
-    "TransformerWorkload", "UserWorkload", "Workload", "build_workload", "check_optimizer", "default_loss",
-    "lm_loss", "make_optimizer", "resolve_target", "transformer_dims",
+    "DTYPES",
+    "WORKLOAD_CLASSES",
+    "DependencyMissing",
+    "HfWorkload",
+    "Load",
+    "MlpWorkload",
+    "TokenWorkload",
+    "TransformerWorkload",
+    "UserWorkload",
+    "Workload",
+    "build_workload",
+    "check_optimizer",
+    "default_loss",
+    "lm_loss",
+    "make_optimizer",
+    "resolve_target",
+    "transformer_dims",
 ]
 
-WORKLOAD_CLASSES: dict[str, type[Workload]] = {"mlp": MlpWorkload, "transformer": TransformerWorkload,
-                                               "hf": HfWorkload, "user": UserWorkload}
+WORKLOAD_CLASSES: dict[str, type[Workload]] = {
+    "mlp": MlpWorkload,
+    "transformer": TransformerWorkload,
+    "hf": HfWorkload,
+    "user": UserWorkload,
+}
 
 
 def build_workload(spec: RunSpec, device: torch.device, run_dir: Path | None = None) -> Workload:

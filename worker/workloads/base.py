@@ -76,7 +76,8 @@ class Workload:
     Training step, per micro-step m of ``spec.micro_steps``: ``step_forward(m)`` (zero_grad
     with set_to_none at m = 0, then the forward pass), ``step_loss(m)`` (the loss, divided by
     micro_steps; the model output is released), ``step_backward(m)``; then
-    ``step_optimizer()``, after which the loss is released. Generation: ``gen_prefill()`` (the ``context`` prompt tokens, KV
+    ``step_optimizer()``, after which the loss is released. Generation: ``gen_prefill()`` (the
+    ``context`` prompt tokens, KV
     cache created) then ``gen_decode()`` (``new_tokens`` forward passes of one token, greedy),
     under ``torch.inference_mode``; ``end_generation()`` releases the cache between phases.
 
@@ -163,12 +164,14 @@ class Workload:
     def model_info(self) -> dict:
         """Sizes by construction (not counters), for the record: parameters and their bytes."""
         params = list(self.model.parameters())
-        return {"parameters": sum(p.numel() for p in params),
-                "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
-                "parameter_bytes": _storage_bytes(params),
-                "buffer_bytes": _storage_bytes(self.model.buffers()),
-                "param_dtype": str(self.param_dtype).replace("torch.", ""),
-                "compute_dtype": str(self.compute_dtype).replace("torch.", "")}
+        return {
+            "parameters": sum(p.numel() for p in params),
+            "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
+            "parameter_bytes": _storage_bytes(params),
+            "buffer_bytes": _storage_bytes(self.model.buffers()),
+            "param_dtype": str(self.param_dtype).replace("torch.", ""),
+            "compute_dtype": str(self.compute_dtype).replace("torch.", ""),
+        }
 
     # ----- helpers --------------------------------------------------------------------------
     def autocast(self):
@@ -207,10 +210,14 @@ class Workload:
                 self.enable_checkpointing(model)
             # a CUDA dry run: the foreach optimizer the GPU would run by default (make_optimizer);
             # not Adafactor's, which reads a tensor's value (.item()) that fake tensors do not have
-            foreach = True if (self.spec.dry_run and self.device.type == "cuda"
-                               and self.spec.optimizer in ("adamw", "sgd")) else None
-            self.optimizer = make_optimizer(self.spec.optimizer, [p for p in model.parameters() if p.requires_grad],
-                                            foreach=foreach)
+            foreach = (
+                True
+                if (self.spec.dry_run and self.device.type == "cuda" and self.spec.optimizer in ("adamw", "sgd"))
+                else None
+            )
+            self.optimizer = make_optimizer(
+                self.spec.optimizer, [p for p in model.parameters() if p.requires_grad], foreach=foreach
+            )
             if self.autocast_on and self.compute_dtype == torch.float16:
                 self.scaler = torch.amp.GradScaler(self.device.type)
         else:
@@ -326,8 +333,17 @@ class Workload:
         params = list(self.model.parameters())
         roles = [("parameter", params), ("gradient", [p.grad for p in params if p.grad is not None])]
         if self.optimizer is not None:
-            roles.append(("optimizer_state", [v for state in self.optimizer.state.values()
-                                              for v in state.values() if isinstance(v, torch.Tensor)]))
+            roles.append(
+                (
+                    "optimizer_state",
+                    [
+                        v
+                        for state in self.optimizer.state.values()
+                        for v in state.values()
+                        if isinstance(v, torch.Tensor)
+                    ],
+                )
+            )
         return roles
 
     def gradient_bytes(self) -> dict:
@@ -337,8 +353,12 @@ class Workload:
     def optimizer_state_bytes(self) -> dict:
         """Bytes of the optimizer's state tensors on the run's device (AdamW keeps its ``step``
         counters on the host when the parameters are on CUDA)."""
-        tensors = [v for state in self.optimizer.state.values() for v in state.values()
-                   if isinstance(v, torch.Tensor) and v.device.type == self.device.type]
+        tensors = [
+            v
+            for state in self.optimizer.state.values()
+            for v in state.values()
+            if isinstance(v, torch.Tensor) and v.device.type == self.device.type
+        ]
         return {"optimizer_state_bytes": _storage_bytes(tensors)}
 
     def kv_cache_info(self) -> dict:

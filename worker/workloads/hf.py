@@ -43,17 +43,21 @@ class HfWorkload(TokenWorkload):
         try:
             import transformers  # optional: imported only for workload=hf
         except ImportError as exc:
-            raise DependencyMissing(f"workload=hf needs the transformers package, which is not installed ({exc}): "
-                                    f"pip install 'memsweep[hf]'") from None
+            raise DependencyMissing(
+                f"workload=hf needs the transformers package, which is not installed ({exc}): "
+                f"pip install 'memsweep[hf]'"
+            ) from None
         self.tf = transformers
         self.config = self._config()
         self.vocab = int(self.config.vocab_size)
         limit = getattr(self.config, "max_position_embeddings", None) or getattr(self.config, "n_positions", None)
         tokens = self.spec.context + (self.spec.new_tokens if self.spec.mode == "generate" else 0)
         if isinstance(limit, int) and tokens > limit:
-            raise ValueError(f"{tokens} tokens (context{' + new_tokens' if self.spec.mode == 'generate' else ''}) "
-                             f"exceed the model's {limit} positions (max_position_embeddings / n_positions); "
-                             f"raise it in workload.overrides")
+            raise ValueError(
+                f"{tokens} tokens (context{' + new_tokens' if self.spec.mode == 'generate' else ''}) "
+                f"exceed the model's {limit} positions (max_position_embeddings / n_positions); "
+                f"raise it in workload.overrides"
+            )
 
     def _config(self):
         tf, w = self.tf, self.spec.workload
@@ -80,7 +84,8 @@ class HfWorkload(TokenWorkload):
         """``AutoModelForCausalLM.from_config`` in the parameter dtype, the spec's attention."""
         dtype_kw = "dtype" if _version(self.tf.__version__) >= (4, 56) else "torch_dtype"  # renamed in 4.56
         return self.tf.AutoModelForCausalLM.from_config(
-            self.config, attn_implementation=self.spec.workload["attention"], **{dtype_kw: self.param_dtype})
+            self.config, attn_implementation=self.spec.workload["attention"], **{dtype_kw: self.param_dtype}
+        )
 
     def enable_checkpointing(self, model):
         """transformers' gradient (activation) checkpointing, non-reentrant; the model's cache off.
@@ -123,8 +128,13 @@ class HfWorkload(TokenWorkload):
             capacity = self.spec.context + self.spec.new_tokens
             params = inspect.signature(self.tf.StaticCache.__init__).parameters
             if "max_batch_size" in params:  # transformers 4.x
-                cache = self.tf.StaticCache(config=self.config, max_batch_size=ids.shape[0], max_cache_len=capacity,
-                                            device=self.device, dtype=self.compute_dtype)
+                cache = self.tf.StaticCache(
+                    config=self.config,
+                    max_batch_size=ids.shape[0],
+                    max_cache_len=capacity,
+                    device=self.device,
+                    dtype=self.compute_dtype,
+                )
             else:
                 cache = self.tf.StaticCache(config=self.config, max_cache_len=capacity)
         return self._step(ids, cache)
@@ -140,23 +150,36 @@ class HfWorkload(TokenWorkload):
             return [t for layer in cache for t in layer if isinstance(t, torch.Tensor)]
         layers = getattr(cache, "layers", None)
         if layers is not None:
-            return [t for layer in layers for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
-                    if isinstance(t, torch.Tensor)]
-        return [t for name in ("key_cache", "value_cache") for t in getattr(cache, name, None) or []
-                if isinstance(t, torch.Tensor)]
+            return [
+                t
+                for layer in layers
+                for t in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                if isinstance(t, torch.Tensor)
+            ]
+        return [
+            t
+            for name in ("key_cache", "value_cache")
+            for t in getattr(cache, name, None) or []
+            if isinstance(t, torch.Tensor)
+        ]
 
     def model_info(self) -> dict:
         """``Workload.model_info`` plus ``dims`` read from the config (null where it has none)."""
         c = self.config
         heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", None)
         hidden = getattr(c, "hidden_size", None) or getattr(c, "n_embd", None)
-        dims = {"config_class": type(c).__name__, "model_class": type(self.model).__name__,
-                "layers": getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", None),
-                "hidden": hidden, "heads": heads,
-                "kv_heads": getattr(c, "num_key_value_heads", None) or heads,
-                "head_dim": getattr(c, "head_dim", None) or (hidden // heads if hidden and heads else None),
-                "vocab": self.vocab, "attention": self.spec.workload["attention"],
-                "transformers": self.tf.__version__}
+        dims = {
+            "config_class": type(c).__name__,
+            "model_class": type(self.model).__name__,
+            "layers": getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", None),
+            "hidden": hidden,
+            "heads": heads,
+            "kv_heads": getattr(c, "num_key_value_heads", None) or heads,
+            "head_dim": getattr(c, "head_dim", None) or (hidden // heads if hidden and heads else None),
+            "vocab": self.vocab,
+            "attention": self.spec.workload["attention"],
+            "transformers": self.tf.__version__,
+        }
         return {**super().model_info(), "dims": dims}
 
 

@@ -32,8 +32,9 @@ class MlpWorkload(Workload):
         """x (batch, context, width) and, when ``with_target``, a target of the same shape."""
         shape = (batch, self.spec.context, self.spec.width)
         x = torch.randn(shape, device=self.device, dtype=self.param_dtype, generator=generator)
-        target = torch.randn(shape, device=self.device, dtype=self.param_dtype, generator=generator) \
-            if with_target else None
+        target = (
+            torch.randn(shape, device=self.device, dtype=self.param_dtype, generator=generator) if with_target else None
+        )
         return x, target
 
     def loss_fn(self, output, target):

@@ -56,11 +56,13 @@ def check_optimizer(name: str) -> None:
         DependencyMissing: adafactor on a PyTorch without it; adamw8bit without bitsandbytes.
     """
     if name == "adafactor" and not hasattr(torch.optim, "Adafactor"):
-        raise DependencyMissing(f"optimizer=adafactor needs torch.optim.Adafactor (PyTorch >= 2.5); "
-                                f"this is PyTorch {torch.__version__}")
+        raise DependencyMissing(
+            f"optimizer=adafactor needs torch.optim.Adafactor (PyTorch >= 2.5); this is PyTorch {torch.__version__}"
+        )
     if name == "adamw8bit":
         try:
             import bitsandbytes  # noqa: F401  - optional: imported only when the spec asks for it
         except ImportError as exc:
-            raise DependencyMissing(f"optimizer=adamw8bit needs bitsandbytes, which is not installed "
-                                    f"({exc}): pip install bitsandbytes") from None
+            raise DependencyMissing(
+                f"optimizer=adamw8bit needs bitsandbytes, which is not installed ({exc}): pip install bitsandbytes"
+            ) from None

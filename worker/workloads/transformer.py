@@ -26,12 +26,19 @@ def transformer_dims(spec: RunSpec) -> dict:
     """
     w = spec.workload
     hidden = w["hidden"] if w["hidden"] is not None else spec.width
-    return {"layers": w["layers"], "hidden": hidden, "heads": w["heads"],
-            "kv_heads": w["kv_heads"] if w["kv_heads"] is not None else w["heads"],
-            "head_dim": w["head_dim"] if w["head_dim"] is not None else hidden // w["heads"],
-            "ffn_hidden": w["ffn_hidden"] if w["ffn_hidden"] is not None else 4 * hidden,
-            "vocab": w["vocab"], "attention": w["attention"], "norm": w["norm"], "ffn": w["ffn"],
-            "tie_embeddings": w["tie_embeddings"]}
+    return {
+        "layers": w["layers"],
+        "hidden": hidden,
+        "heads": w["heads"],
+        "kv_heads": w["kv_heads"] if w["kv_heads"] is not None else w["heads"],
+        "head_dim": w["head_dim"] if w["head_dim"] is not None else hidden // w["heads"],
+        "ffn_hidden": w["ffn_hidden"] if w["ffn_hidden"] is not None else 4 * hidden,
+        "vocab": w["vocab"],
+        "attention": w["attention"],
+        "norm": w["norm"],
+        "ffn": w["ffn"],
+        "tie_embeddings": w["tie_embeddings"],
+    }
 
 
 class TokenWorkload(Workload):

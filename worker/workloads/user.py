@@ -62,8 +62,10 @@ def resolve_target(description: dict, field: str):
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ImportError(f"{field}._target_={path!r}: cannot import {module_name!r} ({exc}); "
-                          f"put its directory in workload.path or on PYTHONPATH") from exc
+        raise ImportError(
+            f"{field}._target_={path!r}: cannot import {module_name!r} ({exc}); "
+            f"put its directory in workload.path or on PYTHONPATH"
+        ) from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise AttributeError(f"{field}._target_={path!r}: {module_name} has no callable {attr!r}")
@@ -98,9 +100,18 @@ class UserWorkload(Workload):
     def load(self, batch: int, generator: torch.Generator | None) -> Load:
         """The ``Load`` a user function receives for ``batch`` and ``generator``."""
         s = self.spec
-        return Load(batch=batch, context=s.context, width=s.width, dtype=self.param_dtype,
-                    compute_dtype=self.compute_dtype, device=self.device, mode=s.mode, seed=s.seed,
-                    generator=generator, devices=s.devices)
+        return Load(
+            batch=batch,
+            context=s.context,
+            width=s.width,
+            dtype=self.param_dtype,
+            compute_dtype=self.compute_dtype,
+            device=self.device,
+            mode=s.mode,
+            seed=s.seed,
+            generator=generator,
+            devices=s.devices,
+        )
 
     def build_model(self) -> nn.Module:
         """The user's model (``workload.model``), given the load of ``spec.batch``.
@@ -111,8 +122,10 @@ class UserWorkload(Workload):
         fn, kwargs = self._model
         model = fn(self.load(self.spec.batch, None), **kwargs)
         if not isinstance(model, nn.Module):
-            raise TypeError(f"workload.model {self.spec.workload['model']['_target_']} returned "
-                            f"{type(model).__name__}, expected a torch.nn.Module")
+            raise TypeError(
+                f"workload.model {self.spec.workload['model']['_target_']} returned "
+                f"{type(model).__name__}, expected a torch.nn.Module"
+            )
         return model
 
     def make_inputs(self, batch, generator, with_target):
@@ -124,8 +137,10 @@ class UserWorkload(Workload):
         fn, kwargs = self._inputs
         out = fn(self.load(batch, generator), **kwargs)
         if not isinstance(out, tuple) or len(out) != 2:
-            raise TypeError(f"workload.inputs {self.spec.workload['inputs']['_target_']} must return a pair "
-                            f"(inputs, target); got {type(out).__name__}")
+            raise TypeError(
+                f"workload.inputs {self.spec.workload['inputs']['_target_']} must return a pair "
+                f"(inputs, target); got {type(out).__name__}"
+            )
         return out[0], (out[1] if with_target else None)
 
     def call(self, inputs):
@@ -151,6 +166,8 @@ class UserWorkload(Workload):
         """
         enable = getattr(model, "gradient_checkpointing_enable", None)
         if enable is None:
-            raise ValueError(f"checkpointing=true: {type(model).__name__} has no gradient_checkpointing_enable(); "
-                             "define one (e.g. wrapping blocks in torch.utils.checkpoint.checkpoint)")
+            raise ValueError(
+                f"checkpointing=true: {type(model).__name__} has no gradient_checkpointing_enable(); "
+                "define one (e.g. wrapping blocks in torch.utils.checkpoint.checkpoint)"
+            )
         enable()
