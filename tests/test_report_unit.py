@@ -316,7 +316,10 @@ def test_dtype_axis_is_categorical_and_never_an_unqualified_choice():
     assert axis.min_oom == "float32" and axis.max_ok in ("float16", "bfloat16")
     assert axis.recommended in ("float16", "bfloat16")
     assert any("changes the numerics" in n for n in axis.notes)
-    assert len(rep.doc.images) == 2
+    # the answer's plot, the axis and phases plots, the calculated split (the estimator's replay of
+    # the mlp) and the card catalog as a picture
+    names = [img.name for img in rep.doc.images]
+    assert names == ["answer_dtype.png", "axis0_dtype.png", "phases0_dtype.png", "split0_dtype.png", "cards0_dtype.png"]
 
 
 def test_empty_estimate_columns_mean_no_estimate():
