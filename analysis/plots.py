@@ -28,6 +28,16 @@ def _unit(*byte_values) -> tuple[int, str]:
     return (GiB, "GiB (2^30 bytes)") if vals and max(vals) >= GiB else (MiB, "MiB (2^20 bytes)")
 
 
+def pyplot():
+    """matplotlib's pyplot, on the Agg backend (for other modules that draw figures)."""
+    return plt
+
+
+def png_bytes(fig) -> bytes:
+    """A figure as PNG bytes (the figure is closed)."""
+    return _png(fig)
+
+
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight")
