@@ -34,7 +34,8 @@ class Doc:
     Attributes:
         title: the top heading (and the HTML page's title).
         blocks: ``("h", level, text)``, ``("p", text)``, ``("ul", items)``, ``("table", headers,
-            rows, note)``, ``("note", kind, text)`` or ``("img", Image)``; rows hold strings.
+            rows, note)``, ``("note", kind, text)``, ``("img", Image)`` or ``("answer", items,
+            Image | None)``; rows hold strings.
     """
 
     title: str
@@ -67,10 +68,22 @@ class Doc:
         if image.png:  # an empty figure (plots not rendered) is left out
             self.blocks.append(("img", image))
 
+    def answer(self, items: list[str], image: Image | None) -> None:
+        """The answer block: statements (inline markup) beside the main plot; rendered in HTML
+        as one row (``id="answer"``, the plot ``id="main-plot"``), in Markdown as a heading
+        "Answer", a list and the figure. A figure with empty PNG bytes is left out."""
+        self.blocks.append(("answer", list(items), image if image is not None and image.png else None))
+
     @property
     def images(self) -> list[Image]:
         """The figures, in order (the writer saves each as ``<plot dir>/<name>``)."""
-        return [b[1] for b in self.blocks if b[0] == "img"]
+        out = []
+        for b in self.blocks:
+            if b[0] == "img":
+                out.append(b[1])
+            elif b[0] == "answer" and b[2] is not None:
+                out.append(b[2])
+        return out
 
 
 def _cell(value) -> str:
@@ -120,6 +133,10 @@ def to_markdown(doc: Doc, image_dir: str) -> str:
         elif kind == "img":
             img = block[1]
             out += [f"![{img.alt}]({image_dir}/{img.name})", ""]
+        elif kind == "answer":
+            out += ["## Answer", ""] + [f"- {item}" for item in block[1]] + [""]
+            if block[2] is not None:
+                out += [f"![{block[2].alt}]({image_dir}/{block[2].name})", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -149,6 +166,10 @@ th { background: #f0f0f0; text-align: left; } td.num { text-align: right; font-v
 .warning { border-left: 4px solid #d62728; background: #fdeeee; padding: .4em .8em; margin: .7em 0; }
 figure { margin: .8em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { font-size: .85em; color: #555; } .tnote { font-size: .85em; color: #555; margin-top: -.3em; }
+.answer { display: flex; flex-wrap: wrap; gap: 1.2em; align-items: flex-start; background: #f7faf7;
+          border: 1px solid #cfe3cf; border-radius: 6px; padding: .6em 1em; margin: .4em 0 1em; }
+.answer-text { flex: 1 1 340px; font-size: .95em; } .answer-text h2 { margin-top: .2em; }
+.answer-text li { margin-bottom: .35em; } .answer figure { flex: 1 1 560px; margin: 0; }
 footer { margin-top: 2em; font-size: .8em; color: #666; border-top: 1px solid #ccc; padding-top: .5em; }
 """
 
@@ -165,11 +186,25 @@ window.addEventListener('load', function () {
   root.setAttribute('data-plots-total', imgs.length);
   root.setAttribute('data-plots-rendered', ok);
   root.setAttribute('data-errors', window.__errors.length);
+  // where the answer and the main plot end on the page (CSS pixels from the top)
+  [['answer', 'data-answer-bottom'], ['main-plot', 'data-main-plot-bottom']].forEach(function (p) {
+    var e = document.getElementById(p[0]);
+    if (e) { root.setAttribute(p[1], Math.round(e.getBoundingClientRect().bottom + window.scrollY)); }
+  });
   var el = document.getElementById('self-check');
   if (el) { el.textContent = 'plots rendered: ' + ok + ' of ' + imgs.length +
             (window.__errors.length ? '; script errors: ' + window.__errors.join('; ') : ''); }
 });
 """
+
+
+def _figure(img: Image, attrs: str = "") -> str:
+    """A figure as HTML: the PNG embedded as a data: URI, its caption below."""
+    data = base64.b64encode(img.png).decode("ascii")
+    return (
+        f'<figure{" " + attrs if attrs else ""}><img src="data:image/png;base64,{data}" alt="{html.escape(img.alt)}">'
+        f"<figcaption>{_inline(img.alt)}</figcaption></figure>"
+    )
 
 
 def to_html(doc: Doc, footer: str = "") -> str:
@@ -230,10 +265,14 @@ def to_html(doc: Doc, footer: str = "") -> str:
             parts.append(f'<div class="{cls}"><strong>{label}</strong> {_inline(block[2])}</div>')
         elif kind == "img":
             img = block[1]
-            data = base64.b64encode(img.png).decode("ascii")
+            parts.append(_figure(img))
+        elif kind == "answer":
+            items = "".join(f"<li>{_inline(i)}</li>" for i in block[1])
             parts.append(
-                f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(img.alt)}">'
-                f"<figcaption>{_inline(img.alt)}</figcaption></figure>"
+                '<section id="answer" class="answer"><div class="answer-text"><h2 id="answer-heading">Answer</h2>'
+                f"<ul>{items}</ul></div>"
+                + (_figure(block[2], 'id="main-plot"') if block[2] is not None else "")
+                + "</section>"
             )
     parts.append(
         f'<footer>{_inline(footer)}<br><span id="self-check">plots not checked (scripts disabled)</span></footer>'

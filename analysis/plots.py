@@ -28,6 +28,16 @@ def _unit(*byte_values) -> tuple[int, str]:
     return (GiB, "GiB (2^30 bytes)") if vals and max(vals) >= GiB else (MiB, "MiB (2^20 bytes)")
 
 
+def pyplot():
+    """matplotlib's pyplot, on the Agg backend (for other modules that draw figures)."""
+    return plt
+
+
+def png_bytes(fig) -> bytes:
+    """A figure as PNG bytes (the figure is closed)."""
+    return _png(fig)
+
+
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight")
@@ -36,14 +46,30 @@ def _png(fig) -> bytes:
 
 
 def _positions(values: Sequence) -> tuple[list[float], bool]:
-    """x positions for the swept values: the values themselves (log2 axis) when all are
-    positive numbers, else 0..n-1 (categorical, e.g. dtype)."""
+    """x positions for the swept values: the values themselves when all are positive numbers
+    (a log2 axis when they span a factor of 4 or more, as a doubling sweep does), else 0..n-1
+    (categorical, e.g. dtype).
+
+    Returns:
+        (positions, whether the values are numeric).
+    """
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values)
     return ([float(v) for v in values] if numeric else list(range(len(values)))), numeric
 
 
+def doubling(values: Sequence) -> bool:
+    """True when ``values`` are positive numbers spanning a factor of 4 or more: plotted on a log2 axis."""
+    nums = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+    return len(nums) == len(values) and len(nums) >= 2 and max(nums) >= 4 * min(nums)
+
+
 def _scaled(values: Sequence[int | None], unit: int) -> list[float]:
     return [math.nan if v is None else v / unit for v in values]
+
+
+def _legend_below(ax, ncol: int = 2) -> None:
+    """The legend under the axes, outside the data (saved with ``bbox_inches='tight'``)."""
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False)
 
 
 def axis_plot(
@@ -56,32 +82,73 @@ def axis_plot(
     max_ok=None,
     min_oom=None,
     title: str = "",
+    curve: tuple[Sequence[float], Sequence[float]] | None = None,
+    crossings: dict[str, float | None] | None = None,
+    figsize: tuple[float, float] = (7.5, 4.6),
 ) -> bytes:
     """Peak memory against the swept variable.
 
+    Runs that ran ok are joined by a line; a run that did not complete (oom, error...) is a
+    red cross, never joined to them (its peak is partial, before the failure). A doubling
+    sweep is drawn on a log2 axis. The legend sits below the axes, never over the data.
+
     Args:
+        axis: the swept variable's name (the x label).
         points: one dict per swept value, in order: ``value``, ``outcome`` (ok | oom | mixed
             | error ...), ``used`` (the peak compared with the capacity, bytes) and ``other``
             (the other counter's peak, bytes); None where missing.
         capacity, margin: bytes; the capacity line, and the line ``capacity - margin``.
-        max_ok, min_oom: the frontier, marked with vertical lines.
+        used_label, other_label: the legend's names of the two counters.
+        max_ok, min_oom: the frontier, marked with vertical bands.
+        title: the figure's title (a default names the axis).
+        curve: the fitted peak (calculated): x values of the axis and the fit's bytes there.
+        crossings: where the fit reaches each level, ``{"capacity": x, "capacity - margin": x}``
+            (None: never); marked on the curve.
+        figsize: inches.
 
     Returns:
         The figure as PNG bytes.
     """
     values = [p["value"] for p in points]
     xs, numeric = _positions(values)
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=figsize)
     unit, unit_name = _unit(capacity, *[p["used"] for p in points], *[p["other"] for p in points])
     short = unit_name.split()[0]
     used, other = _scaled([p["used"] for p in points], unit), _scaled([p["other"] for p in points], unit)
-    ax.plot(xs, used, "-", color="#1f77b4", label=f"{used_label} (compared with capacity)")
-    ax.plot(xs, other, "--", color="#2ca02c", label=other_label)
-    for x, u, o, p in zip(xs, used, other, points):
-        ok = p["outcome"] == "ok"
-        style = dict(markersize=7, markeredgewidth=1.5)
-        ax.plot([x], [u], "o" if ok else "x", color="#1f77b4" if ok else "#d62728", **style)
-        ax.plot([x], [o], "s" if ok else "x", color="#2ca02c" if ok else "#d62728", fillstyle="none", **style)
+    ok = [p["outcome"] == "ok" for p in points]
+    ok_x = [x for x, k in zip(xs, ok) if k]
+    ax.plot(ok_x, [u for u, k in zip(used, ok) if k], "o-", color="#1f77b4", label=f"{used_label}, ok runs")
+    if any(not math.isnan(o) for o in other):
+        ax.plot(
+            ok_x,
+            [o for o, k in zip(other, ok) if k],
+            "s--",
+            color="#2ca02c",
+            fillstyle="none",
+            label=f"{other_label}, ok",
+        )
+    bad = [(x, u) for x, u, k in zip(xs, used, ok) if not k]
+    if bad:
+        ax.plot(
+            [x for x, _ in bad],
+            [u for _, u in bad],
+            "x",
+            color="#d62728",
+            markersize=9,
+            markeredgewidth=2,
+            linestyle="none",
+            label="did not complete (partial peak)",
+        )
+    if curve is not None and len(curve[0]):
+        ax.plot(
+            list(curve[0]),
+            [y / unit for y in curve[1]],
+            "-",
+            color="#9467bd",
+            linewidth=1,
+            alpha=0.8,
+            label="fitted peak (calculated)",
+        )
     if capacity:
         ax.axhline(capacity / unit, color="#d62728", linewidth=1.5, label=f"capacity {capacity / unit:.3f} {short}")
         if margin:
@@ -92,23 +159,35 @@ def axis_plot(
                 linewidth=1.5,
                 label=f"capacity - margin {(capacity - margin) / unit:.3f} {short}",
             )
+    levels = {"capacity": capacity, "capacity - margin": (capacity - margin) if capacity and margin else None}
+    for name, x in (crossings or {}).items():
+        if x and levels.get(name):
+            ax.plot([x], [levels[name] / unit], "D", color="#9467bd", markersize=6, linestyle="none")
+            ax.annotate(
+                f"fit: {axis} ≈ {x:.0f}",
+                (x, levels[name] / unit),
+                textcoords="offset points",
+                xytext=(-6, 6 if name == "capacity" else -12),
+                ha="right",
+                fontsize=7,
+                color="#9467bd",
+            )
     pos = dict(zip(values, xs))
     if max_ok is not None and max_ok in pos:
-        ax.axvline(pos[max_ok], color="#2ca02c", alpha=0.5, linewidth=6, label=f"max_ok = {max_ok}")
+        ax.axvline(pos[max_ok], color="#2ca02c", alpha=0.35, linewidth=6, label=f"max_ok = {max_ok}")
     if min_oom is not None and min_oom in pos:
-        ax.axvline(pos[min_oom], color="#d62728", alpha=0.3, linewidth=6, label=f"min_oom = {min_oom}")
-    if numeric:
+        ax.axvline(pos[min_oom], color="#d62728", alpha=0.25, linewidth=6, label=f"min_oom = {min_oom}")
+    if numeric and doubling(values):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(xs)
-        ax.set_xticklabels([str(v) for v in values])
-    else:
-        ax.set_xticks(xs)
-        ax.set_xticklabels([str(v) for v in values])
-    ax.set_xlabel(axis)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(v) for v in values])
+    ax.minorticks_off()
+    ax.set_xlabel(axis + (" (log2 axis)" if numeric and doubling(values) else ""))
     ax.set_ylabel(unit_name)
-    ax.set_title(title or f"peak memory vs {axis}  (x = run that did not complete: partial peak)", fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title or f"peak memory vs {axis}", fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    _legend_below(ax)
     return _png(fig)
 
 
@@ -190,5 +269,119 @@ def fit_plot(
     ax.set_ylabel(f"{y_label}, {unit_name}")
     ax.set_title(f"{y_label} vs {x_label}: quadratic fit", fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    _legend_below(ax)
+    return _png(fig)
+
+
+SPLIT_COLORS = {
+    "parameters": "#1f77b4",
+    "gradients": "#ff7f0e",
+    "optimizer states": "#2ca02c",
+    "activations": "#9467bd",
+}
+
+
+def split_plot(
+    phases: Sequence[str],
+    parts: dict[str, Sequence[int | None]],
+    observed: Sequence[int | None],
+    capacity: int | None,
+    margin: int | None,
+    title: str,
+    observed_label: str = "observed peak (measured)",
+) -> bytes:
+    """Per phase, the calculated peak split into stacked parts, against the capacity.
+
+    Args:
+        phases: the phase names (x axis), in protocol order.
+        parts: part name (``parameters``, ``gradients``, ``optimizer states``, ``activations``)
+            -> bytes per phase (None: not known); stacked in the order given.
+        observed: the measured peak of each phase (bytes, None where not measured), drawn as
+            markers beside the calculated bars, never stacked with them.
+        capacity, margin: bytes; the capacity line and the line ``capacity - margin``.
+        title: the figure's title (it says what was calculated, and from what).
+        observed_label: the legend's name of the observed markers.
+
+    Returns:
+        The figure as PNG bytes.
+    """
+    totals = [sum(v[i] or 0 for v in parts.values()) for i in range(len(phases))]
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
+    unit, unit_name = _unit(capacity, *totals, *observed)
+    xs = list(range(len(phases)))
+    bottom = [0.0] * len(phases)
+    for name, vals in parts.items():
+        heights = [0.0 if v is None else v / unit for v in vals]
+        if not any(heights):
+            continue
+        ax.bar(xs, heights, bottom=bottom, width=0.6, color=SPLIT_COLORS.get(name), label=f"{name} (calculated)")
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    if any(v is not None for v in observed):
+        ax.plot(
+            [x + 0.38 for x, v in zip(xs, observed) if v is not None],
+            [v / unit for v in observed if v is not None],
+            "D",
+            color="black",
+            markersize=5,
+            linestyle="none",
+            label=observed_label,
+        )
+    if capacity:
+        ax.axhline(capacity / unit, color="#d62728", linewidth=1.5, label="capacity")
+        if margin:
+            ax.axhline((capacity - margin) / unit, color="#ff7f0e", linestyle=":", label="capacity - margin")
+    ax.set_xticks(xs)
+    ax.set_xticklabels(list(phases), rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel(unit_name)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
+    return _png(fig)
+
+
+CARD_STATUS = {
+    "fits": ("#2ca02c", "holds it with the margin"),
+    "tight": ("#ffbf00", "holds the peak, not the margin"),
+    "no": ("#d62728", "does not hold the peak"),
+}
+"""Cell status of ``cards_plot`` -> (colour, legend text)."""
+
+
+def cards_plot(cards: Sequence[str], values: Sequence, status: list[list[str]], axis: str, title: str) -> bytes:
+    """Which card would hold which measured value: a grid, one row per card, one column per value.
+
+    Args:
+        cards: the card names (rows, smallest first).
+        values: the measured values of the axis that ran ok (columns).
+        status: ``status[i][j]`` is a key of ``CARD_STATUS`` for card i and value j.
+        axis: the swept variable's name.
+        title: the figure's title (it says the grid is calculated).
+
+    Returns:
+        The figure as PNG bytes.
+    """
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    keys = list(CARD_STATUS)
+    grid = np.array([[keys.index(s) for s in row] for row in status], dtype=float)
+    fig, ax = plt.subplots(figsize=(min(2.5 + 0.55 * len(values), 11), 0.9 + 0.32 * len(cards)))
+    ax.imshow(grid, cmap=ListedColormap([CARD_STATUS[k][0] for k in keys]), vmin=0, vmax=len(keys) - 1, aspect="auto")
+    ax.set_xticks(range(len(values)))
+    ax.set_xticklabels([str(v) for v in values], fontsize=7)
+    ax.set_yticks(range(len(cards)))
+    ax.set_yticklabels(list(cards), fontsize=7)
+    ax.set_xlabel(axis)
+    ax.set_xticks(np.arange(-0.5, len(values)), minor=True)
+    ax.set_yticks(np.arange(-0.5, len(cards)), minor=True)
+    ax.grid(which="minor", color="white", linewidth=1.5)
+    ax.tick_params(which="minor", length=0)
+    ax.set_title(title, fontsize=9)
+    ax.legend(
+        handles=[Patch(color=CARD_STATUS[k][0], label=CARD_STATUS[k][1]) for k in keys],
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+    )
     return _png(fig)

@@ -6,6 +6,9 @@
     memsweep report DIR [DIR ...] [--out DIR] [--margin 10%|0.1|2GiB]
                                     report.md + self-contained report.html: frontier, margin,
                                     chosen setting, phases, estimate, other cards
+    memsweep compare BASELINE OTHER [...] [--fail-above 5%|64MiB] [--out DIR]
+                                    comparable loads side by side; exit 1 when a peak grew
+                                    beyond --fail-above, 3 when nothing was comparable
     memsweep estimate [OPTIONS]     calculated memory of a load (weights, training state, KV cache...)
     memsweep predict [OVERRIDES] capacity=SIZE [--axis batch]
                                     predicted edge of an axis from dry runs (fake tensors, no device)
@@ -265,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         from analysis.report import main as report_main
 
         return report_main(rest)
+    if command == "compare":
+        from analysis.compare import main as compare_main
+
+        return compare_main(rest)
     if command == "estimate":
         from analysis.estimate.cli import main as estimate_main
 
@@ -274,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "env":
         return env_command(rest)
     print(
-        f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, estimate, "
+        f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, compare, estimate, "
         f"predict, env\n{USAGE}",
         file=sys.stderr,
     )

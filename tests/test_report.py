@@ -188,3 +188,40 @@ def test_html_renders_in_headless_chromium_with_its_plots(sweep, tmp_path):
     keep = os.environ.get("MEMSWEEP_KEEP_SCREENSHOT")  # a path, to look at the page by eye
     if keep:
         shutil.copy(shot, keep)
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not installed (Debian: apt-get install chromium); "
+    "the first-screen check needs a headless browser",
+)
+def test_answer_and_main_plot_are_on_the_first_screen(sweep, tmp_path):
+    """At 1280 x 1000 CSS pixels the answer's words and numbers and the main plot end within the
+    first 1,000 pixels of the page (positions written into the page by its own load handler)."""
+    _, sweep_dir = sweep
+    (row,) = [r for r in pq.read_table(sweep_dir / "frontier.parquet").to_pylist() if r["axis"] == "batch"]
+    dom = run(
+        [
+            CHROMIUM,
+            *CHROME_FLAGS,
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--window-size=1280,1000",
+            "--dump-dom",
+            (sweep_dir / "report.html").as_uri(),
+        ],
+        cwd=tmp_path,
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    answer_bottom = re.search(r'data-answer-bottom="(\d+)"', dom.stdout)
+    plot_bottom = re.search(r'data-main-plot-bottom="(\d+)"', dom.stdout)
+    assert answer_bottom and plot_bottom, "the answer block or its plot is missing: " + dom.stdout[:800]
+    assert int(answer_bottom.group(1)) <= 1000 and int(plot_bottom.group(1)) <= 1000
+    answer = dom.stdout.split('id="answer"', 1)[1].split("</section>", 1)[0]
+    assert f"batch={row['max_ok']} fits; batch={row['min_oom']} runs out of memory" in re.sub(r"<[^>]+>", "", answer)
+    assert 'id="main-plot"><img src="data:image/png;base64,' in answer
+    runs = pq.read_table(sweep_dir / "runs.parquet").to_pylist()
+    m = re.search(r"Recommended: <strong>batch=(\d+)</strong>", answer)
+    assert m, answer[:1500]
+    peak = _peak_at(runs, int(m.group(1)))
+    headroom = CAPACITY - peak
+    assert f"headroom <strong>{headroom} B ({gib(headroom)} GiB), {pct(headroom, CAPACITY)}</strong>" in answer

@@ -316,7 +316,10 @@ def test_dtype_axis_is_categorical_and_never_an_unqualified_choice():
     assert axis.min_oom == "float32" and axis.max_ok in ("float16", "bfloat16")
     assert axis.recommended in ("float16", "bfloat16")
     assert any("changes the numerics" in n for n in axis.notes)
-    assert len(rep.doc.images) == 2
+    # the answer's plot, the axis and phases plots, the calculated split (the estimator's replay of
+    # the mlp) and the card catalog as a picture
+    names = [img.name for img in rep.doc.images]
+    assert names == ["answer_dtype.png", "axis0_dtype.png", "phases0_dtype.png", "split0_dtype.png", "cards0_dtype.png"]
 
 
 def test_empty_estimate_columns_mean_no_estimate():
@@ -366,3 +369,23 @@ def test_training_sub_phases_are_stacked_and_decomposed():
     assert parts["kept after the first pass/step (gradients, optimizer states)"] == 30 * MiB
     transient = [v for k, v in parts.items() if k.startswith("transient")]
     assert transient == [9 * MiB]  # the peak (warm_step.forward, 2nd step) minus what was live at its start
+
+
+def test_the_answer_comes_first_with_the_edge_the_recommended_value_and_its_headroom():
+    runs, phases = make("s", [(8, "ok", 400 * MiB, 300 * MiB), (16, "ok", 700 * MiB, 600 * MiB), (32, "oom", GiB, GiB)])
+    rep = report_of(runs, phases)
+    assert rep.doc.blocks[0][0] == "answer"
+    md = markdown(rep)
+    assert md.index("## Answer") < md.index("## Summary card")
+    answer = md.split("## Answer", 1)[1].split("##", 1)[0]
+    assert "**batch=16 fits; batch=32 runs out of memory**" in answer
+    # 10 % of 1 GiB kept free: 16 (700 MiB) leaves 324 MiB = 31.6 %
+    headroom = GiB - 700 * MiB
+    assert "Recommended: **batch=16**" in answer and f"headroom **{headroom} B (" in answer and "31.6 %" in answer
+    assert "Fitted peak (calculated): reaches the capacity at batch ≈" in answer
+
+
+def test_doubling_sweeps_get_a_log2_axis_and_close_values_do_not():
+    from analysis.plots import doubling
+
+    assert doubling([4, 8, 16, 32]) and not doubling([80, 81, 82]) and not doubling(["float32", "bfloat16"])

@@ -11,6 +11,7 @@ import pyarrow as pa
 from ..doc import Doc
 from .fmt import dry_runs_text
 from .margin import MarginPolicy, parse_margin
+from .sections_answer import answer_section
 from .sections_calculated import calculated_section
 from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
 from .sections_observed import observed_section
@@ -82,7 +83,9 @@ def build_report(
     # it is kept out of every observed figure and shown apart, labelled predicted.
     predicted = [r for r in all_runs if r.get("source") == "predicted"]
     runs = [r for r in all_runs if r.get("source") != "predicted"]
-    phases = [p for p in phases_table.to_pylist() if p.get("source") != "predicted"]
+    all_phases = phases_table.to_pylist()
+    phases = [p for p in all_phases if p.get("source") != "predicted"]
+    predicted_phases = [p for p in all_phases if p.get("source") == "predicted"]
     enrich_runs(runs, phases)
     axes = [analyse_axis(row, runs, policy) for row in frontier]
     tell_loads_apart(axes)
@@ -101,6 +104,8 @@ def build_report(
         else "memsweep report: no runs"
     )
     doc = Doc(title)
+    if runs:
+        answer_section(doc, axes, policy, plots)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     doc.p(
         f"Generated {now} from {len(runs)} measured run{'s' if len(runs) != 1 else ''}"
@@ -136,7 +141,7 @@ def build_report(
 
     summary_card(doc, runs, axes, policy)
     observed_section(doc, runs, phases, axes, plots)
-    calculated_section(doc, axes, policy, est_cols, plots)
+    calculated_section(doc, axes, policy, est_cols, plots, predicted, predicted_phases)
     assumed_section(doc, kinds, policy)
     decision_section(doc, axes, policy)
     if len({r["sweep_dir"] for r in runs}) > 1:

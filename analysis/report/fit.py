@@ -7,6 +7,51 @@ from __future__ import annotations
 
 from ..fit import Polynomial, first_crossing, fit_polynomial
 
+QUADRATIC_AXES = ("context", "width")
+"""Axes whose peak grows with the square of the value (attention scores with the context,
+parameters with the width): fitted with a quadratic from three distinct values on; the
+others (batch) with a line."""
+
+
+def fit_axis(axis: str, xs: list, ys: list) -> dict | None:
+    """Least-squares polynomial of the peak (bytes) against a swept axis (``analysis.fit``).
+
+    Args:
+        axis: ``batch`` (affine), ``context`` or ``width`` (quadratic with three or more
+            distinct values, affine with two); ``dtype`` and other non-numeric axes: None.
+        xs: the values of the axis; pairs with a None on either side are skipped.
+        ys: the peaks at those values (bytes).
+
+    Returns:
+        None with fewer than two distinct values (or a non-numeric axis); else as ``fit_context``.
+    """
+    if axis not in QUADRATIC_AXES:
+        if axis != "batch":
+            return None
+        pts = sorted({(x, y) for x, y in zip(xs, ys) if x is not None and y is not None})
+        if len({x for x, _ in pts}) < 2:
+            return None
+        x = [float(p[0]) for p in pts]
+        y = [float(p[1]) for p in pts]
+        fit = fit_polynomial(x, y, 1, centre=True)
+        if fit is None:
+            return None
+        rel = max(abs(fit(u) - v) / max(v, 1.0) for u, v in zip(x, y))
+        return {
+            "coeffs": [float(fit.b), float(fit.a)],
+            "degree": 1,
+            "max_rel_residual": float(rel),
+            "xs": [int(v) for v in x],
+            "ys": [int(v) for v in y],
+        }
+    return fit_context(xs, ys)
+
+
+def evaluate(coeffs: list[float], x: float) -> float:
+    """The fitted polynomial (``coeffs``, highest power first) at ``x`` (bytes)."""
+    a, b, c = (list(reversed(coeffs)) + [0.0, 0.0])[:3]
+    return Polynomial(a, b, c)(x)
+
 
 def fit_context(xs: list[int], ys: list[int]) -> dict | None:
     """Least-squares polynomial of the peak (bytes) in context: quadratic with three or more

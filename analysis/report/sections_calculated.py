@@ -14,10 +14,19 @@ from .fit import crossing, fit_context
 from .fmt import axis_label, nbytes, pct
 from .margin import MarginPolicy
 from .phases import OBSERVED_COUNTERPART, PART_NAMES, decomposition
+from .split import split_section
 from .stats import AxisResult
 
 
-def calculated_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, est_cols: list[str], plots) -> None:
+def calculated_section(
+    doc: Doc,
+    axes: list[AxisResult],
+    policy: MarginPolicy,
+    est_cols: list[str],
+    plots,
+    predicted: list[dict] | None = None,
+    predicted_phases: list[dict] | None = None,
+) -> None:
     """Append the "Calculated" section: margin at max_ok and at every value that ran ok, the
     peak-against-context fit of each context axis, the estimate beside the measurement, and
     which other cards would hold the peaks.
@@ -28,6 +37,8 @@ def calculated_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, e
         policy: the margin policy (applied to each card's reported total too).
         est_cols: the estimator's columns of the runs table that hold a value (``est_*``).
         plots: ``analysis.plots``, or a stand-in whose every figure is empty bytes (no plots).
+        predicted, predicted_phases: dry runs of these loads and their phase rows, whose
+            category split (``predicted_*_bytes``) is preferred for the split of the peak.
     """
     doc.h(1, "Calculated")
     doc.p("Everything here is computed from the observed counters, or from formulas: none of it is a measurement.")
@@ -130,7 +141,8 @@ def calculated_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, e
             )
         )
     _estimator(doc, axes, est_cols)
-    _cards(doc, axes, policy)
+    split_section(doc, axes, predicted or [], predicted_phases or [], plots)
+    _cards(doc, axes, policy, plots)
 
 
 def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
@@ -222,7 +234,7 @@ def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
         )
 
 
-def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> None:
+def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, plots) -> None:
     """Which cards of analysis.cards would hold the largest measured peak plus the margin, and
     the largest measured value that would fit on each."""
     doc.h(2, "Other cards (calculated from this device's measurement)")
@@ -238,11 +250,36 @@ def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> None:
             "These peaks come from CPU runs (tracked tensor bytes). A GPU adds the CUDA context, "
             "library workspaces and the caching allocator's rounding on top.",
         )
-    for a in axes:
+    for i, a in enumerate(axes):
         ok = [s for s in a.values if s.all_ok and s.used is not None]
         if not ok:
             continue
         top = max(ok, key=lambda s: order_key(a.axis, s.value))
+        grid = [
+            [
+                "fits"
+                if cards_mod.holds(card, s.used, policy.bytes_for(card.reported_bytes))
+                else ("tight" if s.used <= card.reported_bytes else "no")
+                for s in ok
+            ]
+            for card in cards_mod.CARDS
+        ]
+        doc.image(
+            Image(
+                f"cards{i}_{a.axis}.png",
+                plots.cards_plot(
+                    [c.name for c in cards_mod.CARDS],
+                    [s.value for s in ok],
+                    grid,
+                    a.axis,
+                    f"which card would hold which {a.axis} (calculated from the peaks measured here, margin "
+                    f"{policy.short()})",
+                ),
+                f"The card catalog as a picture: for each card (its reported total, 'Assumed') and each {a.axis} "
+                "that ran ok here, whether the measured peak plus the margin fits (calculated, not measured on "
+                "those cards).",
+            )
+        )
         rows = []
         for card in cards_mod.CARDS:
             m = policy.bytes_for(card.reported_bytes)

@@ -13,6 +13,7 @@ from ..doc import Doc, Image
 from .fmt import axis_label, nbytes, pct
 from .margin import basis
 from .phases import COLD_WARM_FLAG, decomposition, peak_increments, phase_order
+from .sections_answer import axis_image
 from .sections_summary import alloc_text
 from .stats import AxisResult
 
@@ -171,34 +172,7 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
             doc.note(
                 "warning", "results are not monotonic or not stable here; they are shown as measured, not smoothed."
             )
-        points = [
-            {
-                "value": s.value,
-                "outcome": "ok" if s.all_ok else (s.status if len(s.outcomes) == 1 else "mixed"),
-                "used": s.used,
-                "other": s.other if not cpu else s.above_start,
-            }
-            for s in a.values
-        ]
-        doc.image(
-            Image(
-                f"axis{i}_{a.axis}.png",
-                plots.axis_plot(
-                    a.axis,
-                    points,
-                    a.capacity,
-                    a.margin_bytes,
-                    f"peak {used_c}",
-                    "reserved above start (RSS)" if cpu else f"peak {other_c}",
-                    a.max_ok,
-                    a.min_oom,
-                ),
-                f"Peak {used_c} (compared with the capacity) and "
-                + ("the resident set above its start" if cpu else f"peak {other_c}")
-                + f" against {a.axis}; capacity line, capacity minus the margin, max_ok and min_oom marked "
-                "(observed; the lines between points are only a guide).",
-            )
-        )
+        doc.image(axis_image(a, plots, f"axis{i}_{a.axis}.png"))
         _phases_section(doc, a, order, plots, i)
 
 

@@ -1,0 +1,46 @@
+"""``memsweep compare``: sweeps of comparable loads side by side, and a gate CI can fail on.
+
+Modules, in the order the data flows:
+
+* ``load``: a sweep's Parquet tables (of any memsweep version: a missing column is unknown),
+  else its run records.
+* ``match``: series (one swept axis of one load), pairing with the other sweep's closest load,
+  per value and phase the four counters, what differs, what was not comparable and why.
+* ``gate``: ``--fail-above 5%`` / ``64MiB`` on each value's run peak.
+* ``compare``: all of it for a list of sweep directories (the first is the baseline); writing the document.
+* ``render``: the text and the document; ``plot``: the four counters against the axis (matplotlib).
+* ``cli``: the command line (the only module that prints or chooses an exit status).
+"""
+
+from __future__ import annotations
+
+from .cli import EXIT_BAD_INPUT, EXIT_NOTHING_COMPARABLE, EXIT_OK, EXIT_REGRESSION, main
+from .compare import CompareResult, compare, write_doc
+from .gate import Regression, Threshold, parse_threshold, regressions
+from .load import Sweep, SweepNotFound, load_sweep
+from .match import COUNTERS, Comparison, Row, Series, compare_series, differences, series_of
+
+__all__ = [
+    "COUNTERS",
+    "EXIT_BAD_INPUT",
+    "EXIT_NOTHING_COMPARABLE",
+    "EXIT_OK",
+    "EXIT_REGRESSION",
+    "CompareResult",
+    "Comparison",
+    "Regression",
+    "Row",
+    "Series",
+    "Sweep",
+    "SweepNotFound",
+    "Threshold",
+    "compare",
+    "compare_series",
+    "differences",
+    "load_sweep",
+    "main",
+    "parse_threshold",
+    "regressions",
+    "series_of",
+    "write_doc",
+]

@@ -1,0 +1,88 @@
+"""``memsweep compare``: the command line; the only module of the comparison that prints or exits."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from conf.contract import SpecError
+
+from ..report import ReportExists, report_paths
+from .compare import compare, write_doc
+from .gate import parse_threshold
+from .load import SweepNotFound
+from .render import document, text
+
+EXIT_OK = 0
+"""Compared; no peak grew beyond --fail-above (or no --fail-above given)."""
+EXIT_REGRESSION = 1
+"""A peak grew beyond --fail-above."""
+EXIT_BAD_INPUT = 2
+"""Bad arguments, a missing sweep directory, or an output that exists: nothing compared."""
+EXIT_NOTHING_COMPARABLE = 3
+"""--fail-above was given but nothing could be compared: the gate checked nothing."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``memsweep compare BASELINE OTHER [OTHER ...] [--fail-above 5%|64MiB] [--out DIR]``.
+
+    Args:
+        argv: the arguments after ``compare``; None: ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: EXIT_OK (0), EXIT_REGRESSION (1), EXIT_BAD_INPUT (2),
+        EXIT_NOTHING_COMPARABLE (3); argparse exits 2 itself on bad arguments.
+    """
+    parser = argparse.ArgumentParser(
+        prog="memsweep compare",
+        description="Compare sweeps of comparable loads (the same axis values, one thing changed): per value "
+        "and phase the four counters and their differences, what differs between the sweeps, what was not "
+        "comparable. The first sweep is the baseline; each other is compared with it. Exit 0 compared, 1 a "
+        "peak grew beyond --fail-above, 2 bad input, 3 --fail-above given but nothing comparable.",
+    )
+    parser.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR")
+    parser.add_argument(
+        "--fail-above",
+        default=None,
+        help="exit 1 when a value's run peak (max_memory_allocated on the CPU, max_memory_reserved on CUDA) grew "
+        "by more than this over the baseline: a percentage of the baseline's peak (5%%) or a size (64MiB, 1GB)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="write compare.md (plots in compare_plots/) and compare.html here"
+    )
+    args = parser.parse_args(argv)
+    if len(args.sweep_dirs) < 2:
+        print("memsweep compare: error: sweep_dirs: give a baseline and at least one sweep to compare", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        threshold = parse_threshold(args.fail_above) if args.fail_above is not None else None
+    except SpecError as exc:
+        print(f"memsweep compare: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.out is not None:
+        existing = [p for p in report_paths(args.out, "compare") if p.exists()]
+        if existing:
+            print(f"memsweep compare: error: --out: {existing[0]} already exists (never overwritten)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    try:
+        result = compare(args.sweep_dirs, threshold)
+    except SweepNotFound as exc:
+        print(f"memsweep compare: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(text(result.sweeps, result.differences, result.comparisons, threshold, result.regressions))
+    if args.out is not None:
+        from . import plot
+
+        doc = document(result.sweeps, result.differences, result.comparisons, threshold, result.regressions, plot)
+        try:
+            md, html_ = write_doc(doc, args.out)
+        except ReportExists as exc:
+            print(f"memsweep compare: error: --out: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"memsweep: comparison -> {html_}  (and {md})")
+    if threshold is None:
+        return EXIT_OK
+    if not any(c.rows for c in result.comparisons):
+        return EXIT_NOTHING_COMPARABLE
+    return EXIT_REGRESSION if result.regressions else EXIT_OK

@@ -1,0 +1,103 @@
+"""The regression gate of ``memsweep compare --fail-above``: did a peak grow beyond a threshold?
+
+The gate reads, per value compared, the run's peak of the counter compared with the capacity
+(``max_memory_allocated`` on the CPU, ``max_memory_reserved`` on CUDA/ROCm): other minus
+baseline, in bytes, against a percentage of the baseline's peak or a number of bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+from conf.contract import SpecError, parse_size
+
+from .match import Comparison
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """How much a peak may grow before the gate fails: a fraction of the baseline or bytes.
+
+    Attributes:
+        text: as given (``5%``, ``64MiB``).
+        fraction: growth allowed as a fraction of the baseline's peak; None for bytes.
+        bytes: growth allowed in bytes; None for a fraction.
+    """
+
+    text: str
+    fraction: Fraction | None = None
+    bytes: int | None = None
+
+    def allowed(self, base: int) -> float:
+        """The growth allowed above a baseline peak of ``base`` bytes (bytes)."""
+        return float(self.fraction * base) if self.fraction is not None else float(self.bytes)
+
+
+def parse_threshold(text: str) -> Threshold:
+    """Read ``--fail-above``: ``5%`` (of the baseline's peak) or a size (``64MiB``, ``1GB``, bytes).
+
+    Raises:
+        SpecError: anything else, or a negative percentage; field ``--fail-above``.
+    """
+    text = str(text).strip()
+    accepted = "a percentage of the baseline's peak (5%) or a size (64MiB, 1GB, bytes)"
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", text)
+    if m:
+        return Threshold(text, fraction=Fraction(m.group(1)) / 100)
+    try:
+        return Threshold(text, bytes=parse_size(text, "--fail-above"))
+    except SpecError:
+        raise SpecError("--fail-above", text, accepted) from None
+
+
+@dataclass(frozen=True)
+class Regression:
+    """A peak that grew beyond the threshold.
+
+    Attributes:
+        title: the series (``batch sweep (...)``) and the two sweeps' labels.
+        value: the axis's value.
+        counter: the counter gated.
+        base, other: the two peaks (bytes).
+    """
+
+    title: str
+    value: object
+    counter: str
+    base: int
+    other: int
+
+    def text(self) -> str:
+        """The regression in one line: bytes and percent of growth."""
+        grew = self.other - self.base
+        return (
+            f"{self.title} at {self.value}: peak {self.counter} grew {grew} B "
+            f"({100 * grew / self.base:+.1f} %), {self.base} B -> {self.other} B"
+        )
+
+
+def regressions(comparisons: list[Comparison], threshold: Threshold) -> list[Regression]:
+    """The values whose run peak (the gate's counter) grew beyond ``threshold``.
+
+    Args:
+        comparisons: every comparison made.
+        threshold: the growth allowed.
+
+    Returns:
+        One regression per value whose growth (other - baseline, bytes) is strictly above the
+        allowed growth.
+    """
+    out = []
+    for c in comparisons:
+        for row in c.rows:
+            if row.phase != "run peak":
+                continue
+            a, b = row.base.get(c.gate_counter), row.other.get(c.gate_counter)
+            if a is None or b is None:
+                continue
+            if b - a > threshold.allowed(a):
+                title = f"{c.base.title} {c.base.sweep.label} -> {c.other.sweep.label}"
+                out.append(Regression(title, f"{c.base.axis}={row.value}", c.gate_counter, a, b))
+    return out

@@ -1,0 +1,90 @@
+"""Reading a sweep for a comparison: its Parquet tables (of any memsweep version), else its records.
+
+Parquet written by an older memsweep has fewer columns: a column a file lacks reads as null
+(unknown), never as 0, and the sweep says which columns it lacked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from ..report import find_analysis_files
+from ..tables import PHASES_SCHEMA, RUNS_SCHEMA, build_tables
+
+
+class SweepNotFound(FileNotFoundError):
+    """A path given to compare is not a directory (nothing was read).
+
+    Args:
+        path: the path given, kept as ``self.path``.
+    """
+
+    def __init__(self, path: Path):
+        super().__init__(f"sweep directory {path} does not exist")
+        self.path = Path(path)
+
+
+@dataclass
+class Sweep:
+    """One sweep as compare reads it.
+
+    Attributes:
+        label: its short name in the output (``A``, ``B``, ...).
+        path: the directory given.
+        source: where the rows came from (the Parquet files, or the run records).
+        runs: the measured run rows (dicts; a dry run, source ``predicted``, is left out).
+        phases: their phase rows (dicts).
+        missing_columns: columns of today's runs/phases schema the Parquet files lack (an older
+            memsweep wrote them); their values are null.
+        dry_runs: how many dry runs (predictions) were left out.
+    """
+
+    label: str
+    path: Path
+    source: str
+    runs: list[dict]
+    phases: list[dict]
+    missing_columns: list[str] = field(default_factory=list)
+    dry_runs: int = 0
+
+
+def _read(path: Path) -> tuple[list[dict], list[str]]:
+    table = pq.read_table(path)
+    schema = RUNS_SCHEMA if path.name.startswith("runs") else PHASES_SCHEMA
+    return table.to_pylist(), [n for n in schema.names if n not in table.column_names]
+
+
+def load_sweep(path: Path, label: str) -> Sweep:
+    """Read a sweep directory: its newest ``runs.parquet`` and ``phases.parquet`` (those of the
+    directory, or of its latest ``analysis/<time>/``), else its run records (as ``memsweep analyze``).
+
+    Args:
+        path: a sweep directory (or a directory holding the two Parquet files).
+        label: its short name in the output.
+
+    Returns:
+        The sweep; a row lacking a column (older Parquet) lacks that key.
+
+    Raises:
+        SweepNotFound: ``path`` is not a directory.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise SweepNotFound(path)
+    files = {f.name: f for f in find_analysis_files(path)}
+    if "runs.parquet" in files and "phases.parquet" in files:
+        runs, missing_r = _read(files["runs.parquet"])
+        phases, missing_p = _read(files["phases.parquet"])
+        source = f"{files['runs.parquet']} and {files['phases.parquet'].name}"
+        missing = missing_r + [f"phases.{n}" for n in missing_p]
+    else:
+        runs_t, phases_t, _ = build_tables([path])
+        runs, phases, missing = runs_t.to_pylist(), phases_t.to_pylist(), []
+        source = "the run records (no Parquet tables found)"
+    measured = [r for r in runs if r.get("source") != "predicted"]
+    keep = {(r.get("sweep_dir"), r.get("run_id")) for r in measured}
+    phases = [p for p in phases if (p.get("sweep_dir"), p.get("run_id")) in keep]
+    return Sweep(label, path, source, measured, phases, missing, len(runs) - len(measured))

@@ -1,0 +1,288 @@
+"""Lining up comparable loads of two sweeps: per value and phase, the four counters and their
+differences; what differs between the sweeps; what could not be compared, and why.
+
+A series is one swept axis of one load in one sweep (everything but the axis fixed). The
+baseline's series are each paired with the other sweep's series of the same axis whose load
+differs in the fewest fields (the "one thing changed": dtype, precision, optimizer, allocator
+settings, torch version...). All sizes in bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from conf.contract import AXES, device_kind_of, peak_counters
+
+from ..frontier import order_key
+from .load import Sweep
+
+COUNTERS = ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved")
+"""The four counters compared, per phase (PyTorch's names)."""
+
+SWEPT = tuple(a for a in AXES if a != "dtype")
+"""Axes a series can sweep (dtype is what comparisons usually change, not an axis here)."""
+
+SPEC_FIELDS = (
+    "workload",
+    "workload_params",
+    "mode",
+    "batch",
+    "context",
+    "width",
+    "dtype",
+    "device",
+    "capacity_bytes",
+    "capacity_mode",
+    "warmup",
+    "repeats",
+    "seed",
+    "precision",
+    "optimizer",
+    "checkpointing",
+    "micro_steps",
+    "eval_batch",
+    "export",
+    "new_tokens",
+    "kv_cache",
+    "devices",
+    "isolation",
+)
+"""Run fields of the spec (what was asked for) shown when they differ between sweeps."""
+ENV_FIELDS = (
+    "device_kind",
+    "device_name",
+    "device_total_memory",
+    "torch",
+    "python",
+    "cuda",
+    "hip",
+    "driver",
+    "allocator_backend",
+    "alloc_conf",
+    "host",
+    "torch_dynamo_imported",
+    "schema_version",
+)
+"""Run fields of the environment (what the worker found) shown when they differ."""
+_GROUP = tuple(f for f in SPEC_FIELDS if f not in ("seed", "isolation"))
+
+
+@dataclass
+class Series:
+    """One swept axis of one load in one sweep.
+
+    Attributes:
+        sweep: the sweep.
+        axis: ``batch``, ``context`` or ``width``.
+        load: the fixed load (``_GROUP`` fields but the axis) of its runs.
+        by_value: value -> its runs.
+        kind: the device kind (``cpu``, ``cuda``, ``unknown``).
+    """
+
+    sweep: Sweep
+    axis: str
+    load: dict
+    by_value: dict
+    kind: str
+
+    @property
+    def title(self) -> str:
+        """``"batch sweep (context=64 width=64 dtype=float32)"``."""
+        fixed = " ".join(f"{k}={self.load.get(k)}" for k in AXES if k != self.axis and self.load.get(k) is not None)
+        return f"{self.axis} sweep ({fixed})"
+
+
+def series_of(sweep: Sweep) -> list[Series]:
+    """Every axis of ``sweep`` swept over two or more values with everything else fixed.
+
+    Args:
+        sweep: the sweep.
+
+    Returns:
+        One series per (axis, fixed load), in axis order.
+    """
+    out = []
+    for axis in SWEPT:
+        groups: dict[tuple, list[dict]] = {}
+        for r in sweep.runs:
+            if r.get(axis) is None:
+                continue
+            groups.setdefault(tuple(str(r.get(k)) for k in _GROUP if k != axis), []).append(r)
+        for rs in groups.values():
+            values = sorted({r[axis] for r in rs})
+            if len(values) < 2:
+                continue
+            by_value = {v: [r for r in rs if r[axis] == v] for v in values}
+            load = {k: rs[0].get(k) for k in _GROUP if k != axis}
+            kinds = {device_kind_of(r.get("device_kind"), r.get("device")) for r in rs}
+            out.append(Series(sweep, axis, load, by_value, kinds.pop() if len(kinds) == 1 else "mixed"))
+    return out
+
+
+@dataclass
+class Row:
+    """One value and phase (or the run's peak, ``phase`` = ``run peak``) of a comparison.
+
+    Attributes:
+        value: the axis's value.
+        phase: the phase name; ``run peak`` for the largest over the run's phases.
+        base, other: counter -> bytes in the baseline and the other sweep (None: not recorded).
+    """
+
+    value: object
+    phase: str
+    base: dict
+    other: dict
+
+    def diff(self, counter: str) -> int | None:
+        """other - base (bytes); None when either is missing."""
+        a, b = self.base.get(counter), self.other.get(counter)
+        return None if a is None or b is None else b - a
+
+    def ratio(self, counter: str) -> float | None:
+        """other / base; None when either is missing or the base is 0."""
+        a, b = self.base.get(counter), self.other.get(counter)
+        return None if a is None or b is None or not a else b / a
+
+
+@dataclass
+class Comparison:
+    """A series of the baseline against one of another sweep.
+
+    Attributes:
+        base, other: the two series (``other`` None when the other sweep has none to pair).
+        gate_counter: the peak compared with the capacity on their device (the gate's counter).
+        rows: per common value, the run-peak row then one row per phase in both runs.
+        not_comparable: why the pair, a value or a phase could not be compared (one line each).
+        comparable: False when nothing of the pair could be compared.
+    """
+
+    base: Series
+    other: Series | None
+    gate_counter: str
+    rows: list[Row] = field(default_factory=list)
+    not_comparable: list[str] = field(default_factory=list)
+    comparable: bool = True
+
+
+def _run_of(runs: list[dict], counter: str) -> dict | None:
+    """The run a value is represented by: its ok run with the largest ``counter`` peak."""
+    ok = [r for r in runs if r.get("outcome") == "ok"]
+    return max(ok, key=lambda r: r.get(counter) or 0) if ok else None
+
+
+def _phase_counters(sweep: Sweep, run: dict) -> dict[str, dict]:
+    """phase name -> the four counters (a phase recorded several times: the largest of each)."""
+    out: dict[str, dict] = {}
+    for p in sweep.phases:
+        if p.get("sweep_dir") != run.get("sweep_dir") or p.get("run_id") != run.get("run_id"):
+            continue
+        cur = out.setdefault(p.get("phase"), {"_index": p.get("phase_index") or 0})
+        for c in COUNTERS:
+            v = p.get(c)
+            if v is not None:
+                cur[c] = v if cur.get(c) is None else max(cur[c], v)
+    return out
+
+
+def _differing(base: Series, other: Series) -> int:
+    return sum(1 for k in base.load if str(base.load.get(k)) != str(other.load.get(k)))
+
+
+def compare_series(base: Series, candidates: list[Series]) -> Comparison:
+    """Compare a baseline series with the best-matching series of another sweep.
+
+    Args:
+        base: the baseline's series.
+        candidates: the other sweep's series.
+
+    Returns:
+        The comparison; ``comparable`` False (with the reason) when no series of the same axis
+        exists, the devices' counters mean different things, or no value ran ok in both.
+    """
+    gate = peak_counters(base.kind if base.kind in ("cpu", "cuda") else "cuda")[0]
+    same_axis = [c for c in candidates if c.axis == base.axis]
+    if not same_axis:
+        cmp = Comparison(base, None, gate, comparable=False)
+        cmp.not_comparable.append(f"{base.title}: the other sweep has no {base.axis} sweep")
+        return cmp
+    other = min(same_axis, key=lambda c: _differing(base, c))
+    cmp = Comparison(base, other, gate)
+    if base.kind != other.kind:
+        cmp.comparable = False
+        cmp.not_comparable.append(
+            f"{base.title}: measured on {base.kind} in {base.sweep.label} and on {other.kind} in "
+            f"{other.sweep.label}: the counters measure different things (CPU: tracked tensor bytes and the "
+            "process resident set; CUDA: the caching allocator)"
+        )
+        return cmp
+    values = sorted(set(base.by_value) | set(other.by_value), key=lambda v: order_key(base.axis, v))
+    for v in values:
+        where = f"{base.axis}={v}"
+        if v not in base.by_value or v not in other.by_value:
+            missing = base.sweep.label if v not in base.by_value else other.sweep.label
+            cmp.not_comparable.append(f"{where}: not run in {missing}")
+            continue
+        a, b = _run_of(base.by_value[v], gate), _run_of(other.by_value[v], gate)
+        if a is None or b is None:
+            outcomes = {
+                s.label: ", ".join(sorted({str(r.get("outcome")) for r in rs}))
+                for s, rs in ((base.sweep, base.by_value[v]), (other.sweep, other.by_value[v]))
+            }
+            cmp.not_comparable.append(
+                f"{where}: no run ok in both ({'; '.join(f'{k}: {o}' for k, o in outcomes.items())}); a run that "
+                "did not complete has a partial peak, not the memory the load needs"
+            )
+            continue
+        cmp.rows.append(
+            Row(
+                v,
+                "run peak",
+                {c: a.get(c) for c in COUNTERS if c.startswith("max_")},
+                {c: b.get(c) for c in COUNTERS if c.startswith("max_")},
+            )
+        )
+        pa_, pb = _phase_counters(base.sweep, a), _phase_counters(other.sweep, b)
+        for name in sorted(set(pa_) | set(pb), key=lambda n: (pa_.get(n) or pb.get(n))["_index"]):
+            if name not in pa_ or name not in pb:
+                cmp.not_comparable.append(
+                    f"{where} phase {name}: recorded only in {base.sweep.label if name in pa_ else other.sweep.label}"
+                )
+                continue
+            cmp.rows.append(
+                Row(v, name, {c: pa_[name].get(c) for c in COUNTERS}, {c: pb[name].get(c) for c in COUNTERS})
+            )
+    if not cmp.rows:
+        cmp.comparable = False
+        cmp.not_comparable.append(f"{base.title}: no value ran ok in both sweeps")
+    return cmp
+
+
+def _values(sweep: Sweep, key: str) -> list[str]:
+    if key in sweep.missing_columns:
+        return ["not recorded (older Parquet)"]
+    vals = sorted({json.dumps(r.get(key), default=str) if r.get(key) is not None else "null" for r in sweep.runs})
+    return vals
+
+
+def differences(sweeps: list[Sweep], axes: list[str]) -> list[tuple[str, str, list[str]]]:
+    """What differs between the sweeps, field by field.
+
+    Args:
+        sweeps: the sweeps, baseline first.
+        axes: the swept axes (their values differ by design and are left out).
+
+    Returns:
+        ``(kind, field, [values in each sweep])`` for every spec or environment field whose set of
+        values is not the same in every sweep; kind is ``spec`` or ``environment``.
+    """
+    out = []
+    for kind, fields in (("spec", SPEC_FIELDS), ("environment", ENV_FIELDS)):
+        for f in fields:
+            if f in axes:
+                continue
+            per = [", ".join(_values(s, f)) for s in sweeps]
+            if len(set(per)) > 1:
+                out.append((kind, f, per))
+    return out

@@ -1,0 +1,199 @@
+"""The answer, first: in words and numbers, beside the main plot (the top of the report).
+
+Per swept axis: ``max_ok`` and ``min_oom`` (observed), the recommended value under the stated
+margin (calculated under the assumed policy) and the headroom it leaves, in bytes and percent
+of the capacity; the fitted peak (calculated, ``analysis.fit``) and where it reaches the
+capacity and the capacity minus the margin.
+"""
+
+from __future__ import annotations
+
+from conf.contract import gib
+
+from ..doc import Doc, Image
+from .fit import crossing, evaluate, fit_axis
+from .fmt import axis_label, nbytes, pct
+from .margin import MarginPolicy, basis
+from .stats import AxisResult
+
+CURVE_POINTS = 80
+"""Points of the fitted curve drawn on a plot."""
+
+
+def axis_fit(a: AxisResult) -> tuple[dict | None, dict[str, float | None]]:
+    """The fitted peak of an axis's ok values and where it reaches the capacity levels.
+
+    Args:
+        a: the axis result.
+
+    Returns:
+        (``fit_axis``'s dict or None, ``{"capacity": x, "capacity - margin": x}``: the axis
+        values, extrapolated, where the fit reaches each level; None when it never does; empty
+        without a fit or a capacity).
+    """
+    ok = [(s.value, s.used) for s in a.values if s.all_ok and s.used is not None]
+    fit = fit_axis(a.axis, [x for x, _ in ok], [y for _, y in ok])
+    crossings: dict[str, float | None] = {}
+    if fit is not None and a.capacity:
+        crossings["capacity"] = crossing(fit["coeffs"], a.capacity)
+        if a.margin_bytes:
+            crossings["capacity - margin"] = crossing(fit["coeffs"], a.capacity - a.margin_bytes)
+    return fit, crossings
+
+
+def axis_image(a: AxisResult, plots, name: str, figsize: tuple[float, float] = (7.5, 4.6), other: bool = True) -> Image:
+    """The main plot of an axis: its peaks (ok runs joined, failed runs as unjoined markers),
+    the fitted curve and its crossings, capacity and capacity minus the margin, the frontier.
+
+    Args:
+        a: the axis result.
+        plots: ``analysis.plots``, or a stand-in whose every figure is empty bytes.
+        name: the image's file name.
+        figsize: inches.
+        other: also draw the other counter (on the CPU the resident set above its start, which
+            would set the scale of the figure; the answer's plot leaves it out there).
+
+    Returns:
+        The figure, with its caption.
+    """
+    used_c, other_c = basis(a.kind)
+    cpu = a.kind == "cpu"
+    other = other or not cpu
+    points = [
+        {
+            "value": s.value,
+            "outcome": "ok" if s.all_ok else (s.status if len(s.outcomes) == 1 else "mixed"),
+            "used": s.used,
+            "other": None if not other else (s.other if not cpu else s.above_start),
+        }
+        for s in a.values
+    ]
+    fit, crossings = axis_fit(a)
+    curve = None
+    if fit is not None:
+        lo = min(fit["xs"])
+        hi = max([max(fit["xs"])] + [x for x in crossings.values() if x and x < 4 * max(fit["xs"])])
+        if hi > lo:
+            geometric = lo > 0 and hi / lo >= 4
+            xs = [
+                lo * (hi / lo) ** (i / (CURVE_POINTS - 1)) if geometric else lo + (hi - lo) * i / (CURVE_POINTS - 1)
+                for i in range(CURVE_POINTS)
+            ]
+            curve = (xs, [evaluate(fit["coeffs"], x) for x in xs])
+    png = plots.axis_plot(
+        a.axis,
+        points,
+        a.capacity,
+        a.margin_bytes,
+        f"peak {used_c}",
+        "reserved above start (RSS)" if cpu else f"peak {other_c}",
+        a.max_ok,
+        a.min_oom,
+        title=f"peak memory vs {a.axis}: {a.load_title}",
+        curve=curve,
+        crossings={k: v for k, v in crossings.items() if v and curve and v <= curve[0][-1]},
+        figsize=figsize,
+    )
+    return Image(
+        name,
+        png,
+        f"Peak `{used_c}` (compared with the capacity)"
+        + ((" and the resident set above its start" if cpu else f" and peak `{other_c}`") if other else "")
+        + f" against {a.axis} (observed; ok runs joined, a run that did not complete is a red cross with its "
+        "partial peak), the fitted peak (calculated) and where it reaches the capacity and the capacity minus "
+        "the margin (assumed).",
+    )
+
+
+def _size(n: int | None) -> str:
+    return f"{nbytes(n)} B ({gib(n)} GiB)"
+
+
+def answer_lines(a: AxisResult, policy: MarginPolicy, crossings: dict[str, float | None]) -> list[str]:
+    """The answer for one axis, in words and numbers (inline markup).
+
+    Args:
+        a: the axis result.
+        policy: the margin policy.
+        crossings: ``axis_fit``'s crossings.
+
+    Returns:
+        A few sentences: the edge (observed), the recommended value and its headroom
+        (calculated under the assumed margin), the headroom at max_ok and the fit's crossings.
+    """
+    ax, counter = a.axis, f"`{a.used_counter}`"
+    out = []
+    if a.max_ok is not None and a.min_oom is not None:
+        exact = "exact: neighbours among the values run" if a.frontier.get("exact") else "values between were not run"
+        out.append(
+            f"**{axis_label(ax, a.max_ok)} fits; {axis_label(ax, a.min_oom)} runs out of memory** (observed; {exact})."
+        )
+    elif a.max_ok is not None:
+        out.append(f"**Every value run fits, up to {axis_label(ax, a.max_ok)}** (observed): the edge lies above.")
+    elif a.min_oom is not None:
+        out.append(f"**Nothing fits**: already {axis_label(ax, a.min_oom)} ran out of memory (observed).")
+    else:
+        out.append(f"**No value of {ax} ran ok and none ran out of memory**: see the outcomes (observed).")
+    cap = a.capacity
+    if a.recommended is not None:
+        used = a.stat(a.recommended).used
+        out.append(
+            f"Recommended: **{axis_label(ax, a.recommended)}** under the margin {policy.short()} "
+            f"({_size(a.margin_bytes)} kept free, assumed): peak {counter} {_size(used)}, headroom "
+            f"**{_size(cap - used)}, {pct(cap - used, cap)}** of the capacity {_size(cap)}."
+        )
+    else:
+        out.append(f"Recommended: none under the margin {policy.short()} ({a.reason}).")
+    if a.margin_at_max_ok is not None and a.max_ok != a.recommended:
+        out.append(
+            f"At max_ok ({axis_label(ax, a.max_ok)}): peak {_size(a.used_at_max_ok)}, headroom "
+            f"{_size(a.margin_at_max_ok)}, {pct(a.margin_at_max_ok, cap)} of the capacity."
+        )
+    if crossings:
+        out.append(
+            "Fitted peak (calculated): "
+            + "; ".join(
+                f"reaches the {k} at {ax} ≈ {v:.0f}" if v else f"never reaches the {k}" for k, v in crossings.items()
+            )
+            + "."
+        )
+    if a.kind == "cpu":
+        out.append("CPU runs: tracked tensor bytes, not a GPU measurement.")
+    return out
+
+
+def main_axis(axes: list[AxisResult]) -> AxisResult | None:
+    """The axis the answer's plot shows: the first with both sides of the edge, else one
+    with an ok value, else the first."""
+    for test in (
+        lambda a: a.max_ok is not None and a.min_oom is not None,
+        lambda a: a.max_ok is not None,
+        lambda a: True,
+    ):
+        found = next((a for a in axes if test(a)), None)
+        if found is not None:
+            return found
+    return None
+
+
+def answer_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, plots) -> None:
+    """Append the answer block: each axis's answer in words and numbers beside the main plot.
+
+    Args:
+        doc: the document appended to.
+        axes: the axis results.
+        policy: the margin policy.
+        plots: ``analysis.plots``, or a stand-in whose every figure is empty bytes.
+    """
+    main = main_axis(axes)
+    if main is None:
+        doc.answer(["No variable was swept over two or more values: no edge to state."], None)
+        return
+    if len(axes) == 1:
+        items = answer_lines(main, policy, axis_fit(main)[1])
+    else:
+        items = [
+            f"{a.title}: " + " ".join(answer_lines(a, policy, axis_fit(a)[1]))
+            for a in [main] + [a for a in axes if a is not main]
+        ]
+    doc.answer(items, axis_image(main, plots, f"answer_{main.axis}.png", figsize=(6.4, 4.4), other=False))

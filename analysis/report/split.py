@@ -1,0 +1,224 @@
+"""Per phase, the peak split into parameters, gradients, optimizer states and activations
+(calculated), drawn against the capacity.
+
+The split is never measured: a real run's counters hold only the total. It comes, in order of
+preference, from a dry run of the same load (``predicted_*_bytes`` of its phases, the
+categories of torch.distributed._tools.mem_tracker), from the estimator's replay of the mlp
+workload per phase (``analysis.estimate.mlp_phases``), or from the estimate of the whole run
+(the runs table's ``est_*`` columns, one bar). Bytes throughout.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..doc import Doc, Image
+from ..estimate import estimate_for_spec, mlp_phases
+from .fmt import axis_label, nbytes
+from .stats import AxisResult
+
+PARTS = ("parameters", "gradients", "optimizer states", "activations")
+"""The four parts of the split, in stacking order."""
+
+_DRY_RUN_FIELDS = {
+    "parameters": "predicted_parameter_bytes",
+    "gradients": "predicted_gradient_bytes",
+    "optimizer states": "predicted_optimizer_state_bytes",
+    "activations": "predicted_activation_bytes",
+}
+_ESTIMATE_COMPONENTS = {
+    "parameters": ("weights",),
+    "gradients": ("gradients",),
+    "optimizer states": ("optimizer_states",),
+    "activations": ("activations", "kv_cache", "temporaries"),
+}
+
+
+@dataclass
+class Split:
+    """The calculated split of one run's peak, per phase.
+
+    Attributes:
+        value: the value of the swept axis it is for.
+        source: where the split comes from, in words (a dry run, the estimator's replay, the
+            whole-run estimate).
+        phases: the phase names, in protocol order.
+        parts: part (PARTS) -> bytes per phase (None: not known).
+        observed: the measured ``max_memory_allocated`` of each phase (bytes; None when the
+            phase was not measured), shown beside the calculated bars, never added to them.
+    """
+
+    value: object
+    source: str
+    phases: list[str]
+    parts: dict[str, list[int | None]]
+    observed: list[int | None]
+
+
+def _spec_of(run: dict) -> dict:
+    """The spec fields of a runs-table row that the estimator reads."""
+    try:
+        params = json.loads(run.get("workload_params") or "{}")
+    except json.JSONDecodeError:
+        params = {}
+    spec = {k: run.get(k) for k in ("batch", "context", "width", "dtype", "mode", "device", "warmup", "repeats")}
+    spec["workload"] = {"name": run.get("workload"), **(params if isinstance(params, dict) else {})}
+    for k in ("precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export"):
+        if run.get(k) is not None:
+            spec[k] = run[k]
+    return {k: v for k, v in spec.items() if v is not None}
+
+
+def _observed(run: dict, names: list[str]) -> list[int | None]:
+    peaks: dict[str, int] = {}
+    for p in run.get("_phases") or []:
+        v = p.get("max_memory_allocated")
+        if v is not None:
+            peaks[p["phase"]] = max(peaks.get(p["phase"], v), v)
+    return [peaks.get(n) for n in names]
+
+
+def _from_dry_run(a: AxisResult, value, predicted: list[dict], predicted_phases: list[dict]) -> Split | None:
+    keys = ("workload", "workload_params", "mode", "batch", "context", "width", "dtype")
+    target = {**a.fixed, a.axis: value}
+    base = a.runs[0] if a.runs else {}
+    for r in predicted:
+        if any(r.get(k) != (target[k] if k in target else base.get(k)) for k in keys):
+            continue
+        rows = [p for p in predicted_phases if p["sweep_dir"] == r["sweep_dir"] and p["run_id"] == r["run_id"]]
+        rows = sorted(rows, key=lambda p: p.get("phase_index") or 0)
+        rows = [p for p in rows if p.get(_DRY_RUN_FIELDS["activations"]) is not None]
+        if not rows:
+            continue
+        names = list(dict.fromkeys(p["phase"] for p in rows))
+        best = {}
+        for p in rows:  # a phase recorded several times: the row of its largest peak
+            peak = p.get("max_memory_allocated") or 0
+            if p["phase"] not in best or peak > (best[p["phase"]].get("max_memory_allocated") or 0):
+                best[p["phase"]] = p
+        parts = {part: [best[n].get(field) for n in names] for part, field in _DRY_RUN_FIELDS.items()}
+        return Split(value, f"dry run `{r['run_id']}` (fake tensors, predicted)", names, parts, [])
+    return None
+
+
+def _from_replay(run: dict, value) -> Split | None:
+    spec = _spec_of(run)
+    try:
+        if estimate_for_spec(spec) is None:
+            return None
+        workload = spec["workload"]
+        phases = mlp_phases(
+            spec["batch"],
+            spec["context"],
+            spec["width"],
+            dtype=spec.get("dtype", "float32"),
+            mode=spec.get("mode", "inference"),
+            depth=workload.get("depth", 4),
+            hidden=workload.get("hidden"),
+            activation=workload.get("activation", "gelu"),
+            device=spec.get("device", "cpu"),
+            warmup=spec.get("warmup", 3),
+            repeats=spec.get("repeats", 5),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    best = {}
+    for p in phases:
+        if p.name not in best or p.peak > best[p.name].peak:
+            best[p.name] = p
+    names = list(best)
+    parts = {
+        part: [sum(getattr(best[n].at_peak, c) or 0 for c in comps) for n in names]
+        for part, comps in _ESTIMATE_COMPONENTS.items()
+    }
+    source = "the estimator's replay of the mlp workload, phase by phase"
+    return Split(value, source, names, parts, _observed(run, names))
+
+
+def _from_estimate(run: dict, value) -> Split | None:
+    cols = {c: run.get(f"est_{c}_bytes") for comps in _ESTIMATE_COMPONENTS.values() for c in comps}
+    if all(v is None for v in cols.values()):
+        return None
+    parts = {part: [sum(cols[c] or 0 for c in comps)] for part, comps in _ESTIMATE_COMPONENTS.items()}
+    return Split(
+        value,
+        "the estimate of the whole run (runs.parquet `est_*`: at the run's peak)",
+        ["whole run"],
+        parts,
+        [run.get("max_memory_allocated")],
+    )
+
+
+def calculated_split(a: AxisResult, predicted: list[dict], predicted_phases: list[dict]) -> Split | None:
+    """The calculated split of the peak at the recommended value (else ``max_ok``, else the
+    smallest value run) of one axis.
+
+    Args:
+        a: the axis result.
+        predicted: the dry-run rows of the runs table (source ``predicted``).
+        predicted_phases: their phase rows (``predicted_*_bytes``).
+
+    Returns:
+        The split, or None when neither a dry run, the estimator nor an estimate covers the load.
+    """
+    value = next((v for v in (a.recommended, a.max_ok) if v is not None), a.values[0].value if a.values else None)
+    st = a.stat(value)
+    if st is None:
+        return None
+    run = next((r for r in st.runs if r.get("outcome") == "ok"), st.runs[0])
+    split = _from_dry_run(a, value, predicted, predicted_phases)
+    if split is not None:
+        split.observed = _observed(run, split.phases)
+        return split
+    return _from_replay(run, value) or _from_estimate(run, value)
+
+
+def split_section(doc: Doc, axes: list[AxisResult], predicted: list[dict], predicted_phases: list[dict], plots) -> None:
+    """Append "The peak by phase, split (calculated)": per axis a stacked bar per phase of the
+    calculated split at the chosen value, against the capacity, with the observed peaks beside.
+
+    Args:
+        doc: the document appended to.
+        axes: the axis results.
+        predicted, predicted_phases: the dry runs and their phase rows (may be empty).
+        plots: ``analysis.plots``, or a stand-in whose every figure is empty bytes.
+    """
+    doc.h(2, "The peak by phase: parameters, gradients, optimizer states, activations")
+    shown = False
+    for i, a in enumerate(axes):
+        split = calculated_split(a, predicted, predicted_phases)
+        if split is None:
+            continue
+        shown = True
+        totals = [sum(v[j] or 0 for v in split.parts.values()) for j in range(len(split.phases))]
+        top = max(range(len(totals)), key=lambda j: totals[j])
+        doc.p(
+            f"{a.title}, at {axis_label(a.axis, split.value)}: the split is **calculated** from {split.source}; "
+            f"the counters of a real run hold only the total (shown beside as observed). Largest calculated "
+            f"phase peak: {split.phases[top]}, {nbytes(totals[top])} B, of which "
+            + ", ".join(f"{p} {nbytes(split.parts[p][top])} B" for p in PARTS)
+            + "."
+        )
+        doc.image(
+            Image(
+                f"split{i}_{a.axis}.png",
+                plots.split_plot(
+                    split.phases,
+                    {p: split.parts[p] for p in PARTS},
+                    split.observed or [None] * len(split.phases),
+                    a.capacity,
+                    a.margin_bytes,
+                    f"calculated split of the peak by phase, {axis_label(a.axis, split.value)}, against the capacity",
+                    "observed max_memory_allocated (measured)",
+                ),
+                f"Per phase, the peak split into parameters, gradients, optimizer states and activations "
+                f"(calculated from {split.source}) against the capacity; black diamonds: the measured "
+                "`max_memory_allocated` of the phase (observed).",
+            )
+        )
+    if not shown:
+        doc.p(
+            "No split available: no dry run of these loads, and no estimate (the estimator covers the mlp "
+            "workload with its default mode options; `dry_run=true` splits any load)."
+        )
