@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import sys
+from typing import Any
 
 import torch
 
@@ -148,7 +149,7 @@ def cuda_capacity(counters, capacity_bytes: int | None, backend: str | None = No
         limits.append(allocator_limit(fraction, total))
         nominal = nominal if nominal is not None else capacity_bytes / total
     known = [v for v in outside_all if v is not None]
-    out = {
+    out: dict[str, Any] = {
         "capacity_method": "device total_memory",
         "outside_allocator_start_bytes": max(known) if known else None,
         "device_not_free": "; ".join(busy) or None,
