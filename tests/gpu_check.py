@@ -100,8 +100,8 @@ def check_sweep(out: Path, rows: list) -> list[str]:
     rows.append(("capacity OOM", not failures, " ".join(f"{b}:{o}" for b, o in sorted(outcomes.items()))))
     if ok:
         rec = records[min(ok)]
-        cold = next(p for p in rec["phases"] if p["name"] == "cold_forward")
-        kept = cold["memory_allocated"] - cold["memory_allocated_start"]
+        cold = next((p for p in rec["phases"] if p["name"] == "cold_forward"), {})
+        kept = (cold.get("memory_allocated") or 0) - (cold.get("memory_allocated_start") or 0)
         outside = [p["outside_allocator_bytes"] for p in rec["phases"]]
         cfg = rec["environment"].get("cublas_workspace_config") or "unset"
         rows.append(("cold keeps (cuBLAS)", kept >= 0, f"{kept} B kept by cold_forward, CUBLAS_WORKSPACE_CONFIG {cfg}"))
@@ -109,9 +109,9 @@ def check_sweep(out: Path, rows: list) -> list[str]:
         rows.append(
             (
                 "outside allocator",
-                all(isinstance(v, int) and v > 0 for v in outside),
-                f"start {cap.get('outside_allocator_start_bytes')} B, phases {min(outside)}..{max(outside)} B, "
-                f"fraction {cap.get('memory_fraction'):.6f} (nominal {cap.get('memory_fraction_nominal'):.6f})",
+                bool(outside) and all(isinstance(v, int) and v > 0 for v in outside),
+                f"start {cap.get('outside_allocator_start_bytes')} B, phases {outside} B, "
+                f"fraction {cap.get('memory_fraction')} (nominal {cap.get('memory_fraction_nominal')})",
             )
         )
     return failures
