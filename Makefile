@@ -3,27 +3,34 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# The CPU build of PyTorch 2.13.0 is pinned here: an unpinned torch pulls a multi-GB CUDA build.
+# PyTorch 2.13.0 is pinned here. From PyPI on Linux x86-64 this is a CUDA build (GBs); for the CPU-only
+# build set TORCH_INDEX=https://download.pytorch.org/whl/cpu. The build installed is printed either way.
 TORCH  := torch==2.13.0
+TORCH_INDEX ?=
 
-.PHONY: install run test lint format bench gpu-check clean
+.PHONY: install run test lint format bench gpu-check gpu-wheels clean
+# Say which PyTorch build the venv holds (CPU-only is named as such; never a GPU claim).
+SAY_BUILD := import torch; b = ("CUDA " + torch.version.cuda) if torch.version.cuda else ("ROCm " + torch.version.hip) if torch.version.hip else "CPU-only"; print(f"memsweep: PyTorch {torch.__version__}, a {b} build, in $(VENV)")
 
 $(STAMP): pyproject.toml Makefile
-	@echo "memsweep: creating $(VENV) and installing torch (CPU build) and memsweep; the first time takes a few minutes"
+	@echo "memsweep: creating $(VENV) and installing $(TORCH) ($(if $(TORCH_INDEX),from $(TORCH_INDEX),PyPI's build for this platform)) and memsweep; the first time takes a few minutes"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
 	$(PY) -m pip install --quiet -e ".[test,hf,lint]" --config-settings editable_mode=compat
 	touch $(STAMP)
+	@$(PY) -c '$(SAY_BUILD)'
 
 install: $(STAMP)
 
 # The default job: a batch sweep of the mlp workload at an emulated capacity, then the frontier;
 # the sweep's end writes report.md / report.html into the sweep directory and prints the path.
 run: $(STAMP)
+	@$(PY) -c '$(SAY_BUILD)'
 	$(VENV)/bin/memsweep sweep sweep=batch capacity=256MiB
 
 test: $(STAMP)
+	@$(PY) -c '$(SAY_BUILD)'
 	$(PY) -m pytest -q
 
 # One formatter and linter (ruff, configured in pyproject.toml) and the type checker (mypy) on the
@@ -43,9 +50,23 @@ bench: $(STAMP)
 		|| echo "memsweep bench: the optional peers (lightning, accelerate) could not be installed; their columns are skipped"
 	$(PY) -m tests.bench.run_all $(BENCH)
 
-# On a machine with a GPU: a small sweep on cuda:0 and checks of the counters.
-gpu-check: $(STAMP)
-	$(PY) tests/gpu_check.py
+# On a GPU machine as it is (README "First GPU check"): the interpreter that holds its CUDA PyTorch
+# (>= 2.4), no venv and no torch install; missing pure-Python dependencies are unpacked from
+# .gpu-wheels/ (ignored; made here by `make gpu-wheels`, carried there) into .gpu-site/.
+GPU_PYTHON ?= python3
+gpu-check:
+	$(GPU_PYTHON) tests/gpu_check.py
+
+# Here, with a package index: the wheels memsweep needs beside what a CUDA image has (hydra-core,
+# omegaconf, antlr4-python3-runtime; antlr4 4.9.3 is published as a source archive only, so its
+# pure-Python wheel is built here), for Python 3.12, into .gpu-wheels/ (a few hundred KB).
+GPU_WHEELS := .gpu-wheels
+gpu-wheels:
+	mkdir -p $(GPU_WHEELS)
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux2014_x86_64 -d $(GPU_WHEELS) "hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4"
+	$(PYTHON) -m pip wheel --quiet --no-deps -w $(GPU_WHEELS) "antlr4-python3-runtime==4.9.3"
+	@du -sh $(GPU_WHEELS); ls $(GPU_WHEELS)
 
 clean:
-	rm -rf $(VENV) results multirun outputs
+	rm -rf $(VENV) results multirun outputs .gpu-site

@@ -21,6 +21,7 @@ from conf.contract import (
     EXTRA_COUNTERS,
     OOM_DETAIL_FIELDS,
     PEAK_SPLIT_FIELDS,
+    PER_DEVICE_EXTRAS,
     PHASE_COUNTERS,
     SIZE_FIELDS,
     SPEC_FILE,
@@ -117,6 +118,16 @@ RUNS_SCHEMA = pa.schema(
         ("parameters", pa.int64()),
         ("parameter_bytes", pa.int64()),
         ("devices", pa.int64()),
+        # CUDA: the memory outside the caching allocator (context, handles, kernels), the fraction
+        # applied for capacity minus it, and what made the measurement doubtful
+        ("max_outside_allocator_bytes", pa.int64()),
+        ("outside_allocator_start_bytes", pa.int64()),
+        ("memory_fraction", pa.float64()),
+        ("memory_fraction_nominal", pa.float64()),
+        ("allocator_limit_bytes", pa.int64()),
+        ("device_not_free", pa.string()),
+        ("allocator_backend_warning", pa.string()),
+        ("cublas_workspace_config", pa.string()),
     ]
 )
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``cold_*`` /
@@ -125,9 +136,16 @@ cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's 
 analysis/estimate/), never measured; ``estimate_error`` = (est_peak_bytes -
 max_memory_allocated) / max_memory_allocated. ``parameters``, ``parameter_bytes``: the model's,
 by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for
-a spec written before the field, which was a one-device run); the peaks are those of cuda:0."""
+a spec written before the field, which was a one-device run); on several devices the peaks are the
+largest over the devices (conf.contract.phase_peak), the one the capacity is compared with.
+``max_outside_allocator_bytes``: the largest per-phase ``outside_allocator_bytes`` (total - free -
+reserved, bytes); ``outside_allocator_start_bytes``, ``memory_fraction`` (applied, for capacity minus
+the start footprint), ``memory_fraction_nominal`` (capacity / total), ``allocator_limit_bytes``,
+``device_not_free`` and ``allocator_backend_warning``: the record's ``capacity`` (CUDA)."""
 
-DEVICE_TYPE = pa.list_(pa.struct([("device_index", pa.int64()), *[(name, pa.int64()) for name in DEVICE_COUNTERS]]))
+DEVICE_TYPE = pa.list_(
+    pa.struct([("device_index", pa.int64()), *[(name, pa.int64()) for name in DEVICE_COUNTERS + PER_DEVICE_EXTRAS]])
+)
 """Type of the phases table's ``devices`` column: one struct per device of a multi-device run."""
 
 PHASES_SCHEMA = pa.schema(
@@ -295,6 +313,19 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "parameters": _int((record.get("model") or {}).get("parameters")),
         "parameter_bytes": _int((record.get("model") or {}).get("parameter_bytes")),
         "devices": _int(spec.get("devices", 1)),
+        "max_outside_allocator_bytes": phase_peak(phases, "outside_allocator_bytes"),
+        **{
+            k: _dict(record.get("capacity")).get(k)
+            for k in (
+                "outside_allocator_start_bytes",
+                "memory_fraction",
+                "memory_fraction_nominal",
+                "allocator_limit_bytes",
+                "device_not_free",
+                "allocator_backend_warning",
+            )
+        },
+        "cublas_workspace_config": env.get("cublas_workspace_config"),
     }
     row.update(estimate_columns(spec.get("estimate"), row["max_memory_allocated"], row["outcome"]))
     return row
@@ -349,7 +380,10 @@ def _devices(value) -> list[dict] | None:
     if not isinstance(value, list):
         return None
     return [
-        {"device_index": _int(d.get("device_index")), **{name: _int(d.get(name)) for name in DEVICE_COUNTERS}}
+        {
+            "device_index": _int(d.get("device_index")),
+            **{name: _int(d.get(name)) for name in DEVICE_COUNTERS + PER_DEVICE_EXTRAS},
+        }
         for d in value
         if isinstance(d, dict)
     ]

@@ -1,327 +1,184 @@
-"""`make gpu-check`: the CUDA path, checked on a machine with a GPU (not part of `make test`).
+"""`make gpu-check`: memsweep's CUDA path on a GPU machine as it is (not part of `make test`).
 
-Runs a small batch sweep of the mlp on cuda:0 through the real `memsweep sweep` command at an
-emulated capacity (set_per_process_memory_fraction) chosen so that the list holds fitting and
-OOM values, then checks every recorded phase:
+Runs with the interpreter that holds the machine's CUDA PyTorch (>= 2.4; no venv, nothing
+installed but the missing pure-Python dependencies, unpacked from the wheels brought along in
+.gpu-wheels/: tests/gpu_env.py). Says in one line which build it found, then runs the cases for
+a first GPU in one go (within about 5 minutes on one GPU) and prints a compact table:
 
-* the counters come from torch.cuda / torch.accelerator (never the CPU tracker);
-* memory_allocated <= memory_reserved, at the start and at the end of each phase;
-* max_memory_allocated >= memory_allocated, max_memory_reserved >= memory_reserved;
-* max_memory_allocated <= max_memory_reserved;
-* the emulated capacity produced at least one `oom`, classified from torch.OutOfMemoryError,
-  and the frontier's max_ok and min_oom are runs that happened.
+* counters protocol: every phase of a batch sweep of the mlp on cuda:0 at an emulated 1 GiB,
+  allocated <= reserved, peaks >= current values, allocated peak <= reserved peak, CUDA sources;
+* capacity OOM: the sweep holds ok and oom runs, each OOM CUDA's own (matched case-insensitively),
+  the allocator's limit never under capacity minus the footprint, no reserved peak above it;
+* cold vs warm: what the cold phase keeps of an inference run (cuBLAS workspaces and autotuning),
+  with CUBLAS_WORKSPACE_CONFIG recorded;
+* memory outside the allocator: measured in every phase and at set-up (total - free - reserved);
+* peak reset between phases, bf16 and autocast, generation: tests/gpu_cases.py ``check_modes``;
+* one snapshot for one OOM run (snapshot_on_oom on a single run, Python stacks, bounded);
+* dry run vs measured per phase: ``check_dry_run``; with 2+ GPUs the pool and devices=2.
 
-Then the modes of the workloads issue (``check_modes``), one worker each on cuda:0: a transformer
-training step under bf16 autocast with checkpointing, gradient accumulation, eval and export; a
-generation with a static KV cache; a Llama-style hf generation when transformers is installed.
-Checked: every phase and sub-phase ok with CUDA counters, the extra counters present
-(``num_alloc_retries``, ``num_ooms``, ``inactive_split_bytes``, ``device_free_memory``), the
-KV cache bytes equal to 2 x layers x kv_heads x head_dim x tokens x bytes x batch, and the
-optimizer states appearing in the first step only.
-
-Then ``check_dry_run``: a CUDA dry run (fake tensors) against the measured run of the same
-spec, per phase (model_load exact, the rest printed with its error).
-
-With 2+ GPUs, also the pool (one concurrent run per GPU) and a run with ``devices=2``
-(``check_devices``: two device entries per phase, cuda:0's peak equal to the main counter).
-
-Exit 0 when every check passes, 1 when one fails, 2 when no GPU is visible (nothing checked).
+Exit 0 when every check passes, 1 when one fails, 2 when nothing could be checked (no GPU
+visible, a CPU-only build, PyTorch too old, a dependency without its wheel).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+from gpu_env import ROOT, child_env, describe_build, install_missing, torch_info
+
+SWEEP_BATCHES = (1, 8, 32, 64, 128, 256)  # mlp width 1024, context 512: 8 MiB of hidden activation per item
+CAPACITY = 2**30
+
+
+def is_cuda_oom(message: str | None) -> bool:
+    """Whether an error message is the CUDA caching allocator's OOM ("CUDA out of memory", any case)."""
+    return "out of memory" in (message or "").lower()
+
+
+def probe_line(out: dict) -> str:
+    """The worker's --probe answer as one line; a crashed probe is said so, never an IndexError."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "worker", "--probe", "cuda:0"], capture_output=True, text=True, env=child_env()
+    )
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        out.update(available=False, reason=f"the probe crashed (exit {proc.returncode}): {tail}")
+    else:
+        out.update(json.loads(lines[-1]))
+    return f"{out.get('device_name')}, total_memory {out.get('total_memory')} B" if out.get("available") else ""
+
+
+def check_sweep(out: Path, rows: list) -> list[str]:
+    """The batch sweep at an emulated 1 GiB: protocol, capacity OOM, cold vs warm, outside memory."""
+    cmd = [sys.executable, "-m", "sweeper.cli", "sweep", "device=cuda:0", "capacity=1GiB", "context=512"]
+    cmd += ["width=1024", "batch=" + ",".join(map(str, SWEEP_BATCHES)), f"hydra.sweep.dir={out}", "sweep=none"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=child_env(), cwd=ROOT)
+    if proc.returncode != 0:
+        return [f"sweep failed ({proc.returncode}): {proc.stderr[-3000:]}"]
+    failures, outcomes, records = [], {}, {}
+    for path in sorted(out.glob("*/record.json")):
+        rec = json.loads(path.read_text())
+        batch = rec["spec"]["batch"]
+        outcomes[batch], records[batch] = rec["outcome"], rec
+        if not str(rec["counter_sources"]["memory_allocated"]).startswith(("cuda:", "hip:")):
+            failures.append(f"batch={batch}: counters not from the CUDA allocator")
+        for p in rec["phases"]:
+            a0, r0, a, r = (
+                p["memory_allocated_start"],
+                p["memory_reserved_start"],
+                p["memory_allocated"],
+                p["memory_reserved"],
+            )
+            ma, mr = p["max_memory_allocated"], p["max_memory_reserved"]
+            if None in (a0, r0, a, r, ma, mr):
+                failures.append(f"batch={batch} {p['name']}: a counter is missing")
+            elif not (a0 <= r0 and a <= r and ma >= a and mr >= r and ma <= mr):
+                failures.append(f"batch={batch} {p['name']}: counters out of order {(a0, r0, a, r, ma, mr)}")
+            if not isinstance(p.get("outside_allocator_bytes"), int):
+                failures.append(f"batch={batch} {p['name']}: outside_allocator_bytes not measured")
+        cap = rec.get("capacity") or {}
+        start, limit = cap.get("outside_allocator_start_bytes"), cap.get("allocator_limit_bytes")
+        if not isinstance(start, int) or not isinstance(limit, int) or limit < CAPACITY - start:
+            failures.append(f"batch={batch}: allocator limit {limit} under capacity - footprint {start}")
+        peak = max((p["max_memory_reserved"] or 0) for p in rec["phases"]) if rec["phases"] else 0
+        if isinstance(limit, int) and peak > limit:
+            failures.append(f"batch={batch}: reserved peak {peak} above the allocator limit {limit}")
+        if rec["outcome"] == "oom" and not is_cuda_oom(rec["error_message"]):
+            failures.append(f"batch={batch}: oom without CUDA's OOM message: {rec['error_message']}")
+        if "cublas_workspace_config" not in (rec.get("environment") or {}):
+            failures.append(f"batch={batch}: CUBLAS_WORKSPACE_CONFIG not recorded")
+    ok = [b for b, o in outcomes.items() if o == "ok"]
+    if not ok or "oom" not in outcomes.values():
+        failures.append(f"expected ok and oom runs at {CAPACITY} B, got {outcomes}")
+    rows.append(("capacity OOM", not failures, " ".join(f"{b}:{o}" for b, o in sorted(outcomes.items()))))
+    if ok:
+        rec = records[min(ok)]
+        cold = next((p for p in rec["phases"] if p["name"] == "cold_forward"), {})
+        kept = (cold.get("memory_allocated") or 0) - (cold.get("memory_allocated_start") or 0)
+        outside = [p["outside_allocator_bytes"] for p in rec["phases"]]
+        cfg = rec["environment"].get("cublas_workspace_config") or "unset"
+        rows.append(("cold keeps (cuBLAS)", kept >= 0, f"{kept} B kept by cold_forward, CUBLAS_WORKSPACE_CONFIG {cfg}"))
+        cap = rec["capacity"]
+        rows.append(
+            (
+                "outside allocator",
+                bool(outside) and all(isinstance(v, int) and v > 0 for v in outside),
+                f"start {cap.get('outside_allocator_start_bytes')} B, phases {outside} B, "
+                f"fraction {cap.get('memory_fraction')} (nominal {cap.get('memory_fraction_nominal')})",
+            )
+        )
+    return failures
+
+
+def check_snapshot(out: Path, rows: list) -> list[str]:
+    """One OOM run with snapshot_on_oom: the OOM recorded, the snapshot kept and bounded."""
+    from conf.contract import RunSpec
+    from sweeper.process import execute
+
+    spec = dict(batch=max(SWEEP_BATCHES), context=512, width=1024, device="cuda:0", capacity_bytes=CAPACITY)
+    result = execute(RunSpec.from_dict({**spec, "snapshot_on_oom": True, "timeout_s": 120}), out)
+    rec = json.loads((out / "record.json").read_text())
+    snap = rec.get("oom_snapshot") or {}
+    kept = snap.get("file") and (out / snap["file"]).is_file()
+    failures = [] if result["outcome"] == "oom" else [f"snapshot run: {result['outcome']}: {result['error_message']}"]
+    if not kept:
+        failures.append(f"snapshot_on_oom: no snapshot kept: {snap}")
+    rows.append(
+        ("one OOM snapshot", not failures, f"{result['outcome']}, {snap.get('bytes')} B, {snap.get('problem')}")
+    )
+    return failures
 
 
 def main() -> int:
-    probe = subprocess.run([sys.executable, "-m", "worker", "--probe", "cuda:0"], capture_output=True, text=True)
-    info = json.loads(probe.stdout.strip().splitlines()[-1])
-    if not info.get("available"):
-        print(f"gpu-check: no GPU visible ({info.get('reason')}); nothing checked")
+    t0 = time.monotonic()
+    info = torch_info()
+    usable, line = describe_build(info)
+    print(line)
+    if not usable:
         return 2
-    print(f"gpu-check: {info['device_name']}, total_memory {info['total_memory']} B")
+    try:
+        installed = install_missing()
+    except RuntimeError as exc:
+        print(exc)
+        return 2
+    print(f"gpu-check: installed from .gpu-wheels: {', '.join(installed) or 'nothing (all present)'}")
+    os.environ["PYTHONPATH"] = child_env()["PYTHONPATH"]  # for the workers started from this process
+    sys.path.insert(0, str(ROOT))
+    probe: dict = {}
+    device = probe_line(probe)
+    if not probe.get("available"):
+        print(f"gpu-check: no GPU visible to the worker ({probe.get('reason')}); nothing checked")
+        return 2
+    print(f"gpu-check: {device}")
+    import gpu_cases
+
     out = Path(tempfile.mkdtemp(prefix="memsweep-gpu-check-"))
-    # width 1024, context 512: the (batch, 512, 4096) fp32 hidden activation is 8 MiB per batch element.
-    cmd = [
-        sys.executable,
-        "-m",
-        "sweeper.cli",
-        "sweep",
-        "device=cuda:0",
-        "capacity=1GiB",
-        "context=512",
-        "width=1024",
-        "batch=1,8,32,64,128,256",
-        "snapshot_on_oom=true",
-        f"hydra.sweep.dir={out}/sweep",
-        "sweep=none",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    print(proc.stdout[-4000:])
-    if proc.returncode != 0:
-        print(proc.stderr[-4000:])
-        return 1
-    failures, outcomes = [], {}
-    for record_path in sorted((out / "sweep").glob("*/record.json")):
-        record = json.loads(record_path.read_text())
-        batch = record["spec"]["batch"]
-        outcomes[batch] = record["outcome"]
-        if not record["counter_sources"]["memory_allocated"].startswith(("cuda:", "hip:")):
-            failures.append(f"batch={batch}: counters not from the CUDA allocator: {record['counter_sources']}")
-        for p in record["phases"]:
-            where = f"batch={batch} {p['name']}"
-            a0, r0 = p["memory_allocated_start"], p["memory_reserved_start"]
-            a, r, ma, mr = (
-                p["memory_allocated"],
-                p["memory_reserved"],
-                p["max_memory_allocated"],
-                p["max_memory_reserved"],
-            )
-            if None in (a0, r0, a, r, ma, mr):
-                failures.append(f"{where}: a counter is missing: {p}")
-                continue
-            checks = {
-                "allocated_start <= reserved_start": a0 <= r0,
-                "allocated <= reserved": a <= r,
-                "max_allocated >= allocated": ma >= a,
-                "max_reserved >= reserved": mr >= r,
-                "max_allocated <= max_reserved": ma <= mr,
-            }
-            failures += [f"{where}: {name} fails ({p})" for name, ok in checks.items() if not ok]
-        if record["outcome"] == "oom":
-            snap = record.get("oom_snapshot") or {}
-            if not snap.get("file") or not (record_path.parent / snap["file"]).is_file():
-                failures.append(f"batch={batch}: snapshot_on_oom=true but no snapshot kept: {snap}")
-        if record["outcome"] == "oom" and "out of memory" not in (record["error_message"] or ""):
-            failures.append(f"batch={batch}: oom without the CUDA OOM message: {record['error_message']}")
-    print("gpu-check outcomes by batch:", dict(sorted(outcomes.items())))
-    failures += check_pool(info, out)
-    failures += check_devices(info, out)
-    if "oom" not in outcomes.values() or "ok" not in outcomes.values():
-        failures.append(f"expected both ok and oom at capacity=1GiB, got {outcomes}")
-    failures += check_modes(out / "modes")
-    failures += check_dry_run(out / "dry")
+    rows: list = []
+    failures = check_sweep(out / "sweep", rows)
+    failures += check_snapshot(out / "snapshot", rows)
+    for name, case, label in (
+        ("modes", lambda: gpu_cases.check_modes(out / "modes"), "bf16 autocast, peak reset, generate"),
+        ("dry run", lambda: gpu_cases.check_dry_run(out / "dry"), "dry run vs measured per phase"),
+        ("pool", lambda: gpu_cases.check_pool(probe, out), "one run per GPU (2+ GPUs)"),
+        ("devices=2", lambda: gpu_cases.check_devices(probe, out), "per-device counters (2+ GPUs)"),
+    ):
+        found = case()
+        rows.append((name, not found, label if not found else f"{len(found)} failure(s)"))
+        failures += found
+    print(f"\n{'check':<22} {'result':<6} values")
+    for name, ok, values in rows:
+        print(f"{name:<22} {'ok' if ok else 'FAIL':<6} {values}")
     for f in failures:
         print("FAIL", f)
-    print("gpu-check:", "all checks passed" if not failures else f"{len(failures)} check(s) failed")
+    print(f"gpu-check: {len(failures)} failure(s) in {time.monotonic() - t0:.0f} s; files in {out}")
     return 1 if failures else 0
-
-
-def check_modes(out: Path) -> list[str]:
-    """Run the train, generate (and hf) modes on cuda:0 and check their records; returns failures."""
-    import importlib.util
-
-    from conf.contract import RunSpec
-    from sweeper.process import execute
-
-    lm = {"name": "transformer", "layers": 4, "heads": 8, "kv_heads": 2, "vocab": 32000}
-    base = dict(batch=4, context=512, width=512, device="cuda:0", warmup=1, repeats=2, timeout_s=600)
-    specs = {
-        "train": dict(
-            base,
-            mode="train",
-            dtype="bfloat16",
-            precision="autocast",
-            workload=lm,
-            checkpointing=True,
-            micro_steps=2,
-            eval_batch=8,
-            export=True,
-        ),
-        "generate": dict(base, mode="generate", dtype="bfloat16", workload=lm, new_tokens=32, kv_cache="static"),
-    }
-    if importlib.util.find_spec("transformers") is not None:
-        specs["hf_generate"] = dict(
-            base,
-            mode="generate",
-            dtype="bfloat16",
-            new_tokens=32,
-            workload={
-                "name": "hf",
-                "config": "LlamaConfig",
-                "overrides": {
-                    "num_hidden_layers": 4,
-                    "hidden_size": 512,
-                    "intermediate_size": 1376,
-                    "num_attention_heads": 8,
-                    "num_key_value_heads": 2,
-                    "vocab_size": 32000,
-                },
-            },
-        )
-    failures = []
-    for name, spec in specs.items():
-        result = execute(RunSpec.from_dict(spec), out / name)
-        record = json.loads((out / name / "record.json").read_text())
-        print(f"gpu-check {name}: {result['outcome']} ({len(record['phases'])} phases)")
-        if result["outcome"] != "ok":
-            failures.append(f"{name}: {result['outcome']} in {result['failed_phase']}: {result['error_message']}")
-            continue
-        for p in record["phases"]:
-            for key in (
-                "max_memory_allocated",
-                "max_memory_reserved",
-                "num_alloc_retries",
-                "num_ooms",
-                "inactive_split_bytes",
-                "device_free_memory",
-                "device_total_memory",
-            ):
-                if not isinstance(p.get(key), int):
-                    failures.append(f"{name} {p['name']}: {key} missing ({p.get(key)!r})")
-            if p.get("kv_cache_bytes") is not None:
-                d = record["model"]["dims"]
-                tokens = spec["context"] + spec["new_tokens"]  # static cache (and a full dynamic one after decode)
-                if spec.get("kv_cache") == "static" or p["sub_phase"] == "decode":
-                    expected = 2 * d["layers"] * d["kv_heads"] * d["head_dim"] * tokens * 2 * spec["batch"]
-                    if p["kv_cache_bytes"] != expected:
-                        failures.append(f"{name} {p['name']}: kv_cache_bytes {p['kv_cache_bytes']} != {expected}")
-        if name == "train":
-            opt = [p for p in record["phases"] if p["sub_phase"] == "optimizer_step"]
-            grew = [p["memory_allocated"] - p["memory_allocated_start"] for p in opt]
-            states = opt[0]["optimizer_state_bytes"]  # storage bytes; the allocator rounds to 512 B
-            if not (
-                states > 0 and states <= grew[0] - grew[1] <= 1.01 * states + 512 * 64 and all(g <= 0 for g in grew[1:])
-            ):
-                failures.append(f"train: optimizer states ({states} B) should appear in the first step only: {grew}")
-    return failures
-
-
-def check_pool(info: dict, out: Path) -> list[str]:
-    """With several GPUs: one concurrent worker per GPU (joblib + pool=gpus), never two on one GPU."""
-    n = int(info.get("device_count") or 1)
-    if n < 2:
-        print("gpu-check: one GPU visible, the concurrent pool check needs two or more (skipped)")
-        return []
-    batches = ",".join(str(b) for b in range(1, 2 * n + 1))
-    cmd = [
-        sys.executable,
-        "-m",
-        "sweeper.cli",
-        "sweep",
-        "device=cuda",
-        "pool=gpus",
-        "hydra/launcher=joblib",
-        f"hydra.launcher.n_jobs={n}",
-        f"batch={batches}",
-        "context=512",
-        "width=1024",
-        "sweep=none",
-        f"hydra.sweep.dir={out}/pool",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    if proc.returncode != 0:
-        return [f"pool sweep failed: {proc.stderr[-2000:]}"]
-    runs = []
-    for path in (out / "pool").glob("*/record.json"):
-        rec = json.loads(path.read_text())
-        runs.append((rec["started_at"], rec["updated_at"], rec["environment"]["cuda_visible_devices"], rec["outcome"]))
-    failures = [f"pool run not ok: {r}" for r in runs if r[3] != "ok"]
-    for i, a in enumerate(runs):
-        failures += [
-            f"two concurrent runs on GPU {a[2]}" for b in runs[i + 1 :] if a[0] < b[1] and b[0] < a[1] and a[2] == b[2]
-        ]
-    used = sorted({r[2] for r in runs})
-    print(f"gpu-check pool: {len(runs)} runs over GPUs {used}")
-    return failures
-
-
-def check_devices(info: dict, out: Path) -> list[str]:
-    """With 2+ GPUs: `memsweep run devices=2 pool=gpus` (mlp, small) leases two GPUs and records,
-    per phase, two device entries (cuda:0, cuda:1), cuda:0's max_memory_allocated > 0 and equal
-    to the phase's main counter (the run's counters are cuda:0's)."""
-    if int(info.get("device_count") or 1) < 2:
-        print("gpu-check: one GPU visible, the devices=2 check needs two or more (skipped)")
-        return []
-    run_dir = out / "devices"
-    cmd = [
-        sys.executable,
-        "-m",
-        "sweeper.cli",
-        "run",
-        "device=cuda",
-        "devices=2",
-        "pool=gpus",
-        "batch=4",
-        "context=128",
-        "width=256",
-        "warmup=1",
-        "repeats=1",
-        f"hydra.run.dir={run_dir}",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    record_path = run_dir / "record.json"
-    if proc.returncode != 0 or not record_path.is_file():
-        return [f"devices=2 run failed ({proc.returncode}): {proc.stderr[-2000:]}"]
-    record = json.loads(record_path.read_text())
-    failures = [] if record["outcome"] == "ok" else [f"devices=2 run: {record['outcome']}: {record['error_message']}"]
-    visible = (record["environment"]["cuda_visible_devices"] or "").split(",")
-    if len(visible) != 2:
-        failures.append(f"devices=2 run leased {visible}, not two GPUs")
-    for p in record["phases"]:
-        devices = p.get("devices") or []
-        if [d.get("device_index") for d in devices] != [0, 1]:
-            failures.append(f"devices=2 {p['name']}: device entries {devices}")
-            continue
-        peak0 = devices[0]["max_memory_allocated"]
-        if not (isinstance(peak0, int) and peak0 > 0 and peak0 == p["max_memory_allocated"]):
-            failures.append(
-                f"devices=2 {p['name']}: cuda:0 max_memory_allocated {peak0} vs main {p['max_memory_allocated']}"
-            )
-    print(f"gpu-check devices=2: {record['outcome']}, GPUs {visible}, {len(record['phases'])} phases")
-    return failures
-
-
-def check_dry_run(out: Path) -> list[str]:
-    """The same mlp inference and train specs on cuda:0, measured and dry-run (fake CUDA tensors,
-    512 B blocks): model_load's memory_allocated must agree exactly (weights: their bytes in 512 B
-    blocks on both sides); every other phase's predicted max_memory_allocated is printed next to
-    the measured one with the relative error (library workspaces, e.g. cuBLAS's, are in the
-    measured bytes only: printed, not failed)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from conf.contract import RunSpec
-    from sweeper.process import execute
-
-    failures = []
-    for mode in ("inference", "train"):
-        base = dict(
-            batch=8,
-            context=256,
-            width=512,
-            device="cuda:0",
-            mode=mode,
-            warmup=1,
-            repeats=1,
-            workload={"name": "mlp", "depth": 2},
-            timeout_s=600,
-        )
-        records = {}
-        for kind, extra in (("measured", {}), ("predicted", {"dry_run": True})):
-            run_dir = out / f"{mode}-{kind}"
-            result = execute(RunSpec.from_dict({**base, **extra}), run_dir)
-            if result["outcome"] != "ok":
-                failures.append(f"dry-run check {mode} {kind}: {result['outcome']}: {result['error_message']}")
-                break
-            records[kind] = json.loads((run_dir / "record.json").read_text())
-        if len(records) < 2:
-            continue
-        if records["predicted"].get("cuda_initialized") is not False:
-            failures.append(f"dry-run check {mode}: the dry run initialised CUDA")
-        print(f"gpu-check dry run vs measured, mlp {mode} (bytes, max_memory_allocated per phase):")
-        for m, p in zip(records["measured"]["phases"], records["predicted"]["phases"]):
-            mp, pp = m["max_memory_allocated"], p["max_memory_allocated"]
-            err = (pp - mp) / mp if mp else float("nan")
-            print(f"  {m['name']:<28} measured {mp:>12} predicted {pp:>12} ({err:+.2%})")
-            if m["name"] == "model_load" and m["memory_allocated"] != p["memory_allocated"]:
-                failures.append(
-                    f"dry-run check {mode}: model_load memory_allocated measured "
-                    f"{m['memory_allocated']} != predicted {p['memory_allocated']}"
-                )
-    return failures
 
 
 if __name__ == "__main__":

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, coerce_table, phase_rows
-from conf.contract import DEVICE_COUNTERS, Run, RunSpec, SpecError
+from conf.contract import DEVICE_COUNTERS, PER_DEVICE_EXTRAS, Run, RunSpec, SpecError
 from sweeper.pool import gpu_slots, lease, placement
 from sweeper.process import RunDirError, check_resumable
-from worker.counters import CudaCounters, MultiDeviceCounters, apply_cuda_capacity_per_device, make_counters
+from worker.counters import CudaCounters, MultiDeviceCounters, allocator_limit, cuda_capacity, make_counters
 from worker.protocol import run_phase
 
 MiB = 2**20
@@ -227,6 +227,9 @@ def test_per_device_readings_land_per_device_and_main_counters_are_device_0(tmp_
         "memory_reserved": 14 * MiB,
         "max_memory_allocated": 17 * MiB,
         "max_memory_reserved": 18 * MiB,
+        "num_ooms": 0,  # the per-device extras (PER_DEVICE_EXTRAS) from each device's extra()
+        "device_free_memory": None,
+        "outside_allocator_bytes": None,
     }
     assert second == {
         "device_index": 1,
@@ -236,6 +239,9 @@ def test_per_device_readings_land_per_device_and_main_counters_are_device_0(tmp_
         "memory_reserved": 2 * MiB,
         "max_memory_allocated": 6 * MiB,
         "max_memory_reserved": None,
+        "num_ooms": 99,
+        "device_free_memory": None,
+        "outside_allocator_bytes": None,
     }  # unreadable: null, not 0
     for name in DEVICE_COUNTERS:  # the run's main counters are cuda:0's
         assert phase[name] == first[name] and isinstance(phase[name], int)
@@ -305,16 +311,26 @@ def test_the_real_cuda_counters_read_each_device_by_its_index(tmp_path):
 
 
 def test_capacity_is_applied_to_each_device(monkeypatch):
+    """Each device's allocator gets the capacity minus its own footprint outside the allocator
+    (total - free - reserved: 1 GiB on cuda:0, 3 GiB on cuda:1, flagged as not free)."""
     set_calls = []
     totals = {0: 80 * 2**30, 1: 40 * 2**30}
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (totals[i] // 2, totals[i]))
+    outside = {0: 2**30, 1: 3 * 2**30}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (totals[i] - outside[i], totals[i]))
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, i: set_calls.append((i, f)))
     counters = make_counters(torch.device("cuda", 0), 2)
-    capacity = apply_cuda_capacity_per_device(counters, 8 * 2**30)
-    assert set_calls == [(0, 0.1), (1, 0.2)]
-    assert capacity["memory_fraction"] == 0.1 and capacity["memory_fractions"] == [0.1, 0.2]
+    for d in counters.per_device():
+        d._api = FakeAllocatorApi()
+        d.memory_reserved = lambda: 0
+    capacity = cuda_capacity(counters, 8 * 2**30)
+    assert [i for i, _ in set_calls] == [0, 1]
+    assert [allocator_limit(f, totals[i]) for i, f in set_calls] == [7 * 2**30, 5 * 2**30]
+    assert capacity["memory_fractions"] == [f for _, f in set_calls] and capacity["memory_fraction_nominal"] == 0.1
+    assert capacity["outside_allocator_start_bytes"] == 3 * 2**30  # the largest over the devices
+    assert capacity["device_not_free"].startswith("cuda:1: 3221225472 B in use outside")  # above 2 GiB: flagged
+    assert capacity["allocator_limit_bytes"] == 7 * 2**30
     with pytest.raises(ValueError, match="exceeds"):
-        apply_cuda_capacity_per_device(counters, 50 * 2**30)  # more than cuda:1 has
+        cuda_capacity(counters, 50 * 2**30)  # more than cuda:1 has
 
 
 # --- analysis --------------------------------------------------------------------------------
@@ -342,7 +358,7 @@ def test_phases_table_has_the_nested_devices_column():
     assert devices[1] is None and devices[2] is None
     assert [d["device_index"] for d in devices[0]] == [0, 1]
     assert devices[0][1]["max_memory_reserved"] is None and devices[0][1]["memory_reserved_start"] == MiB
-    assert devices[0][0] == {**entry, "device_index": 0}
+    assert devices[0][0] == {**entry, "device_index": 0, **dict.fromkeys(PER_DEVICE_EXTRAS)}
 
 
 def test_a_corrupt_devices_entry_is_null_not_zero():
@@ -351,7 +367,7 @@ def test_a_corrupt_devices_entry_is_null_not_zero():
         "devices": [{"device_index": 0, "memory_allocated": "12", "max_memory_allocated": True}, "garbage"],
     }
     (row,) = phase_rows(_run([bad]), "0", Path("/s"))
-    assert row["devices"] == [{"device_index": 0, **dict.fromkeys(DEVICE_COUNTERS)}]
+    assert row["devices"] == [{"device_index": 0, **dict.fromkeys(DEVICE_COUNTERS + PER_DEVICE_EXTRAS)}]
     assert coerce_table([{**row, "devices": "x"}], PHASES_SCHEMA).column("devices").to_pylist() == [None]
 
 

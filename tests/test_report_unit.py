@@ -364,9 +364,9 @@ def test_training_sub_phases_are_stacked_and_decomposed():
     ]
     inc = peak_increments(phases, order, "max_memory_allocated")
     assert sum(inc) == w + 40 * MiB and inc[-1] == 8 * MiB
-    parts = dict(decomposition(phases, w + 40 * MiB))
+    parts = dict(decomposition(phases, w + 40 * MiB, "train"))
     assert parts["weights (left by model_load)"] == w
-    assert parts["kept after the first pass/step (gradients, optimizer states)"] == 30 * MiB
+    assert parts["kept after the first pass/step (gradients, optimizer states, cuBLAS workspaces)"] == 30 * MiB
     transient = [v for k, v in parts.items() if k.startswith("transient")]
     assert transient == [9 * MiB]  # the peak (warm_step.forward, 2nd step) minus what was live at its start
 

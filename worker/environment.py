@@ -47,16 +47,23 @@ def resolve_device(requested: str):
 
 
 def bf16_supported(device) -> bool:
-    """Whether ``device`` (torch.device) runs bfloat16 natively: always on the CPU;
-    torch.cuda.is_bf16_supported(including_emulation=False) on CUDA (PyTorch doc)."""
+    """Whether ``device`` (torch.device) runs bfloat16 natively, read from that device itself.
+
+    torch.cuda.is_bf16_supported (torch/cuda/__init__.py) asks the *current* device: ROCm builds
+    are True, else ``get_device_properties(current_device()).major >= 8`` (without emulation).
+    The same test is made here on ``device``'s own properties, so a run on cuda:1 is not judged
+    by cuda:0. Always True on the CPU.
+    """
     import torch
 
     if device.type != "cuda":
         return True
-    try:
-        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    except TypeError:  # older PyTorch without the argument
-        return bool(torch.cuda.is_bf16_supported())
+    if torch.version.hip:
+        return True
+    if not torch.cuda.is_available():
+        return False
+    index = device.index if device.index is not None else 0
+    return bool(torch.cuda.get_device_properties(index).major >= 8)
 
 
 def device_memory(device) -> tuple[int | None, int | None, str | None]:
@@ -119,6 +126,9 @@ def environment(device, dry_run: bool = False) -> dict:
         "driver": _driver_version() if device.type == "cuda" and not no_device else None,
         "allocator_backend": torch.cuda.get_allocator_backend() if device.type == "cuda" and not no_device else None,
         "alloc_conf": env_alloc_conf(),
+        # cuBLAS workspaces come from the caching allocator (their size: this variable, or the
+        # default per handle and stream): memory the cold phase keeps, in no gradient
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),

@@ -13,6 +13,7 @@ torch, ``worker.counters`` and ``worker.workloads`` (which import torch) are imp
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import os
 import sys
 import traceback
@@ -33,6 +34,7 @@ from conf.contract import (
 from .environment import bf16_supported, device_memory, environment, resolve_device
 from .plan import MODEL_LOAD, plan
 from .protocol import run_phase
+from .snapshot import enable_history, save_oom_then_dump
 
 
 def _now() -> str:
@@ -134,38 +136,6 @@ def _ballast_bytes() -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
-SNAPSHOT_MAX_ENTRIES = 100_000  # allocator events kept: bounds the snapshot's size
-SNAPSHOT_MAX_BYTES = 256 * 2**20
-
-
-def dump_snapshot(run_dir: Path) -> dict:
-    """Write the CUDA allocator snapshot of an OOM run to run_dir/oom_snapshot.pickle.
-
-    The file is PyTorch's own format (torch.cuda.memory._dump_snapshot), meant for
-    pytorch.org/memory_viz; memsweep writes it and never loads it. A snapshot above
-    SNAPSHOT_MAX_BYTES is deleted and the record says so.
-
-    Args:
-        run_dir: the run directory.
-
-    Returns:
-        The record's ``oom_snapshot``: ``file`` (name, or None), ``bytes`` (its size), and
-        ``problem`` (why there is no file, or None); never raises for a failed snapshot.
-    """
-    import torch  # imported by measure already (see the module docstring)
-
-    path = run_dir / "oom_snapshot.pickle"
-    try:
-        torch.cuda.memory._dump_snapshot(str(path))
-    except Exception as exc:  # noqa: BLE001 - a failed snapshot must not hide the OOM
-        return {"file": None, "bytes": None, "problem": f"{type(exc).__name__}: {exc}"}
-    size = path.stat().st_size
-    if size > SNAPSHOT_MAX_BYTES:
-        path.unlink()
-        return {"file": None, "bytes": size, "problem": f"larger than {SNAPSHOT_MAX_BYTES} B: deleted"}
-    return {"file": path.name, "bytes": size, "max_entries": SNAPSHOT_MAX_ENTRIES, "problem": None}
-
-
 def measure(spec: RunSpec, rec: Recorder) -> int:
     """Run every phase of ``spec``, recording each in ``rec``; torch is imported here.
 
@@ -186,11 +156,11 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
             "error", EXIT_UNAVAILABLE, error_type="TorchUnavailable", message=f"PyTorch is not installed: {exc}"
         )
     from .counters import (
+        DeviceNotFree,
         DryRunCounters,
         apply_cpu_allocator_capacity,
         apply_cpu_process_capacity,
-        apply_cuda_capacity,
-        apply_cuda_capacity_per_device,
+        cuda_capacity,
         dry_run_unsupported,
         fake_cuda_autograd_available,
         make_counters,
@@ -271,12 +241,10 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         capacity = {"capacity_method": "device total_memory"}
         if spec.dry_run:
             capacity = {"capacity_method": "none (dry run: fake tensors use no memory; nothing is limited)"}
+        elif device.type == "cuda":  # the footprint outside the allocator, then the capacity on every device
+            capacity = cuda_capacity(counters, spec.capacity_bytes, rec.data["environment"].get("allocator_backend"))
         elif spec.capacity_bytes is not None:
-            if device.type == "cuda" and spec.devices > 1:  # the same emulated capacity on every device
-                capacity = apply_cuda_capacity_per_device(counters, spec.capacity_bytes)
-            elif device.type == "cuda":
-                capacity = apply_cuda_capacity(counters, spec.capacity_bytes, total)
-            elif spec.capacity_mode == "process":
+            if spec.capacity_mode == "process":
                 torch.ones(64, 64) @ torch.ones(64, 64)  # start the intra-op thread pool before the limit
                 capacity = apply_cpu_process_capacity(spec.capacity_bytes)
             else:
@@ -286,11 +254,14 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         )
         ballast = bytes(b"\x01" * (_ballast_bytes() or 0))  # a process that holds other memory too
         rec.data["environment"]["ballast_bytes"] = len(ballast) or None  # held until the worker ends
-        if spec.snapshot_on_oom:
-            # PyTorch doc, "Understanding CUDA Memory Usage": record the allocator's history so
-            # that an OOM can be dumped as a snapshot (viewable at pytorch.org/memory_viz).
-            torch.cuda.memory._record_memory_history(max_entries=SNAPSHOT_MAX_ENTRIES)
+        snapshot_off = None
+        if spec.snapshot_on_oom:  # in its own guard: a failure is noted, the run goes on (worker/snapshot.py)
+            snapshot_off = enable_history(torch.cuda.memory)
+            if snapshot_off is not None:
+                rec.data["oom_snapshot"] = snapshot_off
         rec.save()
+    except DeviceNotFree as exc:
+        return rec.finish("error", EXIT_UNAVAILABLE, phase="setup", exc=exc)
     except Exception as exc:  # noqa: BLE001
         traceback.print_exc()
         return rec.finish("error", EXIT_ERROR, phase="setup", exc=exc)
@@ -338,8 +309,9 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
                 phase.update(status="error", error_type="DryRunUnsupported", error_message=unsupported)
                 return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported", message=unsupported)
             code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
-            if phase["status"] == "oom" and spec.snapshot_on_oom:
-                rec.data["oom_snapshot"] = dump_snapshot(rec.path.parent)
+            if phase["status"] == "oom" and spec.snapshot_on_oom and snapshot_off is None:
+                finish = functools.partial(rec.finish, "oom", code, phase=name, exc=exc)
+                return save_oom_then_dump(rec, finish, rec.path.parent, torch.cuda.memory)
             return rec.finish(phase["status"], code, phase=name, exc=exc)
         if name == MODEL_LOAD:
             rec.data["model"] = workload.model_info()

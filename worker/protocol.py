@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from conf.contract import PER_DEVICE_EXTRAS
+
 from .classify import classify_failure
 
 if TYPE_CHECKING:  # worker.counters imports torch; this module must not (see above)
@@ -71,8 +73,8 @@ def run_phase(
     ``devices``: when ``counters`` offers ``per_device()`` (a run on several devices,
     ``counters.MultiDeviceCounters``), a list with one entry per device, in order:
     ``device_index`` and the six counters of ``conf.contract.DEVICE_COUNTERS`` (bytes, read at the
-    same protocol points as the main counters; null when one cannot be read, never 0).
-    Null otherwise.
+    same protocol points as the main counters; null when one cannot be read, never 0), and that
+    device's ``conf.contract.PER_DEVICE_EXTRAS`` from its ``extra()``. Null otherwise.
 
     Args:
         counters: the run's counters (the ``Counters`` protocol).
@@ -163,6 +165,12 @@ def run_phase(
             max_memory_allocated=read(d.max_memory_allocated),
             max_memory_reserved=read(d.max_memory_reserved),
         )
+    for entry, d in zip(devices or (), per_device or ()):  # the extras that differ by device
+        try:
+            extra = d.extra()
+            entry.update({name: extra.get(name) for name in PER_DEVICE_EXTRAS})
+        except Exception:  # noqa: BLE001 - missing, never 0
+            entry.update(dict.fromkeys(PER_DEVICE_EXTRAS))
     phase["devices"] = devices
     try:
         phase.update(counters.extra())

@@ -62,10 +62,36 @@ def peak_increments(run_phases: list[dict], order: list[str], counter: str) -> l
 PART_NAMES = {
     "weights": "weights (left by model_load)",
     "inputs": "inputs (left by inputs)",
-    "state": "kept after the first pass/step (gradients, optimizer states)",
+    "state": "kept after the first pass/step",
     "transient": "transient at the peak (activations, temporaries)",
 }
-"""The parts of ``decomposition``, by key, as the report names them."""
+"""The parts of ``decomposition``, by key, as the report names them (a part's name starts so)."""
+
+STATE_CONTENTS = {
+    "train": "(gradients, optimizer states, cuBLAS workspaces)",
+    None: "(cuBLAS workspaces, autotuning and other lazily created buffers: no gradients nor optimizer states)",
+}
+"""What the memory kept after the first pass/step holds, by mode (``train``, else any other).
+
+cuBLAS allocates its workspace through the caching allocator at its first matrix product on a
+stream (aten/src/ATen/cuda/CublasHandlePool.cpp, ``getCurrentCUDABlasHandle`` and
+``getCUDABlasLtWorkspace``; size from CUBLAS_WORKSPACE_CONFIG, 32 MiB per handle and stream by
+default on Hopper, one more for backward's thread) and keeps it: memory_allocated after the cold
+phase includes it in every mode, so an inference run keeps tens of MiB that are no state at all."""
+
+
+def state_label(mode: str | None) -> str:
+    """The name of the "kept after the first pass/step" part for a run of ``mode``.
+
+    Args:
+        mode: the run's mode (``inference``, ``train``, ``generate``) or None.
+
+    Returns:
+        ``PART_NAMES["state"]`` followed by what it holds in that mode (``STATE_CONTENTS``).
+    """
+    return f"{PART_NAMES['state']} {STATE_CONTENTS.get(mode, STATE_CONTENTS[None])}"
+
+
 OBSERVED_COUNTERPART = {
     "weights": "weights",
     "gradients": "state",
@@ -76,12 +102,12 @@ OBSERVED_COUNTERPART = {
 """Estimator component (``est_<component>_bytes``) -> the key of the observed part (PART_NAMES) it is compared with."""
 
 
-def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, int]]:
+def decomposition(run_phases: list[dict], peak: int | None, mode: str | None = None) -> list[tuple[str, int]]:
     """Observed split of a run's peak allocated bytes, from the counters between phases.
 
     weights = what model_load left allocated; inputs = what the inputs phase left;
     kept after the first step = what cold_forward/cold_step left (gradients and optimizer
-    states in training); transient = the peak minus what was live when its phase began
+    states in training; cuBLAS workspaces in every mode); transient = the peak minus what was live when its phase began
     (activations, temporaries). Whatever else was live at the peak's phase start is 'other'.
 
     Args:
@@ -89,6 +115,7 @@ def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, i
             ``max_memory_allocated``, bytes).
         peak: the run's peak ``max_memory_allocated`` (bytes); None leaves out the transient
             and other parts.
+        mode: the run's mode: names what the kept part holds (``state_label``).
 
     Returns:
         (part name, bytes) pairs in the order above; a part whose counters are missing is left out.
@@ -106,7 +133,7 @@ def decomposition(run_phases: list[dict], peak: int | None) -> list[tuple[str, i
     parts = [
         (PART_NAMES["weights"], delta("model_load")),
         (PART_NAMES["inputs"], delta("inputs")),
-        (PART_NAMES["state"], delta(*COLD_PHASES)),
+        (state_label(mode), delta(*COLD_PHASES)),
     ]
     if peak is None:
         return [(n, v) for n, v in parts if v is not None]

@@ -216,10 +216,11 @@ def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) ->
             f"the first (cold) pass peaks more than {COLD_WARM_FLAG:g} x the warm one: "
             + "; ".join(flagged)
             + ". Size for the cold peak: it happens on every fresh process "
-            "(allocator warm-up, lazy workspaces, optimizer states created on the first step).",
+            "(allocator warm-up, cuBLAS workspaces and autotuning, optimizer states created on the first step).",
         )
     else:
         doc.p(f"No cold peak above {COLD_WARM_FLAG:g} x its warm peak.")
+    _outside_allocator(doc, a, run_of)
     values = [s.value for s in a.values]
     increments = [peak_increments(run_of[v]["_phases"], present, used_c) for v in values]
     outcomes = [run_of[v].get("outcome") or "unfinished" for v in values]
@@ -235,7 +236,7 @@ def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) ->
     st = a.stat(a.max_ok)
     if st is not None:
         r = run_of[a.max_ok]
-        parts = decomposition(r["_phases"], r.get("max_memory_allocated"))
+        parts = decomposition(r["_phases"], r.get("max_memory_allocated"), r.get("mode"))
         if parts:
             peak = r.get("max_memory_allocated")
             doc.p(
@@ -247,3 +248,44 @@ def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) ->
                 [[n, nbytes(v), gib(v), pct(v, peak)] for n, v in parts]
                 + [["peak max_memory_allocated", nbytes(peak), gib(peak), pct(peak, peak)]],
             )
+
+
+def _outside_allocator(doc: Doc, a: AxisResult, run_of: dict) -> None:
+    """CUDA: what the cold phase keeps in cuBLAS workspaces (CUBLAS_WORKSPACE_CONFIG), and the
+    memory outside the caching allocator per value (measured per phase: total - free - reserved),
+    with the emulated capacity's fractions and the runs' flags. Nothing on the CPU."""
+    runs = [run_of[s.value] for s in a.values]
+    if not any(r.get("device_kind") == "cuda" for r in runs):
+        return
+    configs = sorted({str(r.get("cublas_workspace_config") or "unset (cuBLAS's default)") for r in runs})
+    doc.p(
+        "cuBLAS workspaces are allocated by the caching allocator at the first matrix product and kept: "
+        "part of what the cold phase keeps (in inference too), never gradients. CUBLAS_WORKSPACE_CONFIG: "
+        + ", ".join(configs)
+        + "."
+    )
+    rows = []
+    for s, r in zip(a.values, runs):
+        peak, start = r.get("max_outside_allocator_bytes"), r.get("outside_allocator_start_bytes")
+        fraction, nominal = r.get("memory_fraction"), r.get("memory_fraction_nominal")
+        rows.append(
+            [
+                s.value,
+                nbytes(start),
+                gib(start),
+                nbytes(peak),
+                gib(peak),
+                f"{fraction:.6f}" if fraction is not None else None,
+                f"{nominal:.6f}" if nominal is not None else None,
+            ]
+        )
+    doc.table(
+        [a.axis, "outside allocator at start B", "GiB", "largest per phase B", "GiB", "fraction", "capacity / total"],
+        rows,
+        note="Memory outside the caching allocator (observed: total - free - memory_reserved; the CUDA context, "
+        "library handles, lazily loaded kernels, other processes). An emulated capacity gives the allocator "
+        "capacity minus the footprint at the start (`fraction`), so it means a card of that size.",
+    )
+    flags = sorted({f for r in runs for f in (r.get("device_not_free"), r.get("allocator_backend_warning")) if f})
+    for flag in flags:
+        doc.note("warning", flag)

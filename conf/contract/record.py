@@ -124,6 +124,7 @@ ENVIRONMENT_FIELDS = (
     _bytes("ballast_bytes", "non-tensor memory the worker held (tests and benches)"),
     Field("torch_dynamo_imported", bool, "torch._dynamo imported before the first phase"),
     Field("imported_during_phases", str, "what was imported inside a phase, when needs_dynamo missed it"),
+    Field("cublas_workspace_config", str, "CUBLAS_WORKSPACE_CONFIG (cuBLAS workspaces: the allocator's memory)"),
 )
 """Fields of record.json's ``environment``."""
 
@@ -134,8 +135,18 @@ CAPACITY_FIELDS = (
     _bytes("rlimit_data_bytes", "capacity_mode=process: the RLIMIT_DATA set"),
     Field("memory_fraction", float, "CUDA: torch.cuda.set_per_process_memory_fraction's fraction"),
     Field("memory_fractions", list, "CUDA, several devices: one fraction per device"),
+    Field("memory_fraction_nominal", float, "CUDA: capacity / total_memory, before the footprint is taken off"),
+    _bytes("outside_allocator_start_bytes", "CUDA: total - free - reserved once the context exists, at set-up"),
+    _bytes("allocator_limit_bytes", "CUDA: the caching allocator's limit, floor(memory_fraction * total)"),
+    Field("device_not_free", str, "CUDA: why the device was not free enough at the start (flag), else null"),
+    Field("allocator_backend_warning", str, "CUDA: a non-native allocator backend and what it changes"),
 )
 """Fields of record.json's ``capacity``."""
+
+DEVICE_NOT_FREE_BYTES = 2 * 2**30
+"""A CUDA run whose device already has more than this many bytes in use outside its caching
+allocator once its context exists (total - free - reserved: its own context and handles take
+about 0.5 GiB on Hopper) is flagged ``device_not_free``: another process holds memory there."""
 
 MODEL_FIELDS = (
     Field("parameters", int, "number of parameters"),
@@ -150,9 +161,22 @@ MODEL_FIELDS = (
 PHASE_COUNTERS = DEVICE_COUNTERS
 """The counter fields of a phase (bytes): see vocabulary.DEVICE_COUNTERS."""
 
-EXTRA_COUNTERS = ("num_alloc_retries", "num_ooms", "inactive_split_bytes", "device_free_memory", "device_total_memory")
+EXTRA_COUNTERS = (
+    "num_alloc_retries",
+    "num_ooms",
+    "inactive_split_bytes",
+    "device_free_memory",
+    "device_total_memory",
+    "outside_allocator_bytes",
+)
 """Per phase, where the backend has them (null otherwise): the allocator's retries and OOMs
-(torch.cuda.memory_stats), inactive split bytes, device free and total memory (bytes)."""
+(torch.cuda.memory_stats), inactive split bytes, device free and total memory (bytes), and the
+device memory used outside this process's caching allocator at the phase's end (bytes): total -
+free - memory_reserved, i.e. the CUDA context, library handles and lazily loaded kernels (and any
+other process on the device)."""
+
+PER_DEVICE_EXTRAS = ("num_ooms", "device_free_memory", "outside_allocator_bytes")
+"""The extra counters a run on several devices also records per device (``devices`` entries)."""
 
 SIZE_FIELDS = ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes", "kv_cache_tokens", "export_bytes")
 """Per phase, sizes by construction summed by the worker at a successful phase's end (bytes;
@@ -192,6 +216,8 @@ PHASE_FIELDS = (
 DEVICE_FIELDS = (
     Field("device_index", int, "the CUDA device index"),
     *[_bytes(name, "counter") for name in DEVICE_COUNTERS],
+    Field("num_ooms", int, "allocator counter of this device"),
+    *[_bytes(name, "device figure") for name in PER_DEVICE_EXTRAS[1:]],
 )
 """Fields of each entry of a phase's ``devices`` (a run on several devices)."""
 
@@ -302,8 +328,14 @@ def classify_run(record: Mapping | None, returncode: int | None, timed_out: bool
         ``timeout`` when it was killed at its timeout; ``crash`` when it died by a signal or
         left no complete record (a process that died mid-run leaves its complete phases, but
         the run did not finish); otherwise the outcome the worker recorded: ``ok``, ``oom`` or
-        ``error``. A crash or an error is never an OOM.
+        ``error``. A crash or an error is never an OOM. A complete record whose ``oom_snapshot``
+        is still ``pending`` keeps its outcome whatever happened after: the worker had saved its
+        OOM before it began the snapshot's dump (worker/snapshot.py).
     """
+    snapshot = record.get("oom_snapshot") if record else None
+    if record and isinstance(snapshot, Mapping) and snapshot.get("pending") and record.get("complete"):
+        if record.get("outcome") in WORKER_OUTCOMES:
+            return record["outcome"]  # saved before its snapshot's dump, which then died or hung
     if timed_out:
         return "timeout"
     if returncode is not None and returncode < 0:

@@ -228,10 +228,18 @@ def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | N
 
     Returns:
         The largest integer value, in bytes; None when no phase has one (missing is null, never 0).
+        A phase of a run on several devices (a ``devices`` list) counts with the largest value
+        over its devices: the capacity caps every device, so the fullest one is compared with it.
     """
-    values = [p.get(counter) for p in phases if names is None or p.get("name") in names or p.get("parent") in names]
-    values = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-    return max(values) if values else None
+    values: list = []
+    for p in phases:
+        if names is None or p.get("name") in names or p.get("parent") in names:
+            values.append(p.get(counter))
+            devices = p.get("devices")
+            if isinstance(devices, list):
+                values += [d.get(counter) for d in devices if isinstance(d, Mapping)]
+    counts: list[int] = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    return max(counts) if counts else None
 
 
 def run_peak(record: Mapping | None) -> tuple[int | None, str]:

@@ -5,7 +5,9 @@ kind follows one protocol, ``Counters`` (``base.py``):
 
 * ``cuda.py``: CUDA (and ROCm builds, which reuse ``torch.cuda``): the caching allocator's
   counters (``CudaCounters``; ``MultiDeviceCounters`` for a run on several devices) and the
-  CUDA capacity (torch.cuda.set_per_process_memory_fraction);
+  memory outside the allocator (``outside_allocator``);
+* ``cuda_capacity.py``: the CUDA capacity (torch.cuda.set_per_process_memory_fraction for the
+  capacity minus the footprint outside the allocator, rounded up: ``memory_fraction_for``);
 * ``cpu.py``: CPU: "allocated" = live tensor storage bytes (``LiveTensorTracker``, a
   ``TorchDispatchMode``), "reserved" = the process resident set (/proc/self/status VmRSS,
   VmHWM) (``CpuCounters``), and the CPU capacities;
@@ -17,7 +19,7 @@ kind follows one protocol, ``Counters`` (``base.py``):
 
 Extra counters, read at the end of every phase (``extra()``), null where the backend has
 none: ``num_alloc_retries``, ``num_ooms``, ``inactive_split_bytes``, ``device_free_memory``,
-``device_total_memory`` (see ``cuda.py`` and ``cpu.py`` for their sources).
+``device_total_memory``, ``outside_allocator_bytes`` (see ``cuda.py`` and ``cpu.py`` for their sources).
 
 A CPU figure is labelled as such in the record (``counter_sources``) and is never a GPU
 measurement.
@@ -29,7 +31,8 @@ import torch
 
 from .base import NO_EXTRA, NO_PEAK_SPLIT, Counters
 from .cpu import CpuCounters, LiveTensorTracker, apply_cpu_allocator_capacity, apply_cpu_process_capacity
-from .cuda import CudaCounters, MultiDeviceCounters, apply_cuda_capacity, apply_cuda_capacity_per_device
+from .cuda import CudaCounters, MultiDeviceCounters, outside_allocator
+from .cuda_capacity import DeviceNotFree, allocator_limit, backend_warning, cuda_capacity, memory_fraction_for
 from .dryrun import (
     CUDA_BLOCK_BYTES,
     CUDA_ROUNDING,
@@ -57,8 +60,12 @@ __all__ = [
     "MultiDeviceCounters",
     "apply_cpu_allocator_capacity",
     "apply_cpu_process_capacity",
-    "apply_cuda_capacity",
-    "apply_cuda_capacity_per_device",
+    "DeviceNotFree",
+    "allocator_limit",
+    "backend_warning",
+    "cuda_capacity",
+    "memory_fraction_for",
+    "outside_allocator",
     "cuda_block_bytes",
     "dry_run_unsupported",
     "ensure_fake_cuda_guard",

@@ -14,8 +14,12 @@ Several devices per run (spec ``devices`` > 1, CUDA only): ``MultiDeviceCounters
 ``CudaCounters`` per device; its main counters are cuda:0's and ``per_device()`` gives each
 device's counters, recorded per phase in the ``devices`` list.
 
-The CUDA capacities: ``apply_cuda_capacity`` and ``apply_cuda_capacity_per_device``
-(torch.cuda.set_per_process_memory_fraction).
+``outside_allocator_bytes`` (``extra()``, and ``outside_allocator`` at set-up): device memory in
+use outside this process's caching allocator, total - free (torch.cuda.mem_get_info, which calls
+cudaMemGetInfo: the whole device's view) - memory_reserved (the allocator's own segments): the CUDA
+context, library handles, lazily loaded kernels, and any other process on the device.
+
+The CUDA capacities are in ``cuda_capacity.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,28 @@ from __future__ import annotations
 import torch
 
 from .base import NO_EXTRA, NO_PEAK_SPLIT
+
+
+def outside_allocator(total: int | None, free: int | None, reserved: int | None) -> int | None:
+    """Device memory in use outside this process's caching allocator, bytes.
+
+    torch.cuda.mem_get_info (torch/cuda/memory.py) returns cudaMemGetInfo's (free, total) for the
+    whole device; torch.cuda.memory_reserved is what the caching allocator holds in segments
+    (c10/cuda/CUDACachingAllocator.cpp, ``reserved_bytes``). What remains of total - free is the
+    CUDA context, cuBLAS/cuDNN handles, lazily loaded kernels, NCCL buffers, and any other
+    process's memory on the device.
+
+    Args:
+        total: the device's total memory, bytes.
+        free: its free memory, bytes.
+        reserved: this process's memory_reserved on it, bytes.
+
+    Returns:
+        total - free - reserved (bytes); None when one of them is missing (never 0 for unknown).
+    """
+    if total is None or free is None or reserved is None:
+        return None
+    return int(total) - int(free) - int(reserved)
 
 
 class CudaCounters:
@@ -54,6 +80,7 @@ class CudaCounters:
                 "inactive_split_bytes": f"{backend}: torch.cuda.memory_stats inactive_split_bytes.all.current",
                 "device_free_memory": f"{backend}: torch.cuda.mem_get_info (free)",
                 "device_total_memory": f"{backend}: torch.cuda.mem_get_info (total)",
+                "outside_allocator_bytes": f"{backend}: mem_get_info total - free - memory_reserved",
             }
         )
 
@@ -89,7 +116,8 @@ class CudaCounters:
     def extra(self) -> dict:
         """``num_alloc_retries``, ``num_ooms`` (counts) and ``inactive_split_bytes`` from
         torch.cuda.memory_stats, ``device_free_memory`` / ``device_total_memory`` (bytes) from
-        torch.cuda.mem_get_info; each null when it cannot be read."""
+        torch.cuda.mem_get_info, and ``outside_allocator_bytes`` (``outside_allocator``); each
+        null when it cannot be read."""
         out = {**NO_EXTRA, **NO_PEAK_SPLIT}
         try:
             stats = torch.cuda.memory_stats(self.index)
@@ -103,6 +131,7 @@ class CudaCounters:
         try:
             free, total = torch.cuda.mem_get_info(self.index)
             out.update(device_free_memory=int(free), device_total_memory=int(total))
+            out["outside_allocator_bytes"] = outside_allocator(int(total), int(free), self.memory_reserved())
         except Exception:  # noqa: BLE001
             pass
         return out
@@ -191,61 +220,3 @@ class MultiDeviceCounters:
     def oom_detail(self) -> dict | None:
         """None, as ``CudaCounters.oom_detail``: the allocator's message says what was refused."""
         return None
-
-
-def apply_cuda_capacity(counters: CudaCounters, capacity_bytes: int, total_memory: int) -> dict:
-    """Cap the caching allocator at ``capacity_bytes`` via set_per_process_memory_fraction.
-
-    PyTorch doc (torch.cuda.set_per_process_memory_fraction): an allocation that would
-    take the allocator past fraction * total_memory raises torch.OutOfMemoryError.
-
-    Args:
-        counters: the device's counters (their ``index`` names the device).
-        capacity_bytes: the emulated capacity, bytes.
-        total_memory: the device's total memory (torch.cuda.mem_get_info), bytes.
-
-    Returns:
-        The record's ``capacity`` description: ``capacity_mode``, ``capacity_method`` and
-        ``memory_fraction`` (capacity_bytes / total_memory).
-
-    Raises:
-        ValueError: ``capacity_bytes`` exceeds ``total_memory``.
-    """
-    if capacity_bytes > total_memory:
-        raise ValueError(f"capacity {capacity_bytes} B exceeds the device's total_memory {total_memory} B")
-    fraction = capacity_bytes / total_memory
-    torch.cuda.set_per_process_memory_fraction(fraction, counters.index)
-    return {
-        "capacity_mode": "allocator",
-        "capacity_method": "torch.cuda.set_per_process_memory_fraction",
-        "memory_fraction": fraction,
-    }
-
-
-def apply_cuda_capacity_per_device(counters: MultiDeviceCounters, capacity_bytes: int) -> dict:
-    """``apply_cuda_capacity`` on every device of a multi-device run: each device's caching
-    allocator is capped at ``capacity_bytes`` (bytes) of its own ``total_memory`` (from
-    torch.cuda.mem_get_info(device), PyTorch doc), via
-    torch.cuda.set_per_process_memory_fraction(fraction, device).
-
-    Args:
-        counters: the run's counters, one per device.
-        capacity_bytes: the emulated capacity of each device, bytes.
-
-    Returns:
-        The capacity description of cuda:0 (``memory_fraction``) plus ``memory_fractions``,
-        one per device in order.
-
-    Raises:
-        ValueError: ``capacity_bytes`` exceeds a device's total_memory.
-    """
-    fractions = []
-    for device_counters in counters.per_device():
-        _, total = torch.cuda.mem_get_info(device_counters.index)
-        fractions.append(apply_cuda_capacity(device_counters, capacity_bytes, int(total))["memory_fraction"])
-    return {
-        "capacity_mode": "allocator",
-        "capacity_method": "torch.cuda.set_per_process_memory_fraction (every device)",
-        "memory_fraction": fractions[0],
-        "memory_fractions": fractions,
-    }

@@ -1,0 +1,240 @@
+"""The cases of `make gpu-check` that run single workers on cuda:0 (tests/gpu_check.py runs them).
+
+* ``check_modes``: a transformer training step under bf16 autocast with checkpointing, gradient
+  accumulation, eval and export; a generation with a static KV cache; a Llama-style hf generation
+  when transformers is installed. Checked: every phase ok with CUDA counters, the extra counters
+  present (``outside_allocator_bytes`` included), the KV cache bytes equal to 2 x layers x
+  kv_heads x head_dim x tokens x bytes x batch, the optimizer states in the first step only, and a
+  phase peak lower than the one before it (the peak is reset between phases, never carried).
+* ``check_dry_run``: a CUDA dry run (fake tensors) against the measured run of the same spec,
+  per phase (model_load exact, the rest printed with its error).
+* ``check_pool`` and ``check_devices``: with 2+ GPUs only.
+
+Each returns a list of failures (str) and prints what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from gpu_env import child_env
+
+
+def check_modes(out: Path) -> list[str]:
+    """Run the train, generate (and hf) modes on cuda:0 and check their records; returns failures."""
+    import importlib.util
+
+    from conf.contract import RunSpec
+    from sweeper.process import execute
+
+    lm = {"name": "transformer", "layers": 4, "heads": 8, "kv_heads": 2, "vocab": 32000}
+    base = dict(batch=4, context=512, width=512, device="cuda:0", warmup=1, repeats=2, timeout_s=120)
+    specs = {
+        "train": dict(
+            base,
+            mode="train",
+            dtype="bfloat16",
+            precision="autocast",
+            workload=lm,
+            checkpointing=True,
+            micro_steps=2,
+            eval_batch=8,
+            export=True,
+        ),
+        "generate": dict(base, mode="generate", dtype="bfloat16", workload=lm, new_tokens=32, kv_cache="static"),
+    }
+    if importlib.util.find_spec("transformers") is not None:
+        specs["hf_generate"] = dict(
+            base,
+            mode="generate",
+            dtype="bfloat16",
+            new_tokens=32,
+            workload={
+                "name": "hf",
+                "config": "LlamaConfig",
+                "overrides": {
+                    "num_hidden_layers": 4,
+                    "hidden_size": 512,
+                    "intermediate_size": 1376,
+                    "num_attention_heads": 8,
+                    "num_key_value_heads": 2,
+                    "vocab_size": 32000,
+                },
+            },
+        )
+    failures, carried = [], []
+    for name, spec in specs.items():
+        result = execute(RunSpec.from_dict(spec), out / name)
+        record = json.loads((out / name / "record.json").read_text())
+        print(f"gpu-check {name}: {result['outcome']} ({len(record['phases'])} phases)")
+        if result["outcome"] != "ok":
+            failures.append(f"{name}: {result['outcome']} in {result['failed_phase']}: {result['error_message']}")
+            continue
+        for p in record["phases"]:
+            for key in (
+                "max_memory_allocated",
+                "max_memory_reserved",
+                "num_alloc_retries",
+                "num_ooms",
+                "inactive_split_bytes",
+                "device_free_memory",
+                "device_total_memory",
+                "outside_allocator_bytes",
+            ):
+                if not isinstance(p.get(key), int):
+                    failures.append(f"{name} {p['name']}: {key} missing ({p.get(key)!r})")
+            if p.get("kv_cache_bytes") is not None:
+                d = record["model"]["dims"]
+                tokens = spec["context"] + spec["new_tokens"]  # static cache (and a full dynamic one after decode)
+                if spec.get("kv_cache") == "static" or p["sub_phase"] == "decode":
+                    expected = 2 * d["layers"] * d["kv_heads"] * d["head_dim"] * tokens * 2 * spec["batch"]
+                    if p["kv_cache_bytes"] != expected:
+                        failures.append(f"{name} {p['name']}: kv_cache_bytes {p['kv_cache_bytes']} != {expected}")
+        if name == "train":
+            opt = [p for p in record["phases"] if p["sub_phase"] == "optimizer_step"]
+            grew = [p["memory_allocated"] - p["memory_allocated_start"] for p in opt]
+            states = opt[0]["optimizer_state_bytes"]  # storage bytes; the allocator rounds to 512 B
+            if not (
+                states > 0 and states <= grew[0] - grew[1] <= 1.01 * states + 512 * 64 and all(g <= 0 for g in grew[1:])
+            ):
+                failures.append(f"train: optimizer states ({states} B) should appear in the first step only: {grew}")
+        peaks = [p["max_memory_allocated"] for p in record["phases"]]
+        carried.append(any(b < a for a, b in zip(peaks, peaks[1:])))
+    if carried and not any(carried):
+        failures.append("no phase peaked below the phase before it: is the peak reset between phases?")
+    return failures
+
+
+def check_pool(info: dict, out: Path) -> list[str]:
+    """With several GPUs: one concurrent worker per GPU (joblib + pool=gpus), never two on one GPU."""
+    n = int(info.get("device_count") or 1)
+    if n < 2:
+        print("gpu-check: one GPU visible, the concurrent pool check needs two or more (skipped)")
+        return []
+    batches = ",".join(str(b) for b in range(1, 2 * n + 1))
+    cmd = [
+        sys.executable,
+        "-m",
+        "sweeper.cli",
+        "sweep",
+        "device=cuda",
+        "pool=gpus",
+        "hydra/launcher=joblib",
+        f"hydra.launcher.n_jobs={n}",
+        f"batch={batches}",
+        "context=512",
+        "width=1024",
+        "sweep=none",
+        f"hydra.sweep.dir={out}/pool",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=child_env())
+    if proc.returncode != 0:
+        return [f"pool sweep failed: {proc.stderr[-2000:]}"]
+    runs = []
+    for path in (out / "pool").glob("*/record.json"):
+        rec = json.loads(path.read_text())
+        runs.append((rec["started_at"], rec["updated_at"], rec["environment"]["cuda_visible_devices"], rec["outcome"]))
+    failures = [f"pool run not ok: {r}" for r in runs if r[3] != "ok"]
+    for i, a in enumerate(runs):
+        failures += [
+            f"two concurrent runs on GPU {a[2]}" for b in runs[i + 1 :] if a[0] < b[1] and b[0] < a[1] and a[2] == b[2]
+        ]
+    used = sorted({r[2] for r in runs})
+    print(f"gpu-check pool: {len(runs)} runs over GPUs {used}")
+    return failures
+
+
+def check_devices(info: dict, out: Path) -> list[str]:
+    """With 2+ GPUs: `memsweep run devices=2 pool=gpus` (mlp, small) leases two GPUs and records,
+    per phase, two device entries (cuda:0, cuda:1), cuda:0's max_memory_allocated > 0 and equal
+    to the phase's main counter (the run's counters are cuda:0's)."""
+    if int(info.get("device_count") or 1) < 2:
+        print("gpu-check: one GPU visible, the devices=2 check needs two or more (skipped)")
+        return []
+    run_dir = out / "devices"
+    cmd = [
+        sys.executable,
+        "-m",
+        "sweeper.cli",
+        "run",
+        "device=cuda",
+        "devices=2",
+        "pool=gpus",
+        "batch=4",
+        "context=128",
+        "width=256",
+        "warmup=1",
+        "repeats=1",
+        f"hydra.run.dir={run_dir}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=child_env())
+    record_path = run_dir / "record.json"
+    if proc.returncode != 0 or not record_path.is_file():
+        return [f"devices=2 run failed ({proc.returncode}): {proc.stderr[-2000:]}"]
+    record = json.loads(record_path.read_text())
+    failures = [] if record["outcome"] == "ok" else [f"devices=2 run: {record['outcome']}: {record['error_message']}"]
+    visible = (record["environment"]["cuda_visible_devices"] or "").split(",")
+    if len(visible) != 2:
+        failures.append(f"devices=2 run leased {visible}, not two GPUs")
+    for p in record["phases"]:
+        devices = p.get("devices") or []
+        if [d.get("device_index") for d in devices] != [0, 1]:
+            failures.append(f"devices=2 {p['name']}: device entries {devices}")
+            continue
+        peak0 = devices[0]["max_memory_allocated"]
+        if not (isinstance(peak0, int) and peak0 > 0 and peak0 == p["max_memory_allocated"]):
+            failures.append(
+                f"devices=2 {p['name']}: cuda:0 max_memory_allocated {peak0} vs main {p['max_memory_allocated']}"
+            )
+    print(f"gpu-check devices=2: {record['outcome']}, GPUs {visible}, {len(record['phases'])} phases")
+    return failures
+
+
+def check_dry_run(out: Path) -> list[str]:
+    """The same mlp inference and train specs on cuda:0, measured and dry-run (fake CUDA tensors,
+    512 B blocks): model_load's memory_allocated must agree exactly (weights: their bytes in 512 B
+    blocks on both sides); every other phase's predicted max_memory_allocated is printed next to
+    the measured one with the relative error (library workspaces, e.g. cuBLAS's, are in the
+    measured bytes only: printed, not failed)."""
+    from conf.contract import RunSpec
+    from sweeper.process import execute
+
+    failures = []
+    for mode in ("inference", "train"):
+        base = dict(
+            batch=8,
+            context=256,
+            width=512,
+            device="cuda:0",
+            mode=mode,
+            warmup=1,
+            repeats=1,
+            workload={"name": "mlp", "depth": 2},
+            timeout_s=120,
+        )
+        records = {}
+        for kind, extra in (("measured", {}), ("predicted", {"dry_run": True})):
+            run_dir = out / f"{mode}-{kind}"
+            result = execute(RunSpec.from_dict({**base, **extra}), run_dir)
+            if result["outcome"] != "ok":
+                failures.append(f"dry-run check {mode} {kind}: {result['outcome']}: {result['error_message']}")
+                break
+            records[kind] = json.loads((run_dir / "record.json").read_text())
+        if len(records) < 2:
+            continue
+        if records["predicted"].get("cuda_initialized") is not False:
+            failures.append(f"dry-run check {mode}: the dry run initialised CUDA")
+        print(f"gpu-check dry run vs measured, mlp {mode} (bytes, max_memory_allocated per phase):")
+        for m, p in zip(records["measured"]["phases"], records["predicted"]["phases"]):
+            mp, pp = m["max_memory_allocated"], p["max_memory_allocated"]
+            err = (pp - mp) / mp if mp else float("nan")
+            print(f"  {m['name']:<28} measured {mp:>12} predicted {pp:>12} ({err:+.2%})")
+            if m["name"] == "model_load" and m["memory_allocated"] != p["memory_allocated"]:
+                failures.append(
+                    f"dry-run check {mode}: model_load memory_allocated measured "
+                    f"{m['memory_allocated']} != predicted {p['memory_allocated']}"
+                )
+    return failures

@@ -1,0 +1,176 @@
+"""`make gpu-check`'s set-up on a machine as it is: the interpreter that holds PyTorch, no venv.
+
+Standard library only (it runs before anything is installed). It
+
+* describes the PyTorch build it finds in one line (``describe_build``): too old (below
+  ``MIN_TORCH``), a "CPU-only build", "no GPU visible", or the GPUs it sees;
+* installs only the missing pure-Python dependencies of memsweep (``NEEDED``) from the wheels
+  brought along in ``WHEELS_DIR`` (an ignored folder that ``make gpu-wheels`` fills, carried to
+  the GPU machine), by unpacking them into ``SITE_DIR`` (``install_missing``): a pure wheel
+  (``Root-Is-Purelib: true``) is its files under site-packages, so no pip and no index is needed;
+* gives the environment for the check's subprocesses (``child_env``): the repository and
+  ``SITE_DIR`` on PYTHONPATH.
+
+``python tests/gpu_env.py`` prints the build line and what it installed, as JSON on its last line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WHEELS_DIR = ROOT / ".gpu-wheels"
+SITE_DIR = ROOT / ".gpu-site"
+MIN_TORCH = (2, 4)
+
+NEEDED = {
+    "hydra": "hydra-core",
+    "omegaconf": "omegaconf",
+    "antlr4": "antlr4-python3-runtime",
+    "yaml": "PyYAML",
+    "pandas": "pandas",
+    "pyarrow": "pyarrow",
+    "filelock": "filelock",
+    "matplotlib": "matplotlib",
+}
+"""Module -> distribution memsweep needs beside torch (pyproject.toml's dependencies)."""
+
+PROBE = (
+    "import json, torch\n"
+    "info = {'torch': torch.__version__, 'cuda': torch.version.cuda, 'hip': getattr(torch.version, 'hip', None)}\n"
+    "info['device_count'] = torch.cuda.device_count() if torch.cuda.is_available() else 0\n"
+    "info['names'] = [torch.cuda.get_device_name(i) for i in range(info['device_count'])]\n"
+    "print(json.dumps(info))\n"
+)
+
+
+def torch_info(python: str = sys.executable) -> dict:
+    """What the PyTorch of ``python`` is, read in a short process of its own.
+
+    torch.cuda.is_available and device_count (torch/cuda/__init__.py) ask the driver (NVML where it
+    can) without creating a CUDA context; get_device_name reads the device's properties.
+
+    Args:
+        python: the interpreter.
+
+    Returns:
+        ``torch`` (version), ``cuda`` / ``hip`` (torch.version's, None for a CPU-only build),
+        ``device_count``, ``names``; or ``error`` (the probe's failure) alone.
+    """
+    proc = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=120)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"the PyTorch probe failed (exit {proc.returncode}): {tail}"}
+    return json.loads(lines[-1])
+
+
+def torch_version(text: str) -> tuple[int, int]:
+    """(major, minor) of a torch.__version__ such as ``2.11.0+cu130``; (0, 0) when unreadable."""
+    match = re.match(r"(\d+)\.(\d+)", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+
+
+def describe_build(info: dict) -> tuple[bool, str]:
+    """One line on the PyTorch build found, and whether a GPU check can run on it.
+
+    Args:
+        info: ``torch_info``'s answer.
+
+    Returns:
+        (usable, line): usable only for a CUDA or ROCm build of PyTorch >= MIN_TORCH that sees
+        at least one GPU.
+    """
+    if "error" in info:
+        return False, f"gpu-check: no usable PyTorch in {sys.executable}: {info['error']}"
+    version = info["torch"]
+    if torch_version(version) < MIN_TORCH:
+        need = ".".join(map(str, MIN_TORCH))
+        return False, f"gpu-check: PyTorch {version} is too old (memsweep needs {need} or newer); nothing checked"
+    if not info.get("cuda") and not info.get("hip"):
+        return False, f"gpu-check: PyTorch {version} is a CPU-only build (no CUDA, no ROCm); nothing checked"
+    build = f"ROCm {info['hip']}" if info.get("hip") else f"CUDA {info['cuda']}"
+    if not info.get("device_count"):
+        return False, f"gpu-check: PyTorch {version}, a {build} build: no GPU visible; nothing checked"
+    names = ", ".join(info.get("names") or [])
+    return True, f"gpu-check: PyTorch {version}, a {build} build: {info['device_count']} GPU(s) visible ({names})"
+
+
+def _dist_key(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def install_missing(wheels: Path = WHEELS_DIR, site: Path = SITE_DIR, needed: dict | None = None) -> list[str]:
+    """Unpack the wheels of the missing modules into ``site`` and put it first on sys.path.
+
+    Only modules that cannot be imported (importlib.util.find_spec) are installed, and only
+    from pure wheels (``Root-Is-Purelib: true`` in the wheel's WHEEL file: its files are laid
+    out as site-packages holds them, PEP 427).
+
+    Args:
+        wheels: the folder of wheels (``make gpu-wheels``).
+        site: where they are unpacked (created).
+        needed: module -> distribution (``NEEDED`` when None).
+
+    Returns:
+        The wheel file names installed.
+
+    Raises:
+        RuntimeError: a missing module has no wheel in ``wheels``, or its wheel is not pure.
+    """
+    needed = NEEDED if needed is None else needed
+    site.mkdir(parents=True, exist_ok=True)
+    if str(site) not in sys.path:
+        sys.path.insert(0, str(site))
+    importlib.invalidate_caches()
+    missing = {mod: dist for mod, dist in needed.items() if importlib.util.find_spec(mod) is None}
+    found = {_dist_key(p.name.split("-")[0]): p for p in sorted(wheels.glob("*.whl"))} if wheels.is_dir() else {}
+    installed = []
+    for mod, dist in missing.items():
+        wheel = found.get(_dist_key(dist))
+        if wheel is None:
+            raise RuntimeError(
+                f"gpu-check: module {mod!r} ({dist}) is missing and {wheels} holds no wheel of it: run "
+                f"`make gpu-wheels` on a machine with a package index and bring {wheels.name}/ along"
+            )
+        with zipfile.ZipFile(wheel) as zf:
+            meta = next(n for n in zf.namelist() if n.endswith(".dist-info/WHEEL"))
+            if "Root-Is-Purelib: true" not in zf.read(meta).decode():
+                raise RuntimeError(f"gpu-check: {wheel.name} is not a pure-Python wheel; bring a pure one")
+            zf.extractall(site)
+        installed.append(wheel.name)
+    importlib.invalidate_caches()
+    still = [mod for mod in missing if importlib.util.find_spec(mod) is None]
+    if still:
+        raise RuntimeError(f"gpu-check: still missing after installing {installed}: {still}")
+    return installed
+
+
+def child_env(site: Path = SITE_DIR) -> dict:
+    """The environment of the check's subprocesses: the repository and ``site`` first on PYTHONPATH."""
+    env = dict(os.environ)
+    parts = [str(ROOT), str(site), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+if __name__ == "__main__":
+    info = torch_info()
+    usable, line = describe_build(info)
+    print(line)
+    try:
+        installed = install_missing()
+    except RuntimeError as exc:
+        print(exc)
+        installed = None
+    print(json.dumps({"usable": usable, "torch": info.get("torch"), "installed": installed}))
+    sys.exit(0 if usable and installed is not None else 2)
