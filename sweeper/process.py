@@ -167,8 +167,10 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
 
     Returns the stored result when the run ended (it is not run twice); finalizes a run whose
     worker ended but whose orchestrator died before writing result.json; otherwise (the
-    worker died mid-run) moves the partial files into ``.attempts/N/`` (kept, and skipped by
-    the analysis) and returns None so the run starts afresh.
+    worker died mid-run, or the run was lost with the launcher's worker, result error_type
+    ``LAUNCHER_WORKER_LOST``) moves the partial files into ``.attempts/N/`` (kept, and skipped by
+    the analysis) and returns None so the run starts afresh. The earlier worker is waited for
+    (at most ``timeout_s``) only while its pid still names that process (``sweeper.liveness``).
 
     Raises:
         RunDirError: the directory holds a different spec, or an unreadable one.
