@@ -23,6 +23,7 @@ from filelock import FileLock
 
 from conf.contract import (
     DEFAULT_ISOLATION,
+    FORK_SERVER_LOST,
     ISOLATION_ENV,
     ISOLATION_FORKSERVER,
     ISOLATIONS,
@@ -120,7 +121,7 @@ def _result(
             else f"worker exited with {returncode}" + (f"; {problem}" if problem else "")
         )
         if lost is not None:
-            error_type, error_message = "ForkServerLost", lost + (f"; {problem}" if problem else "")
+            error_type, error_message = FORK_SERVER_LOST, lost + (f"; {problem}" if problem else "")
     result = {
         "schema_version": SCHEMA_VERSION,
         "outcome": outcome,
