@@ -218,6 +218,8 @@ def _outcome(run: Run) -> dict:
     record.json is missing (after it ended) or unreadable is a ``crash``, whatever result.json
     says: it left no complete record (README), so no ``ok`` is taken on trust; a ``timeout``
     stays a timeout (a worker killed before its first record leaves none)."""
+    if run.spec_problem is not None:  # nothing anyone asked for was measured: never an ok row
+        return {**_dict(run.result), "outcome": "crash", "error_message": run.spec_problem}
     if run.record_damage is not None:
         result = _dict(run.result)
         if result.get("outcome") in ("timeout", "crash"):  # killed early: no record is expected

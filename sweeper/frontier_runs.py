@@ -34,6 +34,7 @@ from omegaconf import DictConfig
 
 from conf.contract import RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_spec, try_read
 
+from .lost_workers import launch_surviving
 from .process import RunDirError, stored_spec
 
 log = logging.getLogger("memsweep")
@@ -273,7 +274,9 @@ class SweepRuns:
             todo.append((i, overrides + [f"hydra.sweep.subdir={name}"], self.sweep_dir / name, key))
         for start in range(0, len(todo), max(1, self.slots)):
             batch = todo[start : start + self.slots]
-            results = self.launcher.launch([t[1] for t in batch], initial_job_idx=self.job_idx)
+            results = launch_surviving(
+                self.launcher, [t[1] for t in batch], self.job_idx, self.sweep_dir, [t[2] for t in batch]
+            )
             self.job_idx += len(batch)
             self.returns.append(results)
             for (i, _, run_dir, key), r in zip(batch, results):

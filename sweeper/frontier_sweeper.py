@@ -27,7 +27,6 @@ Which peak the model reads (``conf.contract.run_peak``), and how it compares wit
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import os
@@ -44,6 +43,7 @@ from conf.contract import SEARCH_LOG, RunSpec, SpecError, run_peak
 
 from .errors import InputRefused
 from .frontier_runs import PEAK_COUNTERS, SweepRuns, launcher_slots
+from .owner import session_id
 from .predict import Predictor
 from .process import share_fork_server
 from .search import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
@@ -116,7 +116,7 @@ class FrontierSweeperImpl:
         self.config: DictConfig | None = None
         self.launcher = None
         self.hydra_context: HydraContext | None = None
-        self.session = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self.session = session_id()
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         """Hydra's Sweeper.setup: keep the config and context, instantiate the launcher."""

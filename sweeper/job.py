@@ -7,6 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from .owner import guard_launcher_worker
 from .pool import placement
 from .process import execute
 from .spec import launch_settings, probe_device, spec_or_exit
@@ -29,6 +30,7 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    guard_launcher_worker()  # a launcher worker whose orchestrator is gone takes no more work
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     try:

@@ -189,6 +189,7 @@ class OvatSweeperImpl:
         return [batches[c] for c in order], [specs[c] for c in order]
 
     def sweep(self, arguments: list[str]) -> Any:
+        from .lost_workers import launch_surviving
         from .process import share_fork_server
         from .spec import launch_settings, spec_or_exit
 
@@ -215,7 +216,9 @@ class OvatSweeperImpl:
         size = self.max_batch_size or len(batches) or 1
         returns: list[Sequence[Any]] = []
         for start in range(0, len(batches), size):
-            results = self.launcher.launch(batches[start : start + size], initial_job_idx=start)
+            chunk = batches[start : start + size]
+            dirs = [sweep_dir / str(start + i) for i in range(len(chunk))]  # subdir: the job number
+            results = launch_surviving(self.launcher, chunk, start, sweep_dir, dirs)
             for r in results:
                 _ = r.return_value  # re-raises a job that failed (bad input, refused run dir)
             returns.append(results)

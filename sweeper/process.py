@@ -23,9 +23,12 @@ from filelock import FileLock
 
 from conf.contract import (
     DEFAULT_ISOLATION,
+    FORK_SERVER_LOST,
     ISOLATION_ENV,
     ISOLATION_FORKSERVER,
     ISOLATIONS,
+    LAUNCHER_WORKER_LOST,
+    PARENT_ENV,
     RECORD_FILE,
     RESULT_FILE,
     SCHEMA_VERSION,
@@ -41,6 +44,17 @@ from conf.contract import (
     try_read,
     write_json_atomic,
 )
+
+from .forkserver_wait import (
+    ANSWER_S,
+    KILLED_ANSWER_S,
+    AnswerOverdue,
+    PeerStopped,
+    peer_pid,
+    read_answer,
+    wait_until_ready,
+)
+from .liveness import wait_for_old_worker
 
 log = logging.getLogger("memsweep")
 LOCK_FILE = ".run.lock"
@@ -107,7 +121,7 @@ def _result(
             else f"worker exited with {returncode}" + (f"; {problem}" if problem else "")
         )
         if lost is not None:
-            error_type, error_message = "ForkServerLost", lost + (f"; {problem}" if problem else "")
+            error_type, error_message = FORK_SERVER_LOST, lost + (f"; {problem}" if problem else "")
     result = {
         "schema_version": SCHEMA_VERSION,
         "outcome": outcome,
@@ -123,18 +137,6 @@ def _result(
     }
     write_json_atomic(run_dir / RESULT_FILE, result)
     return result
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def stored_spec(run_dir: Path) -> RunSpec | None:
@@ -166,8 +168,10 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
 
     Returns the stored result when the run ended (it is not run twice); finalizes a run whose
     worker ended but whose orchestrator died before writing result.json; otherwise (the
-    worker died mid-run) moves the partial files into ``.attempts/N/`` (kept, and skipped by
-    the analysis) and returns None so the run starts afresh.
+    worker died mid-run, or the run was lost with the launcher's worker, result error_type
+    ``LAUNCHER_WORKER_LOST``) moves the partial files into ``.attempts/N/`` (kept, and skipped by
+    the analysis) and returns None so the run starts afresh. The earlier worker is waited for
+    (at most ``timeout_s``) only while its pid still names that process (``sweeper.liveness``).
 
     Raises:
         RunDirError: the directory holds a different spec, or an unreadable one.
@@ -175,15 +179,16 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
     check_resumable(spec, run_dir)
     if (run_dir / RESULT_FILE).exists():
         result, _ = try_read(run_dir, RESULT_FILE)
+        if result is not None and result.get("error_type") == LAUNCHER_WORKER_LOST:  # not the load's: again
+            target = _set_attempt_aside(run_dir)
+            log.warning("%s: lost with the launcher's worker; its files are kept in %s, running again", run_dir, target)
+            return None
         if result is not None:
             return {**result, "resumed": True}
         # a torn result cannot exist (atomic writes); an unreadable one is re-derived below
     record, _ = try_read(run_dir, RECORD_FILE)
     pid = (record or {}).get("pid")
-    deadline = time.monotonic() + spec.timeout_s
-    while _pid_alive(pid) and time.monotonic() < deadline:  # a worker orphaned by a killed orchestrator
-        time.sleep(0.5)
-    if record is not None and not _pid_alive(pid):
+    if record is not None and wait_for_old_worker(record, spec.timeout_s, run_dir):  # not a reused pid
         record, _ = try_read(run_dir, RECORD_FILE)
     if record is not None and record.get("complete"):
         return {**_result(spec, run_dir, record.get("exit_code"), False, None, pid), "resumed": True}
@@ -193,13 +198,13 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
 
 
 def _set_attempt_aside(run_dir: Path) -> Path:
-    """Move an unfinished attempt's files (record, stdout, stderr) into ``.attempts/N/`` (kept,
+    """Move an unfinished attempt's files (record, a lost run's result, stdout, stderr) into ``.attempts/N/`` (kept,
     and skipped by the analysis), so the run can start afresh; returns that directory."""
     attempts = run_dir / ".attempts"
     n = len(list(attempts.iterdir())) + 1 if attempts.is_dir() else 1
     target = attempts / str(n)
     target.mkdir(parents=True)
-    for name in (RECORD_FILE, STDOUT_FILE, STDERR_FILE):
+    for name in (RECORD_FILE, RESULT_FILE, STDOUT_FILE, STDERR_FILE):
         if (run_dir / name).exists():
             os.replace(run_dir / name, target / name)
     return target
@@ -274,7 +279,7 @@ def _run_spawn(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int, bool, int,
             stderr=err,
             stdin=subprocess.DEVNULL,
             cwd=run_dir,
-            env=env,
+            env={**env, PARENT_ENV: str(os.getpid())},
             start_new_session=True,
         )
         try:
@@ -362,7 +367,7 @@ class ForkServer:
         def keeper() -> None:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "worker.forkserver", self.path],
+                    [sys.executable, "-m", "worker.forkserver", self.path, str(os.getpid())],
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
@@ -400,7 +405,12 @@ class ForkServer:
                 return
         if self.proc is None or self.proc.poll() is not None:
             self._start_locked()
-        self._ready.wait()
+        try:
+            wait_until_ready(self._ready, self.proc, SHARED_WAIT_S)
+        except (PeerStopped, AnswerOverdue) as exc:
+            self.proc.kill()
+            self.proc.wait()
+            raise ForkServerLost(f"{exc}; replaced by a new server", None) from None
         if self._said.get("line") != "ready":
             raise RuntimeError(
                 f"memsweep fork server did not start (said {self._said.get('line')!r}, exit {self.proc.poll()})"
@@ -443,9 +453,15 @@ class ForkServer:
         ``dynamo``: the run needs torch._dynamo (``conf.contract.needs_dynamo``), which the
         server then imports before it forks (once: every later fork has it).
 
+        Every wait is bounded (``sweeper.forkserver_wait``): the server's pid answer by
+        ``ANSWER_S``, the handler's exit status by ``timeout_s`` and then, once the run is killed,
+        by ``KILLED_ANSWER_S`` (its returncode is then None, the run a timeout).
+
         Raises:
-            ForkServerLost: the server (or the run's handler) went away before the worker's exit
-                status came; the worker is killed (it dies with its handler anyway).
+            ForkServerLost: the server (or the run's handler) went away, stopped (SIGSTOP) or
+                did not answer before the worker's exit status came; the worker is killed (it
+                dies with its handler anyway) and a stuck server of this process is killed, so
+                that the next run starts a new one.
         """
 
         with self._connect() as conn:
@@ -459,21 +475,33 @@ class ForkServer:
             }
             conn.sendall((json.dumps(request) + "\n").encode())
             buffer = bytearray()
-            line = _readline(conn, buffer)
+            try:
+                line = read_answer(conn, buffer, peer_pid(conn), ANSWER_S, "the fork server")
+            except (PeerStopped, AnswerOverdue) as exc:
+                self._lost(path, stuck=True)
+                raise ForkServerLost(f"{exc}; replaced by a new server", None) from None
             if not line:
                 self._lost(path)
                 raise ForkServerLost("the fork server went away before the worker started", None)
-            pid = json.loads(line)["pid"]
+            answer = json.loads(line)
+            pid, handler = answer["pid"], answer.get("handler")
             t0 = time.monotonic()
             timed_out = False
-            conn.settimeout(max(0.001, timeout_s))
             try:
-                line = _readline(conn, buffer)
-            except TimeoutError:
-                timed_out = True
+                try:
+                    line = read_answer(conn, buffer, handler, max(0.001, timeout_s), "the run's handler")
+                except AnswerOverdue:  # the run's own time is up
+                    timed_out = True
+                    _killpg(pid)
+                    line = read_answer(conn, buffer, handler, KILLED_ANSWER_S, "the run's handler")
+            except PeerStopped as exc:
                 _killpg(pid)
-                conn.settimeout(None)
-                line = _readline(conn, buffer)
+                self._lost(path, stuck=True)
+                raise ForkServerLost(f"{exc}; the run is killed, the server replaced", pid) from None
+            except AnswerOverdue as exc:  # killed at its timeout; its exit status never came
+                log.warning("%s: %s after the run was killed at timeout_s=%s", run_dir, exc, timeout_s)
+                self._lost(path, stuck=True)
+                return None, True, pid, time.monotonic() - t0
             wall_s = time.monotonic() - t0
             if not line:
                 _killpg(pid)
@@ -486,25 +514,18 @@ class ForkServer:
             returncode = json.loads(line)["returncode"]
         return returncode, timed_out, pid, wall_s
 
-    def _lost(self, path: str | None) -> None:
+    def _lost(self, path: str | None, stuck: bool = False) -> None:
         """The server at ``path`` is gone: a shared one is never used again by this process (it
-        starts its own); this process's own one is restarted by the next ``_ensure``."""
+        starts its own); this process's own one is restarted by the next ``_ensure``, after
+        being killed here when it is ``stuck`` (stopped or wedged, but alive)."""
         with self._lock:
             if self.shared and self.path == path:
                 self._gone.add(path)
                 self.shared, self.path = False, None
-
-
-def _readline(conn, buffer: bytearray) -> bytes:
-    """One newline-terminated message from ``conn`` (b"" if the peer closed first)."""
-    while b"\n" not in buffer:
-        chunk = conn.recv(4096)
-        if not chunk:
-            return b""
-        buffer.extend(chunk)
-    line, _, rest = bytes(buffer).partition(b"\n")
-    buffer[:] = rest
-    return line
+            elif stuck and self.proc is not None and self.path == path:
+                log.warning("memsweep: killing the stuck fork server (pid %s); a new one starts", self.proc.pid)
+                self.proc.kill()
+                self.proc.wait()
 
 
 _FORKSERVER = ForkServer()

@@ -7,9 +7,9 @@ only when the first request whose run needs it comes (``dynamo``: the client's
 ``conf.contract.needs_dynamo``), so that it is ready sooner and a CPU inference sweep never
 pays that import. For each request, a handler
 process forks the worker (so every run is still a new process, with its own CUDA context
-and caching allocator, created after the fork), answers ``{"pid": ...}`` at once and
-``{"returncode": ...}`` when the worker has ended (negative: killed by that signal, as
-subprocess reports it).
+and caching allocator, created after the fork), answers ``{"pid": ..., "handler": ...}`` (the
+worker's pid and its own, which the client watches) at once and ``{"returncode": ...}`` when
+the worker has ended (negative: killed by that signal, as subprocess reports it).
 
 Why not ``multiprocessing``'s forkserver: it re-imports the caller's ``__main__`` and start
 method in every child, which breaks under launchers that have their own (joblib's loky).
@@ -35,16 +35,18 @@ from .lifecycle import die_with_parent  # stdlib-only at import: torch is import
 REQUEST_TIMEOUT_S = 10.0  # a connected client that sends no request line is dropped
 
 
-def _handle(conn: socket.socket, request: dict) -> None:
-    """In the handler process: fork the worker, report its pid and then its exit status."""
-    die_with_parent()
+def _handle(conn: socket.socket, request: dict, server: int) -> None:
+    """In the handler process: fork the worker, report its pid and then its exit status.
+    ``server``: the server's pid, which this handler dies with."""
+    die_with_parent(server)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    handler = os.getpid()
     pid = os.fork()
     if pid == 0:
         conn.close()
-        run(request["spec"], request["stdout"], request["stderr"], request["env"])
+        run(request["spec"], request["stdout"], request["stderr"], request["env"], parent=handler)
         os._exit(70)  # run() never returns
-    conn.sendall((json.dumps({"pid": pid}) + "\n").encode())
+    conn.sendall((json.dumps({"pid": pid, "handler": os.getpid()}) + "\n").encode())
     ended = threading.Event()
     lock = threading.Lock()
 
@@ -74,7 +76,7 @@ def _handle(conn: socket.socket, request: dict) -> None:
         pass
 
 
-def serve(path: str) -> None:
+def serve(path: str, parent: int | None = None) -> None:
     """Serve worker forks on the Unix socket ``path`` until killed (never returns).
 
     Imports torch and the worker's modules once, binds ``path + ".new"`` and renames it to
@@ -83,15 +85,16 @@ def serve(path: str) -> None:
 
     Args:
         path: the socket's path.
+        parent: the pid of the client that started the server, which it dies with.
 
     Raises:
         OSError: the socket cannot be bound or renamed.
     """
+    die_with_parent(parent)  # before the long import: a client killed meanwhile leaves no server
     import torch  # noqa: F401  - the point of the server: imported once, for every fork
 
     from . import counters, main, workloads  # noqa: F401
 
-    die_with_parent()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     # Ctrl-C reaches the whole foreground process group: the orchestrator says what happened and
     # exits, and the server and its handlers die with it (PR_SET_PDEATHSIG), without tracebacks.
@@ -101,6 +104,7 @@ def serve(path: str) -> None:
     server.listen(64)
     os.replace(path + ".new", path)  # clients see the socket only once it listens (refused = dead)
     print("ready", flush=True)
+    server_pid = os.getpid()
     while True:
         conn, _ = server.accept()
         try:  # a client sends its request as soon as it connects
@@ -116,11 +120,11 @@ def serve(path: str) -> None:
         if os.fork() == 0:
             server.close()
             try:
-                _handle(conn, request)
+                _handle(conn, request, server_pid)
             finally:
                 os._exit(0)
         conn.close()
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)

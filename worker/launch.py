@@ -11,10 +11,12 @@ import os
 import signal
 import sys
 
+from conf.contract import PARENT_ENV
+
 from .main import main
 
 
-def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict) -> None:
+def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict, parent: int | None = None) -> None:
     """Runs in the forked child: its own session, environment and output files, then the worker.
 
     Args:
@@ -22,6 +24,7 @@ def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict) -> None:
         stdout_path: the file that becomes the worker's stdout (fd 1).
         stderr_path: the file that becomes the worker's stderr (fd 2).
         env: the worker's whole environment (replaces the server's).
+        parent: the handler's pid, which the worker dies with (``conf.contract.PARENT_ENV``).
 
     Never returns: the process exits with the worker's exit code (``conf.contract.EXIT_*``).
     """
@@ -29,6 +32,8 @@ def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the server ignores it; a worker does not
     os.environ.clear()
     os.environ.update(env)
+    if parent is not None:
+        os.environ[PARENT_ENV] = str(parent)
     for fd, path in ((1, stdout_path), (2, stderr_path)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(target, fd)

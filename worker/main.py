@@ -26,6 +26,7 @@ This module imports no torch: ``measure`` imports it, and records its absence.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from conf.contract import (
     EXIT_BAD_SPEC,
     EXIT_OK,
     EXIT_UNAVAILABLE,
+    PARENT_ENV,
     RECORD_FILE,
     RecordError,
     RunSpec,
@@ -41,7 +43,7 @@ from conf.contract import (
 )
 
 from .environment import env_report, probe
-from .lifecycle import die_with_parent
+from .lifecycle import die_with_parent, parent_from_env
 from .measure import Recorder, measure
 
 
@@ -59,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         on stderr).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    die_with_parent()
+    die_with_parent(parent_from_env(os.environ.get(PARENT_ENV)))
     if len(argv) == 2 and argv[0] == "--probe":
         info = probe(argv[1])
         print(json.dumps(info))

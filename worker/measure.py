@@ -28,6 +28,7 @@ from conf.contract import (
     SCHEMA_VERSION,
     RunSpec,
     needs_dynamo,
+    process_identity,
     write_json_atomic,
 )
 
@@ -55,6 +56,7 @@ class Recorder:
             "schema_version": SCHEMA_VERSION,
             "spec": spec,
             "pid": os.getpid(),
+            "pid_identity": process_identity(),  # a resume tells this process from one that reused its pid
             "started_at": _now(),
             "updated_at": None,
             "complete": False,

@@ -1,5 +1,8 @@
-"""The host's memory as Linux reports it in /proc (proc(5)): read by the worker (its resident
-set, the machine's memory) and by the sweeper (a CPU capacity above MemTotal is refused)."""
+"""The host as Linux reports it in /proc (proc(5)): its memory, read by the worker (its resident
+set, the machine's memory) and by the sweeper (a CPU capacity above MemTotal is refused); and
+the identity and state of a process, which name it even when its pid is reused (the worker
+records its own; the sweeper checks a resumed run's old worker, a sweep's orchestrator, the
+fork server)."""
 
 from __future__ import annotations
 
@@ -34,3 +37,62 @@ def meminfo_bytes(key: str) -> int | None:
         The value in bytes, or None when it cannot be read (not Linux, no such field).
     """
     return proc_kb_field("/proc/meminfo", key)
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat from the state on (proc(5): field 3 is index 0), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except (OSError, ValueError):
+        return None
+    _, _, rest = text.rpartition(")")  # the command name may hold spaces and parentheses
+    fields = rest.split()
+    return fields if len(fields) > 19 else None
+
+
+def boot_id() -> str | None:
+    """This boot's random id (/proc/sys/kernel/random/boot_id), or None when it cannot be read."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def process_identity(pid: int | str = "self") -> str | None:
+    """Name a process by more than its pid: ``BOOT_ID:START`` (the boot's id, and the process's
+    start time in clock ticks since boot, /proc/<pid>/stat field 22).
+
+    Two processes with the same pid (a pid reused after a restart, or on another host of a
+    shared file system) never have the same identity.
+
+    Args:
+        pid: the process id, or ``"self"``.
+
+    Returns:
+        The identity, or None when the process does not exist here or /proc cannot be read.
+    """
+    fields, boot = _stat_fields(pid), boot_id()
+    if fields is None or boot is None:
+        return None
+    return f"{boot}:{fields[19]}"
+
+
+def process_state(pid: int | str) -> str | None:
+    """The state letter of a process (/proc/<pid>/stat field 3: ``R`` running, ``S`` sleeping,
+    ``D`` disk wait, ``T`` stopped by a signal, ``t`` stopped by a tracer, ``Z`` zombie...).
+
+    Args:
+        pid: the process id.
+
+    Returns:
+        The letter, or None when the process does not exist or /proc cannot be read.
+    """
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+STOPPED_STATES = ("T", "t")
+"""``process_state`` letters of a process that does not run until it is continued (SIGSTOP,
+SIGTSTP, a tracer): it will never answer by itself."""

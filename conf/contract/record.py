@@ -72,6 +72,7 @@ RECORD_FIELDS = (
     Field("schema_version", int, "SCHEMA_VERSION of the writer"),
     Field("spec", dict, "the spec as read from spec.json"),
     Field("pid", int, "the worker's process id"),
+    Field("pid_identity", str, "the worker's process identity (host.process_identity: boot id, start time)"),
     Field("started_at", str, "UTC ISO 8601 time the worker started"),
     Field("updated_at", str, "UTC ISO 8601 time of the last rewrite"),
     Field("complete", bool, "the worker finished the record (a killed worker leaves false)"),
@@ -248,6 +249,30 @@ def field_names(fields: tuple[Field, ...]) -> tuple[str, ...]:
         The names, in order.
     """
     return tuple(f.name for f in fields)
+
+
+def field_problems(doc: Mapping, fields: tuple[Field, ...]) -> list[str]:
+    """Check the present values of a document's declared fields against their JSON types.
+
+    Args:
+        doc: the document (a record, a result envelope).
+        fields: its declaration (RECORD_FIELDS, RESULT_FIELDS).
+
+    Returns:
+        One ``name=value: expected TYPE`` per field of the wrong type (a bool is not a number; a
+        float field may hold an int); empty when every field is null or of its type.
+    """
+    problems = []
+    for f in fields:
+        value = doc.get(f.name)
+        if value is None:
+            continue
+        ok = isinstance(value, f.type) and (f.type is bool or not isinstance(value, bool))
+        if f.type is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            problems.append(f"{f.name}={value!r:.60}: expected {f.type.__name__}")
+    return problems
 
 
 def write_json_atomic(path: Path | str, data: Any) -> None:

@@ -17,9 +17,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import NewerSchemaError, RecordError
-from .record import FILE_KINDS, RECORD_FILE, RESULT_FILE, SPEC_FILE, read_json
+from .errors import NewerSchemaError, RecordError, SpecError
+from .record import (
+    FILE_KINDS,
+    RECORD_FIELDS,
+    RECORD_FILE,
+    RESULT_FIELDS,
+    RESULT_FILE,
+    SPEC_FILE,
+    field_problems,
+    read_json,
+)
 from .spec import RunSpec
+from .vocabulary import OUTCOMES
 
 CPU_PEAK_COUNTERS = ("max_memory_allocated", "max_memory_reserved")
 """(compared with the capacity, the other) on the CPU: the tracker's live tensor bytes first."""
@@ -98,6 +108,8 @@ class Run:
             record, so it is a crash whatever result.json says. None otherwise.
         unreadable: file name -> why it could not be read, for every JSON file that is
             missing or unreadable (the RecordError's message).
+        spec_problem: spec.json was read but holds no valid spec (no load, a bad value): the
+            SpecError in words. Such a run measured nothing anyone asked for: a ``crash``.
     """
 
     run_dir: Path
@@ -107,13 +119,17 @@ class Run:
     problems: list[str] = field(default_factory=list)
     record_damage: str | None = None
     unreadable: dict[str, str] = field(default_factory=dict)
+    spec_problem: str | None = None
 
 
 def read_run(run_dir: Path | str) -> Run:
     """Read spec.json, record.json and result.json of a run directory.
 
     Nothing raises: what cannot be read is None, with the reason in ``unreadable`` and, for
-    the record and the result, in ``problems``. A record of a newer memsweep is not damage
+    the record and the result, in ``problems``. What is read is checked against the contract: a
+    spec that ``RunSpec.from_dict`` refuses (``spec_problem``; the spec stays, as read), a record
+    with a field of the wrong type (``record_damage`` ``"invalid"``), a result with an unknown
+    outcome or a field of the wrong type (dropped: None, as unreadable). A record of a newer memsweep is not damage
     (its outcome is unknown here); a missing record after the run ended (result.json present)
     and an unreadable one are (``record_damage``).
 
@@ -137,6 +153,23 @@ def read_run(run_dir: Path | str) -> Run:
                 run.problems.append(f"record corrupt or unreadable: {exc}")
             else:
                 run.problems.append(str(exc))
+    if run.spec is not None:
+        try:
+            RunSpec.from_dict(run.spec)
+        except SpecError as exc:
+            run.spec_problem = f"{run_dir / SPEC_FILE}: not a valid spec ({exc})"
+            run.problems.append(run.spec_problem)
+    if run.record is not None and (wrong := field_problems(run.record, RECORD_FIELDS)):
+        run.record_damage = "invalid"
+        run.problems.append(f"{run_dir / RECORD_FILE}: not a record of the contract ({'; '.join(wrong)})")
+    if run.result is not None:
+        wrong = field_problems(run.result, RESULT_FIELDS)
+        if run.result.get("outcome") not in OUTCOMES:
+            wrong.insert(0, f"outcome={run.result.get('outcome')!r}: expected one of {', '.join(OUTCOMES)}")
+        if wrong:
+            run.unreadable[RESULT_FILE] = f"{run_dir / RESULT_FILE}: not a result of the contract ({'; '.join(wrong)})"
+            run.problems.append(run.unreadable[RESULT_FILE])
+            run.result = None
     if run.record is None and run.result is not None and not (run_dir / RECORD_FILE).exists():
         run.record_damage = "missing"
         run.problems.append(f"{run_dir / RECORD_FILE}: record missing (the run ended without one)")

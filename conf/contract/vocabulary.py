@@ -138,6 +138,14 @@ OUTCOMES = ("ok", "oom", "error", "crash", "timeout")
 WORKER_OUTCOMES = ("ok", "oom", "error")
 """The outcomes a worker writes in its own record (crash and timeout are the sweeper's findings)."""
 
+FORK_SERVER_LOST = "ForkServerLost"
+"""A crash's ``error_type`` when the fork server (or a run's handler) went away, stopped or
+wedged before the worker's exit status came: not the load's doing."""
+
+LAUNCHER_WORKER_LOST = "LauncherWorkerLost"
+"""A crash's ``error_type`` when the launcher's worker process running the job (a joblib/loky
+worker) died while the run was in flight: not the load's doing; a resume runs it again."""
+
 COUNTERS = ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved")
 """PyTorch's four memory counters (torch.cuda.memory_allocated...), bytes, read by every phase."""
 
@@ -205,3 +213,9 @@ DEFAULT_ISOLATION = ISOLATION_FORKSERVER
 ISOLATION_ENV = "MEMSWEEP_ISOLATION"
 """Environment variable through which the sweeper tells the worker how it was started; a worker
 started without it (by hand, ``python -m worker SPEC``) was started as ``ISOLATION_SPAWN``."""
+
+PARENT_ENV = "MEMSWEEP_PARENT_PID"
+"""Environment variable naming the process a worker must die with (the process that started
+it: the orchestrator or launcher worker for a spawned worker, the handler for a forked one);
+the worker checks it after arming PR_SET_PDEATHSIG, so that a parent that died just before
+is not missed (``worker.lifecycle.die_with_parent``)."""

@@ -1,0 +1,115 @@
+"""Who owns a sweep's processes: the orchestrator (the Hydra process that runs the sweeper).
+
+Everything memsweep starts dies with the process that started it: the fork server, its run
+handlers and their workers, and a spawned worker, through Linux PR_SET_PDEATHSIG
+(``worker/lifecycle.py``). A launcher's worker process (a joblib/loky worker, a
+``submitit_local`` job) is not memsweep's to start, and outlives a killed orchestrator: it is
+re-parented and would go on taking queued jobs with nobody watching. So the orchestrator
+names itself to them (``OwnProcesses``, a Hydra callback, sets ``MEMSWEEP_OWNER`` before the
+launcher starts), and each job first calls ``guard_launcher_worker``: a launcher worker whose
+orchestrator is gone exits at once, taking what it started with it (its runs die with their
+handler or with it, its own fork server with it), and a watchdog thread makes it exit within
+``OWNER_POLL_S`` of the orchestrator's death even in the middle of a job.
+
+A SLURM job (``SLURM_JOB_ID`` set), and a job on another host, belong to the scheduler: they
+are not guarded (``scancel`` stops them).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from conf.contract import boot_id, process_identity
+
+log = logging.getLogger("memsweep")
+
+OWNER_ENV = "MEMSWEEP_OWNER"
+"""The orchestrator of the sweep, ``PID=IDENTITY`` (``conf.contract.process_identity``)."""
+
+OWNER_POLL_S = 0.5
+"""How often a launcher worker's watchdog looks at its orchestrator (seconds)."""
+
+ORPHAN_EXIT = 1
+"""The exit status of a launcher worker that stops because its orchestrator is gone (nobody reads it)."""
+
+_watchdog_started = threading.Event()
+
+
+def session_id() -> str:
+    """Name one sweep session in the logs it appends to (search.jsonl): its start time (UTC),
+    host, pid and a random token, so that concurrent sweeps on one directory, even started in the
+    same second from one process, are told apart."""
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return f"{now}/{socket.gethostname()}:{os.getpid()}/{secrets.token_hex(4)}"
+
+
+def claim_sweep() -> None:
+    """In the sweep's main process, before its launcher starts: name this process the owner of
+    every job (``MEMSWEEP_OWNER``, inherited by the launcher's worker processes)."""
+    identity = process_identity()
+    if identity is not None:
+        os.environ[OWNER_ENV] = f"{os.getpid()}={identity}"
+
+
+def owner_gone() -> bool:
+    """Tell whether this process runs jobs for an orchestrator (``MEMSWEEP_OWNER``) that is gone.
+
+    Returns:
+        True when the orchestrator named is another process on this host (same boot) that no
+        longer lives (its pid gone, or reused by another process); False when none is named, this
+        process is the orchestrator, it runs elsewhere, or this is a SLURM job.
+    """
+    pid_text, _, identity = os.environ.get(OWNER_ENV, "").partition("=")
+    if not pid_text.isdigit() or not identity or os.environ.get("SLURM_JOB_ID"):
+        return False
+    if int(pid_text) == os.getpid() or identity.split(":")[0] != boot_id():
+        return False
+    return process_identity(int(pid_text)) != identity
+
+
+def _orphaned(where: str) -> None:
+    """Exit now: the orchestrator is gone. What this process started dies with it (the fork
+    server and spawned workers by PR_SET_PDEATHSIG, a forked run by its handler, which sees the
+    connection close)."""
+    print(f"memsweep: the sweep's orchestrator is gone; launcher worker {os.getpid()} stops ({where})", file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(ORPHAN_EXIT)
+
+
+def _watch() -> None:
+    while True:
+        time.sleep(OWNER_POLL_S)
+        if owner_gone():
+            _orphaned("watchdog")
+
+
+def guard_launcher_worker() -> None:
+    """At the start of every job: in a launcher's worker process whose orchestrator is gone, exit
+    (take no more work); otherwise make sure a watchdog thread ends this process within
+    ``OWNER_POLL_S`` of the orchestrator's death. No-op in the orchestrator itself."""
+    if owner_gone():
+        _orphaned("before a job")
+    pid_text = os.environ.get(OWNER_ENV, "").partition("=")[0]
+    if not pid_text.isdigit() or int(pid_text) == os.getpid() or _watchdog_started.is_set():
+        return
+    _watchdog_started.set()
+    threading.Thread(target=_watch, name="memsweep-owner-watchdog", daemon=True).start()
+
+
+class OwnProcesses(Callback):
+    """Hydra callback (``hydra.callbacks.owner``): at the multirun's start, in the main process,
+    name it the owner of the launcher's worker processes (``claim_sweep``)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        claim_sweep()

@@ -1,0 +1,326 @@
+"""Process faults of the orchestrator, the launcher's workers and the fork server (#24): nothing
+left running, nothing waiting for ever, one lost launcher worker costs only its runs, files read
+back are validated, concurrent sessions are told apart. Real processes, tiny loads."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conf.contract import LAUNCHER_WORKER_LOST, RunSpec, process_identity, read_run, write_json_atomic
+from sweeper.forkserver_wait import AnswerOverdue, PeerStopped, read_answer
+from sweeper.liveness import is_process, wait_for_old_worker
+from sweeper.owner import session_id
+from sweeper.process import ForkServer, ForkServerLost, execute, worker_env
+
+MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
+TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
+HANG = "fault={phase:warm_forward,kind:hang}"
+TAG = "MEMSWEEP_TEST_TAG"
+
+
+def _tagged(tag: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose environment holds TAG=tag."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{name}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] == "Z":
+                    continue  # a zombie runs nothing
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"{TAG}={tag}".encode() in env:
+            out.append((int(name), cmd))
+    return out
+
+
+def _wait(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _start_sweep(tmp_path: Path, tag: str, *args: str) -> subprocess.Popen:
+    env = {**os.environ, TAG: tag, "MEMSWEEP_PROGRESS": "0"}
+    cmd = [MEMSWEEP, "sweep", "sweep=none", f"hydra.sweep.dir={tmp_path / 's'}", *TINY_ARGS, *args]
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+# ---- 1. every process memsweep starts dies with its owner ---------------------------------
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        [],
+        ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "pool=cores", "cores_per_run=1"],
+    ],
+    ids=["basic", "joblib"],
+)
+def test_killing_only_the_orchestrator_leaves_no_process_within_5_s(tmp_path, launcher):
+    tag = uuid.uuid4().hex
+    proc = _start_sweep(tmp_path, tag, "batch=1,2,3", HANG, *launcher)
+    try:
+        running = 2 if launcher else 1
+        _wait(lambda: len(list((tmp_path / "s").glob("*/record.json"))) >= running, 180, "runs in flight")
+        assert any("worker" in cmd for _, cmd in _tagged(tag) if _ != proc.pid)
+        proc.kill()  # only the orchestrator, as the OOM killer or `kill -9 PID` does
+        proc.wait()
+        killed = time.monotonic()
+        _wait(lambda: not _tagged(tag), 5.0, f"no process of the sweep left (left: {_tagged(tag)})")
+        assert time.monotonic() - killed <= 5.0
+    finally:
+        for pid, _ in _tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
+# ---- 2. every wait has a bound and a message -------------------------------------------------
+
+
+def test_read_answer_is_bounded_and_sees_a_stopped_peer():
+    a, b = socket.socketpair()
+    with a, b:
+        t0 = time.monotonic()
+        with pytest.raises(AnswerOverdue, match="did not answer within"):
+            read_answer(a, bytearray(), None, 0.5, "the fork server")
+        assert time.monotonic() - t0 < 10
+        sleeper = subprocess.Popen(["sleep", "60"])
+        try:
+            os.kill(sleeper.pid, signal.SIGSTOP)
+            _wait(lambda: open(f"/proc/{sleeper.pid}/stat").read().rpartition(")")[2].split()[0] == "T", 10, "stop")
+            with pytest.raises(PeerStopped, match="is stopped"):
+                read_answer(a, bytearray(), sleeper.pid, 600, "the fork server")
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        b.sendall(b'{"pid": 1}\nrest')
+        buffer = bytearray()
+        assert read_answer(a, buffer, None, 5, "x") == b'{"pid": 1}' and buffer == b"rest"
+        b.close()
+        assert read_answer(a, buffer, None, 5, "x") == b""  # the peer closed first: it died
+
+
+def _spec_dir(tmp_path: Path, name: str, tiny: dict, **extra) -> Path:
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    write_json_atomic(run_dir / "spec.json", RunSpec.from_dict(dict(tiny, **extra)).to_dict())
+    return run_dir
+
+
+def test_a_stopped_fork_server_is_replaced_and_the_run_retried(tmp_path, tiny, caplog):
+    server = ForkServer()
+    try:
+        first = _spec_dir(tmp_path, "a", tiny)
+        returncode, timed_out, _, _ = server.run(first, worker_env(), 120, dynamo=False)
+        assert (returncode, timed_out) == (0, False)
+        stopped = server.proc
+        os.kill(stopped.pid, signal.SIGSTOP)
+        second = _spec_dir(tmp_path, "b", tiny)
+        t0 = time.monotonic()
+        with pytest.raises(ForkServerLost, match="is stopped"):
+            server.run(second, worker_env(), 120, dynamo=False)
+        assert time.monotonic() - t0 < 30, "seen within the poll, not at the answer's bound"
+        assert stopped.poll() is not None, "the stopped server was killed"
+        # the run is retried from a new server (what execute does on ForkServerLost)
+        (second / "stdout.log").unlink(missing_ok=True)
+        returncode, timed_out, _, _ = server.run(second, worker_env(), 120, dynamo=False)
+        assert (returncode, timed_out) == (0, False) and server.proc.pid != stopped.pid
+    finally:
+        server.close()
+
+
+def test_a_stopped_handler_ends_the_wait_and_kills_the_run(tmp_path, tiny):
+    server = ForkServer()
+    try:
+        run_dir = _spec_dir(tmp_path, "h", tiny, fault={"phase": "warm_forward", "kind": "hang"})
+        got: dict = {}
+
+        def run():
+            try:
+                got["result"] = server.run(run_dir, worker_env(), 600, dynamo=False)
+            except ForkServerLost as exc:
+                got["lost"] = exc
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        record = _wait(
+            lambda: (run_dir / "record.json").exists() and json.loads((run_dir / "record.json").read_text()),
+            120,
+            "record",
+        )
+        worker = record["pid"]
+        handler = int(open(f"/proc/{worker}/stat").read().rpartition(")")[2].split()[1])
+        os.kill(handler, signal.SIGSTOP)
+        thread.join(60)
+        assert not thread.is_alive(), "the wait on a stopped handler is bounded"
+        assert "is stopped" in str(got.get("lost")), got
+        _wait(lambda: not is_process(worker, record["pid_identity"]), 30, "the run killed")
+        _wait(lambda: _state(handler) in (None, "Z"), 30, "the handler gone with its server")
+    finally:
+        server.close()
+
+
+def test_the_fork_server_stopped_mid_sweep_costs_no_more_than_the_poll(tmp_path, tiny):
+    """execute() with isolation=forkserver: a stopped module server is replaced, the run retried: ok."""
+    first = tmp_path / "r1"
+    assert execute(RunSpec.from_dict(tiny), first)["outcome"] == "ok"
+    servers = [p for p in _children(os.getpid()) if "worker.forkserver" in _cmdline(p)]
+    assert servers
+    for pid in servers:
+        os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    result = execute(RunSpec.from_dict(tiny), tmp_path / "r2")
+    assert result["outcome"] == "ok" and time.monotonic() - t0 < 120
+    assert list((tmp_path / "r2" / ".attempts").iterdir()), "the lost attempt is kept"
+    for pid in servers:
+        assert not is_process(pid, None) or _state(pid) == "Z"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if int(open(f"/proc/{name}/stat").read().rpartition(")")[2].split()[1]) == pid:
+                    out.append(int(name))
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[0]
+    except OSError:
+        return None
+
+
+def test_a_reused_pid_is_not_the_old_worker():
+    me = os.getpid()  # alive, but not the process the record names
+    t0 = time.monotonic()
+    assert wait_for_old_worker({"pid": me, "pid_identity": "another-boot:1"}, 600, "run") is True
+    assert wait_for_old_worker({"pid": me, "started_at": "2000-01-01T00:00:00+00:00"}, 600, "run") is True
+    assert time.monotonic() - t0 < 5, "no wait on a stranger"
+    assert is_process(me, process_identity(me))
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:  # the real old worker, still alive: waited for, up to the bound
+        t0 = time.monotonic()
+        assert (
+            wait_for_old_worker({"pid": sleeper.pid, "pid_identity": process_identity(sleeper.pid)}, 0.5, "r") is False
+        )
+        assert time.monotonic() - t0 >= 0.5
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_resume_does_not_wait_on_a_reused_pid(tmp_path, tiny):
+    spec = RunSpec.from_dict(dict(tiny, timeout_s=600))
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    write_json_atomic(run_dir / "spec.json", spec.to_dict())
+    # an attempt cut short, whose record names a pid that now belongs to a live stranger (this process)
+    stale = {"schema_version": 1, "pid": os.getpid(), "pid_identity": "old-boot:42", "complete": False, "phases": []}
+    write_json_atomic(run_dir / "record.json", stale)
+    t0 = time.monotonic()
+    result = execute(spec, run_dir, resume=True, isolation="spawn")
+    assert result["outcome"] == "ok"
+    assert time.monotonic() - t0 < 120, "not timeout_s=600"
+    assert json.loads((run_dir / ".attempts" / "1" / "record.json").read_text())["pid_identity"] == "old-boot:42"
+
+
+# ---- 3. one lost launcher worker costs only its own run ---------------------------------------
+
+
+def test_killing_one_joblib_worker_costs_only_the_runs_in_flight(tmp_path):
+    tag = uuid.uuid4().hex
+    launcher = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "pool=cores", "cores_per_run=1"]
+    proc = _start_sweep(tmp_path, tag, "batch=1,2", HANG, "timeout_s=8", *launcher)
+    try:
+        _wait(lambda: len(list((tmp_path / "s").glob("*/record.json"))) >= 2, 180, "runs in flight")
+        loky = _wait(lambda: [p for p, cmd in _tagged(tag) if "LokyProcess" in cmd], 30, "a loky worker")
+        os.kill(loky[0], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert "TerminatedWorkerError" not in out.split("a launcher worker process died")[0], "no traceback"
+    assert "a launcher worker process died" in out
+    runs = pq.read_table(tmp_path / "s" / "runs.parquet").to_pylist()
+    assert sorted(r["batch"] for r in runs) == [1, 2]
+    assert all(r["outcome"] == "timeout" for r in runs), "every run ran again, to its own outcome"
+    lost = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*/.attempts/*/result.json")]
+    assert lost and all(r["error_type"] == LAUNCHER_WORKER_LOST and r["outcome"] == "crash" for r in lost)
+    assert (tmp_path / "s" / "report.html").exists()
+
+
+# ---- 4. files read back are validated ---------------------------------------------------------
+
+
+def test_a_spec_without_a_load_is_a_crash_and_the_report_renders(tmp_path, tiny):
+    sweep = tmp_path / "s"
+    good = sweep / "0"
+    assert execute(RunSpec.from_dict(tiny), good)["outcome"] == "ok"
+    bad = sweep / "1"
+    bad.mkdir()
+    for name in ("record.json", "result.json"):
+        (bad / name).write_text((good / name).read_text())
+    write_json_atomic(bad / "spec.json", {"schema_version": 1})
+    run = read_run(bad)
+    assert run.spec_problem and "batch" in run.spec_problem
+    analyze = subprocess.run([MEMSWEEP, "analyze", str(sweep)], capture_output=True, text=True, timeout=300)
+    assert analyze.returncode == 0, analyze.stderr[-3000:]
+    rows = {r["run_id"]: r for r in pq.read_table(sweep / "runs.parquet").to_pylist()}
+    assert rows["1"]["outcome"] == "crash" and "not a valid spec" in rows["1"]["record_problem"]
+    assert rows["0"]["outcome"] == "ok"
+    report = subprocess.run(
+        [MEMSWEEP, "report", str(sweep), "--out", str(tmp_path / "rep")], capture_output=True, text=True, timeout=300
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "Traceback" not in report.stderr
+
+
+def test_a_result_of_an_unknown_outcome_is_not_read_as_one(tmp_path):
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    write_json_atomic(run_dir / "spec.json", {"schema_version": 1, "batch": 1, "context": 8, "width": 16})
+    write_json_atomic(run_dir / "result.json", {"schema_version": 1, "outcome": "fits", "wall_s": "fast"})
+    run = read_run(run_dir)
+    assert run.result is None and "outcome='fits'" in run.unreadable["result.json"]
+    assert "wall_s" in run.unreadable["result.json"]
+
+
+# ---- 5. concurrent sessions are told apart ----------------------------------------------------
+
+
+def test_session_ids_differ_even_within_one_second_and_one_process():
+    ids = {session_id() for _ in range(50)}
+    assert len(ids) == 50
+    assert all(f":{os.getpid()}/" in s for s in ids)
