@@ -90,6 +90,8 @@ RUNS_SCHEMA = pa.schema(
         ("n_phases", pa.int64()),
         ("max_memory_allocated", pa.int64()),
         ("max_memory_reserved", pa.int64()),
+        ("completed_max_memory_allocated", pa.int64()),
+        ("completed_max_memory_reserved", pa.int64()),
         ("cold_max_memory_allocated", pa.int64()),
         ("cold_max_memory_reserved", pa.int64()),
         ("warm_max_memory_allocated", pa.int64()),
@@ -119,7 +121,10 @@ RUNS_SCHEMA = pa.schema(
         ("devices", pa.int64()),
     ]
 )
-"""One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``cold_*`` /
+"""One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``completed_*``: the
+largest peak of the phases that ran ok (null when none did; on an ok run the same as ``max_memory_*``;
+the frontier's peak of a run that fits for its axis but ran out of memory in a later phase that
+does not scale with it, conf.contract.oom_attribution); ``cold_*`` /
 ``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
 cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's estimate,
 analysis/estimate/), never measured; ``estimate_error`` = (est_peak_bytes -
@@ -266,6 +271,10 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "n_phases": len(phases),
         "max_memory_allocated": phase_peak(phases, "max_memory_allocated"),
         "max_memory_reserved": phase_peak(phases, "max_memory_reserved"),
+        **{
+            f"completed_{c}": phase_peak([p for p in phases if p.get("status") == "ok"], c)
+            for c in ("max_memory_allocated", "max_memory_reserved")
+        },
         "cold_max_memory_allocated": phase_peak(phases, "max_memory_allocated", COLD_PHASES),
         "cold_max_memory_reserved": phase_peak(phases, "max_memory_reserved", COLD_PHASES),
         "warm_max_memory_allocated": phase_peak(phases, "max_memory_allocated", WARM_PHASES),

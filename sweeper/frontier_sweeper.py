@@ -40,10 +40,10 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from conf.contract import SEARCH_LOG, RunSpec, SpecError, run_peak
+from conf.contract import SEARCH_LOG, RunSpec, SpecError
 
 from .errors import InputRefused
-from .frontier_runs import PEAK_COUNTERS, SweepRuns, launcher_slots
+from .frontier_runs import PEAK_COUNTERS, SweepRuns, axis_reading, launcher_slots
 from .predict import Predictor
 from .process import share_fork_server
 from .search import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
@@ -358,7 +358,7 @@ class FrontierSweeperImpl:
             launch_settings(self.config)["isolation"],
             upper=lattice.upper,
         )
-        start = min(max(getattr(baseline, axis), lattice.lower), lattice.upper)
+        start = min(max(getattr(baseline, axis) or lattice.lower, lattice.lower), lattice.upper)
         edge = predictor.search(start, lattice)
         error = edge["error"]
         self.write_log(
@@ -404,14 +404,14 @@ class FrontierSweeperImpl:
             probes = search.propose(self.slots)
             runs = self.runs.run(axis, [(p.value, 0) for p in probes], extra)
             for probe, run in zip(probes, runs):
-                peak, self.counter = run_peak(run["record"])
+                outcome, peak, self.counter, message = axis_reading(run, axis)
                 self.capacity = self.capacity or run["capacity_bytes"]
                 search.observe(
                     probe.value,
-                    run["outcome"],
+                    outcome,
                     peak,
                     run["capacity_bytes"],
-                    run["message"],
+                    message,
                     run["reused"],
                     run["run_dir"],
                 )
@@ -432,10 +432,8 @@ class FrontierSweeperImpl:
                     axis,
                     probe.value,
                     probe.reason,
-                    run["outcome"],
-                    ""
-                    if probe.expected is None or run["outcome"] == probe.expected
-                    else f" (predicted {probe.expected})",
+                    outcome,
+                    "" if probe.expected is None or outcome == probe.expected else f" (predicted {probe.expected})",
                     " (reused)" if run["reused"] else "",
                 )
         return search
@@ -458,7 +456,7 @@ class FrontierSweeperImpl:
         """
         values = [v for v in (light["max_ok"], light["min_oom"]) if v is not None]
         runs = self.runs.run(axis, [(v, 0) for v in values], [])
-        full = {v: r["outcome"] for v, r in zip(values, runs)}
+        full = {v: axis_reading(r, axis)[0] for v, r in zip(values, runs)}
         for v, r in zip(values, runs):
             self.write_log(
                 {
@@ -466,7 +464,7 @@ class FrontierSweeperImpl:
                     "axis": axis,
                     "value": v,
                     "light_outcome": "ok" if v == light["max_ok"] else "oom",
-                    "outcome": r["outcome"],
+                    "outcome": full[v],
                     "message": r["message"],
                     "run_dir": r["run_dir"],
                     "reused": r["reused"],
@@ -533,13 +531,14 @@ class FrontierSweeperImpl:
         wanted = [(v, n) for v, _ in values for n in range(first, last)]
         runs = self.runs.run(axis, wanted, [])
         for run, (value, _) in zip(runs, wanted):
-            out["confirm_outcomes"].setdefault(str(value), []).append(run["outcome"])
+            outcome = axis_reading(run, axis)[0]
+            out["confirm_outcomes"].setdefault(str(value), []).append(outcome)
             self.write_log(
                 {
                     "event": "confirm",
                     "axis": axis,
                     "value": value,
-                    "outcome": run["outcome"],
+                    "outcome": outcome,
                     "message": run["message"],
                     "run_dir": run["run_dir"],
                     "reused": run["reused"],

@@ -147,6 +147,12 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
             ),
             f"runs: {f.get('n_runs')} (ok {f.get('n_ok')}, oom {f.get('n_oom')}, other {f.get('n_other')})",
         ]
+        if f.get("n_oom_elsewhere"):
+            facts.append(
+                f"{f['n_oom_elsewhere']} run(s) ran out of memory in a phase whose size does not follow {a.axis} "
+                f"({f.get('oom_elsewhere_phases')}, set by {f.get('oom_elsewhere_variables')}): not points of "
+                f"this frontier; a run whose every phase that scales with {a.axis} ran ok before it counts for `max_ok`"
+            )
         if f.get("strategy"):
             facts.append(
                 f"searched by the frontier sweeper: strategy {f['strategy']}, {f.get('runs_used')} runs"
@@ -161,6 +167,8 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
                 + ": not an OOM, the edge is unknown above it"
             )
         doc.ul(facts)
+        if f.get("not_reached"):
+            doc.note("warning", f"{f['not_reached']}.")
         if a.max_ok is None:
             doc.note(
                 "warning",

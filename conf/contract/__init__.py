@@ -15,6 +15,16 @@ dependencies. Modules, by job:
 Callers import ``from conf.contract import X`` (or from a submodule).
 """
 
+from .attribution import (
+    ALL_VARIABLES,
+    ATTRIBUTIONS,
+    failure_words,
+    oom_attribution,
+    phase_key,
+    phase_variables,
+    planned_phases,
+    scales_with,
+)
 from .errors import NewerSchemaError, RecordError, SpecError
 from .exits import (
     EXIT_BAD_INPUT,
@@ -108,9 +118,11 @@ from .vocabulary import (
     PEAK_CATEGORIES,
     PEAK_COUNTERS,
     PEAK_SPLIT_FIELDS,
+    PHASE_SIZE_VARIABLES,
     PRECISIONS,
     SOURCES,
     STEP_SUB_PHASES,
+    STEP_VARIABLES,
     TRAIN_PHASES,
     WARM_PHASES,
     WORKER_OUTCOMES,
@@ -120,6 +132,16 @@ from .vocabulary import (
 from .workload import WORKLOAD_PARAMS, hf_config_kind, validate_workload
 
 __all__ = [
+    "ALL_VARIABLES",
+    "ATTRIBUTIONS",
+    "PHASE_SIZE_VARIABLES",
+    "STEP_VARIABLES",
+    "failure_words",
+    "oom_attribution",
+    "phase_key",
+    "phase_variables",
+    "planned_phases",
+    "scales_with",
     "ACTIVATIONS",
     "AFTER_PHASES",
     "ALL_PHASES",
