@@ -77,7 +77,9 @@ RUNS_SCHEMA = pa.schema(
         ("capacity_bytes", pa.int64()),
         ("capacity_method", pa.string()),
         ("capacity_mode", pa.string()),
-        ("oom_request_bytes", pa.int64()),
+        *[(name, pa.int64()) for name in OOM_DETAIL_FIELDS],
+        ("failure_class", pa.string()),
+        ("failure_wording", pa.string()),
         ("outcome", pa.string()),
         ("failed_phase", pa.string()),
         ("error_type", pa.string()),
@@ -130,7 +132,12 @@ cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's 
 analysis/estimate/), never measured; ``estimate_error`` = (est_peak_bytes -
 max_memory_allocated) / max_memory_allocated. ``parameters``, ``parameter_bytes``: the model's,
 by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for
-a spec written before the field, which was a one-device run); the peaks are those of cuda:0."""
+a spec written before the field, which was a one-device run); the peaks are those of cuda:0.
+``oom_*_bytes`` (conf.contract.OOM_DETAIL_FIELDS): what the run's OOM said (its failed phase's
+fields; null when it did not say, or the run did not run out of memory). ``failure_class``: the
+failed phase's class (oom, memory_suspect or error; conf.contract.FAILURE_CLASSES; a record
+written before the field gives its phase's status), ``failure_wording``: the worker.classify
+wording its message matched."""
 
 DEVICE_TYPE = pa.list_(pa.struct([("device_index", pa.int64()), *[(name, pa.int64()) for name in DEVICE_COUNTERS]]))
 """Type of the phases table's ``devices`` column: one struct per device of a multi-device run."""
@@ -152,6 +159,8 @@ PHASES_SCHEMA = pa.schema(
         ("duration_s", pa.float64()),
         *[(name, pa.int64()) for name in COUNTERS],
         ("error_type", pa.string()),
+        ("failure_class", pa.string()),
+        ("failure_wording", pa.string()),
         ("parent", pa.string()),
         ("sub_phase", pa.string()),
         ("step", pa.int64()),
@@ -235,6 +244,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     spec, record = run.spec, _dict(run.record)
     result = _dict(_outcome(run))
     phases = record_phases(record)
+    failed = next((p for p in phases if p.get("status") in ("oom", "error")), {})
     env = _dict(record.get("environment"))
     sources = _dict(record.get("counter_sources"))
     workload = _dict(spec.get("workload"))
@@ -258,7 +268,9 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "capacity_bytes": _int(record.get("capacity_bytes")) or _int(spec.get("capacity_bytes")),
         "capacity_method": _dict(record.get("capacity")).get("capacity_method"),
         "capacity_mode": _capacity_mode(record),
-        "oom_request_bytes": next((_int(p.get("oom_request_bytes")) for p in phases if p.get("status") == "oom"), None),
+        **{name: _int(failed.get(name)) if failed.get("status") == "oom" else None for name in OOM_DETAIL_FIELDS},
+        "failure_class": failed.get("failure_class") or (failed.get("status") if failed else None),
+        "failure_wording": failed.get("failure_wording"),
         "outcome": result.get("outcome"),
         "failed_phase": result.get("failed_phase"),
         "error_type": result.get("error_type"),
@@ -342,6 +354,8 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
                 "duration_s": p.get("duration_s"),
                 **{name: _int(p.get(name)) for name in COUNTERS},
                 "error_type": p.get("error_type"),
+                "failure_class": p.get("failure_class"),
+                "failure_wording": p.get("failure_wording"),
                 **{k: p.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
                 **{name: _int(p.get(name)) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL},
                 "source": source,

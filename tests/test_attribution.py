@@ -166,6 +166,11 @@ def test_the_issue_case_names_the_eval_failure(issue_sweep):
     (row,) = [r for r in pq.read_table(sweep_dir / "frontier.parquet").to_pylist() if r["axis"] == "batch"]
     assert (row["max_ok"], row["min_oom"], row["n_oom_elsewhere"]) == (8, None, 2)
     batch8 = next(r for r in runs if r["batch"] == 8)
+    # what the OOM said, in runs.parquet: the tracker's exact request and live bytes, the capacity as the limit
+    assert batch8["failure_class"] == "oom" and batch8["failure_wording"] == "memsweep_cpu_tracker"
+    assert batch8["oom_limit_bytes"] == 128 << 20
+    assert batch8["oom_allocated_bytes"] + batch8["oom_request_bytes"] > 128 << 20
+    assert batch8["oom_free_bytes"] == (128 << 20) - batch8["oom_allocated_bytes"]
     assert row["max_ok_max_memory_allocated"] == batch8["completed_max_memory_allocated"] < 128 << 20
     words = "the batch frontier was not reached: eval at eval_batch=4096 runs out of memory in every run"
     assert row["not_reached"] == words

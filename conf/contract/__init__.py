@@ -42,6 +42,7 @@ from .record import (
     DEVICE_FIELDS,
     ENVIRONMENT_FIELDS,
     EXTRA_COUNTERS,
+    FAILURE_CLASSES,
     FILE_KINDS,
     MODEL_FIELDS,
     OOM_DETAIL_FIELDS,
@@ -132,6 +133,7 @@ from .vocabulary import (
 from .workload import WORKLOAD_PARAMS, hf_config_kind, validate_workload
 
 __all__ = [
+    "FAILURE_CLASSES",
     "ALL_VARIABLES",
     "ATTRIBUTIONS",
     "PHASE_SIZE_VARIABLES",
