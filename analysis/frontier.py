@@ -80,6 +80,7 @@ FRONTIER_SCHEMA = pa.schema(
         ("n_ok", pa.int64()),
         ("n_oom", pa.int64()),
         ("n_other", pa.int64()),
+        ("n_memory_suspect", pa.int64()),
         ("n_oom_elsewhere", pa.int64()),
         ("oom_elsewhere_phases", pa.string()),
         ("oom_elsewhere_variables", pa.string()),
@@ -117,7 +118,9 @@ OOM in a batch sweep); they are no ``min_oom`` of the axis, and a run whose ever
 scales with the axis ran ok before that failure counts for ``max_ok``; ``oom_elsewhere_phases``
 and ``oom_elsewhere_variables`` name those phases and the variable that sets each one's size;
 ``not_reached`` says in words that the axis' frontier was not reached when no OOM of the axis
-was seen but such OOMs were (null otherwise). The last five columns are
+was seen but such OOMs were (null otherwise). ``n_memory_suspect``: runs among ``n_other`` whose error
+probably means memory but does not say so (runs table ``failure_class`` = memory_suspect; neither
+side of the frontier). The last five columns are
 null unless the frontier sweeper searched that axis (see the module docstring). ``warmup`` and
 ``repeats``: the protocol of the row's runs (the frontier sweeper's light probes,
 ``hydra.sweeper.light``, form their own row next to the full-protocol one). ``devices``: devices
@@ -326,6 +329,9 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                     "n_ok": int((group["outcome"] == "ok").sum()),
                     "n_oom": int((group["outcome"] == "oom").sum()),
                     "n_other": int((~group["outcome"].isin(["ok", "oom"])).sum()),
+                    "n_memory_suspect": int((group["failure_class"] == "memory_suspect").sum())
+                    if "failure_class" in group.columns
+                    else None,
                     **elsewhere,
                     "max_ok": int(max_ok) if numeric and max_ok is not None else None,
                     "min_oom": int(min_oom) if numeric and min_oom is not None else None,

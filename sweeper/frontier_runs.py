@@ -205,7 +205,7 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: dict | None = None
     }
 
 
-def axis_reading(run: dict, axis: str) -> tuple[str, int | None, str, str | None]:
+def axis_reading(run: dict, axis: str, suspect: str = "stop") -> tuple[str, int | None, str, str | None]:
     """What one finished run (``read_run``) tells a search along ``axis``.
 
     An OOM is an OOM of ``axis`` only when the phase that failed scales with it
@@ -214,9 +214,14 @@ def axis_reading(run: dict, axis: str) -> tuple[str, int | None, str, str | None
     phase of ``axis`` reads ``oom_elsewhere``, which stops the search (the frontier of ``axis`` is
     not reached: another variable runs out of memory first).
 
+    An ``error`` whose failed phase is marked ``memory_suspect`` (worker.classify: probably memory,
+    not said) reads ``memory_suspect``, which stops the search like an error, or, with
+    ``suspect="oom"``, ``oom`` (then attributed as any OOM).
+
     Args:
         run: ``read_run``'s dict.
         axis: the axis searched.
+        suspect: ``stop`` or ``oom`` (``hydra.sweeper.suspect``).
 
     Returns:
         (outcome for the search, peak in bytes of the phases that scale with ``axis`` and ran ok
@@ -224,6 +229,10 @@ def axis_reading(run: dict, axis: str) -> tuple[str, int | None, str, str | None
     """
     peak, counter = run_peak(run["record"], axis)
     outcome, message = run["outcome"], run["message"]
+    phases = (run["record"] or {}).get("phases") or []
+    failed = next((p for p in phases if isinstance(p, dict) and p.get("status") == "error"), {})
+    if outcome == "error" and failed.get("failure_class") == "memory_suspect":
+        outcome = "oom" if suspect == "oom" else "memory_suspect"
     if outcome == "oom":
         spec = (run["record"] or {}).get("spec") or {}
         planned = planned_phases(spec.get("mode"), spec.get("eval_batch"), spec.get("export"))

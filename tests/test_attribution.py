@@ -189,3 +189,19 @@ def test_eval_batch_is_swept_like_any_axis(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = [r for r in pq.read_table(tmp_path / "s" / "frontier.parquet").to_pylist() if r["axis"] == "eval_batch"]
     assert (row["max_ok"], row["min_oom"], row["exact"], row["n_oom_elsewhere"]) == (16, 4096, True, 0)
+
+
+def test_a_memory_suspect_error_is_marked_and_the_search_can_be_told_how_to_read_it():
+    runs = [
+        dict(BASE, run_id="a", batch=4, outcome="ok", max_memory_allocated=5),
+        dict(BASE, run_id="b", batch=8, outcome="error", failed_phase="cold_step.forward",
+             failure_class="memory_suspect"),
+    ]  # fmt: skip
+    (row,) = rows_of(runs, "batch")
+    assert (row["max_ok"], row["min_oom"], row["n_other"], row["n_memory_suspect"]) == (4, None, 1, 1)
+    phases = [{"name": "cold_step.forward", "status": "error", "failure_class": "memory_suspect"}]
+    run = {"outcome": "error", "failed_phase": "cold_step.forward", "message": "x", "record": record(phases)}
+    assert axis_reading(run, "batch")[0] == "memory_suspect"  # stops the search (STOP_OUTCOMES)
+    assert axis_reading(run, "batch", "oom")[0] == "oom"
+    plain = dict(run, record=record([{"name": "cold_step.forward", "status": "error", "failure_class": "error"}]))
+    assert axis_reading(plain, "batch", "oom")[0] == "error"

@@ -153,6 +153,12 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
                 f"({f.get('oom_elsewhere_phases')}, set by {f.get('oom_elsewhere_variables')}): not points of "
                 f"this frontier; a run whose every phase that scales with {a.axis} ran ok before it counts for `max_ok`"
             )
+        if f.get("n_memory_suspect"):
+            facts.append(
+                f"{f['n_memory_suspect']} run(s) failed with an error that probably means memory but does not say "
+                "so (`failure_class` memory_suspect: a library that could not get its workspace); counted neither "
+                "as ok nor as out of memory (the frontier sweeper's `hydra.sweeper.suspect=oom` reads them as OOMs)"
+            )
         if f.get("strategy"):
             facts.append(
                 f"searched by the frontier sweeper: strategy {f['strategy']}, {f.get('runs_used')} runs"
