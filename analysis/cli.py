@@ -76,6 +76,18 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
             f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "
             f"{gib(r['capacity_bytes']):>9}"
         )
+        if r.get("not_reached"):  # only OOMs of phases that do not scale with the axis
+            lines.append(f"{'':<8} {r['not_reached']}")
+        elif r.get("n_oom_elsewhere"):
+            lines.append(
+                f"{'':<8} {r['n_oom_elsewhere']} OOM(s) in {r['oom_elsewhere_phases']} "
+                f"({r['oom_elsewhere_variables']}), not points of the {r['axis']} frontier"
+            )
+        if r.get("n_memory_suspect"):
+            lines.append(
+                f"{'':<8} {r['n_memory_suspect']} run(s) failed with an error that probably means memory "
+                "but does not say so (memory_suspect): neither side of the frontier"
+            )
         if r.get("search_status"):  # the frontier sweeper searched this axis
             lines.append(f"{'':<8} search ({r['strategy']}, {r['runs_used']} runs): {r['search_status']}")
     return "\n".join(lines)

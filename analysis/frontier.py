@@ -1,6 +1,6 @@
 """The success/OOM frontier of each swept variable, everything else fixed.
 
-For an axis (batch, context, width, or dtype ordered by bytes per element) and a group of
+For an axis (batch, context, width, eval_batch, or dtype ordered by bytes per element) and a group of
 runs identical in every other load field: ``max_ok`` is the largest value that ran
 (outcome ``ok``), ``min_oom`` the smallest that ran out of memory (``oom``). Only ``oom``
 says "does not fit": ``error``, ``crash`` and ``timeout`` runs are counted apart and are
@@ -9,6 +9,12 @@ results are monotonic (every ok below every oom); a non-monotonic group is flagg
 smoothed away; ``stable`` is false when one value had both ok and oom runs, true when some
 value ran (ok or oom) more than once without that, and null when none did (nothing was
 re-run, so nothing was checked: an ovat sweep runs each value once).
+
+An OOM is a point of an axis only when the phase that failed scales with that axis
+(``conf.contract.oom_attribution``, ``PHASE_SIZE_VARIABLES``): a training run that runs out of
+memory in ``eval`` is no ``min_oom`` of ``batch``; when every phase that scales with the axis ran
+ok before that failure it counts for ``max_ok`` (with the peak of its completed phases), and the
+row names the phase and the variable that failed (``n_oom_elsewhere``, ``not_reached``).
 
 Where the frontier sweeper (``hydra/sweeper=frontier``) searched an axis, its ``result``
 lines in the sweep directory's ``search.jsonl`` add the search's columns (``strategy``,
@@ -25,7 +31,16 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from conf.contract import AXES, DTYPE_BYTES, SEARCH_LOG
+from conf.contract import (
+    ALL_VARIABLES,
+    AXES,
+    DTYPE_BYTES,
+    SEARCH_LOG,
+    failure_words,
+    oom_attribution,
+    phase_variables,
+    planned_phases,
+)
 
 from .tables import OPTIONS, coerce_table
 
@@ -65,6 +80,11 @@ FRONTIER_SCHEMA = pa.schema(
         ("n_ok", pa.int64()),
         ("n_oom", pa.int64()),
         ("n_other", pa.int64()),
+        ("n_memory_suspect", pa.int64()),
+        ("n_oom_elsewhere", pa.int64()),
+        ("oom_elsewhere_phases", pa.string()),
+        ("oom_elsewhere_variables", pa.string()),
+        ("not_reached", pa.string()),
         ("max_ok", pa.int64()),
         ("min_oom", pa.int64()),
         ("max_ok_label", pa.string()),
@@ -91,7 +111,16 @@ FRONTIER_SCHEMA = pa.schema(
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
 (dtypes ordered by bytes per element, then name); ``values`` lists the values run, in order;
-``max_ok_max_memory_*``: the peaks (bytes) of the max_ok run. The last five columns are
+``max_ok_max_memory_*``: the peaks (bytes) of the max_ok run (of its completed phases when it ran
+out of memory later, in a phase that does not scale with the axis). ``n_oom_elsewhere``: OOM runs
+whose failing phase does not scale with the axis (conf.contract.PHASE_SIZE_VARIABLES: an eval
+OOM in a batch sweep); they are no ``min_oom`` of the axis, and a run whose every phase that
+scales with the axis ran ok before that failure counts for ``max_ok``; ``oom_elsewhere_phases``
+and ``oom_elsewhere_variables`` name those phases and the variable that sets each one's size;
+``not_reached`` says in words that the axis' frontier was not reached when no OOM of the axis
+was seen but such OOMs were (null otherwise). ``n_memory_suspect``: runs among ``n_other`` whose error
+probably means memory but does not say so (runs table ``failure_class`` = memory_suspect; neither
+side of the frontier). The last five columns are
 null unless the frontier sweeper searched that axis (see the module docstring). ``warmup`` and
 ``repeats``: the protocol of the row's runs (the frontier sweeper's light probes,
 ``hydra.sweeper.light``, form their own row next to the full-protocol one). ``devices``: devices
@@ -167,6 +196,79 @@ def order_key(axis: str, value):
     return (DTYPE_BYTES.get(value, 0), value) if axis == "dtype" else value
 
 
+def _reads(axis: str, run: dict) -> str:
+    """What one run says on ``axis``: ``ok`` (it ran, or it ran out of memory only in a phase after
+    every phase that scales with ``axis``), ``oom`` (it ran out of memory in a phase that scales with
+    ``axis``), or ``other`` (an error, crash or timeout; or an OOM in a phase that does not scale
+    with ``axis`` before one that does: the run says nothing about ``axis``). conf.contract.oom_attribution."""
+    if run.get("outcome") == "ok":
+        return "ok"
+    if run.get("outcome") != "oom":
+        return "other"
+    planned = planned_phases(run.get("mode"), _scalar(run.get("eval_batch")), _scalar(run.get("export")))
+    return {"axis": "oom", "past": "ok", "short": "other"}[oom_attribution(run.get("failed_phase"), axis, planned)]
+
+
+def _fit_peak(runs: pd.DataFrame, counter: str) -> int | None:
+    """The largest peak (bytes) of ``counter`` over runs that read ``ok``: the run's own peak for an ok
+    run, the peak of its completed phases (runs table ``completed_*``) for a run that failed later
+    in a phase that does not scale with the axis; None when none is recorded."""
+    values = [
+        r.get(counter) if r.get("outcome") == "ok" else r.get(f"completed_{counter}") for r in runs.to_dict("records")
+    ]
+    values = [int(v) for v in values if v is not None and not pd.isna(v)]
+    return max(values) if values else None
+
+
+def elsewhere_words(axis: str, group: pd.DataFrame, unreached: bool) -> dict:
+    """The OOMs of a frontier row that are not points of its axis, and what they say, in words.
+
+    Args:
+        axis: the row's axis.
+        group: its runs (runs-table rows with a ``_reads`` column from ``_reads``).
+        unreached: no run ran out of memory in a phase that scales with ``axis`` (no ``min_oom``).
+
+    Returns:
+        ``n_oom_elsewhere`` (runs whose OOM is in a phase that does not scale with ``axis``),
+        ``oom_elsewhere_phases`` / ``oom_elsewhere_variables`` (those phases and the variable that
+        names each, comma-separated; null when none), ``not_reached`` (when ``unreached`` and such
+        OOMs exist: "the batch frontier was not reached: eval at eval_batch=4096 runs out of
+        memory in every run"; else null).
+    """
+    runs = group.to_dict("records")
+    planned = {
+        id(r): planned_phases(r.get("mode"), _scalar(r.get("eval_batch")), _scalar(r.get("export"))) for r in runs
+    }
+    failed = [
+        r
+        for r in runs
+        if r.get("outcome") == "oom" and oom_attribution(r.get("failed_phase"), axis, planned[id(r)]) != "axis"
+    ]
+    if not failed:
+        return {
+            "n_oom_elsewhere": 0,
+            "oom_elsewhere_phases": None,
+            "oom_elsewhere_variables": None,
+            "not_reached": None,
+        }
+    phases = list(dict.fromkeys(str(r.get("failed_phase")) for r in failed))
+    variables = list(dict.fromkeys(phase_variables(p)[0] for p in phases))
+    counts: dict[str, int] = {}
+    for r in failed:
+        words = failure_words(str(r.get("failed_phase")), {k: _scalar(r.get(k)) for k in ALL_VARIABLES if k in r})
+        counts[words] = counts.get(words, 0) + 1
+    said = "; ".join(
+        f"{w} runs out of memory in {'every run' if n == len(runs) else f'{n} of {len(runs)} runs'}"
+        for w, n in counts.items()
+    )
+    return {
+        "n_oom_elsewhere": len(failed),
+        "oom_elsewhere_phases": ",".join(phases),
+        "oom_elsewhere_variables": ",".join(variables),
+        "not_reached": f"the {axis} frontier was not reached: {said}" if unreached else None,
+    }
+
+
 def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     rows = []
     if "source" in runs.columns:  # a dry run's prediction is never a point of a measured frontier
@@ -187,20 +289,23 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
             )
             if not values or (len(values) < 2 and search is None):
                 continue
+            reads = [_reads(axis, r) for r in group.to_dict("records")]
+            group = group.assign(_reads=reads)
             rank = {v: i for i, v in enumerate(values)}
-            by_value = {v: set(group.loc[group[axis] == v, "outcome"]) for v in values}
+            by_value = {v: set(group.loc[group[axis] == v, "_reads"]) for v in values}
             ok = [v for v in values if "ok" in by_value[v]]
             oom = [v for v in values if "oom" in by_value[v]]
             max_ok = ok[-1] if ok else None
             min_oom = oom[0] if oom else None
             monotonic = not (ok and oom and rank[ok[-1]] > rank[oom[0]])
-            rerun = (group.loc[group["outcome"].isin(["ok", "oom"]), axis].value_counts() > 1).any()
+            rerun = (group.loc[group["_reads"].isin(["ok", "oom"]), axis].value_counts() > 1).any()
             stable = not any({"ok", "oom"} <= s for s in by_value.values()) if rerun else None
             exact = bool(ok and oom and monotonic and stable is not False and rank[min_oom] - rank[max_ok] == 1)
             peak = {}
             if max_ok is not None:
-                at = group[(group[axis] == max_ok) & (group["outcome"] == "ok")]
-                peak = {c: at[c].max() for c in ("max_memory_allocated", "max_memory_reserved")}
+                at = group[(group[axis] == max_ok) & (group["_reads"] == "ok")]
+                peak = {c: _fit_peak(at, c) for c in ("max_memory_allocated", "max_memory_reserved")}
+            elsewhere = elsewhere_words(axis, group, min_oom is None)
             numeric = axis != "dtype"
             rows.append(
                 {
@@ -224,6 +329,10 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                     "n_ok": int((group["outcome"] == "ok").sum()),
                     "n_oom": int((group["outcome"] == "oom").sum()),
                     "n_other": int((~group["outcome"].isin(["ok", "oom"])).sum()),
+                    "n_memory_suspect": int((group["failure_class"] == "memory_suspect").sum())
+                    if "failure_class" in group.columns
+                    else None,
+                    **elsewhere,
                     "max_ok": int(max_ok) if numeric and max_ok is not None else None,
                     "min_oom": int(min_oom) if numeric and min_oom is not None else None,
                     "max_ok_label": None if max_ok is None else str(max_ok),
@@ -231,12 +340,8 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                     "exact": exact,
                     "monotonic": monotonic,
                     "stable": stable,
-                    "max_ok_max_memory_allocated": None
-                    if pd.isna(peak.get("max_memory_allocated", pd.NA))
-                    else int(peak["max_memory_allocated"]),
-                    "max_ok_max_memory_reserved": None
-                    if pd.isna(peak.get("max_memory_reserved", pd.NA))
-                    else int(peak["max_memory_reserved"]),
+                    "max_ok_max_memory_allocated": peak.get("max_memory_allocated"),
+                    "max_ok_max_memory_reserved": peak.get("max_memory_reserved"),
                     **{
                         k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k])
                         for k in ("warmup", "repeats", "devices")

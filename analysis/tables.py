@@ -78,7 +78,9 @@ RUNS_SCHEMA = pa.schema(
         ("capacity_bytes", pa.int64()),
         ("capacity_method", pa.string()),
         ("capacity_mode", pa.string()),
-        ("oom_request_bytes", pa.int64()),
+        *[(name, pa.int64()) for name in OOM_DETAIL_FIELDS],
+        ("failure_class", pa.string()),
+        ("failure_wording", pa.string()),
         ("outcome", pa.string()),
         ("failed_phase", pa.string()),
         ("error_type", pa.string()),
@@ -91,6 +93,8 @@ RUNS_SCHEMA = pa.schema(
         ("n_phases", pa.int64()),
         ("max_memory_allocated", pa.int64()),
         ("max_memory_reserved", pa.int64()),
+        ("completed_max_memory_allocated", pa.int64()),
+        ("completed_max_memory_reserved", pa.int64()),
         ("cold_max_memory_allocated", pa.int64()),
         ("cold_max_memory_reserved", pa.int64()),
         ("warm_max_memory_allocated", pa.int64()),
@@ -130,7 +134,10 @@ RUNS_SCHEMA = pa.schema(
         ("cublas_workspace_config", pa.string()),
     ]
 )
-"""One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``cold_*`` /
+"""One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``completed_*``: the
+largest peak of the phases that ran ok (null when none did; on an ok run the same as ``max_memory_*``;
+the frontier's peak of a run that fits for its axis but ran out of memory in a later phase that
+does not scale with it, conf.contract.oom_attribution); ``cold_*`` /
 ``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
 cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's estimate,
 analysis/estimate/), never measured; ``estimate_error`` = (est_peak_bytes -
@@ -141,7 +148,12 @@ largest over the devices (conf.contract.phase_peak), the one the capacity is com
 ``max_outside_allocator_bytes``: the largest per-phase ``outside_allocator_bytes`` (total - free -
 reserved, bytes); ``outside_allocator_start_bytes``, ``memory_fraction`` (applied, for capacity minus
 the start footprint), ``memory_fraction_nominal`` (capacity / total), ``allocator_limit_bytes``,
-``device_not_free`` and ``allocator_backend_warning``: the record's ``capacity`` (CUDA)."""
+``device_not_free`` and ``allocator_backend_warning``: the record's ``capacity`` (CUDA).
+``oom_*_bytes`` (conf.contract.OOM_DETAIL_FIELDS): what the run's OOM said (its failed phase's
+fields; null when it did not say, or the run did not run out of memory). ``failure_class``: the
+failed phase's class (oom, memory_suspect or error; conf.contract.FAILURE_CLASSES; a record
+written before the field gives its phase's status), ``failure_wording``: the worker.classify
+wording its message matched."""
 
 DEVICE_TYPE = pa.list_(
     pa.struct([("device_index", pa.int64()), *[(name, pa.int64()) for name in DEVICE_COUNTERS + PER_DEVICE_EXTRAS]])
@@ -165,6 +177,8 @@ PHASES_SCHEMA = pa.schema(
         ("duration_s", pa.float64()),
         *[(name, pa.int64()) for name in COUNTERS],
         ("error_type", pa.string()),
+        ("failure_class", pa.string()),
+        ("failure_wording", pa.string()),
         ("parent", pa.string()),
         ("sub_phase", pa.string()),
         ("step", pa.int64()),
@@ -250,6 +264,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     spec, record = run.spec, _dict(run.record)
     result = _dict(_outcome(run))
     phases = record_phases(record)
+    failed = next((p for p in phases if p.get("status") in ("oom", "error")), {})
     env = _dict(record.get("environment"))
     sources = _dict(record.get("counter_sources"))
     workload = _dict(spec.get("workload"))
@@ -273,7 +288,9 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "capacity_bytes": _int(record.get("capacity_bytes")) or _int(spec.get("capacity_bytes")),
         "capacity_method": _dict(record.get("capacity")).get("capacity_method"),
         "capacity_mode": _capacity_mode(record),
-        "oom_request_bytes": next((_int(p.get("oom_request_bytes")) for p in phases if p.get("status") == "oom"), None),
+        **{name: _int(failed.get(name)) if failed.get("status") == "oom" else None for name in OOM_DETAIL_FIELDS},
+        "failure_class": failed.get("failure_class") or (failed.get("status") if failed else None),
+        "failure_wording": failed.get("failure_wording"),
         "outcome": result.get("outcome"),
         "failed_phase": result.get("failed_phase"),
         "error_type": result.get("error_type"),
@@ -286,6 +303,10 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "n_phases": len(phases),
         "max_memory_allocated": phase_peak(phases, "max_memory_allocated"),
         "max_memory_reserved": phase_peak(phases, "max_memory_reserved"),
+        **{
+            f"completed_{c}": phase_peak([p for p in phases if p.get("status") == "ok"], c)
+            for c in ("max_memory_allocated", "max_memory_reserved")
+        },
         "cold_max_memory_allocated": phase_peak(phases, "max_memory_allocated", COLD_PHASES),
         "cold_max_memory_reserved": phase_peak(phases, "max_memory_reserved", COLD_PHASES),
         "warm_max_memory_allocated": phase_peak(phases, "max_memory_allocated", WARM_PHASES),
@@ -366,6 +387,8 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
                 "duration_s": p.get("duration_s"),
                 **{name: _int(p.get(name)) for name in COUNTERS},
                 "error_type": p.get("error_type"),
+                "failure_class": p.get("failure_class"),
+                "failure_wording": p.get("failure_wording"),
                 **{k: p.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
                 **{name: _int(p.get(name)) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL},
                 "source": source,

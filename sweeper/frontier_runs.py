@@ -32,7 +32,20 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from conf.contract import RECORD_FILE, RESULT_FILE, SPEC_FILE, RecordError, RunSpec, SpecError, read_spec, try_read
+from conf.contract import (
+    RECORD_FILE,
+    RESULT_FILE,
+    SPEC_FILE,
+    RecordError,
+    RunSpec,
+    SpecError,
+    failure_words,
+    oom_attribution,
+    planned_phases,
+    read_spec,
+    run_peak,
+    try_read,
+)
 
 from .lost_workers import launch_surviving
 from .process import RunDirError, stored_spec
@@ -168,7 +181,7 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: dict | None = None
             be read).
 
     Returns:
-        {"outcome" (ok, oom, error, crash or timeout), "message" (the error message, with
+        {"outcome" (ok, oom, error, crash or timeout), "failed_phase" (or None), "message" (the error message, with
         the failed phase and error type when known), "record" (record.json, or None),
         "capacity_bytes" (the record's, or None), "run_dir", "reused", "key"}.
     """
@@ -183,6 +196,7 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: dict | None = None
         message = f"{envelope.get('failed_phase')}: {envelope.get('error_type')}: {message}"
     return {
         "outcome": envelope.get("outcome") or "crash",
+        "failed_phase": envelope.get("failed_phase"),
         "message": message,
         "record": record,
         "capacity_bytes": capacity if isinstance(capacity, int) else None,
@@ -190,6 +204,45 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: dict | None = None
         "reused": reused,
         "key": key,
     }
+
+
+def axis_reading(run: dict, axis: str, suspect: str = "stop") -> tuple[str, int | None, str, str | None]:
+    """What one finished run (``read_run``) tells a search along ``axis``.
+
+    An OOM is an OOM of ``axis`` only when the phase that failed scales with it
+    (``conf.contract.oom_attribution``): an OOM in a later phase that does not (an eval after
+    training, in a batch search) reads ``ok``, since every phase of ``axis`` ran ok; one before a
+    phase of ``axis`` reads ``oom_elsewhere``, which stops the search (the frontier of ``axis`` is
+    not reached: another variable runs out of memory first).
+
+    An ``error`` whose failed phase is marked ``memory_suspect`` (worker.classify: probably memory,
+    not said) reads ``memory_suspect``, which stops the search like an error, or, with
+    ``suspect="oom"``, ``oom`` (then attributed as any OOM).
+
+    Args:
+        run: ``read_run``'s dict.
+        axis: the axis searched.
+        suspect: ``stop`` or ``oom`` (``hydra.sweeper.suspect``).
+
+    Returns:
+        (outcome for the search, peak in bytes of the phases that scale with ``axis`` and ran ok
+        or None, the peak's counter name, message).
+    """
+    peak, counter = run_peak(run["record"], axis)
+    outcome, message = run["outcome"], run["message"]
+    phases = (run["record"] or {}).get("phases") or []
+    failed = next((p for p in phases if isinstance(p, dict) and p.get("status") == "error"), {})
+    if outcome == "error" and failed.get("failure_class") == "memory_suspect":
+        outcome = "oom" if suspect == "oom" else "memory_suspect"
+    if outcome == "oom":
+        spec = (run["record"] or {}).get("spec") or {}
+        planned = planned_phases(spec.get("mode"), spec.get("eval_batch"), spec.get("export"))
+        how = oom_attribution(run.get("failed_phase"), axis, planned)
+        if how != "axis":
+            outcome = "ok" if how == "past" else "oom_elsewhere"
+            words = failure_words(str(run.get("failed_phase")), spec)
+            message = f"{words} runs out of memory, a phase that does not scale with {axis} ({message})"
+    return outcome, peak, counter, message
 
 
 def launcher_slots(config: DictConfig, parallel: int | None) -> int:

@@ -39,10 +39,10 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from conf.contract import SEARCH_LOG, RunSpec, SpecError, run_peak
+from conf.contract import SEARCH_LOG, RunSpec, SpecError
 
 from .errors import InputRefused
-from .frontier_runs import PEAK_COUNTERS, SweepRuns, launcher_slots
+from .frontier_runs import PEAK_COUNTERS, SweepRuns, axis_reading, launcher_slots
 from .owner import session_id
 from .predict import Predictor
 from .process import share_fork_server
@@ -83,6 +83,13 @@ class FrontierSweeperConf:
     # Before the first real probe, bisect the axis on dry runs (fake tensors, `memsweep predict`)
     # against the run's capacity and probe the predicted edge first (FrontierSearch seed).
     seed_from_dry_run: bool = False
+    # A failure that usually means memory but does not say so (failure_class memory_suspect,
+    # worker.classify): "stop" the axis there (as an error), or read it as an "oom".
+    suspect: str = "stop"
+
+
+SUSPECT_READINGS = ("stop", "oom")
+"""``hydra.sweeper.suspect``: how the search reads a ``memory_suspect`` failure."""
 
 
 class FrontierSweeperImpl:
@@ -105,6 +112,7 @@ class FrontierSweeperImpl:
         parallel: int | None = None,
         light: bool = False,
         seed_from_dry_run: bool = False,
+        suspect: str = "stop",
     ) -> None:
         self.axes = list(axes) if axes else [axis]
         self.lower, self.upper, self.multiple_of = lower, upper, multiple_of
@@ -112,7 +120,7 @@ class FrontierSweeperImpl:
             OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds) else bounds or {}
         )
         self.strategy, self.confirm, self.parallel, self.light = strategy, confirm, parallel, light
-        self.seed_from_dry_run = seed_from_dry_run
+        self.seed_from_dry_run, self.suspect = seed_from_dry_run, suspect
         self.config: DictConfig | None = None
         self.launcher = None
         self.hydra_context: HydraContext | None = None
@@ -140,6 +148,8 @@ class FrontierSweeperImpl:
         """
         if self.strategy not in STRATEGIES:
             raise SpecError("hydra.sweeper.strategy", self.strategy, "one of " + ", ".join(STRATEGIES))
+        if self.suspect not in SUSPECT_READINGS:
+            raise SpecError("hydra.sweeper.suspect", self.suspect, "one of " + ", ".join(SUSPECT_READINGS))
         if isinstance(self.confirm, bool) or not isinstance(self.confirm, int) or not 0 <= self.confirm <= 100:
             raise SpecError("hydra.sweeper.confirm", self.confirm, "an integer from 0 to 100")
         if self.parallel is not None and (
@@ -358,7 +368,7 @@ class FrontierSweeperImpl:
             launch_settings(self.config)["isolation"],
             upper=lattice.upper,
         )
-        start = min(max(getattr(baseline, axis), lattice.lower), lattice.upper)
+        start = min(max(getattr(baseline, axis) or lattice.lower, lattice.lower), lattice.upper)
         edge = predictor.search(start, lattice)
         error = edge["error"]
         self.write_log(
@@ -404,14 +414,14 @@ class FrontierSweeperImpl:
             probes = search.propose(self.slots)
             runs = self.runs.run(axis, [(p.value, 0) for p in probes], extra)
             for probe, run in zip(probes, runs):
-                peak, self.counter = run_peak(run["record"])
+                outcome, peak, self.counter, message = axis_reading(run, axis, self.suspect)
                 self.capacity = self.capacity or run["capacity_bytes"]
                 search.observe(
                     probe.value,
-                    run["outcome"],
+                    outcome,
                     peak,
                     run["capacity_bytes"],
-                    run["message"],
+                    message,
                     run["reused"],
                     run["run_dir"],
                 )
@@ -432,10 +442,8 @@ class FrontierSweeperImpl:
                     axis,
                     probe.value,
                     probe.reason,
-                    run["outcome"],
-                    ""
-                    if probe.expected is None or run["outcome"] == probe.expected
-                    else f" (predicted {probe.expected})",
+                    outcome,
+                    "" if probe.expected is None or outcome == probe.expected else f" (predicted {probe.expected})",
                     " (reused)" if run["reused"] else "",
                 )
         return search
@@ -458,7 +466,7 @@ class FrontierSweeperImpl:
         """
         values = [v for v in (light["max_ok"], light["min_oom"]) if v is not None]
         runs = self.runs.run(axis, [(v, 0) for v in values], [])
-        full = {v: r["outcome"] for v, r in zip(values, runs)}
+        full = {v: axis_reading(r, axis, self.suspect)[0] for v, r in zip(values, runs)}
         for v, r in zip(values, runs):
             self.write_log(
                 {
@@ -466,7 +474,7 @@ class FrontierSweeperImpl:
                     "axis": axis,
                     "value": v,
                     "light_outcome": "ok" if v == light["max_ok"] else "oom",
-                    "outcome": r["outcome"],
+                    "outcome": full[v],
                     "message": r["message"],
                     "run_dir": r["run_dir"],
                     "reused": r["reused"],
@@ -533,13 +541,14 @@ class FrontierSweeperImpl:
         wanted = [(v, n) for v, _ in values for n in range(first, last)]
         runs = self.runs.run(axis, wanted, [])
         for run, (value, _) in zip(runs, wanted):
-            out["confirm_outcomes"].setdefault(str(value), []).append(run["outcome"])
+            outcome = axis_reading(run, axis, self.suspect)[0]
+            out["confirm_outcomes"].setdefault(str(value), []).append(outcome)
             self.write_log(
                 {
                     "event": "confirm",
                     "axis": axis,
                     "value": value,
-                    "outcome": run["outcome"],
+                    "outcome": outcome,
                     "message": run["message"],
                     "run_dir": run["run_dir"],
                     "reused": run["reused"],

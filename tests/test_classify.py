@@ -1,35 +1,212 @@
-"""Failure classification with injected fake errors (no GPU needed)."""
+"""Failure classification: every wording memsweep reads (worker.classify.WORDINGS), its class and the
+numbers parsed from it, with injected fake errors (no GPU needed). Each message below is the
+wording of the source the table cites, with the sizes as c10's format_size prints them."""
 
 import pytest
 import torch
 
-from worker.classify import OOM_MESSAGES, classify_failure
+from conf.contract import FAILURE_CLASSES, OOM_DETAIL_FIELDS
+from worker.classify import WORDINGS, classify_failure, parse_oom
 
-CUDA_OOM = (
-    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.06 GiB is free."
-)
-
-
-@pytest.mark.parametrize(
-    "message",
-    [
-        CUDA_OOM,
-        "HIP out of memory. Tried to allocate 20.00 MiB",
-        "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported",
-        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
-        "cuDNN error: CUDNN_STATUS_NOT_ENOUGH_MEMORY",
-        "cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
-        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
-        "you tried to allocate 83886080 bytes. Error code 12 (Cannot allocate memory)",
-    ],
-)
-def test_known_oom_messages(message):
-    assert classify_failure(RuntimeError(message)) == "oom"
+GiB, MiB = 2**30, 2**20
 
 
-def test_every_listed_fragment_is_recognised():
-    for fragment in OOM_MESSAGES:
-        assert classify_failure(RuntimeError(f"prefix {fragment} suffix")) == "oom"
+def size(x, unit):
+    return round(x * unit)
+
+
+CASES = [
+    # (message, class, wording, parsed fields)
+    (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.06 GiB "
+        "is free. Including non-PyTorch memory, this process has 78.03 GiB memory in use. Of the allocated memory "
+        "76.50 GiB is allocated by PyTorch, and 1.02 GiB is reserved by PyTorch but unallocated. If reserved but "
+        "unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        "oom",
+        "caching_allocator",
+        dict(
+            oom_request_bytes=2 * GiB,
+            oom_total_bytes=size(79.10, GiB),
+            oom_free_bytes=size(1.06, GiB),
+            oom_allocated_bytes=size(76.50, GiB),
+            oom_reserved_unallocated_bytes=size(1.02, GiB),
+        ),
+    ),
+    (
+        "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 15.51 GiB of which 149.62 MiB "
+        "is free. Process 1839 has 322.23 MiB memory in use. Including non-PyTorch memory, this process has 11.65 GiB "
+        "memory in use. 12.00 GiB allowed; Of the allocated memory 11.47 GiB is allocated by PyTorch, and 10.27 MiB "
+        "is reserved by PyTorch but unallocated.",
+        "oom",
+        "caching_allocator",
+        dict(
+            oom_request_bytes=20 * MiB,
+            oom_total_bytes=size(15.51, GiB),
+            oom_free_bytes=size(149.62, MiB),
+            oom_limit_bytes=12 * GiB,
+            oom_allocated_bytes=size(11.47, GiB),
+            oom_reserved_unallocated_bytes=size(10.27, MiB),
+        ),
+    ),
+    (
+        "HIP out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 191.98 GiB of which 0 bytes "
+        "is free. Of the allocated memory 190.00 GiB is allocated by PyTorch, with 1.00 GiB allocated in private "
+        "pools (e.g., CUDA Graphs), and 4.00 MiB is reserved by PyTorch but unallocated.",
+        "oom",
+        "caching_allocator",
+        dict(
+            oom_request_bytes=512 * MiB,
+            oom_total_bytes=size(191.98, GiB),
+            oom_free_bytes=0,
+            oom_allocated_bytes=190 * GiB,
+            oom_reserved_unallocated_bytes=4 * MiB,
+        ),
+    ),
+    (
+        "CUDA out of memory. Tried to allocate 7.03 GiB (GPU 0; 10.00 GiB total capacity; 2.46 GiB already allocated; "
+        "5.26 GiB free; 3.00 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting "
+        "max_split_size_mb to avoid fragmentation.",
+        "oom",
+        "caching_allocator_legacy",
+        dict(
+            oom_request_bytes=size(7.03, GiB),
+            oom_total_bytes=10 * GiB,
+            oom_allocated_bytes=size(2.46, GiB),
+            oom_free_bytes=size(5.26, GiB),
+            oom_reserved_unallocated_bytes=3 * GiB - size(2.46, GiB),
+        ),
+    ),
+    (
+        "XPU out of memory. Tried to allocate 1.00 GiB (GPU 0; 15.11 GiB total capacity; 13.50 GiB already "
+        "allocated; 14.00 GiB reserved in total by PyTorch)",
+        "oom",
+        "caching_allocator_legacy",
+        dict(
+            oom_request_bytes=GiB,
+            oom_total_bytes=size(15.11, GiB),
+            oom_allocated_bytes=size(13.50, GiB),
+            oom_reserved_unallocated_bytes=14 * GiB - size(13.50, GiB),
+        ),
+    ),
+    (
+        "XPU out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 15.11 GiB of which 512.00 MiB "
+        "is free. Of the allocated memory 14.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch "
+        "but unallocated. Please use `empty_cache` to release all unoccupied cached memory.",
+        "oom",
+        "caching_allocator",
+        dict(
+            oom_request_bytes=GiB,
+            oom_total_bytes=size(15.11, GiB),
+            oom_free_bytes=512 * MiB,
+            oom_allocated_bytes=14 * GiB,
+            oom_reserved_unallocated_bytes=100 * MiB,
+        ),
+    ),
+    ("HIP out of memory. Tried to allocate 20.00 MiB", "oom", "caching_allocator_short", {}),
+    (
+        "Allocation on device 5 would exceed allowed memory. (out of memory)\nCurrently allocated     : 22.43 GiB\n"
+        "Requested               : 4.07 GiB\nDevice limit            : 79.11 GiB\nFree (according to CUDA): 0 bytes\n"
+        "PyTorch limit (set by user-supplied memory fraction)\n                        : 24.00 GiB",
+        "oom",
+        "cuda_malloc_async",
+        dict(
+            oom_allocated_bytes=size(22.43, GiB),
+            oom_request_bytes=size(4.07, GiB),
+            oom_total_bytes=size(79.11, GiB),
+            oom_free_bytes=0,
+            oom_limit_bytes=24 * GiB,
+        ),
+    ),
+    (
+        "MPS backend out of memory (MPS allocated: 9.06 GiB, other allocations: 384.00 KiB, max allowed: 18.13 GiB). "
+        "Tried to allocate 256.00 MiB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper "
+        "limit for memory allocations (may cause system failure).",
+        "oom",
+        "mps_allocator",
+        dict(oom_allocated_bytes=size(9.06, GiB), oom_limit_bytes=size(18.13, GiB), oom_request_bytes=256 * MiB),
+    ),
+    (
+        "MPS backend out of memory (MPS allocated: 9.06 GiB, other allocations: 1.00 GiB). Tried to allocate "
+        "256.00 MiB on shared pool.",
+        "oom",
+        "mps_allocator",
+        dict(oom_allocated_bytes=size(9.06, GiB), oom_request_bytes=256 * MiB),
+    ),
+    (
+        "[enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough memory: you tried to allocate "
+        "1981808640 bytes.",
+        "oom",
+        "default_cpu_allocator",
+        dict(oom_request_bytes=1981808640),
+    ),
+    (
+        "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
+        "allocate 25165824 bytes. Error code 12 (Cannot allocate memory)",
+        "oom",
+        "default_cpu_allocator",
+        dict(oom_request_bytes=25165824),
+    ),
+    (
+        "CPU out of memory (memsweep capacity_mode=allocator). Tried to allocate 26.00 MiB (27262976 bytes) in "
+        "aten.mm.default. CPU capacity of 64.00 MiB (67108864 bytes) of which 10.00 MiB (10485760 bytes) is free. "
+        "Of the allocated memory 54.00 MiB (56623104 bytes) is allocated by live tensors (memsweep tracker).",
+        "oom",
+        "memsweep_cpu_tracker",
+        dict(
+            oom_request_bytes=27262976,
+            oom_limit_bytes=67108864,
+            oom_free_bytes=10485760,
+            oom_allocated_bytes=56623104,
+        ),
+    ),
+    ("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported", "oom", "cuda_runtime_oom", {}),
+    ("HIP error: out of memory", "oom", "cuda_runtime_oom", {}),
+    ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "oom", "cublas_alloc_failed", {}),
+    ("cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "oom", "cudnn_alloc_failed", {}),
+    ("cuDNN error: CUDNN_STATUS_NOT_ENOUGH_MEMORY", "oom", "cudnn_alloc_failed", {}),
+    ("cuFFT error: CUFFT_ALLOC_FAILED", "oom", "cufft_cusolver_alloc_failed", {}),
+    (
+        "cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate(handle)`",
+        "oom",
+        "cufft_cusolver_alloc_failed",
+        {},
+    ),  # fmt: skip
+    # probably memory, not said
+    (
+        "CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
+        "memory_suspect",
+        "cublas_not_initialized",
+        {},
+    ),  # fmt: skip
+    ("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR", "memory_suspect", "cudnn_internal_or_execution", {}),
+    ("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "memory_suspect", "cudnn_internal_or_execution", {}),
+    ("could not create a primitive", "memory_suspect", "onednn_primitive", {}),
+    # negatives: resources that are not capacity, and ordinary errors
+    (
+        "out of resource: shared memory, Required: 98304, Hardware limit: 65536. Reducing block sizes or "
+        "`num_stages` may help.",
+        "error",
+        "triton_out_of_resource",
+        {},
+    ),  # fmt: skip
+    ("CUDA error: an illegal memory access was encountered", "error", "cuda_illegal_address", {}),
+    ("CUDA error: device-side assert triggered", "error", None, {}),
+    ("mat1 and mat2 shapes cannot be multiplied (4x8 and 16x8)", "error", None, {}),
+    ("Expected all tensors to be on the same device", "error", None, {}),
+]
+
+
+@pytest.mark.parametrize("message, cls, wording, fields", CASES)
+def test_every_wording_its_class_and_numbers(message, cls, wording, fields):
+    assert parse_oom(message) == (cls, wording, fields)
+    assert classify_failure(RuntimeError(message)) == cls
+    assert set(fields) <= set(OOM_DETAIL_FIELDS)
+
+
+def test_every_wording_of_the_table_is_covered_and_cited():
+    assert {w.name for w in WORDINGS} == {c[2] for c in CASES if c[2]}
+    for w in WORDINGS:
+        assert w.failure_class in FAILURE_CLASSES and len(w.source) > 20
 
 
 def test_torch_out_of_memory_error_type():
@@ -40,9 +217,6 @@ def test_torch_out_of_memory_error_type():
 @pytest.mark.parametrize(
     "exc",
     [
-        RuntimeError("mat1 and mat2 shapes cannot be multiplied (4x8 and 16x8)"),
-        RuntimeError("CUDA error: device-side assert triggered"),
-        RuntimeError("Expected all tensors to be on the same device"),
         ValueError("CUDA out of memory"),  # not a RuntimeError: a user's own error text, not the allocator
         KeyError("x"),
     ],

@@ -94,11 +94,15 @@ def check_columns(
 
 
 def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
-    peaks = {f.name: f.type for f in PHASE_FIELDS if f.name in PEAK_COUNTERS + OOM_DETAIL_FIELDS}
+    peaks = {
+        f.name: f.type
+        for f in PHASE_FIELDS
+        if f.name in PEAK_COUNTERS + OOM_DETAIL_FIELDS + ("failure_class", "failure_wording")
+    }
     sources = declared(
         RESULT_FIELDS, RECORD_FIELDS, ENVIRONMENT_FIELDS, CAPACITY_FIELDS, MODEL_FIELDS, spec_types(), peaks
     )
-    cold_warm = {f"{w}_{c}": c for w in ("cold", "warm") for c in PEAK_COUNTERS}
+    cold_warm = {f"{w}_{c}": c for w in ("cold", "warm", "completed") for c in PEAK_COUNTERS}
     derived = {
         "sweep_dir",
         "run_id",

@@ -212,6 +212,7 @@ def test_parallel_slots_come_from_the_launcher_or_the_setting(tmp_path):
         ({"lower": 100, "upper": 10}, "upper"),
         ({"multiple_of": 0}, "multiple_of"),
         ({"parallel": 0}, "parallel"),
+        ({"suspect": "ignore"}, "suspect"),
         ({"bounds": {"context": {"step": 3}}}, "bounds"),
     ],
 )

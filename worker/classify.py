@@ -1,38 +1,263 @@
-"""Failure classification: is this exception an out-of-memory, or something else?
+"""Failure classification: is this exception an out-of-memory, and what does its message say?
 
-One small function, tested with injected fake errors on CPU (tests/test_classify.py),
-in the spirit of accelerate's ``utils/memory.py``. No torch import: the exception type is
-matched by name so that this module also runs where torch is missing.
+A table (``WORDINGS``), one row per wording of a backend or library, each with its class and
+the source it was read from, in the spirit of accelerate's ``utils/memory.py`` (a short list of
+message fragments) but with the numbers the message carries parsed out (``parse_oom``). Three
+classes (``conf.contract.FAILURE_CLASSES``):
+
+* ``oom``: the allocator says it could not serve a request (the run's outcome ``oom``);
+* ``memory_suspect``: a failure that usually means memory but does not say so (a library that
+  could not get its workspace and reports something else); the run stays an ``error``, marked,
+  and the frontier sweeper can be told to read it as an OOM (``hydra.sweeper.suspect``);
+* ``error``: anything else, resource errors that are not memory capacity included.
+
+No torch import: the exception type is matched by name so that this module also runs where
+torch is missing. Sizes in messages are written by c10's ``format_size`` ("N bytes", or
+"%.2f KiB|MiB|GiB" in powers of 1024): a parsed size is exact in bytes, else accurate to half
+a unit of its last printed digit (0.005 GiB = 5.4 MB). Tested in tests/test_classify.py.
 """
 
 from __future__ import annotations
 
-# Message fragments that mean "the allocator could not serve a request".
-OOM_MESSAGES = (
-    "CUDA out of memory",  # torch.OutOfMemoryError from the CUDA caching allocator
-    "HIP out of memory",  # the same on ROCm builds
-    "CUDA error: out of memory",  # cudaMalloc failing outside the caching allocator
-    "CUBLAS_STATUS_ALLOC_FAILED",  # cuBLAS workspace allocation
-    "CUDNN_STATUS_NOT_ENOUGH_MEMORY",  # cuDNN workspace
-    "CUDNN_STATUS_ALLOC_FAILED",
-    "can't allocate memory",  # c10 DefaultCPUAllocator: "can't allocate memory: you tried to allocate"
+import re
+from typing import NamedTuple
+
+_SIZE = r"(\d+(?:\.\d+)?) (bytes|KiB|MiB|GiB|TiB)"
+_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+class Wording(NamedTuple):
+    """One wording of a failure.
+
+    Attributes:
+        name: a short id (recorded as the phase's ``failure_wording``).
+        fragment: a regular expression searched in the message (case-sensitive).
+        failure_class: ``oom``, ``memory_suspect`` or ``error``.
+        fields: record field -> regex group (1-based) of the size it fills, from ``fragment``.
+        source: where the wording is written (file and function, or the library's doc).
+    """
+
+    name: str
+    fragment: str
+    failure_class: str
+    fields: dict
+    source: str
+
+
+# First match wins: the negatives (resource errors that are not capacity) come first.
+WORDINGS = (
+    Wording(
+        "triton_out_of_resource",
+        r"out of resource: \w+",
+        "error",
+        {},
+        "triton/runtime/errors.py OutOfResources: 'out of resource: {name}, Required: ..., "
+        "Hardware limit: ...' (a kernel's shared memory or registers: not device capacity)",
+    ),
+    Wording(
+        "cuda_illegal_address",
+        r"an illegal memory access was encountered",
+        "error",
+        {},
+        "cudaGetErrorString(cudaErrorIllegalAddress), CUDA runtime API: a bad pointer, not capacity",
+    ),
+    Wording(
+        "caching_allocator",
+        r"(?:CUDA|HIP|XPU) out of memory\. Tried to allocate " + _SIZE + r"\. GPU \d+ has a total capacity of "
+        rf"{_SIZE} of which {_SIZE} is free\. .*?(?:{_SIZE} allowed; )?Of the allocated memory {_SIZE} is "
+        rf"allocated by PyTorch, (?:with .*? allocated in private pools \(e\.g\., CUDA Graphs\), )?and {_SIZE} "
+        r"is reserved by PyTorch but unallocated",
+        "oom",
+        {
+            "oom_request_bytes": 1,
+            "oom_total_bytes": 3,
+            "oom_free_bytes": 5,
+            "oom_limit_bytes": 7,
+            "oom_allocated_bytes": 9,
+            "oom_reserved_unallocated_bytes": 11,
+        },
+        "c10/cuda/CUDACachingAllocator.cpp DeviceCachingAllocator::malloc (PyTorch >= 2.1; HIP on ROCm "
+        "builds, hipified); c10/xpu/XPUCachingAllocator.cpp (XPU, same sentence)",
+    ),
+    Wording(
+        "caching_allocator_legacy",
+        r"(?:CUDA|HIP|XPU) out of memory\. Tried to allocate " + _SIZE + r" \(GPU \d+; "
+        rf"{_SIZE} total capacity; {_SIZE} already allocated; (?:{_SIZE} free; )?(?:{_SIZE} allowed; )?"
+        rf"{_SIZE} reserved in total by PyTorch",
+        "oom",
+        {
+            "oom_request_bytes": 1,
+            "oom_total_bytes": 3,
+            "oom_allocated_bytes": 5,
+            "oom_free_bytes": 7,
+            "oom_limit_bytes": 9,
+            "_reserved_total": 11,
+        },
+        "c10/cuda/CUDACachingAllocator.cpp before PyTorch 2.1 ('(GPU 0; ... total capacity; ... already "
+        "allocated; ... free; ... reserved in total by PyTorch)'); intel-extension-for-pytorch's XPU "
+        "allocator raises the same sentence as a RuntimeError (TORCH_CHECK)",
+    ),
+    Wording(
+        "caching_allocator_short",
+        r"(?:CUDA|HIP|XPU) out of memory",
+        "oom",
+        {},
+        "the sentences above cut short (a wrapped or truncated message): the allocator's own first words",
+    ),
+    Wording(
+        "cuda_malloc_async",
+        rf"Allocation on device \d+ would exceed allowed memory\. \(out of memory\)\s*Currently allocated\s*: "
+        rf"{_SIZE}\s*Requested\s*: {_SIZE}\s*Device limit\s*: {_SIZE}\s*Free \(according to CUDA\)\s*: {_SIZE}"
+        rf"(?:\s*PyTorch limit \(set by user-supplied memory fraction\)\s*: {_SIZE})?",
+        "oom",
+        {
+            "oom_allocated_bytes": 1,
+            "oom_request_bytes": 3,
+            "oom_total_bytes": 5,
+            "oom_free_bytes": 7,
+            "oom_limit_bytes": 9,
+        },
+        "c10/cuda/CUDAMallocAsyncAllocator.cpp mallocAsync (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync)",
+    ),
+    Wording(
+        "mps_allocator",
+        rf"MPS backend out of memory \(MPS allocated: {_SIZE}, other allocations: {_SIZE}(?:, max allowed: "
+        rf"{_SIZE})?\)\. Tried to allocate {_SIZE}",
+        "oom",
+        {"oom_allocated_bytes": 1, "oom_limit_bytes": 5, "oom_request_bytes": 7},
+        "aten/src/ATen/mps/MPSAllocator.mm MPSHeapAllocatorImpl::alloc_buffer_block (TORCH_CHECK: a "
+        "RuntimeError; 'max allowed' when PYTORCH_MPS_HIGH_WATERMARK_RATIO > 0)",
+    ),
+    Wording(
+        "memsweep_cpu_tracker",
+        r"CPU out of memory \(memsweep capacity_mode=allocator\)\. Tried to allocate [^(]*\((\d+) bytes\).*?"
+        r"CPU capacity of [^(]*\((\d+) bytes\) of which [^(]*\((\d+) bytes\) is free\. Of the allocated memory "
+        r"[^(]*\((\d+) bytes\)",
+        "oom",
+        {"oom_request_bytes": 1, "oom_limit_bytes": 2, "oom_free_bytes": 3, "oom_allocated_bytes": 4},
+        "worker/counters/cpu.py LiveTensorTracker._refuse (memsweep's CPU allocator capacity)",
+    ),
+    Wording(
+        "default_cpu_allocator",
+        r"DefaultCPUAllocator: (?:not enough memory|can't allocate memory): you tried to allocate (\d+) bytes",
+        "oom",
+        {"oom_request_bytes": 1},
+        "c10/core/impl/alloc_cpu.cpp alloc_cpu: 'not enough memory' (Windows, Android), \"can't allocate "
+        'memory" (posix_memalign)',
+    ),
+    Wording(
+        "cuda_runtime_oom",
+        r"(?:CUDA|HIP) error: out of memory",
+        "oom",
+        {},
+        "cudaGetErrorString(cudaErrorMemoryAllocation) = 'out of memory' (C10_CUDA_CHECK: a cudaMalloc outside "
+        "the caching allocator); hipErrorOutOfMemory on ROCm",
+    ),
+    Wording(
+        "cublas_alloc_failed",
+        r"CUBLAS_STATUS_ALLOC_FAILED",
+        "oom",
+        {},
+        "cuBLAS documentation, cublasStatus_t: 'Resource allocation failed inside the cuBLAS library'",
+    ),
+    Wording(
+        "cudnn_alloc_failed",
+        r"CUDNN_STATUS_(?:ALLOC_FAILED|NOT_ENOUGH_MEMORY)",
+        "oom",
+        {},
+        "cuDNN documentation, cudnnStatus_t: CUDNN_STATUS_ALLOC_FAILED 'Resource allocation failed inside "
+        "the cuDNN library'",
+    ),
+    Wording(
+        "cufft_cusolver_alloc_failed",
+        r"CUFFT_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED|CUSPARSE_STATUS_ALLOC_FAILED",
+        "oom",
+        {},
+        "cuFFT (cufftResult), cuSOLVER and cuSPARSE documentation: allocation failed inside the library",
+    ),
+    Wording(
+        "cublas_not_initialized",
+        r"CUBLAS_STATUS_NOT_INITIALIZED",
+        "memory_suspect",
+        {},
+        "cuBLAS documentation: cublasCreate fails with CUBLAS_STATUS_NOT_INITIALIZED when the CUDA runtime "
+        "cannot give it its resources; at the edge of a full device that is its workspace (PyTorch's "
+        "cublasCreate in aten/src/ATen/cuda/CublasHandlePool.cpp)",
+    ),
+    Wording(
+        "cudnn_internal_or_execution",
+        r"CUDNN_STATUS_(?:INTERNAL_ERROR|EXECUTION_FAILED|MAPPING_ERROR)",
+        "memory_suspect",
+        {},
+        "cuDNN documentation, cudnnStatus_t: internal/execution failures, which cuDNN reports when a "
+        "workspace or internal buffer it could not allocate",
+    ),
+    Wording(
+        "onednn_primitive",
+        r"could not create a primitive",
+        "memory_suspect",
+        {},
+        "oneDNN (dnnl) via aten/src/ATen/native/mkldnn: a primitive whose scratchpad could not be allocated "
+        "(seen under a small capacity_mode=process capacity, README)",
+    ),
 )
+"""Every wording memsweep reads, with its class and source, the negatives first."""
+
+
+def _size(number: str, unit: str) -> int:
+    """Bytes of a ``format_size`` string ("7.03", "GiB"), rounded to the byte."""
+    return round(float(number) * _UNITS[unit])
+
+
+def parse_oom(message: str) -> tuple[str, str | None, dict]:
+    """Classify a failure message and read the sizes it states.
+
+    Args:
+        message: the exception's message.
+
+    Returns:
+        (class, wording name or None, fields): the class of the first matching ``WORDINGS`` row
+        (``error`` when none matches); the fields it fills (``oom_request_bytes``,
+        ``oom_allocated_bytes``, ``oom_free_bytes``, ``oom_total_bytes``,
+        ``oom_reserved_unallocated_bytes``, ``oom_limit_bytes``; bytes), each only where the
+        message states it (the legacy CUDA wording's reserved-but-unallocated is its "reserved in
+        total" minus "already allocated").
+    """
+    for w in WORDINGS:
+        m = re.search(w.fragment, message, re.DOTALL)
+        if m is None:
+            continue
+        fields = {}
+        for field, group in w.fields.items():
+            if m.group(group) is None:
+                continue
+            unit = m.group(group + 1) if group < m.re.groups else None  # format_size's unit, or a byte count
+            fields[field] = _size(m.group(group), unit) if unit in _UNITS else int(m.group(group))
+        reserved = fields.pop("_reserved_total", None)
+        if reserved is not None and "oom_allocated_bytes" in fields:
+            fields["oom_reserved_unallocated_bytes"] = reserved - fields["oom_allocated_bytes"]
+        return w.failure_class, w.name, fields
+    return "error", None, {}
 
 
 def classify_failure(exc: BaseException) -> str:
-    """Return ``"oom"`` when ``exc`` says memory could not be allocated, else ``"error"``.
+    """Return the class of ``exc``: ``"oom"``, ``"memory_suspect"`` or ``"error"``.
 
-    Order: ``torch.OutOfMemoryError`` (matched by class name in the MRO, module ``torch``),
-    Python's ``MemoryError``, then a RuntimeError whose message holds one of
-    ``OOM_MESSAGES``. Anything else, a plain RuntimeError included, is ``"error"``.
+    Order: ``torch.OutOfMemoryError`` (matched by class name in the MRO, module ``torch``) and
+    Python's ``MemoryError`` are ``oom``; a RuntimeError (MPS, intel-extension-for-pytorch's XPU
+    and the CPU allocator raise plain RuntimeErrors) takes its message's class in ``WORDINGS``.
+    Anything else is ``"error"``: another type carrying the words is a program's own text, not
+    an allocator's.
+
+    Args:
+        exc: the exception a phase raised.
+
+    Returns:
+        One of ``conf.contract.FAILURE_CLASSES``.
     """
     for cls in type(exc).__mro__:
         if cls.__name__ == "OutOfMemoryError" and cls.__module__.startswith("torch"):
             return "oom"
     if isinstance(exc, MemoryError):
         return "oom"
-    if isinstance(exc, RuntimeError):
-        message = str(exc)
-        if any(fragment in message for fragment in OOM_MESSAGES):
-            return "oom"
-    return "error"
+    return parse_oom(str(exc))[0] if isinstance(exc, RuntimeError) else "error"

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from conf.contract import PER_DEVICE_EXTRAS
 
-from .classify import classify_failure
+from .classify import classify_failure, parse_oom
 
 if TYPE_CHECKING:  # worker.counters imports torch; this module must not (see above)
     from .counters import Counters
@@ -184,9 +184,18 @@ def run_phase(
             except Exception:  # noqa: BLE001 - a size we cannot compute is missing, not a failed phase
                 traceback.print_exc()
     else:
-        phase.update(status=classify_failure(error), error_type=type(error).__name__, error_message=str(error)[:4000])
+        failure_class = classify_failure(error)
+        _, wording, said = parse_oom(str(error))
+        phase.update(
+            status="oom" if failure_class == "oom" else "error",
+            failure_class=failure_class,
+            failure_wording=wording,
+            error_type=type(error).__name__,
+            error_message=str(error)[:4000],
+        )
         detail = counters.oom_detail()
-        if phase["status"] == "oom" and detail:  # the refused request, apart from the peak it never reached
-            phase.update(detail)
+        if phase["status"] == "oom":  # what the OOM said, apart from the peak it never reached
+            phase.update(said)
+            phase.update(detail or {})  # the CPU capacity tracker's exact bytes over the message's rounded ones
         phase["_exception"] = error
     return phase

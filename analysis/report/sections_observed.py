@@ -148,6 +148,18 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
             ),
             f"runs: {f.get('n_runs')} (ok {f.get('n_ok')}, oom {f.get('n_oom')}, other {f.get('n_other')})",
         ]
+        if f.get("n_oom_elsewhere"):
+            facts.append(
+                f"{f['n_oom_elsewhere']} run(s) ran out of memory in a phase whose size does not follow {a.axis} "
+                f"({f.get('oom_elsewhere_phases')}, set by {f.get('oom_elsewhere_variables')}): not points of "
+                f"this frontier; a run whose every phase that scales with {a.axis} ran ok before it counts for `max_ok`"
+            )
+        if f.get("n_memory_suspect"):
+            facts.append(
+                f"{f['n_memory_suspect']} run(s) failed with an error that probably means memory but does not say "
+                "so (`failure_class` memory_suspect: a library that could not get its workspace); counted neither "
+                "as ok nor as out of memory (the frontier sweeper's `hydra.sweeper.suspect=oom` reads them as OOMs)"
+            )
         if f.get("strategy"):
             facts.append(
                 f"searched by the frontier sweeper: strategy {f['strategy']}, {f.get('runs_used')} runs"
@@ -162,6 +174,8 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
                 + ": not an OOM, the edge is unknown above it"
             )
         doc.ul(facts)
+        if f.get("not_reached"):
+            doc.note("warning", f"{f['not_reached']}.")
         if a.max_ok is None:
             doc.note(
                 "warning",

@@ -124,6 +124,8 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
             )
             if not a.frontier.get("monotonic", True):
                 value += " (not monotonic: this load ran out of memory below a value that ran)"
+            if a.frontier.get("not_reached"):
+                value += f" ({a.frontier['not_reached']})"
             rows.append([f"largest {a.axis} that ran{of} (observed)", value])
             rows.append(
                 [

@@ -77,7 +77,9 @@ class AxisResult:
         max_ok, min_oom: the frontier: the largest value that ran, the smallest that ran out of
             memory (None when none); dtype names on the dtype axis.
         margin_at_max_ok: capacity - ``used_at_max_ok`` (bytes).
-        used_at_max_ok: the largest peak (``used_counter``) of the ok runs at ``max_ok`` (bytes).
+        used_at_max_ok: the largest peak (``used_counter``) of the ok runs at ``max_ok`` (bytes); when
+            none ran ok there (they ran out of memory in a later phase that does not scale with the
+            axis), the frontier row's peak of their completed phases.
         recommended: the value chosen under the margin policy; None when none qualifies.
         reason: why that value (or none) was chosen, in a sentence for the report.
         notes: warnings that go with the choice (non-monotonic results, CPU optimism...).
@@ -218,6 +220,8 @@ def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResul
     if at is not None:
         ok_runs = [r for r in at.runs if r.get("outcome") == "ok"]
         result.used_at_max_ok = _max(r["used"] for r in ok_runs)
+        if not ok_runs:  # it fits for this axis, failing later in a phase that does not scale with it
+            result.used_at_max_ok = row.get(f"max_ok_{result.used_counter}")
         if capacity is not None and result.used_at_max_ok is not None:
             result.margin_at_max_ok = capacity - result.used_at_max_ok
     _recommend(result, policy)

@@ -15,6 +15,16 @@ dependencies. Modules, by job:
 Callers import ``from conf.contract import X`` (or from a submodule).
 """
 
+from .attribution import (
+    ALL_VARIABLES,
+    ATTRIBUTIONS,
+    failure_words,
+    oom_attribution,
+    phase_key,
+    phase_variables,
+    planned_phases,
+    scales_with,
+)
 from .errors import NewerSchemaError, RecordError, SpecError
 from .exits import (
     EXIT_BAD_INPUT,
@@ -33,6 +43,7 @@ from .record import (
     DEVICE_NOT_FREE_BYTES,
     ENVIRONMENT_FIELDS,
     EXTRA_COUNTERS,
+    FAILURE_CLASSES,
     FILE_KINDS,
     MODEL_FIELDS,
     OOM_DETAIL_FIELDS,
@@ -114,9 +125,11 @@ from .vocabulary import (
     PEAK_CATEGORIES,
     PEAK_COUNTERS,
     PEAK_SPLIT_FIELDS,
+    PHASE_SIZE_VARIABLES,
     PRECISIONS,
     SOURCES,
     STEP_SUB_PHASES,
+    STEP_VARIABLES,
     TRAIN_PHASES,
     WARM_PHASES,
     WORKER_OUTCOMES,
@@ -126,6 +139,17 @@ from .vocabulary import (
 from .workload import WORKLOAD_PARAMS, hf_config_kind, validate_workload
 
 __all__ = [
+    "FAILURE_CLASSES",
+    "ALL_VARIABLES",
+    "ATTRIBUTIONS",
+    "PHASE_SIZE_VARIABLES",
+    "STEP_VARIABLES",
+    "failure_words",
+    "oom_attribution",
+    "phase_key",
+    "phase_variables",
+    "planned_phases",
+    "scales_with",
     "ACTIVATIONS",
     "AFTER_PHASES",
     "ALL_PHASES",

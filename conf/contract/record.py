@@ -183,9 +183,26 @@ SIZE_FIELDS = ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes", "kv_
 """Per phase, sizes by construction summed by the worker at a successful phase's end (bytes;
 kv_cache_tokens a count), not counters."""
 
-OOM_DETAIL_FIELDS = ("oom_request_bytes", "oom_allocated_bytes")
-"""An OOM phase refused by the CPU allocator capacity (capacity_mode=allocator): the bytes the
-refused operator asked for and the bytes live when it asked; null otherwise."""
+OOM_DETAIL_FIELDS = (
+    "oom_request_bytes",
+    "oom_allocated_bytes",
+    "oom_free_bytes",
+    "oom_total_bytes",
+    "oom_reserved_unallocated_bytes",
+    "oom_limit_bytes",
+)
+"""What an OOM says (bytes; each null unless the failure stated it): the request refused, the bytes
+already allocated when it was asked, the device's free and total memory, the bytes reserved but
+unallocated, and the allowed limit (a memory fraction, MPS's high watermark, the CPU allocator
+capacity). From the CPU allocator capacity's tracker (capacity_mode=allocator: exact bytes), else
+parsed from the message by worker.classify.WORDINGS (CUDA, HIP, XPU, MPS, cudaMallocAsync and
+the CPU allocator's wordings; ``format_size`` prints 2 decimals of KiB/MiB/GiB, so a parsed size
+is accurate to half a unit of its last digit)."""
+
+FAILURE_CLASSES = ("oom", "memory_suspect", "error")
+"""The class of a failed phase (``failure_class``, worker.classify): ``oom`` (the allocator said it
+could not serve a request), ``memory_suspect`` (a failure that usually means memory but does not
+say so: a library that could not get its workspace; the phase's status stays ``error``), ``error``."""
 
 SUB_PHASE_FIELDS = ("parent", "sub_phase", "step", "micro_step")
 """Per phase: where a sub-phase sits (null on the other phases)."""
@@ -209,8 +226,10 @@ PHASE_FIELDS = (
     Field("error_type", str, "a failed phase's exception type name"),
     Field("error_message", str, "a failed phase's message"),
     *[Field(name, int, "size by construction") for name in SIZE_FIELDS],
-    *[_bytes(name, "the refused request") for name in OOM_DETAIL_FIELDS],
+    *[_bytes(name, "what the OOM said (OOM_DETAIL_FIELDS)") for name in OOM_DETAIL_FIELDS],
     Field("oom_operator", str, "the operator the CPU allocator capacity refused"),
+    Field("failure_class", str, "a failed phase: one of FAILURE_CLASSES"),
+    Field("failure_wording", str, "a failed phase: the worker.classify.WORDINGS row its message matched"),
 )
 """Fields of each entry of record.json's ``phases``."""
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .attribution import scales_with
 from .errors import NewerSchemaError, RecordError, SpecError
 from .record import (
     FILE_KINDS,
@@ -275,11 +276,16 @@ def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | N
     return max(counts) if counts else None
 
 
-def run_peak(record: Mapping | None) -> tuple[int | None, str]:
+def run_peak(record: Mapping | None, axis: str | None = None) -> tuple[int | None, str]:
     """Find the run's peak compared with the capacity, from its record.
 
     Args:
         record: the worker's record, or None when it left none.
+        axis: None for every phase; a load variable (``batch``, ``eval_batch``...) for only the
+            phases that did not fail and whose size follows it (``attribution.scales_with``): the peak a
+            search along that axis fits, which a later phase of another variable (an eval after
+            training, in a batch search) neither raises nor hides. A phase without a status
+            counts (only a phase recorded as failed, ``oom`` or ``error``, is left out).
 
     Returns:
         (peak in bytes or None, counter name): the largest phase value of
@@ -287,4 +293,7 @@ def run_peak(record: Mapping | None) -> tuple[int | None, str]:
     """
     record = record if isinstance(record, Mapping) else {}
     counter = peak_counters(record.get("device_kind"), record.get("source"))[0]
-    return phase_peak(record_phases(record), counter), counter
+    phases = record_phases(record)
+    if axis is not None:
+        phases = [p for p in phases if p.get("status") not in ("oom", "error") and scales_with(p.get("name"), axis)]
+    return phase_peak(phases, counter), counter

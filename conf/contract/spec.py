@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .attribution import planned_phases
 from .checks import choice, nonneg_int, positive_int
 from .errors import SpecError
 from .record import SCHEMA_VERSION
@@ -25,14 +26,11 @@ from .vocabulary import (
     DYNAMO_FREE_WORKLOADS,
     ESTIMATE_KEYS,
     FAULT_KINDS,
-    GENERATE_PHASES,
     GENERATE_WORKLOADS,
-    INFERENCE_PHASES,
     KV_CACHES,
     MODES,
     OPTIMIZERS,
     PRECISIONS,
-    TRAIN_PHASES,
 )
 from .workload import validate_workload
 
@@ -332,9 +330,7 @@ class RunSpec:
     @property
     def phases(self) -> tuple[str, ...]:
         """Names of the phases this spec records, in order (each distinct name once)."""
-        base = {"train": TRAIN_PHASES, "generate": GENERATE_PHASES}.get(self.mode, INFERENCE_PHASES)
-        after = (("eval",) if self.eval_batch is not None else ()) + (("export",) if self.export else ())
-        return base + after
+        return planned_phases(self.mode, self.eval_batch, self.export)
 
     def to_dict(self) -> dict:
         """The spec as a JSON-able dict (what spec.json holds)."""

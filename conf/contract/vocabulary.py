@@ -8,10 +8,11 @@ from __future__ import annotations
 
 # ---- the load --------------------------------------------------------------------------
 
-AXES = ("batch", "context", "width", "dtype")
-"""What a sweep may vary, one at a time (the ``sweep.axes`` of the ovat sweeper)."""
+AXES = ("batch", "context", "width", "dtype", "eval_batch")
+"""What a sweep may vary, one at a time (the ``sweep.axes`` of the ovat sweeper). ``eval_batch``
+(the batch of a training run's ``eval`` phase) sizes only that phase (``PHASE_SIZE_VARIABLES``)."""
 
-NUMERIC_AXES = ("batch", "context", "width")
+NUMERIC_AXES = ("batch", "context", "width", "eval_batch")
 """The axes with an order, whose success/OOM edge a search can find (frontier sweeper, ``memsweep predict``)."""
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -129,6 +130,35 @@ WARM_PHASES = ("warm_forward", "warm_step", "warm_generate")
 
 ALL_PHASES = tuple(dict.fromkeys(INFERENCE_PHASES + TRAIN_PHASES + GENERATE_PHASES + PARENT_PHASES + AFTER_PHASES))
 """Every name a fault may target: a phase, or a parent (its first sub-phase is hit)."""
+
+# ---- which load variables set each phase's size ----------------------------------------
+# An axis' frontier counts an OOM only when the phase that failed scales with that axis
+# (conf.contract.attribution). What sets a phase's size is what its own allocations grow with;
+# memory an earlier phase left live is not counted (an eval that fails because the training
+# batch left large tensors behind is still read as an eval failure).
+
+STEP_VARIABLES = ("batch", "context", "width", "dtype")
+"""What sets the size of a forward pass or a training step (every sub-phase): the inputs
+(batch, context, width) and the model (width, dtype)."""
+
+PHASE_SIZE_VARIABLES = {
+    "model_load": ("width", "dtype"),
+    "inputs": STEP_VARIABLES,
+    "cold_forward": STEP_VARIABLES,
+    "warm_forward": STEP_VARIABLES,
+    "warmup": STEP_VARIABLES + ("new_tokens",),
+    **{sub: STEP_VARIABLES for sub in STEP_SUB_PHASES},
+    "prefill": ("context", "batch", "width", "dtype"),
+    "decode": ("new_tokens", "context", "batch", "width", "dtype"),
+    "eval": ("eval_batch", "context", "width", "dtype"),
+    "export": ("width", "dtype"),
+}
+"""Phase (a sub-phase by its own name: ``cold_step.backward`` is ``backward``) -> the load
+variables that set its size, the one that names it first (an eval failure is reported "at
+eval_batch=N"). Training steps: batch, context, width, dtype; eval: eval_batch and context (and
+the model); prefill: context; decode: context + new_tokens (both also batch: the KV cache is
+batch x tokens); export: the model. warmup runs whole steps or generations. A phase not listed
+(``setup``, a record without a failed phase) is taken to scale with every variable."""
 
 # ---- outcomes and counters -------------------------------------------------------------
 

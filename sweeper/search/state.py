@@ -210,7 +210,9 @@ class FrontierSearch:
         upper_reached = bool(not ooms and max_ok == U)
         lower_fits = True if L in oks else False if L in ooms else None
         stop = self.stopped
-        if stop is not None:
+        if stop is not None and stop.outcome == "oom_elsewhere":
+            status = f"frontier not reached: at {self.axis}={stop.value} {stop.message}"
+        elif stop is not None:
             status = f"stopped by {stop.outcome} at {self.axis}={stop.value}"
         elif upper_reached:
             status = f"upper bound not reached: {self.axis}={U} fits"
