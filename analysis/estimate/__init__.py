@@ -13,6 +13,8 @@ What this package calculates, module by module, and from which source:
   per-block scales, QLoRA double quantization, modules kept in another precision):
   bitsandbytes docs, Dettmers et al. 2022 (LLM.int8(); 8-bit optimizers via block-wise
   quantization), Dettmers et al. 2023 (QLoRA);
+* ``bnb``: bitsandbytes' 8-bit optimizer block and ``min_8bit_size``, from the installed
+  package (read without importing it) or its current defaults;
 * ``training``: gradients, the fp32 master copy of mixed precision, optimizer states
   (AdamW, 8-bit AdamW, SGD with/without momentum, Adafactor) and ZeRO stages 1/2/3 over
   N devices: Rajbhandari et al. 2020 (ZeRO), Loshchilov & Hutter 2019 (AdamW), Shazeer &
@@ -44,6 +46,7 @@ import X`` and ``analysis.estimate.X`` work for all of them.
 from __future__ import annotations
 
 from .activations import RECOMPUTE, korthikanti_layer_bytes, transformer_layer_activation_bytes
+from .bnb import BNB_8BIT_BLOCK, BNB_8BIT_BLOCK_BEFORE_0_44, BNB_MIN_8BIT_SIZE, BnbSettings, bnb_settings
 from .breakdown import COMPONENT_LABELS, COMPONENTS, ESTIMATE_COLUMNS, Breakdown, estimate_columns
 from .counted import COUNTERS, CountUnavailable, count_with_transformers, describe_config, model_from_count
 from .formats import (
@@ -61,8 +64,6 @@ from .hf_config import PARSER_MODEL_TYPES, UnknownConfig, load_hf_config, parse_
 from .kv_cache import KV_CONVENTIONS, cached_tokens, kv_cache_bytes, layer_cached_tokens, resolve_head_dim
 from .training import (
     ADAM_STEP_BYTES,
-    BNB_8BIT_BLOCK,
-    BNB_MIN_8BIT_SIZE,
     OPTIMIZERS,
     gradient_bytes,
     master_weight_bytes,
@@ -101,8 +102,12 @@ __all__ = [
     "weights_from_shapes",
     # training
     "OPTIMIZERS",
+    # bnb
     "BNB_8BIT_BLOCK",
+    "BNB_8BIT_BLOCK_BEFORE_0_44",
     "BNB_MIN_8BIT_SIZE",
+    "BnbSettings",
+    "bnb_settings",
     "gradient_bytes",
     "master_weight_bytes",
     "optimizer_state_bytes",
