@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
 import sys
 from typing import Any
 
@@ -29,6 +28,7 @@ from conf.contract import (
     validate_device,
     validate_workload,
 )
+from conf.contract.ask import ask_worker as ask
 
 LOAD_KEYS = (
     "batch",
@@ -101,16 +101,12 @@ def probe_device(device: str) -> dict:
 
 def ask_worker(flag: str, device: str) -> dict:
     """``python -m worker FLAG DEVICE`` (``--probe``, ``--env``) in a separate process, so that
-    this one never imports torch: its answer, the JSON object on its last stdout line.
+    this one never imports torch (``conf.contract.ask_worker``).
 
     Raises:
         RuntimeError: no answer (the worker's stderr, last 500 characters).
     """
-    proc = subprocess.run([sys.executable, "-m", "worker", flag, device], capture_output=True, text=True, timeout=300)
-    try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise RuntimeError(proc.stderr.strip()[-500:] or f"exit {proc.returncode}, no output") from None
+    return ask(flag, device)
 
 
 def _plain(cfg: Any) -> dict:

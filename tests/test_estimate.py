@@ -180,13 +180,16 @@ def test_zero_paper_figure1():
 
 def test_optimizer_states_by_optimizer():
     """1e6 params, fp32 states: AdamW 2 x 4e6 = 8e6 B; SGD 0; SGD momentum 4e6;
-    8-bit AdamW 2 x (1e6 + ceil(1e6/2048) = 489 blocks x 4) = 2_003_912 B.
+    8-bit AdamW, blocks of 256 (current bitsandbytes): 2 x (1e6 + ceil(1e6/256) = 3907 blocks x 4)
+    = 2_031_256 B; blocks of 2048 (before 0.44): 2 x (1e6 + 489 x 4) = 2_003_912 B.
     Adafactor on one 4096 x 11008 matrix: (4096 + 11008) x 4 = 60_416 B vs AdamW's
     2 x 45_088_768 x 4 = 360_710_144 B; a 1-D (4096,) tensor keeps its full 4096 x 4 B."""
     assert E.optimizer_state_bytes(1_000_000, "adamw") == 8_000_000
     assert E.optimizer_state_bytes(1_000_000, "sgd") == 0
     assert E.optimizer_state_bytes(1_000_000, "sgd-momentum") == 4_000_000
-    assert E.optimizer_state_bytes(1_000_000, "adamw8bit") == 2_003_912
+    current = E.BnbSettings(256, 4096, "test")
+    assert E.optimizer_state_bytes(1_000_000, "adamw8bit", bnb=current) == 2_031_256
+    assert E.optimizer_state_bytes(1_000_000, "adamw8bit", bnb=E.BnbSettings(2048, 4096, "test")) == 2_003_912
     assert E.optimizer_state_bytes(0, "adafactor", shapes=[(4096, 11008)]) == 60_416
     assert E.optimizer_state_bytes(0, "adamw", shapes=[(4096, 11008)]) == 360_710_144
     assert E.optimizer_state_bytes(0, "adafactor", shapes=[(4096,)]) == 16_384
@@ -194,7 +197,26 @@ def test_optimizer_states_by_optimizer():
     with pytest.raises(ValueError, match="shape"):
         E.optimizer_state_bytes(1_000_000, "adafactor")
     # bitsandbytes keeps small tensors (< 4096 values) in 32 bits: 2 x 100 x 4
-    assert E.optimizer_state_bytes(0, "adamw8bit", shapes=[(100,)]) == 800
+    assert E.optimizer_state_bytes(0, "adamw8bit", shapes=[(100,)], bnb=current) == 800
+
+
+def test_8bit_settings_follow_the_installed_bitsandbytes(monkeypatch):
+    """Absent: the current defaults (256, 4096), and the note says so; an installed 0.43 has
+    blocks of 2048."""
+    import importlib.metadata
+
+    def absent(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", absent)
+    s = E.bnb_settings()
+    assert (s.block, s.min_8bit_size) == (256, 4096) and "not installed" in s.source
+    note = E.training_state(1_000_000, optimizer="adamw8bit").notes[0]
+    assert "blocks of 256" in note and "not installed" in note
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.43.3")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    s = E.bnb_settings()
+    assert (s.block, s.source) == (2048, "bitsandbytes 0.43.3 installed")
 
 
 # ---------------------------------------------------------------- activations

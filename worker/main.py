@@ -18,7 +18,8 @@ measured; 3 a phase ran out of memory; 4 a phase raised another error; 5 bad spe
 ``python -m worker --probe DEVICE`` prints a JSON description of DEVICE (``auto``
 resolves to cuda:0 when a GPU is visible, else cpu) and exits; the sweeper uses it so
 that its own process never initialises CUDA. ``python -m worker --env DEVICE`` prints seed
-003's environment report of DEVICE.
+003's environment report of DEVICE. ``python -m worker --count-params PATH ...`` counts the
+parameters of local configs with transformers on the meta device (``count.py``).
 
 This module imports no torch: ``measure`` imports it, and records its absence.
 """
@@ -70,8 +71,17 @@ def main(argv: list[str] | None = None) -> int:
         info = env_report(argv[1])
         print(json.dumps(info))
         return EXIT_OK if info.get("available") else EXIT_UNAVAILABLE
+    if len(argv) >= 2 and argv[0] == "--count-params":
+        from .count import count_main  # imports torch (and transformers, if installed)
+
+        answer = count_main(argv[1:])
+        print(json.dumps(answer))
+        return EXIT_OK if "error" not in answer else EXIT_UNAVAILABLE
     if len(argv) != 1:
-        print("usage: python -m worker SPEC.json | --probe DEVICE | --env DEVICE", file=sys.stderr)
+        print(
+            "usage: python -m worker SPEC.json | --probe DEVICE | --env DEVICE | --count-params PATH [PATH ...]",
+            file=sys.stderr,
+        )
         return EXIT_BAD_SPEC
     spec_path = Path(argv[0])
     rec = Recorder(spec_path.parent / RECORD_FILE, None)

@@ -13,6 +13,8 @@ What this package calculates, module by module, and from which source:
   per-block scales, QLoRA double quantization, modules kept in another precision):
   bitsandbytes docs, Dettmers et al. 2022 (LLM.int8(); 8-bit optimizers via block-wise
   quantization), Dettmers et al. 2023 (QLoRA);
+* ``bnb``: bitsandbytes' 8-bit optimizer block and ``min_8bit_size``, from the installed
+  package (read without importing it) or its current defaults;
 * ``training``: gradients, the fp32 master copy of mixed precision, optimizer states
   (AdamW, 8-bit AdamW, SGD with/without momentum, Adafactor) and ZeRO stages 1/2/3 over
   N devices: Rajbhandari et al. 2020 (ZeRO), Loshchilov & Hutter 2019 (AdamW), Shazeer &
@@ -21,9 +23,12 @@ What this package calculates, module by module, and from which source:
   (``transformer_layer_activation_bytes``);
 * ``kv_cache``: 2 x layers x kv_heads x head_dim x tokens x bytes x sequences (Hugging
   Face transformers docs, "KV cache strategies");
-* ``transformer``: model descriptions: a local Hugging Face ``config.json``
-  (``load_hf_config``; never downloads) and the whole estimate of the model it describes
+* ``transformer``: a described decoder (dense or mixture of experts) and its whole estimate
   (``estimate_transformer``);
+* ``counted``: a local ``config.json`` counted by transformers itself, the model built on the
+  meta device in a worker process (``describe_config``; never downloads);
+* ``hf_config``: the formula parser, the fallback without transformers, which refuses the
+  config keys it does not model (``load_hf_config``);
 * ``workloads``: memsweep's built-in ``mlp`` workload, exactly (an allocation-by-allocation
   replay of the PyTorch ops of ``worker/workloads/mlp.py``, see ``mlp_phases``), and the
   estimate the sweeper puts into a RunSpec (``estimate_for_spec``);
@@ -41,7 +46,9 @@ import X`` and ``analysis.estimate.X`` work for all of them.
 from __future__ import annotations
 
 from .activations import RECOMPUTE, korthikanti_layer_bytes, transformer_layer_activation_bytes
+from .bnb import BNB_8BIT_BLOCK, BNB_8BIT_BLOCK_BEFORE_0_44, BNB_MIN_8BIT_SIZE, BnbSettings, bnb_settings
 from .breakdown import COMPONENT_LABELS, COMPONENTS, ESTIMATE_COLUMNS, Breakdown, estimate_columns
+from .counted import COUNTERS, CountUnavailable, count_with_transformers, describe_config, model_from_count
 from .formats import (
     DOUBLE_QUANT_BLOCK,
     DTYPE_BYTES,
@@ -53,11 +60,10 @@ from .formats import (
     weight_bytes,
     weights_from_shapes,
 )
-from .kv_cache import cached_tokens, kv_cache_bytes, resolve_head_dim
+from .hf_config import PARSER_MODEL_TYPES, UnknownConfig, load_hf_config, parse_hf_config, refused_keys
+from .kv_cache import KV_CONVENTIONS, cached_tokens, kv_cache_bytes, layer_cached_tokens, resolve_head_dim
 from .training import (
     ADAM_STEP_BYTES,
-    BNB_8BIT_BLOCK,
-    BNB_MIN_8BIT_SIZE,
     OPTIMIZERS,
     gradient_bytes,
     master_weight_bytes,
@@ -65,7 +71,7 @@ from .training import (
     training_state,
     zero_partition,
 )
-from .transformer import ParamTensor, TransformerConfig, estimate_transformer, load_hf_config, parse_hf_config
+from .transformer import ParamTensor, TransformerConfig, estimate_transformer
 from .workloads import (
     ACTIVATION_SAVES_OUTPUT,
     CUDA_BLOCK,
@@ -96,8 +102,12 @@ __all__ = [
     "weights_from_shapes",
     # training
     "OPTIMIZERS",
+    # bnb
     "BNB_8BIT_BLOCK",
+    "BNB_8BIT_BLOCK_BEFORE_0_44",
     "BNB_MIN_8BIT_SIZE",
+    "BnbSettings",
+    "bnb_settings",
     "gradient_bytes",
     "master_weight_bytes",
     "optimizer_state_bytes",
@@ -110,14 +120,26 @@ __all__ = [
     "transformer_layer_activation_bytes",
     # kv_cache
     "resolve_head_dim",
+    "KV_CONVENTIONS",
+    "layer_cached_tokens",
     "cached_tokens",
     "kv_cache_bytes",
     # transformer
     "ParamTensor",
     "TransformerConfig",
+    "estimate_transformer",
+    # hf_config (the formula parser)
+    "PARSER_MODEL_TYPES",
+    "UnknownConfig",
+    "refused_keys",
     "parse_hf_config",
     "load_hf_config",
-    "estimate_transformer",
+    # counted (transformers' own count, in a worker process)
+    "COUNTERS",
+    "CountUnavailable",
+    "count_with_transformers",
+    "model_from_count",
+    "describe_config",
     # workloads
     "CUDA_BLOCK",
     "PhaseEstimate",

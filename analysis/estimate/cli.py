@@ -26,10 +26,11 @@ from conf.contract import GB, GiB
 
 from .activations import RECOMPUTE, transformer_layer_activation_bytes
 from .breakdown import Breakdown
+from .counted import COUNTERS, CountUnavailable, describe_config
 from .formats import StorageFormat, compact_format, storage_format, weight_bytes
-from .kv_cache import cached_tokens, kv_cache_bytes, resolve_head_dim
+from .kv_cache import KV_CONVENTIONS, cached_tokens, kv_cache_bytes, resolve_head_dim
 from .training import OPTIMIZERS, training_state, zero_partition
-from .transformer import estimate_transformer, load_hf_config
+from .transformer import estimate_transformer
 from .workloads import ACTIVATION_SAVES_OUTPUT, PhaseEstimate, estimate_mlp, mlp_phases
 
 RESERVE_UNITS = {"reserve_gib": GiB, "reserve_gb": GB}
@@ -56,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", metavar="PATH", help="a local Hugging Face config.json (or its directory); never downloads"
     )
     m.add_argument("--workload", choices=["mlp"], help="a memsweep built-in workload (exact estimate)")
+    m.add_argument(
+        "--count-with",
+        default="auto",
+        choices=COUNTERS,
+        help="who counts a --config's parameters: transformers (the model built on the meta device, in a worker "
+        "process), parser (memsweep's formulas; refuses keys it does not model), auto (transformers if installed)",
+    )
 
     w = p.add_argument_group("weights")
     w.add_argument("--bits", type=int, help="compact storage, BITS per parameter, no scales (seed 003)")
@@ -121,6 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--kv-bytes", type=int, help="bytes per cached value (default 2)")
     k.add_argument("--sliding-window", type=int, help="tokens kept per layer at most")
     k.add_argument("--static-cache", type=int, metavar="CAPACITY", help="static cache preallocating CAPACITY tokens")
+    k.add_argument(
+        "--kv-convention",
+        default="window",
+        choices=KV_CONVENTIONS,
+        help="what a sliding-window layer caches: window (at most its window: what transformers' DynamicCache holds "
+        "after a decode step, and memsweep's generate mode measures), full (every token, as paged servers allocate)",
+    )
 
     x = p.add_argument_group("memsweep workload (--workload mlp)")
     x.add_argument("--context", type=int)
@@ -290,7 +305,10 @@ def _sequences(args: argparse.Namespace) -> int:
 
 
 def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
-    model = load_hf_config(args.config)
+    try:
+        model = describe_config(args.config, args.count_with)
+    except CountUnavailable as exc:
+        raise UsageError(str(exc)) from None
     if args.sliding_window is not None:
         model = dataclasses.replace(model, sliding_window=args.sliding_window)
     default = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(model.dtype), "bf16")
@@ -321,8 +339,13 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
         kv_sequences=_sequences(args) if args.kv_tokens is not None else None,
         kv_bytes=args.kv_bytes,
         static_capacity=args.static_cache,
+        kv_convention=args.kv_convention,
     )
-    return b, f"{args.config}: {model.parameters} parameters, weights {_fmt_words(fmt)}"
+    active = f" ({model.active} active per token)" if model.experts else ""
+    return (
+        b,
+        f"{args.config}: {model.parameters} parameters{active}, counted by {model.source}; weights {_fmt_words(fmt)}",
+    )
 
 
 def _workload(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseEstimate]]:

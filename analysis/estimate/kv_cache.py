@@ -72,6 +72,45 @@ def cached_tokens(tokens: int, *, sliding_window: int | None = None, static_capa
     return min(tokens, sliding_window) if sliding_window else tokens
 
 
+KV_CONVENTIONS = ("window", "full")
+"""What a sliding-window (or chunked-attention) layer's cache holds, named in every KV figure:
+
+* ``window`` (default): at most ``sliding_window`` tokens. That is what the storages of Hugging
+  Face transformers' ``DynamicCache`` hold after a decode step (``DynamicSlidingWindowLayer
+  .update`` in ``transformers/cache_utils.py``, 5.x, keeps a view of the last
+  ``sliding_window - 1`` tokens of the step's concatenation of ``sliding_window`` tokens), and
+  so what memsweep's ``generate`` mode measures for an ``hf`` model
+  (tests/test_estimate_counts.py); a prefill alone still holds the whole prompt, until the
+  first decode step;
+* ``full``: every token in every layer, as a paged server that does not special-case
+  sliding layers allocates.
+"""
+
+
+def layer_cached_tokens(
+    tokens: int, window: int | None, convention: str = "window", static_capacity: int | None = None
+) -> int:
+    """Tokens one sequence holds in one layer's cache under a ``KV_CONVENTIONS`` convention.
+
+    Args:
+        tokens: tokens of the sequence so far (prompt + generated).
+        window: the layer's sliding window (or attention chunk), ``None`` for a full layer.
+        convention: one of ``KV_CONVENTIONS``.
+        static_capacity: a static cache's preallocated length, or ``None``
+            (``cached_tokens``; a static sliding layer holds ``min(capacity, window)``).
+
+    Returns:
+        tokens held (int), a count.
+
+    Raises:
+        ValueError: an unknown convention, or as ``cached_tokens``.
+    """
+    if convention not in KV_CONVENTIONS:
+        raise ValueError(f"unknown KV cache convention {convention!r}: expected one of {', '.join(KV_CONVENTIONS)}")
+    window = None if convention == "full" else window
+    return cached_tokens(tokens, sliding_window=window, static_capacity=static_capacity)
+
+
 def kv_cache_bytes(
     *, layers: int, kv_heads: int, head_dim: int, tokens: int, bytes_per_value: int = 2, sequences: int = 1
 ) -> int:

@@ -10,17 +10,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from .bnb import BnbSettings, bnb_settings
 from .breakdown import Breakdown, ceil_div, check_int
 
 OPTIMIZERS = ("adamw", "adam", "adamw8bit", "sgd", "sgd-momentum", "adafactor", "adafactor-momentum")
 """The optimizers whose state is estimated (``optimizer_state_bytes`` says what each keeps)."""
-
-BNB_8BIT_BLOCK = 2048
-"""bitsandbytes 8-bit optimizers: block-wise quantization, 2048 values per fp32 absmax
-(Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization")."""
-BNB_MIN_8BIT_SIZE = 4096
-"""bitsandbytes keeps the state of tensors with fewer values than this in 32 bits
-(its 8-bit optimizers' ``min_8bit_size`` default)."""
 
 
 def gradient_bytes(parameters: int, grad_bytes: int = 2) -> int:
@@ -59,7 +53,11 @@ def master_weight_bytes(parameters: int) -> int:
 
 
 def optimizer_state_bytes(
-    parameters: int, optimizer: str = "adamw", state_bytes: int = 4, shapes: Sequence[Sequence[int]] | None = None
+    parameters: int,
+    optimizer: str = "adamw",
+    state_bytes: int = 4,
+    shapes: Sequence[Sequence[int]] | None = None,
+    bnb: BnbSettings | None = None,
 ) -> int:
     """Bytes of the optimizer's own state (without the master copy).
 
@@ -68,9 +66,10 @@ def optimizer_state_bytes(
         optimizer: one of ``OPTIMIZERS``:
             * ``adamw``/``adam``: first and second moments ``exp_avg``, ``exp_avg_sq`` ->
               2 values/param (Kingma & Ba 2015; Loshchilov & Hutter 2019; torch.optim.AdamW).
-            * ``adamw8bit``: both moments in 8 bits, one fp32 absmax per block of 2048
-              values: 2 x (n + ceil(n/2048) x 4) bytes per tensor; tensors under 4096 values
-              stay 32-bit (bitsandbytes; Dettmers et al. 2022). ``state_bytes`` is ignored.
+            * ``adamw8bit``: both moments in 8 bits, one fp32 absmax per block of ``bnb.block``
+              values: 2 x (n + ceil(n/block) x 4) bytes per tensor; tensors under
+              ``bnb.min_8bit_size`` values stay 32-bit (bitsandbytes; Dettmers et al. 2022).
+              ``state_bytes`` is ignored.
             * ``sgd``: none. ``sgd-momentum``: one momentum buffer, 1 value/param.
             * ``adafactor``: factored second moment (Shazeer & Stern 2018): a tensor of
               shape (..., r, c) keeps a row vector and a column vector, prod(...) x (r + c)
@@ -80,6 +79,8 @@ def optimizer_state_bytes(
             "kept in fp32"), or the parameter's bytes (torch.optim creates its state with
             ``zeros_like(param)``).
         shapes: the parameter tensors' shapes; when given, the count is per tensor.
+        bnb: the 8-bit settings; default ``bnb_settings()`` (the installed bitsandbytes, or
+            its current defaults: block 256, min_8bit_size 4096).
 
     Returns:
         bytes (int). Per-tensor scalars (Adam's ``step``) are not counted.
@@ -99,12 +100,13 @@ def optimizer_state_bytes(
     if optimizer == "sgd-momentum":
         return n * state_bytes
     if optimizer == "adamw8bit":
+        bnb = bnb or bnb_settings()
         total = 0
         for size in sizes:
-            if shapes is not None and size < BNB_MIN_8BIT_SIZE:
+            if shapes is not None and size < bnb.min_8bit_size:
                 total += 2 * size * 4
             else:
-                total += 2 * (size + ceil_div(size, BNB_8BIT_BLOCK) * 4)
+                total += 2 * (size + ceil_div(size, bnb.block) * 4)
         return total
     # Adafactor
     if shapes is None:
@@ -173,6 +175,9 @@ def training_state(
     state_bytes = (4 if mixed_precision else param_bytes) if state_bytes is None else state_bytes
     opt = optimizer_state_bytes(parameters, optimizer, state_bytes, shapes)
     notes = []
+    if optimizer == "adamw8bit":
+        bnb = bnb_settings()
+        notes.append(f"8-bit states: blocks of {bnb.block} values, min_8bit_size {bnb.min_8bit_size} ({bnb.source})")
     if step_tensors and optimizer in ("adamw", "adam"):
         if shapes is None:
             raise ValueError("step_tensors: give the parameter shapes (one step tensor per parameter tensor)")

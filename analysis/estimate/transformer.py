@@ -1,23 +1,20 @@
-"""Model descriptions: a decoder-only transformer read from a local Hugging Face config.json,
-and its whole estimate (weights, training state, activations, KV cache).
+"""Model descriptions: a decoder-only transformer (dense or mixture of experts), and its whole
+estimate (weights, training state, activations, KV cache).
 
-Never downloads. Sources: the Hugging Face config keys of llama, mistral, qwen2, gemma and
-gpt2; the other modules of this package for each component.
+A description comes from transformers' own count of a local config (``counted.py``) or from
+memsweep's formula parser (``hf_config.py``). Never downloads. Sources: the other modules of
+this package for each component.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
 
 from .activations import transformer_layer_activation_bytes
 from .breakdown import Breakdown, ceil_div
 from .formats import StorageFormat, storage_format, weights_from_shapes
-from .kv_cache import cached_tokens, kv_cache_bytes, resolve_head_dim
+from .kv_cache import layer_cached_tokens
 from .training import training_state, zero_partition
 
 
@@ -68,6 +65,21 @@ class TransformerConfig:
         sliding_window: tokens a sliding-window layer keeps, or ``None``.
         layer_types: see above.
         dtype: the config's ``torch_dtype``/``dtype``, or ``None``.
+        qk_norm: per-head RMSNorms of queries and keys (qwen3, gemma3), head_dim each.
+        extra_layer_norms: norms per layer beyond the two (gemma2/3: pre/post feed-forward).
+        layer_windows: per layer, the window its cache keeps (``None``: full), as
+            transformers' DynamicCache builds it; wins over ``layer_types``/``sliding_window``.
+        kv_values_per_token: values one layer caches per token, K and V together (default
+            ``2 x kv_heads x head_dim``; multi-head latent attention caches its compressed
+            latent and rope key, ``kv_lora_rank + qk_rope_head_dim``).
+        counted: the tensors as the defining library built them (``counted.py``); when
+            set, ``tensors()`` returns them instead of the formula's.
+        experts, experts_per_token: routed experts per MoE layer and the top-k each token
+            uses (0 for a dense model).
+        active_parameters: parameters one token uses (MoE), ``None`` = all of them.
+        active_ffn_hidden: MLP width one token passes through (MoE: top-k x expert width,
+            plus shared experts), for the activation formula; ``None`` = ``ffn_hidden``.
+        source: who counted the parameters.
     """
 
     model_type: str
@@ -88,6 +100,16 @@ class TransformerConfig:
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None
     dtype: str | None = None
+    qk_norm: bool = False
+    extra_layer_norms: int = 0
+    layer_windows: tuple[int | None, ...] | None = None
+    kv_values_per_token: int | None = None
+    counted: tuple[ParamTensor, ...] | None = None
+    experts: int = 0
+    experts_per_token: int = 0
+    active_parameters: int | None = None
+    active_ffn_hidden: int | None = None
+    source: str = "memsweep's formula parser"
 
     def tensors(self) -> list[ParamTensor]:
         """Every parameter tensor (shapes as PyTorch stores them: Linear (out, in)).
@@ -99,8 +121,10 @@ class TransformerConfig:
         transformers' modeling files).
 
         Returns:
-            the ParamTensors, in that order.
+            the ParamTensors, in that order (``counted`` instead when set).
         """
+        if self.counted is not None:
+            return list(self.counted)
         h, a, k, d, f, v = self.hidden, self.heads, self.kv_heads, self.head_dim, self.ffn_hidden, self.vocab
         norm = [(h,), (h,)] if self.norm == "layernorm" else [(h,)]
         out = [ParamTensor("embed_tokens.weight", (v, h))]
@@ -117,6 +141,9 @@ class TransformerConfig:
             if self.o_bias:
                 out.append(ParamTensor(p + "o_proj.bias", (h,)))
             out += [ParamTensor(p + f"post_norm.{j}", s) for j, s in enumerate(norm)]
+            out += [ParamTensor(p + f"extra_norm.{j}", (h,)) for j in range(self.extra_layer_norms)]
+            if self.qk_norm:
+                out += [ParamTensor(p + "q_norm.weight", (d,)), ParamTensor(p + "k_norm.weight", (d,))]
             mlp = (
                 (("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f))
                 if self.gated_mlp
@@ -136,156 +163,40 @@ class TransformerConfig:
         """Total parameter count (tied embeddings counted once)."""
         return sum(t.numel for t in self.tensors())
 
-    def kv_layer_tokens(self, tokens: int, static_capacity: int | None = None) -> list[int]:
-        """Tokens each layer's cache holds for one sequence (see ``cached_tokens``).
+    @property
+    def active(self) -> int:
+        """Parameters one token uses: ``active_parameters`` for a MoE, else all of them."""
+        return self.active_parameters if self.active_parameters is not None else self.parameters
+
+    @property
+    def cached_values_per_token(self) -> int:
+        """Values one layer caches per token, K and V together (see ``kv_values_per_token``)."""
+        return self.kv_values_per_token or 2 * self.kv_heads * self.head_dim
+
+    def windows(self) -> list[int | None]:
+        """Per layer, the window its cache keeps, ``None`` for a full-attention layer."""
+        if self.layer_windows is not None:
+            return list(self.layer_windows)
+        return [
+            self.sliding_window if (self.layer_types is None or self.layer_types[i] == "sliding_attention") else None
+            for i in range(self.layers)
+        ]
+
+    def kv_layer_tokens(self, tokens: int, static_capacity: int | None = None, convention: str = "window") -> list[int]:
+        """Tokens each layer's cache holds for one sequence (see ``layer_cached_tokens``).
 
         Args:
             tokens: tokens of the sequence so far.
             static_capacity: a static cache's preallocated length, or ``None``.
+            convention: what a sliding layer keeps, one of ``kv_cache.KV_CONVENTIONS``.
 
         Returns:
-            one token count per layer (a sliding-window layer keeps at most
-            ``sliding_window``).
+            one token count per layer.
 
         Raises:
-            ValueError: as ``cached_tokens``.
+            ValueError: as ``layer_cached_tokens``.
         """
-        out = []
-        for i in range(self.layers):
-            sliding = (
-                self.sliding_window
-                if (self.layer_types is None or self.layer_types[i] == "sliding_attention")
-                else None
-            )
-            out.append(cached_tokens(tokens, sliding_window=sliding, static_capacity=static_capacity))
-        return out
-
-
-def _get(cfg: Mapping, *keys: str, default: Any = None) -> Any:
-    """The value of the first of ``keys`` that ``cfg`` holds and is not null, else ``default``."""
-    for key in keys:
-        if cfg.get(key) is not None:
-            return cfg[key]
-    return default
-
-
-def parse_hf_config(cfg: Mapping) -> TransformerConfig:
-    """A Hugging Face style config (llama, mistral, qwen2, gemma, gpt2-like keys) -> TransformerConfig.
-
-    Keys read: ``num_hidden_layers``/``n_layer``, ``hidden_size``/``n_embd``,
-    ``num_attention_heads``/``n_head``, ``num_key_value_heads`` (default: the attention
-    heads, i.e. no GQA), ``head_dim`` (explicit value wins over hidden/heads),
-    ``intermediate_size``/``n_inner`` (gpt2 default 4h), ``vocab_size``,
-    ``tie_word_embeddings``, ``sliding_window`` (ignored when ``use_sliding_window`` is
-    false), ``layer_types``, ``attention_bias``, ``mlp_bias``, ``torch_dtype``/``dtype``.
-    gpt2 (``model_type`` gpt2, or ``n_embd`` keys): learned positions (``n_positions``),
-    LayerNorm with bias, biases on every Linear, a 4h GELU MLP, tied embeddings.
-
-    Args:
-        cfg: the parsed config.json (a mapping).
-
-    Returns:
-        a TransformerConfig.
-
-    Raises:
-        ValueError: not a mapping, a required key is missing, or hidden/heads that do not
-            divide without an explicit ``head_dim``.
-    """
-    if not isinstance(cfg, Mapping):
-        raise ValueError("a config must be a JSON object")
-    model_type = str(cfg.get("model_type") or ("gpt2" if "n_embd" in cfg else "llama"))
-    gpt2_like = model_type in ("gpt2", "gpt_bigcode") or "n_embd" in cfg
-    layers = _get(cfg, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _get(cfg, "hidden_size", "n_embd", "d_model")
-    heads = _get(cfg, "num_attention_heads", "n_head")
-    vocab = _get(cfg, "vocab_size")
-    missing = [
-        n
-        for n, v in (
-            ("num_hidden_layers", layers),
-            ("hidden_size", hidden),
-            ("num_attention_heads", heads),
-            ("vocab_size", vocab),
-        )
-        if v is None
-    ]
-    if missing:
-        raise ValueError(f"config has no {missing[0]} (nor its gpt2-style alias)")
-    head_dim = resolve_head_dim(hidden, heads, _get(cfg, "head_dim"))
-    kv_heads = _get(cfg, "num_key_value_heads", default=heads)
-    if gpt2_like:
-        window = None
-        return TransformerConfig(
-            model_type=model_type,
-            layers=layers,
-            hidden=hidden,
-            heads=heads,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
-            ffn_hidden=_get(cfg, "n_inner", "intermediate_size", default=4 * hidden),
-            vocab=vocab,
-            gated_mlp=False,
-            tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
-            learned_positions=_get(cfg, "n_positions", "max_position_embeddings", default=0),
-            norm="layernorm",
-            qkv_bias=True,
-            o_bias=True,
-            mlp_bias=True,
-            sliding_window=window,
-            dtype=_get(cfg, "torch_dtype", "dtype"),
-        )
-    window = cfg.get("sliding_window")
-    if cfg.get("use_sliding_window") is False:
-        window = None
-    layer_types = cfg.get("layer_types")
-    attention_bias = bool(cfg.get("attention_bias", model_type == "qwen2"))
-    return TransformerConfig(
-        model_type=model_type,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        ffn_hidden=_get(cfg, "intermediate_size", default=4 * hidden),
-        vocab=vocab,
-        gated_mlp=True,
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        norm="rmsnorm",
-        qkv_bias=attention_bias,
-        o_bias=attention_bias and model_type != "qwen2",
-        mlp_bias=bool(cfg.get("mlp_bias", False)),
-        sliding_window=window,
-        layer_types=tuple(layer_types) if layer_types else None,
-        dtype=_get(cfg, "torch_dtype", "dtype"),
-    )
-
-
-def load_hf_config(path: str | Path) -> TransformerConfig:
-    """Read a local ``config.json`` (a file, or a directory holding one). Never downloads.
-
-    A multimodal config whose language model sits under ``text_config`` (and that has no
-    ``num_hidden_layers`` of its own) is read from that ``text_config``.
-
-    Args:
-        path: the config.json, or its directory.
-
-    Returns:
-        a TransformerConfig (``parse_hf_config``).
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: not JSON, or missing keys (see ``parse_hf_config``).
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if isinstance(data, dict) and "text_config" in data and "num_hidden_layers" not in data:
-        data = {**data["text_config"], "model_type": data["text_config"].get("model_type", data.get("model_type"))}
-    return parse_hf_config(data)
+        return [layer_cached_tokens(tokens, w, convention, static_capacity) for w in self.windows()]
 
 
 def estimate_transformer(
@@ -310,6 +221,7 @@ def estimate_transformer(
     kv_sequences: int | None = None,
     kv_bytes: int | None = None,
     static_capacity: int | None = None,
+    kv_convention: str = "window",
     reserve: int = 0,
     step_tensors: bool = False,
 ) -> Breakdown:
@@ -324,9 +236,14 @@ def estimate_transformer(
       terms (Korthikanti et al. 2022, Sec. 4.1-4.2: final-norm input 2sbh, output
       projection input 2sbh, fp32 logits for the loss 4sbv, embedding dropout mask sbh);
       with full recomputation, plus one layer's activations while it is recomputed;
-    * KV cache (``kv_tokens``): per layer ``cached_tokens`` (sliding window, static
-      capacity) x 2 x kv_heads x head_dim x ``kv_bytes`` (default ``compute_bytes``) x
+    * KV cache (``kv_tokens``): per layer ``layer_cached_tokens`` (its window under
+      ``kv_convention``, static capacity) x ``cached_values_per_token`` (2 x kv_heads x
+      head_dim; MLA: its latent) x ``kv_bytes`` (default ``compute_bytes``) x
       ``kv_sequences`` (default ``batch`` or 1).
+
+    A mixture of experts: weights, gradients and optimizer states from the total
+    parameters (every expert is stored and trained); activations from what a token passes
+    through (``active_ffn_hidden``); the notes give total and active parameters.
 
     Components not asked for stay ``None``. Inference activations are not estimated.
     ``step_tensors``: Adam(W)'s per-tensor step in the optimizer states (see ``training_state``).
@@ -351,6 +268,7 @@ def estimate_transformer(
         kv_sequences: sequences cached at once; default ``batch`` or 1.
         kv_bytes: bytes per cached value; default ``compute_bytes``.
         static_capacity: a static cache's preallocated length, or ``None``.
+        kv_convention: what a sliding layer's cache keeps (``kv_cache.KV_CONVENTIONS``).
         reserve: the planning reserve, bytes (an assumption, not in ``peak``).
 
     Returns:
@@ -369,10 +287,16 @@ def estimate_transformer(
         weights=weights,
         reserve=reserve,
         notes=(
-            f"{model.model_type}: {params} parameters, {model.layers} layers, hidden {model.hidden}, "
-            f"{model.heads} heads / {model.kv_heads} KV heads x head_dim {model.head_dim}",
+            f"{model.model_type}: {params} parameters ({model.source}), {model.layers} layers, hidden "
+            f"{model.hidden}, {model.heads} heads / {model.kv_heads} KV heads x head_dim {model.head_dim}",
         ),
     )
+    if model.experts:
+        b = b.with_note(
+            f"mixture of experts: {model.experts} routed experts, {model.experts_per_token} per token; "
+            f"{params} parameters in total (weights, gradients, optimizer states), {model.active} active per token "
+            "(activations)"
+        )
     if train:
         param_bytes = max(1, ceil_div(fmt.bits, 8))
         state = training_state(
@@ -390,7 +314,7 @@ def estimate_transformer(
             kw = dict(
                 kv_heads=model.kv_heads,
                 head_dim=model.head_dim,
-                ffn_hidden=model.ffn_hidden,
+                ffn_hidden=model.active_ffn_hidden or model.ffn_hidden,
                 gated_mlp=model.gated_mlp,
                 act_bytes=compute_bytes,
                 dropout=dropout,
@@ -413,20 +337,17 @@ def estimate_transformer(
         b = zero_partition(b, zero_stage, devices)
     if kv_tokens is not None:
         seqs = kv_sequences if kv_sequences is not None else (batch or 1)
-        per_layer = model.kv_layer_tokens(kv_tokens, static_capacity)
-        kv = sum(
-            kv_cache_bytes(
-                layers=1,
-                kv_heads=model.kv_heads,
-                head_dim=model.head_dim,
-                tokens=t,
-                bytes_per_value=kv_bytes or compute_bytes,
-                sequences=seqs,
-            )
-            for t in per_layer
+        per_layer = model.kv_layer_tokens(kv_tokens, static_capacity, kv_convention)
+        per_token = model.cached_values_per_token
+        kv = sum(t * per_token * (kv_bytes or compute_bytes) * seqs for t in per_layer)
+        kinds = sorted({(w, t) for w, t in zip(model.windows(), per_layer)}, key=lambda x: (x[0] is None, x[0] or 0))
+        by_kind = ", ".join(
+            f"{sum(1 for w in model.windows() if w == win)} layers {'full' if win is None else f'window {win}'}: "
+            f"{tok} tokens"
+            for win, tok in kinds
         )
         b = b.replace(kv_cache=kv).with_note(
-            f"KV cache: {model.kv_heads} KV heads x head_dim {model.head_dim}, {seqs} sequence(s), "
-            f"{max(per_layer) if per_layer else 0} tokens kept per layer at most"
+            f"KV cache ({kv_convention} convention): {per_token} values per token per layer, {seqs} sequence(s); "
+            + by_kind
         )
     return b

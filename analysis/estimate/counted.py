@@ -1,0 +1,168 @@
+"""Model descriptions counted by the library that defines the model.
+
+``memsweep estimate --config DIR`` describes a model by building it: the worker entry
+``python -m worker --count-params DIR`` (``worker/count.py``) builds the config's causal LM
+with transformers on the meta device and prints its tensors; this module starts that
+process (``conf.contract.ask_worker``; the analysis never imports torch) and turns its
+answer into a ``TransformerConfig`` whose ``tensors()`` are the model's own. Without
+transformers (or torch) here, the formula parser (``hf_config.py``) is the fallback, and it
+refuses the configs it does not understand.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+
+from conf.contract.ask import ask_worker
+
+from .hf_config import load_hf_config
+from .kv_cache import resolve_head_dim
+from .transformer import ParamTensor, TransformerConfig
+
+COUNTERS = ("auto", "transformers", "parser")
+"""Who counts a config's parameters: ``transformers`` (the model built on the meta device, in
+a worker process), ``parser`` (memsweep's formulas), ``auto`` (transformers when installed)."""
+
+
+class CountUnavailable(RuntimeError):
+    """transformers could not count a config here (not installed, or the worker failed)."""
+
+
+def transformers_installed() -> bool:
+    """Whether torch and transformers can be imported by a worker (looked up, not imported)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("torch", "transformers"))
+
+
+def count_with_transformers(paths: list[str | Path], timeout: float = 600) -> list[dict]:
+    """Counts of local configs by transformers, in one worker process (``worker/count.py``).
+
+    Args:
+        paths: config.json files or their directories.
+        timeout: seconds for the whole process.
+
+    Returns:
+        one ``count_config`` dict per path, in order.
+
+    Raises:
+        CountUnavailable: transformers is not installed, or the worker gave no answer, or
+            a config could not be built (its error).
+    """
+    if not transformers_installed():
+        raise CountUnavailable("transformers (and torch) are not installed: pip install 'memsweep[hf]'")
+    try:
+        answer = ask_worker("--count-params", *[str(p) for p in paths], timeout=timeout)
+    except RuntimeError as exc:
+        raise CountUnavailable(f"the worker could not count the parameters: {exc}") from None
+    if answer.get("error"):
+        raise CountUnavailable(answer["error"])
+    counts = answer.get("counts") or []
+    for c in counts:
+        if c.get("error"):
+            raise CountUnavailable(f"{c.get('path')}: transformers could not build the model: {c['error']}")
+    return counts
+
+
+def _int(cfg: Mapping, *keys: str) -> int | None:
+    for key in keys:
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def model_from_count(count: Mapping) -> TransformerConfig:
+    """A ``count_config`` answer -> TransformerConfig with the model's own tensors.
+
+    Dimensions for the activation and KV formulas are read from the resolved config
+    (``count["config"]``); the KV cache per layer from ``layer_types``/``layer_windows``
+    (transformers' DynamicCache); multi-head latent attention (``kv_lora_rank``) caches
+    ``kv_lora_rank + qk_rope_head_dim`` values per token and layer (transformers 5.x
+    ``DeepseekV2Attention``: the compressed latent and the rope key).
+
+    Args:
+        count: one entry of ``count_with_transformers``.
+
+    Returns:
+        a TransformerConfig; ``source`` names transformers' version.
+
+    Raises:
+        ValueError: a count without the dimensions the formulas need.
+    """
+    cfg = count["config"]
+    layers = _int(cfg, "num_hidden_layers", "n_layer")
+    hidden = _int(cfg, "hidden_size", "n_embd")
+    heads = _int(cfg, "num_attention_heads", "n_head")
+    vocab = _int(cfg, "vocab_size")
+    if None in (layers, hidden, heads, vocab):
+        raise ValueError(f"{count.get('path')}: the resolved config has no layers/hidden/heads/vocab")
+    head_dim = resolve_head_dim(hidden, heads, _int(cfg, "head_dim"))
+    kv_heads = _int(cfg, "num_key_value_heads") or heads
+    kv_values = None
+    if _int(cfg, "kv_lora_rank"):
+        kv_values = cfg["kv_lora_rank"] + (_int(cfg, "qk_rope_head_dim") or 0)
+    tensors = tuple(
+        ParamTensor(f"{t['kind']}.{i}", tuple(t["shape"]), bool(t["quantizable"]))
+        for t in count["tensors"]
+        for i in range(t["count"])
+    )
+    ffn = _int(cfg, "intermediate_size", "n_inner") or 4 * hidden
+    experts = count.get("experts") or {}
+    active_ffn = None
+    if experts:
+        expert_ffn = _int(cfg, "moe_intermediate_size") or ffn
+        shared = (_int(cfg, "n_shared_experts") or 0) * expert_ffn + (_int(cfg, "shared_expert_intermediate_size") or 0)
+        active_ffn = experts["per_token"] * expert_ffn + shared
+    types = count.get("layer_types")
+    windows = count.get("layer_windows")
+    return TransformerConfig(
+        model_type=str(cfg.get("model_type")),
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        ffn_hidden=ffn,
+        vocab=vocab,
+        gated_mlp=str(cfg.get("model_type")) != "gpt2",
+        tie_embeddings=bool(count.get("tied")),
+        sliding_window=_int(cfg, "sliding_window"),
+        layer_types=tuple(types) if types else None,
+        layer_windows=tuple(windows) if windows and len(windows) == layers else None,
+        kv_values_per_token=kv_values,
+        dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
+        counted=tensors,
+        experts=experts.get("num_experts", 0),
+        experts_per_token=experts.get("per_token", 0),
+        active_parameters=experts.get("active_parameters"),
+        active_ffn_hidden=active_ffn,
+        source=count["source"],
+    )
+
+
+def describe_config(path: str | Path, counter: str = "auto") -> TransformerConfig:
+    """A local config.json described for the estimator, counted by ``counter`` (``COUNTERS``).
+
+    ``auto`` asks transformers when it is installed and falls back to the formula parser
+    only when it is not (a config transformers cannot build is an error, not a fallback).
+
+    Args:
+        path: a config.json or its directory.
+        counter: ``auto``, ``transformers`` or ``parser``.
+
+    Returns:
+        a TransformerConfig (``source`` says who counted).
+
+    Raises:
+        CountUnavailable: ``transformers`` asked for and unavailable, or it failed.
+        hf_config.UnknownConfig: the parser does not understand the config (it names keys).
+        FileNotFoundError, ValueError: no such file, not JSON, missing keys.
+    """
+    if counter not in COUNTERS:
+        raise ValueError(f"unknown counter {counter!r}: expected one of {', '.join(COUNTERS)}")
+    if counter == "parser" or (counter == "auto" and not transformers_installed()):
+        return load_hf_config(path)
+    if not Path(path).exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    return model_from_count(count_with_transformers([path])[0])

@@ -1,0 +1,204 @@
+"""``python -m worker --count-params PATH [PATH ...]``: a local config's parameters, counted
+by the library that defines the model.
+
+Each config (a ``config.json`` or a directory holding one; never downloaded) is turned into
+its ``transformers`` config class (``AutoConfig.for_model(model_type, **json)``) and its
+causal LM is built with ``AutoModelForCausalLM.from_config`` under ``torch.device("meta")``
+and ``transformers.initialization.no_init_weights`` (where that exists): shapes and dtypes,
+no storage, no initialisation, a fraction of a second per model once transformers is
+imported. The analysis process never imports torch (tests/test_import_rules.py), so
+``memsweep estimate --config`` asks this entry through a subprocess
+(``conf.contract.ask_worker``) and reads the JSON object it prints on its last line:
+``{"counts": [one object per PATH]}``, each the result of ``count_config`` or
+``{"path": ..., "error": ...}``.
+
+transformers is optional and imported here, lazily: without it the answer is
+``{"counts": [], "error": "transformers is not installed ..."}`` and the caller falls back to
+memsweep's formula parser.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+EXPERT_PARAM = re.compile(r"(^|\.)experts\.")
+"""A routed expert's parameter (``...mlp.experts.gate_up_proj``, ``...experts.3.w1.weight``);
+shared experts (``shared_expert``, ``shared_experts``) are not routed and do not match."""
+
+EXPERT_COUNT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+"""Config keys holding the number of routed experts per MoE layer (Mixtral/gpt-oss,
+Qwen-MoE, DeepSeek, others)."""
+EXPERTS_PER_TOKEN_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "num_experts_per_token")
+"""Config keys holding the experts each token is routed to (top-k)."""
+
+
+def _first(cfg: Mapping, keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def load_config(path: str | Path, overrides: Mapping | None = None):
+    """The transformers config of a local config.json (or its directory), ``overrides`` applied.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: no ``model_type``, or one this transformers does not know.
+    """
+    import transformers  # optional: only this entry and workload=hf import it
+
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    data = json.loads(path.read_text())
+    model_type = data.pop("model_type", None)
+    if not model_type:
+        raise ValueError(f"{path}: no model_type")
+    data.update(overrides or {})
+    return transformers.AutoConfig.for_model(model_type, **data)
+
+
+def _kind(module: nn.Module, name: str) -> str:
+    """The kind of a parameter by its owner: experts, embedding, linear, norm or other."""
+    if EXPERT_PARAM.search(name):
+        return "experts"
+    if isinstance(module, nn.Embedding):
+        return "embedding"
+    if isinstance(module, nn.Linear):
+        return "linear"
+    if "norm" in type(module).__name__.lower() or "norm" in name.rsplit(".", 2)[0].rsplit(".", 1)[-1].lower():
+        return "norm"
+    return "other"
+
+
+def _jsonable(cfg: Mapping) -> dict:
+    """The config's scalar and list values (what the estimator reads), JSON-serialisable."""
+    out = {}
+    for key, value in cfg.items():
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            out[key] = value
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value):
+            out[key] = list(value)
+    return out
+
+
+def _layer_kinds(config) -> tuple[list[str] | None, list[int | None] | None]:
+    """Per decoder layer, the cache kind and window transformers' DynamicCache gives it
+    (``transformers.cache_utils.get_layer_types_and_kwargs``), or (None, None) if unknown."""
+    try:
+        from transformers.cache_utils import get_layer_types_and_kwargs
+    except ImportError:
+        return None, None
+    try:
+        kinds, kwargs = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    except Exception:  # an older transformers, or a config without per-layer information
+        return None, None
+    return list(kinds), [kw.get("sliding_window") for kw in kwargs]
+
+
+def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
+    """Count the parameters of the causal LM a local config describes, built on the meta device.
+
+    Tied weights (``lm_head`` sharing the embedding) are counted once: ``named_parameters``
+    removes duplicates, and ``tied`` names the parameters it removed.
+
+    Args:
+        path: a config.json or its directory.
+        overrides: config attributes to set (e.g. ``{"num_hidden_layers": 2}``).
+
+    Returns:
+        a JSON-serialisable dict: ``source``, ``model_class``, ``parameters`` (total),
+        ``tied`` (names counted once), ``by_dtype`` / ``by_kind`` (counts), ``experts``
+        (``num_experts``, ``per_token``, ``expert_parameters``, ``active_parameters``; null
+        without routed experts), ``tensors`` (groups of equal shape: ``shape``, ``count``,
+        ``kind``, ``quantizable`` = the weight of an ``nn.Linear`` other than the output
+        embedding, what bitsandbytes replaces), ``linears`` (per module name: ``in``, ``out``,
+        ``count``, ``bias``; the LoRA targets), ``layer_types``/``layer_windows`` (the
+        DynamicCache's per-layer kinds), ``config`` (the resolved text config's values).
+
+    Raises:
+        FileNotFoundError, ValueError: as ``load_config``; anything transformers raises.
+    """
+    import transformers
+
+    config = load_config(path, overrides)
+    init = getattr(getattr(transformers, "initialization", None), "no_init_weights", None)
+    with torch.device("meta"), init() if init else contextlib.nullcontext():
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    owners = dict(model.named_modules())
+    unique = dict(model.named_parameters())
+    tied = sorted(n for n, _ in model.named_parameters(remove_duplicate=False) if n not in unique)
+    by_dtype: dict[str, int] = {}
+    by_kind: dict[str, int] = {}
+    groups: dict[tuple, int] = {}
+    linears: dict[tuple, int] = {}
+    for name, p in unique.items():
+        owner_name = name.rpartition(".")[0]
+        owner = owners.get(owner_name, model)
+        kind = _kind(owner, name)
+        n = p.numel()
+        by_dtype[str(p.dtype).removeprefix("torch.")] = by_dtype.get(str(p.dtype).removeprefix("torch."), 0) + n
+        by_kind[kind] = by_kind.get(kind, 0) + n
+        quantizable = isinstance(owner, nn.Linear) and owner is not output and name.endswith("weight")
+        key = (tuple(p.shape), kind, quantizable)
+        groups[key] = groups.get(key, 0) + 1
+        if isinstance(owner, nn.Linear) and name.endswith("weight") and owner is not output:
+            lk = (owner_name.rsplit(".", 1)[-1], owner.in_features, owner.out_features, owner.bias is not None)
+            linears[lk] = linears.get(lk, 0) + 1
+    total = sum(by_kind.values())
+    text = config.get_text_config(decoder=True)
+    resolved = _jsonable(text.to_dict())
+    experts = None
+    num, k = _first(resolved, EXPERT_COUNT_KEYS), _first(resolved, EXPERTS_PER_TOKEN_KEYS)
+    if by_kind.get("experts") and num and k:
+        routed = by_kind["experts"]
+        active = total - routed + routed * k // num if routed % num == 0 else None
+        experts = {"num_experts": num, "per_token": k, "expert_parameters": routed, "active_parameters": active}
+    kinds, windows = _layer_kinds(config)
+    return {
+        "path": str(path),
+        "source": f"transformers {transformers.__version__}: {type(model).__name__} built on the meta device",
+        "model_class": type(model).__name__,
+        "parameters": total,
+        "tied": tied,
+        "by_dtype": by_dtype,
+        "by_kind": by_kind,
+        "experts": experts,
+        "tensors": [{"shape": list(s), "kind": kd, "quantizable": q, "count": c} for (s, kd, q), c in groups.items()],
+        "linears": [{"name": nm, "in": i, "out": o, "bias": b, "count": c} for (nm, i, o, b), c in linears.items()],
+        "layer_types": kinds,
+        "layer_windows": windows,
+        "config": resolved,
+    }
+
+
+def count_main(paths: list[str]) -> dict:
+    """``--count-params``: one ``count_config`` per path (an error names its path), offline.
+
+    Returns:
+        ``{"counts": [...]}``, or ``{"counts": [], "error": ...}`` without transformers.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import transformers  # noqa: F401  (optional)
+    except ImportError as exc:
+        return {"counts": [], "error": f"transformers is not installed ({exc}): pip install 'memsweep[hf]'"}
+    counts = []
+    for path in paths:
+        try:
+            counts.append(count_config(path))
+        except Exception as exc:  # one bad config must not hide the others' counts
+            counts.append({"path": path, "error": f"{type(exc).__name__}: {exc}"})
+    return {"counts": counts}
