@@ -84,7 +84,7 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
         )
         return EXIT_INTERRUPTED
     if not multirun and results:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
-        return RUN_EXIT.get(results[-1].get("outcome"), 1)
+        return RUN_EXIT.get(results[-1].get("predicted_outcome") or results[-1].get("outcome"), 1)
     return 0
 
 

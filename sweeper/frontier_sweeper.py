@@ -53,6 +53,11 @@ log = logging.getLogger("memsweep")
 
 # The light probe policy: the cold step (or forward) and one warm one.
 LIGHT = ["warmup=0", "repeats=1"]
+# A search on dry runs: what the capacity is for (conf.contract.predicted_outcome).
+DRY_RUN_NEEDS_CAPACITY = (
+    "a size with dry_run=true, e.g. capacity=24GiB: a dry run never runs out of memory, its verdict is its "
+    "predicted peak against the capacity"
+)
 
 
 @dataclass
@@ -219,6 +224,8 @@ class FrontierSweeperImpl:
         lattices = self.lattices()
         fixed = self.fixed_overrides(arguments)
         baseline = self.compose(fixed)
+        if baseline.dry_run and baseline.capacity_bytes is None:
+            raise SpecError("capacity", None, DRY_RUN_NEEDS_CAPACITY)
         for axis, lat in lattices.items():
             for value in (lat.lower, lat.upper):
                 self.compose(fixed + [f"{axis}={value}"])

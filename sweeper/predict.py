@@ -38,6 +38,7 @@ from conf.contract import (
     RunSpec,
     SpecError,
     parse_size,
+    predicted_outcome,
     run_peak,
     try_read,
     write_json_atomic,
@@ -137,14 +138,15 @@ class Predictor:
         result = execute(spec, run_dir, resume=True, isolation=self.isolation)
         record, _ = try_read(run_dir, RECORD_FILE)
         peak, _ = run_peak(record)  # a dry run's: max_memory_allocated, predicted
-        ok = result["outcome"] == "ok" and peak is not None
+        verdict = predicted_outcome(result["outcome"], peak, self.capacity)
+        ok = verdict in ("ok", "oom")
         out = {
             "value": value,
             "outcome": result["outcome"],
             "error_type": result.get("error_type"),
             "error_message": result.get("error_message"),
             "peak": peak if ok else None,
-            "fits": (peak <= self.capacity) if ok else None,
+            "fits": (verdict == "ok") if ok else None,
             "record": record,
         }
         self.runs[value] = out

@@ -247,3 +247,30 @@ def run_peak(record: Mapping | None) -> tuple[int | None, str]:
     record = record if isinstance(record, Mapping) else {}
     counter = peak_counters(record.get("device_kind"), record.get("source"))[0]
     return phase_peak(record_phases(record), counter), counter
+
+
+def predicted_outcome(outcome: str | None, peak: int | None, capacity_bytes: int | None) -> str | None:
+    """Give a dry run's verdict: its predicted peak against the capacity.
+
+    A dry run (record ``source`` ``predicted``) never runs out of memory: fake tensors hold
+    no storage and no capacity limits it, so the worker's ``ok`` only says that every phase
+    could be predicted. Whether the load fits is the predicted peak (``run_peak``: the
+    largest phase ``max_memory_allocated``) compared with the capacity asked for. This is the
+    one place that comparison is made (frontier search on dry runs, ``memsweep predict``,
+    the analysis and report of dry runs).
+
+    Args:
+        outcome: the worker's outcome of the dry run (``ok``, ``error``, ``crash``...).
+        peak: its predicted peak in bytes, or None.
+        capacity_bytes: the capacity asked for in bytes, or None (none given).
+
+    Returns:
+        ``ok`` (predicted peak <= capacity), ``oom`` (predicted above the capacity: does not
+        fit), the worker's outcome when it is not ``ok`` (nothing was predicted), or None
+        when the peak or the capacity is unknown (no verdict: never read as a fit).
+    """
+    if outcome != "ok":
+        return outcome
+    if peak is None or capacity_bytes is None:
+        return None
+    return "ok" if peak <= capacity_bytes else "oom"
