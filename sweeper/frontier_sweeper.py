@@ -44,6 +44,7 @@ from conf.contract import SEARCH_LOG, RunSpec, SpecError, run_peak
 
 from .errors import InputRefused
 from .frontier_runs import PEAK_COUNTERS, SweepRuns, launcher_slots
+from .inputs import check_sweep_config
 from .predict import Predictor
 from .process import share_fork_server
 from .search import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
@@ -222,6 +223,7 @@ class FrontierSweeperImpl:
             SpecError: the first bad input, naming its field and the values accepted.
         """
         lattices = self.lattices()
+        check_sweep_config(self.config)
         fixed = self.fixed_overrides(arguments)
         baseline = self.compose(fixed)
         if baseline.dry_run and baseline.capacity_bytes is None:

@@ -127,7 +127,15 @@ class OvatSweeperImpl:
         axes = dict(OmegaConf.to_container(axes_cfg, resolve=True)) if axes_cfg else {}
         axes.update(cli_axes)
         baseline = {axis: self.config.get(axis) for axis in AXES}
-        return [fixed + ([f"{axis}={value}"] if axis else []) for axis, value in plan_conditions(axes, baseline)]
+        planned = plan_conditions(axes, baseline)
+        if not planned:
+            raise SpecError(
+                "sweep",
+                sweep.get("name") if sweep is not None else None,
+                "a sweep with values to run: sweep=batch|context|width|dtype|ovat, or lists on the command line "
+                "(batch=1,2,4); `memsweep run` measures one condition",
+            )
+        return [fixed + ([f"{axis}={value}"] if axis else []) for axis, value in planned]
 
     def conditions(self, batches: list[list[str]]) -> list[dict]:
         """Each condition's config, for validation: the composed baseline with its one
@@ -163,11 +171,13 @@ class OvatSweeperImpl:
             return batches, specs
         placed: dict[int, int] = {}  # condition -> the job number its directory has
         try:
-            for number in range(len(specs)):
+            # every job directory there, also those past this sweep's count (a larger sweep's)
+            numbers = sorted({int(p.name) for p in sweep_dir.iterdir() if p.name.isdigit()} | set(range(len(specs))))
+            for number in numbers:
                 found = stored_spec(sweep_dir / str(number))
                 if found is None:
                     continue
-                if found not in specs or specs.index(found) in placed:
+                if found not in specs or specs.index(found) in placed or number >= len(specs):
                     raise RunDirError(
                         f"{sweep_dir / str(number) / SPEC_FILE} already exists for another condition: "
                         f"memsweep never overwrites a run; choose another directory"
@@ -189,12 +199,14 @@ class OvatSweeperImpl:
         return [batches[c] for c in order], [specs[c] for c in order]
 
     def sweep(self, arguments: list[str]) -> Any:
+        from .inputs import check_sweep_config
         from .process import share_fork_server
         from .spec import launch_settings, spec_or_exit
 
         try:
             batches = self.job_overrides(arguments)
             launch_order([], self.order)  # checks the setting before anything starts
+            check_sweep_config(self.config)
         except SpecError as exc:
             print(f"memsweep: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None

@@ -189,9 +189,12 @@ def spec_from_config(cfg: Any) -> RunSpec:
     ``memsweep predict``). The device string is still validated.
 
     Raises:
-        SpecError: the first bad field found.
+        SpecError: the first bad field found, or a top-level key nothing reads (``+bacth=16``).
     """
+    from .inputs import check_known_keys
+
     data = _plain(cfg)
+    check_known_keys(data, LOAD_KEYS)
     workload = validate_workload(data.get("workload"))
     if workload["name"] == "user" and workload.get("path") is None:
         # the worker runs in its run directory: let it import the user's modules from here
