@@ -111,7 +111,7 @@ def check_sweep_config(config: Any) -> None:
 
     Raises:
         SpecError: ``results_dir`` or ``hydra.sweep.dir`` that cannot be written, a launcher
-            whose tool is missing (``check_launcher``), or a ``hydra.sweep.dir`` whose
+            whose tool is missing (``check_launcher``), a bad report margin, or a ``hydra.sweep.dir`` whose
             ``multirun.yaml`` names another sweeper.
     """
     from omegaconf import OmegaConf
@@ -120,6 +120,7 @@ def check_sweep_config(config: Any) -> None:
     sweep_dir = Path(str(config.hydra.sweep.dir))
     check_writable("hydra.sweep.dir", sweep_dir)
     check_launcher(OmegaConf.select(config, "hydra.launcher._target_"))
+    check_report_margin(OmegaConf.select(config, "hydra.callbacks.analyze.margin"))
     mine = sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_"))
     earlier = sweep_dir / "multirun.yaml"
     if earlier.is_file():
@@ -136,3 +137,90 @@ def check_sweep_config(config: Any) -> None:
                 f"a new directory, or one of the {mine} sweeper to resume: it holds a sweep of the {theirs} sweeper "
                 "(a sweep directory holds one sweep)",
             )
+
+
+def module_exists(dotted: str, paths: Iterable[str]) -> bool:
+    """Whether the module ``dotted`` can be found, without executing it nor its packages
+    (``importlib.machinery.PathFinder``, one package level at a time: this process never
+    imports a user's code, which may import torch).
+
+    Args:
+        dotted: a module name (``conf.examples.convnet``).
+        paths: directories searched before ``sys.path``.
+
+    Returns:
+        True when a module or package of that name is found.
+    """
+    import sys
+    from importlib.machinery import PathFinder
+
+    if dotted in sys.modules:
+        return True
+    search: list[str] | None = [*paths, *sys.path]
+    found = None
+    parts = dotted.split(".")
+    for i in range(len(parts)):
+        if search is None:
+            return False
+        found = PathFinder.find_spec(".".join(parts[: i + 1]), search)
+        if found is None:
+            return False
+        search = list(found.submodule_search_locations or []) or None
+    return found is not None
+
+
+def check_workload_sources(workload: dict) -> dict:
+    """Check what a workload reads from this machine, before any worker starts: the hf
+    workload's local config file, a user workload's ``_target_`` modules.
+
+    Args:
+        workload: the validated workload (``conf.contract.validate_workload``; a user
+            workload's ``path`` already set).
+
+    Returns:
+        The workload, an hf config path made absolute (the worker runs in its run directory).
+
+    Raises:
+        SpecError: ``workload.config`` naming no config.json; ``workload.<fn>._target_`` whose
+            module cannot be found on ``workload.path`` and ``sys.path``.
+    """
+    from conf.contract import hf_config_kind
+
+    if workload["name"] == "hf" and hf_config_kind(workload["config"]) == "path":
+        path = Path(workload["config"]).expanduser().absolute()
+        file = path / "config.json" if path.is_dir() else path
+        if not file.is_file():
+            raise SpecError("workload.config", workload["config"], f"a config.json that exists ({file} does not)")
+        return {**workload, "config": str(path)}
+    if workload["name"] == "user":
+        for fn in ("model", "inputs", "loss"):
+            target = (workload.get(fn) or {}).get("_target_")
+            if not target:
+                continue
+            module = target.rsplit(".", 1)[0] if "." in target else target
+            if not module_exists(module, workload.get("path") or []):
+                raise SpecError(
+                    f"workload.{fn}._target_",
+                    target,
+                    f"a function of a module found on workload.path or sys.path (no module {module!r})",
+                )
+    return workload
+
+
+def check_report_margin(margin: Any) -> None:
+    """Check the sweep's report margin (``hydra.callbacks.analyze.margin``) before any run, not
+    after the last one.
+
+    Args:
+        margin: the setting (None: the default).
+
+    Raises:
+        SpecError: field ``hydra.callbacks.analyze.margin``, a margin ``analysis.report``
+            does not read.
+    """
+    from analysis.report import parse_margin
+
+    try:
+        parse_margin(margin)
+    except SpecError as exc:
+        raise SpecError("hydra.callbacks.analyze.margin", margin, exc.accepted) from None

@@ -128,13 +128,7 @@ class OvatSweeperImpl:
         axes.update(cli_axes)
         baseline = {axis: self.config.get(axis) for axis in AXES}
         planned = plan_conditions(axes, baseline)
-        if not planned:
-            raise SpecError(
-                "sweep",
-                sweep.get("name") if sweep is not None else None,
-                "a sweep with values to run: sweep=batch|context|width|dtype|ovat, or lists on the command line "
-                "(batch=1,2,4); `memsweep run` measures one condition",
-            )
+        self.planned = planned
         return [fixed + ([f"{axis}={value}"] if axis else []) for axis, value in planned]
 
     def conditions(self, batches: list[list[str]]) -> list[dict]:
@@ -198,6 +192,39 @@ class OvatSweeperImpl:
         log.info("resuming with the job numbers this directory was started with")
         return [batches[c] for c in order], [specs[c] for c in order]
 
+    def check_baseline(self) -> None:
+        """Refuse an invalid baseline, unless no condition runs it and its only fault is the
+        value of the one axis swept (``sweep=none dtype=float16,bfloat16 precision=autocast``:
+        the baseline's dtype=float32 cannot go with autocast, but every condition replaces it).
+        A value the user typed for the swept axis itself (``batch=0 sweep=batch``) is refused:
+        every condition would silently override it.
+
+        Raises:
+            SystemExit(2): the baseline refused, the message naming the field and the way out.
+        """
+        from .spec import launch_settings, spec_from_config
+
+        try:
+            launch_settings(self.config)
+            spec_from_config(self.config)
+            return
+        except SpecError as exc:
+            error = exc
+        axes = {axis for axis, _ in getattr(self, "planned", [])}
+        if len(axes) == 1 and "" not in axes and error.field not in axes:
+            log.info("the baseline (%s) is not one of the conditions and is not run", error)
+            return
+        hint = ""
+        if len(axes - {""}) == 1 and error.field not in axes:
+            (axis,) = axes - {""}
+            hint = (
+                f" (this is the sweep's baseline, {axis}={self.config.get(axis)} from conf/config.yaml, which the "
+                f"sweep also runs because a value of {axis} equals it: leave {axis}={self.config.get(axis)} out of "
+                f"the list and the other values run without it)"
+            )
+        print(f"memsweep: error: {error}{hint}", file=sys.stderr)
+        raise SystemExit(2)
+
     def sweep(self, arguments: list[str]) -> Any:
         from .inputs import check_sweep_config
         from .process import share_fork_server
@@ -212,7 +239,22 @@ class OvatSweeperImpl:
             raise SystemExit(2) from None
         # Bad input fails here, before any worker starts: the baseline itself (even when every
         # condition overrides one of its values), then every condition.
-        spec_or_exit(self.config)
+        self.check_baseline()
+        if not batches:
+            sweep = self.config.get("sweep")
+            print(
+                "memsweep: error: "
+                + str(
+                    SpecError(
+                        "sweep",
+                        sweep.get("name") if sweep is not None else None,
+                        "a sweep with values to run: sweep=batch|context|width|dtype|ovat, or lists on the command "
+                        "line (batch=1,2,4); `memsweep run` measures one condition",
+                    )
+                ),
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
         # The fork server imports torch while the conditions are checked; the launcher's
         # worker processes will fork their runs from it too.
         share_fork_server(launch_settings(self.config)["isolation"])
