@@ -96,6 +96,7 @@ def test_search_writes_runs_keyed_by_spec_and_its_decisions(tmp_path):
     impl.sweep([])
     (result,) = log_lines(tmp_path, "result")
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
+    assert result["stable"] is None  # confirm=0: nothing re-run, not checked (the table's null)
     assert result["fixed"] == {
         "batch": None,
         "context": 64,
@@ -328,12 +329,16 @@ def spec_of_with_policy(overrides):
 
 
 @pytest.mark.parametrize("full_edge", [300, 280, 320])
-def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, full_edge):
+def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, caplog, full_edge):
     monkeypatch.setattr(__import__(__name__), "spec_of", spec_of_with_policy)
     impl = make(tmp_path, light_aware(64 * 300, 64 * full_edge), lower=1, upper=1024, confirm=1, light=True)
     impl.compose = spec_of_with_policy
-    impl.sweep([])
+    with caplog.at_level("INFO", logger="memsweep"):
+        impl.sweep([])
     (result,) = log_lines(tmp_path, "result")
+    # the full-protocol runs at the edge are in runs_used and are the first confirmations: none more
+    (line,) = [r.getMessage() for r in caplog.records if "confirmation run(s)" in r.getMessage()]
+    assert f"after {result['runs_used']} search run(s)" in line and "and 0 more confirmation run(s)" in line
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (full_edge, full_edge + 1, True)
     assert result["light"] is True and result["stable"] is True
     light = log_lines(tmp_path, "light_probe")
