@@ -225,6 +225,28 @@ class OvatSweeperImpl:
         print(f"memsweep: error: {error}{hint}", file=sys.stderr)
         raise SystemExit(2)
 
+    def local_bound(self, specs: list) -> int | None:
+        """Jobs per launch under submitit_local, which starts every job of a launch at once: the
+        pool's size on this node (``sweeper.pool.pool_size``); None for other launchers (joblib
+        bounds itself with n_jobs, SLURM with array_parallelism).
+
+        Args:
+            specs: the conditions' specs (the first one's device and devices are the pool's).
+        """
+        from omegaconf import OmegaConf
+
+        from .pool import pool_size
+        from .spec import launch_settings, probe_device
+
+        target = str(OmegaConf.select(self.config, "hydra.launcher._target_") or "")
+        if not target.endswith(".LocalLauncher") or not specs:
+            return None
+        launch, spec = launch_settings(self.config), specs[0]
+        probe = probe_device(spec.device) if spec.device.startswith("cuda") and not spec.dry_run else None
+        size = pool_size(launch["pool"], spec.device, launch["cores_per_run"], probe, spec.devices)
+        log.info("submitit_local: at most %d job(s) at once (the pool's size on this node)", size)
+        return size
+
     def sweep(self, arguments: list[str]) -> Any:
         from .inputs import check_sweep_config
         from .process import share_fork_server
@@ -266,7 +288,7 @@ class OvatSweeperImpl:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         log.info("ovat sweep: %d conditions -> %s", len(batches), sweep_dir)
-        size = self.max_batch_size or len(batches) or 1
+        size = self.max_batch_size or self.local_bound(specs) or len(batches) or 1
         returns: list[Sequence[Any]] = []
         for start in range(0, len(batches), size):
             results = self.launcher.launch(batches[start : start + size], initial_job_idx=start)
