@@ -136,6 +136,42 @@ def test_bad_command_lines(tmp_path, argv, code, message):
 
 
 @pytest.mark.parametrize(
+    "args, message",
+    [
+        (["bacth=4"], "invalid bacth='4'"),
+        (["+bacth=4"], "invalid bacth=4"),
+        (["workload=nope"], "invalid workload='nope'"),
+        (["batch=1,2"], "invalid batch='1,2'"),
+        (["kv_cache=static"], "invalid kv_cache='static'"),
+        (["--axis", "depth"], "invalid --axis='depth'"),
+        (["results_dir=/dev/null/results"], "invalid results_dir='/dev/null/results'"),
+    ],
+)
+def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, args, message):
+    proc = subprocess.run(
+        [MEMSWEEP, "predict", "capacity=1GiB", "context=8", "width=16", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("*")), "nothing written"
+
+
+def test_report_margin_is_checked_before_the_tables(tmp_path):
+    proc = subprocess.run(
+        [MEMSWEEP, "report", str(tmp_path / "no_sweep"), "--margin", "lots"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "invalid margin='lots'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
     "content, message",
     [
         (None, "cannot be read"),
