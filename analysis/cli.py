@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from conf.contract import AXES, gib
+from conf.contract import AXES, gib, predicted_outcome
 
 from .frontier import LOAD_FIELDS, differing, frontier_table
 from .tables import build_tables
@@ -115,9 +115,18 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream=None) -> dict[str, pa.
             raise OutputExists(f"{existing[0]} already exists: memsweep never overwrites a result; use --out NEW_DIR")
         for name, table in tables.items():
             write_parquet_atomic(table, out_dir / name)
-    rows = runs.select(["outcome", "source", "source_allocated"]).to_pylist()
+    rows = runs.select(["outcome", "source", "source_allocated", "max_memory_allocated", "capacity_bytes"]).to_pylist()
     measured = [r for r in rows if r["source"] != "predicted"]
-    predicted = [r for r in rows if r["source"] == "predicted"]
+    # a dry run's verdict: its predicted peak against the capacity (no verdict without one)
+    predicted = [
+        dict(
+            r,
+            outcome=predicted_outcome(r["outcome"], r["max_memory_allocated"], r["capacity_bytes"])
+            or "no verdict (no capacity)",
+        )
+        for r in rows
+        if r["source"] == "predicted"
+    ]
 
     def counts(rs: list[dict]) -> str:
         outcomes = [r["outcome"] for r in rs]

@@ -62,6 +62,11 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
                     return 1
 
     results: list[dict] = []
+    try:
+        check_output_args(argv)
+    except SpecError as exc:
+        print(f"memsweep: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
     @hydra.main(version_base="1.3", config_path="pkg://conf", config_name="config")
     def _main(cfg: DictConfig) -> dict:
@@ -87,8 +92,27 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
         )
         return EXIT_INTERRUPTED
     if not multirun and results:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
-        return RUN_EXIT.get(results[-1].get("outcome"), 1)
+        return RUN_EXIT.get(results[-1].get("predicted_outcome") or results[-1].get("outcome"), 1)
     return 0
+
+
+def check_output_args(argv: list[str]) -> None:
+    """Check, before Hydra creates any directory, that the output directories given on the
+    command line (``results_dir``, ``hydra.run.dir``, ``hydra.sweep.dir``; ``results`` here when
+    none is given) can be written.
+
+    Raises:
+        SpecError: the first that cannot (``sweeper.inputs.check_writable``).
+    """
+    from .inputs import check_writable
+
+    given = {}
+    for arg in argv:
+        key, sep, value = arg.lstrip("+").partition("=")
+        if sep and key in ("results_dir", "hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            given[key] = value
+    for key, value in (given or {"results_dir": "results"}).items():
+        check_writable(key, value)
 
 
 def env_command(argv: list[str]) -> int:

@@ -42,6 +42,7 @@ from conf.contract import (
     failure_words,
     oom_attribution,
     planned_phases,
+    predicted_outcome,
     read_spec,
     run_peak,
     try_read,
@@ -181,7 +182,8 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: dict | None = None
             be read).
 
     Returns:
-        {"outcome" (ok, oom, error, crash or timeout), "failed_phase" (or None), "message" (the error message, with
+        {"outcome" (ok, oom, error, crash or timeout; for a dry run, ``conf.contract.predicted_outcome``:
+        oom when its predicted peak is above the capacity), "failed_phase" (or None), "message" (the error message, with
         the failed phase and error type when known), "record" (record.json, or None),
         "capacity_bytes" (the record's, or None), "run_dir", "reused", "key"}.
     """
@@ -194,8 +196,17 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: dict | None = None
     message = envelope.get("error_message")
     if envelope.get("failed_phase"):
         message = f"{envelope.get('failed_phase')}: {envelope.get('error_type')}: {message}"
+    outcome = envelope.get("outcome") or "crash"
+    if (record or {}).get("source") == "predicted":
+        # a dry run never runs out of memory: its verdict is its predicted peak against the capacity
+        verdict = predicted_outcome(outcome, run_peak(record)[0], capacity if isinstance(capacity, int) else None)
+        if verdict is None:
+            verdict, message = "error", "a dry run without a capacity or a predicted peak: no verdict"
+        elif verdict == "oom":
+            message = f"predicted peak {run_peak(record)[0]} B above the capacity {capacity} B (dry run)"
+        outcome = verdict
     return {
-        "outcome": envelope.get("outcome") or "crash",
+        "outcome": outcome,
         "failed_phase": envelope.get("failed_phase"),
         "message": message,
         "record": record,

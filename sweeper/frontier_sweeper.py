@@ -43,6 +43,7 @@ from conf.contract import SEARCH_LOG, RunSpec, SpecError
 
 from .errors import InputRefused
 from .frontier_runs import PEAK_COUNTERS, SweepRuns, axis_reading, launcher_slots
+from .inputs import check_sweep_config
 from .owner import session_id
 from .predict import Predictor
 from .process import share_fork_server
@@ -53,6 +54,11 @@ log = logging.getLogger("memsweep")
 
 # The light probe policy: the cold step (or forward) and one warm one.
 LIGHT = ["warmup=0", "repeats=1"]
+# A search on dry runs: what the capacity is for (conf.contract.predicted_outcome).
+DRY_RUN_NEEDS_CAPACITY = (
+    "a size with dry_run=true, e.g. capacity=24GiB: a dry run never runs out of memory, its verdict is its "
+    "predicted peak against the capacity"
+)
 
 
 @dataclass
@@ -227,8 +233,11 @@ class FrontierSweeperImpl:
             SpecError: the first bad input, naming its field and the values accepted.
         """
         lattices = self.lattices()
+        check_sweep_config(self.config)
         fixed = self.fixed_overrides(arguments)
         baseline = self.compose(fixed)
+        if baseline.dry_run and baseline.capacity_bytes is None:
+            raise SpecError("capacity", None, DRY_RUN_NEEDS_CAPACITY)
         for axis, lat in lattices.items():
             for value in (lat.lower, lat.upper):
                 self.compose(fixed + [f"{axis}={value}"])
@@ -311,7 +320,7 @@ class FrontierSweeperImpl:
             runs_used, runs_reused = runs_used + used, runs_reused + reused
         result.update(runs_used=runs_used, runs_reused=runs_reused, light=self.light)
         result.update(self.confirm_edge(axis, result))
-        if not result["stable"]:  # a flip at the edge: the two values bracket no single edge
+        if result["stable"] is False:  # a flip at the edge: the two values bracket no single edge
             result["exact"] = False
         fixed = {
             k: getattr(baseline, k)
@@ -328,18 +337,23 @@ class FrontierSweeperImpl:
                 "peak_counter": PEAK_COUNTERS.get(self.counter, self.counter),
             }
         )
+        # after light probes the full-protocol runs at the edge (counted in runs_used) are the
+        # first confirmations: only the others are more runs
         n_confirm = sum(len(v) for v in result.get("confirm_outcomes", {}).values())
+        if self.light:
+            n_confirm -= sum(1 for v in result.get("confirm_outcomes", {}).values() if v)
+        stable = {True: "yes", False: "NO (a confirmation flipped)", None: "not checked (nothing re-run)"}
         log.info(
-            "frontier %s: %s; max_ok=%s min_oom=%s after %d search run(s) (%d reused) and %d "
-            "confirmation run(s), stable=%s",
+            "frontier %s: %s; max_ok=%s min_oom=%s after %d search run(s) (%d reused) and %d more "
+            "confirmation run(s), stable: %s",
             axis,
             result["status"],
             result["max_ok"],
             result["min_oom"],
             result["runs_used"],
             result["runs_reused"],
-            n_confirm,
-            result["stable"],
+            max(n_confirm, 0),
+            stable[result["stable"]],
         )
         return result
 
@@ -530,12 +544,14 @@ class FrontierSweeperImpl:
             result: the search's result; its status and stop fields are updated in place.
 
         Returns:
-            {"stable", "confirm_outcomes" (value -> outcomes)}, and when confirmations ran,
+            {"stable" (None when nothing was re-run: not checked), "confirm_outcomes" (value ->
+            outcomes)}, and when confirmations ran,
             "status", "stopped_by" and "stop_value".
         """
-        out = {"stable": True, "confirm_outcomes": {}}
+        out: dict[str, Any] = {"stable": None, "confirm_outcomes": {}}  # None: nothing re-run, not checked
         if (self.confirm <= 0 and not self.light) or result["stopped_by"]:
             return out
+        out["stable"] = True
         first, last = (0, max(self.confirm, 1)) if self.light else (1, self.confirm + 1)
         values = [(v, side) for v, side in ((result["max_ok"], "ok"), (result["min_oom"], "oom")) if v is not None]
         wanted = [(v, n) for v, _ in values for n in range(first, last)]
@@ -563,7 +579,7 @@ class FrontierSweeperImpl:
                 result["status"] += f"; confirmation stopped by {other[0]} at {axis}={value}"
             if any(o in ("ok", "oom") and o != side for o in outcomes):
                 out["stable"] = False
-        if not out["stable"]:
+        if out["stable"] is False:
             result["status"] = (
                 result["status"].replace("exact edge: ", "edge found by the search, not confirmed: ")
                 + "; UNSTABLE: a confirmation flipped"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from conf.contract import RECORD_FILE, STDERR_FILE, RunSpec, predicted_outcome, run_peak, try_read
+
 from .owner import guard_launcher_worker
 from .pool import placement
 from .process import execute
@@ -21,7 +23,9 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     ``new_run_dir``: a single run's directory did not exist before this command (Hydra made
     it), so that a run refused on bad input may remove it again.
 
-    Returns the result envelope (see ``sweeper.process.execute``).
+    Returns the result envelope (see ``sweeper.process.execute``); a dry run's also has
+    ``predicted_outcome`` (``conf.contract.predicted_outcome``: ok, oom when the predicted peak
+    is above the capacity, None without a capacity), which ``memsweep run`` exits with.
 
     Raises:
         SystemExit(2): bad input, with a message naming the field (before any worker starts).
@@ -47,26 +51,75 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
         result = execute(
             spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN, isolation=launch["isolation"], extra_env=extra_env
         )
-    where = f" in {result['failed_phase']}" if result["failed_phase"] else ""
     if result.get("resumed"):
         log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])
         return result
-    kind = " (DRY RUN: a prediction on fake tensors, nothing measured)" if spec.dry_run else ""
-    log.info(
-        "%s: batch=%d context=%d width=%d dtype=%s mode=%s device=%s -> %s%s (%.1f s)%s",
-        run_dir,
-        spec.batch,
-        spec.context,
-        spec.width,
-        spec.dtype,
-        spec.mode,
-        spec.device,
-        result["outcome"],
-        where,
-        result["wall_s"],
-        kind,
-    )
+    log.info("%s", outcome_line(spec, run_dir, result))
+    cause = cause_line(run_dir, result)
+    if cause is not None:
+        log.error("%s", cause)
+    if spec.dry_run:  # what `memsweep run` exits with: the prediction's verdict (not written to result.json)
+        record, _ = try_read(run_dir, RECORD_FILE)
+        result = dict(
+            result, predicted_outcome=predicted_outcome(result["outcome"], run_peak(record)[0], spec.capacity_bytes)
+        )
     return result
+
+
+def outcome_line(spec: RunSpec, run_dir: Path, result: dict) -> str:
+    """The console line of one finished run: its load and outcome; for a dry run, its verdict
+    (``conf.contract.predicted_outcome``: the predicted peak against the capacity), never the
+    worker's plain ``ok``.
+
+    Args:
+        spec: the run's spec.
+        run_dir: its directory.
+        result: its result envelope (``sweeper.process.execute``).
+
+    Returns:
+        One line.
+    """
+    where = f" in {result['failed_phase']}" if result["failed_phase"] else ""
+    head = (
+        f"{run_dir}: batch={spec.batch} context={spec.context} width={spec.width} dtype={spec.dtype} "
+        f"mode={spec.mode} device={spec.device}"
+    )
+    wall = f" ({result['wall_s']:.1f} s)" if isinstance(result.get("wall_s"), (int, float)) else ""
+    if not spec.dry_run:
+        return f"{head} -> {result['outcome']}{where}{wall}"
+    record, _ = try_read(run_dir, RECORD_FILE)
+    peak, counter = run_peak(record)
+    verdict = predicted_outcome(result["outcome"], peak, spec.capacity_bytes)
+    if verdict == "ok":
+        text = f"fits (predicted {counter} {peak} B <= capacity {spec.capacity_bytes} B)"
+    elif verdict == "oom":
+        text = f"does not fit (predicted {counter} {peak} B > capacity {spec.capacity_bytes} B)"
+    elif verdict is None:
+        text = f"predicted {counter} {peak} B (no capacity given: no verdict)"
+    else:
+        text = f"{verdict}{where}"
+    return f"{head} -> {text}{wall} (DRY RUN: a prediction on fake tensors, nothing measured)"
+
+
+def cause_line(run_dir: Path, result: dict) -> str | None:
+    """The cause of an ``error``, ``crash`` or ``timeout`` in one line, with the log that holds
+    the rest.
+
+    Args:
+        run_dir: the run's directory.
+        result: its result envelope.
+
+    Returns:
+        ``<run_dir>: <outcome> in <phase>: <error type>: <message> (log: <stderr.log>)``, the
+        message cut to its first line; None for ``ok`` and ``oom``.
+    """
+    if result.get("outcome") not in ("error", "crash", "timeout"):
+        return None
+    message = str(result.get("error_message") or "no message").strip().splitlines()
+    first = message[0] if message else "no message"
+    where = f" in {result['failed_phase']}" if result.get("failed_phase") else ""
+    kind = f"{result['error_type']}: " if result.get("error_type") else ""
+    return f"{run_dir}: {result['outcome']}{where}: {kind}{first[:300]} (log: {run_dir / STDERR_FILE})"
 
 
 HYDRA_BOOKKEEPING = {".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "memsweep.log"}

@@ -127,7 +127,9 @@ class OvatSweeperImpl:
         axes = dict(OmegaConf.to_container(axes_cfg, resolve=True)) if axes_cfg else {}
         axes.update(cli_axes)
         baseline = {axis: self.config.get(axis) for axis in AXES}
-        return [fixed + ([f"{axis}={value}"] if axis else []) for axis, value in plan_conditions(axes, baseline)]
+        planned = plan_conditions(axes, baseline)
+        self.planned = planned
+        return [fixed + ([f"{axis}={value}"] if axis else []) for axis, value in planned]
 
     def conditions(self, batches: list[list[str]]) -> list[dict]:
         """Each condition's config, for validation: the composed baseline with its one
@@ -163,11 +165,13 @@ class OvatSweeperImpl:
             return batches, specs
         placed: dict[int, int] = {}  # condition -> the job number its directory has
         try:
-            for number in range(len(specs)):
+            # every job directory there, also those past this sweep's count (a larger sweep's)
+            numbers = sorted({int(p.name) for p in sweep_dir.iterdir() if p.name.isdigit()} | set(range(len(specs))))
+            for number in numbers:
                 found = stored_spec(sweep_dir / str(number))
                 if found is None:
                     continue
-                if found not in specs or specs.index(found) in placed:
+                if found not in specs or specs.index(found) in placed or number >= len(specs):
                     raise RunDirError(
                         f"{sweep_dir / str(number) / SPEC_FILE} already exists for another condition: "
                         f"memsweep never overwrites a run; choose another directory"
@@ -188,7 +192,63 @@ class OvatSweeperImpl:
         log.info("resuming with the job numbers this directory was started with")
         return [batches[c] for c in order], [specs[c] for c in order]
 
+    def check_baseline(self) -> None:
+        """Refuse an invalid baseline, unless no condition runs it and its only fault is the
+        value of the one axis swept (``sweep=none dtype=float16,bfloat16 precision=autocast``:
+        the baseline's dtype=float32 cannot go with autocast, but every condition replaces it).
+        A value the user typed for the swept axis itself (``batch=0 sweep=batch``) is refused:
+        every condition would silently override it.
+
+        Raises:
+            SystemExit(2): the baseline refused, the message naming the field and the way out.
+        """
+        from .spec import launch_settings, spec_from_config
+
+        try:
+            launch_settings(self.config)
+            spec_from_config(self.config)
+            return
+        except SpecError as exc:
+            error = exc
+        axes = {axis for axis, _ in getattr(self, "planned", [])}
+        if len(axes) == 1 and "" not in axes and error.field not in axes:
+            log.info("the baseline (%s) is not one of the conditions and is not run", error)
+            return
+        hint = ""
+        if len(axes - {""}) == 1 and error.field not in axes:
+            (axis,) = axes - {""}
+            hint = (
+                f" (this is the sweep's baseline, {axis}={self.config.get(axis)} from conf/config.yaml, which the "
+                f"sweep also runs because a value of {axis} equals it: leave {axis}={self.config.get(axis)} out of "
+                f"the list and the other values run without it)"
+            )
+        print(f"memsweep: error: {error}{hint}", file=sys.stderr)
+        raise SystemExit(2)
+
+    def local_bound(self, specs: list) -> int | None:
+        """Jobs per launch under submitit_local, which starts every job of a launch at once: the
+        pool's size on this node (``sweeper.pool.pool_size``); None for other launchers (joblib
+        bounds itself with n_jobs, SLURM with array_parallelism).
+
+        Args:
+            specs: the conditions' specs (the first one's device and devices are the pool's).
+        """
+        from omegaconf import OmegaConf
+
+        from .pool import pool_size
+        from .spec import launch_settings, probe_device
+
+        target = str(OmegaConf.select(self.config, "hydra.launcher._target_") or "")
+        if not target.endswith(".LocalLauncher") or not specs:
+            return None
+        launch, spec = launch_settings(self.config), specs[0]
+        probe = probe_device(spec.device) if spec.device.startswith("cuda") and not spec.dry_run else None
+        size = pool_size(launch["pool"], spec.device, launch["cores_per_run"], probe, spec.devices)
+        log.info("submitit_local: at most %d job(s) at once (the pool's size on this node)", size)
+        return size
+
     def sweep(self, arguments: list[str]) -> Any:
+        from .inputs import check_sweep_config
         from .lost_workers import launch_surviving
         from .process import share_fork_server
         from .spec import launch_settings, spec_or_exit
@@ -196,12 +256,28 @@ class OvatSweeperImpl:
         try:
             batches = self.job_overrides(arguments)
             launch_order([], self.order)  # checks the setting before anything starts
+            check_sweep_config(self.config)
         except SpecError as exc:
             print(f"memsweep: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
         # Bad input fails here, before any worker starts: the baseline itself (even when every
         # condition overrides one of its values), then every condition.
-        spec_or_exit(self.config)
+        self.check_baseline()
+        if not batches:
+            sweep = self.config.get("sweep")
+            print(
+                "memsweep: error: "
+                + str(
+                    SpecError(
+                        "sweep",
+                        sweep.get("name") if sweep is not None else None,
+                        "a sweep with values to run: sweep=batch|context|width|dtype|ovat, or lists on the command "
+                        "line (batch=1,2,4); `memsweep run` measures one condition",
+                    )
+                ),
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
         # The fork server imports torch while the conditions are checked; the launcher's
         # worker processes will fork their runs from it too.
         share_fork_server(launch_settings(self.config)["isolation"])
@@ -213,7 +289,7 @@ class OvatSweeperImpl:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         log.info("ovat sweep: %d conditions -> %s", len(batches), sweep_dir)
-        size = self.max_batch_size or len(batches) or 1
+        size = self.max_batch_size or self.local_bound(specs) or len(batches) or 1
         returns: list[Sequence[Any]] = []
         for start in range(0, len(batches), size):
             chunk = batches[start : start + size]

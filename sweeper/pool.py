@@ -123,3 +123,25 @@ def placement(
             yield {"MEMSWEEP_CPU_CORES": slot, "MEMSWEEP_LEASE": f"cores:{slot}"}
     else:
         yield {}
+
+
+def pool_size(pool: str, device: str, cores_per_run: int, probe: dict | None, devices: int = 1) -> int:
+    """How many runs the pool lets run at once on this node: the bound of a launcher that would
+    otherwise start every job at once (submitit_local).
+
+    Args:
+        pool: ``gpus``, ``cores`` or ``none``.
+        device: the runs' device (``cpu``, ``cuda:0``).
+        cores_per_run: cores per run (``pool=cores``).
+        probe: the device probe (``sweeper.spec.probe_device``), for the GPUs visible.
+        devices: GPUs per run.
+
+    Returns:
+        The GPU slots (``pool=gpus`` on CUDA), the core slots (``pool=cores`` on the CPU), else
+        the usable cores of this node (CPU runs, one per core), at least 1.
+    """
+    if pool == "gpus" and device.startswith("cuda"):
+        return max(1, len(gpu_slots(probe or {}, devices)))
+    if pool == "cores" and device == "cpu":
+        return max(1, len(core_slots(cores_per_run)))
+    return max(1, len(core_slots(1)))

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra import compose, initialize_config_module
+from omegaconf import DictConfig
 
 from conf.contract import (
     PEAK_CATEGORIES,
@@ -38,11 +39,13 @@ from conf.contract import (
     RunSpec,
     SpecError,
     parse_size,
+    predicted_outcome,
     run_peak,
     try_read,
     write_json_atomic,
 )
 
+from .inputs import check_writable
 from .process import execute
 from .search import SEARCH_AXES, FrontierSearch, Lattice
 from .spec import launch_settings, spec_from_config
@@ -137,14 +140,15 @@ class Predictor:
         result = execute(spec, run_dir, resume=True, isolation=self.isolation)
         record, _ = try_read(run_dir, RECORD_FILE)
         peak, _ = run_peak(record)  # a dry run's: max_memory_allocated, predicted
-        ok = result["outcome"] == "ok" and peak is not None
+        verdict = predicted_outcome(result["outcome"], peak, self.capacity)
+        ok = verdict in ("ok", "oom")
         out = {
             "value": value,
             "outcome": result["outcome"],
             "error_type": result.get("error_type"),
             "error_message": result.get("error_message"),
             "peak": peak if ok else None,
-            "fits": (peak <= self.capacity) if ok else None,
+            "fits": (verdict == "ok") if ok else None,
             "record": record,
         }
         self.runs[value] = out
@@ -271,6 +275,51 @@ class Prediction:
     summary: dict
 
 
+def compose_load(overrides: list[str]) -> DictConfig:
+    """memsweep's config with ``overrides`` (Hydra's syntax), one value each.
+
+    Args:
+        overrides: the load's overrides.
+
+    Returns:
+        The composed config.
+
+    Raises:
+        SpecError: a list or range (``batch=1,2``: the search picks the values), or an
+            override Hydra cannot apply (an unknown key or config group, a malformed value),
+            naming the override and Hydra's reason in one line.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise SpecError("overrides", " ".join(overrides), first_line(exc)) from None
+    for override in parsed:
+        if override.is_sweep_override():
+            raise SpecError(
+                override.get_key_element(),
+                override.input_line.split("=", 1)[-1],
+                "a single value: memsweep predict searches the --axis itself",
+            )
+    try:
+        with initialize_config_module(config_module="conf", version_base="1.3"):
+            return compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        field = next((o.get_key_element() for o in parsed if o.get_key_element() in str(exc)), "overrides")
+        value = next(
+            (o.input_line.split("=", 1)[-1] for o in parsed if o.get_key_element() == field), " ".join(overrides)
+        )
+        raise SpecError(field, value, f"an override of memsweep's config ({first_line(exc)})") from None
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (Hydra's run over several)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+
+
 def predict_edge(overrides: list[str], axis: str, capacity: str | None) -> Prediction:
     """Predict the edge of ``axis`` on dry runs and write predict.json.
 
@@ -297,12 +346,10 @@ def predict_edge(overrides: list[str], axis: str, capacity: str | None) -> Predi
     capacity_bytes = parse_size(capacity, "capacity")
     # the device is the user's (cpu or cuda[:N]: a CUDA dry run needs no GPU), cpu by default
     device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
-    with initialize_config_module(config_module="conf", version_base="1.3"):
-        cfg = compose(
-            config_name="config", overrides=overrides + device + ["capacity=null", "export=false", "dry_run=true"]
-        )
+    cfg = compose_load(overrides + device + ["capacity=null", "export=false", "dry_run=true"])
     settings = launch_settings(cfg)
     base = spec_from_config(cfg)
+    check_writable("results_dir", cfg.get("results_dir", "results"))
     stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
     out_dir = Path(cfg.get("results_dir", "results")) / "predict" / stamp
     predictor = Predictor(base, axis, capacity_bytes, out_dir, settings["isolation"])

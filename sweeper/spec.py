@@ -185,13 +185,17 @@ def spec_from_config(cfg: Any) -> RunSpec:
     ``memsweep predict``). The device string is still validated.
 
     Raises:
-        SpecError: the first bad field found.
+        SpecError: the first bad field found, or a top-level key nothing reads (``+bacth=16``).
     """
+    from .inputs import check_known_keys, check_workload_sources
+
     data = _plain(cfg)
+    check_known_keys(data, LOAD_KEYS)
     workload = validate_workload(data.get("workload"))
     if workload["name"] == "user" and workload.get("path") is None:
         # the worker runs in its run directory: let it import the user's modules from here
         workload["path"] = [os.getcwd()]
+    workload = check_workload_sources(workload)
     if data.get("mode") not in MODES:
         raise SpecError("mode", data.get("mode"), "one of " + ", ".join(MODES))
     device = validate_device(data.get("device"))

@@ -120,7 +120,24 @@ def test_a_dry_run_only_report_shows_no_observation(tmp_path):
     assert report.runs == [] and len(report.predicted) == 2
     assert "(observed)" not in md and "tracked by the worker" not in md
     assert "2 dry runs" in md and "Predicted (dry runs)" in md and "nothing was measured" in md
-    assert "outcome (predicted)" in md and str(4 * MiB) in md  # the predicted peak, labelled predicted
+    assert "verdict (predicted peak vs capacity)" in md and str(4 * MiB) in md  # the predicted peak, labelled
+    assert "| fits |" in md  # 4 MiB predicted against 64 MiB
+
+
+def test_a_dry_run_predicted_above_the_capacity_does_not_fit(tmp_path):
+    # the worker's outcome of a dry run is ok (fake tensors never run out of memory): the verdict
+    # is the predicted peak against the capacity, in the report and in the analysis's summary
+    write_run(tmp_path / "0", batch=1, dry_run=True, peak=100 * MiB)
+    _, md = report_md([tmp_path])
+    predicted = md.split("# Predicted (dry runs)")[1]
+    assert "| does not fit |" in predicted and "| fits |" not in predicted
+    import io
+
+    from analysis.cli import analyze
+
+    out = io.StringIO()
+    analyze([tmp_path], out_dir=tmp_path / "a", stream=out)
+    assert "predicted outcomes oom: 1" in out.getvalue(), out.getvalue()
 
 
 def test_a_dry_run_is_not_counted_among_the_observed_runs(tmp_path):

@@ -2,6 +2,7 @@
 accepted), a non-zero exit, and nothing written or overwritten. Parsers fuzzed with hypothesis."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,10 +62,37 @@ CASES = [
     (["dtype=float32,float64"], "invalid dtype='float64'"),
     (["device=cpu", "capacity=99999999TiB"], "at most this machine's memory"),
     (["pool=cores", "cores_per_run=4096"], "invalid cores_per_run=4096"),
+    # issue 21: options that cannot apply are refused, naming the key
+    (["kv_cache=static"], "invalid kv_cache='static'"),
+    (["new_tokens=4"], "invalid new_tokens=4"),
+    (["optimizer=sgd"], "invalid optimizer='sgd'"),
+    (["mode=generate", "workload=transformer", "optimizer=sgd"], "invalid optimizer='sgd'"),
+    (["+bacth=16"], "invalid bacth=16"),
+    (["+bacth=16", "batch=1,2"], "invalid bacth=16"),
+    # checked before anything runs: paths, targets, the report's margin, the launcher
+    (["workload=hf", "workload.config=./no/such/config.json"], "invalid workload.config="),
+    (["workload=user_convnet", "workload.model._target_=no_such_module.build"], "invalid workload.model._target_="),
+    (["batch=1,2", "hydra.callbacks.analyze.margin=lots"], "invalid hydra.callbacks.analyze.margin='lots'"),
+    (["batch=1,2", "results_dir=/dev/null/results"], "invalid results_dir='/dev/null/results'"),
+    (["batch=1,2", "hydra.sweep.dir=/dev/null/sweep"], "invalid hydra.sweep.dir='/dev/null/sweep'"),
+    pytest.param(
+        ["batch=1,2", "hydra/launcher=submitit_slurm"],
+        "invalid hydra/launcher='submitit_slurm'",
+        marks=pytest.mark.skipif(shutil.which("sbatch") is not None, reason="SLURM is installed here"),
+    ),
+    # sweeps that would run nothing, or mix with another sweep
+    (["batch=16"], "invalid sweep='custom'"),
+    (["hydra/sweeper=frontier", "dry_run=true"], "invalid capacity=None"),
+    (["hydra/sweeper=frontier", "capacity=1MiB", "hydra.sweep.dir=/dev/null/x"], "invalid hydra.sweep.dir="),
 ]
 
 
-@pytest.mark.parametrize("args, message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def case_id(case):
+    args = case.values[0] if hasattr(case, "values") else case[0]
+    return " ".join(args)
+
+
+@pytest.mark.parametrize("args, message", CASES, ids=[case_id(c) for c in CASES])
 def test_bad_sweep_input(tmp_path, args, message):
     results = tmp_path / "res"
     sentinel = results / "keep.txt"
@@ -78,9 +106,15 @@ def test_bad_sweep_input(tmp_path, args, message):
         text=True,
         timeout=300,
     )
-    assert proc.returncode != 0
+    assert proc.returncode in (1, 2), proc.returncode  # documented: 2 refused, 1 Hydra could not compose
     assert message in proc.stderr, proc.stderr[-2000:]
-    assert not list(results.rglob("spec.json")), "no worker may start on bad input"
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert len(proc.stderr.strip().splitlines()) <= 20, (
+        proc.stderr
+    )  # a message (Hydra lists a group's options), not a dump
+    for name in ("spec.json", "record.json", "stdout.log", "result.json"):  # no run, no worker process
+        assert not list(tmp_path.rglob(name)), f"no worker may start on bad input ({name})"
+    assert sorted(p.relative_to(results).as_posix() for p in results.rglob("*")) == ["keep.txt"]
     assert sentinel.read_text() == "earlier results"
 
 
@@ -99,6 +133,42 @@ def test_at_least_thirty_cases():
 def test_bad_command_lines(tmp_path, argv, code, message):
     proc = subprocess.run([MEMSWEEP, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == code and message in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["bacth=4"], "invalid bacth='4'"),
+        (["+bacth=4"], "invalid bacth=4"),
+        (["workload=nope"], "invalid workload='nope'"),
+        (["batch=1,2"], "invalid batch='1,2'"),
+        (["kv_cache=static"], "invalid kv_cache='static'"),
+        (["--axis", "depth"], "invalid --axis='depth'"),
+        (["results_dir=/dev/null/results"], "invalid results_dir='/dev/null/results'"),
+    ],
+)
+def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, args, message):
+    proc = subprocess.run(
+        [MEMSWEEP, "predict", "capacity=1GiB", "context=8", "width=16", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("*")), "nothing written"
+
+
+def test_report_margin_is_checked_before_the_tables(tmp_path):
+    proc = subprocess.run(
+        [MEMSWEEP, "report", str(tmp_path / "no_sweep"), "--margin", "lots"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "invalid margin='lots'" in proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize(

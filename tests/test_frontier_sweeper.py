@@ -29,8 +29,8 @@ class ScriptedLauncher:
     """Writes what a worker would leave (spec, record with one phase, result) from ``oracle``:
     (axis values dict) -> outcome; peak = 1000 * batch * context bytes."""
 
-    def __init__(self, sweep_dir, oracle):
-        self.sweep_dir, self.oracle, self.calls = sweep_dir, oracle, []
+    def __init__(self, sweep_dir, oracle, source="measured"):
+        self.sweep_dir, self.oracle, self.calls, self.source = sweep_dir, oracle, [], source
 
     def launch(self, job_overrides, initial_job_idx):
         returns = []
@@ -52,6 +52,7 @@ class ScriptedLauncher:
                     "outcome": outcome,
                     "device_kind": "cpu",
                     "capacity_bytes": CAP,
+                    "source": self.source,
                     "phases": [{"name": "cold_forward", "max_memory_allocated": peak if outcome == "ok" else None}],
                 },
             )
@@ -95,6 +96,7 @@ def test_search_writes_runs_keyed_by_spec_and_its_decisions(tmp_path):
     impl.sweep([])
     (result,) = log_lines(tmp_path, "result")
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
+    assert result["stable"] is None  # confirm=0: nothing re-run, not checked (the table's null)
     assert result["fixed"] == {
         "batch": None,
         "context": 64,
@@ -112,6 +114,32 @@ def test_search_writes_runs_keyed_by_spec_and_its_decisions(tmp_path):
         assert re.fullmatch(rf"batch_{p['value']}_{p['spec_key']}", p["run_dir"].rsplit("/", 1)[1])
         assert p["spec_key"] == spec_key(spec_of([f"batch={p['value']}"]))
         assert p["peak_counter"] == "max_memory_allocated"
+
+
+def dry_runs(tmp_path, **settings):
+    """A frontier sweeper whose probes are dry runs: the worker's outcome is always ok (fake
+    tensors never run out of memory), the predicted peak 1000 * batch * context bytes."""
+    impl = make(tmp_path, lambda spec: "ok", **settings)
+    impl.launcher = ScriptedLauncher(tmp_path, lambda spec: "ok", source="predicted")
+    return impl
+
+
+def test_a_dry_run_search_reads_the_predicted_peak_against_the_capacity(tmp_path):
+    # CAP = 64 MiB: predicted peak 64000 * batch fits up to batch 1048
+    dry_runs(tmp_path, lower=1, upper=4096, confirm=0).sweep([])
+    (result,) = log_lines(tmp_path, "result")
+    assert (result["max_ok"], result["min_oom"], result["exact"]) == (1048, 1049, True)
+    assert not result["upper_reached"]
+    probes = log_lines(tmp_path, "probe")
+    assert all((p["outcome"] == "ok") == (p["value"] <= 1048) for p in probes)
+
+
+def test_a_dry_run_search_with_every_value_predicted_above_the_capacity_finds_nothing_fits(tmp_path):
+    dry_runs(tmp_path, lower=2000, upper=4096, confirm=0).sweep([])
+    (result,) = log_lines(tmp_path, "result")
+    assert result["max_ok"] is None and result["min_oom"] == 2000 and not result["upper_reached"]
+    assert result["status"].startswith("lower bound does not fit"), result["status"]
+    assert all(p["outcome"] == "oom" for p in log_lines(tmp_path, "probe"))
 
 
 def test_resume_reuses_every_run_and_never_overwrites(tmp_path):
@@ -302,12 +330,16 @@ def spec_of_with_policy(overrides):
 
 
 @pytest.mark.parametrize("full_edge", [300, 280, 320])
-def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, full_edge):
+def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, caplog, full_edge):
     monkeypatch.setattr(__import__(__name__), "spec_of", spec_of_with_policy)
     impl = make(tmp_path, light_aware(64 * 300, 64 * full_edge), lower=1, upper=1024, confirm=1, light=True)
     impl.compose = spec_of_with_policy
-    impl.sweep([])
+    with caplog.at_level("INFO", logger="memsweep"):
+        impl.sweep([])
     (result,) = log_lines(tmp_path, "result")
+    # the full-protocol runs at the edge are in runs_used and are the first confirmations: none more
+    (line,) = [r.getMessage() for r in caplog.records if "confirmation run(s)" in r.getMessage()]
+    assert f"after {result['runs_used']} search run(s)" in line and "and 0 more confirmation run(s)" in line
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (full_edge, full_edge + 1, True)
     assert result["light"] is True and result["stable"] is True
     light = log_lines(tmp_path, "light_probe")

@@ -82,3 +82,27 @@ def test_bfloat16_refused_where_the_device_lacks_it(monkeypatch):
         )
         spec = spec_from_config(cfg)
     assert spec.device == "cuda:0" and spec.capacity_bytes == 8 * 2**30 and spec.snapshot_on_oom
+
+
+def test_submitit_local_launches_at_most_the_pool_size_at_once():
+    from omegaconf import OmegaConf
+
+    from conf.contract import RunSpec
+    from sweeper.ovat import OvatSweeperImpl
+    from sweeper.pool import core_slots
+
+    impl = OvatSweeperImpl()
+    spec = RunSpec(batch=1, context=8, width=16, device="cpu")
+    local = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.LocalLauncher"
+    for pool, cores_per_run in (("cores", 1), ("gpus", 1), ("none", 1)):
+        impl.config = OmegaConf.create(
+            {
+                "pool": pool,
+                "cores_per_run": cores_per_run,
+                "isolation": "spawn",
+                "hydra": {"launcher": {"_target_": local}},
+            }
+        )
+        assert impl.local_bound([spec] * 29) == len(core_slots(1))  # one CPU run per usable core
+    impl.config.hydra.launcher._target_ = "hydra_plugins.hydra_joblib_launcher.joblib_launcher.JoblibLauncher"
+    assert impl.local_bound([spec] * 29) is None  # joblib bounds itself (n_jobs)

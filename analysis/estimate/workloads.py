@@ -362,7 +362,16 @@ def estimate_mlp(batch: int, context: int, width: int, **kw: Any) -> Breakdown:
     """
     phases = mlp_phases(batch, context, width, **kw)
     top = run_peak(phases)
-    return top.at_peak.with_note(f"mlp workload, exact replay of its PyTorch ops; peak in phase {top.name}")
+    note = (
+        f"mlp workload, exact replay of its PyTorch ops; peak in phase {top.name}; each component is what is "
+        f"live at that moment"
+    )
+    at = top.at_peak
+    if at.gradients is not None and at.weights is not None and 0 < at.gradients < at.weights:
+        # the peak comes in backward, before every parameter has its gradient (a gradient has its
+        # parameter's dtype and size: all of them take the weights' bytes)
+        note += f" (gradients: the {at.gradients} B created by then, of the model's {at.weights} B of gradients)"
+    return at.with_note(note)
 
 
 def estimate_for_spec(spec: Any) -> Breakdown | None:

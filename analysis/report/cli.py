@@ -8,7 +8,7 @@ import sys
 from conf.contract import SpecError
 
 from ..cli import add_sweep_dir_args, parse_sweep_dir_args
-from .margin import DEFAULT_MARGIN
+from .margin import DEFAULT_MARGIN, parse_margin
 from .write import ReportExists, report_for_dirs
 
 
@@ -34,9 +34,14 @@ def main(argv: list[str] | None = None) -> int:
         "--margin",
         default=None,
         help=f"headroom kept below the capacity: a fraction (0.1 or 10%%) or a size (2GiB, "
-        f"1500MB); default {DEFAULT_MARGIN} of the capacity",
+        f"1500MB); default {DEFAULT_MARGIN.replace('%', '%%')} of the capacity",
     )
     args = parse_sweep_dir_args(parser, argv)
+    try:
+        parse_margin(args.margin)  # checked before any table is read
+    except SpecError as exc:
+        print(f"memsweep report: {exc}", file=sys.stderr)
+        return 2
     try:
         _, md, html_ = report_for_dirs(args.sweep_dirs, args.out, args.margin)
     except (FileNotFoundError, ReportExists) as exc:  # SweepDirNotFound is a FileNotFoundError

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 
-from conf.contract import AXES, gib
+from conf.contract import AXES, gib, predicted_outcome
 
 from .. import cards as cards_mod
 from ..doc import Doc
@@ -171,6 +171,24 @@ def comparable_section(doc: Doc, axes: list[AxisResult]) -> None:
         doc.p("No load appears in more than one sweep directory.")
 
 
+def predicted_verdict(row: dict) -> str:
+    """A dry run's verdict in words: its predicted peak against its capacity
+    (``conf.contract.predicted_outcome``); a dry run never runs out of memory, so its worker's
+    ``ok`` is never shown as a fit.
+
+    Args:
+        row: a run row whose ``source`` is ``predicted``.
+
+    Returns:
+        ``fits``, ``does not fit``, ``no verdict (no capacity)``, the worker's outcome when the
+        dry run failed, or ``unfinished``.
+    """
+    if not row.get("outcome"):
+        return "unfinished"
+    verdict = predicted_outcome(row["outcome"], row.get("max_memory_allocated"), row.get("capacity_bytes"))
+    return {"ok": "fits", "oom": "does not fit", None: "no verdict (no capacity)"}.get(verdict, str(verdict))
+
+
 def predicted_section(doc: Doc, predicted: list[dict]) -> None:
     """Append "Predicted (dry runs)": the dry runs, apart from the measured ones: what they
     predict, never an observation.
@@ -195,7 +213,8 @@ def predicted_section(doc: Doc, predicted: list[dict]) -> None:
             "dtype",
             "mode",
             "device",
-            "outcome (predicted)",
+            "capacity B",
+            "verdict (predicted peak vs capacity)",
             "peak max_memory_allocated B (predicted)",
             "GiB (predicted)",
         ],
@@ -209,7 +228,8 @@ def predicted_section(doc: Doc, predicted: list[dict]) -> None:
                 r.get("dtype"),
                 r.get("mode"),
                 r.get("device"),
-                r.get("outcome") or "unfinished",
+                nbytes(r.get("capacity_bytes")),
+                predicted_verdict(r),
                 nbytes(r.get("max_memory_allocated")),
                 gib(r.get("max_memory_allocated")),
             ]

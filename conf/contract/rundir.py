@@ -297,3 +297,30 @@ def run_peak(record: Mapping | None, axis: str | None = None) -> tuple[int | Non
     if axis is not None:
         phases = [p for p in phases if p.get("status") not in ("oom", "error") and scales_with(p.get("name"), axis)]
     return phase_peak(phases, counter), counter
+
+
+def predicted_outcome(outcome: str | None, peak: int | None, capacity_bytes: int | None) -> str | None:
+    """Give a dry run's verdict: its predicted peak against the capacity.
+
+    A dry run (record ``source`` ``predicted``) never runs out of memory: fake tensors hold
+    no storage and no capacity limits it, so the worker's ``ok`` only says that every phase
+    could be predicted. Whether the load fits is the predicted peak (``run_peak``: the
+    largest phase ``max_memory_allocated``) compared with the capacity asked for. This is the
+    one place that comparison is made (frontier search on dry runs, ``memsweep predict``,
+    the analysis and report of dry runs).
+
+    Args:
+        outcome: the worker's outcome of the dry run (``ok``, ``error``, ``crash``...).
+        peak: its predicted peak in bytes, or None.
+        capacity_bytes: the capacity asked for in bytes, or None (none given).
+
+    Returns:
+        ``ok`` (predicted peak <= capacity), ``oom`` (predicted above the capacity: does not
+        fit), the worker's outcome when it is not ``ok`` (nothing was predicted), or None
+        when the peak or the capacity is unknown (no verdict: never read as a fit).
+    """
+    if outcome != "ok":
+        return outcome
+    if peak is None or capacity_bytes is None:
+        return None
+    return "ok" if peak <= capacity_bytes else "oom"

@@ -253,13 +253,22 @@ class RunSpec:
             raise SpecError("export", self.export, "true or false")
         positive_int("new_tokens", self.new_tokens, 10**7)
         choice("kv_cache", self.kv_cache, KV_CACHES)
-        if self.mode != "train":
-            for name, default in (("checkpointing", False), ("micro_steps", 1), ("eval_batch", None)):
+        # an option that cannot apply to the mode is refused, never silently ignored
+        only = {
+            "train": ("optimizer", "checkpointing", "micro_steps", "eval_batch"),
+            "generate": ("new_tokens", "kv_cache"),
+        }
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for mode, options in only.items():
+            if self.mode == mode:
+                continue
+            for name in options:
+                default = defaults[name]
                 if getattr(self, name) != default:
                     raise SpecError(
                         name,
                         getattr(self, name),
-                        f"{json.dumps(default)} with mode={self.mode} ({name} applies to mode=train)",
+                        f"{json.dumps(default)} with mode={self.mode} ({name} applies to mode={mode})",
                     )
         if self.mode == "generate" and self.workload_name not in GENERATE_WORKLOADS:
             raise SpecError(

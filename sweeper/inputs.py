@@ -1,0 +1,226 @@
+"""Checks of what a user typed that no single field's validation covers, made before any
+worker starts: keys nothing reads (``+bacth=16``), output directories that cannot be written,
+a launcher whose cluster tool is missing. Each raises ``conf.contract.SpecError`` naming the
+field, the value and what is accepted; ``sweeper.cli`` prints it and exits 2.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from conf.contract import SpecError
+
+# Top-level keys of a composed config that memsweep reads besides the load's (sweeper.spec.LOAD_KEYS):
+# the config groups, how runs are started, where results go.
+OTHER_KEYS = ("workload", "sweep", "isolation", "pool", "cores_per_run", "results_dir")
+
+# Hydra launchers that hand jobs to a cluster tool: the launcher class's name -> (its name in
+# hydra/launcher=..., the tool it needs on the PATH).
+LAUNCHER_TOOLS = {"SlurmLauncher": ("submitit_slurm", "sbatch")}
+
+
+def check_known_keys(data: Mapping, known: Iterable[str]) -> None:
+    """Refuse a top-level key that nothing reads: a misspelt key added with ``+`` (as Hydra's
+    hint suggests for an unknown key) would otherwise run the baseline silently.
+
+    Args:
+        data: the composed config as a plain mapping, without its ``hydra`` node.
+        known: the keys memsweep reads.
+
+    Raises:
+        SpecError: the first unknown key, with its value and the keys accepted.
+    """
+    known = set(known) | set(OTHER_KEYS)
+    unknown = sorted(k for k in data if k not in known and k != "hydra")
+    if unknown:
+        raise SpecError(
+            unknown[0],
+            data[unknown[0]],
+            "a key memsweep reads (nothing reads this one; a misspelling?): " + ", ".join(sorted(known)),
+        )
+
+
+def check_writable(field: str, path: Any) -> None:
+    """Refuse an output directory that cannot be created or written.
+
+    Args:
+        field: the setting's name (``results_dir``, ``hydra.sweep.dir``).
+        path: the directory (it need not exist yet).
+
+    Raises:
+        SpecError: a path whose nearest existing ancestor is not a directory, or is one this
+            process cannot create a directory in (tried with a temporary directory, removed at
+            once).
+    """
+    target = Path(str(path)).expanduser().absolute()
+    probe = target
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise SpecError(field, str(path), f"a directory that can be created ({probe} is not a directory)")
+    try:  # os.access answers yes to root on a read-only file system: try, and leave nothing behind
+        os.rmdir(tempfile.mkdtemp(prefix=".memsweep-write-check-", dir=probe))
+    except OSError as exc:
+        raise SpecError(
+            field, str(path), f"a directory this user can write ({probe} is not writable: {exc.strerror})"
+        ) from None
+
+
+def check_launcher(launcher_target: str | None) -> None:
+    """Refuse a launcher whose cluster tool is not installed here, before any job is handed to it.
+
+    Args:
+        launcher_target: ``hydra.launcher._target_`` of the composed config.
+
+    Raises:
+        SpecError: field ``hydra/launcher``, when the tool (``sbatch`` for submitit_slurm) is
+            not on the PATH.
+    """
+    cls = str(launcher_target or "").rsplit(".", 1)[-1]
+    if cls in LAUNCHER_TOOLS:
+        name, tool = LAUNCHER_TOOLS[cls]
+        if shutil.which(tool) is None:
+            raise SpecError(
+                "hydra/launcher",
+                name,
+                f"a launcher this machine can use: {tool} is not on the PATH (run on a SLURM login node, or "
+                f"use +cluster=local or hydra/launcher=joblib here)",
+            )
+
+
+def sweeper_kind(target: Any) -> str:
+    """The short name of a sweeper from its ``_target_`` (``...OvatSweeper`` -> ``ovat``)."""
+    name = str(target or "unknown").rsplit(".", 1)[-1]
+    return name[: -len("Sweeper")].lower() if name.endswith("Sweeper") and name != "Sweeper" else name
+
+
+def check_sweep_config(config: Any) -> None:
+    """Check a sweep's settings that no run's spec holds, before anything is written: the
+    output directories, the launcher, and that the sweep directory holds no other sweeper's
+    sweep (a sweep directory holds one sweep; the analysis reads all of it as one).
+
+    Args:
+        config: the sweep's composed config (with its ``hydra`` node).
+
+    Raises:
+        SpecError: ``results_dir`` or ``hydra.sweep.dir`` that cannot be written, a launcher
+            whose tool is missing (``check_launcher``), a bad report margin, or a ``hydra.sweep.dir`` whose
+            ``multirun.yaml`` names another sweeper.
+    """
+    from omegaconf import OmegaConf
+
+    check_writable("results_dir", config.get("results_dir", "results"))
+    sweep_dir = Path(str(config.hydra.sweep.dir))
+    check_writable("hydra.sweep.dir", sweep_dir)
+    check_launcher(OmegaConf.select(config, "hydra.launcher._target_"))
+    check_report_margin(OmegaConf.select(config, "hydra.callbacks.analyze.margin"))
+    mine = sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_"))
+    earlier = sweep_dir / "multirun.yaml"
+    if earlier.is_file():
+        try:
+            theirs = sweeper_kind(OmegaConf.select(OmegaConf.load(earlier), "hydra.sweeper._target_"))
+        except Exception as exc:  # an unreadable multirun.yaml: not a directory to add a sweep to
+            raise SpecError(
+                "hydra.sweep.dir", str(sweep_dir), f"a new directory ({earlier} unreadable: {exc})"
+            ) from None
+        if theirs != mine:
+            raise SpecError(
+                "hydra.sweep.dir",
+                str(sweep_dir),
+                f"a new directory, or one of the {mine} sweeper to resume: it holds a sweep of the {theirs} sweeper "
+                "(a sweep directory holds one sweep)",
+            )
+
+
+def module_exists(dotted: str, paths: Iterable[str]) -> bool:
+    """Whether the module ``dotted`` can be found, without executing it nor its packages
+    (``importlib.machinery.PathFinder``, one package level at a time: this process never
+    imports a user's code, which may import torch).
+
+    Args:
+        dotted: a module name (``conf.examples.convnet``).
+        paths: directories searched before ``sys.path``.
+
+    Returns:
+        True when a module or package of that name is found.
+    """
+    import sys
+    from importlib.machinery import PathFinder
+
+    if dotted in sys.modules:
+        return True
+    search: list[str] | None = [*paths, *sys.path]
+    found = None
+    parts = dotted.split(".")
+    for i in range(len(parts)):
+        if search is None:
+            return False
+        found = PathFinder.find_spec(".".join(parts[: i + 1]), search)
+        if found is None:
+            return False
+        search = list(found.submodule_search_locations or []) or None
+    return found is not None
+
+
+def check_workload_sources(workload: dict) -> dict:
+    """Check what a workload reads from this machine, before any worker starts: the hf
+    workload's local config file, a user workload's ``_target_`` modules.
+
+    Args:
+        workload: the validated workload (``conf.contract.validate_workload``; a user
+            workload's ``path`` already set).
+
+    Returns:
+        The workload, an hf config path made absolute (the worker runs in its run directory).
+
+    Raises:
+        SpecError: ``workload.config`` naming no config.json; ``workload.<fn>._target_`` whose
+            module cannot be found on ``workload.path`` and ``sys.path``.
+    """
+    from conf.contract import hf_config_kind
+
+    if workload["name"] == "hf" and hf_config_kind(workload["config"]) == "path":
+        path = Path(workload["config"]).expanduser().absolute()
+        file = path / "config.json" if path.is_dir() else path
+        if not file.is_file():
+            raise SpecError("workload.config", workload["config"], f"a config.json that exists ({file} does not)")
+        return {**workload, "config": str(path)}
+    if workload["name"] == "user":
+        for fn in ("model", "inputs", "loss"):
+            target = (workload.get(fn) or {}).get("_target_")
+            if not target:
+                continue
+            module = target.rsplit(".", 1)[0] if "." in target else target
+            if not module_exists(module, workload.get("path") or []):
+                raise SpecError(
+                    f"workload.{fn}._target_",
+                    target,
+                    f"a function of a module found on workload.path or sys.path (no module {module!r})",
+                )
+    return workload
+
+
+def check_report_margin(margin: Any) -> None:
+    """Check the sweep's report margin (``hydra.callbacks.analyze.margin``) before any run, not
+    after the last one.
+
+    Args:
+        margin: the setting (None: the default).
+
+    Raises:
+        SpecError: field ``hydra.callbacks.analyze.margin``, a margin ``analysis.report``
+            does not read.
+    """
+    from analysis.report import parse_margin
+
+    try:
+        parse_margin(margin)
+    except SpecError as exc:
+        raise SpecError("hydra.callbacks.analyze.margin", margin, exc.accepted) from None

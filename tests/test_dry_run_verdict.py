@@ -1,0 +1,55 @@
+"""A dry run's verdict is its predicted peak against the capacity, end to end: a dry run never
+runs out of memory, so a search or a run that read the worker's ``ok`` as "fits" would call any
+load a fit (conf.contract.predicted_outcome)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
+# The mlp at context=8 width=16 predicts tens of KiB at batch 1: 4 KiB is below every value.
+TINY = ["device=cpu", "context=8", "width=16", "capacity=4KiB"]
+
+
+def memsweep(tmp_path, *args):
+    return subprocess.run(
+        [MEMSWEEP, *args, f"results_dir={tmp_path / 'res'}"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_dry_run_frontier_search_below_every_predicted_peak_reports_nothing_fits(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    proc = memsweep(
+        tmp_path,
+        "sweep",
+        "hydra/sweeper=frontier",
+        "dry_run=true",
+        *TINY,
+        "hydra.sweeper.upper=64",
+        "hydra.sweeper.confirm=0",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
+    (result,) = [e for e in events if e["event"] == "result"]
+    assert result["max_ok"] is None and result["min_oom"] == 1 and not result["upper_reached"]
+    assert result["status"].startswith("lower bound does not fit")
+    assert all(e["outcome"] == "oom" for e in events if e["event"] == "probe")
+    assert "fits" not in result["status"].replace("does not fit", "")
+    assert "does not fit (predicted" in proc.stdout + proc.stderr
+
+
+def test_a_dry_run_frontier_search_without_a_capacity_is_refused(tmp_path):
+    proc = memsweep(tmp_path, "sweep", "hydra/sweeper=frontier", "dry_run=true", "device=cpu", "context=8", "width=16")
+    assert proc.returncode == 2 and "invalid capacity=None" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert not list((tmp_path / "res").rglob("spec.json"))
+
+
+def test_memsweep_run_of_a_dry_run_exits_with_its_verdict(tmp_path):
+    proc = memsweep(tmp_path, "run", "dry_run=true", *TINY)
+    assert proc.returncode == 3, proc.stderr[-2000:]  # predicted above the capacity: does not fit
+    assert "does not fit (predicted" in proc.stdout + proc.stderr
+    proc = memsweep(tmp_path, "run", "dry_run=true", "device=cpu", "context=8", "width=16", "capacity=1GiB")
+    assert proc.returncode == 0, proc.stderr[-2000:]
