@@ -229,8 +229,8 @@ def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | N
     Returns:
         The largest integer value, in bytes; None when no phase has one (missing is null, never 0).
     """
-    values = [p.get(counter) for p in phases if names is None or p.get("name") in names or p.get("parent") in names]
-    values = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    found = [p.get(counter) for p in phases if names is None or p.get("name") in names or p.get("parent") in names]
+    values = [v for v in found if isinstance(v, int) and not isinstance(v, bool)]
     return max(values) if values else None
 
 
