@@ -6,7 +6,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 
-from sweeper.frontier_sweeper import FrontierSweeperConf, FrontierSweeperImpl
+from sweeper.frontier_settings import FrontierSweeperConf
+from sweeper.frontier_sweeper import FrontierSweeperImpl
 from sweeper.ovat import OvatSweeperConf, OvatSweeperImpl
 
 
