@@ -1,5 +1,10 @@
 """Hydra callbacks: analyze a sweep directory and write its report when the multirun ends (any
-sweeper, any launcher); show the sweep's progress while it runs."""
+sweeper, any launcher); show the sweep's progress while it runs.
+
+Part of the command-line layer: Hydra calls these hooks inside ``memsweep sweep``, and what
+they print (progress lines, the analysis summary, the report's path) is the command's output.
+The work itself is the analysis's (``analysis.outputs``, ``analysis.report``), which prints
+nothing."""
 
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ class AnalyzeAtEnd(Callback):
         self.margin = margin
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from analysis.cli import OutputExists, analyze
+        from analysis.cli import analyze
+        from analysis.outputs import OutputExists
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
@@ -50,7 +56,7 @@ class AnalyzeAtEnd(Callback):
 def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any = None) -> Path | None:
     """Write the report of a finished sweep into ``out_dir`` and print its path. An existing
     report is never overwritten: this one then gets a timestamped name beside it."""
-    from analysis.cli import OUTPUTS
+    from analysis.outputs import OUTPUTS
     from analysis.report import ReportExists, build_report, parse_margin, write_report
 
     report = build_report(

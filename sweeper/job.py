@@ -7,9 +7,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from .errors import InputRefused
 from .pool import placement
 from .process import execute
-from .spec import launch_settings, probe_device, spec_or_exit
+from .spec import checked_spec, launch_settings, probe_device
 
 log = logging.getLogger("memsweep")
 
@@ -23,7 +24,8 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     Returns the result envelope (see ``sweeper.process.execute``).
 
     Raises:
-        SystemExit(2): bad input, with a message naming the field (before any worker starts).
+        InputRefused: bad input, naming the field (before any worker starts); ``sweeper.cli``
+            prints it and exits 2.
         sweeper.process.RunDirError: the job directory already holds a run.
     """
     from hydra.core.hydra_config import HydraConfig
@@ -32,8 +34,8 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        spec = spec_or_exit(cfg)
-    except SystemExit:
+        spec = checked_spec(cfg)
+    except InputRefused:
         if new_run_dir and hydra_cfg.mode == RunMode.RUN:  # a refused `memsweep run` leaves no empty directory
             remove_bookkeeping_only(run_dir)
         raise

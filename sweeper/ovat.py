@@ -12,7 +12,6 @@ launched, then all of them go to ``self.launcher`` in one batch, largest first
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,8 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
 from conf.contract import AXES, SPEC_FILE, SpecError
+
+from .errors import InputRefused
 
 log = logging.getLogger("memsweep")
 
@@ -154,8 +155,20 @@ class OvatSweeperImpl:
         changed, or a memsweep that ordered otherwise): each condition whose spec a job directory
         holds goes back to that number (``hydra.sweep.subdir`` = the job number, the default),
         the others fill the free numbers in launch order. Checked before anything is written
-        (multirun.yaml included); a job directory holding a condition of another sweep, or an
-        unreadable spec, exits 2."""
+        (multirun.yaml included).
+
+        Args:
+            sweep_dir: the sweep directory.
+            batches: each condition's overrides, in launch order.
+            specs: each condition's spec, in the same order.
+
+        Returns:
+            (batches, specs), reordered so that each condition found keeps its job number.
+
+        Raises:
+            InputRefused: a job directory holds a condition of another sweep, or an unreadable
+                spec (``sweeper.cli`` prints it and exits 2).
+        """
         from .process import RunDirError, stored_spec
 
         subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
@@ -174,11 +187,9 @@ class OvatSweeperImpl:
                     )
                 placed[specs.index(found)] = number
         except RunDirError as exc:
-            print(
-                f"memsweep: error: {exc} (this directory holds a different sweep; resuming needs the same conditions)",
-                file=sys.stderr,
-            )
-            raise SystemExit(2) from None
+            raise InputRefused(
+                exc, "this directory holds a different sweep; resuming needs the same conditions"
+            ) from None
         if all(condition == number for condition, number in placed.items()):
             return batches, specs
         free = iter(n for n in range(len(specs)) if n not in placed.values())
@@ -190,21 +201,20 @@ class OvatSweeperImpl:
 
     def sweep(self, arguments: list[str]) -> Any:
         from .process import share_fork_server
-        from .spec import launch_settings, spec_or_exit
+        from .spec import checked_spec, launch_settings
 
         try:
             batches = self.job_overrides(arguments)
             launch_order([], self.order)  # checks the setting before anything starts
         except SpecError as exc:
-            print(f"memsweep: error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+            raise InputRefused(exc) from None
         # Bad input fails here, before any worker starts: the baseline itself (even when every
         # condition overrides one of its values), then every condition.
-        spec_or_exit(self.config)
+        checked_spec(self.config)
         # The fork server imports torch while the conditions are checked; the launcher's
         # worker processes will fork their runs from it too.
         share_fork_server(launch_settings(self.config)["isolation"])
-        specs = [spec_or_exit(condition) for condition in self.conditions(batches)]
+        specs = [checked_spec(condition) for condition in self.conditions(batches)]
         order = launch_order(specs, self.order)
         batches, specs = [batches[i] for i in order], [specs[i] for i in order]
         sweep_dir = Path(self.config.hydra.sweep.dir)
