@@ -65,6 +65,15 @@ def parse_sweep_dir_args(parser: argparse.ArgumentParser, argv: list[str] | None
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``memsweep analyze SWEEP_DIR [SWEEP_DIR ...] [--out DIR]`` (see the module's docstring).
+
+    Args:
+        argv: the arguments after ``analyze``; None: ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 written, 1 a sweep directory missing or an output file existing
+        (message on stderr); argparse exits 2 itself on bad arguments.
+    """
     parser = argparse.ArgumentParser(
         prog="memsweep analyze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -168,6 +168,23 @@ def order_key(axis: str, value):
 
 
 def frontier_rows(runs: pd.DataFrame) -> list[dict]:
+    """The frontier of every axis, one row per axis and group of runs equal elsewhere.
+
+    Runs are grouped by ``IDENTITY`` without the axis; a group with two or more values of
+    the axis (or one the frontier sweeper searched, per its ``search.jsonl``) gives a row:
+    ``max_ok`` (largest value that ran ok) and ``min_oom`` (smallest value that ran out of
+    memory), ``exact`` when they are neighbours among the values run, ``monotonic`` false when
+    a success lies above an OOM (flagged, never smoothed), ``stable`` false when one value both
+    fit and ran out of memory (None when no value ran twice), and the peaks at max_ok in bytes.
+    Dry runs (source ``predicted``) are left out: a prediction is never a measured point.
+
+    Args:
+        runs: the runs table (``analysis.tables.RUNS_SCHEMA``) as a DataFrame.
+
+    Returns:
+        Rows with the columns of ``FRONTIER_SCHEMA``; values of ``dtype`` are ordered by their
+        size in bytes and given as labels only.
+    """
     rows = []
     if "source" in runs.columns:  # a dry run's prediction is never a point of a measured frontier
         runs = runs[runs["source"] != "predicted"]

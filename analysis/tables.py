@@ -227,6 +227,21 @@ def _outcome(run: Run) -> dict:
 
 
 def run_row(run: Run, sweep_dir: Path) -> dict:
+    """One row of the runs table (``RUNS_SCHEMA``) from what a run directory holds.
+
+    The outcome comes from result.json, or from a complete record when there is none, and is
+    a ``crash`` when the record is missing or unreadable (``_outcome``); the peaks are
+    ``conf.contract.phase_peak`` over all, cold and warm phases, in bytes, null when no phase
+    has one (never 0); counters' sources, environment and the estimator's columns
+    (``estimate_columns``) are added.
+
+    Args:
+        run: the run directory as read (``conf.contract.read_run``).
+        sweep_dir: the sweep directory it belongs to (``run_id`` is the path relative to it).
+
+    Returns:
+        column -> value; values of a wrong type are nulled later by ``coerce_table``.
+    """
     spec, record = run.spec, _dict(run.record)
     result = _dict(_outcome(run))
     phases = record_phases(record)
@@ -318,6 +333,18 @@ def _source(run: Run) -> str:
 
 
 def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
+    """The rows of the phases table (``PHASES_SCHEMA``) of one run, one per phase record in
+    order (sub-phases such as ``forward`` or ``decode`` name their ``parent``); counters in
+    bytes, null when missing.
+
+    Args:
+        run: the run directory as read (``conf.contract.read_run``).
+        run_id: the run's id (``run_row``'s).
+        sweep_dir: the sweep directory it belongs to.
+
+    Returns:
+        column -> value, one dict per phase.
+    """
     rows = []
     source = _source(run)
     for index, p in enumerate(record_phases(run.record)):

@@ -35,6 +35,14 @@ class AnalyzeAtEnd(Callback):
         self.margin = margin
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra's end of the multirun: analyze the sweep directory (``analysis.cli.analyze``,
+        into ``analysis/<time>/`` when the directory holds an analysis already) and write the
+        report (``write_sweep_report``) unless ``report`` is false.
+
+        Args:
+            config: the multirun's config (``hydra.sweep.dir`` names the sweep directory).
+            kwargs: Hydra's other arguments (unused).
+        """
         from analysis.cli import analyze
         from analysis.outputs import OutputExists
 
@@ -123,12 +131,22 @@ class Progress(Callback):
 
     @staticmethod
     def enabled() -> bool:
+        """Whether progress lines are shown: ``MEMSWEEP_PROGRESS`` when set (``0``, empty,
+        ``false``, ``no``: off), else whether stdout is a terminal."""
         forced = os.environ.get("MEMSWEEP_PROGRESS")
         if forced is not None:
             return forced not in ("0", "", "false", "no")
         return sys.stdout.isatty()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra's start of the multirun: start the clock and count the planned jobs
+        (``planned_jobs``), both also put in the environment for launchers' worker processes
+        (``MEMSWEEP_PROGRESS_TOTAL``, ``MEMSWEEP_PROGRESS_T0``).
+
+        Args:
+            config: the multirun's config.
+            kwargs: Hydra's other arguments (unused).
+        """
         self.started = time.monotonic()
         try:
             self.total = planned_jobs(config)
@@ -169,6 +187,13 @@ class Progress(Callback):
         return f"job {config.hydra.job.get('num', '?')}: " + " ".join(fields)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra's start of a job: print ``memsweep: [done/total] running <condition> · elapsed``
+        when ``enabled``.
+
+        Args:
+            config: the job's config.
+            kwargs: Hydra's other arguments (unused).
+        """
         if self.enabled():
             print(
                 f"memsweep: [{self._counts(config)}] running {self._condition(config)} · elapsed {self._elapsed()}",
@@ -176,6 +201,14 @@ class Progress(Callback):
             )
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        """Hydra's end of a job: count it and print ``memsweep: [done/total] <condition> ->
+        <outcome> · elapsed`` when ``enabled`` (``failed`` when the job returned no result).
+
+        Args:
+            config: the job's config.
+            job_return: Hydra's JobReturn (its value is the result envelope).
+            kwargs: Hydra's other arguments (unused).
+        """
         self.done += 1
         if not self.enabled():
             return

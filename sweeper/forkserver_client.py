@@ -144,6 +144,8 @@ class ForkServer:
             )
 
     def close(self) -> None:
+        """Kill this process's own server, if it runs (registered with atexit; a shared server
+        belongs to its owner and is left alone)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()

@@ -31,6 +31,9 @@ log = logging.getLogger("memsweep")
 
 @dataclass
 class OvatSweeperConf:
+    """The settings of ``hydra/sweeper=ovat`` (``hydra.sweeper.*``), registered by the plugin
+    shim ``hydra_plugins.memsweep.memsweep_sweepers``; ``order`` is checked by ``launch_order``."""
+
     _target_: str = "hydra_plugins.memsweep.memsweep_sweepers.OvatSweeper"
     # Launch at most this many conditions per launcher call (None: all at once).
     max_batch_size: int | None = None
@@ -102,6 +105,7 @@ class OvatSweeperImpl:
         self.hydra_context: HydraContext | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        """Hydra's Sweeper.setup: keep the config and context, instantiate the launcher."""
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -200,6 +204,22 @@ class OvatSweeperImpl:
         return [batches[c] for c in order], [specs[c] for c in order]
 
     def sweep(self, arguments: list[str]) -> Any:
+        """Hydra's Sweeper.sweep: plan the conditions, validate every one, then launch them all
+        (``launch_order``, in batches of ``max_batch_size``), each a fresh worker process.
+
+        Args:
+            arguments: the command line's overrides (fixed ones, and ``axis=v1,v2`` sweeps).
+
+        Returns:
+            The launcher's JobReturn lists, one per launch.
+
+        Raises:
+            InputRefused: bad input (a setting, an override, a condition's config, a directory
+                holding another sweep), before any worker starts; ``sweeper.cli`` prints it and
+                exits 2.
+            Exception: whatever a launched job raised in the orchestrator (re-raised by
+                ``JobReturn.return_value``).
+        """
         from .process import share_fork_server
         from .spec import checked_spec, launch_settings
 

@@ -20,9 +20,11 @@ class _Delegating(Sweeper):
         self.impl = self.IMPL(**kwargs)
 
     def setup(self, **kwargs: Any) -> None:
+        """Hydra's ``Sweeper.setup`` (hydra_context, task_function, config), passed to ``IMPL``."""
         self.impl.setup(**kwargs)
 
     def sweep(self, arguments: list[str]) -> Any:
+        """Hydra's ``Sweeper.sweep``: ``IMPL.sweep(arguments)``, the launcher's JobReturns."""
         return self.impl.sweep(arguments)
 
 
