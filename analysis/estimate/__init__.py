@@ -68,7 +68,6 @@ from .training import (
 from .transformer import ParamTensor, TransformerConfig, estimate_transformer, load_hf_config, parse_hf_config
 from .workloads import (
     ACTIVATION_SAVES_OUTPUT,
-    CUDA_BLOCK,
     PhaseEstimate,
     estimate_for_spec,
     estimate_mlp,
@@ -119,7 +118,6 @@ __all__ = [
     "load_hf_config",
     "estimate_transformer",
     # workloads
-    "CUDA_BLOCK",
     "PhaseEstimate",
     "mlp_param_shapes",
     "ACTIVATION_SAVES_OUTPUT",
