@@ -7,12 +7,12 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from conf.contract import NUMERIC_AXES, SpecError
+from conf.contract import NUMERIC_AXES, OUTCOMES, SpecError
 
 SEARCH_AXES = NUMERIC_AXES  # the axes a search can walk: the numeric ones (conf.contract)
-# Outcomes that stop the search: never read as an OOM nor as a success.
-STOP_OUTCOMES = ("error", "crash", "timeout")
-OUTCOMES = ("ok", "oom") + STOP_OUTCOMES
+# Outcomes that stop the search (error, crash, timeout): every outcome (conf.contract.OUTCOMES)
+# but ok and oom; never read as an OOM nor as a success.
+STOP_OUTCOMES = tuple(o for o in OUTCOMES if o not in ("ok", "oom"))
 # Axes whose peak may grow with the square of the value (attention scores grow with the square
 # of the context, the mlp's weights with the square of its width).
 QUADRATIC_AXES = ("context", "width")

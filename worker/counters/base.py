@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from conf.contract import PEAK_SPLIT_FIELDS
+from conf.contract import EXTRA_COUNTERS, PEAK_SPLIT_FIELDS
 
 # The extra counters of a phase record (``extra()``), null where a backend has none (never 0).
-NO_EXTRA = dict.fromkeys(
-    ("num_alloc_retries", "num_ooms", "inactive_split_bytes", "device_free_memory", "device_total_memory")
-)
+NO_EXTRA = dict.fromkeys(EXTRA_COUNTERS)
 
 NO_PEAK_SPLIT = dict.fromkeys(PEAK_SPLIT_FIELDS)  # a measured run has no split: null, never 0
 
