@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from conf.contract import AXES, DTYPE_BYTES, SEARCH_LOG
+from conf.contract import AXES, DTYPE_BYTES, NUMERIC_AXES, SEARCH_LOG
 
 from .tables import OPTIONS, coerce_table
 
@@ -40,10 +40,7 @@ IDENTITY = (
     "capacity_mode",
     "warmup",
     "repeats",
-    "batch",
-    "context",
-    "width",
-    "dtype",
+    *AXES,
     *MODE_OPTIONS,
     "devices",
 )  # devices per run: a load on 2 GPUs is not the same load as on 1
@@ -100,7 +97,7 @@ per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and th
 process; null without an emulated capacity): the rest of the row's fixed load, as in the runs table; with
 them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads."""
 
-ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", "batch", "context", "width", "dtype")
+ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", *AXES)
 
 
 def search_results(sweep_dir: str) -> dict[tuple, dict]:
@@ -218,23 +215,10 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
             if max_ok is not None:
                 at = group[(group[axis] == max_ok) & (group["outcome"] == "ok")]
                 peak = {c: at[c].max() for c in ("max_memory_allocated", "max_memory_reserved")}
-            numeric = axis != "dtype"
+            numeric = axis in NUMERIC_AXES
             rows.append(
                 {
-                    **{
-                        k: fixed.get(k)
-                        for k in (
-                            "sweep_dir",
-                            "workload",
-                            "mode",
-                            "device",
-                            "capacity_bytes",
-                            "batch",
-                            "context",
-                            "width",
-                            "dtype",
-                        )
-                    },
+                    **{k: fixed.get(k) for k in ("sweep_dir", "workload", "mode", "device", "capacity_bytes", *AXES)},
                     "axis": axis,
                     "values": ",".join(str(v) for v in values),
                     "n_runs": len(group),

@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from conf.contract import (
+    AXES,
     CAPACITY_MODES,
     COLD_PHASES,
     DEVICE_COUNTERS,
@@ -254,10 +255,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         if run.run_dir.is_relative_to(sweep_dir)
         else str(run.run_dir),
         "run_dir": str(run.run_dir),
-        **{
-            k: spec.get(k)
-            for k in ("mode", "batch", "context", "width", "dtype", "warmup", "repeats", "seed", "device")
-        },
+        **{k: spec.get(k) for k in ("mode", *AXES, "warmup", "repeats", "seed", "device")},
         "workload": workload.get("name"),
         "workload_params": json.dumps({k: v for k, v in workload.items() if k != "name"}, sort_keys=True, default=str)
         if workload
@@ -352,7 +350,7 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
             {
                 "sweep_dir": str(sweep_dir),
                 "run_id": run_id,
-                **{k: run.spec.get(k) for k in ("batch", "context", "width", "dtype", "mode", "device")},
+                **{k: run.spec.get(k) for k in (*AXES, "mode", "device")},
                 "phase": p.get("name"),
                 "phase_index": index,
                 "status": p.get("status"),

@@ -19,6 +19,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from conf.contract import AXES
+
 log = logging.getLogger("memsweep")
 
 
@@ -100,7 +102,6 @@ def planned_jobs(config: DictConfig) -> int | None:
         if o.is_sweep_override() and o.is_discrete_sweep()
     }
     if target.endswith("OvatSweeper"):
-        from conf.contract import AXES
         from sweeper.ovat import plan_conditions
 
         axes_cfg = OmegaConf.select(config, "sweep.axes")
@@ -179,11 +180,7 @@ class Progress(Callback):
 
     @staticmethod
     def _condition(config: DictConfig) -> str:
-        fields = [
-            f"{k}={config.get(k)}"
-            for k in ("batch", "context", "width", "dtype", "mode", "device")
-            if config.get(k) is not None
-        ]
+        fields = [f"{k}={config.get(k)}" for k in (*AXES, "mode", "device") if config.get(k) is not None]
         return f"job {config.hydra.job.get('num', '?')}: " + " ".join(fields)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:

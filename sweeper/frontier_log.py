@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from conf.contract import SEARCH_LOG, RunSpec
+from conf.contract import AXES, SEARCH_LOG, RunSpec
 
 from .frontier_runs import PEAK_COUNTERS
 from .search import Probe
@@ -24,7 +24,7 @@ from .search import Probe
 log = logging.getLogger("memsweep")
 
 # The baseline's fields a result line names (the searched axis among them, as null).
-FIXED_FIELDS = ("batch", "context", "width", "dtype", "mode", "device", "warmup", "repeats")
+FIXED_FIELDS = (*AXES, "mode", "device", "warmup", "repeats")
 
 
 class SearchLog:

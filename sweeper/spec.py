@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from conf.contract import (
+    AXES,
     DEFAULT_ISOLATION,
     ISOLATIONS,
     MODES,
@@ -32,10 +33,7 @@ from conf.contract import (
 from .errors import InputRefused
 
 LOAD_KEYS = (
-    "batch",
-    "context",
-    "width",
-    "dtype",
+    *AXES,
     "mode",
     "device",
     "capacity",
