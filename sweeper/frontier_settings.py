@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from omegaconf import MISSING
+
 from conf.contract import SpecError
 
 from .search import SEARCH_AXES, STRATEGIES, Lattice
@@ -22,9 +24,13 @@ LIGHT = ["warmup=0", "repeats=1"]
 @dataclass
 class FrontierSweeperConf:
     """The settings of ``hydra/sweeper=frontier`` (``hydra.sweeper.*``), registered by the plugin
-    shim ``hydra_plugins.memsweep.memsweep_sweepers``; validated by ``check_settings``."""
+    shim ``hydra_plugins.memsweep.memsweep_sweepers``; validated by ``check_settings``.
 
-    _target_: str = "hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper"
+    ``_target_`` (the plugin class Hydra instantiates) is filled in by the shim from the class
+    itself when it registers this node: this module cannot import the shim, which imports it.
+    """
+
+    _target_: str = MISSING
     # The axis to search (batch | context | width); `axes` searches several, one at a time.
     axis: str = "batch"
     axes: list[str] | None = None

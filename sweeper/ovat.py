@@ -20,7 +20,7 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from conf.contract import AXES, SPEC_FILE, SpecError
 
@@ -32,9 +32,13 @@ log = logging.getLogger("memsweep")
 @dataclass
 class OvatSweeperConf:
     """The settings of ``hydra/sweeper=ovat`` (``hydra.sweeper.*``), registered by the plugin
-    shim ``hydra_plugins.memsweep.memsweep_sweepers``; ``order`` is checked by ``launch_order``."""
+    shim ``hydra_plugins.memsweep.memsweep_sweepers``; ``order`` is checked by ``launch_order``.
 
-    _target_: str = "hydra_plugins.memsweep.memsweep_sweepers.OvatSweeper"
+    ``_target_`` (the plugin class Hydra instantiates) is filled in by the shim from the class
+    itself when it registers this node: this module cannot import the shim, which imports it.
+    """
+
+    _target_: str = MISSING
     # Launch at most this many conditions per launcher call (None: all at once).
     max_batch_size: int | None = None
     # The order of the jobs: "largest_first" (by batch x context x width, see launch_order) or

@@ -40,5 +40,18 @@ class FrontierSweeper(_Delegating):
     IMPL = FrontierSweeperImpl
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="ovat", node=OvatSweeperConf, provider="memsweep")
-ConfigStore.instance().store(group="hydra/sweeper", name="frontier", node=FrontierSweeperConf, provider="memsweep")
+def target_of(cls: type) -> str:
+    """The dotted path of ``cls`` that Hydra instantiates (a config's ``_target_``)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# Each node is its settings dataclass with _target_ naming the plugin class above.
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="ovat", node=OvatSweeperConf(_target_=target_of(OvatSweeper)), provider="memsweep"
+)
+ConfigStore.instance().store(
+    group="hydra/sweeper",
+    name="frontier",
+    node=FrontierSweeperConf(_target_=target_of(FrontierSweeper)),
+    provider="memsweep",
+)
