@@ -213,17 +213,21 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
         raise ValueError(f"config has no {missing[0]} (nor its gpt2-style alias)")
     head_dim = resolve_head_dim(hidden, heads, _get(cfg, "head_dim"))
     kv_heads = _get(cfg, "num_key_value_heads", default=heads)
+    # what every architecture reads the same way
+    shape: dict[str, Any] = {
+        "model_type": model_type,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab": vocab,
+        "dtype": _get(cfg, "torch_dtype", "dtype"),
+    }
     if gpt2_like:
-        window = None
         return TransformerConfig(
-            model_type=model_type,
-            layers=layers,
-            hidden=hidden,
-            heads=heads,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
+            **shape,
             ffn_hidden=_get(cfg, "n_inner", "intermediate_size", default=4 * hidden),
-            vocab=vocab,
             gated_mlp=False,
             tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
             learned_positions=_get(cfg, "n_positions", "max_position_embeddings", default=0),
@@ -231,8 +235,7 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
             qkv_bias=True,
             o_bias=True,
             mlp_bias=True,
-            sliding_window=window,
-            dtype=_get(cfg, "torch_dtype", "dtype"),
+            sliding_window=None,
         )
     window = cfg.get("sliding_window")
     if cfg.get("use_sliding_window") is False:
@@ -240,14 +243,8 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
     layer_types = cfg.get("layer_types")
     attention_bias = bool(cfg.get("attention_bias", model_type == "qwen2"))
     return TransformerConfig(
-        model_type=model_type,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
+        **shape,
         ffn_hidden=_get(cfg, "intermediate_size", default=4 * hidden),
-        vocab=vocab,
         gated_mlp=True,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         norm="rmsnorm",
@@ -256,7 +253,6 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
         mlp_bias=bool(cfg.get("mlp_bias", False)),
         sliding_window=window,
         layer_types=tuple(layer_types) if layer_types else None,
-        dtype=_get(cfg, "torch_dtype", "dtype"),
     )
 
 
