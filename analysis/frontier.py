@@ -35,6 +35,7 @@ from conf.contract import (
     ALL_VARIABLES,
     AXES,
     DTYPE_BYTES,
+    NUMERIC_AXES,
     SEARCH_LOG,
     failure_words,
     oom_attribution,
@@ -55,11 +56,8 @@ IDENTITY = (
     "capacity_mode",
     "warmup",
     "repeats",
-    "batch",
-    "context",
-    "width",
-    "dtype",
-    *MODE_OPTIONS,
+    *AXES,
+    *(o for o in MODE_OPTIONS if o not in AXES),  # eval_batch is both an axis and a mode option
     "devices",
 )  # devices per run: a load on 2 GPUs is not the same load as on 1
 
@@ -129,7 +127,7 @@ per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and th
 process; null without an emulated capacity): the rest of the row's fixed load, as in the runs table; with
 them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads."""
 
-ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", "batch", "context", "width", "dtype")
+ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", *AXES)
 
 
 def search_results(sweep_dir: str) -> dict[tuple, dict]:
@@ -270,6 +268,25 @@ def elsewhere_words(axis: str, group: pd.DataFrame, unreached: bool) -> dict:
 
 
 def frontier_rows(runs: pd.DataFrame) -> list[dict]:
+    """The frontier of every axis, one row per axis and group of runs equal elsewhere.
+
+    Runs are grouped by ``IDENTITY`` without the axis; a group with two or more values of
+    the axis (or one the frontier sweeper searched, per its ``search.jsonl``) gives a row:
+    ``max_ok`` (largest value that ran ok, or ran out of memory only in a phase after every
+    phase that scales with the axis: ``_reads``) and ``min_oom`` (smallest value that ran out of
+    memory in a phase that scales with the axis; other OOMs in ``elsewhere_words``), ``exact``
+    when they are neighbours among the values run, ``monotonic`` false when a success lies above
+    an OOM (flagged, never smoothed), ``stable`` false when one value both fit and ran out of
+    memory (None when no value ran twice), and the peaks at max_ok in bytes.
+    Dry runs (source ``predicted``) are left out: a prediction is never a measured point.
+
+    Args:
+        runs: the runs table (``analysis.tables.RUNS_SCHEMA``) as a DataFrame.
+
+    Returns:
+        Rows with the columns of ``FRONTIER_SCHEMA``; values of ``dtype`` are ordered by their
+        size in bytes and given as labels only.
+    """
     rows = []
     if "source" in runs.columns:  # a dry run's prediction is never a point of a measured frontier
         runs = runs[runs["source"] != "predicted"]
@@ -283,9 +300,11 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
         for key, group in runs.groupby(keys, dropna=False, sort=True):
             values = sorted(group[axis].dropna().unique(), key=lambda v: order_key(axis, v))
             fixed = dict(zip(keys, key))
-            row_key = tuple(axis if k == "axis" else fixed.get(k) for k in ROW_KEY)
+            # plain values, as search.jsonl holds them (a missing group key is NaN here, null there)
+            row_key = tuple(axis if k == "axis" else _scalar(fixed.get(k)) for k in ROW_KEY)
             search = searched.get(
-                row_key + (fixed.get("warmup"), fixed.get("repeats")), searched.get(row_key + (None, None))
+                row_key + (_scalar(fixed.get("warmup")), _scalar(fixed.get("repeats"))),
+                searched.get(row_key + (None, None)),
             )
             if not values or (len(values) < 2 and search is None):
                 continue
@@ -306,23 +325,10 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                 at = group[(group[axis] == max_ok) & (group["_reads"] == "ok")]
                 peak = {c: _fit_peak(at, c) for c in ("max_memory_allocated", "max_memory_reserved")}
             elsewhere = elsewhere_words(axis, group, min_oom is None)
-            numeric = axis != "dtype"
+            numeric = axis in NUMERIC_AXES
             rows.append(
                 {
-                    **{
-                        k: fixed.get(k)
-                        for k in (
-                            "sweep_dir",
-                            "workload",
-                            "mode",
-                            "device",
-                            "capacity_bytes",
-                            "batch",
-                            "context",
-                            "width",
-                            "dtype",
-                        )
-                    },
+                    **{k: fixed.get(k) for k in ("sweep_dir", "workload", "mode", "device", "capacity_bytes", *AXES)},
                     "axis": axis,
                     "values": ",".join(str(v) for v in values),
                     "n_runs": len(group),

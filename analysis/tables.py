@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from conf.contract import (
+    AXES,
     CAPACITY_MODES,
     COLD_PHASES,
     DEVICE_COUNTERS,
@@ -261,6 +262,21 @@ def _outcome(run: Run) -> dict:
 
 
 def run_row(run: Run, sweep_dir: Path) -> dict:
+    """One row of the runs table (``RUNS_SCHEMA``) from what a run directory holds.
+
+    The outcome comes from result.json, or from a complete record when there is none, and is
+    a ``crash`` when the record is missing or unreadable (``_outcome``); the peaks are
+    ``conf.contract.phase_peak`` over all, cold and warm phases, in bytes, null when no phase
+    has one (never 0); counters' sources, environment and the estimator's columns
+    (``estimate_columns``) are added.
+
+    Args:
+        run: the run directory as read (``conf.contract.read_run``).
+        sweep_dir: the sweep directory it belongs to (``run_id`` is the path relative to it).
+
+    Returns:
+        column -> value; values of a wrong type are nulled later by ``coerce_table``.
+    """
     spec, record = run.spec, _dict(run.record)
     result = _dict(_outcome(run))
     phases = record_phases(record)
@@ -274,10 +290,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         if run.run_dir.is_relative_to(sweep_dir)
         else str(run.run_dir),
         "run_dir": str(run.run_dir),
-        **{
-            k: spec.get(k)
-            for k in ("mode", "batch", "context", "width", "dtype", "warmup", "repeats", "seed", "device")
-        },
+        **{k: spec.get(k) for k in ("mode", *AXES, "warmup", "repeats", "seed", "device")},
         "workload": workload.get("name"),
         "workload_params": json.dumps({k: v for k, v in workload.items() if k != "name"}, sort_keys=True, default=str)
         if workload
@@ -372,6 +385,18 @@ def _source(run: Run) -> str:
 
 
 def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
+    """The rows of the phases table (``PHASES_SCHEMA``) of one run, one per phase record in
+    order (sub-phases such as ``forward`` or ``decode`` name their ``parent``); counters in
+    bytes, null when missing.
+
+    Args:
+        run: the run directory as read (``conf.contract.read_run``).
+        run_id: the run's id (``run_row``'s).
+        sweep_dir: the sweep directory it belongs to.
+
+    Returns:
+        column -> value, one dict per phase.
+    """
     rows = []
     source = _source(run)
     for index, p in enumerate(record_phases(run.record)):
@@ -379,7 +404,7 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
             {
                 "sweep_dir": str(sweep_dir),
                 "run_id": run_id,
-                **{k: run.spec.get(k) for k in ("batch", "context", "width", "dtype", "mode", "device")},
+                **{k: run.spec.get(k) for k in (*AXES, "mode", "device")},
                 "phase": p.get("name"),
                 "phase_index": index,
                 "status": p.get("status"),

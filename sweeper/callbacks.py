@@ -1,5 +1,10 @@
 """Hydra callbacks: analyze a sweep directory and write its report when the multirun ends (any
-sweeper, any launcher); show the sweep's progress while it runs."""
+sweeper, any launcher); show the sweep's progress while it runs.
+
+Part of the command-line layer: Hydra calls these hooks inside ``memsweep sweep``, and what
+they print (progress lines, the analysis summary, the report's path) is the command's output.
+The work itself is the analysis's (``analysis.outputs``, ``analysis.report``), which prints
+nothing."""
 
 from __future__ import annotations
 
@@ -13,6 +18,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from conf.contract import AXES
 
 log = logging.getLogger("memsweep")
 
@@ -30,7 +37,16 @@ class AnalyzeAtEnd(Callback):
         self.margin = margin
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from analysis.cli import OutputExists, analyze
+        """Hydra's end of the multirun: analyze the sweep directory (``analysis.cli.analyze``,
+        into ``analysis/<time>/`` when the directory holds an analysis already) and write the
+        report (``write_sweep_report``) unless ``report`` is false.
+
+        Args:
+            config: the multirun's config (``hydra.sweep.dir`` names the sweep directory).
+            kwargs: Hydra's other arguments (unused).
+        """
+        from analysis.cli import analyze
+        from analysis.outputs import OutputExists
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
@@ -50,7 +66,7 @@ class AnalyzeAtEnd(Callback):
 def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any = None) -> Path | None:
     """Write the report of a finished sweep into ``out_dir`` and print its path. An existing
     report is never overwritten: this one then gets a timestamped name beside it."""
-    from analysis.cli import OUTPUTS
+    from analysis.outputs import OUTPUTS
     from analysis.report import ReportExists, build_report, parse_margin, write_report
 
     report = build_report(
@@ -86,7 +102,6 @@ def planned_jobs(config: DictConfig) -> int | None:
         if o.is_sweep_override() and o.is_discrete_sweep()
     }
     if target.endswith("OvatSweeper"):
-        from conf.contract import AXES
         from sweeper.ovat import plan_conditions
 
         axes_cfg = OmegaConf.select(config, "sweep.axes")
@@ -117,12 +132,22 @@ class Progress(Callback):
 
     @staticmethod
     def enabled() -> bool:
+        """Whether progress lines are shown: ``MEMSWEEP_PROGRESS`` when set (``0``, empty,
+        ``false``, ``no``: off), else whether stdout is a terminal."""
         forced = os.environ.get("MEMSWEEP_PROGRESS")
         if forced is not None:
             return forced not in ("0", "", "false", "no")
         return sys.stdout.isatty()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra's start of the multirun: start the clock and count the planned jobs
+        (``planned_jobs``), both also put in the environment for launchers' worker processes
+        (``MEMSWEEP_PROGRESS_TOTAL``, ``MEMSWEEP_PROGRESS_T0``).
+
+        Args:
+            config: the multirun's config.
+            kwargs: Hydra's other arguments (unused).
+        """
         self.started = time.monotonic()
         try:
             self.total = planned_jobs(config)
@@ -155,14 +180,17 @@ class Progress(Callback):
 
     @staticmethod
     def _condition(config: DictConfig) -> str:
-        fields = [
-            f"{k}={config.get(k)}"
-            for k in ("batch", "context", "width", "dtype", "mode", "device")
-            if config.get(k) is not None
-        ]
+        fields = [f"{k}={config.get(k)}" for k in (*AXES, "mode", "device") if config.get(k) is not None]
         return f"job {config.hydra.job.get('num', '?')}: " + " ".join(fields)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra's start of a job: print ``memsweep: [done/total] running <condition> · elapsed``
+        when ``enabled``.
+
+        Args:
+            config: the job's config.
+            kwargs: Hydra's other arguments (unused).
+        """
         if self.enabled():
             print(
                 f"memsweep: [{self._counts(config)}] running {self._condition(config)} · elapsed {self._elapsed()}",
@@ -170,6 +198,14 @@ class Progress(Callback):
             )
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        """Hydra's end of a job: count it and print ``memsweep: [done/total] <condition> ->
+        <outcome> · elapsed`` when ``enabled`` (``failed`` when the job returned no result).
+
+        Args:
+            config: the job's config.
+            job_return: Hydra's JobReturn (its value is the result envelope).
+            kwargs: Hydra's other arguments (unused).
+        """
         self.done += 1
         if not self.enabled():
             return

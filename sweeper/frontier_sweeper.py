@@ -14,23 +14,21 @@ Files in the sweep directory:
   already there instead of re-running them, an attempt cut short with its orchestrator is
   resumed in its own directory (``sweeper.process.execute``), a finished run is never
   overwritten;
-* ``search.jsonl``: appended, one JSON object a line: ``start`` (settings), ``probe``
-  (value, why it was chosen, what the model predicted, outcome, peak, run directory,
-  reused or not), ``confirm`` and ``result`` (the answer of each axis);
+* ``search.jsonl`` (``sweeper.frontier_log``): appended, one JSON object a line: ``start``
+  (settings), ``probe`` (value, why it was chosen, what the model predicted, outcome, peak,
+  run directory, reused or not), ``confirm`` and ``result`` (the answer of each axis);
 * ``frontier.parquet``: written at the end of the multirun by ``sweeper.callbacks``;
   ``analysis.frontier`` adds the search's columns (strategy, runs_used, upper_reached,
   stopped_by, search_status) from the ``result`` lines.
 
 Which peak the model reads (``conf.contract.run_peak``), and how it compares with the capacity:
-``sweeper.frontier_runs``.
+``sweeper.frontier_runs``. The settings (``hydra.sweeper.*``) and their checks:
+``sweeper.frontier_settings``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,70 +37,27 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from conf.contract import SEARCH_LOG, RunSpec, SpecError
+from conf.contract import RunSpec, SpecError
 
 from .errors import InputRefused
-from .frontier_runs import PEAK_COUNTERS, SweepRuns, axis_reading, launcher_slots
+from .frontier_log import SearchLog
+from .frontier_runs import SweepRuns, axis_reading, launcher_slots
+from .frontier_settings import DRY_RUN_NEEDS_CAPACITY, LIGHT, check_settings
 from .inputs import check_sweep_config
 from .owner import session_id
 from .predict import Predictor
 from .process import share_fork_server
-from .search import SEARCH_AXES, STOP_OUTCOMES, STRATEGIES, FrontierSearch, Lattice
+from .search import STOP_OUTCOMES, FrontierSearch, Lattice
 from .spec import launch_settings, spec_from_config
 
 log = logging.getLogger("memsweep")
-
-# The light probe policy: the cold step (or forward) and one warm one.
-LIGHT = ["warmup=0", "repeats=1"]
-# A search on dry runs: what the capacity is for (conf.contract.predicted_outcome).
-DRY_RUN_NEEDS_CAPACITY = (
-    "a size with dry_run=true, e.g. capacity=24GiB: a dry run never runs out of memory, its verdict is its "
-    "predicted peak against the capacity"
-)
-
-
-@dataclass
-class FrontierSweeperConf:
-    """The settings of ``hydra/sweeper=frontier`` (``hydra.sweeper.*``), registered by the plugin
-    shim ``hydra_plugins.memsweep.memsweep_sweepers``; validated by
-    ``FrontierSweeperImpl.lattices``."""
-
-    _target_: str = "hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper"
-    # The axis to search (batch | context | width); `axes` searches several, one at a time.
-    axis: str = "batch"
-    axes: list[str] | None = None
-    # Search range and granularity (values are multiples of multiple_of in [lower, upper]).
-    lower: int = 1
-    upper: int = 65536
-    multiple_of: int = 1
-    # Per-axis overrides of lower/upper/multiple_of: {context: {lower: 16, multiple_of: 16}}.
-    bounds: dict[str, Any] = field(default_factory=dict)
-    strategy: str = "model"  # model | bisect
-    # Fresh-process re-runs of max_ok and of min_oom once found; a flip marks the edge unstable.
-    confirm: int = 1
-    # Probes per round; None: the launcher's parallelism (hydra.launcher.n_jobs), else 1.
-    parallel: int | None = None
-    # Light probes: the search runs warmup=0 repeats=1 (the cold step and one warm step); the
-    # edge it finds is then run with the full protocol at max_ok and min_oom (and searched
-    # again with it, inside the range left, if the full protocol disagrees).
-    light: bool = False
-    # Before the first real probe, bisect the axis on dry runs (fake tensors, `memsweep predict`)
-    # against the run's capacity and probe the predicted edge first (FrontierSearch seed).
-    seed_from_dry_run: bool = False
-    # A failure that usually means memory but does not say so (failure_class memory_suspect,
-    # worker.classify): "stop" the axis there (as an error), or read it as an "oom".
-    suspect: str = "stop"
-
-
-SUSPECT_READINGS = ("stop", "oom")
-"""``hydra.sweeper.suspect``: how the search reads a ``memory_suspect`` failure."""
 
 
 class FrontierSweeperImpl:
     """The logic of ``hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper``.
 
-    Args: the fields of ``FrontierSweeperConf`` (``hydra.sweeper.*``), validated when the
-    sweep starts (``lattices``).
+    Args: the fields of ``FrontierSweeperConf`` (``hydra.sweeper.*``, ``sweeper.frontier_settings``),
+    validated when the sweep starts (``lattices``).
     """
 
     def __init__(
@@ -142,42 +97,25 @@ class FrontierSweeperImpl:
 
     # ---- settings ----------------------------------------------------------------------
     def lattices(self) -> dict[str, Lattice]:
-        """The validated search range of each axis.
+        """The validated search range of each axis (``sweeper.frontier_settings.check_settings``).
 
         Returns:
             axis -> its ``Lattice`` (``bounds`` of the axis over ``lower``/``upper``/``multiple_of``).
 
         Raises:
-            SpecError: a bad setting, naming its field (``hydra.sweeper.strategy``,
-                ``confirm``, ``parallel``, ``axes``, ``bounds.<axis>.<key>``, ``lower``,
-                ``upper``, ``multiple_of``) and the values accepted.
+            SpecError: a bad setting, naming its field and the values accepted.
         """
-        if self.strategy not in STRATEGIES:
-            raise SpecError("hydra.sweeper.strategy", self.strategy, "one of " + ", ".join(STRATEGIES))
-        if self.suspect not in SUSPECT_READINGS:
-            raise SpecError("hydra.sweeper.suspect", self.suspect, "one of " + ", ".join(SUSPECT_READINGS))
-        if isinstance(self.confirm, bool) or not isinstance(self.confirm, int) or not 0 <= self.confirm <= 100:
-            raise SpecError("hydra.sweeper.confirm", self.confirm, "an integer from 0 to 100")
-        if self.parallel is not None and (
-            isinstance(self.parallel, bool) or not isinstance(self.parallel, int) or self.parallel < 1
-        ):
-            raise SpecError("hydra.sweeper.parallel", self.parallel, "null or a positive integer")
-        unknown = [a for a in list(self.axes) + list(self.bounds) if a not in SEARCH_AXES]
-        if unknown:
-            raise SpecError("hydra.sweeper.axes", unknown[0], "axes among " + ", ".join(SEARCH_AXES))
-        if len(set(self.axes)) != len(self.axes):
-            raise SpecError("hydra.sweeper.axes", self.axes, "each axis once")
-        out = {}
-        for axis, b in self.bounds.items():
-            extra = sorted(set(b or {}) - {"lower", "upper", "multiple_of"})
-            if extra:
-                raise SpecError(f"hydra.sweeper.bounds.{axis}.{extra[0]}", b[extra[0]], "lower, upper or multiple_of")
-        for axis in self.axes:
-            b = self.bounds.get(axis) or {}
-            out[axis] = Lattice.make(
-                b.get("lower", self.lower), b.get("upper", self.upper), b.get("multiple_of", self.multiple_of), axis
-            )
-        return out
+        return check_settings(
+            self.axes,
+            self.bounds,
+            self.lower,
+            self.upper,
+            self.multiple_of,
+            self.strategy,
+            self.confirm,
+            self.parallel,
+            self.suspect,
+        )
 
     def fixed_overrides(self, arguments: list[str]) -> list[str]:
         """The command line's overrides, each a single value.
@@ -268,10 +206,11 @@ class FrontierSweeperImpl:
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         if not (self.sweep_dir / "multirun.yaml").exists():
             OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
+        self.search_log = SearchLog(self.sweep_dir, self.session)
         self.slots = launcher_slots(self.config, self.parallel)
         self.runs = SweepRuns(self.sweep_dir, self.launcher, self.compose, fixed, self.slots)
         reusable = self.runs.job_idx
-        self.write_log(
+        self.search_log.write(
             {
                 "event": "start",
                 "axes": self.axes,
@@ -322,39 +261,7 @@ class FrontierSweeperImpl:
         result.update(self.confirm_edge(axis, result))
         if result["stable"] is False:  # a flip at the edge: the two values bracket no single edge
             result["exact"] = False
-        fixed = {
-            k: getattr(baseline, k)
-            for k in ("batch", "context", "width", "dtype", "mode", "device", "warmup", "repeats")
-        }
-        fixed[axis] = None
-        self.write_log(
-            {
-                "event": "result",
-                **result,
-                "workload": baseline.workload_name,
-                "capacity_bytes": self.capacity if self.capacity is not None else baseline.capacity_bytes,
-                "fixed": fixed,
-                "peak_counter": PEAK_COUNTERS.get(self.counter, self.counter),
-            }
-        )
-        # after light probes the full-protocol runs at the edge (counted in runs_used) are the
-        # first confirmations: only the others are more runs
-        n_confirm = sum(len(v) for v in result.get("confirm_outcomes", {}).values())
-        if self.light:
-            n_confirm -= sum(1 for v in result.get("confirm_outcomes", {}).values() if v)
-        stable = {True: "yes", False: "NO (a confirmation flipped)", None: "not checked (nothing re-run)"}
-        log.info(
-            "frontier %s: %s; max_ok=%s min_oom=%s after %d search run(s) (%d reused) and %d more "
-            "confirmation run(s), stable: %s",
-            axis,
-            result["status"],
-            result["max_ok"],
-            result["min_oom"],
-            result["runs_used"],
-            result["runs_reused"],
-            max(n_confirm, 0),
-            stable[result["stable"]],
-        )
+        self.search_log.result(axis, result, baseline, self.capacity, self.counter, self.light)
         return result
 
     def dry_run_seed(self, axis: str, lattice: Lattice, baseline: RunSpec) -> int | None:
@@ -385,7 +292,7 @@ class FrontierSweeperImpl:
         start = min(max(getattr(baseline, axis) or lattice.lower, lattice.lower), lattice.upper)
         edge = predictor.search(start, lattice)
         error = edge["error"]
-        self.write_log(
+        self.search_log.write(
             {
                 "event": "dry_run",
                 "axis": axis,
@@ -439,27 +346,7 @@ class FrontierSweeperImpl:
                     run["reused"],
                     run["run_dir"],
                 )
-                self.write_log(
-                    {
-                        "event": event.replace(" ", "_"),
-                        "axis": axis,
-                        **probe.to_dict(),
-                        "peak_counter": self.counter,
-                        "capacity_bytes": run["capacity_bytes"],
-                        "spec_key": run["key"],
-                        "overrides": extra,
-                    }
-                )
-                log.info(
-                    "frontier %s %s=%d [%s] -> %s%s%s",
-                    event,
-                    axis,
-                    probe.value,
-                    probe.reason,
-                    outcome,
-                    "" if probe.expected is None or outcome == probe.expected else f" (predicted {probe.expected})",
-                    " (reused)" if run["reused"] else "",
-                )
+                self.search_log.probe(event, axis, probe, run, self.counter, extra, outcome)
         return search
 
     def verify_full(self, axis: str, lattice: Lattice, light: dict) -> tuple[dict, int, int]:
@@ -482,18 +369,8 @@ class FrontierSweeperImpl:
         runs = self.runs.run(axis, [(v, 0) for v in values], [])
         full = {v: axis_reading(r, axis, self.suspect)[0] for v, r in zip(values, runs)}
         for v, r in zip(values, runs):
-            self.write_log(
-                {
-                    "event": "verify",
-                    "axis": axis,
-                    "value": v,
-                    "light_outcome": "ok" if v == light["max_ok"] else "oom",
-                    "outcome": full[v],
-                    "message": r["message"],
-                    "run_dir": r["run_dir"],
-                    "reused": r["reused"],
-                    "spec_key": r["key"],
-                }
+            self.search_log.edge_run(
+                "verify", axis, v, r, full[v], light_outcome="ok" if v == light["max_ok"] else "oom"
             )
         used, reused = len(runs), sum(r["reused"] for r in runs)
         result = dict(light, verify_outcomes={str(v): o for v, o in full.items()})
@@ -559,18 +436,7 @@ class FrontierSweeperImpl:
         for run, (value, _) in zip(runs, wanted):
             outcome = axis_reading(run, axis, self.suspect)[0]
             out["confirm_outcomes"].setdefault(str(value), []).append(outcome)
-            self.write_log(
-                {
-                    "event": "confirm",
-                    "axis": axis,
-                    "value": value,
-                    "outcome": outcome,
-                    "message": run["message"],
-                    "run_dir": run["run_dir"],
-                    "reused": run["reused"],
-                    "spec_key": run["key"],
-                }
-            )
+            self.search_log.edge_run("confirm", axis, value, run, outcome)
         for value, side in values:
             outcomes = out["confirm_outcomes"].get(str(value), [])
             other = [o for o in outcomes if o in STOP_OUTCOMES]
@@ -587,12 +453,3 @@ class FrontierSweeperImpl:
         out["status"] = result["status"]
         out["stopped_by"], out["stop_value"] = result["stopped_by"], result["stop_value"]
         return out
-
-    def write_log(self, event: dict) -> None:
-        """Append ``event`` (one decision, a JSON object; the session is added) to
-        search.jsonl, which is never rewritten, and sync it to disk."""
-        event = {"session": self.session, **event}
-        with open(self.sweep_dir / SEARCH_LOG, "a") as f:
-            f.write(json.dumps(event, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())

@@ -9,10 +9,11 @@ from omegaconf import DictConfig
 
 from conf.contract import RECORD_FILE, STDERR_FILE, RunSpec, predicted_outcome, run_peak, try_read
 
+from .errors import InputRefused
 from .owner import guard_launcher_worker
 from .pool import placement
 from .process import execute
-from .spec import launch_settings, probe_device, spec_or_exit
+from .spec import checked_spec, launch_settings, probe_device
 
 log = logging.getLogger("memsweep")
 
@@ -28,7 +29,8 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     is above the capacity, None without a capacity), which ``memsweep run`` exits with.
 
     Raises:
-        SystemExit(2): bad input, with a message naming the field (before any worker starts).
+        InputRefused: bad input, naming the field (before any worker starts); ``sweeper.cli``
+            prints it and exits 2.
         sweeper.process.RunDirError: the job directory already holds a run.
     """
     from hydra.core.hydra_config import HydraConfig
@@ -38,8 +40,8 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        spec = spec_or_exit(cfg)
-    except SystemExit:
+        spec = checked_spec(cfg)
+    except InputRefused:
         if new_run_dir and hydra_cfg.mode == RunMode.RUN:  # a refused `memsweep run` leaves no empty directory
             remove_bookkeeping_only(run_dir)
         raise

@@ -12,7 +12,6 @@ launched, then all of them go to ``self.launcher`` in one batch, largest first
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,16 +20,25 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 from conf.contract import AXES, SPEC_FILE, SpecError
+
+from .errors import InputRefused
 
 log = logging.getLogger("memsweep")
 
 
 @dataclass
 class OvatSweeperConf:
-    _target_: str = "hydra_plugins.memsweep.memsweep_sweepers.OvatSweeper"
+    """The settings of ``hydra/sweeper=ovat`` (``hydra.sweeper.*``), registered by the plugin
+    shim ``hydra_plugins.memsweep.memsweep_sweepers``; ``order`` is checked by ``launch_order``.
+
+    ``_target_`` (the plugin class Hydra instantiates) is filled in by the shim from the class
+    itself when it registers this node: this module cannot import the shim, which imports it.
+    """
+
+    _target_: str = MISSING
     # Launch at most this many conditions per launcher call (None: all at once).
     max_batch_size: int | None = None
     # The order of the jobs: "largest_first" (by batch x context x width, see launch_order) or
@@ -101,6 +109,7 @@ class OvatSweeperImpl:
         self.hydra_context: HydraContext | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        """Hydra's Sweeper.setup: keep the config and context, instantiate the launcher."""
         self.config = config
         self.hydra_context = hydra_context
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -156,8 +165,20 @@ class OvatSweeperImpl:
         changed, or a memsweep that ordered otherwise): each condition whose spec a job directory
         holds goes back to that number (``hydra.sweep.subdir`` = the job number, the default),
         the others fill the free numbers in launch order. Checked before anything is written
-        (multirun.yaml included); a job directory holding a condition of another sweep, or an
-        unreadable spec, exits 2."""
+        (multirun.yaml included).
+
+        Args:
+            sweep_dir: the sweep directory.
+            batches: each condition's overrides, in launch order.
+            specs: each condition's spec, in the same order.
+
+        Returns:
+            (batches, specs), reordered so that each condition found keeps its job number.
+
+        Raises:
+            InputRefused: a job directory holds a condition of another sweep, or an unreadable
+                spec (``sweeper.cli`` prints it and exits 2).
+        """
         from .process import RunDirError, stored_spec
 
         subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
@@ -178,11 +199,9 @@ class OvatSweeperImpl:
                     )
                 placed[specs.index(found)] = number
         except RunDirError as exc:
-            print(
-                f"memsweep: error: {exc} (this directory holds a different sweep; resuming needs the same conditions)",
-                file=sys.stderr,
-            )
-            raise SystemExit(2) from None
+            raise InputRefused(
+                exc, "this directory holds a different sweep; resuming needs the same conditions"
+            ) from None
         if all(condition == number for condition, number in placed.items()):
             return batches, specs
         free = iter(n for n in range(len(specs)) if n not in placed.values())
@@ -200,7 +219,8 @@ class OvatSweeperImpl:
         every condition would silently override it.
 
         Raises:
-            SystemExit(2): the baseline refused, the message naming the field and the way out.
+            InputRefused: the baseline refused, naming the field and (in its note) the way out;
+                ``sweeper.cli`` prints it and exits 2.
         """
         from .spec import launch_settings, spec_from_config
 
@@ -214,16 +234,15 @@ class OvatSweeperImpl:
         if len(axes) == 1 and "" not in axes and error.field not in axes:
             log.info("the baseline (%s) is not one of the conditions and is not run", error)
             return
-        hint = ""
+        note = None
         if len(axes - {""}) == 1 and error.field not in axes:
             (axis,) = axes - {""}
-            hint = (
-                f" (this is the sweep's baseline, {axis}={self.config.get(axis)} from conf/config.yaml, which the "
+            note = (
+                f"this is the sweep's baseline, {axis}={self.config.get(axis)} from conf/config.yaml, which the "
                 f"sweep also runs because a value of {axis} equals it: leave {axis}={self.config.get(axis)} out of "
-                f"the list and the other values run without it)"
+                f"the list and the other values run without it"
             )
-        print(f"memsweep: error: {error}{hint}", file=sys.stderr)
-        raise SystemExit(2)
+        raise InputRefused(error, note)
 
     def local_bound(self, specs: list) -> int | None:
         """Jobs per launch under submitit_local, which starts every job of a launch at once: the
@@ -248,40 +267,52 @@ class OvatSweeperImpl:
         return size
 
     def sweep(self, arguments: list[str]) -> Any:
+        """Hydra's Sweeper.sweep: plan the conditions, validate every one, then launch them all
+        (``launch_order``, in batches of ``max_batch_size``, or under submitit_local of the
+        pool's size: ``local_bound``), each a fresh worker process.
+
+        Args:
+            arguments: the command line's overrides (fixed ones, and ``axis=v1,v2`` sweeps).
+
+        Returns:
+            The launcher's JobReturn lists, one per launch.
+
+        Raises:
+            InputRefused: bad input (a setting, an override, the baseline, a condition's config,
+                a sweep with nothing to run, a directory holding another sweep), before any
+                worker starts; ``sweeper.cli`` prints it and
+                exits 2.
+            Exception: whatever a launched job raised in the orchestrator (re-raised by
+                ``JobReturn.return_value``).
+        """
         from .inputs import check_sweep_config
         from .lost_workers import launch_surviving
         from .process import share_fork_server
-        from .spec import launch_settings, spec_or_exit
+        from .spec import checked_spec, launch_settings
 
         try:
             batches = self.job_overrides(arguments)
             launch_order([], self.order)  # checks the setting before anything starts
             check_sweep_config(self.config)
         except SpecError as exc:
-            print(f"memsweep: error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+            raise InputRefused(exc) from None
         # Bad input fails here, before any worker starts: the baseline itself (even when every
         # condition overrides one of its values), then every condition.
         self.check_baseline()
         if not batches:
             sweep = self.config.get("sweep")
-            print(
-                "memsweep: error: "
-                + str(
-                    SpecError(
-                        "sweep",
-                        sweep.get("name") if sweep is not None else None,
-                        "a sweep with values to run: sweep=batch|context|width|dtype|ovat, or lists on the command "
-                        "line (batch=1,2,4); `memsweep run` measures one condition",
-                    )
-                ),
-                file=sys.stderr,
+            raise InputRefused(
+                SpecError(
+                    "sweep",
+                    sweep.get("name") if sweep is not None else None,
+                    "a sweep with values to run: sweep=batch|context|width|dtype|ovat, or lists on the command "
+                    "line (batch=1,2,4); `memsweep run` measures one condition",
+                )
             )
-            raise SystemExit(2)
         # The fork server imports torch while the conditions are checked; the launcher's
         # worker processes will fork their runs from it too.
         share_fork_server(launch_settings(self.config)["isolation"])
-        specs = [spec_or_exit(condition) for condition in self.conditions(batches)]
+        specs = [checked_spec(condition) for condition in self.conditions(batches)]
         order = launch_order(specs, self.order)
         batches, specs = [batches[i] for i in order], [specs[i] for i in order]
         sweep_dir = Path(self.config.hydra.sweep.dir)

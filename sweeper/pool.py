@@ -27,6 +27,8 @@ POOLS = ("gpus", "cores", "none")
 
 
 def default_lease_dir() -> Path:
+    """The directory of the lease files (one lock file per slot) shared by every orchestrator
+    of this user on this host: ``<tmp>/memsweep-leases-<uid>``."""
     return Path(tempfile.gettempdir()) / f"memsweep-leases-{os.getuid()}"
 
 

@@ -12,12 +12,11 @@ import dataclasses
 import json
 import os
 import re
-import sys
 from typing import Any
 
 from conf.contract import (
+    AXES,
     DEFAULT_ISOLATION,
-    EXIT_BAD_INPUT,
     ISOLATIONS,
     MODES,
     RunSpec,
@@ -30,11 +29,10 @@ from conf.contract import (
 )
 from conf.contract.ask import ask_worker as ask
 
+from .errors import InputRefused
+
 LOAD_KEYS = (
-    "batch",
-    "context",
-    "width",
-    "dtype",
+    *AXES,
     "mode",
     "device",
     "capacity",
@@ -45,12 +43,11 @@ LOAD_KEYS = (
     "seed",
     "threads",
     "fault",
-    # mode options (conf.contract.RunSpec)
+    # mode options (conf.contract.RunSpec; eval_batch, an axis too, is among AXES)
     "precision",
     "optimizer",
     "checkpointing",
     "micro_steps",
-    "eval_batch",
     "export",
     "new_tokens",
     "kv_cache",
@@ -155,18 +152,27 @@ def launch_settings(cfg: Any) -> dict:
     return settings
 
 
-def spec_or_exit(cfg: Any) -> RunSpec:
-    """``spec_from_config``, turning bad input into a one-line message and exit status 2.
+def checked_spec(cfg: Any) -> RunSpec:
+    """``launch_settings`` and ``spec_from_config`` of a config composed inside Hydra, bad input
+    refused as ``InputRefused``.
 
-    SystemExit passes through Hydra's job runner (it only catches Exception), so nothing
-    is launched and no traceback hides the message.
+    ``InputRefused`` passes through Hydra's job runner (it only catches Exception), so nothing
+    is launched and no traceback hides the message: ``sweeper.cli`` prints it and exits 2.
+
+    Args:
+        cfg: the composed config (a run, a sweep's baseline, or one of its conditions).
+
+    Returns:
+        Its ``RunSpec``.
+
+    Raises:
+        InputRefused: the first bad field, carrying the ``SpecError`` (field, value, accepted).
     """
     try:
         launch_settings(cfg)
         return spec_from_config(cfg)
     except SpecError as exc:
-        print(f"memsweep: error: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_INPUT) from None
+        raise InputRefused(exc) from None
 
 
 def spec_from_config(cfg: Any) -> RunSpec:

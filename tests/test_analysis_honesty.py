@@ -3,8 +3,9 @@ summaries of several loads in one directory. Run directories are written by hand
 
 import json
 
-from analysis.cli import analyze, format_frontier
+from analysis.cli import analyze
 from analysis.frontier import frontier_table
+from analysis.outputs import format_frontier
 from analysis.report import build_report, parse_margin
 from analysis.tables import build_tables
 

@@ -9,6 +9,10 @@ Checked on the source of every module (imports inside functions included), by it
 
 And, in a fresh interpreter, importing the sweeper's CLI, the analysis tables and the contract
 leaves torch out of ``sys.modules``.
+
+And only the command-line layer prints or exits (``print``, ``sys.exit``, ``exit``,
+``SystemExit``): library code raises typed errors that the command line turns into a message
+and an exit status.
 """
 
 import ast
@@ -91,3 +95,53 @@ def test_sweeper_cli_analysis_and_contract_leave_torch_unimported():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# Where printing and exiting belong, and why (paths relative to the repository).
+COMMAND_LINE = {
+    "sweeper/cli.py": "the memsweep command",
+    "sweeper/callbacks.py": "Hydra's hooks into the terminal of a multirun: progress lines, the report's path",
+    "analysis/cli.py": "memsweep analyze (also shown at a sweep's end)",
+    "analysis/report/cli.py": "memsweep report",
+    "analysis/estimate/cli.py": "memsweep estimate",
+    "worker/main.py": "the worker process's command lines",
+    "worker/__main__.py": "python -m worker",
+    "worker/forkserver.py": "the fork server process: its 'ready' line is the handshake its client reads",
+}
+EXIT_NAMES = {"exit", "quit", "SystemExit"}
+
+
+def _stderr_print(node: ast.Call) -> bool:
+    """``print(..., file=sys.stderr)``: in the worker, the run's own log (stderr.log)."""
+    return any(
+        k.arg == "file" and isinstance(k.value, ast.Attribute) and k.value.attr == "stderr" for k in node.keywords
+    )
+
+
+def prints_and_exits(path: Path) -> list[tuple[int, str]]:
+    """(line, what) of every print, sys.exit/exit/quit call and SystemExit in ``path``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id == "print":
+                if not (path.relative_to(ROOT).parts[0] == "worker" and _stderr_print(node)):
+                    out.append((node.lineno, "print"))
+            elif isinstance(f, ast.Name) and f.id in EXIT_NAMES:
+                out.append((node.lineno, f.id))
+            elif isinstance(f, ast.Attribute) and f.attr == "exit" and isinstance(f.value, ast.Name):
+                out.append((node.lineno, f"{f.value.id}.exit"))
+        elif isinstance(node, ast.Raise) and isinstance(node.exc, ast.Name) and node.exc.id == "SystemExit":
+            out.append((node.lineno, "raise SystemExit"))
+    return out
+
+
+def test_only_the_command_line_layer_prints_or_exits():
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {what}"
+        for top in ("worker", "sweeper", "analysis", "conf", "hydra_plugins")
+        for path in sources(top)
+        if path.relative_to(ROOT).as_posix() not in COMMAND_LINE
+        for line, what in prints_and_exits(path)
+    ]
+    assert not bad, "print or exit outside the command-line layer (raise a typed error instead):\n" + "\n".join(bad)

@@ -158,6 +158,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
             "error", EXIT_UNAVAILABLE, error_type="TorchUnavailable", message=f"PyTorch is not installed: {exc}"
         )
     from .counters import (
+        CpuCounters,
         DeviceNotFree,
         DryRunCounters,
         apply_cpu_allocator_capacity,
@@ -222,11 +223,14 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     try:  # set-up: a failure here is an error of the run, attributed to no phase
         if spec.threads:
             torch.set_num_threads(spec.threads)
-        counters = DryRunCounters(device) if spec.dry_run else make_counters(device, spec.devices)
+        dry_counters = DryRunCounters(device) if spec.dry_run else None
+        counters = dry_counters if dry_counters is not None else make_counters(device, spec.devices)
         counters.start()
-        if spec.dry_run:  # a prediction: nothing of the host's (nor the device's) memory belongs in the record
+        total: int | None
+        free: int | None
+        if dry_counters is not None:  # a prediction: nothing of the host's (nor the device's) memory belongs
             total = free = None
-            rec.data["prediction_rounding"] = counters.rounding
+            rec.data["prediction_rounding"] = dry_counters.rounding
         else:
             total, free, _ = device_memory(device)
         rec.data.update(
@@ -238,8 +242,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
             device_free_memory_start=free,
             environment=environment(device, dry_run=spec.dry_run),
         )
-        if spec.dry_run and device.type == "cuda":
-            rec.data["environment"]["fake_cuda_guard"] = counters.cuda_guard
+        if dry_counters is not None and device.type == "cuda":
+            rec.data["environment"]["fake_cuda_guard"] = dry_counters.cuda_guard
         capacity = {"capacity_method": "device total_memory"}
         if spec.dry_run:
             capacity = {"capacity_method": "none (dry run: fake tensors use no memory; nothing is limited)"}
@@ -250,6 +254,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
                 torch.ones(64, 64) @ torch.ones(64, 64)  # start the intra-op thread pool before the limit
                 capacity = apply_cpu_process_capacity(spec.capacity_bytes)
             else:
+                assert isinstance(counters, CpuCounters)  # make_counters: the CPU
                 capacity = apply_cpu_allocator_capacity(counters, spec.capacity_bytes)
         rec.data.update(
             capacity_bytes=spec.capacity_bytes if spec.capacity_bytes is not None else total, capacity=capacity
@@ -271,8 +276,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     try:  # imports the spec needs (transformers, bitsandbytes, the user's modules): no phase yet
         workload = build_workload(spec, device, rec.path.parent)
         workload.prepare()
-        if spec.dry_run:  # the roles that split each phase's predicted peak
-            counters.roles = workload.storage_roles
+        if dry_counters is not None:  # the roles that split each phase's predicted peak
+            dry_counters.roles = workload.storage_roles
     except DependencyMissing as exc:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="DependencyMissing", message=str(exc))
     except Exception as exc:  # noqa: BLE001
@@ -302,19 +307,19 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         rec.data["current_phase"] = name
         rec.save()
         phase = run_phase(counters, name, step.body, step.iterations, spec.fault, rec.path, step.meta, step.after)
-        exc = phase.pop("_exception", None)
+        failure = phase.pop("_exception", None)
         rec.data["phases"].append(phase)
-        if exc is not None:
-            traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-            unsupported = dry_run_unsupported(exc) if spec.dry_run else None
+        if failure is not None:
+            traceback.print_exception(type(failure), failure, failure.__traceback__, file=sys.stderr)
+            unsupported = dry_run_unsupported(failure) if spec.dry_run else None
             if unsupported:
                 phase.update(status="error", error_type="DryRunUnsupported", error_message=unsupported)
                 return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported", message=unsupported)
             code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
             if phase["status"] == "oom" and spec.snapshot_on_oom and snapshot_off is None:
-                finish = functools.partial(rec.finish, "oom", code, phase=name, exc=exc)
+                finish = functools.partial(rec.finish, "oom", code, phase=name, exc=failure)
                 return save_oom_then_dump(rec, finish, rec.path.parent, torch.cuda.memory)
-            return rec.finish(phase["status"], code, phase=name, exc=exc)
+            return rec.finish(phase["status"], code, phase=name, exc=failure)
         if name == MODEL_LOAD:
             rec.data["model"] = workload.model_info()
         if step.release is not None:

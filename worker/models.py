@@ -79,23 +79,26 @@ class KVCache:
         """Store ``k``, ``v`` (batch, kv_heads, new, head_dim) at positions start..start+new-1;
         return all keys and values held for this layer (batch, kv_heads, start+new, head_dim)."""
         end = start + k.shape[2]
+        keys, values = self.keys[layer], self.values[layer]
         if self.kind == "dynamic":
-            if self.keys[layer] is None:
-                self.keys[layer], self.values[layer] = k, v
+            if keys is None or values is None:
+                out_k, out_v = k, v
             else:
-                self.keys[layer] = torch.cat([self.keys[layer], k], dim=2)
-                self.values[layer] = torch.cat([self.values[layer], v], dim=2)
-            out_k, out_v = self.keys[layer], self.values[layer]
+                out_k, out_v = torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)
+            self.keys[layer], self.values[layer] = out_k, out_v
         else:
-            if end > self.capacity:
-                raise ValueError(f"static KV cache full: {end} tokens > capacity {self.capacity}")
-            if self.keys[layer] is None:
-                shape = (k.shape[0], k.shape[1], self.capacity, k.shape[3])
-                self.keys[layer] = torch.zeros(shape, dtype=k.dtype, device=k.device)
-                self.values[layer] = torch.zeros(shape, dtype=v.dtype, device=v.device)
-            self.keys[layer][:, :, start:end] = k
-            self.values[layer][:, :, start:end] = v
-            out_k, out_v = self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+            capacity = self.capacity
+            assert capacity is not None  # a static cache is built with its capacity (__init__)
+            if end > capacity:
+                raise ValueError(f"static KV cache full: {end} tokens > capacity {capacity}")
+            if keys is None or values is None:
+                shape = (k.shape[0], k.shape[1], capacity, k.shape[3])
+                keys = torch.zeros(shape, dtype=k.dtype, device=k.device)
+                values = torch.zeros(shape, dtype=v.dtype, device=v.device)
+                self.keys[layer], self.values[layer] = keys, values
+            keys[:, :, start:end] = k
+            values[:, :, start:end] = v
+            out_k, out_v = keys[:, :, :end], values[:, :, :end]
         if layer == len(self.keys) - 1:
             self.length = end
         return out_k, out_v

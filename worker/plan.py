@@ -72,6 +72,41 @@ class PhaseStep:
         return {"parent": self.parent, "sub_phase": self.sub_phase, "step": self.step, "micro_step": self.micro_step}
 
 
+def sub_phase(
+    parent: str,
+    name: str,
+    body: Callable[[], object],
+    step: int,
+    micro_step: int | None = None,
+    after: Callable[[], dict] | None = None,
+    release: Callable[[], None] | None = None,
+) -> PhaseStep:
+    """A sub-phase of ``parent``, recorded as ``<parent>.<name>`` (``conf.contract.sub_phase_names``).
+
+    Args:
+        parent: the parent phase (``cold_step``, ``warm_generate``...).
+        name: the sub-phase (``forward``, ``prefill``...).
+        body: the phase body (no argument).
+        step: the step's or generation's index within the parent (0-based).
+        micro_step: the micro-step of a forward, loss or backward sub-phase, else None.
+        after: sizes by construction a successful sub-phase adds to its record, or None.
+        release: called once the sub-phase is recorded, or None.
+
+    Returns:
+        Its ``PhaseStep`` (one iteration).
+    """
+    return PhaseStep(
+        f"{parent}.{name}",
+        body,
+        parent=parent,
+        sub_phase=name,
+        step=step,
+        micro_step=micro_step,
+        after=after,
+        release=release,
+    )
+
+
 def plan(spec: RunSpec, w: Workload) -> list[PhaseStep]:
     """The run's phases in order, for ``run_phase``.
 
@@ -87,48 +122,18 @@ def plan(spec: RunSpec, w: Workload) -> list[PhaseStep]:
     def train_step(parent: str, index: int) -> list[PhaseStep]:
         out = []
         for m in range(spec.micro_steps):
-            sub = functools.partial(PhaseStep, parent=parent, step=index, micro_step=m)
             out += [
-                sub(f"{parent}.{FORWARD}", functools.partial(w.step_forward, m), sub_phase=FORWARD),
-                sub(f"{parent}.{LOSS}", functools.partial(w.step_loss, m), sub_phase=LOSS),
-                sub(
-                    f"{parent}.{BACKWARD}",
-                    functools.partial(w.step_backward, m),
-                    sub_phase=BACKWARD,
-                    after=w.gradient_bytes,
-                ),
+                sub_phase(parent, FORWARD, functools.partial(w.step_forward, m), index, m),
+                sub_phase(parent, LOSS, functools.partial(w.step_loss, m), index, m),
+                sub_phase(parent, BACKWARD, functools.partial(w.step_backward, m), index, m, after=w.gradient_bytes),
             ]
-        out.append(
-            PhaseStep(
-                f"{parent}.{OPTIMIZER_STEP}",
-                w.step_optimizer,
-                parent=parent,
-                sub_phase=OPTIMIZER_STEP,
-                step=index,
-                after=w.optimizer_state_bytes,
-            )
-        )
+        out.append(sub_phase(parent, OPTIMIZER_STEP, w.step_optimizer, index, after=w.optimizer_state_bytes))
         return out
 
     def generation(parent: str, index: int) -> list[PhaseStep]:
         return [
-            PhaseStep(
-                f"{parent}.{PREFILL}",
-                w.gen_prefill,
-                parent=parent,
-                sub_phase=PREFILL,
-                step=index,
-                after=w.kv_cache_info,
-            ),
-            PhaseStep(
-                f"{parent}.{DECODE}",
-                w.gen_decode,
-                parent=parent,
-                sub_phase=DECODE,
-                step=index,
-                after=w.kv_cache_info,
-                release=w.end_generation,
-            ),
+            sub_phase(parent, PREFILL, w.gen_prefill, index, after=w.kv_cache_info),
+            sub_phase(parent, DECODE, w.gen_decode, index, after=w.kv_cache_info, release=w.end_generation),
         ]
 
     if spec.mode == "train":

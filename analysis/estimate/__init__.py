@@ -74,7 +74,6 @@ from .training import (
 from .transformer import ParamTensor, TransformerConfig, estimate_transformer
 from .workloads import (
     ACTIVATION_SAVES_OUTPUT,
-    CUDA_BLOCK,
     PhaseEstimate,
     estimate_for_spec,
     estimate_mlp,
@@ -141,7 +140,6 @@ __all__ = [
     "model_from_count",
     "describe_config",
     # workloads
-    "CUDA_BLOCK",
     "PhaseEstimate",
     "mlp_param_shapes",
     "ACTIVATION_SAVES_OUTPUT",

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import sys
 from fractions import Fraction
+from typing import Any
 
 from conf.contract import GB, GiB
 
@@ -257,22 +258,26 @@ def _dense(args: argparse.Namespace) -> tuple[Breakdown, str]:
     return b, title
 
 
-def _bare_activations(args: argparse.Namespace) -> int:
-    missing = [f for f in ("batch", "seq_len", "layers", "hidden_size", "heads") if getattr(args, f) is None]
+def _require(args: argparse.Namespace, names: tuple[str, ...], needs: str) -> None:
+    """Raise UsageError ``<needs> (missing --<first name missing>)`` unless every option of
+    ``names`` (argparse destinations) was given."""
+    missing = [f for f in names if getattr(args, f) is None]
     if missing:
-        raise UsageError(
-            "--activations without --config needs --batch, --seq-len, --layers, --hidden-size, "
-            f"--heads (missing --{missing[0].replace('_', '-')})"
-        )
-    kw = dict(
-        kv_heads=args.kv_heads,
-        head_dim=args.head_dim,
-        ffn_hidden=args.ffn_hidden,
-        gated_mlp=args.gated_mlp,
-        act_bytes=args.act_bytes,
-        dropout=args.dropout,
-        fused_attention=args.fused_attention,
+        raise UsageError(f"{needs} (missing --{missing[0].replace('_', '-')})")
+
+
+def _options(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
+    """The options ``names`` (argparse destinations) as keyword arguments."""
+    return {name: getattr(args, name) for name in names}
+
+
+def _bare_activations(args: argparse.Namespace) -> int:
+    _require(
+        args,
+        ("batch", "seq_len", "layers", "hidden_size", "heads"),
+        "--activations without --config needs --batch, --seq-len, --layers, --hidden-size, --heads",
     )
+    kw = _options(args, ("kv_heads", "head_dim", "ffn_hidden", "gated_mlp", "act_bytes", "dropout", "fused_attention"))
     layer = transformer_layer_activation_bytes(
         args.seq_len, args.batch, args.hidden_size, args.heads, recompute=args.recompute, **kw
     )
@@ -354,19 +359,8 @@ def _workload(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseEstim
             raise UsageError(f"--{flag.replace('fmt', 'format')} does not apply to --workload (its dtype decides)")
     if args.train or args.activations or args.kv_tokens is not None:
         raise UsageError("--workload mlp is estimated whole: use --mode train instead of --train/--activations")
-    missing = [f for f in ("batch", "context", "width") if getattr(args, f) is None]
-    if missing:
-        raise UsageError(f"--workload mlp needs --batch, --context and --width (missing --{missing[0]})")
-    kw = dict(
-        dtype=args.dtype,
-        mode=args.mode,
-        depth=args.depth,
-        hidden=args.hidden,
-        activation=args.activation,
-        device=args.device,
-        warmup=args.warmup,
-        repeats=args.repeats,
-    )
+    _require(args, ("batch", "context", "width"), "--workload mlp needs --batch, --context and --width")
+    kw = _options(args, ("dtype", "mode", "depth", "hidden", "activation", "device", "warmup", "repeats"))
     phases = mlp_phases(args.batch, args.context, args.width, **kw)
     b = estimate_mlp(args.batch, args.context, args.width, **kw)
     title = (

@@ -145,42 +145,37 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
         raise ValueError(f"config has no {missing[0]} (nor its gpt2-style alias)")
     head_dim = resolve_head_dim(hidden, heads, _get(cfg, "head_dim"))
     kv_heads = _get(cfg, "num_key_value_heads", default=heads)
-    tie = bool(cfg.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT))
-    dtype = _get(cfg, "torch_dtype", "dtype")
+    # what every architecture reads the same way
+    shape: dict[str, Any] = {
+        "model_type": model_type,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab": vocab,
+        "tie_embeddings": bool(cfg.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT)),
+        "dtype": _get(cfg, "torch_dtype", "dtype"),
+    }
     if gpt2_like:
         return TransformerConfig(
-            model_type=model_type,
-            layers=layers,
-            hidden=hidden,
-            heads=heads,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
+            **shape,
             ffn_hidden=_get(cfg, "n_inner", "intermediate_size", default=4 * hidden),
-            vocab=vocab,
             gated_mlp=False,
-            tie_embeddings=tie,
             learned_positions=_get(cfg, "n_positions", "max_position_embeddings", default=0),
             norm="layernorm",
             qkv_bias=True,
             o_bias=True,
             mlp_bias=True,
-            dtype=dtype,
         )
     window = cfg.get("sliding_window")
     if cfg.get("use_sliding_window") is False:
         window = None
     attention_bias = bool(cfg.get("attention_bias", model_type == "qwen2"))
     return TransformerConfig(
-        model_type=model_type,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
+        **shape,
         ffn_hidden=_get(cfg, "intermediate_size", default=4 * hidden),
-        vocab=vocab,
         gated_mlp=True,
-        tie_embeddings=tie,
         norm="rmsnorm",
         qkv_bias=attention_bias,
         o_bias=attention_bias and model_type != "qwen2",
@@ -189,7 +184,6 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
         extra_layer_norms=2 if model_type in ("gemma2", "gemma3_text") else 0,
         sliding_window=window,
         layer_types=_layer_types(cfg, model_type, layers) if window else None,
-        dtype=dtype,
     )
 
 

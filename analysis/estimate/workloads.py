@@ -12,13 +12,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from conf.contract import CUDA_BLOCK_BYTES
+
 from .breakdown import COMPONENTS, Breakdown, ceil_div, check_int
 from .formats import DTYPE_BYTES
-
-CUDA_BLOCK = 512
-"""The CUDA caching allocator rounds every request up to a multiple of 512 bytes
-(c10/cuda/CUDACachingAllocator.cpp, ``kMinBlockSize``); ``memory_allocated`` counts the
-rounded sizes."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,13 +45,15 @@ class PhaseEstimate:
 class _Tape:
     """Replays allocations and frees; tracks live bytes by category and the peak.
 
-    On ``cuda`` each allocation is rounded up to ``CUDA_BLOCK`` bytes (an empty one stays 0),
+    On ``cuda`` each allocation is rounded up to ``CUDA_BLOCK_BYTES`` bytes (an empty one stays 0),
     as the caching allocator's ``memory_allocated`` counts it; on ``cpu`` sizes are exact.
     """
 
     def __init__(self, device_kind: str):
         self.round = (
-            (lambda n: ceil_div(n, CUDA_BLOCK) * CUDA_BLOCK if n else 0) if device_kind == "cuda" else (lambda n: n)
+            (lambda n: ceil_div(n, CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES if n else 0)
+            if device_kind == "cuda"
+            else (lambda n: n)
         )
         self.live: dict[str, tuple[int, str]] = {}
         self.by_cat = {c: 0 for c in COMPONENTS}

@@ -207,10 +207,7 @@ def predicted_section(doc: Doc, predicted: list[dict]) -> None:
         (["sweep"] if several else [])
         + [
             "run",
-            "batch",
-            "context",
-            "width",
-            "dtype",
+            *AXES,
             "mode",
             "device",
             "capacity B",
@@ -222,10 +219,7 @@ def predicted_section(doc: Doc, predicted: list[dict]) -> None:
             ([r["sweep_dir"]] if several else [])
             + [
                 r["run_id"],
-                r.get("batch"),
-                r.get("context"),
-                r.get("width"),
-                r.get("dtype"),
+                *(r.get(a) for a in AXES),
                 r.get("mode"),
                 r.get("device"),
                 nbytes(r.get("capacity_bytes")),

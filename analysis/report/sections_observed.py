@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from conf.contract import gib
+from conf.contract import AXES, gib
 
 from ..doc import Doc, Image
 from .fmt import axis_label, nbytes, pct
@@ -83,16 +83,12 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
     doc.h(2, "Runs and outcomes")
     several = len({r["sweep_dir"] for r in runs}) > 1
     doc.table(
-        (["sweep"] if several else [])
-        + ["run", "batch", "context", "width", "dtype", "mode", "outcome", "failed phase", "error", "wall s"],
+        (["sweep"] if several else []) + ["run", *AXES, "mode", "outcome", "failed phase", "error", "wall s"],
         [
             ([r["sweep_dir"]] if several else [])
             + [
                 r["run_id"],
-                r.get("batch"),
-                r.get("context"),
-                r.get("width"),
-                r.get("dtype"),
+                *(r.get(a) for a in AXES),
                 r.get("mode"),
                 r.get("outcome") or "unfinished",
                 r.get("failed_phase"),

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..cli import OUTPUTS
 from ..doc import to_html, to_markdown
 from ..frontier import frontier_table
+from ..outputs import OUTPUTS
 from ..tables import build_tables
 from .build import Report, build_report
 from .margin import parse_margin
@@ -108,7 +108,7 @@ def find_analysis_files(sweep_dir: Path) -> list[Path]:
         sweep_dir: a sweep directory.
 
     Returns:
-        The paths of the three tables (analysis.cli.OUTPUTS) of the newest ``analysis/<time>/``
+        The paths of the three tables (analysis.outputs.OUTPUTS) of the newest ``analysis/<time>/``
         directory that holds all three; else those of the three present in ``sweep_dir``
         itself (possibly none).
     """

@@ -11,42 +11,38 @@ from typing import Any
 from .errors import SpecError
 
 
+def int_in_range(name: str, value: Any, minimum: int, maximum: int) -> int:
+    """Check an integer in [minimum, maximum] (a bool is not an integer here).
+
+    Args:
+        name: the field, for the error.
+        value: the value given.
+        minimum: the smallest value accepted.
+        maximum: the largest value accepted.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        SpecError: not an integer in range ("an integer from <minimum> to <maximum>").
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise SpecError(name, value, f"an integer from {minimum} to {maximum}")
+    return value
+
+
 def positive_int(name: str, value: Any, maximum: int = 2**40) -> int:
-    """Check an integer in [1, maximum] (a bool is not an integer here).
+    """Check a count or size, at least 1 (``int_in_range`` from 1).
 
     Args:
         name: the field, for the error.
         value: the value given.
-        maximum: the largest value accepted.
+        maximum: the largest value accepted (2**40 unless the field has its own bound).
 
     Returns:
-        ``value``.
-
-    Raises:
-        SpecError: not an integer in range.
+        ``value``; else SpecError "an integer from 1 to <maximum>".
     """
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise SpecError(name, value, f"an integer from 1 to {maximum}")
-    return value
-
-
-def nonneg_int(name: str, value: Any, maximum: int = 10**6) -> int:
-    """Check an integer in [0, maximum] (a bool is not an integer here).
-
-    Args:
-        name: the field, for the error.
-        value: the value given.
-        maximum: the largest value accepted.
-
-    Returns:
-        ``value``.
-
-    Raises:
-        SpecError: not an integer in range.
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
-        raise SpecError(name, value, f"an integer from 0 to {maximum}")
-    return value
+    return int_in_range(name, value, 1, maximum)
 
 
 def optional_positive(name: str, value: Any, maximum: int = 2**40) -> int | None:

@@ -24,6 +24,11 @@ class SpecError(ValueError):
         self.field, self.value, self.accepted = field, value, accepted
         super().__init__(f"invalid {field}={value!r}: expected {accepted}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as (class, (field, value, accepted)), so that the error crosses a process
+        boundary (a launcher's worker process) whole."""
+        return (type(self), (self.field, self.value, self.accepted))
+
 
 class RecordError(ValueError):
     """A spec, record or result file that cannot be read: missing, corrupt, truncated or of an

@@ -265,7 +265,7 @@ def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | N
         A phase of a run on several devices (a ``devices`` list) counts with the largest value
         over its devices: the capacity caps every device, so the fullest one is compared with it.
     """
-    values: list = []
+    values: list[object] = []
     for p in phases:
         if names is None or p.get("name") in names or p.get("parent") in names:
             values.append(p.get(counter))

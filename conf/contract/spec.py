@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .attribution import planned_phases
-from .checks import choice, nonneg_int, positive_int
+from .checks import choice, int_in_range, positive_int
 from .errors import SpecError
 from .record import SCHEMA_VERSION
 from .units import parse_size
@@ -183,7 +183,7 @@ class RunSpec:
                 "measured run; a GPU capacity caps the caching allocator "
                 "(torch.cuda.set_per_process_memory_fraction), a dry run limits nothing",
             )
-        nonneg_int("warmup", self.warmup)
+        int_in_range("warmup", self.warmup, 0, 10**6)
         positive_int("repeats", self.repeats, 10**6)
         if (
             isinstance(self.timeout_s, bool)
@@ -191,7 +191,7 @@ class RunSpec:
             or not 0 < self.timeout_s <= 7 * 24 * 3600
         ):
             raise SpecError("timeout_s", self.timeout_s, "a number of seconds in (0, 604800]")
-        nonneg_int("seed", self.seed, 2**63 - 1)
+        int_in_range("seed", self.seed, 0, 2**63 - 1)
         if self.threads is not None:
             positive_int("threads", self.threads, 1024)
         if self.fault is not None:

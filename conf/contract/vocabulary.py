@@ -162,6 +162,13 @@ batch x tokens); export: the model. warmup runs whole steps or generations. A ph
 
 # ---- outcomes and counters -------------------------------------------------------------
 
+CUDA_BLOCK_BYTES = 512
+"""The CUDA caching allocator's smallest block, bytes: every request is rounded up to a multiple
+of it, and torch.cuda.memory_allocated / max_memory_allocated count those rounded blocks
+(PyTorch c10/cuda/CUDACachingAllocator.cpp: ``kMinBlockSize = 512``, ``round_size``; with the
+default allocator settings, i.e. no ``roundup_power2_divisions`` in PYTORCH_CUDA_ALLOC_CONF).
+The worker's dry run predicts with it, the estimator calculates with it."""
+
 OUTCOMES = ("ok", "oom", "error", "crash", "timeout")
 """Outcome of a run. Only ``oom`` says "does not fit"; a crash or an error is never an OOM."""
 

@@ -15,8 +15,8 @@ from .errors import SpecError
 from .vocabulary import ACTIVATIONS, ATTENTIONS, FFN_KINDS, NORMS, WORKLOADS
 
 
-def _mlp_params(params: dict) -> dict:
-    out = {"depth": 4, "hidden": None, "activation": "gelu"}
+def _mlp_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"depth": 4, "hidden": None, "activation": "gelu"}
     out.update(params)
     positive_int("workload.depth", out["depth"], 10_000)
     if out["hidden"] is not None:
@@ -25,9 +25,9 @@ def _mlp_params(params: dict) -> dict:
     return out
 
 
-def _transformer_params(params: dict) -> dict:
+def _transformer_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """Defaults and per-field checks; the checks that need the load's width are in RunSpec."""
-    out = {
+    out: dict[str, Any] = {
         "layers": 2,
         "hidden": None,
         "heads": 4,
@@ -88,8 +88,8 @@ def hf_config_kind(config: str) -> str:
     return "model_type"
 
 
-def _hf_params(params: dict) -> dict:
-    out = {"config": None, "overrides": {}, "attention": "sdpa"}
+def _hf_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"config": None, "overrides": {}, "attention": "sdpa"}
     out.update(params)
     config = out["config"]
     accepted = (
@@ -129,8 +129,8 @@ def _target(name: str, value: Any, required: bool) -> dict | None:
     return dict(value)
 
 
-def _user_params(params: dict) -> dict:
-    out = {"model": None, "inputs": None, "loss": None, "path": None}
+def _user_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": None, "inputs": None, "loss": None, "path": None}
     out.update(params)
     out["model"] = _target("workload.model", out["model"], True)
     out["inputs"] = _target("workload.inputs", out["inputs"], True)

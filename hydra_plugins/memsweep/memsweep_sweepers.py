@@ -6,7 +6,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 
-from sweeper.frontier_sweeper import FrontierSweeperConf, FrontierSweeperImpl
+from sweeper.frontier_settings import FrontierSweeperConf
+from sweeper.frontier_sweeper import FrontierSweeperImpl
 from sweeper.ovat import OvatSweeperConf, OvatSweeperImpl
 
 
@@ -19,9 +20,11 @@ class _Delegating(Sweeper):
         self.impl = self.IMPL(**kwargs)
 
     def setup(self, **kwargs: Any) -> None:
+        """Hydra's ``Sweeper.setup`` (hydra_context, task_function, config), passed to ``IMPL``."""
         self.impl.setup(**kwargs)
 
     def sweep(self, arguments: list[str]) -> Any:
+        """Hydra's ``Sweeper.sweep``: ``IMPL.sweep(arguments)``, the launcher's JobReturns."""
         return self.impl.sweep(arguments)
 
 
@@ -37,5 +40,18 @@ class FrontierSweeper(_Delegating):
     IMPL = FrontierSweeperImpl
 
 
-ConfigStore.instance().store(group="hydra/sweeper", name="ovat", node=OvatSweeperConf, provider="memsweep")
-ConfigStore.instance().store(group="hydra/sweeper", name="frontier", node=FrontierSweeperConf, provider="memsweep")
+def target_of(cls: type) -> str:
+    """The dotted path of ``cls`` that Hydra instantiates (a config's ``_target_``)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# Each node is its settings dataclass with _target_ naming the plugin class above.
+ConfigStore.instance().store(
+    group="hydra/sweeper", name="ovat", node=OvatSweeperConf(_target_=target_of(OvatSweeper)), provider="memsweep"
+)
+ConfigStore.instance().store(
+    group="hydra/sweeper",
+    name="frontier",
+    node=FrontierSweeperConf(_target_=target_of(FrontierSweeper)),
+    provider="memsweep",
+)

@@ -8,14 +8,16 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from conf.contract import NUMERIC_AXES, SpecError
+from conf.contract import OUTCOMES as RUN_OUTCOMES
 
 SEARCH_AXES = NUMERIC_AXES  # the axes a search can walk: the numeric ones (conf.contract)
-# Outcomes that stop the search: never read as an OOM nor as a success. ``oom_elsewhere``: an OOM
-# in a phase that does not scale with the searched axis, before one that does
-# (conf.contract.oom_attribution): another variable does not fit, the axis' edge is not reached.
-# ``memory_suspect``: an error that probably means memory but does not say so (worker.classify),
-# unless the sweeper was told to read it as an OOM (hydra.sweeper.suspect=oom).
-STOP_OUTCOMES = ("error", "crash", "timeout", "oom_elsewhere", "memory_suspect")
+# Outcomes that stop the search: never read as an OOM nor as a success. Every run outcome
+# (conf.contract.OUTCOMES) but ok and oom (error, crash, timeout), and two the search reads from a
+# record: ``oom_elsewhere``, an OOM in a phase that does not scale with the searched axis, before
+# one that does (conf.contract.oom_attribution): another variable does not fit, the axis' edge is
+# not reached; ``memory_suspect``, an error that probably means memory but does not say so
+# (worker.classify), unless the sweeper was told to read it as an OOM (hydra.sweeper.suspect=oom).
+STOP_OUTCOMES = tuple(o for o in RUN_OUTCOMES if o not in ("ok", "oom")) + ("oom_elsewhere", "memory_suspect")
 OUTCOMES = ("ok", "oom") + STOP_OUTCOMES
 # Axes whose peak may grow with the square of the value (attention scores grow with the square
 # of the context, the mlp's weights with the square of its width).

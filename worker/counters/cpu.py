@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import resource
 import weakref
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -81,7 +82,9 @@ class LiveTensorTracker(TorchDispatchMode):
         # a run that needs no Dynamo does not import it (conf.contract.needs_dynamo).
         return False
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
         out = func(*args, **(kwargs or {}))
         tensors = list(tree_leaves(out))
         if getattr(func, "__name__", "").startswith("resize_"):

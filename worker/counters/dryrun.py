@@ -21,7 +21,7 @@ import torch
 from torch.nn.modules.module import register_module_parameter_registration_hook
 from torch.utils._pytree import tree_leaves
 
-from conf.contract import PEAK_CATEGORIES
+from conf.contract import CUDA_BLOCK_BYTES, PEAK_CATEGORIES
 
 from .base import NO_EXTRA
 from .cpu import LiveTensorTracker
@@ -41,12 +41,10 @@ REAL_STORAGE_BYTES = {
     ),
 }
 
-# The CUDA caching allocator's smallest block: every request is rounded up to a multiple of
-# 512 bytes, and torch.cuda.memory_allocated / max_memory_allocated count those rounded blocks
-# (PyTorch c10/cuda/CUDACachingAllocator.cpp: ``kMinBlockSize = 512``, ``round_size``; with
-# the default allocator settings, i.e. no ``roundup_power2_divisions`` in PYTORCH_CUDA_ALLOC_CONF).
-CUDA_BLOCK_BYTES = 512
-CUDA_ROUNDING = "cuda: each storage rounded up to 512 B blocks (CUDACachingAllocator kMinBlockSize, round_size)"
+# The CUDA caching allocator's smallest block (conf.contract.CUDA_BLOCK_BYTES, 512 B).
+CUDA_ROUNDING = (
+    f"cuda: each storage rounded up to {CUDA_BLOCK_BYTES} B blocks (CUDACachingAllocator kMinBlockSize, round_size)"
+)
 EXACT_ROUNDING = "none: exact storage bytes"
 
 

@@ -105,11 +105,13 @@ class Workload:
         self.param_dtype = torch.float32 if self.autocast_on else self.compute_dtype
         self.model: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
-        self.scaler = None
-        self.x = self.target = None  # the run's inputs (see make_inputs)
-        self._out = self._loss = None
-        self.cache = None
-        self._next_token = None
+        self.scaler: torch.amp.GradScaler | None = None
+        self.x: Any = None  # the run's inputs (see make_inputs)
+        self.target: Any = None
+        self._out: Any = None
+        self._loss: torch.Tensor | None = None
+        self.cache: Any = None
+        self._next_token: torch.Tensor | None = None
         self.cache_tokens = 0
         self.export_bytes: int | None = None
 
@@ -128,14 +130,14 @@ class Workload:
         and on the device unless ``build_on_host``)."""
         raise NotImplementedError
 
-    def make_inputs(self, batch: int, generator: torch.Generator, with_target: bool) -> tuple[Any, Any]:
+    def make_inputs(self, batch: int, generator: torch.Generator | None, with_target: bool) -> tuple[Any, Any]:
         """(inputs, target) for ``batch``, drawn from ``generator`` (None on a fake-CUDA dry run);
         target None when not ``with_target``."""
         raise NotImplementedError
 
     def call(self, inputs: Any) -> Any:
         """The model's output for ``inputs`` (``model(inputs)``)."""
-        return self.model(inputs)
+        return self._built_model()(inputs)
 
     def loss_fn(self, output: Any, target: Any) -> torch.Tensor:
         """The scalar training loss of ``output`` against ``target``."""
@@ -147,33 +149,45 @@ class Workload:
         Raises:
             ValueError: the model cannot checkpoint (subclasses).
         """
-        model.checkpointing = True
+        # nn.Module.__setattr__ is typed for tensors and modules only (torch's stubs); a plain flag is fine
+        model.checkpointing = True  # type: ignore[assignment]
 
-    def prefill(self, ids: torch.Tensor):
+    def prefill(self, ids: torch.Tensor) -> tuple[torch.Tensor, Any]:
         """(logits of the last position (batch, 1, vocab), cache) for prompt ids (batch, context)."""
         raise NotImplementedError
 
-    def decode(self, token: torch.Tensor, cache, position: int):
+    def decode(self, token: torch.Tensor, cache: Any, position: int) -> tuple[torch.Tensor, Any]:
         """(logits (batch, 1, vocab), cache) for one token (batch, 1) at ``position``."""
         raise NotImplementedError
 
-    def cache_tensors(self, cache) -> list[torch.Tensor]:
+    def cache_tensors(self, cache: Any) -> list[torch.Tensor]:
         """The tensors of a KV cache, for ``kv_cache_info``."""
         raise NotImplementedError
 
-    def model_info(self) -> dict:
+    def model_info(self) -> dict[str, Any]:
         """Sizes by construction (not counters), for the record: parameters and their bytes."""
-        params = list(self.model.parameters())
+        model = self._built_model()
+        params = list(model.parameters())
         return {
             "parameters": sum(p.numel() for p in params),
             "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
             "parameter_bytes": _storage_bytes(params),
-            "buffer_bytes": _storage_bytes(self.model.buffers()),
+            "buffer_bytes": _storage_bytes(model.buffers()),
             "param_dtype": str(self.param_dtype).replace("torch.", ""),
             "compute_dtype": str(self.compute_dtype).replace("torch.", ""),
         }
 
     # ----- helpers --------------------------------------------------------------------------
+    def _built_model(self) -> nn.Module:
+        """The model ``model_load`` built (a phase before model_load is a programming error)."""
+        assert self.model is not None, "model_load has not run"
+        return self.model
+
+    def _built_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer ``model_load`` built in train mode (only train phases ask for it)."""
+        assert self.optimizer is not None, "model_load has not run in train mode"
+        return self.optimizer
+
     def autocast(self):
         """``torch.autocast`` to the compute dtype under precision=autocast, else a null context."""
         if self.autocast_on:
@@ -236,7 +250,7 @@ class Workload:
     def step_forward(self, micro: int = 0) -> None:
         """The forward sub-phase of micro-step ``micro`` (zero_grad(set_to_none=True) first at 0)."""
         if micro == 0:
-            self.optimizer.zero_grad(set_to_none=True)
+            self._built_optimizer().zero_grad(set_to_none=True)
         with self.autocast():
             self._out = self.call(self.x)
 
@@ -252,16 +266,18 @@ class Workload:
     def step_backward(self, micro: int = 0) -> None:
         """The backward sub-phase (through the GradScaler under float16 autocast)."""
         loss = self._loss
+        assert loss is not None, "step_loss has not run"
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def step_optimizer(self) -> None:
         """The optimizer step; the last loss is released after it (``del loss`` at the end of
         the step, as in the seed's loop; a next micro-step's loss replaces the previous one)."""
+        optimizer = self._built_optimizer()
         if self.scaler is not None:
-            self.scaler.step(self.optimizer)
+            self.scaler.step(optimizer)
             self.scaler.update()
         else:
-            self.optimizer.step()
+            optimizer.step()
         self._loss = None
 
     def train_step(self) -> None:
@@ -284,7 +300,9 @@ class Workload:
         """The decode sub-phase: ``new_tokens`` greedy one-token forward passes on the cache."""
         with torch.inference_mode(), self.autocast():
             for i in range(self.spec.new_tokens):
-                logits, self.cache = self.decode(self._next_token, self.cache, self.spec.context + i)
+                token = self._next_token
+                assert token is not None, "gen_prefill has not run"
+                logits, self.cache = self.decode(token, self.cache, self.spec.context + i)
                 self._next_token = logits[:, -1].argmax(-1, keepdim=True)
                 self.cache_tokens += 1
 
@@ -301,15 +319,18 @@ class Workload:
     def evaluate(self) -> None:
         """The eval phase: eval mode, no_grad, a forward pass and the loss at eval_batch,
         inputs created inside the phase; the model returns to train mode after."""
-        self.model.eval()
+        model = self._built_model()
+        eval_batch = self.spec.eval_batch
+        assert eval_batch is not None, "the spec resolves eval_batch when the eval phase is asked for"
+        model.eval()
         try:
             with torch.no_grad(), self.autocast():
-                x, target = self.make_inputs(self.spec.eval_batch, self.generator(2), True)
+                x, target = self.make_inputs(eval_batch, self.generator(2), True)
                 out = self.call(x)
                 loss = self.loss_fn(out, target)
                 del out, loss, x, target
         finally:
-            self.model.train()
+            model.train()
 
     def export(self) -> None:
         """The export phase: torch.save of the state dict to a temporary file in the run
@@ -317,7 +338,7 @@ class Workload:
         fd, tmp = tempfile.mkstemp(prefix=".export-", suffix=".pt", dir=self.run_dir)
         os.close(fd)
         try:
-            torch.save(self.model.state_dict(), tmp)
+            torch.save(self._built_model().state_dict(), tmp)
             self.export_bytes = os.path.getsize(tmp)
         finally:
             os.unlink(tmp)
@@ -330,8 +351,11 @@ class Workload:
         Empty before model_load; buffers, inputs and caches have no role here."""
         if self.model is None:
             return []
-        params = list(self.model.parameters())
-        roles = [("parameter", params), ("gradient", [p.grad for p in params if p.grad is not None])]
+        params: list[torch.Tensor] = list(self.model.parameters())
+        roles: list[tuple[str, list[torch.Tensor]]] = [
+            ("parameter", params),
+            ("gradient", [p.grad for p in params if p.grad is not None]),
+        ]
         if self.optimizer is not None:
             roles.append(
                 (
@@ -346,26 +370,27 @@ class Workload:
             )
         return roles
 
-    def gradient_bytes(self) -> dict:
+    def gradient_bytes(self) -> dict[str, int]:
         """``{"gradient_bytes": bytes}`` of the parameters' ``.grad`` storages."""
-        return {"gradient_bytes": _storage_bytes(p.grad for p in self.model.parameters() if p.grad is not None)}
+        grads = (p.grad for p in self._built_model().parameters() if p.grad is not None)
+        return {"gradient_bytes": _storage_bytes(grads)}
 
-    def optimizer_state_bytes(self) -> dict:
+    def optimizer_state_bytes(self) -> dict[str, int]:
         """Bytes of the optimizer's state tensors on the run's device (AdamW keeps its ``step``
         counters on the host when the parameters are on CUDA)."""
         tensors = [
             v
-            for state in self.optimizer.state.values()
+            for state in self._built_optimizer().state.values()
             for v in state.values()
             if isinstance(v, torch.Tensor) and v.device.type == self.device.type
         ]
         return {"optimizer_state_bytes": _storage_bytes(tensors)}
 
-    def kv_cache_info(self) -> dict:
+    def kv_cache_info(self) -> dict[str, int]:
         """``{"kv_cache_bytes": bytes of the cache's storages, "kv_cache_tokens": tokens in it}``."""
-        tensors = self.cache_tensors(self.cache) if self.cache is not None else []
+        tensors: list[torch.Tensor] = self.cache_tensors(self.cache) if self.cache is not None else []
         return {"kv_cache_bytes": _storage_bytes(tensors), "kv_cache_tokens": self.cache_tokens}
 
-    def export_info(self) -> dict:
+    def export_info(self) -> dict[str, int | None]:
         """``{"export_bytes": bytes of the file the export phase wrote}`` (None before it ran)."""
         return {"export_bytes": self.export_bytes}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .errors import DependencyMissing
@@ -35,7 +37,7 @@ def make_optimizer(name: str, params, foreach: bool | None = None) -> torch.opti
         ValueError: an unknown optimizer name.
     """
     check_optimizer(name)
-    kw = {} if foreach is None else {"foreach": foreach}
+    kw: dict[str, Any] = {} if foreach is None else {"foreach": foreach}
     if name == "adamw":
         return torch.optim.AdamW(params, **kw)
     if name == "sgd":

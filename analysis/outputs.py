@@ -1,0 +1,180 @@
+"""The analysis's output files (``runs.parquet``, ``phases.parquet``, ``frontier.parquet``) and
+the summary of what they hold, as text.
+
+Nothing here prints or exits: ``write_tables`` writes the tables, ``summary_text`` and
+``format_frontier`` return text, and the command line (``analysis.cli.analyze``) shows it. A
+refusal is an exception (``OutputExists``, ``FileNotFoundError``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from filelock import FileLock
+
+from conf.contract import AXES, gib, predicted_outcome
+
+from .frontier import LOAD_FIELDS, differing, frontier_table
+from .tables import build_tables
+
+OUTPUTS = ("runs.parquet", "phases.parquet", "frontier.parquet")
+
+
+class OutputExists(FileExistsError):
+    """An output file of the analysis already exists in the output directory (nothing was
+    written): memsweep never overwrites a result."""
+
+
+def write_parquet_atomic(table: pa.Table, path: Path) -> None:
+    """Write ``table`` to ``path`` through a temporary file in the same directory and a rename
+    (os.replace), so that a reader never sees a half-written file.
+
+    Args:
+        table: the table (its schema is written as is).
+        path: the Parquet file to create or replace.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predicted: int = 0) -> str:
+    """The frontier as a text table; sizes in GiB (2^30 bytes). ``n_measured``/``n_predicted``:
+    the runs behind it (a dry run, source predicted, is never a point of the frontier)."""
+    if frontier.num_rows == 0:
+        if n_predicted and not n_measured:
+            return (
+                f"no measured frontier: the {n_predicted} run{'s are' if n_predicted != 1 else ' is a'} dry "
+                f"run{'s' if n_predicted != 1 else ''} (predictions on fake tensors, nothing measured), "
+                "never points of a measured frontier"
+            )
+        if n_predicted:
+            return (
+                f"no frontier: no variable was swept over two or more values among the {n_measured} measured "
+                f"runs ({n_predicted} dry runs, predictions, left out)"
+            )
+        return "no frontier: no variable was swept over two or more values"
+    lines = [
+        f"{'axis':<8} {'fixed load':<44} {'max_ok':>8} {'min_oom':>8} {'exact':>5} {'monot.':>6} "
+        f"{'peak_alloc@max_ok':>17} {'peak_resv@max_ok':>16} {'capacity':>9}",
+        f"{'':<8} {'':<44} {'':>8} {'':>8} {'':>5} {'':>6} {'GiB':>17} {'GiB':>16} {'GiB':>9}",
+    ]
+    rows = frontier.to_pylist()
+    # Rows of one axis that differ elsewhere in their load (two workloads, light probes next to
+    # the full protocol, another optimizer...) would otherwise look alike: name what differs.
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["sweep_dir"], r["axis"]), []).append(r)
+    named = tuple(k for k in LOAD_FIELDS if k not in ("mode", "device"))  # in every label already
+    differ = {key: differing(group, named) for key, group in groups.items()}
+    for r in rows:
+        fixed = " ".join(f"{k}={r[k]}" for k in AXES if r[k] is not None)
+        fixed = f"{r['mode']} {r['device']} {fixed}"
+        fixed += "".join(f" {k}={r.get(k)}" for k in differ[(r["sweep_dir"], r["axis"])])
+        lines.append(
+            f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "
+            f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "
+            f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "
+            f"{gib(r['capacity_bytes']):>9}"
+        )
+        if r.get("not_reached"):  # only OOMs of phases that do not scale with the axis
+            lines.append(f"{'':<8} {r['not_reached']}")
+        elif r.get("n_oom_elsewhere"):
+            lines.append(
+                f"{'':<8} {r['n_oom_elsewhere']} OOM(s) in {r['oom_elsewhere_phases']} "
+                f"({r['oom_elsewhere_variables']}), not points of the {r['axis']} frontier"
+            )
+        if r.get("n_memory_suspect"):
+            lines.append(
+                f"{'':<8} {r['n_memory_suspect']} run(s) failed with an error that probably means memory "
+                "but does not say so (memory_suspect): neither side of the frontier"
+            )
+        if r.get("search_status"):  # the frontier sweeper searched this axis
+            lines.append(f"{'':<8} search ({r['strategy']}, {r['runs_used']} runs): {r['search_status']}")
+    return "\n".join(lines)
+
+
+def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> tuple[dict[str, pa.Table], list[str]]:
+    """Read every run under ``sweep_dirs`` and write the three Parquet tables into ``out_dir``.
+
+    Args:
+        sweep_dirs: sweep directories (each holds run directories).
+        out_dir: the output directory (created when missing).
+
+    Returns:
+        (``OUTPUTS`` name -> table, the problems met reading the runs, one line each).
+
+    Raises:
+        FileNotFoundError: a sweep directory does not exist (nothing is written).
+        OutputExists: one of the output files already exists (nothing is written).
+    """
+    for d in sweep_dirs:
+        if not Path(d).is_dir():
+            raise FileNotFoundError(f"sweep directory {d} does not exist")
+    out_dir = Path(out_dir)
+    runs, phases, problems = build_tables(sweep_dirs)
+    frontier = frontier_table(runs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables = dict(zip(OUTPUTS, (runs, phases, frontier)))
+    with FileLock(out_dir / ".analyze.lock"):  # two analyses into one directory: one wins, one refuses
+        existing = [out_dir / n for n in OUTPUTS if (out_dir / n).exists()]
+        if existing:
+            raise OutputExists(f"{existing[0]} already exists: memsweep never overwrites a result; use --out NEW_DIR")
+        for name, table in tables.items():
+            write_parquet_atomic(table, out_dir / name)
+    return tables, problems
+
+
+def summary_text(tables: dict[str, pa.Table], problems: list[str], out_dir: Path) -> str:
+    """What ``memsweep analyze`` shows of the tables it wrote: the runs by outcome (measured
+    apart from dry runs, whose outcome is their verdict: ``conf.contract.predicted_outcome``),
+    each problem, a note when runs were on the CPU, and the frontier (``format_frontier``; sizes
+    in GiB, 2^30 bytes).
+
+    Args:
+        tables: ``OUTPUTS`` name -> table, as ``write_tables`` returns them.
+        problems: the problems ``write_tables`` met.
+        out_dir: where the tables were written.
+
+    Returns:
+        The lines, joined by newlines (no trailing newline).
+    """
+    runs = tables["runs.parquet"]
+    rows = runs.select(["outcome", "source", "source_allocated", "max_memory_allocated", "capacity_bytes"]).to_pylist()
+    measured = [r for r in rows if r["source"] != "predicted"]
+    # a dry run's verdict: its predicted peak against the capacity (no verdict without one)
+    predicted = [
+        dict(
+            r,
+            outcome=predicted_outcome(r["outcome"], r["max_memory_allocated"], r["capacity_bytes"])
+            or "no verdict (no capacity)",
+        )
+        for r in rows
+        if r["source"] == "predicted"
+    ]
+
+    def counts(rs: list[dict]) -> str:
+        outcomes = [r["outcome"] for r in rs]
+        return ", ".join(f"{o}: {outcomes.count(o)}" for o in dict.fromkeys(outcomes))
+
+    if predicted:
+        text = f"{len(measured)} measured runs ({counts(measured)})" if measured else "no measured run"
+        text = (
+            f"{runs.num_rows} runs: {text}, {len(predicted)} dry runs (predicted, nothing measured; "
+            f"predicted outcomes {counts(predicted)})"
+        )
+    else:
+        text = f"{len(measured)} runs ({counts(measured)})" if measured else "no run"
+    lines = [f"memsweep: {text} -> {out_dir}/{{{','.join(OUTPUTS)}}}"]
+    lines += [f"memsweep: problem: {p}" for p in problems]
+    sources = {r["source_allocated"] for r in measured} - {None}
+    if any(s.startswith("cpu") for s in sources):
+        lines.append(
+            "memsweep: CPU run(s): allocated = tracked live tensor bytes, reserved = process RSS; not a GPU measurement"
+        )
+    lines.append(format_frontier(tables["frontier.parquet"], len(measured), len(predicted)))
+    return "\n".join(lines)

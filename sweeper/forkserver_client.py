@@ -1,0 +1,276 @@
+"""The client of the fork server (``worker/forkserver.py``, ``isolation=forkserver``): a server
+process that imported torch once and never touched a device forks one fresh worker per run.
+
+Every run is still a new process with its own CUDA context and allocator (the worker checks
+that no CUDA context exists when it starts). One server per orchestrator process, started
+lazily; a sweep's main process can share its server with the launcher's worker processes
+through ``MEMSWEEP_FORKSERVER`` (``sweeper.process.share_fork_server``).
+
+Protocol (one connection per run, newline-terminated JSON): the client sends the run's spec,
+stdout and stderr paths, environment and whether it needs torch._dynamo; the server answers
+the worker's pid (and its handler's), then its returncode once it has ended. Every read is
+bounded (``sweeper.forkserver_wait``): a server or handler that stopped or wedged is a
+``ForkServerLost``, never a hang.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from conf.contract import SPEC_FILE, STDERR_FILE, STDOUT_FILE
+
+from .forkserver_wait import (
+    ANSWER_S,
+    KILLED_ANSWER_S,
+    AnswerOverdue,
+    PeerStopped,
+    peer_pid,
+    read_answer,
+    wait_until_ready,
+)
+from .launch import kill_process_group, worker_env
+
+log = logging.getLogger("memsweep")
+
+
+class ForkServerLost(RuntimeError):
+    """The fork server (or a run's handler) went away before the worker's exit status came: the
+    run's outcome is unknown and not the load's doing. ``pid``: the worker's, when it had one."""
+
+    def __init__(self, message: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+SHARED_FORKSERVER_ENV = "MEMSWEEP_FORKSERVER"
+SHARED_WAIT_S = 300.0  # how long a client waits for the shared server to finish starting
+
+
+def shared_name(path: str) -> str:
+    """``MEMSWEEP_FORKSERVER``'s value for this process's server at ``path``: ``host:pid:path``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{path}"
+
+
+def shared_server() -> str | None:
+    """The socket path of the sweep's shared fork server, when this process may use it:
+    ``MEMSWEEP_FORKSERVER`` = ``host:pid:path`` names this host and a live owner process."""
+    try:
+        host, pid, path = os.environ.get(SHARED_FORKSERVER_ENV, "").split(":", 2)
+        if host != socket.gethostname():
+            return None
+        os.kill(int(pid), 0)
+    except (ValueError, OSError):
+        return None
+    return path
+
+
+class ForkServer:
+    """Client of ``worker/forkserver.py``: one server per orchestrator process, started lazily.
+
+    A process whose environment names a live server (``MEMSWEEP_FORKSERVER``, set by
+    ``share_fork_server`` in the sweep's main process before the launcher starts its worker
+    processes) uses that server instead of starting its own, waiting while it starts; when
+    its owner is gone, this process starts its own."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.path: str | None = None
+        self.shared = False  # using another process's server (self.proc stays None)
+        self._ready: threading.Event | None = None
+        self._said: dict = {}
+        self._gone: set[str] = set()  # shared servers that went away (never used again)
+        # Runs started from several threads (a thread pool, joblib's threading backend) must
+        # start one server, not one each with the socket path changing under them.
+        self._lock = threading.Lock()
+        atexit.register(self.close)  # once: close() stops whichever server is current
+
+    def start(self) -> None:
+        """Start this process's server if it has none; returns at once (it imports torch meanwhile)."""
+        with self._lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start_locked()
+
+    def _start_locked(self) -> None:
+        self.shared = False
+        self.path = os.path.join(tempfile.mkdtemp(prefix="memsweep-fs-"), "sock")
+        env = worker_env()
+        # The server dies with its parent through PR_SET_PDEATHSIG, which fires when the *thread*
+        # that started it exits: a server started from a pool thread was killed with that
+        # thread. So it is started from a thread of its own that lives as long as the server.
+        said: dict = {}
+        launched, ready = threading.Event(), threading.Event()
+
+        def keeper() -> None:
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "worker.forkserver", self.path, str(os.getpid())],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            except BaseException as exc:  # noqa: BLE001 - reported by the caller
+                said["error"] = exc
+                launched.set()
+                ready.set()
+                return
+            said["proc"] = proc
+            launched.set()
+            said["line"] = proc.stdout.readline().strip()
+            ready.set()
+            proc.wait()
+
+        threading.Thread(target=keeper, name="memsweep-forkserver", daemon=True).start()
+        launched.wait()
+        if "error" in said:
+            raise said["error"]
+        self.proc, self._ready, self._said = said["proc"], ready, said
+        if os.environ.get(SHARED_FORKSERVER_ENV, "").startswith(shared_name("")):
+            # this process shares its server (share_fork_server): name the new one to processes started from now
+            os.environ[SHARED_FORKSERVER_ENV] = shared_name(self.path)
+
+    def _ensure(self) -> None:
+        with self._lock:
+            self._ensure_locked()
+
+    def _ensure_locked(self) -> None:
+        if self.proc is None:
+            shared = shared_server()
+            if shared is not None and shared not in self._gone:
+                self.path, self.shared = shared, True
+                return
+        if self.proc is None or self.proc.poll() is not None:
+            self._start_locked()
+        try:
+            wait_until_ready(self._ready, self.proc, SHARED_WAIT_S)
+        except (PeerStopped, AnswerOverdue) as exc:
+            self.proc.kill()
+            self.proc.wait()
+            raise ForkServerLost(f"{exc}; replaced by a new server", None) from None
+        if self._said.get("line") != "ready":
+            raise RuntimeError(
+                f"memsweep fork server did not start (said {self._said.get('line')!r}, exit {self.proc.poll()})"
+            )
+
+    def close(self) -> None:
+        """Kill this process's own server, if it runs (registered with atexit; a shared server
+        belongs to its owner and is left alone)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _connect(self) -> socket.socket:
+        self._ensure()
+        deadline = time.monotonic() + SHARED_WAIT_S
+        while True:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.connect(self.path)
+                return conn
+            except OSError as exc:
+                conn.close()
+                if not self.shared:
+                    raise
+                if isinstance(exc, ConnectionRefusedError):  # its socket exists, nobody listens: it died
+                    break
+            # the shared server may still be importing torch (no socket yet): wait while its owner lives
+            if shared_server() != self.path or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        self._lost(self.path)  # the shared server is gone: start one of our own
+        self._ensure()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(self.path)
+        return conn
+
+    def run(
+        self, run_dir: Path, env: dict, timeout_s: float, dynamo: bool = True
+    ) -> tuple[int | None, bool, int, float]:
+        """Fork one worker; returns (returncode, timed_out, pid, wall seconds since it was forked).
+        ``timeout_s`` counts from the fork too: waiting for the server to start is not the run's.
+        ``dynamo``: the run needs torch._dynamo (``conf.contract.needs_dynamo``), which the
+        server then imports before it forks (once: every later fork has it).
+
+        Every wait is bounded (``sweeper.forkserver_wait``): the server's pid answer by
+        ``ANSWER_S``, the handler's exit status by ``timeout_s`` and then, once the run is killed,
+        by ``KILLED_ANSWER_S`` (its returncode is then None, the run a timeout).
+
+        Raises:
+            ForkServerLost: the server (or the run's handler) went away, stopped (SIGSTOP) or
+                did not answer before the worker's exit status came; the worker is killed (it
+                dies with its handler anyway) and a stuck server of this process is killed, so
+                that the next run starts a new one.
+        """
+
+        with self._connect() as conn:
+            path = self.path
+            request = {
+                "spec": str(run_dir / SPEC_FILE),
+                "stdout": str(run_dir / STDOUT_FILE),
+                "stderr": str(run_dir / STDERR_FILE),
+                "env": env,
+                "dynamo": dynamo,
+            }
+            conn.sendall((json.dumps(request) + "\n").encode())
+            buffer = bytearray()
+            try:
+                line = read_answer(conn, buffer, peer_pid(conn), ANSWER_S, "the fork server")
+            except (PeerStopped, AnswerOverdue) as exc:
+                self._lost(path, stuck=True)
+                raise ForkServerLost(f"{exc}; replaced by a new server", None) from None
+            if not line:
+                self._lost(path)
+                raise ForkServerLost("the fork server went away before the worker started", None)
+            answer = json.loads(line)
+            pid, handler = answer["pid"], answer.get("handler")
+            t0 = time.monotonic()
+            timed_out = False
+            try:
+                try:
+                    line = read_answer(conn, buffer, handler, max(0.001, timeout_s), "the run's handler")
+                except AnswerOverdue:  # the run's own time is up
+                    timed_out = True
+                    kill_process_group(pid)
+                    line = read_answer(conn, buffer, handler, KILLED_ANSWER_S, "the run's handler")
+            except PeerStopped as exc:
+                kill_process_group(pid)
+                self._lost(path, stuck=True)
+                raise ForkServerLost(f"{exc}; the run is killed, the server replaced", pid) from None
+            except AnswerOverdue as exc:  # killed at its timeout; its exit status never came
+                log.warning("%s: %s after the run was killed at timeout_s=%s", run_dir, exc, timeout_s)
+                self._lost(path, stuck=True)
+                return None, True, pid, time.monotonic() - t0
+            wall_s = time.monotonic() - t0
+            if not line:
+                kill_process_group(pid)
+                self._lost(path)
+                raise ForkServerLost(
+                    "the fork server went away while the worker ran (killed, or out of host "
+                    "memory?); the run's outcome is unknown",
+                    pid,
+                )
+            returncode = json.loads(line)["returncode"]
+        return returncode, timed_out, pid, wall_s
+
+    def _lost(self, path: str | None, stuck: bool = False) -> None:
+        """The server at ``path`` is gone: a shared one is never used again by this process (it
+        starts its own); this process's own one is restarted by the next ``_ensure``, after
+        being killed here when it is ``stuck`` (stopped or wedged, but alive)."""
+        with self._lock:
+            if self.shared and self.path == path:
+                self._gone.add(path)
+                self.shared, self.path = False, None
+            elif stuck and self.proc is not None and self.path == path:
+                log.warning("memsweep: killing the stuck fork server (pid %s); a new one starts", self.proc.pid)
+                self.proc.kill()
+                self.proc.wait()

@@ -1,0 +1,92 @@
+"""Starting a worker process: its environment, a new interpreter per run (``isolation=spawn``),
+and killing what a run left behind.
+
+The fork server's client (``sweeper.forkserver_client``) and ``sweeper.process.execute`` start
+workers through these; nothing here reads or classifies what a worker left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conf.contract import PARENT_ENV, SPEC_FILE, STDERR_FILE, STDOUT_FILE, RunSpec
+
+
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a worker process (or of the fork server that forks workers).
+
+    This process's environment, plus ``extra``, plus the C allocator settings that keep a CPU
+    capacity (RLIMIT_DATA) about tensors: ``MALLOC_ARENA_MAX=2`` and
+    ``MALLOC_MMAP_THRESHOLD_=131072`` (set only when not set already; mallopt(3)), and
+    ``PYTHONUNBUFFERED=1`` so that a killed worker's logs are complete.
+
+    Args:
+        extra: variables for the worker only (a device lease's CUDA_VISIBLE_DEVICES,
+            MEMSWEEP_CPU_CORES, the isolation); they win over this process's.
+
+    Returns:
+        A new mapping; ``os.environ`` is not changed.
+    """
+    env = dict(os.environ)
+    env.update(extra or {})
+    # CPU capacity emulation (RLIMIT_DATA) should be about tensors, not the C allocator's
+    # bookkeeping: few malloc arenas, and blocks from 128 KiB up served by mmap and returned
+    # at free (mallopt(3) M_MMAP_THRESHOLD; a fixed threshold also turns off glibc's dynamic
+    # one, whose heap growth made identical runs OOM at different sizes).
+    env.setdefault("MALLOC_ARENA_MAX", "2")
+    env.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> tuple[int, bool, int, float]:
+    """Run one worker in a new interpreter: ``python -m worker spec.json`` in its own session,
+    its output in the run directory's stdout.log and stderr.log, killed (with its process
+    group) after ``spec.timeout_s`` seconds.
+
+    Args:
+        run_dir: the run directory, holding spec.json already.
+        env: the worker's environment (``worker_env``); ``PARENT_ENV`` is added, naming this
+            process as the worker's parent.
+        spec: the run's spec (for its ``timeout_s``).
+
+    Returns:
+        (returncode, timed_out, pid, wall seconds since the process started); a negative
+        returncode is the signal that ended it.
+    """
+    timed_out = False
+    with open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=run_dir,
+            env={**env, PARENT_ENV: str(os.getpid())},  # the worker dies with this process
+            start_new_session=True,
+        )
+        try:
+            returncode = proc.wait(timeout=spec.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_process_group(proc.pid)
+            returncode = proc.wait()
+    return returncode, timed_out, proc.pid, time.monotonic() - t0
+
+
+def kill_process_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` (a worker runs in a session of its own), or the
+    process alone when it leads none; a process already gone is not an error."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
