@@ -82,9 +82,9 @@ def _kind(module: nn.Module, name: str) -> str:
     return "other"
 
 
-def _jsonable(cfg: Mapping) -> dict:
+def _jsonable(cfg: Mapping) -> dict[str, Any]:
     """The config's scalar and list values (what the estimator reads), JSON-serialisable."""
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in cfg.items():
         if isinstance(value, (bool, int, float, str)) or value is None:
             out[key] = value
