@@ -81,8 +81,15 @@ def owner_gone() -> bool:
 def _orphaned(where: str) -> None:
     """Exit now: the orchestrator is gone. What this process started dies with it (the fork
     server and spawned workers by PR_SET_PDEATHSIG, a forked run by its handler, which sees the
-    connection close)."""
-    print(f"memsweep: the sweep's orchestrator is gone; launcher worker {os.getpid()} stops ({where})", file=sys.stderr)
+    connection close).
+
+    The process ends itself (os._exit, from the watchdog thread too: no exception could stop
+    it from there), with nobody to report to: why goes to the log (the current job's, and
+    stderr; Python's last-resort handler when logging is not configured), not to a terminal.
+    """
+    log.error("memsweep: the sweep's orchestrator is gone; launcher worker %d stops (%s)", os.getpid(), where)
+    for handler in logging.getLogger().handlers + log.handlers:
+        handler.flush()
     sys.stderr.flush()
     os._exit(ORPHAN_EXIT)
 
@@ -112,4 +119,10 @@ class OwnProcesses(Callback):
     name it the owner of the launcher's worker processes (``claim_sweep``)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra's hook at the multirun's start, before the launcher starts: ``claim_sweep``.
+
+        Args:
+            config: the composed config (unused).
+            kwargs: Hydra's other arguments (unused).
+        """
         claim_sweep()

@@ -104,6 +104,7 @@ COMMAND_LINE = {
     "analysis/cli.py": "memsweep analyze (also shown at a sweep's end)",
     "analysis/report/cli.py": "memsweep report",
     "analysis/estimate/cli.py": "memsweep estimate",
+    "analysis/compare/cli.py": "memsweep compare (its exit statuses are the regression gate's answer)",
     "worker/main.py": "the worker process's command lines",
     "worker/__main__.py": "python -m worker",
     "worker/forkserver.py": "the fork server process: its 'ready' line is the handshake its client reads",
