@@ -102,6 +102,7 @@ def test_search_writes_runs_keyed_by_spec_and_its_decisions(tmp_path):
         "context": 64,
         "width": 64,
         "dtype": "float32",
+        "eval_batch": None,  # an axis too (conf.contract.AXES): the analysis keys a row by every axis
         "mode": "inference",
         "device": "cpu",
         "warmup": 1,
