@@ -20,12 +20,19 @@ from conf.contract import LAUNCHER_WORKER_LOST, RunSpec, process_identity, read_
 from sweeper.forkserver_wait import AnswerOverdue, PeerStopped, read_answer
 from sweeper.liveness import is_process, wait_for_old_worker
 from sweeper.owner import session_id
-from sweeper.process import ForkServer, ForkServerLost, execute, worker_env
+from sweeper.process import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, execute, worker_env
 
 MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
 HANG = "fault={phase:warm_forward,kind:hang}"
 TAG = "MEMSWEEP_TEST_TAG"
+
+
+@pytest.fixture(autouse=True)
+def _own_fork_server(monkeypatch):
+    """Each test here starts and stops its own fork server: a shared one named in this process's
+    environment by an earlier in-process sweep (MEMSWEEP_FORKSERVER) must not be used."""
+    monkeypatch.delenv(SHARED_FORKSERVER_ENV, raising=False)
 
 
 def _tagged(tag: str) -> list[tuple[int, str]]:

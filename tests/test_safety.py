@@ -15,15 +15,17 @@ def test_no_pickle_and_no_shell_anywhere():
     assert len(SOURCES) > 10
     for path in SOURCES:
         text = path.read_text()
-        assert not re.search(
-            r"\bimport pickle\b|\bpickle\.load|cloudpickle|shell=True|os\.system\(|os\.popen\(", text
-        ), path
+        assert not re.search(r"\bpickle\.load|cloudpickle|shell=True|os\.system\(|os\.popen\(", text), path
+        # Nothing unpickles. Only the OOM snapshot writes a pickle (pytorch.org/memory_viz reads that format).
+        if path.name != "snapshot.py":
+            assert not re.search(r"\bimport pickle\b", text), path
 
 
 def test_worker_imports_only_torch_and_the_standard_library():
     allowed_third_party = {"torch"}
     # Optional packages a spec may ask for (workload=hf, optimizer=adamw8bit): imported lazily,
-    # inside a function of the worker/workloads/ package, never at module level.
+    # inside a function of the worker/workloads/ package (or of worker/count.py, the worker's
+    # parameter counter of a transformers config), never at module level.
     optional = {"transformers", "bitsandbytes"}
     for path in (ROOT / "worker").rglob("*.py"):
         for match in re.finditer(r"^(\s*)(?:from|import)\s+([A-Za-z_][\w]*)", path.read_text(), re.M):
@@ -31,7 +33,7 @@ def test_worker_imports_only_torch_and_the_standard_library():
             if name in allowed_third_party or name in ("worker", "__future__"):
                 continue
             if name in optional:
-                assert indent and path.parent.name == "workloads", (path, name)
+                assert indent and (path.parent.name == "workloads" or path.name == "count.py"), (path, name)
                 continue
             __import__(name)  # a standard-library module imports on any Python
             assert name not in ("hydra", "omegaconf", "pandas", "pyarrow", "filelock", "sweeper", "analysis"), path

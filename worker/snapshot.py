@@ -3,8 +3,8 @@ costs the measurement.
 
 * The history is recorded with Python stacks only: ``_record_memory_history(enabled="all",
   context="all", stacks="python", max_entries=SNAPSHOT_MAX_ENTRIES)`` (torch/cuda/memory.py; the
-  keywords ``context``, ``stacks`` and ``max_entries`` of ``_record_memory_history_impl`` exist
-  from PyTorch 2.1 through 2.13). ``stacks="all"``, the default, unwinds and later symbolizes C++
+  keywords ``context``, ``stacks`` and ``max_entries`` of ``_record_memory_history_impl`` exist in
+  PyTorch 2.1 through 2.13). ``stacks="all"``, the default, unwinds and later symbolizes C++
   frames at every allocation, which can raise or hang (pytorch#123408).
 * Enabling it is guarded on its own (``enable_history``): a failure (pytorch#128131) is noted in
   the record's ``oom_snapshot`` and on stderr, and the run goes on, measured.
