@@ -82,6 +82,17 @@ def _kind(module: nn.Module, name: str) -> str:
     return "other"
 
 
+def _linear_sizes(module: nn.Module) -> tuple[int, int] | None:
+    """(in_features, out_features) of an ``nn.Linear`` or of transformers' ``Conv1D`` (GPT-2: a
+    Linear whose weight is stored (in, out), ``nf`` = out; peft adapts both), else ``None``."""
+    if isinstance(module, nn.Linear):
+        return module.in_features, module.out_features
+    weight = getattr(module, "weight", None)
+    if type(module).__name__ == "Conv1D" and getattr(weight, "ndim", 0) == 2:
+        return int(weight.shape[0]), int(weight.shape[1])
+    return None
+
+
 def _jsonable(cfg: Mapping) -> dict:
     """The config's scalar and list values (what the estimator reads), JSON-serialisable."""
     out = {}
@@ -124,8 +135,9 @@ def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
         without routed experts), ``tensors`` (groups of equal shape: ``shape``, ``count``,
         ``kind``, ``quantizable`` = the weight of an ``nn.Linear`` other than the output
         embedding, what bitsandbytes replaces), ``linears`` (per module name: ``in``, ``out``,
-        ``count``, ``bias``; the LoRA targets), ``layer_types``/``layer_windows`` (the
-        DynamicCache's per-layer kinds), ``config`` (the resolved text config's values).
+        ``count``, ``bias``; every ``nn.Linear`` and GPT-2 ``Conv1D``: the LoRA targets),
+        ``layer_types``/``layer_windows`` (the DynamicCache's per-layer kinds), ``config`` (the resolved
+        text config's values).
 
     Raises:
         FileNotFoundError, ValueError: as ``load_config``; anything transformers raises.
@@ -154,8 +166,9 @@ def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
         quantizable = isinstance(owner, nn.Linear) and owner is not output and name.endswith("weight")
         key = (tuple(p.shape), kind, quantizable)
         groups[key] = groups.get(key, 0) + 1
-        if isinstance(owner, nn.Linear) and name.endswith("weight") and owner is not output:
-            lk = (owner_name.rsplit(".", 1)[-1], owner.in_features, owner.out_features, owner.bias is not None)
+        sizes = _linear_sizes(owner)
+        if sizes and name.endswith("weight") and owner is not output:
+            lk = (owner_name.rsplit(".", 1)[-1], *sizes, owner.bias is not None)
             linears[lk] = linears.get(lk, 0) + 1
     total = sum(by_kind.values())
     text = config.get_text_config(decoder=True)

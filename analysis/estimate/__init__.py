@@ -25,6 +25,10 @@ What this package calculates, module by module, and from which source:
   Face transformers docs, "KV cache strategies");
 * ``transformer``: a described decoder (dense or mixture of experts) and its whole estimate
   (``estimate_transformer``);
+* ``lora``: LoRA / QLoRA fine-tuning: adapters of r x (in + out) parameters on the chosen
+  Linear modules (peft's defaults per architecture), their gradients and optimizer states, the
+  frozen base in its storage format: Hu et al. 2021 (LoRA), Dettmers et al. 2023 (QLoRA),
+  peft's source;
 * ``counted``: a local ``config.json`` counted by transformers itself, the model built on the
   meta device in a worker process (``describe_config``; never downloads);
 * ``hf_config``: the formula parser, the fallback without transformers, which refuses the
@@ -62,6 +66,15 @@ from .formats import (
 )
 from .hf_config import PARSER_MODEL_TYPES, UnknownConfig, load_hf_config, parse_hf_config, refused_keys
 from .kv_cache import KV_CONVENTIONS, cached_tokens, kv_cache_bytes, layer_cached_tokens, resolve_head_dim
+from .lora import (
+    ALL_LINEAR,
+    PEFT_DEFAULT_TARGETS,
+    LoraSettings,
+    adapter_activation_bytes,
+    estimate_lora,
+    lora_parameters,
+    lora_targets,
+)
 from .training import (
     ADAM_STEP_BYTES,
     OPTIMIZERS,
@@ -71,7 +84,14 @@ from .training import (
     training_state,
     zero_partition,
 )
-from .transformer import ParamTensor, TransformerConfig, estimate_transformer
+from .transformer import (
+    LinearModule,
+    ParamTensor,
+    TransformerConfig,
+    estimate_transformer,
+    kv_cache_estimate,
+    training_activations,
+)
 from .workloads import (
     ACTIVATION_SAVES_OUTPUT,
     CUDA_BLOCK,
@@ -128,6 +148,17 @@ __all__ = [
     "ParamTensor",
     "TransformerConfig",
     "estimate_transformer",
+    "LinearModule",
+    "training_activations",
+    "kv_cache_estimate",
+    # lora
+    "ALL_LINEAR",
+    "PEFT_DEFAULT_TARGETS",
+    "LoraSettings",
+    "lora_targets",
+    "lora_parameters",
+    "adapter_activation_bytes",
+    "estimate_lora",
     # hf_config (the formula parser)
     "PARSER_MODEL_TYPES",
     "UnknownConfig",
