@@ -142,9 +142,13 @@ def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
     Raises:
         FileNotFoundError, ValueError: as ``load_config``; anything transformers raises.
     """
+    return count_model(load_config(path, overrides), str(path))
+
+
+def count_model(config, label: str) -> dict:
+    """``count_config``'s answer for a transformers config object (``label`` is its ``path``)."""
     import transformers
 
-    config = load_config(path, overrides)
     init = getattr(getattr(transformers, "initialization", None), "no_init_weights", None)
     with torch.device("meta"), init() if init else contextlib.nullcontext():
         model = transformers.AutoModelForCausalLM.from_config(config)
@@ -181,7 +185,7 @@ def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
         experts = {"num_experts": num, "per_token": k, "expert_parameters": routed, "active_parameters": active}
     kinds, windows = _layer_kinds(config)
     return {
-        "path": str(path),
+        "path": label,
         "source": f"transformers {transformers.__version__}: {type(model).__name__} built on the meta device",
         "model_class": type(model).__name__,
         "parameters": total,
@@ -200,18 +204,28 @@ def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
 def count_main(paths: list[str]) -> dict:
     """``--count-params``: one ``count_config`` per path (an error names its path), offline.
 
+    An argument that is a JSON object, ``{"config": ..., "overrides": {...}}``, is an hf
+    workload's model (``worker.workloads.hf.hf_config``: a class name, a model type or a path).
+
     Returns:
         ``{"counts": [...]}``, or ``{"counts": [], "error": ...}`` without transformers.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        import transformers  # noqa: F401  (optional)
+        import transformers  # optional
     except ImportError as exc:
         return {"counts": [], "error": f"transformers is not installed ({exc}): pip install 'memsweep[hf]'"}
     counts = []
     for path in paths:
         try:
-            counts.append(count_config(path))
+            if path.lstrip().startswith("{"):  # an hf workload: {"config": ..., "overrides": {...}}
+                from .workloads.hf import hf_config
+
+                described = json.loads(path)
+                config = hf_config(transformers, described["config"], described.get("overrides") or {})
+                counts.append(count_model(config, described["config"]))
+            else:
+                counts.append(count_config(path))
         except Exception as exc:  # one bad config must not hide the others' counts
             counts.append({"path": path, "error": f"{type(exc).__name__}: {exc}"})
     return {"counts": counts}

@@ -36,6 +36,8 @@ What this package calculates, module by module, and from which source:
 * ``workloads``: memsweep's built-in ``mlp`` workload, exactly (an allocation-by-allocation
   replay of the PyTorch ops of ``worker/workloads/mlp.py``, see ``mlp_phases``), and the
   estimate the sweeper puts into a RunSpec (``estimate_for_spec``);
+* ``runs``: the estimate of a run of any workload, or the reason there is none
+  (``estimate_run``: mlp exactly, transformer and hf by the formulas, user not described);
 * ``breakdown``: the result every module returns, and its runs.parquet columns.
 
 Every estimate is a ``Breakdown``: weights, gradients, optimizer_states, activations,
@@ -75,6 +77,7 @@ from .lora import (
     lora_parameters,
     lora_targets,
 )
+from .runs import USER_REASON, estimate_lm_run, estimate_run, transformer_workload_model
 from .training import (
     ADAM_STEP_BYTES,
     OPTIMIZERS,
@@ -180,4 +183,9 @@ __all__ = [
     "run_peak",
     "estimate_mlp",
     "estimate_for_spec",
+    # runs
+    "USER_REASON",
+    "transformer_workload_model",
+    "estimate_lm_run",
+    "estimate_run",
 ]
