@@ -118,6 +118,7 @@ RUNS_SCHEMA = pa.schema(
         ("torch_dynamo_imported", pa.bool_()),
         ("record_problem", pa.string()),
         *[(name, pa.float64() if name == "estimate_error" else pa.int64()) for name in ESTIMATE_COLUMNS],
+        ("estimate_missing_reason", pa.string()),
         *OPTIONS,
         ("parameters", pa.int64()),
         ("parameter_bytes", pa.int64()),
@@ -141,7 +142,8 @@ does not scale with it, conf.contract.oom_attribution); ``cold_*`` /
 ``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
 cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's estimate,
 analysis/estimate/), never measured; ``estimate_error`` = (est_peak_bytes -
-max_memory_allocated) / max_memory_allocated. ``parameters``, ``parameter_bytes``: the model's,
+max_memory_allocated) / max_memory_allocated; ``estimate_missing_reason``: why the estimate is null,
+or what it leaves out (null when complete). ``parameters``, ``parameter_bytes``: the model's,
 by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for
 a spec written before the field, which was a one-device run); on several devices the peaks are the
 largest over the devices (conf.contract.phase_peak), the one the capacity is compared with.
@@ -351,6 +353,9 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "cublas_workspace_config": env.get("cublas_workspace_config"),
     }
     row.update(estimate_columns(spec.get("estimate"), row["max_memory_allocated"], row["outcome"]))
+    row["estimate_missing_reason"] = spec.get("estimate_missing_reason") or (
+        "no estimate in the spec (written before this workload was estimated)" if spec.get("estimate") is None else None
+    )
     return row
 
 

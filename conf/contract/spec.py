@@ -119,6 +119,8 @@ class RunSpec:
 
     ``estimate`` is the calculated memory of this load (analysis/estimate/, bytes by
     component, see ESTIMATE_KEYS) or ``None``; the worker does not use it.
+    ``estimate_missing_reason``: why ``estimate`` is null, or which components of the run it
+    leaves out (e.g. inference activations), in words; ``None`` when it is complete.
 
     ``devices``: how many devices the run uses (default 1). More than 1 only on a CUDA device,
     with ``device="cuda:0"``: the run sees cuda:0 .. cuda:devices-1 (with pool=gpus, the GPUs it
@@ -157,6 +159,7 @@ class RunSpec:
     new_tokens: int = 16
     kv_cache: str = "dynamic"
     estimate: dict | None = None
+    estimate_missing_reason: str | None = None
     dry_run: bool = False
     snapshot_on_oom: bool = False
     devices: int = 1
@@ -212,6 +215,8 @@ class RunSpec:
             )
         self._check_devices()
         object.__setattr__(self, "estimate", validate_estimate(self.estimate))
+        if self.estimate_missing_reason is not None and not isinstance(self.estimate_missing_reason, str):
+            raise SpecError("estimate_missing_reason", self.estimate_missing_reason, "null or a text")
         if self.schema_version != SCHEMA_VERSION:
             raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
 

@@ -60,25 +60,8 @@ class HfWorkload(TokenWorkload):
             )
 
     def _config(self):
-        tf, w = self.tf, self.spec.workload
-        config, overrides = w["config"], dict(w["overrides"])
-        kind = hf_config_kind(config)
-        if kind == "class":
-            cls = getattr(tf, config, None)
-            if cls is None:
-                raise ValueError(f"workload.config={config!r}: transformers {tf.__version__} has no such class")
-            return cls(**overrides)
-        if kind == "model_type":
-            return tf.AutoConfig.for_model(config, **overrides)
-        path = Path(config).expanduser()
-        if path.is_dir():
-            path = path / "config.json"
-        data = json.loads(path.read_text())
-        model_type = data.pop("model_type", None)
-        if not model_type:
-            raise ValueError(f"workload.config={config!r}: {path} has no model_type")
-        data.update(overrides)
-        return tf.AutoConfig.for_model(model_type, **data)
+        w = self.spec.workload
+        return hf_config(self.tf, w["config"], w["overrides"])
 
     def build_model(self) -> nn.Module:
         """``AutoModelForCausalLM.from_config`` in the parameter dtype, the spec's attention."""
@@ -187,3 +170,39 @@ def _version(text: str) -> tuple[int, int]:
     """(major, minor) of a version string such as ``4.56.0.dev0``."""
     parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
     return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
+def hf_config(tf, config: str, overrides: dict):
+    """The transformers config an hf workload's ``config`` setting names, ``overrides`` applied.
+
+    Args:
+        tf: the transformers module.
+        config: a config class name (``LlamaConfig``), a registered model type (``gpt2``) or a
+            local config.json (or its directory); never downloaded.
+        overrides: config attributes to set.
+
+    Returns:
+        the config object.
+
+    Raises:
+        ValueError: an unknown class, or a config.json without ``model_type``.
+        FileNotFoundError: no such config.json.
+    """
+    overrides = dict(overrides)
+    kind = hf_config_kind(config)
+    if kind == "class":
+        cls = getattr(tf, config, None)
+        if cls is None:
+            raise ValueError(f"workload.config={config!r}: transformers {tf.__version__} has no such class")
+        return cls(**overrides)
+    if kind == "model_type":
+        return tf.AutoConfig.for_model(config, **overrides)
+    path = Path(config).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    data = json.loads(path.read_text())
+    model_type = data.pop("model_type", None)
+    if not model_type:
+        raise ValueError(f"workload.config={config!r}: {path} has no model_type")
+    data.update(overrides)
+    return tf.AutoConfig.for_model(model_type, **data)
