@@ -14,6 +14,7 @@ from .margin import MarginPolicy, parse_margin
 from .sections_answer import answer_section
 from .sections_calculated import calculated_section
 from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
+from .loading import loading_section
 from .sections_observed import observed_section
 from .sections_summary import summary_card
 from .stats import AxisResult, analyse_axis, enrich_runs, tell_loads_apart
@@ -141,6 +142,7 @@ def build_report(
 
     summary_card(doc, runs, axes, policy)
     observed_section(doc, runs, phases, axes, plots)
+    loading_section(doc, runs, phases)
     calculated_section(doc, axes, policy, est_cols, plots, predicted, predicted_phases)
     assumed_section(doc, kinds, policy)
     decision_section(doc, axes, policy)
