@@ -217,3 +217,27 @@ def test_qlora_4bit_base_trains_only_the_adapters(checkpoint):
     assert packed and not any(p.requires_grad for p in packed)  # the 4-bit base: packed, frozen
     assert info["checkpoint"]["quantization"] == "nf4"
     assert w.optimizer_state_bytes()["optimizer_state_bytes"] > 0
+
+
+# ----- the user's own optimizer factory --------------------------------------------------------
+def test_user_optimizer_factory_builds_the_optimizer():
+    workload = {
+        "name": "user",
+        "model": {"_target_": "conf.examples.convnet.build_model", "blocks": 1, "classes": 4},
+        "inputs": {"_target_": "conf.examples.convnet.make_inputs", "classes": 4},
+        "optimizer": {"_target_": "conf.examples.convnet.make_optimizer", "momentum": 0.5},
+    }
+    spec = RunSpec.from_dict({**BASE, "context": 8, "width": 8, "mode": "train", "workload": workload})
+    w = build_workload(spec, torch.device("cpu"))
+    w.prepare()
+    w.model_load()
+    w.inputs()
+    w.train_step()
+    assert isinstance(w.optimizer, torch.optim.SGD) and w.optimizer.defaults["momentum"] == 0.5
+    # one momentum buffer per parameter, the parameters' bytes (SGD with momentum's state)
+    params = sum(p.numel() * p.element_size() for p in w.model.parameters())
+    assert w.optimizer_state_bytes()["optimizer_state_bytes"] == params
+    assert w.model_info()["optimizer"] == "conf.examples.convnet.make_optimizer -> SGD"
+    with pytest.raises(SpecError) as err:
+        RunSpec.from_dict({**BASE, "mode": "inference", "workload": workload})
+    assert err.value.field == "workload.optimizer"

@@ -10,11 +10,11 @@ import pyarrow as pa
 
 from ..doc import Doc
 from .fmt import dry_runs_text
+from .loading import loading_section
 from .margin import MarginPolicy, parse_margin
 from .sections_answer import answer_section
 from .sections_calculated import calculated_section
 from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
-from .loading import loading_section
 from .sections_observed import observed_section
 from .sections_summary import summary_card
 from .stats import AxisResult, analyse_axis, enrich_runs, tell_loads_apart

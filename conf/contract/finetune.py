@@ -98,6 +98,12 @@ def check_hf_finetune(out: dict) -> dict:
 def normalise_compile(value: Any) -> str:
     """The spec's ``compile`` as one of COMPILE_MODES (YAML's ``false`` becomes ``"false"``).
 
+    Args:
+        value: the spec's ``compile`` as given (``False``, ``"false"`` or a torch.compile mode).
+
+    Returns:
+        One of COMPILE_MODES.
+
     Raises:
         SpecError: anything else (``true`` included: name the mode, ``default``).
     """
@@ -136,8 +142,6 @@ def check_run_options(spec: Any) -> None:
         if spec.dry_run:
             raise SpecError("compile", compile_mode, "false with dry_run=true (fake tensors are not compiled)")
     w = spec.workload
-    if spec.workload_name == "user" and w.get("train_step") is not None and spec.mode != "train":
-        raise SpecError("workload.train_step", w["train_step"], f"null with mode={spec.mode} (it is a training step)")
     if spec.workload_name == "user" and w.get("optimizer") is not None and spec.mode != "train":
         raise SpecError("workload.optimizer", w["optimizer"], f"null with mode={spec.mode} (train mode only)")
     if spec.workload_name != "hf":

@@ -162,7 +162,7 @@ MODEL_FIELDS = (
     Field("lora", dict, "LoRA adapters (hf lora_rank): settings, adapted modules, peft's own counts"),
     Field("checkpoint", dict, "the local checkpoint loaded (hf pretrained): path, files, bytes, quantization"),
     Field("compile", str, "the torch.compile mode the model runs under, or false"),
-    Field("train_step", str, "the user's own training step (dotted path); null = memsweep's split step"),
+    Field("optimizer", str, "the user's own optimizer factory (dotted path) and the class it built; null otherwise"),
 )
 """Fields of record.json's ``model`` (sizes by construction, not counters)."""
 

@@ -138,12 +138,11 @@ def _target(name: str, value: Any, required: bool) -> dict | None:
 
 
 def _user_params(params: dict) -> dict:
-    out = {"model": None, "inputs": None, "loss": None, "path": None, "train_step": None, "optimizer": None}
+    out = {"model": None, "inputs": None, "loss": None, "path": None, "optimizer": None}
     out.update(params)
     out["model"] = _target("workload.model", out["model"], True)
     out["inputs"] = _target("workload.inputs", out["inputs"], True)
     out["loss"] = _target("workload.loss", out["loss"], False)
-    out["train_step"] = _target("workload.train_step", out["train_step"], False)
     out["optimizer"] = _target("workload.optimizer", out["optimizer"], False)
     path = out["path"]
     if path is not None and (not isinstance(path, (list, tuple)) or not all(isinstance(d, str) for d in path)):
@@ -171,7 +170,7 @@ WORKLOAD_PARAMS = {
         _transformer_params,
     ),
     "hf": (("config", "overrides", "attention", *HF_FINETUNE_DEFAULTS), _hf_params),
-    "user": (("model", "inputs", "loss", "path", "train_step", "optimizer"), _user_params),
+    "user": (("model", "inputs", "loss", "path", "optimizer"), _user_params),
 }
 """Workload name -> (accepted parameter names, validator returning the params with defaults filled)."""
 
@@ -190,8 +189,8 @@ def validate_workload(workload: Any) -> dict:
     ``quantization`` (``finetune.check_hf_finetune``).
     user params: ``model``, ``inputs``, ``loss`` (Hydra-style ``{_target_: dotted.path, **kwargs}``;
     loss may be null), ``path`` (directories put on sys.path before importing the targets),
-    ``train_step`` (null or ``fn(model, batch, optimizer, **kwargs)``, the user's whole training
-    step) and ``optimizer`` (null or ``fn(params, **kwargs) -> torch.optim.Optimizer``).
+    ``optimizer`` (null or ``fn(params, **kwargs) -> torch.optim.Optimizer``, the user's own
+    optimizer factory, train mode only; it replaces the spec's ``optimizer``).
 
     Args:
         workload: the description, a mapping with ``name`` (one of WORKLOADS) and its params.
