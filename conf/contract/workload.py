@@ -138,7 +138,7 @@ def _target(name: str, value: Any, required: bool) -> dict | None:
 
 
 def _user_params(params: dict) -> dict:
-    out = {"model": None, "inputs": None, "loss": None, "path": None, "optimizer": None}
+    out: dict[str, Any] = {"model": None, "inputs": None, "loss": None, "path": None, "optimizer": None}
     out.update(params)
     out["model"] = _target("workload.model", out["model"], True)
     out["inputs"] = _target("workload.inputs", out["inputs"], True)
