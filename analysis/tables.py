@@ -54,6 +54,7 @@ OPTIONS = (
     ("export", pa.bool_()),
     ("new_tokens", pa.int64()),
     ("kv_cache", pa.string()),
+    ("compile", pa.string()),
 )
 
 RUNS_SCHEMA = pa.schema(
@@ -122,6 +123,9 @@ RUNS_SCHEMA = pa.schema(
         *OPTIONS,
         ("parameters", pa.int64()),
         ("parameter_bytes", pa.int64()),
+        ("trainable_parameters", pa.int64()),
+        ("frozen_parameters", pa.int64()),
+        ("trainable_parameter_bytes", pa.int64()),
         ("devices", pa.int64()),
         # CUDA: the memory outside the caching allocator (context, handles, kernels), the fraction
         # applied for capacity minus it, and what made the measurement doubtful
@@ -337,6 +341,10 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         **{name: spec.get(name) for name, _ in OPTIONS},
         "parameters": _int((record.get("model") or {}).get("parameters")),
         "parameter_bytes": _int((record.get("model") or {}).get("parameter_bytes")),
+        **{
+            k: _int((record.get("model") or {}).get(k))
+            for k in ("trainable_parameters", "frozen_parameters", "trainable_parameter_bytes")
+        },
         "devices": _int(spec.get("devices", 1)),
         "max_outside_allocator_bytes": phase_peak(phases, "outside_allocator_bytes"),
         **{

@@ -31,6 +31,8 @@ from conf.contract import (
 )
 from conf.contract.ask import ask_worker as ask
 
+from .finetune import check_host_options
+
 LOAD_KEYS = (
     "batch",
     "context",
@@ -58,6 +60,7 @@ LOAD_KEYS = (
     "dry_run",
     "snapshot_on_oom",
     "devices",
+    "compile",
 )
 
 
@@ -213,6 +216,7 @@ def spec_from_config(cfg: Any) -> RunSpec:
     fields.update(device=device, capacity_bytes=capacity_bytes, workload=workload)
     spec = RunSpec.from_dict(fields)
     check_optional_packages(spec)
+    spec = check_host_options(spec)  # a checkpoint directory, peft / bitsandbytes, a compiler
     if info is not None and info.get("device_kind") == "cuda":
         if spec.dtype == "bfloat16" and not info.get("bf16_supported"):
             raise SpecError("dtype", spec.dtype, f"a dtype {info.get('device_name')} supports: float32, float16")

@@ -36,6 +36,7 @@ from .exits import (
     EXIT_UNAVAILABLE,
     RUN_EXIT,
 )
+from .finetune import COMPILE_MODES, QUANTIZATIONS
 from .host import STOPPED_STATES, boot_id, meminfo_bytes, proc_kb_field, process_identity, process_state
 from .record import (
     CAPACITY_FIELDS,
@@ -140,6 +141,8 @@ from .workload import WORKLOAD_PARAMS, hf_config_kind, validate_workload
 
 __all__ = [
     "FAILURE_CLASSES",
+    "COMPILE_MODES",
+    "QUANTIZATIONS",
     "ALL_VARIABLES",
     "ATTRIBUTIONS",
     "PHASE_SIZE_VARIABLES",

@@ -152,10 +152,17 @@ about 0.5 GiB on Hopper) is flagged ``device_not_free``: another process holds m
 MODEL_FIELDS = (
     Field("parameters", int, "number of parameters"),
     Field("trainable_parameters", int, "number of parameters with requires_grad"),
+    Field("frozen_parameters", int, "number of parameters without requires_grad (a LoRA base)"),
     _bytes("parameter_bytes", "storage of the parameters"),
+    _bytes("trainable_parameter_bytes", "storage of the parameters with requires_grad"),
+    _bytes("frozen_parameter_bytes", "storage of the parameters without requires_grad"),
     _bytes("buffer_bytes", "storage of the buffers"),
     Field("param_dtype", str, "dtype of the weights"),
     Field("compute_dtype", str, "dtype of the computation"),
+    Field("lora", dict, "LoRA adapters (hf lora_rank): settings, adapted modules, peft's own counts"),
+    Field("checkpoint", dict, "the local checkpoint loaded (hf pretrained): path, files, bytes, quantization"),
+    Field("compile", str, "the torch.compile mode the model runs under, or false"),
+    Field("optimizer", str, "the user's own optimizer factory (dotted path) and the class it built; null otherwise"),
 )
 """Fields of record.json's ``model`` (sizes by construction, not counters)."""
 

@@ -16,6 +16,7 @@ from typing import Any
 from .attribution import planned_phases
 from .checks import choice, nonneg_int, positive_int
 from .errors import SpecError
+from .finetune import check_run_options, normalise_compile
 from .record import SCHEMA_VERSION
 from .units import parse_size
 from .vocabulary import (
@@ -132,6 +133,12 @@ class RunSpec:
     ``"predicted"``); device cpu or cuda:N (fake CUDA tensors, no GPU needed; storages counted
     in the CUDA caching allocator's 512 B blocks), no export, no fault, devices 1; no capacity
     limit is applied.
+
+    ``compile``: ``false`` (eager) or a ``torch.compile`` mode (default, reduce-overhead,
+    max-autotune) applied to the model in model_load; compilation happens in the cold phase
+    (``cold_forward`` / ``cold_step.*``), apart from the warm ones. Inference and train only.
+    The fine-tuning options (LoRA, a local checkpoint, a 4-bit base) are hf workload settings,
+    checked with the others in ``conf.contract.finetune``.
     """
 
     batch: int
@@ -163,6 +170,7 @@ class RunSpec:
     dry_run: bool = False
     snapshot_on_oom: bool = False
     devices: int = 1
+    compile: str = "false"
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -203,6 +211,8 @@ class RunSpec:
             choice("fault.phase", self.fault["phase"], ALL_PHASES)
             choice("fault.kind", self.fault["kind"], FAULT_KINDS)
         self._check_mode_options()
+        object.__setattr__(self, "compile", normalise_compile(self.compile))
+        check_run_options(self)
         self._check_workload_shape()
         self._check_dry_run()
         if not isinstance(self.snapshot_on_oom, bool):
@@ -398,5 +408,6 @@ def needs_dynamo(spec: RunSpec) -> bool:
         and spec.mode != "train"
         and not spec.dry_run
         and not spec.export
+        and spec.compile == "false"
         and spec.workload_name in DYNAMO_FREE_WORKLOADS
     )

@@ -14,6 +14,8 @@ from torch import nn
 from conf.contract import hf_config_kind
 
 from .errors import DependencyMissing
+from .lora import apply_lora, import_peft, lora_info
+from .pretrained import checkpoint_info, is_quantized, load_pretrained
 from .transformer import TokenWorkload
 
 
@@ -28,6 +30,7 @@ class HfWorkload(TokenWorkload):
     """
 
     name = "hf"
+    peft_model: nn.Module | None = None  # the PeftModel (adapt_model), before any torch.compile
 
     def prepare(self) -> None:
         """Import transformers (optional: imported here, before the first phase, only for
@@ -48,6 +51,8 @@ class HfWorkload(TokenWorkload):
                 f"pip install 'memsweep[hf]'"
             ) from None
         self.tf = transformers
+        if self.spec.workload["lora_rank"] is not None:
+            import_peft()  # DependencyMissing before any phase
         self.config = self._config()
         self.vocab = int(self.config.vocab_size)
         limit = getattr(self.config, "max_position_embeddings", None) or getattr(self.config, "n_positions", None)
@@ -61,14 +66,34 @@ class HfWorkload(TokenWorkload):
 
     def _config(self):
         w = self.spec.workload
+        if w["pretrained"] is not None:  # the checkpoint's own config.json (overrides still apply)
+            return self.tf.AutoConfig.from_pretrained(w["pretrained"], local_files_only=True, **dict(w["overrides"]))
         return hf_config(self.tf, w["config"], w["overrides"])
 
     def build_model(self) -> nn.Module:
-        """``AutoModelForCausalLM.from_config`` in the parameter dtype, the spec's attention."""
+        """``AutoModelForCausalLM.from_config`` in the parameter dtype, the spec's attention; with
+        ``workload.pretrained``, ``from_pretrained`` of that local directory (``pretrained.py``)."""
+        if self.spec.workload["pretrained"] is not None:
+            return load_pretrained(
+                self.tf, self.spec.workload, self.config, self.param_dtype, self.compute_dtype, self.device
+            )
         dtype_kw = "dtype" if _version(self.tf.__version__) >= (4, 56) else "torch_dtype"  # renamed in 4.56
         return self.tf.AutoModelForCausalLM.from_config(
             self.config, attn_implementation=self.spec.workload["attention"], **{dtype_kw: self.param_dtype}
         )
+
+    def move_model(self, model: nn.Module) -> None:
+        """``Module.to`` the device and dtype, except for a quantized checkpoint (placed by
+        ``device_map``; transformers refuses to cast it)."""
+        if not is_quantized(model):
+            super().move_model(model)
+
+    def adapt_model(self, model: nn.Module) -> nn.Module:
+        """LoRA adapters on the model when ``workload.lora_rank`` is set (``lora.apply_lora``)."""
+        if self.spec.workload["lora_rank"] is None:
+            return model
+        self.peft_model = apply_lora(model, self.spec.workload, is_quantized(model))
+        return self.peft_model
 
     def enable_checkpointing(self, model):
         """transformers' gradient (activation) checkpointing, non-reentrant; the model's cache off.
@@ -153,7 +178,7 @@ class HfWorkload(TokenWorkload):
         hidden = getattr(c, "hidden_size", None) or getattr(c, "n_embd", None)
         dims = {
             "config_class": type(c).__name__,
-            "model_class": type(self.model).__name__,
+            "model_class": type(self.peft_model if self.peft_model is not None else self.model).__name__,
             "layers": getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", None),
             "hidden": hidden,
             "heads": heads,
@@ -163,7 +188,12 @@ class HfWorkload(TokenWorkload):
             "attention": self.spec.workload["attention"],
             "transformers": self.tf.__version__,
         }
-        return {**super().model_info(), "dims": dims}
+        info = {**super().model_info(), "dims": dims}
+        if self.spec.workload["lora_rank"] is not None:
+            info["lora"] = lora_info(self.peft_model)
+        if self.spec.workload["pretrained"] is not None:
+            info["checkpoint"] = checkpoint_info(self.spec.workload)
+        return info
 
 
 def _version(text: str) -> tuple[int, int]:
