@@ -96,6 +96,7 @@ def test_an_operator_fake_tensors_cannot_run_is_named(runs):
     assert record["outcome"] == "error" and record["error_type"] == "DryRunUnsupported"
     assert record["failed_phase"] == "cold_forward"
     assert "nonzero" in record["error_message"]
+    assert "in model (Gather)" in record["error_message"]  # the module whose forward was running
     assert record["phases"][-1]["error_type"] == "DryRunUnsupported"
 
 

@@ -13,6 +13,7 @@ from torch import nn
 
 from conf.contract import hf_config_kind
 
+from . import hf_dry
 from .errors import DependencyMissing
 from .transformer import TokenWorkload
 
@@ -48,6 +49,8 @@ class HfWorkload(TokenWorkload):
                 f"pip install 'memsweep[hf]'"
             ) from None
         self.tf = transformers
+        if self.spec.dry_run:  # transformers' branches on fake tensors: those of the real inputs
+            self.dry_run_answers = hf_dry.install(transformers)
         self.config = self._config()
         self.vocab = int(self.config.vocab_size)
         limit = getattr(self.config, "max_position_embeddings", None) or getattr(self.config, "n_positions", None)
@@ -83,9 +86,12 @@ class HfWorkload(TokenWorkload):
     def build_model(self) -> nn.Module:
         """``AutoModelForCausalLM.from_config`` in the parameter dtype, the spec's attention."""
         dtype_kw = "dtype" if _version(self.tf.__version__) >= (4, 56) else "torch_dtype"  # renamed in 4.56
-        return self.tf.AutoModelForCausalLM.from_config(
+        model = self.tf.AutoModelForCausalLM.from_config(
             self.config, attn_implementation=self.spec.workload["attention"], **{dtype_kw: self.param_dtype}
         )
+        if self.spec.dry_run:  # the model's own module is imported now: watch it too
+            self.dry_run_answers = hf_dry.install(self.tf, model)
+        return model
 
     def enable_checkpointing(self, model):
         """transformers' gradient (activation) checkpointing, non-reentrant; the model's cache off.
