@@ -177,3 +177,50 @@ def test_the_answers_given_to_transformers_are_its_own_on_memsweeps_inputs(monke
     message = dry_run_unsupported(caught.value, "in model.layers.0 (ProbeLayer)")
     assert "memsweep_probe_model.reads_values" in message and "model.layers.0 (ProbeLayer)" in message
     assert "measure this load with a real run" in message
+
+
+# ----- memsweep predict over a card list ---------------------------------------------------------
+def test_predict_over_cards_gives_each_card_its_edge_and_the_estimators_figures(tmp_path, monkeypatch, capsys):
+    """Two small pretend cards (the catalog's are far larger than a shrunk model): each row's
+    edge is the predicted one (max_fit's peak fits, min_miss's does not), the dry runs are
+    shared, and the estimator's weights + gradients + optimizer states equal the dry run's at
+    the optimizer step."""
+    import sweeper.predict_cards as pc
+    from analysis.cards import Card
+    from sweeper.cli import main
+
+    cards = (Card("pretend 1 MiB", "", "", 2**20, "", ""), Card("pretend 3 MiB", "", "", 3 * 2**20, "", ""))
+    monkeypatch.setattr(pc, "CARDS", cards)
+    w = FAMILIES["llama"]["overrides"]
+    load = [
+        "workload=hf",
+        "workload.config=LlamaConfig",
+        "+workload.overrides={" + ", ".join(f"{k}: {v}" for k, v in w.items()) + "}",
+        "mode=train",
+        "context=16",
+        "threads=1",
+        f"results_dir={tmp_path}",
+    ]
+    summary = pc.predict_cards(load, "batch")
+    rows = {r["card"]: r for r in summary["cards"]}
+    assert summary["source"] == "predicted" and summary["blind_spots"]
+    assert rows["pretend 1 MiB"]["max_fit"] < rows["pretend 3 MiB"]["max_fit"]
+    for card in cards:
+        row = rows[card.name]
+        assert row["exact"] and row["min_miss"] == row["max_fit"] + 1 and row["error"] is None
+        peaks = {}
+        for value in (row["max_fit"], row["min_miss"]):
+            record = json.loads(
+                (tmp_path / "predict").glob("*").__next__().joinpath(f"batch={value}", "record.json").read_text()
+            )
+            peaks[value] = max(p["max_memory_allocated"] for p in record["phases"])
+        assert peaks[row["max_fit"]] <= card.reported_bytes < peaks[row["min_miss"]]
+        assert row["peak_bytes"] == peaks[row["max_fit"]]
+        step = next(p for p in record["phases"] if p["name"] == "cold_step.optimizer_step")
+        assert row["estimator_fixed_bytes"] == sum(step[k] for k in SPLIT)
+        assert isinstance(row["estimator_edge"], int)
+    assert main(["predict", *load, "--cards=pretend 1"]) == 0
+    printed = capsys.readouterr().out
+    assert "pretend 1 MiB" in printed and "pretend 3 MiB" not in printed and "It cannot see" in printed
+    assert main(["predict", *load, "--cards=no such card"]) == 2
+    assert "--cards" in capsys.readouterr().err

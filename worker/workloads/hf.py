@@ -170,7 +170,9 @@ class HfWorkload(TokenWorkload):
         ]
 
     def model_info(self) -> dict:
-        """``Workload.model_info`` plus ``dims`` read from the config (null where it has none)."""
+        """``Workload.model_info`` plus ``dims`` read from the config (null where it has none)
+        and ``hf_config``, the resolved config as JSON (``to_json_string(use_diff=False)``;
+        null when it cannot be written)."""
         c = self.config
         heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", None)
         hidden = getattr(c, "hidden_size", None) or getattr(c, "n_embd", None)
@@ -186,7 +188,11 @@ class HfWorkload(TokenWorkload):
             "attention": self.spec.workload["attention"],
             "transformers": self.tf.__version__,
         }
-        return {**super().model_info(), "dims": dims}
+        try:  # the resolved config (defaults included), for the estimator's figures beside a prediction
+            config = json.loads(c.to_json_string(use_diff=False))
+        except (TypeError, ValueError, AttributeError):
+            config = None
+        return {**super().model_info(), "dims": dims, "hf_config": config}
 
 
 def _version(text: str) -> tuple[int, int]:
