@@ -269,7 +269,7 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
         )
     }
     assert sum(parts.values()) == peak5 and parts["predicted_gradient_bytes"] > 0
-    assert f"at that peak ({split['phase']})" in text
+    assert f"at the largest phase peak of batch=5 ({split['phase']})" in text
     for label, key in (
         ("parameters", "parameter"),
         ("gradients", "gradient"),
