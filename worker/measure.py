@@ -306,7 +306,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         rec.data["phases"].append(phase)
         if exc is not None:
             traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-            unsupported = dry_run_unsupported(exc) if spec.dry_run else None
+            unsupported = dry_run_unsupported(exc, counters.where(workload.model)) if spec.dry_run else None
             if unsupported:
                 phase.update(status="error", error_type="DryRunUnsupported", error_message=unsupported)
                 return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported", message=unsupported)

@@ -30,9 +30,10 @@ WORKLOADS = ("mlp", "transformer", "hf", "user")
 GENERATE_WORKLOADS = ("transformer", "hf")
 """The workloads with a KV cache: the only ones ``mode=generate`` accepts."""
 
-DRY_RUN_WORKLOADS = ("mlp", "transformer", "user")
+DRY_RUN_WORKLOADS = ("mlp", "transformer", "hf", "user")
 """The workloads a dry run (fake tensors) covers; mlp and transformer are checked against
-measured runs (tests/test_dry_run.py)."""
+measured runs (tests/test_dry_run.py), hf on shrunk Llama, GPT-2, Qwen2, Mistral and Phi-3
+configs (tests/test_dry_run_hf.py)."""
 
 DYNAMO_FREE_WORKLOADS = ("mlp", "transformer")
 """The built-in workloads whose CPU runs never reach ``torch._dynamo`` (checked by

@@ -13,6 +13,7 @@ from torch import nn
 
 from conf.contract import hf_config_kind
 
+from . import hf_dry
 from .errors import DependencyMissing
 from .lora import apply_lora, import_peft, lora_info
 from .pretrained import checkpoint_info, is_quantized, load_pretrained
@@ -53,6 +54,8 @@ class HfWorkload(TokenWorkload):
         self.tf = transformers
         if self.spec.workload["lora_rank"] is not None:
             import_peft()  # DependencyMissing before any phase
+        if self.spec.dry_run:  # transformers' branches on fake tensors: those of the real inputs
+            self.dry_run_answers = hf_dry.install(transformers)
         self.config = self._config()
         self.vocab = int(self.config.vocab_size)
         limit = getattr(self.config, "max_position_embeddings", None) or getattr(self.config, "n_positions", None)
@@ -78,9 +81,12 @@ class HfWorkload(TokenWorkload):
                 self.tf, self.spec.workload, self.config, self.param_dtype, self.compute_dtype, self.device
             )
         dtype_kw = "dtype" if _version(self.tf.__version__) >= (4, 56) else "torch_dtype"  # renamed in 4.56
-        return self.tf.AutoModelForCausalLM.from_config(
+        model = self.tf.AutoModelForCausalLM.from_config(
             self.config, attn_implementation=self.spec.workload["attention"], **{dtype_kw: self.param_dtype}
         )
+        if self.spec.dry_run:  # the model's own module is imported now: watch it too
+            self.dry_run_answers = hf_dry.install(self.tf, model)
+        return model
 
     def move_model(self, model: nn.Module) -> None:
         """``Module.to`` the device and dtype, except for a quantized checkpoint (placed by
@@ -172,7 +178,9 @@ class HfWorkload(TokenWorkload):
         ]
 
     def model_info(self) -> dict:
-        """``Workload.model_info`` plus ``dims`` read from the config (null where it has none)."""
+        """``Workload.model_info`` plus ``dims`` read from the config (null where it has none)
+        and ``hf_config``, the resolved config as JSON (``to_json_string(use_diff=False)``;
+        null when it cannot be written)."""
         c = self.config
         heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", None)
         hidden = getattr(c, "hidden_size", None) or getattr(c, "n_embd", None)
@@ -188,7 +196,11 @@ class HfWorkload(TokenWorkload):
             "attention": self.spec.workload["attention"],
             "transformers": self.tf.__version__,
         }
-        info = {**super().model_info(), "dims": dims}
+        try:  # the resolved config (defaults included), for the estimator's figures beside a prediction
+            config = json.loads(c.to_json_string(use_diff=False))
+        except (TypeError, ValueError, AttributeError):
+            config = None
+        info = {**super().model_info(), "dims": dims, "hf_config": config}
         if self.spec.workload["lora_rank"] is not None:
             info["lora"] = lora_info(self.peft_model)
         if self.spec.workload["pretrained"] is not None:
