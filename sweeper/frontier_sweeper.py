@@ -42,7 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 from conf.contract import SEARCH_LOG, RunSpec, SpecError
 
 from .errors import InputRefused
-from .frontier_runs import PEAK_COUNTERS, SweepRuns, axis_reading, launcher_slots
+from .frontier_runs import PEAK_COUNTERS, SweepRuns, axis_reading, launcher_slots, oom_said
 from .owner import session_id
 from .predict import Predictor
 from .process import share_fork_server
@@ -415,6 +415,7 @@ class FrontierSweeperImpl:
             runs = self.runs.run(axis, [(p.value, 0) for p in probes], extra)
             for probe, run in zip(probes, runs):
                 outcome, peak, self.counter, message = axis_reading(run, axis, self.suspect)
+                held, asked = oom_said(run, self.counter) if outcome == "oom" else (None, None)
                 self.capacity = self.capacity or run["capacity_bytes"]
                 search.observe(
                     probe.value,
@@ -424,6 +425,8 @@ class FrontierSweeperImpl:
                     message,
                     run["reused"],
                     run["run_dir"],
+                    oom_held=held,
+                    oom_request=asked,
                 )
                 self.write_log(
                     {
