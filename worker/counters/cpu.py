@@ -110,6 +110,31 @@ class LiveTensorTracker(TorchDispatchMode):
             self.peak = self.live
         return out
 
+    def check_resize(self, storage: torch.UntypedStorage, nbytes: int, what: str) -> None:
+        """Refuse, before it happens, a resize of ``storage`` to ``nbytes`` that would take ``live``
+        past the capacity (a resize outside the dispatcher: ``UntypedStorage.resize_``).
+
+        Raises:
+            torch.OutOfMemoryError: the growth does not fit (``refused`` set, as for an operator).
+        """
+        growth = nbytes - self._sizes.get(storage._cdata, 0)
+        if self.capacity is not None and growth > 0 and self.live + growth > self.capacity:
+            raise self._refuse(growth, what, self.capacity)
+
+    def note_resize(self, storage: torch.UntypedStorage) -> None:
+        """Count ``storage`` at its current size after a resize the dispatcher does not see
+        (``UntypedStorage.resize_``: FSDP2 frees and re-allocates its unsharded parameters so,
+        torch/distributed/fsdp/_fully_shard/_fsdp_param.py ``free_storage``/``alloc_storage``)."""
+        key, nbytes = storage._cdata, storage.nbytes()
+        old = self._sizes.get(key)
+        if old == nbytes:
+            return
+        self._sizes[key] = nbytes
+        self.live += nbytes - (old or 0)
+        if old is None:
+            weakref.finalize(storage, self._free, key)
+        self.peak = max(self.peak, self.live)
+
     def _refuse(self, request: int, func, capacity: int) -> Exception:
         """The OutOfMemoryError of a request of ``request`` bytes that does not fit in ``capacity`` bytes."""
         self.refused = {"oom_request_bytes": request, "oom_allocated_bytes": self.live, "oom_operator": str(func)}
