@@ -72,6 +72,21 @@ def test_fsdp_ranks_hold_half_the_parameters_ddp_ranks_hold(ddp_fsdp):
         assert entry["memory_allocated"] < min(e["memory_allocated"] for e in load["ddp"]["ranks"])
 
 
+def test_an_fsdp_rank_holds_its_shard_of_the_parameters_after_model_load(ddp_fsdp):
+    # FSDP2's sharded parameters are DTensors: the tracker counts their local shards (not the
+    # wrapper's placeholder storage, which has the whole parameter's size and no memory), and the
+    # full parameters fully_shard replaced are freed: what a rank holds after model_load is its
+    # shard, plus the device mesh's few bytes (no gradients or optimizer states yet).
+    code, record = ddp_fsdp["fsdp"]
+    assert code == 0
+    load = next(ph for ph in record["phases"] if ph["name"] == "model_load")
+    world_size = record["world_size"]
+    for entry, rank in zip(load["ranks"], record["ranks"]):
+        shard = rank["local_parameter_bytes"]
+        assert PARAM_BYTES / world_size <= shard <= PARAM_BYTES / world_size * 1.01
+        assert shard <= entry["memory_allocated"] <= shard * 1.01, (entry, shard)
+
+
 def test_the_run_peak_is_the_fullest_rank(ddp_fsdp):
     from conf.contract import run_peak
 
@@ -153,5 +168,9 @@ def test_a_world_size_sweep_end_to_end(tmp_path, memsweep_cmd):
     phases = pq.read_table(next(sweep_dir.rglob("phases.parquet"))).to_pylist()
     two = [p for p in phases if len(p["ranks"] or []) == 2]
     assert two and all({e["rank"] for e in p["ranks"]} == {0, 1} for p in two)
+    for size, run in by_size.items():  # each rank holds its 1/world_size of the parameters after model_load
+        load = next(p for p in phases if p["run_id"] == run["run_id"] and p["phase"] == "model_load")
+        for entry in load["ranks"]:
+            assert PARAM_BYTES / size <= entry["memory_allocated"] <= PARAM_BYTES / size * 1.01, (size, entry)
     frontier = pq.read_table(next(sweep_dir.rglob("frontier.parquet"))).to_pylist()
     assert any(r["axis"] == "world_size" and r["max_ok"] == 2 for r in frontier)

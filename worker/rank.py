@@ -73,29 +73,6 @@ def local_bytes(tensors) -> int:
     return total
 
 
-def watch_storage_resizes(tracker: Any) -> None:
-    """Make ``torch.UntypedStorage.resize_`` report to the CPU tracker for the rest of the process.
-
-    FSDP2 frees an unsharded parameter with ``storage.resize_(0)`` and re-allocates it with
-    ``storage.resize_(n)`` before each all-gather; a storage method is no operator, so the
-    tracker's dispatch mode would never see those bytes come and go. The patched method asks
-    the tracker first (an emulated capacity refuses a growth past it, as for an operator), then
-    lets it count the storage at its new size. Only rank processes install it (one run each).
-
-    Args:
-        tracker: ``worker.counters.cpu.LiveTensorTracker`` (``check_resize``, ``note_resize``).
-    """
-    original = torch.UntypedStorage.resize_
-
-    def resize_(storage: torch.UntypedStorage, size: int):
-        tracker.check_resize(storage, int(size), "UntypedStorage.resize_")
-        out = original(storage, size)
-        tracker.note_resize(storage)
-        return out
-
-    torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign, assignment]
-
-
 class RankHooks:
     """What ``worker.measure.measure`` does differently in a rank (see the module docstring).
 
@@ -135,12 +112,10 @@ class RankHooks:
     def start(self, counters: Any) -> None:
         """Join the run's process group (gloo on the CPU, nccl on CUDA), collectives bounded.
 
-        On the CPU, the live tensor tracker (``counters.tracker``) is also told of storage resizes
-        (``watch_storage_resizes``), which FSDP2 uses to free and re-gather parameters.
+        (On the CPU, the live tensor tracker itself sees the storage resizes with which FSDP2
+        frees and re-gathers parameters, and counts DTensors by their local shards:
+        ``worker.counters.cpu.LiveTensorTracker``.)
         """
-        tracker = getattr(counters, "tracker", None)
-        if tracker is not None and hasattr(tracker, "note_resize"):
-            watch_storage_resizes(tracker)
         timeout = datetime.timedelta(seconds=min(float(self.spec.timeout_s), COLLECTIVE_TIMEOUT_S))
         kwargs: dict[str, Any] = {}
         if self.device is not None and self.device.type == "cuda":
