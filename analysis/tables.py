@@ -35,6 +35,7 @@ from conf.contract import (
 )
 
 from .estimate import ESTIMATE_COLUMNS, estimate_columns
+from .ranks import RANK_TYPE, rank_rows
 
 log = logging.getLogger("memsweep")
 
@@ -137,6 +138,13 @@ RUNS_SCHEMA = pa.schema(
         ("device_not_free", pa.string()),
         ("allocator_backend_warning", pa.string()),
         ("cublas_workspace_config", pa.string()),
+        # a DDP/FSDP run (spec parallel): its ranks, the fullest one and the one whose failure ended it
+        ("parallel", pa.string()),
+        ("world_size", pa.int64()),
+        ("reshard_after_forward", pa.bool_()),
+        ("global_batch", pa.int64()),
+        ("peak_rank", pa.int64()),
+        ("failed_rank", pa.int64()),
     ]
 )
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``completed_*``: the
@@ -193,6 +201,9 @@ PHASES_SCHEMA = pa.schema(
         ("source", pa.string()),
         *[(name, pa.int64()) for name in PEAK_SPLIT_FIELDS],
         ("devices", DEVICE_TYPE),
+        ("rank", pa.int64()),
+        ("peak_rank", pa.int64()),
+        ("ranks", RANK_TYPE),
     ]
 )
 """One row per run and phase; counters in bytes as recorded by the worker (seed 003 protocol).
@@ -205,7 +216,10 @@ torch.distributed._tools.mem_tracker; activation = activations and temporaries, 
 else); they sum to the peak. Null on measured rows, and on records written before the split.
 ``devices``: a run on several devices (spec ``devices`` > 1), one struct per device in order,
 ``device_index`` and the six counters (bytes, null when unreadable); the row's own counters are
-those of cuda:0, the run's device. Null for a one-device run and for records without it."""
+those of cuda:0, the run's device. Null for a one-device run and for records without it.
+``rank``, ``peak_rank``, ``ranks``: a DDP/FSDP run's phase: whose counters the row's are (rank 0,
+or the rank whose failure ended the run), the rank with the largest ``max_memory_allocated``, and
+one struct per rank that recorded the phase (conf.contract.PHASE_RANK_FIELDS); null otherwise."""
 
 
 def load_run(run_dir: Path) -> Run | None:
@@ -359,6 +373,12 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
             )
         },
         "cublas_workspace_config": env.get("cublas_workspace_config"),
+        "parallel": spec.get("parallel", "none"),
+        "world_size": _int(spec.get("world_size", 1)),
+        "reshard_after_forward": spec.get("reshard_after_forward"),
+        "global_batch": _int(record.get("global_batch")),
+        "peak_rank": _int(record.get("peak_rank")),
+        "failed_rank": _int(record.get("failed_rank")),
     }
     row.update(estimate_columns(spec.get("estimate"), row["max_memory_allocated"], row["outcome"]))
     row["estimate_missing_reason"] = spec.get("estimate_missing_reason") or (
@@ -407,6 +427,9 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
                 "source": source,
                 **{name: _int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},
                 "devices": _devices(p.get("devices")),
+                "rank": _int(p.get("rank")),
+                "peak_rank": _int(p.get("peak_rank")),
+                "ranks": rank_rows(p.get("ranks")),
             }
         )
     return rows

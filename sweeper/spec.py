@@ -61,6 +61,9 @@ LOAD_KEYS = (
     "snapshot_on_oom",
     "devices",
     "compile",
+    "parallel",
+    "world_size",
+    "reshard_after_forward",
 )
 
 
@@ -223,6 +226,8 @@ def spec_from_config(cfg: Any) -> RunSpec:
         count = info.get("device_count")
         if spec.devices > 1 and isinstance(count, int) and spec.devices > count:
             raise SpecError("devices", spec.devices, f"at most the {count} GPU(s) visible here")
+        if spec.world_size > 1 and isinstance(count, int) and spec.world_size > count:
+            raise SpecError("world_size", spec.world_size, f"at most the {count} GPU(s) visible here (one per rank)")
         total = info.get("total_memory")
         if capacity_bytes is not None and total and capacity_bytes > total:
             raise SpecError("capacity", capacity, f"at most the device's total_memory, {total} bytes")

@@ -18,7 +18,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conf.contract import (
     EXIT_ERROR,
@@ -36,6 +36,9 @@ from .environment import bf16_supported, device_memory, environment, resolve_dev
 from .plan import MODEL_LOAD, plan
 from .protocol import run_phase
 from .snapshot import enable_history, save_oom_then_dump
+
+if TYPE_CHECKING:  # imports torch
+    from .rank import RankHooks
 
 
 def _now() -> str:
@@ -138,12 +141,14 @@ def _ballast_bytes() -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
-def measure(spec: RunSpec, rec: Recorder) -> int:
+def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
     """Run every phase of ``spec``, recording each in ``rec``; torch is imported here.
 
     Args:
         spec: the run's spec.
         rec: the run's recorder (record.json saved before and after every phase).
+        rank: in a rank of a DDP/FSDP run (worker/rank.py), its device, process group, model
+            wrapping and phase barriers; None in a one-process run.
 
     Returns:
         The worker's exit code: ``EXIT_OK``; ``EXIT_UNAVAILABLE`` (PyTorch, the device, the
@@ -204,7 +209,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
                     ),
                 )
     else:
-        device, reason = resolve_device(spec.device)
+        device, reason = resolve_device(spec.device) if rank is None else rank.resolve()
     if not reason and spec.devices > 1 and device.index + spec.devices > torch.cuda.device_count():
         reason = (
             f"devices={spec.devices}: cuda:{device.index}..cuda:{device.index + spec.devices - 1} asked, "
@@ -251,6 +256,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
                 capacity = apply_cpu_process_capacity(spec.capacity_bytes)
             else:
                 capacity = apply_cpu_allocator_capacity(counters, spec.capacity_bytes)
+        if rank is not None:  # the run's process group, once this rank's capacity holds
+            rank.start(counters)
         rec.data.update(
             capacity_bytes=spec.capacity_bytes if spec.capacity_bytes is not None else total, capacity=capacity
         )
@@ -271,6 +278,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     try:  # imports the spec needs (transformers, bitsandbytes, the user's modules): no phase yet
         workload = build_workload(spec, device, rec.path.parent)
         workload.prepare()
+        if rank is not None:
+            rank.prepare(workload)
         if spec.dry_run:  # the roles that split each phase's predicted peak
             counters.roles = workload.storage_roles
     except DependencyMissing as exc:
@@ -301,6 +310,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         late_import(name)
         rec.data["current_phase"] = name
         rec.save()
+        if rank is not None:  # every rank ended the previous phase: this one starts together
+            rank.barrier()
         phase = run_phase(counters, name, step.body, step.iterations, spec.fault, rec.path, step.meta, step.after)
         exc = phase.pop("_exception", None)
         rec.data["phases"].append(phase)
