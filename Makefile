@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[test,hf,lint]" --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e ".[test,hf,lora,lint]" --config-settings editable_mode=compat
 	touch $(STAMP)
 	@$(PY) -c '$(SAY_BUILD)'
 

@@ -59,7 +59,10 @@ IDENTITY = (
     *AXES,
     *(o for o in MODE_OPTIONS if o not in AXES),  # eval_batch is both an axis and a mode option
     "devices",
-)  # devices per run: a load on 2 GPUs is not the same load as on 1
+    "parallel",
+    "world_size",
+    "reshard_after_forward",
+)  # devices per run: a load on 2 GPUs is not the same load as on 1; likewise ranks and their sharding
 
 FRONTIER_SCHEMA = pa.schema(
     [
@@ -100,6 +103,9 @@ FRONTIER_SCHEMA = pa.schema(
         ("warmup", pa.int64()),
         ("repeats", pa.int64()),
         ("devices", pa.int64()),
+        ("parallel", pa.string()),
+        ("world_size", pa.int64()),
+        ("reshard_after_forward", pa.bool_()),
         # the rest of the fixed load (IDENTITY): two rows differing only here are two loads
         ("capacity_mode", pa.string()),
         ("workload_params", pa.string()),

@@ -36,6 +36,7 @@ from conf.contract import (
 )
 
 from .estimate import ESTIMATE_COLUMNS, estimate_columns
+from .ranks import RANK_TYPE, rank_rows
 
 log = logging.getLogger("memsweep")
 
@@ -55,6 +56,7 @@ OPTIONS = (
     ("export", pa.bool_()),
     ("new_tokens", pa.int64()),
     ("kv_cache", pa.string()),
+    ("compile", pa.string()),
 )
 
 RUNS_SCHEMA = pa.schema(
@@ -119,9 +121,13 @@ RUNS_SCHEMA = pa.schema(
         ("torch_dynamo_imported", pa.bool_()),
         ("record_problem", pa.string()),
         *[(name, pa.float64() if name == "estimate_error" else pa.int64()) for name in ESTIMATE_COLUMNS],
+        ("estimate_missing_reason", pa.string()),
         *OPTIONS,
         ("parameters", pa.int64()),
         ("parameter_bytes", pa.int64()),
+        ("trainable_parameters", pa.int64()),
+        ("frozen_parameters", pa.int64()),
+        ("trainable_parameter_bytes", pa.int64()),
         ("devices", pa.int64()),
         # CUDA: the memory outside the caching allocator (context, handles, kernels), the fraction
         # applied for capacity minus it, and what made the measurement doubtful
@@ -133,6 +139,13 @@ RUNS_SCHEMA = pa.schema(
         ("device_not_free", pa.string()),
         ("allocator_backend_warning", pa.string()),
         ("cublas_workspace_config", pa.string()),
+        # a DDP/FSDP run (spec parallel): its ranks, the fullest one and the one whose failure ended it
+        ("parallel", pa.string()),
+        ("world_size", pa.int64()),
+        ("reshard_after_forward", pa.bool_()),
+        ("global_batch", pa.int64()),
+        ("peak_rank", pa.int64()),
+        ("failed_rank", pa.int64()),
     ]
 )
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``completed_*``: the
@@ -142,7 +155,8 @@ does not scale with it, conf.contract.oom_attribution); ``cold_*`` /
 ``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
 cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's estimate,
 analysis/estimate/), never measured; ``estimate_error`` = (est_peak_bytes -
-max_memory_allocated) / max_memory_allocated. ``parameters``, ``parameter_bytes``: the model's,
+max_memory_allocated) / max_memory_allocated; ``estimate_missing_reason``: why the estimate is null,
+or what it leaves out (null when complete). ``parameters``, ``parameter_bytes``: the model's,
 by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for
 a spec written before the field, which was a one-device run); on several devices the peaks are the
 largest over the devices (conf.contract.phase_peak), the one the capacity is compared with.
@@ -188,6 +202,9 @@ PHASES_SCHEMA = pa.schema(
         ("source", pa.string()),
         *[(name, pa.int64()) for name in PEAK_SPLIT_FIELDS],
         ("devices", DEVICE_TYPE),
+        ("rank", pa.int64()),
+        ("peak_rank", pa.int64()),
+        ("ranks", RANK_TYPE),
     ]
 )
 """One row per run and phase; counters in bytes as recorded by the worker (seed 003 protocol).
@@ -200,7 +217,10 @@ torch.distributed._tools.mem_tracker; activation = activations and temporaries, 
 else); they sum to the peak. Null on measured rows, and on records written before the split.
 ``devices``: a run on several devices (spec ``devices`` > 1), one struct per device in order,
 ``device_index`` and the six counters (bytes, null when unreadable); the row's own counters are
-those of cuda:0, the run's device. Null for a one-device run and for records without it."""
+those of cuda:0, the run's device. Null for a one-device run and for records without it.
+``rank``, ``peak_rank``, ``ranks``: a DDP/FSDP run's phase: whose counters the row's are (rank 0,
+or the rank whose failure ended the run), the rank with the largest ``max_memory_allocated``, and
+one struct per rank that recorded the phase (conf.contract.PHASE_RANK_FIELDS); null otherwise."""
 
 
 def load_run(run_dir: Path) -> Run | None:
@@ -348,6 +368,10 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         **{name: spec.get(name) for name, _ in OPTIONS},
         "parameters": _int((record.get("model") or {}).get("parameters")),
         "parameter_bytes": _int((record.get("model") or {}).get("parameter_bytes")),
+        **{
+            k: _int((record.get("model") or {}).get(k))
+            for k in ("trainable_parameters", "frozen_parameters", "trainable_parameter_bytes")
+        },
         "devices": _int(spec.get("devices", 1)),
         "max_outside_allocator_bytes": phase_peak(phases, "outside_allocator_bytes"),
         **{
@@ -362,8 +386,17 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
             )
         },
         "cublas_workspace_config": env.get("cublas_workspace_config"),
+        "parallel": spec.get("parallel", "none"),
+        "world_size": _int(spec.get("world_size", 1)),
+        "reshard_after_forward": spec.get("reshard_after_forward"),
+        "global_batch": _int(record.get("global_batch")),
+        "peak_rank": _int(record.get("peak_rank")),
+        "failed_rank": _int(record.get("failed_rank")),
     }
     row.update(estimate_columns(spec.get("estimate"), row["max_memory_allocated"], row["outcome"]))
+    row["estimate_missing_reason"] = spec.get("estimate_missing_reason") or (
+        "no estimate in the spec (written before this workload was estimated)" if spec.get("estimate") is None else None
+    )
     return row
 
 
@@ -419,6 +452,9 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
                 "source": source,
                 **{name: _int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},
                 "devices": _devices(p.get("devices")),
+                "rank": _int(p.get("rank")),
+                "peak_rank": _int(p.get("peak_rank")),
+                "ranks": rank_rows(p.get("ranks")),
             }
         )
     return rows

@@ -151,6 +151,7 @@ def env_command(argv: list[str]) -> int:
 
 
 PREDICT_USAGE = """usage: memsweep predict [OVERRIDES] capacity=SIZE [--axis batch|context|width]
+       memsweep predict [OVERRIDES] --cards[=NAME,NAME] [--axis ...]   one table: the edge on each card
 
 Predicts, without the device, the largest value of the axis whose tensor bytes fit in SIZE
 (GB = 10^9 B, GiB = 2^30 B), by bisection on dry runs. OVERRIDES are those of `memsweep run`;
@@ -205,6 +206,9 @@ def predict_command(argv: list[str], out=sys.stdout) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(PREDICT_USAGE, file=out)
         return 0
+    cards = [a for a in argv if a == "--cards" or a.startswith("--cards=")]
+    if cards:
+        return _predict_cards_command([a for a in argv if a not in cards], cards[-1], out)
     try:
         overrides, axis, capacity = _parse_predict_args(argv)
         prediction = predict_edge(overrides, axis, capacity)
@@ -250,20 +254,83 @@ def predict_command(argv: list[str], out=sys.stdout) -> int:
             )
             print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
         print(f"  largest phase peak: {bytes_text(at['peak'])}", file=out)
-        split = summary["peak_split"]
-        if split is not None:
-            print(
-                f"  at that peak ({split['phase']}), live tensor bytes by category "
-                f"(torch.distributed._tools.mem_tracker's categories):",
-                file=out,
-            )
-            for name, field in PEAK_CATEGORIES:
-                print(f"    {CATEGORY_LABELS[name]:<28} {bytes_text(split[field])}", file=out)
+    _print_split(summary, axis, out)
     print("  This is a prediction of live tensor bytes, not a measurement. It cannot see:", file=out)
     for item in blind_spots(predictor.device):
         print(f"    - {item}", file=out)
     print("  Keep a margin for these, or measure the edge: memsweep sweep ... capacity=SIZE", file=out)
     return 0 if edge["max_fit"] is not None and edge["error"] is None else 1
+
+
+def _predict_cards_command(argv: list[str], cards: str, out) -> int:
+    """``memsweep predict [OVERRIDES] --cards[=NAME,NAME]``: one table of the predicted edge per
+    card of the catalog (``sweeper.predict_cards``); exit 0, 1 when a dry run failed, 2 bad input."""
+    from .predict import blind_spots
+    from .predict_cards import predict_cards
+
+    names = [n.strip() for n in cards.partition("=")[2].split(",") if n.strip()]
+    try:
+        overrides, axis, capacity = _parse_predict_args(argv)
+        if capacity is not None:
+            raise SpecError("capacity", capacity, "no capacity with --cards (each card's reported total is used)")
+        summary = predict_cards(overrides, axis, names or None)
+    except SpecError as exc:
+        print(f"memsweep predict: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    gib = 2**30
+    print(
+        f"memsweep predict: PREDICTED edge of {axis} per card ({summary['device']}; each card's reported total, "
+        f"analysis/cards.py), {summary['dry_runs']} dry runs (fake tensors, no device), in {summary['out_dir']}",
+        file=out,
+    )
+    head = f"  {'card':<18} {'capacity GiB':>12} {'max fit':>8} {'min miss':>8} {'peak GiB':>9}"
+    head += f" | {'estimator: w+g+s GiB':>20} {'estimator edge':>14}"
+    print(head, file=out)
+    for r in summary["cards"]:
+        fit = "none" if r["max_fit"] is None else str(r["max_fit"]) + ("" if r["exact"] else "?")
+        peak = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / gib:.2f}"
+        fixed = "-" if r["estimator_fixed_bytes"] is None else f"{r['estimator_fixed_bytes'] / gib:.2f}"
+        est_edge = {None: "-", 0: "none"}.get(r["estimator_edge"], str(r["estimator_edge"]))
+        line = f"  {r['card']:<18} {r['capacity_bytes'] / gib:>12.2f} {fit:>8} {r['min_miss']!s:>8} {peak:>9}"
+        print(line + f" | {fixed:>20} {est_edge:>14}", file=out)
+        if r["error"]:
+            print(f"    dry run failed: {r['error']}", file=out)
+    print(
+        "  GiB = 2^30 B. max fit: largest value whose largest predicted phase peak fits the card; ? = not exact. "
+        "estimator (calculated, analysis.estimate): weights + gradients + optimizer states, and its own edge "
+        "(train along batch: Korthikanti et al. 2022 activations)",
+        file=out,
+    )
+    print("  A prediction of live tensor bytes, not a measurement on these cards. It cannot see:", file=out)
+    for item in blind_spots(summary["device"]):
+        print(f"    - {item}", file=out)
+    return 1 if any(r["error"] for r in summary["cards"]) else 0
+
+
+def _print_split(summary: dict, axis: str, out) -> None:
+    """The split of the largest predicted phase peak at ``summary["split_value"]`` by category,
+    then (hf loads) the dry run's parameters, gradients and optimizer states where all are live
+    next to the estimator's figures (calculated, analysis.estimate)."""
+    split, est = summary.get("peak_split"), summary.get("estimator")
+    if split is not None:
+        print(
+            f"  at the largest phase peak of {axis}={summary['split_value']} ({split['phase']}), live tensor "
+            f"bytes by category (torch.distributed._tools.mem_tracker's categories):",
+            file=out,
+        )
+        for name, field in PEAK_CATEGORIES:
+            print(f"    {CATEGORY_LABELS[name]:<28} {bytes_text(split[field])}", file=out)
+    if not est or est.get("phase") is None:
+        return
+    print(
+        f"  at the peak of {est['phase']}, dry run (predicted) vs estimator (calculated, analysis.estimate):", file=out
+    )
+    for key, label in (("weights", "parameters"), ("gradients", "gradients"), ("optimizer_states", "optimizer states")):
+        dry, calc = est["predicted"].get(key), est.get(key)
+        if calc is None:
+            continue
+        same = "equal" if dry == calc else f"differ by {dry - calc:+d} B" if dry is not None else "no dry-run figure"
+        print(f"    {label:<18} {dry!s:>16} B  {calc:>16} B  {same}", file=out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -256,6 +256,38 @@ def axis_reading(run: dict, axis: str, suspect: str = "stop") -> tuple[str, int 
     return outcome, peak, counter, message
 
 
+def oom_said(run: dict, counter: str) -> tuple[int | None, int | None]:
+    """What a run's OOM said it held and asked, in the units of the peak counter the search reads.
+
+    The failed phase's ``oom_allocated_bytes`` (A) and ``oom_request_bytes`` (R)
+    (``conf.contract.OOM_DETAIL_FIELDS``: exact from the CPU allocator capacity's tracker, else
+    parsed from the allocator's message). On a device whose peak counter is
+    ``max_memory_reserved`` (CUDA, HIP, XPU), what was held is A plus the bytes reserved but
+    unallocated (the caching allocator's message says both), so that held + R is what the
+    reserved memory would have been; without that figure nothing is said. The search reads
+    held as a floor of the usable capacity and held + R as its ceiling
+    (``FrontierSearch.usable``).
+
+    Args:
+        run: ``read_run``'s dict (an ``oom`` run; any other gives nothing).
+        counter: the peak counter the search reads (``conf.contract.run_peak``).
+
+    Returns:
+        (held bytes, asked bytes), or (None, None) when the OOM did not say both.
+    """
+    phases = (run.get("record") or {}).get("phases") or []
+    failed = next((p for p in phases if isinstance(p, dict) and p.get("status") == "oom"), None)
+    if run.get("outcome") != "oom" or failed is None:
+        return None, None
+    held, asked = failed.get("oom_allocated_bytes"), failed.get("oom_request_bytes")
+    if counter == "max_memory_reserved":
+        unallocated = failed.get("oom_reserved_unallocated_bytes")
+        held = held + unallocated if isinstance(held, int) and isinstance(unallocated, int) else None
+    if not (isinstance(held, int) and isinstance(asked, int)) or held < 0 or asked <= 0:
+        return None, None
+    return held, asked
+
+
 def launcher_slots(config: DictConfig, parallel: int | None) -> int:
     """Probes per round.
 

@@ -41,7 +41,7 @@ from conf.contract import RunSpec, SpecError
 
 from .errors import InputRefused
 from .frontier_log import SearchLog
-from .frontier_runs import SweepRuns, axis_reading, launcher_slots
+from .frontier_runs import SweepRuns, axis_reading, launcher_slots, oom_said
 from .frontier_settings import DRY_RUN_NEEDS_CAPACITY, LIGHT, check_settings
 from .inputs import check_sweep_config
 from .owner import session_id
@@ -336,6 +336,7 @@ class FrontierSweeperImpl:
             runs = self.runs.run(axis, [(p.value, 0) for p in probes], extra)
             for probe, run in zip(probes, runs):
                 outcome, peak, self.counter, message = axis_reading(run, axis, self.suspect)
+                held, asked = oom_said(run, self.counter) if outcome == "oom" else (None, None)
                 self.capacity = self.capacity or run["capacity_bytes"]
                 search.observe(
                     probe.value,
@@ -345,6 +346,8 @@ class FrontierSweeperImpl:
                     message,
                     run["reused"],
                     run["run_dir"],
+                    oom_held=held,
+                    oom_request=asked,
                 )
                 self.search_log.probe(event, axis, probe, run, self.counter, extra, outcome)
         return search

@@ -49,7 +49,9 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     # a single `memsweep run` never reuses a directory.
     launch = launch_settings(cfg)
     probe = probe_device(spec.device) if spec.device.startswith("cuda") else None
-    with placement(launch["pool"], spec.device, launch["cores_per_run"], probe, devices=spec.devices) as extra_env:
+    with placement(
+        launch["pool"], spec.device, launch["cores_per_run"], probe, devices=max(spec.devices, spec.world_size)
+    ) as extra_env:
         result = execute(
             spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN, isolation=launch["isolation"], extra_env=extra_env
         )

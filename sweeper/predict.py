@@ -251,6 +251,55 @@ def peak_split_at(record: dict) -> dict | None:
     return {"phase": top["name"], "peak_bytes": top["max_memory_allocated"], **split}
 
 
+def estimator_figures(spec: RunSpec, record: dict | None) -> dict | None:
+    """The estimator's weights, gradients and optimizer states of an hf load, to print beside a
+    dry run's split (calculated: ``analysis.estimate.hf_load.estimate_hf_load`` on the resolved
+    config the dry run recorded, ``model.hf_config``).
+
+    Args:
+        spec: the load.
+        record: a dry run's record.json of that load (or None).
+
+    Returns:
+        {"weights", "gradients", "optimizer_states"} in bytes (None where not asked for: the
+        last two outside train mode), and "phase" with "predicted": the dry run's split at that
+        phase's peak, {same keys: bytes}, where all three are live (``cold_step.optimizer_step``
+        in train mode, the last phase otherwise); or None for another workload, a record
+        without the config, or a config the estimator cannot read.
+    """
+    from analysis.estimate.hf_load import estimate_hf_load
+
+    config = ((record or {}).get("model") or {}).get("hf_config")
+    if spec.workload_name != "hf" or not config:
+        return None
+    try:
+        est = estimate_hf_load(
+            config,
+            mode=spec.mode,
+            dtype=spec.dtype,
+            precision=spec.precision,
+            optimizer=spec.optimizer,
+            device=spec.device,
+        )
+    except ValueError:
+        return None
+    phases = {p["name"]: p for p in record.get("phases", [])}
+    name = "cold_step.optimizer_step" if spec.mode == "train" else next(reversed(phases), None)
+    at = phases.get(name) or {}
+    predicted = {
+        "weights": at.get("predicted_parameter_bytes"),
+        "gradients": at.get("predicted_gradient_bytes") if spec.mode == "train" else None,
+        "optimizer_states": at.get("predicted_optimizer_state_bytes") if spec.mode == "train" else None,
+    }
+    return {
+        "weights": est.weights,
+        "gradients": est.gradients,
+        "optimizer_states": est.optimizer_states,
+        "phase": name if at else None,
+        "predicted": predicted,
+    }
+
+
 @dataclass
 class Prediction:
     """What ``predict_edge`` found.
@@ -263,8 +312,9 @@ class Prediction:
         edge: ``Predictor.search``'s answer.
         summary: what predict.json holds: axis, capacity_bytes, source ("predicted"),
             max_fit, min_miss, exact, dry_runs, runs (value, outcome, peak, fits,
-            error_type), breakdown and peak_split at max_fit (or None), blind_spots,
-            device, prediction_rounding.
+            error_type), breakdown at max_fit (or None), peak_split at split_value (max_fit,
+            or min_miss when nothing fits; or None), estimator (``estimator_figures`` there),
+            blind_spots, device, prediction_rounding.
     """
 
     axis: str
@@ -275,7 +325,7 @@ class Prediction:
     summary: dict
 
 
-def compose_load(overrides: list[str]) -> DictConfig:
+def compose_config(overrides: list[str]) -> DictConfig:
     """memsweep's config with ``overrides`` (Hydra's syntax), one value each.
 
     Args:
@@ -320,6 +370,30 @@ def first_line(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
+def compose_load(overrides: list[str]) -> tuple[RunSpec, str, Path]:
+    """The load of ``memsweep predict``: memsweep's config with ``overrides`` (Hydra's syntax;
+    ``device=cpu`` unless they set a device: a CUDA dry run needs no GPU), as a dry run.
+
+    Args:
+        overrides: the load's overrides (those of ``memsweep run``).
+
+    Returns:
+        (the spec, the worker isolation, the new output directory
+        ``<results_dir>/predict/<timestamp>``, not created).
+
+    Raises:
+        SpecError: bad input in the load (``compose_config``), an unwritable ``results_dir``, or a
+            load the dry run refuses.
+    """
+    device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
+    cfg = compose_config(overrides + device + ["capacity=null", "export=false", "dry_run=true"])
+    settings = launch_settings(cfg)
+    base = spec_from_config(cfg)
+    check_writable("results_dir", cfg.get("results_dir", "results"))
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+    return base, settings["isolation"], Path(cfg.get("results_dir", "results")) / "predict" / stamp
+
+
 def predict_edge(overrides: list[str], axis: str, capacity: str | None) -> Prediction:
     """Predict the edge of ``axis`` on dry runs and write predict.json.
 
@@ -344,17 +418,13 @@ def predict_edge(overrides: list[str], axis: str, capacity: str | None) -> Predi
     if capacity in (None, "null"):
         raise SpecError("capacity", capacity, "a size to predict against, e.g. capacity=80GB")
     capacity_bytes = parse_size(capacity, "capacity")
-    # the device is the user's (cpu or cuda[:N]: a CUDA dry run needs no GPU), cpu by default
-    device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
-    cfg = compose_load(overrides + device + ["capacity=null", "export=false", "dry_run=true"])
-    settings = launch_settings(cfg)
-    base = spec_from_config(cfg)
-    check_writable("results_dir", cfg.get("results_dir", "results"))
-    stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
-    out_dir = Path(cfg.get("results_dir", "results")) / "predict" / stamp
-    predictor = Predictor(base, axis, capacity_bytes, out_dir, settings["isolation"])
+    base, isolation, out_dir = compose_load(overrides)
+    predictor = Predictor(base, axis, capacity_bytes, out_dir, isolation)
     edge = predictor.search(getattr(base, axis))
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
+    # nothing fits: the split of the smallest value, to show what does not fit
+    split_value = edge["max_fit"] if at is not None else edge["min_miss"]
+    split_run = at or predictor.runs.get(split_value)
     rounding = next(
         (
             r["record"].get("prediction_rounding")
@@ -374,7 +444,9 @@ def predict_edge(overrides: list[str], axis: str, capacity: str | None) -> Predi
             for r in sorted(predictor.runs.values(), key=lambda r: r["value"])
         ],
         "breakdown": breakdown(at["record"]) if at else None,
-        "peak_split": peak_split_at(at["record"]) if at else None,
+        "peak_split": peak_split_at(split_run["record"]) if split_run and split_run["record"] else None,
+        "split_value": split_value if split_run else None,
+        "estimator": estimator_figures(base, split_run["record"] if split_run else None),
         "blind_spots": list(blind_spots(predictor.device)),
         "device": predictor.device,
         "prediction_rounding": rounding,

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import re
+import subprocess
 from typing import Any
 
 from conf.contract import (
@@ -30,6 +31,7 @@ from conf.contract import (
 from conf.contract.ask import ask_worker as ask
 
 from .errors import InputRefused
+from .finetune import check_host_options
 
 LOAD_KEYS = (
     *AXES,
@@ -54,6 +56,10 @@ LOAD_KEYS = (
     "dry_run",
     "snapshot_on_oom",
     "devices",
+    "compile",
+    "parallel",
+    "world_size",
+    "reshard_after_forward",
 )
 
 
@@ -222,12 +228,15 @@ def spec_from_config(cfg: Any) -> RunSpec:
     fields.update(device=device, capacity_bytes=capacity_bytes, workload=workload)
     spec = RunSpec.from_dict(fields)
     check_optional_packages(spec)
+    spec = check_host_options(spec)  # a checkpoint directory, peft / bitsandbytes, a compiler
     if info is not None and info.get("device_kind") == "cuda":
         if spec.dtype == "bfloat16" and not info.get("bf16_supported"):
             raise SpecError("dtype", spec.dtype, f"a dtype {info.get('device_name')} supports: float32, float16")
         count = info.get("device_count")
         if spec.devices > 1 and isinstance(count, int) and spec.devices > count:
             raise SpecError("devices", spec.devices, f"at most the {count} GPU(s) visible here")
+        if spec.world_size > 1 and isinstance(count, int) and spec.world_size > count:
+            raise SpecError("world_size", spec.world_size, f"at most the {count} GPU(s) visible here (one per rank)")
         total = info.get("total_memory")
         if capacity_bytes is not None and total and capacity_bytes > total:
             raise SpecError("capacity", capacity, f"at most the device's total_memory, {total} bytes")
@@ -247,9 +256,50 @@ def spec_from_config(cfg: Any) -> RunSpec:
 
 
 def with_estimate(spec: RunSpec) -> RunSpec:
-    """``spec`` with its ``estimate`` (analysis/estimate/, bytes by component) filled in for
-    the workloads the estimator knows (mlp); unchanged otherwise. No torch is imported."""
-    from analysis.estimate import estimate_for_spec
+    """``spec`` with its ``estimate`` (analysis/estimate/, bytes by component) and
+    ``estimate_missing_reason`` filled in, for every workload (``analysis.estimate.estimate_run``).
 
-    estimate = estimate_for_spec(spec)
-    return spec if estimate is None else dataclasses.replace(spec, estimate=estimate.to_dict())
+    An ``hf`` run's model is counted by transformers in a worker process (``hf_count``), once per
+    distinct config and overrides: no torch is imported here.
+    """
+    from analysis.estimate import estimate_run
+
+    count = hf_count(spec.workload) if spec.workload_name == "hf" else None
+    estimate, reason = estimate_run(spec, count)
+    return dataclasses.replace(
+        spec, estimate=None if estimate is None else estimate.to_dict(), estimate_missing_reason=reason
+    )
+
+
+def hf_count(workload: dict, timeout: float = 600) -> dict:
+    """transformers' count of an ``hf`` workload's model (``python -m worker --count-params``).
+
+    The worker builds the model on the meta device (no memory, nothing downloaded), a few
+    seconds for importing transformers; the answer is cached for this process and its children
+    (environment variable ``MEMSWEEP_COUNT_<sha1 of config and overrides>``), as the device
+    probe is, so a sweep pays it once per distinct model.
+
+    Args:
+        workload: the spec's validated hf workload (``config``, ``overrides``).
+        timeout: seconds for the worker.
+
+    Returns:
+        the count (``worker.count.count_config``'s dict), or ``{"error": ...}``.
+    """
+    import hashlib
+
+    arg = json.dumps({"config": workload["config"], "overrides": workload.get("overrides") or {}}, sort_keys=True)
+    key = "MEMSWEEP_COUNT_" + hashlib.sha1(arg.encode()).hexdigest()
+    cached = os.environ.get(key)
+    if cached:
+        return json.loads(cached)
+    try:
+        answer = ask("--count-params", arg, timeout=timeout)
+        counts = answer.get("counts") or [{"error": answer.get("error") or "no count"}]
+        count = counts[0]
+    except (RuntimeError, OSError) as exc:
+        count = {"error": f"the count worker gave no answer: {exc}"}
+    except subprocess.TimeoutExpired:
+        count = {"error": f"the count worker ran past {timeout} s"}
+    os.environ[key] = json.dumps(count)
+    return count

@@ -29,11 +29,12 @@ TRAIN = planned_phases("train", 4096, False)
 
 
 def test_the_declared_phase_variables():
-    assert phase_variables("cold_step.backward") == ("batch", "context", "width", "dtype")
+    # world_size: the ranks of a DDP/FSDP run split the model states (FSDP shards, DDP buckets)
+    assert phase_variables("cold_step.backward") == ("batch", "context", "width", "dtype", "world_size")
     assert phase_variables("eval")[0] == "eval_batch" and "batch" not in phase_variables("eval")
     assert phase_variables("cold_generate.prefill")[0] == "context"
     assert {"context", "new_tokens"} <= set(phase_variables("warm_generate.decode"))
-    assert phase_variables("export") == ("width", "dtype")
+    assert phase_variables("export") == ("width", "dtype", "world_size")
     assert "batch" in phase_variables("setup") and "eval_batch" in phase_variables(None)  # unplaced: every variable
     assert (
         planned_phases("train", 8, True)

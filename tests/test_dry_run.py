@@ -96,6 +96,7 @@ def test_an_operator_fake_tensors_cannot_run_is_named(runs):
     assert record["outcome"] == "error" and record["error_type"] == "DryRunUnsupported"
     assert record["failed_phase"] == "cold_forward"
     assert "nonzero" in record["error_message"]
+    assert "in model (Gather)" in record["error_message"]  # the module whose forward was running
     assert record["phases"][-1]["error_type"] == "DryRunUnsupported"
 
 
@@ -268,7 +269,7 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
         )
     }
     assert sum(parts.values()) == peak5 and parts["predicted_gradient_bytes"] > 0
-    assert f"at that peak ({split['phase']})" in text
+    assert f"at the largest phase peak of batch=5 ({split['phase']})" in text
     for label, key in (
         ("parameters", "parameter"),
         ("gradients", "gradient"),

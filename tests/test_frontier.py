@@ -196,6 +196,70 @@ def test_model_learns_a_capacity_the_probes_contradict():
     assert r["runs_used"] < bisect["runs_used"]
 
 
+def pieces(a, b, limit, n=16, cap=CAP):
+    """Affine peak a + b*x: the weights in one request, the growth in ``n`` equal requests; out
+    of memory at the first request that takes the counted bytes past ``limit``, saying what it
+    held (A) and asked (R), as an allocator's message does."""
+
+    def oracle(x):
+        p = int(a + b * x)
+        if p <= limit:
+            return "ok", p, cap
+        piece = (p - a) / n
+        k = int((limit - a) // piece)
+        return "oom", None, cap, (int(a + k * piece), int(piece))
+
+    return oracle
+
+
+def test_usable_capacity_is_bracketed_by_peaks_and_what_the_ooms_said():
+    s = search("model", 1, 1000)
+    assert s.usable() == (None, None)
+    for value, outcome, peak, said in [(1, "ok", 100, None), (10, "ok", 400, None), (50, "oom", None, (700, 90))]:
+        s.propose()
+        s.pending[value] = s.pending.pop(next(iter(s.pending)))  # run this value instead of the proposal
+        s.pending[value].value = value
+        held, asked = said or (None, None)
+        s.observe(value, outcome, peak, CAP, oom_held=held, oom_request=asked)
+    assert s.usable() == (700, 790)  # held 700 B, so at least that; 700 + 90 did not fit
+    assert s.probes[-1].to_dict()["oom_held_bytes"] == 700 and s.probes[-1].to_dict()["oom_request_bytes"] == 90
+    assert "oom_held_bytes" not in s.probes[0].to_dict()
+
+
+def test_an_oom_that_said_nothing_leaves_the_search_as_it_was():
+    # the same hidden-memory load, its OOMs silent (a 3-tuple, or a 4th item None): same probes
+    limit = int(0.9 * CAP)
+    silent = run_search(s1 := search(), affine(100 * MiB, 50_000, limit=limit))
+    none = run_search(s2 := search(), lambda x: (*affine(100 * MiB, 50_000, limit=limit)(x), None))
+    assert [p.value for p in s1.probes] == [p.value for p in s2.probes] and silent == none
+
+
+def test_an_oom_within_the_capacity_teaches_the_usable_capacity():
+    # 10 % of the capacity taken by memory the counter does not see: the first OOM says it held
+    # and asked less than the capacity, and the model solves for the edge against what it said
+    limit, a, b = int(0.9 * CAP), 100 * MiB, 50_000
+    edge = (limit - a) // b
+    s = search()
+    r = run_search(s, pieces(a, b, limit, n=64))
+    assert (r["max_ok"], r["min_oom"], r["exact"]) == (edge, edge + 1, True)
+    unread = run_search(search(), affine(a, b, limit=limit))
+    assert r["runs_used"] < unread["runs_used"]
+    bracketed = [p for p in s.probes if "usable_bytes" in p.detail]
+    assert bracketed and all(p.reason.startswith("model: usable capacity in [") for p in bracketed)
+    floor, ceiling = bracketed[-1].detail["usable_bytes"]
+    assert floor <= limit < ceiling <= CAP  # the true usable capacity is inside the last bracket
+
+
+def test_an_oom_past_the_capacity_changes_nothing():
+    # no hidden memory: every OOM held and asked more than the capacity, which explains it; the
+    # probes are those of a search that never read an OOM
+    a, b = 300 * MiB, 37_000
+    s1, s2 = search(), search()
+    run_search(s1, pieces(a, b, CAP))
+    run_search(s2, affine(a, b))
+    assert [p.value for p in s1.probes] == [p.value for p in s2.probes]
+
+
 def test_quadratic_axis_uses_the_square():
     def oracle(x):
         p = 50 * MiB + 3000 * x + 40 * x * x
@@ -261,6 +325,52 @@ def test_monotone_oracles_end_exact_on_a_tried_pair(lat, edge, strategy, slots, 
     assert r["monotonic"] and r["stopped_by"] is None
     n = len(values)
     assert r["runs_used"] <= slots * (3 * math.log2(n + 1) + 8)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lat=lattices,
+    edge=st.integers(0, 6000),
+    slots=st.integers(1, 4),
+    a=st.integers(0, 10**9),
+    b=st.integers(1, 10**6),
+    hidden=st.integers(0, 10**9),
+    n=st.integers(1, 300),
+    lie=st.integers(-(10**9), 10**9),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_what_ooms_say_never_costs_exactness(lat, edge, slots, a, b, hidden, n, lie, seed):
+    """A monotone oracle, ``hidden`` bytes of its capacity taken by memory the counter does not
+    see, whose OOMs say what they held and asked: truthfully (the first of ``n`` requests past the
+    edge's peak), shifted by ``lie`` bytes, or at random. The search still ends on the true edge,
+    on tried values, within the same bound of runs."""
+    import random
+
+    rng = random.Random(seed)
+    lower, width, step = lat
+    L = Lattice.make(lower, lower + width, step)
+    usable = a + b * edge
+    cap = usable + hidden
+    mode = seed % 3
+
+    def oracle(x):
+        if x <= edge:
+            return "ok", a + b * x, cap
+        piece = max(1, b * x // n)
+        held = a + (usable - a) // piece * piece
+        said = {0: (held, piece), 1: (max(0, held + lie), piece), 2: (rng.randrange(10**10), rng.randrange(1, 10**9))}
+        return "oom", None, cap, said[mode]
+
+    s = FrontierSearch("batch", L, "model")
+    r = run_search(s, oracle, slots)
+    values = range(L.lower, L.upper + 1, L.step)
+    true_ok = [v for v in values if v <= edge]
+    assert r["max_ok"] == (max(true_ok) if true_ok else None)
+    assert r["max_ok"] is None or r["max_ok"] in tried(s, "ok")
+    assert r["min_oom"] is None or r["min_oom"] in tried(s, "oom")
+    if true_ok and max(true_ok) < L.upper:
+        assert r["exact"] and r["min_oom"] == r["max_ok"] + L.step
+    assert r["runs_used"] <= slots * (3 * math.log2(len(values) + 1) + 8)
 
 
 @settings(max_examples=200, deadline=None)

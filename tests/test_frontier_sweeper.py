@@ -9,7 +9,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
 from conf.contract import RunSpec, SpecError, run_peak, write_json_atomic
-from sweeper.frontier_runs import RunIndex, launcher_slots, spec_key
+from sweeper.frontier_runs import RunIndex, launcher_slots, oom_said, spec_key
 from sweeper.frontier_sweeper import FrontierSweeperImpl
 
 CAP = 64 * 2**20
@@ -29,8 +29,8 @@ class ScriptedLauncher:
     """Writes what a worker would leave (spec, record with one phase, result) from ``oracle``:
     (axis values dict) -> outcome; peak = 1000 * batch * context bytes."""
 
-    def __init__(self, sweep_dir, oracle, source="measured"):
-        self.sweep_dir, self.oracle, self.calls, self.source = sweep_dir, oracle, [], source
+    def __init__(self, sweep_dir, oracle, source="measured", said=None):
+        self.sweep_dir, self.oracle, self.calls, self.source, self.said = sweep_dir, oracle, [], source, said
 
     def launch(self, job_overrides, initial_job_idx):
         returns = []
@@ -43,6 +43,9 @@ class ScriptedLauncher:
             spec = spec_of([o for o in overrides if not o.startswith("hydra.")])
             outcome = self.oracle(spec)
             peak = 1000 * spec.batch * spec.context
+            phase = {"name": "cold_forward", "max_memory_allocated": peak if outcome == "ok" else None}
+            if outcome == "oom" and self.said is not None:  # what the OOM said, as the worker records it
+                phase.update(status="oom", **self.said(spec))
             write_json_atomic(run_dir / "spec.json", spec.to_dict())
             write_json_atomic(
                 run_dir / "record.json",
@@ -53,7 +56,7 @@ class ScriptedLauncher:
                     "device_kind": "cpu",
                     "capacity_bytes": CAP,
                     "source": self.source,
-                    "phases": [{"name": "cold_forward", "max_memory_allocated": peak if outcome == "ok" else None}],
+                    "phases": [phase],
                 },
             )
             envelope = {
@@ -70,13 +73,13 @@ class ScriptedLauncher:
         return returns
 
 
-def make(tmp_path, oracle, launcher=None, **settings):
+def make(tmp_path, oracle, launcher=None, said=None, **settings):
     impl = FrontierSweeperImpl(**settings)
     # isolation=spawn: no fork server is started for the scripted launcher (conf/config.yaml says forkserver)
     impl.config = OmegaConf.create(
         {"isolation": "spawn", "hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": launcher or {}}}
     )
-    impl.launcher = ScriptedLauncher(tmp_path, oracle)
+    impl.launcher = ScriptedLauncher(tmp_path, oracle, said)
     impl.fixed_overrides = lambda arguments: list(arguments)
     impl.compose = spec_of
     return impl
@@ -403,3 +406,44 @@ def test_a_run_finished_by_another_orchestrator_after_the_scan_is_reused(tmp_pat
     assert not any("batch=256" in call for call in impl.launcher.calls)  # read, not run again
     assert [p for p in log_lines(tmp_path, "probe") if p["value"] == 256][0]["reused"] is True
     assert not (tmp_path / f"{name}_2").exists()
+
+
+def test_oom_said_in_the_units_of_the_peak_counter():
+    def run(outcome="oom", **fields):
+        return {
+            "outcome": outcome,
+            "record": {"phases": [{"name": "inputs", "status": "ok"}, {"status": outcome, **fields}]},
+        }
+
+    cpu = run(oom_allocated_bytes=700, oom_request_bytes=90)
+    assert oom_said(cpu, "max_memory_allocated") == (700, 90)
+    # CUDA: the search reads max_memory_reserved, so what was held is allocated + reserved-unallocated
+    cuda = run(oom_allocated_bytes=700, oom_request_bytes=90, oom_reserved_unallocated_bytes=50)
+    assert oom_said(cuda, "max_memory_reserved") == (750, 90)
+    assert oom_said(cpu, "max_memory_reserved") == (None, None)  # reserved not said: nothing
+    assert oom_said(run(oom_request_bytes=90), "max_memory_allocated") == (None, None)  # "you tried to allocate"
+    assert oom_said(run("error", oom_allocated_bytes=700, oom_request_bytes=90), "max_memory_allocated") == (None, None)
+    assert oom_said({"outcome": "oom", "record": None}, "max_memory_allocated") == (None, None)
+
+
+def test_the_search_reads_what_an_oom_said(tmp_path):
+    # fits up to batch 300 although the capacity (64 MiB) would hold ~1048 at 64,000 B a batch
+    # element: memory the counter does not see. Each OOM says what it held and asked (the growth
+    # in 16 requests); the search learns the usable capacity and needs fewer runs than without.
+    usable = 1000 * 64 * 300
+
+    def said(spec):
+        piece = 1000 * spec.batch * spec.context // 16
+        return {"oom_allocated_bytes": usable // piece * piece, "oom_request_bytes": piece}
+
+    read = make(tmp_path / "read", edge_at(64 * 300), said=said, lower=1, upper=4096, confirm=0)
+    read.sweep([])
+    silent = make(tmp_path / "silent", edge_at(64 * 300), lower=1, upper=4096, confirm=0)
+    silent.sweep([])
+    (result,) = log_lines(tmp_path / "read", "result")
+    assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
+    probes = log_lines(tmp_path / "read", "probe")
+    ooms = [p for p in probes if p["outcome"] == "oom"]
+    assert ooms and all(p["oom_held_bytes"] <= usable < p["oom_held_bytes"] + p["oom_request_bytes"] for p in ooms)
+    assert any(p.get("usable_bytes") and p["usable_bytes"][1] <= CAP for p in probes)
+    assert len(probes) < len(log_lines(tmp_path / "silent", "probe"))

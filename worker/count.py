@@ -82,6 +82,17 @@ def _kind(module: nn.Module, name: str) -> str:
     return "other"
 
 
+def _linear_sizes(module: nn.Module) -> tuple[int, int] | None:
+    """(in_features, out_features) of an ``nn.Linear`` or of transformers' ``Conv1D`` (GPT-2: a
+    Linear whose weight is stored (in, out), ``nf`` = out; peft adapts both), else ``None``."""
+    if isinstance(module, nn.Linear):
+        return module.in_features, module.out_features
+    weight = getattr(module, "weight", None)
+    if type(module).__name__ == "Conv1D" and weight is not None and getattr(weight, "ndim", 0) == 2:
+        return int(weight.shape[0]), int(weight.shape[1])
+    return None
+
+
 def _jsonable(cfg: Mapping) -> dict[str, Any]:
     """The config's scalar and list values (what the estimator reads), JSON-serialisable."""
     out: dict[str, Any] = {}
@@ -124,15 +135,20 @@ def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
         without routed experts), ``tensors`` (groups of equal shape: ``shape``, ``count``,
         ``kind``, ``quantizable`` = the weight of an ``nn.Linear`` other than the output
         embedding, what bitsandbytes replaces), ``linears`` (per module name: ``in``, ``out``,
-        ``count``, ``bias``; the LoRA targets), ``layer_types``/``layer_windows`` (the
-        DynamicCache's per-layer kinds), ``config`` (the resolved text config's values).
+        ``count``, ``bias``; every ``nn.Linear`` and GPT-2 ``Conv1D``: the LoRA targets),
+        ``layer_types``/``layer_windows`` (the DynamicCache's per-layer kinds), ``config`` (the resolved
+        text config's values).
 
     Raises:
         FileNotFoundError, ValueError: as ``load_config``; anything transformers raises.
     """
+    return count_model(load_config(path, overrides), str(path))
+
+
+def count_model(config, label: str) -> dict:
+    """``count_config``'s answer for a transformers config object (``label`` is its ``path``)."""
     import transformers
 
-    config = load_config(path, overrides)
     init = getattr(getattr(transformers, "initialization", None), "no_init_weights", None)
     with torch.device("meta"), init() if init else contextlib.nullcontext():
         model = transformers.AutoModelForCausalLM.from_config(config)
@@ -154,8 +170,9 @@ def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
         quantizable = isinstance(owner, nn.Linear) and owner is not output and name.endswith("weight")
         key = (tuple(p.shape), kind, quantizable)
         groups[key] = groups.get(key, 0) + 1
-        if isinstance(owner, nn.Linear) and name.endswith("weight") and owner is not output:
-            lk = (owner_name.rsplit(".", 1)[-1], owner.in_features, owner.out_features, owner.bias is not None)
+        sizes = _linear_sizes(owner)
+        if sizes and name.endswith("weight") and owner is not output:
+            lk = (owner_name.rsplit(".", 1)[-1], *sizes, owner.bias is not None)
             linears[lk] = linears.get(lk, 0) + 1
     total = sum(by_kind.values())
     text = config.get_text_config(decoder=True)
@@ -168,7 +185,7 @@ def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
         experts = {"num_experts": num, "per_token": k, "expert_parameters": routed, "active_parameters": active}
     kinds, windows = _layer_kinds(config)
     return {
-        "path": str(path),
+        "path": label,
         "source": f"transformers {transformers.__version__}: {type(model).__name__} built on the meta device",
         "model_class": type(model).__name__,
         "parameters": total,
@@ -187,18 +204,28 @@ def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
 def count_main(paths: list[str]) -> dict:
     """``--count-params``: one ``count_config`` per path (an error names its path), offline.
 
+    An argument that is a JSON object, ``{"config": ..., "overrides": {...}}``, is an hf
+    workload's model (``worker.workloads.hf.hf_config``: a class name, a model type or a path).
+
     Returns:
         ``{"counts": [...]}``, or ``{"counts": [], "error": ...}`` without transformers.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        import transformers  # noqa: F401  (optional)
+        import transformers  # optional
     except ImportError as exc:
         return {"counts": [], "error": f"transformers is not installed ({exc}): pip install 'memsweep[hf]'"}
     counts = []
     for path in paths:
         try:
-            counts.append(count_config(path))
+            if path.lstrip().startswith("{"):  # an hf workload: {"config": ..., "overrides": {...}}
+                from .workloads.hf import hf_config
+
+                described = json.loads(path)
+                config = hf_config(transformers, described["config"], described.get("overrides") or {})
+                counts.append(count_model(config, described["config"]))
+            else:
+                counts.append(count_config(path))
         except Exception as exc:  # one bad config must not hide the others' counts
             counts.append({"path": path, "error": f"{type(exc).__name__}: {exc}"})
     return {"counts": counts}

@@ -100,4 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memsweep worker: {rec.path} already exists; refusing to overwrite a record", file=sys.stderr)
         return EXIT_BAD_SPEC
     rec.save()
+    if spec.parallel != "none":  # world_size rank processes, their records merged into this one
+        from .ranks import measure_ranks
+
+        return measure_ranks(spec, rec)
     return measure(spec, rec)

@@ -18,7 +18,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conf.contract import (
     EXIT_ERROR,
@@ -36,6 +36,9 @@ from .environment import bf16_supported, device_memory, environment, resolve_dev
 from .plan import MODEL_LOAD, plan
 from .protocol import run_phase
 from .snapshot import enable_history, save_oom_then_dump
+
+if TYPE_CHECKING:  # imports torch
+    from .rank import RankHooks
 
 
 def _now() -> str:
@@ -138,12 +141,14 @@ def _ballast_bytes() -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
-def measure(spec: RunSpec, rec: Recorder) -> int:
+def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
     """Run every phase of ``spec``, recording each in ``rec``; torch is imported here.
 
     Args:
         spec: the run's spec.
         rec: the run's recorder (record.json saved before and after every phase).
+        rank: in a rank of a DDP/FSDP run (worker/rank.py), its device, process group, model
+            wrapping and phase barriers; None in a one-process run.
 
     Returns:
         The worker's exit code: ``EXIT_OK``; ``EXIT_UNAVAILABLE`` (PyTorch, the device, the
@@ -205,7 +210,7 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
                     ),
                 )
     else:
-        device, reason = resolve_device(spec.device)
+        device, reason = resolve_device(spec.device) if rank is None else rank.resolve()
     if not reason and spec.devices > 1 and device.index + spec.devices > torch.cuda.device_count():
         reason = (
             f"devices={spec.devices}: cuda:{device.index}..cuda:{device.index + spec.devices - 1} asked, "
@@ -256,6 +261,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
             else:
                 assert isinstance(counters, CpuCounters)  # make_counters: the CPU
                 capacity = apply_cpu_allocator_capacity(counters, spec.capacity_bytes)
+        if rank is not None:  # the run's process group, once this rank's capacity holds
+            rank.start(counters)
         rec.data.update(
             capacity_bytes=spec.capacity_bytes if spec.capacity_bytes is not None else total, capacity=capacity
         )
@@ -276,6 +283,8 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
     try:  # imports the spec needs (transformers, bitsandbytes, the user's modules): no phase yet
         workload = build_workload(spec, device, rec.path.parent)
         workload.prepare()
+        if rank is not None:
+            rank.prepare(workload)
         if dry_counters is not None:  # the roles that split each phase's predicted peak
             dry_counters.roles = workload.storage_roles
     except DependencyMissing as exc:
@@ -306,12 +315,16 @@ def measure(spec: RunSpec, rec: Recorder) -> int:
         late_import(name)
         rec.data["current_phase"] = name
         rec.save()
+        if rank is not None:  # every rank ended the previous phase: this one starts together
+            rank.barrier()
         phase = run_phase(counters, name, step.body, step.iterations, spec.fault, rec.path, step.meta, step.after)
         failure = phase.pop("_exception", None)
         rec.data["phases"].append(phase)
         if failure is not None:
             traceback.print_exception(type(failure), failure, failure.__traceback__, file=sys.stderr)
-            unsupported = dry_run_unsupported(failure) if spec.dry_run else None
+            unsupported = (
+                dry_run_unsupported(failure, dry_counters.where(workload.model)) if dry_counters is not None else None
+            )
             if unsupported:
                 phase.update(status="error", error_type="DryRunUnsupported", error_message=unsupported)
                 return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported", message=unsupported)

@@ -25,6 +25,10 @@ What this package calculates, module by module, and from which source:
   Face transformers docs, "KV cache strategies");
 * ``transformer``: a described decoder (dense or mixture of experts) and its whole estimate
   (``estimate_transformer``);
+* ``lora``: LoRA / QLoRA fine-tuning: adapters of r x (in + out) parameters on the chosen
+  Linear modules (peft's defaults per architecture), their gradients and optimizer states, the
+  frozen base in its storage format: Hu et al. 2021 (LoRA), Dettmers et al. 2023 (QLoRA),
+  peft's source;
 * ``counted``: a local ``config.json`` counted by transformers itself, the model built on the
   meta device in a worker process (``describe_config``; never downloads);
 * ``hf_config``: the formula parser, the fallback without transformers, which refuses the
@@ -32,6 +36,8 @@ What this package calculates, module by module, and from which source:
 * ``workloads``: memsweep's built-in ``mlp`` workload, exactly (an allocation-by-allocation
   replay of the PyTorch ops of ``worker/workloads/mlp.py``, see ``mlp_phases``), and the
   estimate the sweeper puts into a RunSpec (``estimate_for_spec``);
+* ``runs``: the estimate of a run of any workload, or the reason there is none
+  (``estimate_run``: mlp exactly, transformer and hf by the formulas, user not described);
 * ``breakdown``: the result every module returns, and its runs.parquet columns.
 
 Every estimate is a ``Breakdown``: weights, gradients, optimizer_states, activations,
@@ -62,6 +68,16 @@ from .formats import (
 )
 from .hf_config import PARSER_MODEL_TYPES, UnknownConfig, load_hf_config, parse_hf_config, refused_keys
 from .kv_cache import KV_CONVENTIONS, cached_tokens, kv_cache_bytes, layer_cached_tokens, resolve_head_dim
+from .lora import (
+    ALL_LINEAR,
+    PEFT_DEFAULT_TARGETS,
+    LoraSettings,
+    adapter_activation_bytes,
+    estimate_lora,
+    lora_parameters,
+    lora_targets,
+)
+from .runs import USER_REASON, estimate_lm_run, estimate_run, transformer_workload_model
 from .training import (
     ADAM_STEP_BYTES,
     OPTIMIZERS,
@@ -71,7 +87,14 @@ from .training import (
     training_state,
     zero_partition,
 )
-from .transformer import ParamTensor, TransformerConfig, estimate_transformer
+from .transformer import (
+    LinearModule,
+    ParamTensor,
+    TransformerConfig,
+    estimate_transformer,
+    kv_cache_estimate,
+    training_activations,
+)
 from .workloads import (
     ACTIVATION_SAVES_OUTPUT,
     PhaseEstimate,
@@ -127,6 +150,17 @@ __all__ = [
     "ParamTensor",
     "TransformerConfig",
     "estimate_transformer",
+    "LinearModule",
+    "training_activations",
+    "kv_cache_estimate",
+    # lora
+    "ALL_LINEAR",
+    "PEFT_DEFAULT_TARGETS",
+    "LoraSettings",
+    "lora_targets",
+    "lora_parameters",
+    "adapter_activation_bytes",
+    "estimate_lora",
     # hf_config (the formula parser)
     "PARSER_MODEL_TYPES",
     "UnknownConfig",
@@ -147,4 +181,9 @@ __all__ = [
     "run_peak",
     "estimate_mlp",
     "estimate_for_spec",
+    # runs
+    "USER_REASON",
+    "transformer_workload_model",
+    "estimate_lm_run",
+    "estimate_run",
 ]

@@ -5,6 +5,7 @@
     memsweep estimate --parameters 7000000000 --bits 16 --train --zero-stage 3 --devices 8
     memsweep estimate --config path/to/config.json --kv-tokens 8192 --sequences 4
     memsweep estimate --config path/to/config.json --train --activations --batch 1 --seq-len 4096
+    memsweep estimate --config path/to/config.json --lora-rank 16 --base-format nf4 --double-quant
     memsweep estimate --layers 32 --kv-heads 8 --head-dim 128 --kv-tokens 8192
     memsweep estimate --workload mlp --batch 8 --context 128 --width 256 --mode train
 
@@ -28,18 +29,16 @@ from conf.contract import GB, GiB
 from .activations import RECOMPUTE, transformer_layer_activation_bytes
 from .breakdown import Breakdown
 from .counted import COUNTERS, CountUnavailable, describe_config
+from .errors import UsageError
 from .formats import StorageFormat, compact_format, storage_format, weight_bytes
 from .kv_cache import KV_CONVENTIONS, cached_tokens, kv_cache_bytes, resolve_head_dim
+from .lora_cli import add_lora_options, lora_from_args
 from .training import OPTIMIZERS, training_state, zero_partition
 from .transformer import estimate_transformer
 from .workloads import ACTIVATION_SAVES_OUTPUT, PhaseEstimate, estimate_mlp, mlp_phases
 
 RESERVE_UNITS = {"reserve_gib": GiB, "reserve_gb": GB}
 """Bytes per unit of the reserve options: ``--reserve-gib`` (2^30 B), ``--reserve-gb`` (10^9 B)."""
-
-
-class UsageError(ValueError):
-    """A combination of options that does not describe one load (exit status 2)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--zero-stage", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (Rajbhandari et al. 2020)"
     )
     t.add_argument("--devices", type=int, default=1, help="data-parallel devices for ZeRO")
+
+    add_lora_options(p)
 
     a = p.add_argument_group("activations (--activations: a transformer by Korthikanti et al. 2022)")
     a.add_argument(
@@ -213,8 +214,8 @@ def _fmt_words(fmt: StorageFormat) -> str:
 def _param_bytes(fmt: StorageFormat, train: bool) -> int:
     if train and (fmt.block_size is not None or fmt.bits % 8):
         raise UsageError(
-            f"training a model stored in {fmt.name} is not estimated (a quantized base is "
-            "frozen; adapters are not modelled)"
+            f"full training of a model stored in {fmt.name} is not estimated (a quantized base is "
+            "frozen): train adapters with --lora-rank R --base-format " + fmt.name
         )
     return fmt.bits // 8
 
@@ -316,6 +317,13 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
         raise UsageError(str(exc)) from None
     if args.sliding_window is not None:
         model = dataclasses.replace(model, sliding_window=args.sliding_window)
+    if args.lora_rank is not None:
+        if args.kv_tokens is not None:
+            raise UsageError("--kv-tokens does not apply to --lora-rank (a training estimate)")
+        default = {"float32": "fp32", "float16": "fp16"}.get(str(model.dtype), "bf16")
+        return lora_from_args(args, model, default)
+    if args.base_format is not None:
+        raise UsageError("--base-format is the frozen base of --lora-rank; without it use --format")
     default = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(model.dtype), "bf16")
     fmt = _weight_format(args, default)
     compute = 4 if fmt.name == "fp32" else 2
@@ -415,6 +423,8 @@ def run(args: argparse.Namespace, out=None) -> int:
         raise UsageError("give one model description: --parameters, --config or --workload")
     if args.zero_stage and not args.train:
         raise UsageError("--zero-stage partitions training state: add --train")
+    if args.lora_rank is not None and args.config is None:
+        raise UsageError("--lora-rank needs --config (the adapters' shapes come from the model's Linear modules)")
     if args.keep and args.parameters is None:
         raise UsageError("--keep applies to --parameters (a config keeps embeddings, lm_head and norms in 16 bits)")
     phases: list[PhaseEstimate] = []

@@ -19,7 +19,7 @@ from conf.contract.ask import ask_worker
 
 from .hf_config import load_hf_config
 from .kv_cache import resolve_head_dim
-from .transformer import ParamTensor, TransformerConfig
+from .transformer import LinearModule, ParamTensor, TransformerConfig
 
 COUNTERS = ("auto", "transformers", "parser")
 """Who counts a config's parameters: ``transformers`` (the model built on the meta device, in
@@ -137,6 +137,10 @@ def model_from_count(count: Mapping) -> TransformerConfig:
         experts_per_token=experts.get("per_token", 0),
         active_parameters=experts.get("active_parameters"),
         active_ffn_hidden=active_ffn,
+        linears=tuple(
+            LinearModule(lin["name"], lin["in"], lin["out"], lin["count"]) for lin in count.get("linears") or []
+        )
+        or None,
         source=count["source"],
     )
 

@@ -41,6 +41,23 @@ class ParamTensor:
 
 
 @dataclasses.dataclass(frozen=True)
+class LinearModule:
+    """A group of equal Linear modules of a described model, by their last name component.
+
+    Attributes:
+        name: the module's attribute name (``q_proj``, ``c_attn``): what peft's
+            ``target_modules`` matches (a suffix of the module's full name).
+        in_features, out_features: the Linear's sizes (a GPT-2 ``Conv1D`` included).
+        count: how many modules of that name and shape the model has (one per layer).
+    """
+
+    name: str
+    in_features: int
+    out_features: int
+    count: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
 class TransformerConfig:
     """A decoder-only transformer, as read from a Hugging Face style config.json.
 
@@ -79,6 +96,8 @@ class TransformerConfig:
         active_parameters: parameters one token uses (MoE), ``None`` = all of them.
         active_ffn_hidden: MLP width one token passes through (MoE: top-k x expert width,
             plus shared experts), for the activation formula; ``None`` = ``ffn_hidden``.
+        linears: the Linear modules as the defining library built them (``counted.py``),
+            the output embedding excluded; ``None``: derived from ``tensors()``.
         source: who counted the parameters.
     """
 
@@ -109,6 +128,7 @@ class TransformerConfig:
     experts_per_token: int = 0
     active_parameters: int | None = None
     active_ffn_hidden: int | None = None
+    linears: tuple[LinearModule, ...] | None = None
     source: str = "memsweep's formula parser"
 
     def tensors(self) -> list[ParamTensor]:
@@ -157,6 +177,24 @@ class TransformerConfig:
         if not self.tie_embeddings:
             out.append(ParamTensor("lm_head.weight", (v, h)))
         return out
+
+    def linear_modules(self) -> list[LinearModule]:
+        """The model's Linear modules other than the output embedding, grouped by name and shape.
+
+        Returns:
+            ``linears`` when the defining library listed them; else, from ``tensors()``, each
+            quantizable 2-D weight ``...<name>.weight`` of shape (out, in) (the parser's names:
+            ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``, ``gate_proj``, ``up_proj``,
+            ``down_proj``, or ``fc_in``/``fc_out``).
+        """
+        if self.linears is not None:
+            return list(self.linears)
+        groups: dict[tuple[str, int, int], int] = {}
+        for t in self.tensors():
+            if t.quantizable and len(t.shape) == 2 and t.name.endswith(".weight"):
+                key = (t.name.rsplit(".", 2)[-2], t.shape[1], t.shape[0])
+                groups[key] = groups.get(key, 0) + 1
+        return [LinearModule(n, i, o, c) for (n, i, o), c in groups.items()]
 
     @property
     def parameters(self) -> int:
@@ -311,43 +349,119 @@ def estimate_transformer(
         )
         b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states, notes=b.notes + state.notes)
         if batch and seq_len:
-            kw = dict(
-                kv_heads=model.kv_heads,
-                head_dim=model.head_dim,
-                ffn_hidden=model.active_ffn_hidden or model.ffn_hidden,
-                gated_mlp=model.gated_mlp,
-                act_bytes=compute_bytes,
-                dropout=dropout,
+            acts, note = training_activations(
+                model,
+                batch,
+                seq_len,
+                compute_bytes=compute_bytes,
+                recompute=recompute,
                 fused_attention=fused_attention,
+                dropout=dropout,
+                include_head=include_head,
             )
-            layer = transformer_layer_activation_bytes(
-                seq_len, batch, model.hidden, model.heads, recompute=recompute, **kw
-            )
-            acts = model.layers * layer
-            if recompute == "full":
-                acts += transformer_layer_activation_bytes(seq_len, batch, model.hidden, model.heads, **kw)
-            if include_head:
-                sbh = seq_len * batch * model.hidden
-                acts += 2 * sbh * compute_bytes + 4 * seq_len * batch * model.vocab + (sbh if dropout else 0)
-            b = b.replace(activations=acts).with_note(
-                f"activations: Korthikanti et al. 2022, recompute={recompute}, "
-                f"{'fused attention (no s x s scores)' if fused_attention else 'scores materialised'}, "
-                f"{'with' if dropout else 'without'} dropout"
-            )
+            b = b.replace(activations=acts).with_note(note)
         b = zero_partition(b, zero_stage, devices)
     if kv_tokens is not None:
         seqs = kv_sequences if kv_sequences is not None else (batch or 1)
-        per_layer = model.kv_layer_tokens(kv_tokens, static_capacity, kv_convention)
-        per_token = model.cached_values_per_token
-        kv = sum(t * per_token * (kv_bytes or compute_bytes) * seqs for t in per_layer)
-        kinds = sorted({(w, t) for w, t in zip(model.windows(), per_layer)}, key=lambda x: (x[0] is None, x[0] or 0))
-        by_kind = ", ".join(
-            f"{sum(1 for w in model.windows() if w == win)} layers {'full' if win is None else f'window {win}'}: "
-            f"{tok} tokens"
-            for win, tok in kinds
-        )
-        b = b.replace(kv_cache=kv).with_note(
-            f"KV cache ({kv_convention} convention): {per_token} values per token per layer, {seqs} sequence(s); "
-            + by_kind
-        )
+        kv, note = kv_cache_estimate(model, kv_tokens, seqs, kv_bytes or compute_bytes, static_capacity, kv_convention)
+        b = b.replace(kv_cache=kv).with_note(note)
     return b
+
+
+def training_activations(
+    model: TransformerConfig,
+    batch: int,
+    seq_len: int,
+    *,
+    compute_bytes: int = 2,
+    recompute: str = "none",
+    fused_attention: bool = False,
+    dropout: bool = True,
+    include_head: bool = True,
+) -> tuple[int, str]:
+    """Activations a training step of ``model`` keeps for backward, and a note saying how.
+
+    ``layers x transformer_layer_activation_bytes`` (Korthikanti et al. 2022, Sec. 4.1,
+    generalised to GQA and gated MLPs; a MoE passes a token through ``active_ffn_hidden``),
+    with full recomputation plus one layer's activations while it is recomputed, and with
+    ``include_head`` the paper's output-layer terms (Sec. 4.2: final-norm input 2sbh, output
+    projection input 2sbh, fp32 logits for the loss 4sbv, embedding dropout mask sbh).
+
+    Args:
+        model: the described transformer.
+        batch, seq_len: sequences per micro-batch (b) and tokens per sequence (s).
+        compute_bytes: bytes per activation value.
+        recompute, fused_attention, dropout: as ``transformer_layer_activation_bytes``.
+        include_head: add the output layer's activations.
+
+    Returns:
+        (bytes, note).
+
+    Raises:
+        ValueError: as ``transformer_layer_activation_bytes``.
+    """
+    kw = dict(
+        kv_heads=model.kv_heads,
+        head_dim=model.head_dim,
+        ffn_hidden=model.active_ffn_hidden or model.ffn_hidden,
+        gated_mlp=model.gated_mlp,
+        act_bytes=compute_bytes,
+        dropout=dropout,
+        fused_attention=fused_attention,
+    )
+    layer = transformer_layer_activation_bytes(seq_len, batch, model.hidden, model.heads, recompute=recompute, **kw)
+    acts = model.layers * layer
+    if recompute == "full":
+        acts += transformer_layer_activation_bytes(seq_len, batch, model.hidden, model.heads, **kw)
+    if include_head:
+        sbh = seq_len * batch * model.hidden
+        acts += 2 * sbh * compute_bytes + 4 * seq_len * batch * model.vocab + (sbh if dropout else 0)
+    note = (
+        f"activations: Korthikanti et al. 2022, recompute={recompute}, "
+        f"{'fused attention (no s x s scores)' if fused_attention else 'scores materialised'}, "
+        f"{'with' if dropout else 'without'} dropout"
+    )
+    return acts, note
+
+
+def kv_cache_estimate(
+    model: TransformerConfig,
+    tokens: int,
+    sequences: int,
+    bytes_per_value: int,
+    static_capacity: int | None = None,
+    convention: str = "window",
+) -> tuple[int, str]:
+    """KV cache bytes of ``sequences`` sequences of ``tokens`` tokens, and a note per layer kind.
+
+    Per layer ``layer_cached_tokens`` (its window under ``convention``, a static capacity) x
+    ``cached_values_per_token`` (2 x kv_heads x head_dim; MLA: its latent) x
+    ``bytes_per_value`` x ``sequences`` (Hugging Face docs, "KV cache strategies").
+
+    Args:
+        model: the described transformer.
+        tokens: tokens per sequence in the cache (prompt + generated).
+        sequences: sequences cached at once.
+        bytes_per_value: bytes per cached value.
+        static_capacity: a static cache's preallocated length, or ``None``.
+        convention: what a sliding layer's cache keeps (``kv_cache.KV_CONVENTIONS``).
+
+    Returns:
+        (bytes, note).
+
+    Raises:
+        ValueError: as ``layer_cached_tokens``.
+    """
+    per_layer = model.kv_layer_tokens(tokens, static_capacity, convention)
+    per_token = model.cached_values_per_token
+    kv = sum(t * per_token * bytes_per_value * sequences for t in per_layer)
+    kinds = sorted({(w, t) for w, t in zip(model.windows(), per_layer)}, key=lambda x: (x[0] is None, x[0] or 0))
+    by_kind = ", ".join(
+        f"{sum(1 for w in model.windows() if w == win)} layers {'full' if win is None else f'window {win}'}: "
+        f"{tok} tokens"
+        for win, tok in kinds
+    )
+    return kv, (
+        f"KV cache ({convention} convention): {per_token} values per token per layer, {sequences} sequence(s); "
+        + by_kind
+    )

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from ..doc import Doc
 from .fmt import dry_runs_text
+from .loading import loading_section
 from .margin import MarginPolicy, parse_margin
 from .sections_answer import answer_section
 from .sections_calculated import calculated_section
@@ -141,6 +142,7 @@ def build_report(
 
     summary_card(doc, runs, axes, policy)
     observed_section(doc, runs, phases, axes, plots)
+    loading_section(doc, runs, phases)
     calculated_section(doc, axes, policy, est_cols, plots, predicted, predicted_phases)
     assumed_section(doc, kinds, policy)
     decision_section(doc, axes, policy)

@@ -36,6 +36,7 @@ from .exits import (
     EXIT_UNAVAILABLE,
     RUN_EXIT,
 )
+from .finetune import COMPILE_MODES, QUANTIZATIONS
 from .host import STOPPED_STATES, boot_id, meminfo_bytes, proc_kb_field, process_identity, process_state
 from .record import (
     CAPACITY_FIELDS,
@@ -50,6 +51,8 @@ from .record import (
     PER_DEVICE_EXTRAS,
     PHASE_COUNTERS,
     PHASE_FIELDS,
+    PHASE_RANK_FIELDS,
+    RANK_FIELDS,
     RECORD_FIELDS,
     RECORD_FILE,
     RESULT_FIELDS,
@@ -85,7 +88,7 @@ from .rundir import (
     run_peak,
     try_read,
 )
-from .spec import MAX_DEVICES, RunSpec, needs_dynamo, validate_device, validate_estimate
+from .spec import MAX_DEVICES, MAX_WORLD_SIZE, RunSpec, needs_dynamo, validate_device, validate_estimate
 from .units import GB, SIZE_UNITS, GiB, bytes_text, gib, parse_size
 from .vocabulary import (
     ACTIVATIONS,
@@ -122,6 +125,8 @@ from .vocabulary import (
     NUMERIC_AXES,
     OPTIMIZERS,
     OUTCOMES,
+    PARALLEL_WORKLOADS,
+    PARALLELS,
     PARENT_ENV,
     PARENT_PHASES,
     PEAK_CATEGORIES,
@@ -142,6 +147,8 @@ from .workload import WORKLOAD_PARAMS, hf_config_kind, validate_workload
 
 __all__ = [
     "FAILURE_CLASSES",
+    "COMPILE_MODES",
+    "QUANTIZATIONS",
     "ALL_VARIABLES",
     "ATTRIBUTIONS",
     "PHASE_SIZE_VARIABLES",
@@ -167,6 +174,8 @@ __all__ = [
     "DEFAULT_ISOLATION",
     "DEVICE_COUNTERS",
     "DEVICE_FIELDS",
+    "PHASE_RANK_FIELDS",
+    "RANK_FIELDS",
     "DEVICE_NOT_FREE_BYTES",
     "DRY_RUN_WORKLOADS",
     "DTYPES",
@@ -198,10 +207,13 @@ __all__ = [
     "KV_CACHES",
     "LAUNCHER_WORKER_LOST",
     "MAX_DEVICES",
+    "MAX_WORLD_SIZE",
     "MODEL_FIELDS",
     "MODES",
     "NORMS",
     "NUMERIC_AXES",
+    "PARALLELS",
+    "PARALLEL_WORKLOADS",
     "OOM_DETAIL_FIELDS",
     "PER_DEVICE_EXTRAS",
     "OPTIMIZERS",

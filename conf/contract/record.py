@@ -97,8 +97,40 @@ RECORD_FIELDS = (
     Field("prediction_rounding", str, "a dry run's accounting of storage bytes; null when measured"),
     Field("cuda_initialized", bool, "torch.cuda.is_initialized() at the end; null when torch was not imported"),
     Field("oom_snapshot", dict, "the CUDA allocator snapshot written at an OOM (spec snapshot_on_oom)"),
+    Field("world_size", int, "rank processes of the run (spec world_size; 1 without parallel)"),
+    Field("parallel", str, "none, ddp or fsdp (spec parallel)"),
+    Field("global_batch", int, "samples per optimizer step over every rank: batch * world_size * micro_steps"),
+    Field("ranks", list, "a DDP/FSDP run: one RANK_FIELDS object per rank, in rank order"),
+    Field("failed_rank", int, "a DDP/FSDP run that failed: the rank whose failure ended it (root cause)"),
+    Field("peak_rank", int, "a DDP/FSDP run: the rank with the largest max_memory_allocated (the fullest)"),
 )
 """Top-level fields of record.json, in the order the worker writes them."""
+
+RANK_FIELDS = (
+    Field("rank", int, "the rank (0-based)"),
+    Field("device", str, "the rank's device: cpu or cuda:N"),
+    Field("pid", int, "the rank process's id"),
+    Field("outcome", str, "ok, oom or error as the rank recorded it; aborted (stopped by the run), crash"),
+    Field("exit_code", int, "the rank process's exit status (negative: killed by that signal)"),
+    Field("failed_phase", str, "the phase the rank failed in or was stopped in"),
+    Field("error_type", str, "the rank's failure's exception type name"),
+    Field("error_message", str, "the rank's failure's message"),
+    _bytes("local_parameter_bytes", "the rank's own parameter storage after model_load (FSDP: its shards)"),
+    _bytes("max_memory_allocated", "the rank's largest phase peak"),
+    _bytes("max_memory_reserved", "the rank's largest reserved peak"),
+    Field("record", str, "the rank's own record, relative to the run directory (ranks/rank_N.json)"),
+)
+"""Fields of each entry of record.json's ``ranks`` (a DDP or FSDP run, worker/ranks.py)."""
+
+PHASE_RANK_FIELDS = (
+    Field("rank", int, "the rank"),
+    Field("status", str, "ok, oom or error"),
+    *[_bytes(name, "counter") for name in DEVICE_COUNTERS],
+    Field("duration_s", float, "wall time of the phase on that rank (seconds)"),
+    Field("gradient_bytes", int, "size by construction on that rank (its shards under FSDP)"),
+    Field("optimizer_state_bytes", int, "size by construction on that rank (its shards under FSDP)"),
+)
+"""Fields of each entry of a phase's ``ranks`` (a DDP or FSDP run)."""
 
 ENVIRONMENT_FIELDS = (
     Field("python", str, "Python version"),
@@ -152,10 +184,18 @@ about 0.5 GiB on Hopper) is flagged ``device_not_free``: another process holds m
 MODEL_FIELDS = (
     Field("parameters", int, "number of parameters"),
     Field("trainable_parameters", int, "number of parameters with requires_grad"),
+    Field("frozen_parameters", int, "number of parameters without requires_grad (a LoRA base)"),
     _bytes("parameter_bytes", "storage of the parameters"),
+    _bytes("trainable_parameter_bytes", "storage of the parameters with requires_grad"),
+    _bytes("frozen_parameter_bytes", "storage of the parameters without requires_grad"),
+    _bytes("local_parameter_bytes", "a DDP/FSDP rank: storage of its own parameters (FSDP: its shards)"),
     _bytes("buffer_bytes", "storage of the buffers"),
     Field("param_dtype", str, "dtype of the weights"),
     Field("compute_dtype", str, "dtype of the computation"),
+    Field("lora", dict, "LoRA adapters (hf lora_rank): settings, adapted modules, peft's own counts"),
+    Field("checkpoint", dict, "the local checkpoint loaded (hf pretrained): path, files, bytes, quantization"),
+    Field("compile", str, "the torch.compile mode the model runs under, or false"),
+    Field("optimizer", str, "the user's own optimizer factory (dotted path) and the class it built; null otherwise"),
 )
 """Fields of record.json's ``model`` (sizes by construction, not counters)."""
 
@@ -220,6 +260,9 @@ PHASE_FIELDS = (
     Field("iteration_s", list, "wall time of each iteration (seconds)"),
     *[_bytes(name, "counter") for name in PHASE_COUNTERS[2:]],
     Field("devices", list, "a run on several devices: one DEVICE_FIELDS object per device"),
+    Field("rank", int, "a DDP/FSDP run: the rank whose counters the phase's own fields are (0, or the failed one)"),
+    Field("peak_rank", int, "a DDP/FSDP run: the rank with the phase's largest max_memory_allocated"),
+    Field("ranks", list, "a DDP/FSDP run: one PHASE_RANK_FIELDS object per rank that recorded the phase"),
     *[Field(name, int, "allocator counter") for name in EXTRA_COUNTERS[:2]],
     *[_bytes(name, "allocator or device figure") for name in EXTRA_COUNTERS[2:]],
     *[_bytes(name, "a dry run's peak split (PEAK_CATEGORIES)") for name in PEAK_SPLIT_FIELDS],

@@ -263,7 +263,8 @@ def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | N
     Returns:
         The largest integer value, in bytes; None when no phase has one (missing is null, never 0).
         A phase of a run on several devices (a ``devices`` list) counts with the largest value
-        over its devices: the capacity caps every device, so the fullest one is compared with it.
+        over its devices: the capacity caps every device, so the fullest one is compared with it;
+        likewise a phase of a DDP/FSDP run (a ``ranks`` list) with its fullest rank.
     """
     values: list[object] = []
     for p in phases:
@@ -272,6 +273,9 @@ def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | N
             devices = p.get("devices")
             if isinstance(devices, list):
                 values += [d.get(counter) for d in devices if isinstance(d, Mapping)]
+            ranks = p.get("ranks")
+            if isinstance(ranks, list):
+                values += [r.get(counter) for r in ranks if isinstance(r, Mapping)]
     counts: list[int] = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
     return max(counts) if counts else None
 

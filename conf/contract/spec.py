@@ -16,6 +16,7 @@ from typing import Any
 from .attribution import planned_phases
 from .checks import choice, int_in_range, positive_int
 from .errors import SpecError
+from .finetune import check_run_options, normalise_compile
 from .record import SCHEMA_VERSION
 from .units import parse_size
 from .vocabulary import (
@@ -30,12 +31,17 @@ from .vocabulary import (
     KV_CACHES,
     MODES,
     OPTIMIZERS,
+    PARALLEL_WORKLOADS,
+    PARALLELS,
     PRECISIONS,
 )
 from .workload import validate_workload
 
 MAX_DEVICES = 1024
 """Upper bound of ``RunSpec.devices`` (devices used by one run)."""
+
+MAX_WORLD_SIZE = 4096
+"""Upper bound of ``RunSpec.world_size`` (rank processes of one run)."""
 
 
 def validate_estimate(value: Any) -> dict | None:
@@ -119,6 +125,8 @@ class RunSpec:
 
     ``estimate`` is the calculated memory of this load (analysis/estimate/, bytes by
     component, see ESTIMATE_KEYS) or ``None``; the worker does not use it.
+    ``estimate_missing_reason``: why ``estimate`` is null, or which components of the run it
+    leaves out (e.g. inference activations), in words; ``None`` when it is complete.
 
     ``devices``: how many devices the run uses (default 1). More than 1 only on a CUDA device,
     with ``device="cuda:0"``: the run sees cuda:0 .. cuda:devices-1 (with pool=gpus, the GPUs it
@@ -130,6 +138,22 @@ class RunSpec:
     ``"predicted"``); device cpu or cuda:N (fake CUDA tensors, no GPU needed; storages counted
     in the CUDA caching allocator's 512 B blocks), no export, no fault, devices 1; no capacity
     limit is applied.
+
+    ``compile``: ``false`` (eager) or a ``torch.compile`` mode (default, reduce-overhead,
+    max-autotune) applied to the model in model_load; compilation happens in the cold phase
+    (``cold_forward`` / ``cold_step.*``), apart from the warm ones. Inference and train only.
+    The fine-tuning options (LoRA, a local checkpoint, a 4-bit base) are hf workload settings,
+    checked with the others in ``conf.contract.finetune``.
+    ``parallel`` (PARALLELS): ``none`` (one process), ``ddp``
+    (``torch.nn.parallel.DistributedDataParallel``) or ``fsdp`` (FSDP2,
+    ``torch.distributed.fsdp.fully_shard`` on every block of ``model.blocks`` and at the root;
+    ``reshard_after_forward`` is its resharding choice: True frees the gathered parameters after
+    each block's forward, False keeps them until the backward). ``world_size``: rank processes
+    of the run (default 1), started fresh for it (worker/ranks.py), one device each (gloo on the
+    CPU, nccl on cuda:0..world_size-1); more than 1 needs ddp or fsdp. ddp/fsdp: mode=train, a
+    workload of PARALLEL_WORKLOADS, not a dry run, devices 1. ``batch`` is each rank's
+    micro-batch; the run's global batch is batch * world_size * micro_steps. ``fault.rank``
+    (optional) injects the fault in that rank only.
     """
 
     batch: int
@@ -157,9 +181,14 @@ class RunSpec:
     new_tokens: int = 16
     kv_cache: str = "dynamic"
     estimate: dict | None = None
+    estimate_missing_reason: str | None = None
     dry_run: bool = False
     snapshot_on_oom: bool = False
     devices: int = 1
+    compile: str = "false"
+    parallel: str = "none"
+    world_size: int = 1
+    reshard_after_forward: bool = True
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -195,11 +224,17 @@ class RunSpec:
         if self.threads is not None:
             positive_int("threads", self.threads, 1024)
         if self.fault is not None:
-            if not isinstance(self.fault, Mapping) or set(self.fault) != {"phase", "kind"}:
-                raise SpecError("fault", self.fault, "null or {phase: <phase>, kind: <kind>}")
+            if not isinstance(self.fault, Mapping) or not {"phase", "kind"} <= set(self.fault) <= {
+                "phase",
+                "kind",
+                "rank",
+            }:
+                raise SpecError("fault", self.fault, "null or {phase: <phase>, kind: <kind>[, rank: <rank>]}")
             choice("fault.phase", self.fault["phase"], ALL_PHASES)
             choice("fault.kind", self.fault["kind"], FAULT_KINDS)
         self._check_mode_options()
+        object.__setattr__(self, "compile", normalise_compile(self.compile))
+        check_run_options(self)
         self._check_workload_shape()
         self._check_dry_run()
         if not isinstance(self.snapshot_on_oom, bool):
@@ -211,7 +246,10 @@ class RunSpec:
                 "false here: memory snapshots record the CUDA caching allocator (a cuda device, not a dry run)",
             )
         self._check_devices()
+        self._check_parallel()
         object.__setattr__(self, "estimate", validate_estimate(self.estimate))
+        if self.estimate_missing_reason is not None and not isinstance(self.estimate_missing_reason, str):
+            raise SpecError("estimate_missing_reason", self.estimate_missing_reason, "null or a text")
         if self.schema_version != SCHEMA_VERSION:
             raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
 
@@ -234,6 +272,50 @@ class RunSpec:
                 f"cuda:0 with devices={self.devices} (the run uses cuda:0 to "
                 f"cuda:{self.devices - 1}; choose the GPUs with pool=gpus or CUDA_VISIBLE_DEVICES)",
             )
+
+    def _check_parallel(self) -> None:
+        """``parallel``, ``world_size``, ``reshard_after_forward`` (see the class docstring).
+
+        Raises:
+            SpecError: an unknown parallel, a world_size out of range or above 1 without ddp or
+                fsdp, or ddp/fsdp with another mode, a dry run, devices > 1 or another workload.
+        """
+        choice("parallel", self.parallel, PARALLELS)
+        n = self.world_size
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WORLD_SIZE:
+            raise SpecError("world_size", n, f"an integer from 1 to {MAX_WORLD_SIZE}")
+        if not isinstance(self.reshard_after_forward, bool):
+            raise SpecError("reshard_after_forward", self.reshard_after_forward, "true or false")
+        if self.fault is not None and "rank" in self.fault:
+            int_in_range("fault.rank", self.fault["rank"], 0, n - 1)
+        if self.parallel == "none":
+            if n != 1:
+                raise SpecError("world_size", n, "1 with parallel=none (several ranks need parallel=ddp or fsdp)")
+            return
+        if self.mode != "train":
+            raise SpecError("parallel", self.parallel, f"none with mode={self.mode} (ddp and fsdp train)")
+        if self.dry_run:
+            raise SpecError("parallel", self.parallel, "none with dry_run=true (a dry run predicts one process)")
+        if self.devices != 1:
+            raise SpecError("devices", self.devices, f"1 with parallel={self.parallel} (one device per rank)")
+        if self.workload_name not in PARALLEL_WORKLOADS:
+            raise SpecError(
+                "parallel",
+                self.parallel,
+                f"none for workload={self.workload_name} (ddp, fsdp: workload " + " or ".join(PARALLEL_WORKLOADS) + ")",
+            )
+        if self.device.startswith("cuda") and self.device != "cuda:0":
+            raise SpecError(
+                "device",
+                self.device,
+                f"cuda:0 with parallel={self.parallel} (rank r runs on cuda:r; choose the GPUs with pool=gpus "
+                "or CUDA_VISIBLE_DEVICES)",
+            )
+
+    @property
+    def global_batch(self) -> int:
+        """Samples of one optimizer step over every rank: batch * world_size * micro_steps."""
+        return self.batch * self.world_size * self.micro_steps
 
     def _check_mode_options(self) -> None:
         choice("precision", self.precision, PRECISIONS)
@@ -402,5 +484,6 @@ def needs_dynamo(spec: RunSpec) -> bool:
         and spec.mode != "train"
         and not spec.dry_run
         and not spec.export
+        and spec.compile == "false"
         and spec.workload_name in DYNAMO_FREE_WORKLOADS
     )

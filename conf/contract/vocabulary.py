@@ -8,9 +8,11 @@ from __future__ import annotations
 
 # ---- the load --------------------------------------------------------------------------
 
-AXES = ("batch", "context", "width", "dtype", "eval_batch")
+AXES = ("batch", "context", "width", "dtype", "eval_batch", "world_size")
 """What a sweep may vary, one at a time (the ``sweep.axes`` of the ovat sweeper). ``eval_batch``
-(the batch of a training run's ``eval`` phase) sizes only that phase (``PHASE_SIZE_VARIABLES``)."""
+(the batch of a training run's ``eval`` phase) sizes only that phase (``PHASE_SIZE_VARIABLES``).
+``world_size`` (ranks of a DDP or FSDP run, spec ``parallel``): what each rank holds shrinks as
+it grows under FSDP (its frontier reads "does the fullest rank fit" at each world size)."""
 
 NUMERIC_AXES = ("batch", "context", "width", "eval_batch")
 """The axes with an order, whose success/OOM edge a search can find (frontier sweeper, ``memsweep predict``)."""
@@ -30,9 +32,10 @@ WORKLOADS = ("mlp", "transformer", "hf", "user")
 GENERATE_WORKLOADS = ("transformer", "hf")
 """The workloads with a KV cache: the only ones ``mode=generate`` accepts."""
 
-DRY_RUN_WORKLOADS = ("mlp", "transformer", "user")
+DRY_RUN_WORKLOADS = ("mlp", "transformer", "hf", "user")
 """The workloads a dry run (fake tensors) covers; mlp and transformer are checked against
-measured runs (tests/test_dry_run.py)."""
+measured runs (tests/test_dry_run.py), hf on shrunk Llama, GPT-2, Qwen2, Mistral and Phi-3
+configs (tests/test_dry_run_hf.py)."""
 
 DYNAMO_FREE_WORKLOADS = ("mlp", "transformer")
 """The built-in workloads whose CPU runs never reach ``torch._dynamo`` (checked by
@@ -65,6 +68,13 @@ CAPACITY_MODES = ("allocator", "process")
 """What an emulated capacity caps (spec ``capacity_mode``): the allocator's bytes (a GPU
 capacity's meaning; on the CPU the worker's count of live tensor storage bytes) or, on the
 CPU only, the whole process (RLIMIT_DATA: does this process fit in N bytes of RAM)."""
+
+PARALLELS = ("none", "ddp", "fsdp")
+"""``parallel``: one process; DistributedDataParallel; FSDP2 ``fully_shard`` per block and at the root
+(one rank process per ``world_size``)."""
+
+PARALLEL_WORKLOADS = ("mlp", "transformer")
+"""The workloads ``parallel`` ddp/fsdp accepts: their blocks are ``model.blocks`` (FSDP's units)."""
 
 FAULT_KINDS = ("raise", "oom", "sigkill", "segfault", "hang", "garbage")
 """Failures a spec's ``fault`` may inject into one phase (for testing memsweep itself)."""
@@ -137,12 +147,13 @@ ALL_PHASES = tuple(dict.fromkeys(INFERENCE_PHASES + TRAIN_PHASES + GENERATE_PHAS
 # memory an earlier phase left live is not counted (an eval that fails because the training
 # batch left large tensors behind is still read as an eval failure).
 
-STEP_VARIABLES = ("batch", "context", "width", "dtype")
+STEP_VARIABLES = ("batch", "context", "width", "dtype", "world_size")
 """What sets the size of a forward pass or a training step (every sub-phase): the inputs
-(batch, context, width) and the model (width, dtype)."""
+(batch, context, width), the model (width, dtype) and, in a DDP or FSDP run, the ranks it is
+split over (world_size: FSDP's shards, the gradient buckets)."""
 
 PHASE_SIZE_VARIABLES = {
-    "model_load": ("width", "dtype"),
+    "model_load": ("width", "dtype", "world_size"),
     "inputs": STEP_VARIABLES,
     "cold_forward": STEP_VARIABLES,
     "warm_forward": STEP_VARIABLES,
@@ -150,8 +161,8 @@ PHASE_SIZE_VARIABLES = {
     **{sub: STEP_VARIABLES for sub in STEP_SUB_PHASES},
     "prefill": ("context", "batch", "width", "dtype"),
     "decode": ("new_tokens", "context", "batch", "width", "dtype"),
-    "eval": ("eval_batch", "context", "width", "dtype"),
-    "export": ("width", "dtype"),
+    "eval": ("eval_batch", "context", "width", "dtype", "world_size"),
+    "export": ("width", "dtype", "world_size"),
 }
 """Phase (a sub-phase by its own name: ``cold_step.backward`` is ``backward``) -> the load
 variables that set its size, the one that names it first (an eval failure is reported "at

@@ -12,6 +12,7 @@ from typing import Any
 
 from .checks import choice, optional_positive, positive_int
 from .errors import SpecError
+from .finetune import HF_FINETUNE_DEFAULTS, check_hf_finetune
 from .vocabulary import ACTIVATIONS, ATTENTIONS, FFN_KINDS, NORMS, WORKLOADS
 
 
@@ -89,22 +90,29 @@ def hf_config_kind(config: str) -> str:
 
 
 def _hf_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"config": None, "overrides": {}, "attention": "sdpa"}
+    out: dict[str, Any] = {"config": None, "overrides": {}, "attention": "sdpa", **HF_FINETUNE_DEFAULTS}
     out.update(params)
     config = out["config"]
     accepted = (
         "a transformers config class name (LlamaConfig), a registered model type (gpt2) or a local config.json path"
     )
+    if config is None and out.get("pretrained") is not None:  # the checkpoint's config.json is read
+        return _hf_rest(out)
     if not isinstance(config, str) or not config.strip():
         raise SpecError("workload.config", config, accepted)
     if hf_config_kind(config) == "model_type" and not _MODEL_TYPE.fullmatch(config):
         raise SpecError("workload.config", config, accepted)
+    return _hf_rest(out)
+
+
+def _hf_rest(out: dict) -> dict:
+    """The hf settings after ``config``: overrides, attention and the fine-tuning settings."""
     overrides = {} if out["overrides"] is None else out["overrides"]
     if not isinstance(overrides, Mapping) or not all(isinstance(k, str) for k in overrides):
         raise SpecError("workload.overrides", overrides, "a mapping of config attribute -> value")
     out["overrides"] = dict(overrides)
     choice("workload.attention", out["attention"], ATTENTIONS)
-    return out
+    return check_hf_finetune(out)
 
 
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
@@ -130,11 +138,12 @@ def _target(name: str, value: Any, required: bool) -> dict | None:
 
 
 def _user_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"model": None, "inputs": None, "loss": None, "path": None}
+    out: dict[str, Any] = {"model": None, "inputs": None, "loss": None, "path": None, "optimizer": None}
     out.update(params)
     out["model"] = _target("workload.model", out["model"], True)
     out["inputs"] = _target("workload.inputs", out["inputs"], True)
     out["loss"] = _target("workload.loss", out["loss"], False)
+    out["optimizer"] = _target("workload.optimizer", out["optimizer"], False)
     path = out["path"]
     if path is not None and (not isinstance(path, (list, tuple)) or not all(isinstance(d, str) for d in path)):
         raise SpecError("workload.path", path, "null or a list of directories to put on sys.path")
@@ -160,8 +169,8 @@ WORKLOAD_PARAMS = {
         ),
         _transformer_params,
     ),
-    "hf": (("config", "overrides", "attention"), _hf_params),
-    "user": (("model", "inputs", "loss", "path"), _user_params),
+    "hf": (("config", "overrides", "attention", *HF_FINETUNE_DEFAULTS), _hf_params),
+    "user": (("model", "inputs", "loss", "path", "optimizer"), _user_params),
 }
 """Workload name -> (accepted parameter names, validator returning the params with defaults filled)."""
 
@@ -175,9 +184,13 @@ def validate_workload(workload: Any) -> dict:
     ``attention`` (sdpa | eager), ``norm`` (rmsnorm | layernorm), ``ffn`` (gelu | swiglu),
     ``tie_embeddings``.
     hf params: ``config`` (class name, model type or config.json path), ``overrides``
-    (config attributes), ``attention`` (sdpa | eager).
+    (config attributes), ``attention`` (sdpa | eager), and the fine-tuning settings
+    ``pretrained``, ``lora_rank``, ``lora_alpha``, ``lora_dropout``, ``lora_targets``,
+    ``quantization`` (``finetune.check_hf_finetune``).
     user params: ``model``, ``inputs``, ``loss`` (Hydra-style ``{_target_: dotted.path, **kwargs}``;
-    loss may be null), ``path`` (directories put on sys.path before importing the targets).
+    loss may be null), ``path`` (directories put on sys.path before importing the targets),
+    ``optimizer`` (null or ``fn(params, **kwargs) -> torch.optim.Optimizer``, the user's own
+    optimizer factory, train mode only; it replaces the spec's ``optimizer``).
 
     Args:
         workload: the description, a mapping with ``name`` (one of WORKLOADS) and its params.

@@ -34,3 +34,10 @@ def make_inputs(load, classes: int = 10):
 def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of logits (batch, classes) against labels (batch,)."""
     return F.cross_entropy(output.float(), target)
+
+
+def make_optimizer(params, lr: float = 0.01, momentum: float = 0.9) -> torch.optim.Optimizer:
+    """The user's own optimizer factory (``workload.optimizer``): SGD with momentum, one state
+    tensor (``momentum_buffer``) per parameter, created at the first step
+    (https://pytorch.org/docs/stable/generated/torch.optim.SGD.html)."""
+    return torch.optim.SGD(params, lr=lr, momentum=momentum)

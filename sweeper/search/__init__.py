@@ -43,6 +43,10 @@ Strategies (one small function each, in the spirit of Lightning's tuner):
   step down from that OOM by growing steps (``GALLOP``), never below the bracket's
   midpoint. Two wrong predictions in a row force one bisection step. The search never
   ends on a prediction: only on a success next to an OOM.
+  What the OOMs say (issue #16): an OOM that held A and asked R bounds the usable capacity
+  to [A, A + R), the successes' peaks bound it from below (``FrontierSearch.usable``); when
+  A + R is within the recorded capacity, the model solves for the edge against that bracket
+  instead of the capacity (``strategies.bracket_round``).
 
 With a ``seed`` (the edge a dry run predicts, ``memsweep predict``), the first probes are the
 seed and its upper neighbour; when the prediction is right the exact edge takes two real

@@ -134,6 +134,11 @@ class Probe:
         reused: the run was found in the sweep directory, not run again.
         run_dir: the run's directory, when it has one.
         detail: extra fields logged with the probe.
+        oom_held: for an OOM that said what it asked with what already held, the bytes held
+            when it failed, in the peak counter's units (allocated on the CPU; allocated plus
+            reserved-unallocated on CUDA): the usable capacity is at least this.
+        oom_request: the bytes that OOM asked for: the usable capacity is below
+            ``oom_held + oom_request``.
     """
 
     value: int
@@ -146,10 +151,16 @@ class Probe:
     reused: bool = False
     run_dir: str | None = None
     detail: dict = field(default_factory=dict)
+    oom_held: int | None = None
+    oom_request: int | None = None
 
     def to_dict(self) -> dict:
         """The probe as a JSON object for search.jsonl (``peak`` as ``peak_bytes``, the
-        ``detail`` fields at the top level)."""
+        ``detail`` fields at the top level; an OOM's ``oom_held``/``oom_request`` as
+        ``oom_held_bytes``/``oom_request_bytes`` when it said them)."""
+        said = {}
+        if self.oom_held is not None and self.oom_request is not None:
+            said = {"oom_held_bytes": self.oom_held, "oom_request_bytes": self.oom_request}
         return {
             "value": self.value,
             "reason": self.reason,
@@ -160,5 +171,6 @@ class Probe:
             "message": self.message,
             "reused": self.reused,
             "run_dir": self.run_dir,
+            **said,
             **self.detail,
         }

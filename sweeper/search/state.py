@@ -47,6 +47,7 @@ class FrontierSearch:
         self.pending: dict[int, Probe] = {}
         self.rounds = 0
         self.wrong_streak = 0
+        self.gaps: list[int | None] = []  # hi - lo at the start of each round (None: not bracketed yet)
         self.stopped: Probe | None = None
         self.seed = None if seed is None else min(max(lattice.down(seed), lattice.lower), lattice.upper)
 
@@ -73,6 +74,37 @@ class FrontierSearch:
         hi = ooms[0] if ooms else None
         oks = [v for v in self.values("ok") if hi is None or v < hi]
         return (oks[-1] if oks else None), hi
+
+    def usable(self) -> tuple[int | None, int | None]:
+        """The usable capacity the probes bracket, in the peak counter's bytes (issue #16).
+
+        A success bounds it from below by its peak; an OOM that said what it asked (R) with
+        what was already held (A) bounds it from below by A (held, so it fitted) and from
+        above by A + R (it did not fit). The nominal capacity is not used here: hidden
+        memory (allocator overhead, library workspaces, the CUDA context) makes the usable
+        capacity lower than it.
+
+        Returns:
+            (floor, ceiling): the usable capacity C satisfies floor <= C < ceiling; floor is
+            None without a success below the smallest OOM nor an OOM that said A, ceiling
+            None without an OOM that said A and R. Successes above the smallest OOM (a
+            non-monotonic load) are left out.
+        """
+        _, hi = self.bracket()
+        floors = [
+            p.peak for p in self.probes if p.outcome == "ok" and p.peak is not None and (hi is None or p.value < hi)
+        ]
+        said = [p for p in self.probes if p.outcome == "oom" and p.oom_held is not None and p.oom_request is not None]
+        floors += [p.oom_held for p in said]
+        ceiling = min((p.oom_held + p.oom_request for p in said), default=None)
+        return max(floors, default=None), ceiling
+
+    def stalled(self) -> bool:
+        """Whether the last two rounds left more than half of the bracket (lo, hi) they started
+        from: the model's guesses are not narrowing it as fast as bisection would."""
+        if len(self.gaps) < 3 or None in self.gaps[-3:]:
+            return False
+        return self.gaps[-1] > self.gaps[-3] / 2
 
     def tried(self) -> set[int]:
         """The values observed or pending (a set)."""
@@ -113,6 +145,8 @@ class FrontierSearch:
             return []
         slots = max(1, int(slots))
         self.rounds += 1
+        lo, hi = self.bracket()
+        self.gaps.append(hi - lo if lo is not None and hi is not None else None)
         out = self._take(strategies.seed_round(self), slots) if self.seed is not None else []
         if out:
             return out
@@ -156,6 +190,8 @@ class FrontierSearch:
         message: str | None = None,
         reused: bool = False,
         run_dir: str | None = None,
+        oom_held: int | None = None,
+        oom_request: int | None = None,
     ) -> Probe:
         """Record the outcome of a proposed value. An error, crash or timeout stops the search.
 
@@ -168,6 +204,10 @@ class FrontierSearch:
             message: the run's error message, if any.
             reused: the run was found in the sweep directory, not run again.
             run_dir: the run's directory.
+            oom_held: an OOM's bytes already held when it failed, in the peak counter's
+                units (``sweeper.frontier_runs.oom_said``); kept only for an ``oom`` with
+                ``oom_request``.
+            oom_request: an OOM's bytes asked for.
 
         Returns:
             The probe, now observed.
@@ -181,6 +221,8 @@ class FrontierSearch:
         probe = self.pending.pop(value)
         probe.outcome, probe.message, probe.reused, probe.run_dir = outcome, message, reused, run_dir
         probe.peak = peak if outcome == "ok" else None
+        if outcome == "oom" and oom_held is not None and oom_request is not None:
+            probe.oom_held, probe.oom_request = int(oom_held), int(oom_request)
         if capacity is not None and self.capacity is None:
             self.capacity = capacity
         if probe.expected is not None and outcome in ("ok", "oom"):
@@ -247,8 +289,9 @@ class FrontierSearch:
 
 
 Oracle = Callable[[int], tuple]
-"""value -> (outcome, peak bytes or None, capacity bytes or None): a scripted stand-in for
-running the worker (tests, bench)."""
+"""value -> (outcome, peak bytes or None, capacity bytes or None), optionally with a fourth
+item for an OOM, (bytes held, bytes asked) or None: a scripted stand-in for running the worker
+(tests, bench)."""
 
 
 def run_search(search: FrontierSearch, oracle: Oracle, slots: int = 1, max_rounds: int = 10_000) -> dict:
@@ -256,7 +299,8 @@ def run_search(search: FrontierSearch, oracle: Oracle, slots: int = 1, max_round
 
     Args:
         search: a search, usually fresh.
-        oracle: value -> (outcome, peak bytes or None, capacity bytes or None).
+        oracle: value -> (outcome, peak bytes or None, capacity bytes or None[, (bytes
+            held, bytes asked) of an OOM or None]).
         slots: values proposed per round.
         max_rounds: stop after this many rounds even if not done.
 
@@ -267,6 +311,7 @@ def run_search(search: FrontierSearch, oracle: Oracle, slots: int = 1, max_round
         if search.done:
             break
         for probe in search.propose(slots):
-            outcome, peak, capacity = oracle(probe.value)
-            search.observe(probe.value, outcome, peak, capacity)
+            outcome, peak, capacity, *said = oracle(probe.value)
+            held, request = said[0] if said and said[0] is not None else (None, None)
+            search.observe(probe.value, outcome, peak, capacity, oom_held=held, oom_request=request)
     return search.result()

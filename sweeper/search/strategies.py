@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from analysis.fit import crossing
 
 from .lattice import QUADRATIC_AXES, Lattice, Pick
-from .peaks import peak_band
+from .peaks import Band, peak_band
 
 if TYPE_CHECKING:
     from .state import FrontierSearch
@@ -219,6 +219,20 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
             return [Pick(x2, why, None, {"bound": guess})] + growth(lattice, lo, slots - 1, start=x2)
         if hi is None:
             return growth(lattice, lo, slots)
+        floor, ceiling = search.usable()
+        if p_lo and floor is not None and ceiling is not None and floor > p_lo:
+            # an OOM held `floor` bytes, so at least that much is usable; the peak being at most
+            # proportional to the axis (as above), floor / peak(lo) times lo still fits
+            power = 2 if quadratic else 1
+            safe = lattice.down(lo * (floor / p_lo) ** (1 / power))
+            if lo < safe < hi:
+                why = (
+                    f"model: one success; an OOM held {floor} B, so that much is usable; peak({lo})={p_lo} B at "
+                    f"most {'quadratic' if quadratic else 'proportional'} in {search.axis} fits it at {safe}"
+                )
+                return [Pick(safe, why, None, {"usable_bytes": [floor, ceiling]})] + split(
+                    lattice, safe, hi, slots - 1, ""
+                )
         return split(lattice, lo, hi, slots, ": one success is not enough to fit")
     top = hi if hi is not None else U + m
     lo_peak = max(p for _, p in points)
@@ -226,6 +240,11 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
         return gallop_up(
             search, lo, hi, slots, f"a success at {lo} measured {lo_peak} B, more than the capacity {cap} B"
         )
+    floor, ceiling = search.usable()
+    if ceiling is not None and floor is not None and floor < ceiling <= cap:
+        # an OOM held and asked at most the capacity: memory the counter does not see takes
+        # some; the edge is where the fitted load meets the usable capacity, not the nominal one
+        return bracket_round(search, band, lo, top, slots, floor, ceiling)
     if hi is not None and band.high(hi) <= cap:
         slope = (band.fit(hi) - band.fit(lo)) / (hi - lo)
         first = lattice.down(GALLOP_FIRST * cap / slope) if slope > 0 else m
@@ -272,6 +291,71 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
                 )
             )
     return picks + fill(lattice, lo, hi, slots - len(picks), below + m)
+
+
+def bracket_round(
+    search: FrontierSearch, band: Band, lo: int, top: int, slots: int, floor: int, ceiling: int
+) -> list[Pick]:
+    """Strategy ``model`` once an OOM said what it asked and held: solve for the value against
+    the bracket of the usable capacity and the fitted load (issue #16).
+
+    The usable capacity C is in [floor, ceiling) (``FrontierSearch.usable``: the successes'
+    peaks and what the OOMs held from below, what they held plus asked from above, the nominal
+    capacity from above). The edge is where the peak reaches C: at least where the
+    pessimistic fit reaches ``floor``, at most where the optimistic fit reaches ``ceiling``.
+    One or two lattice values there: the pair just below and just above where the central fit
+    reaches the bracket's middle. More: the values where the central fit reaches the levels
+    that split the bracket (in bytes) into ``slots + 1`` parts; each success raises the floor
+    to its peak, each OOM lowers the ceiling to what it held plus asked.
+
+    Args:
+        search: the search.
+        band: the fitted peak (``peak_band``), bytes against the axis.
+        lo: the largest success below the smallest OOM.
+        top: the smallest OOM.
+        slots: how many values.
+        floor: the usable capacity is at least this (bytes).
+        ceiling: the usable capacity is below this (bytes; more than ``floor``).
+
+    Returns:
+        Up to ``slots`` values strictly inside (lo, top), the model and the bracket in their
+        ``detail``; the pair with the model's prediction (``expected``).
+    """
+    lattice, m = search.lattice, search.lattice.step
+    x_opt = crossing(band.low, ceiling, lo, top)
+    if x_opt is None:  # the fit puts lo above the ceiling: it does not describe these runs
+        return split(lattice, lo, top, slots, f": the fit disagrees with the usable capacity < {ceiling} B")
+    x_pess = min(crossing(band.high, floor, lo, top) or float(lo), x_opt)
+    middle = (floor + ceiling) / 2
+    x_star = min(max(crossing(band.fit, middle, lo, top) or float(lo), x_pess), x_opt)
+    first, last = max(lattice.down(x_pess), lo), min(lattice.down(x_opt), top - m)
+    detail = {
+        "model": band.kind,
+        "fit": band.coefficients,
+        "noise_bytes": band.noise,
+        "capacity_bytes": search.capacity,
+        "usable_bytes": [floor, ceiling],
+        "predicted_crossing": x_star,
+        "predicted_range": [x_pess, x_opt],
+    }
+    bracket = f"usable capacity in [{floor}, {ceiling}) B (peaks of the successes, what the OOMs held and asked)"
+    if search.stalled():
+        return split(lattice, lo, top, slots, f": {bracket}, but two rounds did not halve the range")
+    if last - first > m:  # too wide for a pair: split the predicted range
+        why = (
+            f"model: {bracket}; edge predicted in [{x_pess:.1f}, {x_opt:.1f}] ({band.kind} fit +- "
+            f"{band.noise:.0f} B); split it"
+        )
+        values = lattice.split(first, last + m, slots + 1)
+        return [Pick(v, why, None, detail) for v in values if lo < v < top]
+    below = min(max(lattice.down(x_star), lo), top - m)
+    picks = []
+    for v, side in ((below, "below"), (below + m, "above")):
+        if lo < v < top:
+            expected = "ok" if band.fit(v) <= middle else "oom"
+            why = f"model: {bracket}; {band.kind} fit reaches it at {search.axis}={x_star:.2f}; probe just {side}"
+            picks.append(Pick(v, why, expected, detail))
+    return picks + fill(lattice, lo, top, slots - len(picks), below + m)
 
 
 def gallop_down(search: FrontierSearch, lo: int, hi: int, slots: int, first: int) -> list[Pick]:

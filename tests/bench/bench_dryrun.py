@@ -217,7 +217,8 @@ def llama_cuda_vs_cpu(root: Path, train_cpu: dict) -> None:
 
 # Loads whose edge is measured by real frontier sweeps, with and without the dry-run seed:
 # (label, load overrides, sweep range). mlp: the frontier bench's load on a lattice of step 8;
-# transformer: a small GQA LM in train mode, every batch size (step 1).
+# transformer: a small GQA LM in train mode, every batch size (step 1); hf: a small Llama
+# (transformers' LlamaForCausalLM from its config) in train mode, every batch size.
 EDGE_CASES = [
     ("mlp train context=64 width=128 depth=2", EDGE_LOAD, EDGE_RANGE),
     (
@@ -238,6 +239,23 @@ EDGE_CASES = [
             "repeats=1",
         ],
         ["hydra.sweeper.lower=1", "hydra.sweeper.upper=1024", "hydra.sweeper.multiple_of=1", "hydra.sweeper.confirm=0"],
+    ),
+    (
+        "hf LlamaConfig train context=64 layers=2 hidden=128 heads=4 kv_heads=2 vocab=1000",
+        [
+            "mode=train",
+            "device=cpu",
+            "capacity=128MiB",
+            "context=64",
+            "workload=hf",
+            "workload.config=LlamaConfig",
+            "+workload.overrides={num_hidden_layers: 2, hidden_size: 128, intermediate_size: 256, "
+            "num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 1000, max_position_embeddings: 128}",
+            "threads=1",
+            "warmup=1",
+            "repeats=1",
+        ],
+        ["hydra.sweeper.lower=1", "hydra.sweeper.upper=256", "hydra.sweeper.multiple_of=1", "hydra.sweeper.confirm=0"],
     ),
 ]
 

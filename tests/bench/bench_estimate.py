@@ -10,6 +10,9 @@ spec carrying the estimate (``sweeper.spec.with_estimate``). Printed side by sid
   (estimated - measured) / measured;
 * the calculated breakdown at the peak (not measurable component by component).
 
+Then the calculated figures beside accelerate's ``estimate-memory`` and DeepSpeed's ZeRO
+estimators on public configs (``bench_estimate_peers.py``).
+
 On the CPU, "allocated" is the worker's tracker of live tensor storage bytes, not a GPU
 measurement. ``python -m tests.bench.run_all estimate`` (or ``make bench BENCH=estimate``).
 Environment: ``MEMSWEEP_BENCH_DEVICE`` (default cpu), ``MEMSWEEP_BENCH_JOBS`` (default 2).
@@ -168,7 +171,9 @@ def main() -> int:
                 errors.append(error)
     if errors:
         print(f"run-peak error over {len(errors)} loads: max |error| {max(abs(e) for e in errors):.4%}")
-    return 0
+    from tests.bench.bench_estimate_peers import main as peers_main
+
+    return peers_main()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,11 @@ over the range [1, 65536] at a capacity of 80 GiB (2^30 B):
   capacity: something the counter does not see takes memory (the CPU emulation's malloc
   overhead is of this kind). The capacity the model reads is then wrong.
 
+Every OOM says what it held (A) and asked (R), as an allocator's message does (``Load``: the
+weights in one request, the growth in 8..256 equal requests); the search reads A and A + R as
+the bracket of the usable capacity (issue #16). ``model, OOM unread`` is the same search with
+the OOMs silent: the search before #16 (its probes are those, tests/test_frontier.py).
+
 Peers, reimplemented from their documented algorithms and replayed on the same oracle:
 
 * Lightning 2.6 ``Tuner.scale_batch_size(mode="binsearch")`` at its defaults (init_val=2,
@@ -60,12 +65,22 @@ N_LOADS = 300
 
 
 class Load:
-    """One synthetic load: ``peak(x)`` bytes; out of memory when it exceeds ``limit``."""
+    """One synthetic load: ``peak(x)`` bytes; out of memory when it exceeds ``limit``.
 
-    def __init__(self, a: float, b: float, c: float = 0.0, granularity: int = 1, hidden: float = 0.0):
-        self.a, self.b, self.c, self.granularity = a, b, c, granularity
+    Its allocations, in order: the weights ``a`` in one request, then the part that grows with
+    x (``peak(x) - a``) in ``requests`` equal requests (saved activations, layer after
+    layer). An OOM says what the request that crossed ``limit`` asked (R) and what was
+    already held (A), as an allocator's message does; A is counted memory only, so with
+    ``hidden`` memory A + R may be far below the nominal capacity: it is the usable one the
+    search may learn."""
+
+    def __init__(
+        self, a: float, b: float, c: float = 0.0, granularity: int = 1, hidden: float = 0.0, requests: int = 32
+    ):
+        self.a, self.b, self.c, self.granularity, self.requests = a, b, c, granularity, requests
         self.limit = CAPACITY * (1 - hidden)
         self.calls = 0
+        self.said = True  # OOMs say what they held and asked (False: the search before issue #16)
 
     def peak(self, x: int) -> int:
         p = self.a + self.b * x + self.c * x * x
@@ -84,15 +99,32 @@ class Load:
             lo, hi = (mid, hi) if self.fits(mid) else (lo, mid)
         return lo
 
+    def oom_said(self, x: int) -> tuple[int, int]:
+        """(A, R) of the OOM at ``x``: the bytes held when the first request that crosses
+        ``limit`` was made, and that request."""
+        a = int(self.a)
+        if a > self.limit:
+            return 0, a
+        piece = (self.peak(x) - a) / self.requests
+        k = math.floor((self.limit - a) / piece)  # requests that fit; the next one crosses
+        return int(a + k * piece), int(piece)
+
     def oracle(self, x: int):
         self.calls += 1
         if self.fits(x):
             return "ok", self.peak(x), CAPACITY
-        return "oom", None, CAPACITY
+        return "oom", None, CAPACITY, (self.oom_said(x) if self.said else None)
+
+
+# How many requests hold the part of the peak that grows with the axis: log-uniform in
+# [REQUESTS_MIN, REQUESTS_MAX] per load (a 2-block mlp at the CPU capacity asks ~3 in its forward; a
+# transformer saves ~10 tensors per layer for its backward, ~100 to 1000 for 12 to 80 layers).
+REQUESTS_MIN, REQUESTS_MAX = 8, 256
 
 
 def make_loads(kind: str, n: int, seed: int) -> list[Load]:
     rng = random.Random(seed)
+    sizes = random.Random(seed + 10_000)  # a second stream: the loads' peaks are those of before #16
     loads = []
     while len(loads) < n:
         a = rng.uniform(0.05, 0.8) * CAPACITY
@@ -107,6 +139,7 @@ def make_loads(kind: str, n: int, seed: int) -> list[Load]:
             load = Load(a, room / edge, hidden=float(kind.split()[-2]) / 100)
         else:
             load = Load(a, room / edge)
+        load.requests = round(2 ** sizes.uniform(math.log2(REQUESTS_MIN), math.log2(REQUESTS_MAX)))
         if 1 <= load.edge() < UPPER:
             loads.append(load)
     return loads
@@ -180,7 +213,8 @@ def run_peer(name: str, load: Load) -> dict:
     }
 
 
-def run_memsweep(strategy: str, load: Load, slots: int = 1) -> dict:
+def run_memsweep(strategy: str, load: Load, slots: int = 1, said: bool = True) -> dict:
+    load.said = said
     search = FrontierSearch("context" if load.c else "batch", Lattice.make(LOWER, UPPER), strategy)
     result = run_search(search, load.oracle, slots=slots)
     edge = load.edge()
@@ -415,6 +449,7 @@ def main() -> int:
     kinds = ["affine", "affine, 2 MiB", "quadratic", "affine, hidden 2 %", "affine, hidden 20 %"]
     methods = [
         ("memsweep model", lambda load: run_memsweep("model", load)),
+        ("model, OOM unread", lambda load: run_memsweep("model", load, said=False)),
         ("memsweep bisect", lambda load: run_memsweep("bisect", load)),
         ("lightning binsearch", lambda load: run_peer("lightning binsearch", load)),
         ("accelerate from 128", lambda load: run_peer("accelerate", load)),
@@ -436,6 +471,28 @@ def main() -> int:
         print()
     goal = medians[("affine", "memsweep model")]
     print(f"goal: median runs of `model` on affine loads <= 6: {goal:.1f} -> {'met' if goal <= 6 else 'NOT MET'}")
+    print("\nmemsweep model, OOMs unread (the search before #16) | OOMs read (held A, asked R: the usable capacity)")
+    print(f"{'load set':<20} {'before':>8} {'after':>8}")
+    for kind in kinds:
+        print(f"{kind:<20} {medians[(kind, 'model, OOM unread')]:>8.1f} {medians[(kind, 'memsweep model')]:>8.1f}")
+    hidden = [medians[(k, "memsweep model")] for k in kinds if "hidden" in k]
+    worse = [k for k in kinds if medians[(k, "memsweep model")] > medians[(k, "model, OOM unread")]]
+    print(
+        f"goal (#16): hidden sets at a median <= 6 runs: {', '.join(f'{h:.1f}' for h in hidden)} -> "
+        f"{'met' if all(h <= 6 for h in hidden) else 'NOT MET'}; sets worse than before: {', '.join(worse) or 'none'}"
+    )
+    print(
+        f"requests per load log-uniform in [{REQUESTS_MIN}, {REQUESTS_MAX}]; after the first OOM within the capacity "
+        "the bracket is one request wide, so the runs left grow with log2(request / bytes per step):"
+    )
+    for kind in ("affine, hidden 2 %", "affine, hidden 20 %"):
+        loads = make_loads(kind, N_LOADS, seed=kinds.index(kind))
+        row = []
+        for requests in (4, 16, 64, 256, 1024):
+            for load in loads:
+                load.requests = requests
+            row.append(f"{requests}: {statistics.median(run_memsweep('model', load)['runs'] for load in loads):.1f}")
+        print(f"  {kind:<20} median runs by requests per load  " + "   ".join(row))
     print("exact: the answer is the true largest fitting value; ran ok: the answer was itself run and fitted.")
     print("memsweep's answers are exact on every monotone load here (asserted); its runs exclude confirm re-runs.")
     print(f"({time.perf_counter() - t0:.1f} s)\n")

@@ -20,11 +20,16 @@ tracker refuses what would pass the capacity) and ``apply_cpu_process_capacity``
 from __future__ import annotations
 
 import resource
+import threading
 import weakref
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    is_traceable_wrapper_subclass,
+    is_traceable_wrapper_subclass_type,
+)
 from torch.utils._pytree import tree_leaves
 
 from conf.contract import meminfo_bytes, proc_kb_field
@@ -41,8 +46,13 @@ class LiveTensorTracker(TorchDispatchMode):
     given a ``capacity``, refuses the operators that would take them past it.
 
     Storages are deduplicated by their StorageImpl pointer, so views and in-place
-    results are counted once; a storage whose size changes (``resize_``) is re-counted.
-    ``live`` and ``peak`` are bytes (ints).
+    results are counted once; a storage whose size changes (``resize_``) is re-counted,
+    including ``UntypedStorage.resize_``, a storage method no dispatch mode sees (FSDP2 frees and
+    re-gathers its unsharded parameters with it): the tracker patches it while it is active.
+    Only storages that hold memory count (``memory_storages``): a wrapper tensor subclass
+    (DTensor) is counted by its inner tensors, never by its placeholder storage, and its
+    operators are left to the subclass first, which desugars them into operators on its inner
+    tensors that the tracker sees. ``live`` and ``peak`` are bytes (ints).
 
     ``capacity`` (bytes, or None for no limit): the CPU capacity of ``capacity_mode=allocator``,
     the meaning ``torch.cuda.set_per_process_memory_fraction`` gives a GPU capacity (a cap on
@@ -82,36 +92,84 @@ class LiveTensorTracker(TorchDispatchMode):
         # a run that needs no Dynamo does not import it (conf.contract.needs_dynamo).
         return False
 
+    def __enter__(self) -> LiveTensorTracker:
+        _watch_resizes(self)
+        try:
+            return super().__enter__()
+        except BaseException:
+            _unwatch_resizes(self)
+            raise
+
+    def __exit__(self, exc_type: Any, exc_val: Any, exc_tb: Any) -> Any:
+        try:
+            return super().__exit__(exc_type, exc_val, exc_tb)
+        finally:
+            _unwatch_resizes(self)
+
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
     ) -> Any:
+        if any(is_traceable_wrapper_subclass_type(t) for t in types):
+            # A wrapper subclass (DTensor: FSDP2's sharded parameters, their gradients and optimizer
+            # states) holds its memory in inner tensors and its own storage has none. NotImplemented
+            # lets the subclass run first and desugar into operators on its inner tensors, which
+            # come back through this mode (the method of torch.distributed._tools.mem_tracker).
+            return NotImplemented
         out = func(*args, **(kwargs or {}))
         tensors = list(tree_leaves(out))
         if getattr(func, "__name__", "").startswith("resize_"):
             tensors += tree_leaves(args)
         changes: dict[int, tuple] = {}  # StorageImpl address -> (storage, new bytes, old bytes or None)
         for t in tensors:
-            if isinstance(t, torch.Tensor) and t.device.type != "meta":  # meta tensors own no memory
-                try:
-                    storage = t.untyped_storage()
-                except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, etc.)
-                    continue
-                key, nbytes = storage._cdata, storage.nbytes()
-                old = self._sizes.get(key)
-                if old != nbytes:
-                    changes[key] = (storage, nbytes, old)
+            if isinstance(t, torch.Tensor):
+                for storage in memory_storages(t):
+                    key, nbytes = storage._cdata, storage.nbytes()
+                    old = self._sizes.get(key)
+                    if old != nbytes:
+                        changes[key] = (storage, nbytes, old)
         if self.capacity is not None:
             growth = sum(nbytes - (old or 0) for _, nbytes, old in changes.values())
             if growth > 0 and self.live + growth > self.capacity:
                 raise self._refuse(growth, func, self.capacity)
         for key, (storage, nbytes, old) in changes.items():
-            self._sizes[key] = nbytes
-            self.live += nbytes - (old or 0)
-            if old is None:
-                weakref.finalize(storage, self._free, key)
+            self._count(key, storage, nbytes, old)
         if self.live > self.peak:
             self.peak = self.live
         return out
+
+    def _count(self, key: int, storage: torch.UntypedStorage, nbytes: int, old: int | None) -> None:
+        """Count ``storage`` (StorageImpl address ``key``) at ``nbytes`` instead of ``old`` (None:
+        first seen, its finalizer subtracts it when it is freed)."""
+        self._sizes[key] = nbytes
+        self.live += nbytes - (old or 0)
+        if old is None:
+            weakref.finalize(storage, self._free, key)
+
+    def check_resize(self, storage: torch.UntypedStorage, nbytes: int, what: str) -> None:
+        """Refuse, before it happens, a resize of ``storage`` to ``nbytes`` that would take ``live``
+        past the capacity (a resize outside the dispatcher: ``UntypedStorage.resize_``).
+
+        Raises:
+            torch.OutOfMemoryError: the growth does not fit (``refused`` set, as for an operator).
+        """
+        if not holds_memory(storage):
+            return
+        growth = nbytes - self._sizes.get(storage._cdata, 0)
+        if self.capacity is not None and growth > 0 and self.live + growth > self.capacity:
+            raise self._refuse(growth, what, self.capacity)
+
+    def note_resize(self, storage: torch.UntypedStorage) -> None:
+        """Count ``storage`` at its current size after a resize the dispatcher does not see
+        (``UntypedStorage.resize_``: FSDP2 frees and re-allocates its unsharded parameters so,
+        torch/distributed/fsdp/_fully_shard/_fsdp_param.py ``free_storage``/``alloc_storage``).
+        The tracker calls it itself while it is active (see ``_watch_resizes``)."""
+        if not holds_memory(storage):
+            return
+        key, nbytes = storage._cdata, storage.nbytes()
+        old = self._sizes.get(key)
+        if old != nbytes:
+            self._count(key, storage, nbytes, old)
+            self.peak = max(self.peak, self.live)
 
     def _refuse(self, request: int, func, capacity: int) -> Exception:
         """The OutOfMemoryError of a request of ``request`` bytes that does not fit in ``capacity`` bytes."""
@@ -135,6 +193,88 @@ class LiveTensorTracker(TorchDispatchMode):
 def _mib(nbytes: int) -> str:
     """``nbytes`` in MiB (2^20 B) with two decimals, as the CUDA caching allocator prints sizes."""
     return f"{nbytes / 2**20:.2f} MiB"
+
+
+def holds_memory(storage: torch.UntypedStorage) -> bool:
+    """Whether ``storage`` has memory of its own: not a meta storage, and not the placeholder of a
+    wrapper tensor subclass (``_make_wrapper_subclass``, e.g. DTensor), whose ``nbytes`` is the
+    logical size of the whole tensor but whose data pointer cannot even be read."""
+    if storage.device.type == "meta":
+        return False
+    try:
+        storage.data_ptr()
+    except RuntimeError:  # "Attempted to access the data pointer on an invalid python storage"
+        return False
+    return True
+
+
+def memory_storages(t: torch.Tensor) -> list[torch.UntypedStorage]:
+    """The storages that hold ``t``'s memory: its own storage when it has memory (``holds_memory``),
+    else, for a traceable wrapper subclass (DTensor: its local shard), those of its inner tensors
+    (``__tensor_flatten__``, recursively, as torch.distributed._tools.common_utils.get_untyped_storages);
+    none for a meta tensor or a tensor without storage (sparse, etc.)."""
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, etc.)
+        storage = None
+    if storage is not None and holds_memory(storage):
+        return [storage]
+    if not is_traceable_wrapper_subclass(t):
+        return []
+    out: list[torch.UntypedStorage] = []
+    for name in t.__tensor_flatten__()[0]:
+        inner = getattr(t, name, None)
+        if isinstance(inner, torch.Tensor):
+            out += memory_storages(inner)
+    return out
+
+
+# UntypedStorage.resize_ is a storage method, no operator: a dispatch mode never sees it, yet FSDP2
+# frees and re-allocates its unsharded parameters with it (``free_storage``/``alloc_storage`` in
+# torch/distributed/fsdp/_fully_shard/_fsdp_param.py). While a LiveTensorTracker is active, the
+# method is patched to ask every active tracker first (an emulated capacity refuses a growth past
+# it) and to let them count the storage at its new size after; the last tracker to leave restores
+# the method it replaced (unless something patched over it since: then the patch stays and passes
+# calls through). A call that comes back into the patch through another patch of the method that
+# wraps this one (torch.distributed._tools.mem_tracker does so) goes to the genuine method.
+_RESIZE_WATCHERS: list[LiveTensorTracker] = []
+_resize_state: dict = {"replaced": None, "genuine": None}
+_in_resize = threading.local()
+
+
+def _watched_resize_(storage: torch.UntypedStorage, size: int):
+    if getattr(_in_resize, "active", False):
+        return _resize_state["genuine"](storage, size)
+    watchers = list(dict.fromkeys(_RESIZE_WATCHERS))  # a tracker entered twice asks once
+    for tracker in watchers:
+        tracker.check_resize(storage, int(size), "UntypedStorage.resize_")
+    _in_resize.active = True
+    try:
+        out = _resize_state["replaced"](storage, size)
+    finally:
+        _in_resize.active = False
+    for tracker in watchers:
+        tracker.note_resize(storage)
+    return out
+
+
+def _watch_resizes(tracker: LiveTensorTracker) -> None:
+    """Let ``tracker`` see ``UntypedStorage.resize_`` (patched while any tracker watches)."""
+    current = torch.UntypedStorage.resize_
+    if current is not _watched_resize_:
+        _resize_state["replaced"] = current
+        if _resize_state["genuine"] is None:
+            _resize_state["genuine"] = current
+        torch.UntypedStorage.resize_ = _watched_resize_  # type: ignore[method-assign, assignment]
+    _RESIZE_WATCHERS.append(tracker)
+
+
+def _unwatch_resizes(tracker: LiveTensorTracker) -> None:
+    """Stop telling ``tracker`` of resizes; restore ``UntypedStorage.resize_`` after the last one."""
+    if tracker in _RESIZE_WATCHERS:
+        _RESIZE_WATCHERS.remove(tracker)
+    if not _RESIZE_WATCHERS and torch.UntypedStorage.resize_ is _watched_resize_:
+        torch.UntypedStorage.resize_ = _resize_state["replaced"]  # type: ignore[method-assign]
 
 
 class CpuCounters:

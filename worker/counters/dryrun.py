@@ -25,7 +25,7 @@ from conf.contract import CUDA_BLOCK_BYTES, PEAK_CATEGORIES
 
 from .base import NO_EXTRA
 from .cpu import LiveTensorTracker
-from .fake import ensure_fake_cuda_guard, fake_mode
+from .fake import ModuleTrail, ensure_fake_cuda_guard, fake_mode
 
 # Operators whose real kernel returns a tensor backed by a larger storage than its meta
 # kernel says (measured with LiveTensorTracker on CPU, PyTorch 2.13): the real storage bytes
@@ -246,6 +246,7 @@ class DryRunCounters:
             self.rounding = EXACT_ROUNDING
         self.roles: Callable[[], Iterable[tuple[str, list[torch.Tensor]]]] | None = None  # see Workload.storage_roles
         self.cuda_guard: str | None = None  # CUDA dry run: how PyTorch has a CUDA device guard (ensure_fake_cuda_guard)
+        self.trail = ModuleTrail()  # the running module, named when fake tensors cannot follow
 
     def start(self) -> None:
         """Install the fake CUDA device guard (CUDA dry run; a failure is kept in ``cuda_guard``),
@@ -262,9 +263,14 @@ class DryRunCounters:
                 self.tracker.tag("parameter", [param])
 
         register_module_parameter_registration_hook(on_parameter)  # for the process's life (a dry run's)
+        self.trail.start()
         self.fake_mode.__enter__()
         self.tracker.__enter__()
         torch.empty(0)  # the first operator through the modes (FakeTensorMode's needs torch._dynamo, imported before)
+
+    def where(self, model: torch.nn.Module | None) -> str:
+        """The module that was running (``ModuleTrail.where``), for a DryRunUnsupported message."""
+        return self.trail.where(model)
 
     def _tag(self) -> None:
         for role, tensors in self.roles() if self.roles is not None else ():

@@ -105,16 +105,62 @@ def fake_cuda_autograd_available() -> bool:
     return bool(torch.cuda._is_compiled())
 
 
-def dry_run_unsupported(exc: BaseException) -> str | None:
+class ModuleTrail:
+    """The modules whose ``forward`` is running, innermost last, kept by global ``nn.Module``
+    forward hooks (``torch.nn.modules.module.register_module_forward_pre_hook`` /
+    ``register_module_forward_hook``): after an exception the innermost module whose forward
+    had not returned is the one that was running (a forward that raised is not popped).
+    Only dry-run worker processes start one; ``where`` names the module in a refusal."""
+
+    def __init__(self) -> None:
+        self.stack: list[torch.nn.Module] = []
+
+    def start(self) -> None:
+        """Register the hooks for the process's life (a dry run's)."""
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        register_module_forward_pre_hook(self._enter)
+        register_module_forward_hook(self._exit)
+
+    def _enter(self, module, args) -> None:
+        self.stack.append(module)
+
+    def _exit(self, module, args, output) -> None:
+        for i in range(len(self.stack) - 1, -1, -1):  # also drops what a caught exception left above it
+            if self.stack[i] is module:
+                del self.stack[i:]
+                return
+
+    def where(self, model: torch.nn.Module | None) -> str:
+        """The innermost running module, ``"module model.layers.0.self_attn (LlamaAttention)"``
+        (its qualified name in ``model`` when it is part of it), or a sentence saying that no
+        module's forward was running (a backward pass, the loss or the optimizer step)."""
+        if not self.stack:
+            return "outside any module's forward (backward pass, loss or optimizer step)"
+        module = self.stack[-1]
+        names = {id(m): n for n, m in model.named_modules()} if model is not None else {}
+        name = names.get(id(module))
+        label = ("model." + name if name else "model") if name is not None else "module"
+        return f"in {label} ({type(module).__name__})"
+
+
+def dry_run_unsupported(exc: BaseException, where: str | None = None) -> str | None:
     """The message of a dry run's failure when ``exc`` says that fake tensors cannot run an
-    operator (data-dependent output or shape, no fake/meta kernel), else None.
+    operator (data-dependent output or shape, no fake/meta kernel), or that a library would take,
+    on fake tensors, a branch that the real run does not take (an exception whose class has
+    ``dry_run_unsupported = True``, such as ``worker.workloads.hf_dry.TracingBranch``), else None.
 
     Args:
         exc: what a dry run's phase raised.
+        where: the module that was running (``ModuleTrail.where``), or None.
 
     Returns:
-        A message that names the operator and says to measure the load with a real run, or None.
+        A message that names the operator (or the library function), the module, and says to
+        measure the load with a real run; or None.
     """
+    at = f" {where}" if where else ""
+    if getattr(type(exc), "dry_run_unsupported", False):
+        return f"dry run: {exc}{at}; measure this load with a real run"
     kinds = tuple(
         k
         for k in (
@@ -132,7 +178,7 @@ def dry_run_unsupported(exc: BaseException) -> str | None:
         return None
     op = getattr(exc, "func", None)
     return (
-        f"dry run: operator {op if op is not None else '?'} cannot run on fake tensors "
+        f"dry run: operator {op if op is not None else '?'} cannot run on fake tensors{at} "
         f"({type(exc).__name__}: its output depends on tensor data or it has no fake/meta kernel); "
         f"measure this load with a real run"
     )

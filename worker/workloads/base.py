@@ -15,6 +15,8 @@ from torch import nn
 
 from conf.contract import RunSpec
 
+from .compile import compile_model, compiler_missing
+from .errors import DependencyMissing
 from .optimizers import check_optimizer, make_optimizer
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -120,10 +122,27 @@ class Workload:
         """Import what the spec needs (before any phase).
 
         Raises:
-            DependencyMissing: an optional package the spec needs is not installed.
+            DependencyMissing: an optional package the spec needs is not installed, or
+                torch.compile's backend cannot run here (``compile.compiler_missing``).
         """
         if self.spec.mode == "train":
             check_optimizer(self.spec.optimizer)
+        if self.spec.compile != "false":
+            missing = compiler_missing(self.device.type)
+            if missing:
+                raise DependencyMissing(f"compile={self.spec.compile}: {missing}")
+
+    def move_model(self, model: nn.Module) -> None:
+        """Place the built model on the run's device in the parameter dtype (``Module.to``)."""
+        model.to(device=self.device, dtype=self.param_dtype)
+
+    def adapt_model(self, model: nn.Module) -> nn.Module:
+        """The model that runs, from the one built and placed (the hf workload adds LoRA adapters)."""
+        return model
+
+    def build_optimizer(self, params: list[torch.Tensor], foreach: bool | None) -> torch.optim.Optimizer:
+        """The optimizer of ``spec.optimizer`` over the trainable ``params`` (``make_optimizer``)."""
+        return make_optimizer(self.spec.optimizer, params, foreach=foreach)
 
     def build_model(self) -> nn.Module:
         """The model with random weights (called under the parameter dtype as default dtype,
@@ -168,10 +187,16 @@ class Workload:
         """Sizes by construction (not counters), for the record: parameters and their bytes."""
         model = self._built_model()
         params = list(model.parameters())
+        trainable = [p for p in params if p.requires_grad]
+        frozen = [p for p in params if not p.requires_grad]
         return {
             "parameters": sum(p.numel() for p in params),
-            "trainable_parameters": sum(p.numel() for p in params if p.requires_grad),
+            "trainable_parameters": sum(p.numel() for p in trainable),
+            "frozen_parameters": sum(p.numel() for p in frozen),
             "parameter_bytes": _storage_bytes(params),
+            "trainable_parameter_bytes": _storage_bytes(trainable),
+            "frozen_parameter_bytes": _storage_bytes(frozen),
+            "compile": self.spec.compile,
             "buffer_bytes": _storage_bytes(model.buffers()),
             "param_dtype": str(self.param_dtype).replace("torch.", ""),
             "compute_dtype": str(self.compute_dtype).replace("torch.", ""),
@@ -216,12 +241,16 @@ class Workload:
         if self.spec.dry_run:
             _convert_fake(model, self.device, self.param_dtype)
         else:
-            model.to(device=self.device, dtype=self.param_dtype)
+            self.move_model(model)
+        model = self.adapt_model(model)
         self.model = model
         if self.spec.mode == "train":
             model.train()
             if self.spec.checkpointing:
                 self.enable_checkpointing(model)
+        if self.spec.compile != "false":  # lazy: compiled at the first call, in the cold phase
+            self.model = compile_model(model, self.spec.compile)
+        if self.spec.mode == "train":
             # a CUDA dry run: the foreach optimizer the GPU would run by default (make_optimizer);
             # not Adafactor's, which reads a tensor's value (.item()) that fake tensors do not have
             foreach = (
@@ -229,9 +258,7 @@ class Workload:
                 if (self.spec.dry_run and self.device.type == "cuda" and self.spec.optimizer in ("adamw", "sgd"))
                 else None
             )
-            self.optimizer = make_optimizer(
-                self.spec.optimizer, [p for p in model.parameters() if p.requires_grad], foreach=foreach
-            )
+            self.optimizer = self.build_optimizer([p for p in model.parameters() if p.requires_grad], foreach)
             if self.autocast_on and self.compute_dtype == torch.float16:
                 self.scaler = torch.amp.GradScaler(self.device.type)
         else:

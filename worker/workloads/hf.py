@@ -13,7 +13,10 @@ from torch import nn
 
 from conf.contract import hf_config_kind
 
+from . import hf_dry
 from .errors import DependencyMissing
+from .lora import apply_lora, import_peft, lora_info
+from .pretrained import checkpoint_info, is_quantized, load_pretrained
 from .transformer import TokenWorkload
 
 
@@ -28,6 +31,7 @@ class HfWorkload(TokenWorkload):
     """
 
     name = "hf"
+    peft_model: nn.Module | None = None  # the PeftModel (adapt_model), before any torch.compile
 
     def prepare(self) -> None:
         """Import transformers (optional: imported here, before the first phase, only for
@@ -48,6 +52,10 @@ class HfWorkload(TokenWorkload):
                 f"pip install 'memsweep[hf]'"
             ) from None
         self.tf = transformers
+        if self.spec.workload["lora_rank"] is not None:
+            import_peft()  # DependencyMissing before any phase
+        if self.spec.dry_run:  # transformers' branches on fake tensors: those of the real inputs
+            self.dry_run_answers = hf_dry.install(transformers)
         self.config = self._config()
         self.vocab = int(self.config.vocab_size)
         limit = getattr(self.config, "max_position_embeddings", None) or getattr(self.config, "n_positions", None)
@@ -60,32 +68,38 @@ class HfWorkload(TokenWorkload):
             )
 
     def _config(self):
-        tf, w = self.tf, self.spec.workload
-        config, overrides = w["config"], dict(w["overrides"])
-        kind = hf_config_kind(config)
-        if kind == "class":
-            cls = getattr(tf, config, None)
-            if cls is None:
-                raise ValueError(f"workload.config={config!r}: transformers {tf.__version__} has no such class")
-            return cls(**overrides)
-        if kind == "model_type":
-            return tf.AutoConfig.for_model(config, **overrides)
-        path = Path(config).expanduser()
-        if path.is_dir():
-            path = path / "config.json"
-        data = json.loads(path.read_text())
-        model_type = data.pop("model_type", None)
-        if not model_type:
-            raise ValueError(f"workload.config={config!r}: {path} has no model_type")
-        data.update(overrides)
-        return tf.AutoConfig.for_model(model_type, **data)
+        w = self.spec.workload
+        if w["pretrained"] is not None:  # the checkpoint's own config.json (overrides still apply)
+            return self.tf.AutoConfig.from_pretrained(w["pretrained"], local_files_only=True, **dict(w["overrides"]))
+        return hf_config(self.tf, w["config"], w["overrides"])
 
     def build_model(self) -> nn.Module:
-        """``AutoModelForCausalLM.from_config`` in the parameter dtype, the spec's attention."""
+        """``AutoModelForCausalLM.from_config`` in the parameter dtype, the spec's attention; with
+        ``workload.pretrained``, ``from_pretrained`` of that local directory (``pretrained.py``)."""
+        if self.spec.workload["pretrained"] is not None:
+            return load_pretrained(
+                self.tf, self.spec.workload, self.config, self.param_dtype, self.compute_dtype, self.device
+            )
         dtype_kw = "dtype" if _version(self.tf.__version__) >= (4, 56) else "torch_dtype"  # renamed in 4.56
-        return self.tf.AutoModelForCausalLM.from_config(
+        model = self.tf.AutoModelForCausalLM.from_config(
             self.config, attn_implementation=self.spec.workload["attention"], **{dtype_kw: self.param_dtype}
         )
+        if self.spec.dry_run:  # the model's own module is imported now: watch it too
+            self.dry_run_answers = hf_dry.install(self.tf, model)
+        return model
+
+    def move_model(self, model: nn.Module) -> None:
+        """``Module.to`` the device and dtype, except for a quantized checkpoint (placed by
+        ``device_map``; transformers refuses to cast it)."""
+        if not is_quantized(model):
+            super().move_model(model)
+
+    def adapt_model(self, model: nn.Module) -> nn.Module:
+        """LoRA adapters on the model when ``workload.lora_rank`` is set (``lora.apply_lora``)."""
+        if self.spec.workload["lora_rank"] is None:
+            return model
+        self.peft_model = apply_lora(model, self.spec.workload, is_quantized(model))
+        return self.peft_model
 
     def enable_checkpointing(self, model):
         """transformers' gradient (activation) checkpointing, non-reentrant; the model's cache off.
@@ -164,13 +178,15 @@ class HfWorkload(TokenWorkload):
         ]
 
     def model_info(self) -> dict:
-        """``Workload.model_info`` plus ``dims`` read from the config (null where it has none)."""
+        """``Workload.model_info`` plus ``dims`` read from the config (null where it has none)
+        and ``hf_config``, the resolved config as JSON (``to_json_string(use_diff=False)``;
+        null when it cannot be written)."""
         c = self.config
         heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", None)
         hidden = getattr(c, "hidden_size", None) or getattr(c, "n_embd", None)
         dims = {
             "config_class": type(c).__name__,
-            "model_class": type(self.model).__name__,
+            "model_class": type(self.peft_model if self.peft_model is not None else self.model).__name__,
             "layers": getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", None),
             "hidden": hidden,
             "heads": heads,
@@ -180,10 +196,55 @@ class HfWorkload(TokenWorkload):
             "attention": self.spec.workload["attention"],
             "transformers": self.tf.__version__,
         }
-        return {**super().model_info(), "dims": dims}
+        try:  # the resolved config (defaults included), for the estimator's figures beside a prediction
+            config = json.loads(c.to_json_string(use_diff=False))
+        except (TypeError, ValueError, AttributeError):
+            config = None
+        info = {**super().model_info(), "dims": dims, "hf_config": config}
+        if self.spec.workload["lora_rank"] is not None:
+            info["lora"] = lora_info(self.peft_model)
+        if self.spec.workload["pretrained"] is not None:
+            info["checkpoint"] = checkpoint_info(self.spec.workload)
+        return info
 
 
 def _version(text: str) -> tuple[int, int]:
     """(major, minor) of a version string such as ``4.56.0.dev0``."""
     parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
     return (parts + [0, 0])[0], (parts + [0, 0])[1]
+
+
+def hf_config(tf, config: str, overrides: dict):
+    """The transformers config an hf workload's ``config`` setting names, ``overrides`` applied.
+
+    Args:
+        tf: the transformers module.
+        config: a config class name (``LlamaConfig``), a registered model type (``gpt2``) or a
+            local config.json (or its directory); never downloaded.
+        overrides: config attributes to set.
+
+    Returns:
+        the config object.
+
+    Raises:
+        ValueError: an unknown class, or a config.json without ``model_type``.
+        FileNotFoundError: no such config.json.
+    """
+    overrides = dict(overrides)
+    kind = hf_config_kind(config)
+    if kind == "class":
+        cls = getattr(tf, config, None)
+        if cls is None:
+            raise ValueError(f"workload.config={config!r}: transformers {tf.__version__} has no such class")
+        return cls(**overrides)
+    if kind == "model_type":
+        return tf.AutoConfig.for_model(config, **overrides)
+    path = Path(config).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    data = json.loads(path.read_text())
+    model_type = data.pop("model_type", None)
+    if not model_type:
+        raise ValueError(f"workload.config={config!r}: {path} has no model_type")
+    data.update(overrides)
+    return tf.AutoConfig.for_model(model_type, **data)

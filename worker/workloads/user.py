@@ -96,6 +96,31 @@ class UserWorkload(Workload):
         self._model = resolve_target(w["model"], "workload.model")
         self._inputs = resolve_target(w["inputs"], "workload.inputs")
         self._loss_fn = resolve_target(w["loss"], "workload.loss") if w["loss"] else None
+        self._optimizer = resolve_target(w["optimizer"], "workload.optimizer") if w["optimizer"] else None
+
+    def build_optimizer(self, params, foreach):
+        """The user's optimizer (``workload.optimizer``: ``fn(params, **kwargs)``), else the spec's.
+
+        Raises:
+            TypeError: the factory did not return a ``torch.optim.Optimizer``.
+        """
+        if self._optimizer is None:
+            return super().build_optimizer(params, foreach)
+        fn, kwargs = self._optimizer
+        optimizer = fn(params, **kwargs)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"workload.optimizer {self.spec.workload['optimizer']['_target_']} returned "
+                f"{type(optimizer).__name__}, expected a torch.optim.Optimizer"
+            )
+        return optimizer
+
+    def model_info(self) -> dict:
+        """``Workload.model_info`` plus ``optimizer``: the user's factory and the class it built."""
+        info = super().model_info()
+        if self._optimizer is not None and self.optimizer is not None:
+            info["optimizer"] = f"{self.spec.workload['optimizer']['_target_']} -> {type(self.optimizer).__name__}"
+        return info
 
     def load(self, batch: int, generator: torch.Generator | None) -> Load:
         """The ``Load`` a user function receives for ``batch`` and ``generator``."""

@@ -1,0 +1,277 @@
+"""LoRA / QLoRA training: trainable adapters on a frozen base stored in its own format.
+
+A LoRA adapter on a ``Linear(in, out)`` adds ``A`` (r x in) and ``B`` (out x r): ``r * (in +
+out)`` trainable parameters (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language
+Models", Sec. 4.1; peft ``tuners/lora/layer.py``, ``LoraLayer.update_layer``, no bias by
+default). Only the adapters have gradients and optimizer states; the base is frozen and stays
+in its storage format: bf16/fp16/fp32, LLM.int8() or 4-bit NF4 with double quantization
+(Dettmers et al. 2023, "QLoRA", Sec. 3; ``formats.py``). The base's stored activations are
+still counted (backward passes through every layer to reach the adapters).
+
+Which modules are adapted: a list of module names, ``all-linear`` (peft: every Linear but the
+output layer), or, by default, peft's own default for the architecture
+(``PEFT_DEFAULT_TARGETS``, peft ``utils/constants.py``
+``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``: the attention's query and value
+projections for most decoders). Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from .breakdown import Breakdown, check_int
+from .formats import StorageFormat, storage_format, weights_from_shapes
+from .training import training_state
+from .transformer import LinearModule, TransformerConfig, training_activations
+
+PEFT_DEFAULT_TARGETS = {
+    "gpt2": ("c_attn",),
+    "gpt_bigcode": ("c_attn",),
+    "gpt_neox": ("query_key_value",),
+    "gptj": ("q_proj", "v_proj"),
+    "opt": ("q_proj", "v_proj"),
+    "bloom": ("query_key_value",),
+    "falcon": ("query_key_value",),
+    "llama": ("q_proj", "v_proj"),
+    "llama4": ("q_proj", "v_proj"),
+    "mistral": ("q_proj", "v_proj"),
+    "mixtral": ("q_proj", "v_proj"),
+    "stablelm": ("q_proj", "v_proj"),
+    "phi": ("q_proj", "v_proj", "fc1", "fc2"),
+    "gemma": ("q_proj", "v_proj"),
+    "gemma2": ("q_proj", "v_proj"),
+    "gemma3_text": ("q_proj", "v_proj"),
+    "qwen2": ("q_proj", "v_proj"),
+    "qwen3": ("q_proj", "v_proj"),
+}
+"""peft's default ``target_modules`` per ``model_type`` for the decoder architectures (peft 0.21
+``utils/constants.py``, ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``). An
+architecture peft has no default for (phi3, qwen3_moe, gpt_oss, deepseek_v2, ...) needs
+explicit targets, as peft itself requires."""
+
+ALL_LINEAR = "all-linear"
+"""peft's shorthand for every Linear (and GPT-2 Conv1D) module except the output layer."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraSettings:
+    """A LoRA / QLoRA fine-tuning setup.
+
+    Attributes:
+        rank: r, the adapters' rank (peft ``r``, default 8).
+        alpha: peft ``lora_alpha``; scales the update by alpha / r, no memory of its own
+            (recorded in the notes); ``None``: peft's default, 8.
+        targets: module names to adapt (a suffix of the module's name, as peft's
+            ``target_modules``), ``("all-linear",)``, or ``None`` for peft's default.
+        dropout: peft ``lora_dropout`` (default 0.0: an identity, nothing stored).
+        adapter_bytes: bytes per adapter value: 4 (fp32) by default, since peft's
+            ``get_peft_model(autocast_adapter_dtype=True)`` casts bf16/fp16 adapters to fp32
+            (peft ``tuners_utils.cast_adapter_dtype``); 2 with that option off.
+    """
+
+    rank: int = 8
+    alpha: int | None = None
+    targets: tuple[str, ...] | None = None
+    dropout: float = 0.0
+    adapter_bytes: int = 4
+
+    def __post_init__(self) -> None:
+        check_int("LoRA rank", self.rank, 1)
+        check_int("adapter bytes", self.adapter_bytes, 1)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout!r}")
+
+
+def lora_targets(model: TransformerConfig, targets: Sequence[str] | None = None) -> list[LinearModule]:
+    """The Linear modules of ``model`` that LoRA adapts.
+
+    Args:
+        model: the described model (its ``linear_modules()``).
+        targets: module names (the last component counts: ``self_attn.q_proj`` -> ``q_proj``),
+            ``["all-linear"]``, or ``None`` for ``PEFT_DEFAULT_TARGETS[model.model_type]``.
+
+    Returns:
+        the adapted modules (grouped by name and shape, with their counts).
+
+    Raises:
+        ValueError: no default for the architecture, or a target that names no module
+            (peft raises too: "Target modules ... not found in the base model"); the message
+            lists the model's Linear modules.
+    """
+    linears = model.linear_modules()
+    names = sorted({lin.name for lin in linears})
+    if targets is None:
+        if model.model_type not in PEFT_DEFAULT_TARGETS:
+            raise ValueError(
+                f"peft has no default LoRA targets for model_type {model.model_type!r}: give --lora-targets "
+                f"(the model's Linear modules: {', '.join(names)}; or all-linear)"
+            )
+        targets = PEFT_DEFAULT_TARGETS[model.model_type]
+    if list(targets) == [ALL_LINEAR]:
+        return linears
+    wanted = {t.rsplit(".", 1)[-1] for t in targets}
+    missing = sorted(wanted - set(names))
+    if missing:
+        raise ValueError(
+            f"LoRA target(s) {', '.join(missing)} match no Linear module of this {model.model_type} "
+            f"(its Linear modules: {', '.join(names)})"
+        )
+    return [lin for lin in linears if lin.name in wanted]
+
+
+def lora_parameters(modules: Sequence[LinearModule], rank: int) -> int:
+    """Trainable parameters of rank-``rank`` adapters on ``modules``: sum of count x r x (in + out).
+
+    Hu et al. 2021, Sec. 4.1: W0 + BA with B (out x r), A (r x in); peft creates
+    ``lora_A = nn.Linear(in, r, bias=False)``, ``lora_B = nn.Linear(r, out, bias=False)``.
+
+    Args:
+        modules: the adapted modules (``lora_targets``).
+        rank: r (>= 1).
+
+    Returns:
+        a parameter count (int).
+    """
+    check_int("LoRA rank", rank, 1)
+    return sum(m.count * rank * (m.in_features + m.out_features) for m in modules)
+
+
+def adapter_activation_bytes(
+    modules: Sequence[LinearModule], rank: int, tokens: int, compute_bytes: int, adapter_bytes: int, dropout: float
+) -> int:
+    """Bytes the adapters keep for backward beyond the base's activations, per training step.
+
+    peft ``tuners/lora/layer.py`` ``Linear.forward``: ``x = self._cast_input_dtype(x,
+    lora_A.weight.dtype)`` then ``lora_B(lora_A(dropout(x)))``. Kept for backward, per adapted
+    module and token: ``lora_A``'s input for its weight gradient (a new tensor only when the
+    cast changes the dtype, ``in`` values of ``adapter_bytes``; with dropout, the dropped copy
+    plus its 1-byte mask instead) and ``lora_A``'s output for ``lora_B``'s weight gradient
+    (``r`` values of ``adapter_bytes``). Without autocast (peft's defaults).
+
+    Args:
+        modules: the adapted modules.
+        rank: r.
+        tokens: batch x sequence length.
+        compute_bytes: bytes of the base's activations (the input's dtype).
+        adapter_bytes: bytes of the adapters' values.
+        dropout: peft ``lora_dropout``.
+
+    Returns:
+        bytes (int).
+    """
+    per_token = 0
+    for m in modules:
+        if dropout > 0:
+            x = m.in_features * (adapter_bytes + 1)
+        else:
+            x = m.in_features * adapter_bytes if adapter_bytes != compute_bytes else 0
+        per_token += m.count * (x + rank * adapter_bytes)
+    return tokens * per_token
+
+
+def estimate_lora(
+    model: TransformerConfig,
+    lora: LoraSettings,
+    *,
+    base_format: StorageFormat | str = "bf16",
+    compute_bytes: int = 2,
+    optimizer: str = "adamw",
+    batch: int | None = None,
+    seq_len: int | None = None,
+    recompute: str = "none",
+    fused_attention: bool = False,
+    dropout: bool = True,
+    include_head: bool = True,
+) -> Breakdown:
+    """LoRA / QLoRA fine-tuning of ``model``: frozen base + adapters, their training state.
+
+    * weights: the base in ``base_format`` (``weights_from_shapes``: a quantized format
+      quantizes the decoder Linear weights, the rest stays in 16 bits) + the adapters,
+      ``lora_parameters x adapter_bytes``;
+    * gradients: the adapters only, ``adapter_bytes`` each (the frozen base has none);
+    * optimizer states: ``training_state`` of the adapters (AdamW on fp32 adapters: 8 B per
+      adapter parameter, no master copy; 16-bit adapters get the fp32 master copy);
+    * activations (``batch`` and ``seq_len``): the base's, as in full training
+      (``training_activations``, Korthikanti et al. 2022: an upper bound, since PyTorch does
+      not keep a frozen Linear's input for a weight gradient) + ``adapter_activation_bytes``;
+    * temporaries (4-bit base): one Linear weight dequantized to the compute dtype, the
+      largest (bitsandbytes ``MatMul4Bit`` dequantizes the weight for each matmul, forward
+      and backward, one layer at a time). Not counted for int8.
+
+    Args:
+        model: the described model (``counted.describe_config``).
+        lora: the adapters (``LoraSettings``).
+        base_format: storage of the frozen base (a ``StorageFormat`` or a name; nf4 with
+            ``double_quant`` for QLoRA).
+        compute_bytes: bytes per activation value (2: bf16 compute).
+        optimizer: the adapters' optimizer (``training.OPTIMIZERS``).
+        batch, seq_len: sequences per micro-batch and tokens per sequence (activations).
+        recompute, fused_attention, dropout, include_head: as ``training_activations``
+            (``dropout`` is the base model's, not ``lora.dropout``).
+
+    Returns:
+        a Breakdown (bytes) whose notes give the targets, the trainable count and the
+        conventions.
+
+    Raises:
+        ValueError: as ``lora_targets``, ``storage_format``, ``training_state``.
+    """
+    fmt = storage_format(base_format) if isinstance(base_format, str) else base_format
+    modules = lora_targets(model, lora.targets)
+    trainable = lora_parameters(modules, lora.rank)
+    adapter_shapes = [
+        s for m in modules for _ in range(m.count) for s in ((lora.rank, m.in_features), (m.out_features, lora.rank))
+    ]
+    tensors = model.tensors()
+    base = sum(t.numel for t in tensors)
+    keep = "bf16" if compute_bytes == 2 else "fp32"
+    weights = weights_from_shapes(tensors, fmt, keep_format=keep) + trainable * lora.adapter_bytes
+    state = training_state(
+        trainable,
+        param_bytes=lora.adapter_bytes,
+        optimizer=optimizer,
+        mixed_precision=lora.adapter_bytes < 4,
+        shapes=adapter_shapes,
+    )
+    alpha = 8 if lora.alpha is None else lora.alpha
+    targets = ", ".join(f"{m.name} ({m.count} x {m.in_features}->{m.out_features})" for m in modules)
+    b = Breakdown(
+        weights=weights,
+        gradients=state.gradients,
+        optimizer_states=state.optimizer_states,
+        notes=(
+            f"{model.model_type}: {base} base parameters ({model.source}), frozen, stored in {fmt.name}"
+            + (" with double quantization" if fmt.double_quant else ""),
+            f"LoRA r={lora.rank}, alpha={alpha}, dropout={lora.dropout}: {trainable} trainable parameters "
+            f"({100 * trainable / base:.4f}% of the base) on {targets}; r x (in + out) each (Hu et al. 2021)",
+            f"adapters, their gradients and optimizer ({optimizer}) states in {lora.adapter_bytes}-byte values "
+            "(peft casts 16-bit adapters to fp32 by default)",
+        )
+        + state.notes,
+    )
+    if batch and seq_len:
+        acts, note = training_activations(
+            model,
+            batch,
+            seq_len,
+            compute_bytes=compute_bytes,
+            recompute=recompute,
+            fused_attention=fused_attention,
+            dropout=dropout,
+            include_head=include_head,
+        )
+        extra = adapter_activation_bytes(
+            modules, lora.rank, batch * seq_len, compute_bytes, lora.adapter_bytes, lora.dropout
+        )
+        b = b.replace(activations=acts + extra).with_note(
+            note + f"; base activations as in full training (an upper bound for a frozen base), plus {extra} B "
+            "kept by the adapters (peft's input cast, lora_A's output)"
+        )
+    if fmt.bits == 4 and fmt.block_size is not None:
+        largest = max((t.numel for t in tensors if t.quantizable), default=0)
+        b = b.replace(temporaries=largest * compute_bytes).with_note(
+            f"temporaries: the largest 4-bit weight dequantized to {compute_bytes}-byte values for its matmul "
+            "(bitsandbytes MatMul4Bit), one at a time"
+        )
+    return b

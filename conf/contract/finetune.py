@@ -1,0 +1,173 @@
+"""Fine-tuning and serving options of a run: LoRA adapters, a local checkpoint, a 4-bit base,
+``torch.compile``, the user's own training step. Their values and their cross-field checks.
+
+Standard library only (the sweeper validates without torch). What needs the host (a directory
+that exists, an installed package, a C++ compiler) is checked by ``sweeper.finetune`` before any
+worker starts; what needs only the spec is checked here, when the spec is built.
+
+Sources: peft's ``LoraConfig`` (https://huggingface.co/docs/peft/package_reference/lora: ``r``,
+``lora_alpha``, ``lora_dropout``, ``target_modules``, ``"all-linear"``); transformers'
+``BitsAndBytesConfig`` (https://huggingface.co/docs/transformers/main_classes/quantization:
+``load_in_4bit``, ``bnb_4bit_quant_type`` nf4 | fp4); ``torch.compile``'s ``mode``
+(https://pytorch.org/docs/stable/generated/torch.compile.html: default, reduce-overhead,
+max-autotune).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .checks import optional_positive
+from .errors import SpecError
+
+COMPILE_MODES = ("false", "default", "reduce-overhead", "max-autotune")
+"""Values of the spec's ``compile``: ``false`` (eager, the default; YAML's false is accepted and
+normalised to it) or a ``torch.compile`` mode."""
+
+QUANTIZATIONS = ("nf4", "fp4")
+"""Values of the hf workload's ``quantization`` (a bitsandbytes 4-bit base, QLoRA's): the
+``bnb_4bit_quant_type`` of transformers' BitsAndBytesConfig; null = no quantization."""
+
+HF_FINETUNE_DEFAULTS: dict[str, Any] = {
+    "pretrained": None,
+    "lora_rank": None,
+    "lora_alpha": None,
+    "lora_dropout": 0.0,
+    "lora_targets": None,
+    "quantization": None,
+}
+"""The hf workload's fine-tuning settings and their defaults (null = off / the library's default)."""
+
+_MODULE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def check_hf_finetune(out: dict) -> dict:
+    """Check the hf workload's fine-tuning settings, one field at a time.
+
+    ``pretrained``: null or a local directory (a string; that it exists and holds a checkpoint is
+    checked by the sweeper). ``lora_rank``: null (no LoRA) or the adapters' rank r >= 1.
+    ``lora_alpha``: null (peft's default, 8) or a number > 0. ``lora_dropout``: in [0, 1).
+    ``lora_targets``: null (peft's default target modules for the architecture), ``all-linear``
+    or a list of module names (``[q_proj, v_proj]``). ``quantization``: null, ``nf4`` or ``fp4``.
+    The LoRA settings other than the rank need a rank.
+
+    Args:
+        out: the hf parameters with defaults filled (modified in place: lists copied).
+
+    Returns:
+        ``out``.
+
+    Raises:
+        SpecError: a bad value, naming ``workload.<field>``.
+    """
+    pretrained = out["pretrained"]
+    if pretrained is not None and (not isinstance(pretrained, str) or not pretrained.strip()):
+        raise SpecError("workload.pretrained", pretrained, "null or a local directory written by save_pretrained")
+    optional_positive("workload.lora_rank", out["lora_rank"], 2**16)
+    alpha = out["lora_alpha"]
+    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0):
+        raise SpecError("workload.lora_alpha", alpha, "null (peft's default, 8) or a number > 0")
+    dropout = out["lora_dropout"]
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise SpecError("workload.lora_dropout", dropout, "a number in [0, 1)")
+    targets = out["lora_targets"]
+    if targets is not None and targets != "all-linear":
+        if (
+            not isinstance(targets, (list, tuple))
+            or not targets
+            or not all(isinstance(t, str) and _MODULE_NAME.fullmatch(t) for t in targets)
+        ):
+            raise SpecError(
+                "workload.lora_targets",
+                targets,
+                "null (peft's default for the architecture), all-linear or a list of module names [q_proj, v_proj]",
+            )
+        out["lora_targets"] = list(targets)
+    if out["lora_rank"] is None:
+        for name in ("lora_alpha", "lora_targets"):
+            if out[name] is not None:
+                raise SpecError(f"workload.{name}", out[name], "null without workload.lora_rank (no LoRA)")
+        if out["lora_dropout"]:
+            raise SpecError("workload.lora_dropout", out["lora_dropout"], "0 without workload.lora_rank (no LoRA)")
+    if out["quantization"] is not None and out["quantization"] not in QUANTIZATIONS:
+        raise SpecError("workload.quantization", out["quantization"], "null or one of " + ", ".join(QUANTIZATIONS))
+    return out
+
+
+def normalise_compile(value: Any) -> str:
+    """The spec's ``compile`` as one of COMPILE_MODES (YAML's ``false`` becomes ``"false"``).
+
+    Args:
+        value: the spec's ``compile`` as given (``False``, ``"false"`` or a torch.compile mode).
+
+    Returns:
+        One of COMPILE_MODES.
+
+    Raises:
+        SpecError: anything else (``true`` included: name the mode, ``default``).
+    """
+    if value is False:
+        return "false"
+    if isinstance(value, str) and value in COMPILE_MODES:
+        return value
+    raise SpecError("compile", value, "false or a torch.compile mode: default, reduce-overhead, max-autotune")
+
+
+def check_run_options(spec: Any) -> None:
+    """Cross-field checks of the fine-tuning and compile options of a run spec.
+
+    * LoRA (``workload.lora_rank``) trains adapters: mode=train only.
+    * ``workload.quantization`` (a 4-bit base) is applied by ``from_pretrained``: it needs
+      ``workload.pretrained``; in train mode it needs LoRA (4-bit weights do not train), and
+      ``precision=pure`` with ``dtype`` float16 or bfloat16 or float32 as the compute dtype.
+    * A dry run has fake tensors: no checkpoint, no adapters, no quantization, no compile.
+    * ``compile`` applies to inference and train (a generation's growing cache recompiles).
+
+    Args:
+        spec: a ``RunSpec`` whose single fields are already checked.
+
+    Raises:
+        SpecError: naming the field that cannot apply.
+    """
+    compile_mode = spec.compile
+    if compile_mode != "false":
+        if spec.mode == "generate":
+            raise SpecError(
+                "compile",
+                compile_mode,
+                "false with mode=generate (each decoded token changes the cache's shape: a recompilation); "
+                "compile applies to mode=inference or train",
+            )
+        if spec.dry_run:
+            raise SpecError("compile", compile_mode, "false with dry_run=true (fake tensors are not compiled)")
+    w = spec.workload
+    if spec.workload_name == "user" and w.get("optimizer") is not None and spec.mode != "train":
+        raise SpecError("workload.optimizer", w["optimizer"], f"null with mode={spec.mode} (train mode only)")
+    if spec.workload_name != "hf":
+        return
+    if w["lora_rank"] is not None and spec.mode != "train":
+        raise SpecError(
+            "workload.lora_rank",
+            w["lora_rank"],
+            f"null with mode={spec.mode} (LoRA adapters are what trains: mode=train)",
+        )
+    if w["quantization"] is not None:
+        if w["pretrained"] is None:
+            raise SpecError(
+                "workload.quantization",
+                w["quantization"],
+                "null without workload.pretrained (transformers quantizes a checkpoint as from_pretrained loads it)",
+            )
+        if spec.mode == "train" and w["lora_rank"] is None:
+            raise SpecError(
+                "workload.quantization",
+                w["quantization"],
+                "null in mode=train without workload.lora_rank (4-bit weights do not train; QLoRA trains adapters)",
+            )
+        if spec.precision != "pure":
+            raise SpecError("precision", spec.precision, "pure with workload.quantization (dtype is the compute dtype)")
+    if spec.dry_run:
+        for name in ("pretrained", "lora_rank", "quantization"):
+            if w[name] is not None:
+                raise SpecError(f"workload.{name}", w[name], "null with dry_run=true (dry runs build from a config)")

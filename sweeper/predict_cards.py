@@ -1,0 +1,129 @@
+"""``memsweep predict [OVERRIDES] --cards [NAMES]``: the predicted edge of one load on every card.
+
+One load, the cards of ``analysis.cards.CARDS`` (or those named), one search of the axis per
+card on dry runs (``sweeper.predict.Predictor``), smallest card first. The cards share one
+directory of dry runs: a value already run for a smaller card is read back, never run again
+(``sweeper.process.execute`` resumes a finished run), and each search starts at the previous
+card's edge. The capacity of a card is its reported total (``Card.reported_bytes``: what its
+management tool reports, an upper bound of what a PyTorch process can use there; see
+analysis/cards.py). Beside each prediction, the estimator's figures (calculated,
+``analysis.estimate.hf_load``, hf loads): weights + gradients + optimizer states, and in train
+mode along ``batch`` the estimator's own edge (Korthikanti et al. 2022 activations).
+
+Writes ``predict_cards.json`` beside the dry runs. A prediction of tensor bytes: its blind
+spots (``sweeper.predict.blind_spots``) are in the summary and printed with the table.
+"""
+
+from __future__ import annotations
+
+from analysis.cards import CARDS, Card
+from conf.contract import SpecError, write_json_atomic
+
+from .predict import Predictor, blind_spots, compose_load, estimator_figures
+from .search import SEARCH_AXES
+
+
+def select_cards(names: list[str] | None) -> list[Card]:
+    """The cards of the catalog named by ``names`` (case-insensitive, a card matches when every
+    word of the name is in its name: ``a100 80``), smallest first; all of them for None or [].
+
+    Raises:
+        SpecError: a name no card matches (field ``--cards``), listing the catalog.
+    """
+    if not names:
+        return list(CARDS)
+    chosen = []
+    for name in names:
+        words = name.lower().split()
+        found = [c for c in CARDS if all(w in c.name.lower() for w in words)]
+        if not found:
+            raise SpecError("--cards", name, "a card of the catalog: " + ", ".join(c.name for c in CARDS))
+        chosen += [c for c in found if c not in chosen]
+    return sorted(chosen, key=lambda c: c.reported_bytes)
+
+
+def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
+    """The estimator's batch edge of a train load on ``capacity`` bytes: 0 when batch 1 does
+    not fit; None when not asked (another mode or workload, no config in the record)."""
+    from analysis.estimate.hf_load import estimate_hf_batch_edge
+
+    config = ((record or {}).get("model") or {}).get("hf_config")
+    if base.workload_name != "hf" or base.mode != "train" or not config:
+        return None
+    try:
+        edge = estimate_hf_batch_edge(
+            config,
+            capacity,
+            context=base.context,
+            dtype=base.dtype,
+            precision=base.precision,
+            optimizer=base.optimizer,
+            device=base.device,
+            checkpointing=base.checkpointing,
+            fused_attention=base.workload.get("attention") == "sdpa",
+        )
+    except ValueError:
+        return None
+    return 0 if edge is None else edge
+
+
+def predict_cards(overrides: list[str], axis: str, names: list[str] | None = None) -> dict:
+    """Predict the edge of ``axis`` for one load on each card; write predict_cards.json.
+
+    Args:
+        overrides: the load's overrides (those of ``memsweep run``); no capacity (each card's).
+        axis: batch, context or width.
+        names: card names (``select_cards``), or None for the whole catalog.
+
+    Returns:
+        {"axis", "source": "predicted", "device", "out_dir", "dry_runs", "blind_spots",
+        "cards": one row per card: "card", "capacity_bytes", "max_fit", "min_miss", "exact",
+        "peak_bytes" (the largest predicted phase peak at max_fit), "error" (a failed dry run's
+        message, or None), "estimator_fixed_bytes" (weights + gradients + optimizer states,
+        calculated; None for a workload the estimator does not describe) and
+        "estimator_edge" (train along batch, 0 when batch 1 does not fit; else None)}.
+
+    Raises:
+        SpecError: an unknown axis or card, bad input in the load, a load the dry run refuses.
+    """
+    if axis not in SEARCH_AXES:
+        raise SpecError("axis", axis, "one of " + ", ".join(SEARCH_AXES))
+    cards = select_cards(names)
+    base, isolation, out_dir = compose_load(overrides)
+    start, rows, values, record = getattr(base, axis), [], set(), None
+    device = base.device
+    for card in cards:
+        predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation)
+        edge = predictor.search(start)
+        values |= set(predictor.runs)
+        device = predictor.device
+        record = record or next((r["record"] for r in predictor.runs.values() if r["record"]), None)
+        at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
+        est = estimator_figures(base, record)
+        fixed = None
+        if est is not None:
+            fixed = sum(est[k] or 0 for k in ("weights", "gradients", "optimizer_states"))
+        rows.append(
+            {
+                "card": card.name,
+                "capacity_bytes": card.reported_bytes,
+                **{k: edge[k] for k in ("max_fit", "min_miss", "exact")},
+                "peak_bytes": at["peak"] if at else None,
+                "error": edge["error"]["error_message"] if edge["error"] else None,
+                "estimator_fixed_bytes": fixed,
+                "estimator_edge": _estimator_edge(base, record, card.reported_bytes) if axis == "batch" else None,
+            }
+        )
+        if edge["max_fit"] is not None:
+            start = edge["max_fit"]
+    summary = {
+        "axis": axis,
+        "source": "predicted",
+        "device": device,
+        "out_dir": str(out_dir),
+        "dry_runs": len(values),
+        "blind_spots": list(blind_spots(device)),
+        "cards": rows,
+    }
+    write_json_atomic(out_dir / "predict_cards.json", summary)
+    return summary

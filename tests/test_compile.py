@@ -1,0 +1,39 @@
+"""torch.compile runs (spec ``compile``) on the CPU: the cold phase holds the compilation, apart
+from the warm phases, and both peaks are recorded. Slow-ish (Inductor compiles C++: tens of
+seconds on a shared 2-core machine); skipped where no C++ compiler is found (the sweeper refuses
+such a run, tests/test_finetune.py)."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="torch.compile on the CPU needs a C++ compiler (g++)")
+def test_cpu_compile_run_records_cold_and_warm_peaks(tmp_path):
+    results = tmp_path / "res"
+    proc = subprocess.run(
+        [MEMSWEEP, "run", "workload=mlp", "workload.depth=1", "compile=default", "mode=inference", "device=cpu"]
+        + ["batch=2", "context=8", "width=16", "warmup=1", "repeats=1", "threads=1", f"results_dir={results}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record_path,) = list(results.rglob("record.json"))
+    record = json.loads(record_path.read_text())
+    assert record["outcome"] == "ok" and record["model"]["compile"] == "default"
+    assert record["environment"]["torch_dynamo_imported"] is True  # imported before the first phase
+    phases = {p["name"]: p for p in record["phases"]}
+    cold, warm = phases["cold_forward"], phases["warm_forward"]
+    for phase in (cold, warm):
+        assert isinstance(phase["max_memory_allocated"], int) and phase["max_memory_allocated"] > 0
+        assert isinstance(phase["max_memory_reserved"], int) and phase["max_memory_reserved"] > 0
+    # compilation is in the cold window only: it takes far longer than a warm (compiled) forward
+    assert cold["duration_s"] > 10 * warm["duration_s"]

@@ -1,0 +1,151 @@
+"""Every workload's estimate in runs.parquet (est_*, estimate_error), or null with the reason:
+transformer and hf runs estimated by the formulas and measured by real workers, user runs
+null with the reason, mlp runs with options the replay does not model null with the options."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import analysis.estimate as E
+from analysis.tables import build_tables
+from conf.contract import SPEC_FILE, RunSpec, write_json_atomic
+from sweeper.process import worker_env
+from sweeper.spec import with_estimate
+
+HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+
+SMALL_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 160,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 128,
+    "tie_word_embeddings": False,
+}
+
+
+def _spec(workload, mode="train", dtype="float32", **kw) -> RunSpec:
+    fields = dict(batch=2, context=16, width=32, dtype=dtype, mode=mode, device="cpu", workload=workload)
+    fields.update(warmup=1, repeats=1, timeout_s=240, threads=1, **kw)
+    return RunSpec(**fields)
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        {"name": "transformer", "layers": 2, "heads": 4, "kv_heads": 2, "ffn": "swiglu", "vocab": 100},
+        {"name": "transformer", "layers": 3, "heads": 2, "norm": "layernorm", "tie_embeddings": True, "vocab": 50},
+    ],
+)
+def test_transformer_workload_parameters_equal_the_worker_model(workload):
+    """The estimator's description of memsweep's transformer has the worker model's parameters."""
+    import torch
+
+    from worker.models import Transformer
+    from worker.workloads.transformer import transformer_dims
+
+    spec = _spec(workload)
+    with torch.device("meta"):
+        model = Transformer(**transformer_dims(spec))
+    described = E.transformer_workload_model(spec.workload, spec.width)
+    assert described.parameters == sum(p.numel() for p in model.parameters())
+
+
+def test_reasons_for_what_is_not_estimated():
+    user = {"name": "user", "model": {"_target_": "a.b"}, "inputs": {"_target_": "a.c"}}
+    assert E.estimate_run(_spec(user)) == (None, E.USER_REASON)
+    est, reason = E.estimate_run(_spec({"name": "mlp"}, checkpointing=True, micro_steps=2))
+    assert est is None and "checkpointing=True" in reason and "micro_steps=2" in reason
+    est, reason = E.estimate_run(_spec({"name": "transformer"}, mode="inference"))
+    assert est.weights > 0 and est.activations is None and "inference activations" in reason
+    est, reason = E.estimate_run(_spec({"name": "transformer"}, mode="generate", new_tokens=8))
+    model = E.transformer_workload_model(_spec({"name": "transformer"}).workload, 32)
+    # 2 x layers x kv_heads x head_dim x (context + new_tokens) x 4 bytes x batch
+    assert est.kv_cache == 2 * model.layers * model.kv_heads * model.head_dim * (16 + 8) * 4 * 2
+    assert "prefill" in reason
+    est, reason = E.estimate_run(_spec({"name": "hf", "config": "gpt2"}), {"error": "no such model"})
+    assert est is None and "no such model" in reason
+    est, reason = E.estimate_run(_spec({"name": "transformer"}))
+    assert reason is None and est.gradients == est.weights  # pure float32: gradients as the weights
+
+
+def test_training_estimate_by_hand():
+    """transformer, train, float32 pure, AdamW on the CPU: weights 4 B, gradients 4 B, two fp32
+    states 8 B per parameter plus Adam's 4-byte step per parameter tensor."""
+    spec = _spec({"name": "transformer", "layers": 2, "heads": 4, "vocab": 100})
+    model = E.transformer_workload_model(spec.workload, spec.width)
+    n, tensors = model.parameters, len(model.tensors())
+    est, _ = E.estimate_run(spec)
+    assert (est.weights, est.gradients, est.optimizer_states) == (4 * n, 4 * n, 8 * n + 4 * tensors)
+    acts, _ = E.training_activations(model, 2, 16, compute_bytes=4, fused_attention=True, dropout=False)
+    assert est.activations == acts
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """A transformer and an hf training run measured by real workers, a user run that never
+    started; their specs written as the sweeper writes them (``with_estimate``)."""
+    root = tmp_path_factory.mktemp("estimate_runs")
+    (root / "llama").mkdir()
+    (root / "llama" / "config.json").write_text(json.dumps(SMALL_LLAMA))
+    specs = {
+        "transformer": _spec({"name": "transformer", "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 100}),
+        "user": _spec({"name": "user", "model": {"_target_": "a.b"}, "inputs": {"_target_": "a.c"}}),
+    }
+    if HAS_TRANSFORMERS:
+        specs["hf"] = _spec({"name": "hf", "config": str(root / "llama")}, dtype="bfloat16")
+    dirs = {}
+    for name, spec in specs.items():
+        dirs[name] = root / "sweep" / name
+        dirs[name].mkdir(parents=True)
+        write_json_atomic(dirs[name] / SPEC_FILE, with_estimate(spec).to_dict())
+
+    def measure(run_dir):
+        return subprocess.run(
+            [sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
+            cwd=run_dir,
+            env=worker_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    ran = [n for n in specs if n != "user"]
+    with ThreadPoolExecutor(len(ran)) as pool:
+        procs = dict(zip(ran, pool.map(measure, [dirs[n] for n in ran])))
+    for name, proc in procs.items():
+        assert proc.returncode == 0, (name, proc.stderr[-2000:])
+    runs, _, _ = build_tables([root / "sweep"])
+    return {row["workload"]: row for row in runs.to_pylist()}
+
+
+def test_runs_parquet_has_every_workloads_estimate_or_the_reason(measured):
+    t = measured["transformer"]
+    assert t["outcome"] == "ok" and t["estimate_missing_reason"] is None
+    assert t["est_weights_bytes"] == t["parameter_bytes"]  # the worker's own count, by construction
+    assert t["estimate_error"] == pytest.approx(
+        (t["est_peak_bytes"] - t["max_memory_allocated"]) / t["max_memory_allocated"]
+    )
+    u = measured["user"]
+    assert u["est_peak_bytes"] is None and u["estimate_error"] is None
+    assert u["estimate_missing_reason"] == E.USER_REASON
+
+
+@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed")
+def test_hf_run_is_counted_by_transformers_and_estimated(measured):
+    h = measured["hf"]
+    assert h["outcome"] == "ok" and h["estimate_missing_reason"] is None
+    assert h["est_weights_bytes"] == h["parameter_bytes"]  # bfloat16: 2 B x transformers' count
+    assert h["est_optimizer_states_bytes"] > 0 and h["est_activations_bytes"] > 0
+    assert h["estimate_error"] == pytest.approx(
+        (h["est_peak_bytes"] - h["max_memory_allocated"]) / h["max_memory_allocated"]
+    )

@@ -1,0 +1,254 @@
+"""A DDP or FSDP run (spec ``parallel``): ``world_size`` rank processes started for this run,
+watched, stopped together, and their records merged into the run's one record.json.
+
+The worker process of the run is the launcher: it forks the ranks with PyTorch's own launcher
+machinery (``torch.multiprocessing.start_processes``, start method ``fork``: the worker has
+imported torch and never touched a device, so each rank still creates its own CUDA context and
+caching allocator), then waits on their sentinels. Each rank (``worker/rank.py``) writes its own
+record, ``ranks/rank_N.json``, under the seed-003 protocol.
+
+Failures: the first rank that exits with a failure (an OOM, an error, a signal) stops the run;
+every other rank still running is sent SIGTERM, then SIGKILL after ``ABORT_GRACE_S``, so no
+rank waits on a dead peer and no process outlives its run. The run's outcome is the root cause:
+a rank killed by a signal memsweep did not send (``crash``), else a rank that ran out of memory
+(``oom``), else a rank's error; a rank stopped by memsweep is ``aborted`` in ``ranks``. A crash
+makes the launcher leave its record incomplete and die by the same signal, so the sweeper reads
+a crash as for a one-process run.
+
+The merged record: the top-level fields of rank 0's record (device, counters' sources,
+capacity, environment, model) with ``world_size``, ``parallel``, ``global_batch``, ``ranks``
+(``conf.contract.RANK_FIELDS``), ``failed_rank`` and ``peak_rank``; ``phases`` in order, each
+the root-cause rank's entry (rank 0's when the run did not fail) with ``rank`` (whose counters
+these are), ``peak_rank`` and ``ranks`` (``conf.contract.PHASE_RANK_FIELDS``, one per rank that
+recorded the phase): ``conf.contract.phase_peak`` takes the fullest rank.
+
+References: https://pytorch.org/docs/stable/multiprocessing.html (start_processes).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing.connection
+import os
+import signal
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from conf.contract import DEVICE_COUNTERS, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, RunSpec
+
+from .measure import Recorder
+
+ABORT_GRACE_S = 5.0
+"""Seconds a rank stopped by the run (SIGTERM) has before SIGKILL."""
+
+POLL_S = 0.5
+"""Seconds between two merges of the rank records into record.json while the ranks run."""
+
+RANKS_DIR = "ranks"
+"""The run directory's folder of rank records (``rank_N.json``) and logs (``rank_N.log``)."""
+
+TOP_FIELDS = (
+    "device",
+    "device_kind",
+    "counter_sources",
+    "capacity_bytes",
+    "capacity",
+    "device_total_memory",
+    "device_free_memory_start",
+    "device_index",
+    "environment",
+    "model",
+    "source",
+    "cuda_initialized",
+)
+"""The record fields a DDP/FSDP run takes from rank 0's record."""
+
+RANK_PHASE_FIELDS = ("status", *DEVICE_COUNTERS, "duration_s", "gradient_bytes", "optimizer_state_bytes")
+"""What a phase's ``ranks`` entry copies from each rank's phase (conf.contract.PHASE_RANK_FIELDS)."""
+
+_OUTCOME_OF_EXIT = {EXIT_OK: "ok", EXIT_OOM: "oom", EXIT_ERROR: "error", EXIT_UNAVAILABLE: "error"}
+
+
+def _read(path: Path) -> dict:
+    """A rank's record, or {} when it is missing or cut short (a rank killed mid-write)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _peak(phases: list, counter: str) -> int | None:
+    values = [p.get(counter) for p in phases if isinstance(p, Mapping)]
+    counts = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    return max(counts) if counts else None
+
+
+def _rank_outcome(record: dict, exit_code: int | None, stopped: bool) -> str | None:
+    """What one rank did: its recorded outcome; ``aborted`` when the run stopped it; ``crash``
+    when it died by a signal of its own or left no complete record; None while it runs."""
+    if exit_code is None:
+        return None
+    if record.get("complete") and record.get("outcome") in ("ok", "oom", "error"):
+        return record["outcome"]
+    if stopped:
+        return "aborted"
+    return "crash" if exit_code < 0 else _OUTCOME_OF_EXIT.get(exit_code, "error")
+
+
+def root_cause(ranks: list[dict]) -> dict | None:
+    """The rank whose failure ended the run: a crash first (its peers' errors follow from its
+    death), then an OOM, then an error; the lowest rank among equals; None when none failed.
+
+    Args:
+        ranks: the ``ranks`` entries (RANK_FIELDS), ``outcome`` set.
+    """
+    for outcome in ("crash", "oom", "error"):
+        for r in ranks:
+            if r.get("outcome") == outcome:
+                return r
+    return None
+
+
+def merge(records: list[dict], ranks: list[dict], root: dict | None) -> dict:
+    """The run's record fields from its ranks' records (see the module docstring).
+
+    Args:
+        records: each rank's record (``{}`` where unreadable), in rank order.
+        ranks: the ``ranks`` entries, in rank order.
+        root: the root-cause entry (``root_cause``), or None.
+
+    Returns:
+        The fields to update record.json with: TOP_FIELDS of rank 0, ``phases``, ``ranks``,
+        ``failed_rank``, ``peak_rank``.
+    """
+    first = records[0] if records else {}
+    out: dict[str, Any] = {k: first.get(k) for k in TOP_FIELDS}
+    main_rank = root["rank"] if root is not None else 0
+    lists = [[p for p in r.get("phases") or [] if isinstance(p, dict)] for r in records]
+    phases = []
+    for i in range(max((len(x) for x in lists), default=0)):
+        have = [(r, x[i]) for r, x in enumerate(lists) if i < len(x)]
+        rank, main = next(((r, p) for r, p in have if r == main_rank), have[0])
+        entries = [{"rank": r, **{k: p.get(k) for k in RANK_PHASE_FIELDS}} for r, p in have]
+        peaks = [(e["max_memory_allocated"], e["rank"]) for e in entries if isinstance(e["max_memory_allocated"], int)]
+        phases.append({**main, "rank": rank, "peak_rank": max(peaks)[1] if peaks else None, "ranks": entries})
+    out["phases"] = phases
+    for entry, record, phase_list in zip(ranks, records, lists):
+        model = record.get("model")
+        model = model if isinstance(model, dict) else {}
+        entry.update(
+            device=record.get("device"),
+            local_parameter_bytes=model.get("local_parameter_bytes"),
+            max_memory_allocated=_peak(phase_list, "max_memory_allocated"),
+            max_memory_reserved=_peak(phase_list, "max_memory_reserved"),
+        )
+    out["ranks"] = ranks
+    peaks = [(r["max_memory_allocated"], r["rank"]) for r in ranks if isinstance(r.get("max_memory_allocated"), int)]
+    out["peak_rank"] = max(peaks)[1] if peaks else None
+    out["failed_rank"] = root["rank"] if root is not None else None
+    return out
+
+
+def _rank_entries(records: list[dict], procs: list, stopped: set[int], run_dir: Path) -> list[dict]:
+    entries = []
+    for rank, (record, proc) in enumerate(zip(records, procs)):
+        code = proc.exitcode
+        outcome = _rank_outcome(record, code, rank in stopped)
+        entries.append(
+            {
+                "rank": rank,
+                "pid": proc.pid,
+                "outcome": outcome,
+                "exit_code": code,
+                "failed_phase": record.get("failed_phase") or (record.get("current_phase") if outcome else None),
+                "error_type": record.get("error_type"),
+                "error_message": record.get("error_message"),
+                "record": f"{RANKS_DIR}/rank_{rank}.json",
+            }
+        )
+    return entries
+
+
+def _stop(procs: list, stopped: set[int]) -> None:
+    """SIGTERM every rank still running, SIGKILL those still there after ABORT_GRACE_S."""
+    for rank, p in enumerate(procs):
+        if p.exitcode is None:
+            stopped.add(rank)
+            p.terminate()
+    deadline = time.monotonic() + ABORT_GRACE_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.exitcode is None:
+            p.kill()
+            p.join()
+
+
+def measure_ranks(spec: RunSpec, rec: Recorder) -> int:
+    """Run ``spec`` as ``spec.world_size`` rank processes and merge their records into ``rec``.
+
+    Args:
+        spec: the run (``parallel`` ddp or fsdp).
+        rec: the run's recorder (record.json).
+
+    Returns:
+        The worker's exit code from the root cause (``EXIT_OK``, ``EXIT_OOM``, ``EXIT_ERROR``,
+        ``EXIT_UNAVAILABLE``). A crashed rank makes this process kill itself by that rank's
+        signal once the record is saved (never returns then).
+    """
+    try:
+        import torch.multiprocessing as mp
+    except ImportError as exc:
+        return rec.finish("error", EXIT_UNAVAILABLE, error_type="TorchUnavailable", message=str(exc))
+    from .rank import rank_main
+
+    run_dir = rec.path.parent
+    ranks_dir = run_dir / RANKS_DIR
+    ranks_dir.mkdir(exist_ok=True)
+    rendezvous = ranks_dir / "rendezvous"
+    rendezvous.unlink(missing_ok=True)
+    rec.data.update(world_size=spec.world_size, parallel=spec.parallel, global_batch=spec.global_batch)
+    rec.save()
+    if spec.device == "cpu":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank on this host: loopback
+    args = (spec.to_dict(), str(run_dir), os.getpid(), str(rendezvous))
+    context = mp.start_processes(rank_main, args=args, nprocs=spec.world_size, join=False, start_method="fork")
+    procs = list(context.processes)
+    paths = [ranks_dir / f"rank_{r}.json" for r in range(spec.world_size)]
+    stopped: set[int] = set()
+    while any(p.exitcode is None for p in procs):
+        multiprocessing.connection.wait([p.sentinel for p in procs if p.exitcode is None], timeout=POLL_S)
+        if any(p.exitcode not in (None, EXIT_OK) for p in procs):
+            _stop(procs, stopped)
+        records = [_read(path) for path in paths]
+        rec.data.update(merge(records, _rank_entries(records, procs, stopped, run_dir), None))
+        rec.data["current_phase"] = records[0].get("current_phase") if records else None
+        rec.save()
+    for p in procs:
+        p.join()
+    rendezvous.unlink(missing_ok=True)
+    records = [_read(path) for path in paths]
+    ranks = _rank_entries(records, procs, stopped, run_dir)
+    root = root_cause(ranks)
+    rec.data.update(merge(records, ranks, root))
+    rec.data["current_phase"] = None
+    if root is None:
+        return rec.finish("ok", EXIT_OK)
+    where = f" in {root['failed_phase']}" if root.get("failed_phase") else ""
+    message = f"rank {root['rank']}{where}: {root.get('error_message') or 'exit ' + str(root['exit_code'])}"
+    if root["outcome"] == "crash":
+        rec.data.update(current_phase=root.get("failed_phase"), error_message=message)
+        rec.save()
+        code = root["exit_code"]
+        os.kill(os.getpid(), -code if isinstance(code, int) and code < 0 else signal.SIGKILL)
+    code = EXIT_OOM if root["outcome"] == "oom" else (root.get("exit_code") or EXIT_ERROR)
+    return rec.finish(
+        root["outcome"],
+        code if code in (EXIT_OOM, EXIT_ERROR, EXIT_UNAVAILABLE) else EXIT_ERROR,
+        phase=root.get("failed_phase"),
+        error_type=root.get("error_type"),
+        message=message,
+    )
