@@ -23,10 +23,11 @@ def test_no_pickle_and_no_shell_anywhere():
 
 def test_worker_imports_only_torch_and_the_standard_library():
     allowed_third_party = {"torch"}
-    # Optional packages a spec may ask for (workload=hf, optimizer=adamw8bit): imported lazily,
+    # Optional packages a spec may ask for (workload=hf, LoRA, QLoRA, optimizer=adamw8bit, compile on
+    # CUDA): imported lazily,
     # inside a function of the worker/workloads/ package (or of worker/count.py, the worker's
     # parameter counter of a transformers config), never at module level.
-    optional = {"transformers", "bitsandbytes"}
+    optional = {"transformers", "bitsandbytes", "peft", "triton"}
     for path in (ROOT / "worker").rglob("*.py"):
         for match in re.finditer(r"^(\s*)(?:from|import)\s+([A-Za-z_][\w]*)", path.read_text(), re.M):
             indent, name = match.groups()

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .breakdown import Breakdown
-from .transformer import estimate_transformer, parse_hf_config
+from .hf_config import parse_hf_config
+from .transformer import estimate_transformer
 
 # memsweep's dtype -> the estimator's storage format of the weights
 _WEIGHT_FORMATS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
