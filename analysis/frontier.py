@@ -35,7 +35,7 @@ from conf.contract import (
     ALL_VARIABLES,
     AXES,
     DTYPE_BYTES,
-    NUMERIC_AXES,
+    INTEGER_AXES,
     SEARCH_LOG,
     failure_words,
     oom_attribution,
@@ -163,7 +163,7 @@ def search_results(sweep_dir: str) -> dict[tuple, dict]:
     return out
 
 
-LOAD_DETAIL = ("capacity_mode", "workload_params", *MODE_OPTIONS)
+LOAD_DETAIL = ("capacity_mode", "workload_params", *MODE_OPTIONS, "parallel", "reshard_after_forward")
 """The fields of IDENTITY a frontier row carries besides the axes, protocol and device."""
 LOAD_FIELDS = tuple(k for k in IDENTITY if k not in ("sweep_dir", *AXES))
 """A row's fixed load besides its directory and axes: workload, workload_params, mode, device..."""
@@ -331,7 +331,7 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                 at = group[(group[axis] == max_ok) & (group["_reads"] == "ok")]
                 peak = {c: _fit_peak(at, c) for c in ("max_memory_allocated", "max_memory_reserved")}
             elsewhere = elsewhere_words(axis, group, min_oom is None)
-            numeric = axis in NUMERIC_AXES
+            numeric = axis in INTEGER_AXES
             rows.append(
                 {
                     **{k: fixed.get(k) for k in ("sweep_dir", "workload", "mode", "device", "capacity_bytes", *AXES)},

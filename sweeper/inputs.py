@@ -186,14 +186,14 @@ def check_workload_sources(workload: dict) -> dict:
     """
     from conf.contract import hf_config_kind
 
-    if workload["name"] == "hf" and hf_config_kind(workload["config"]) == "path":
+    if workload["name"] == "hf" and workload["config"] is not None and hf_config_kind(workload["config"]) == "path":
         path = Path(workload["config"]).expanduser().absolute()
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
             raise SpecError("workload.config", workload["config"], f"a config.json that exists ({file} does not)")
         return {**workload, "config": str(path)}
     if workload["name"] == "user":
-        for fn in ("model", "inputs", "loss"):
+        for fn in ("model", "inputs", "loss", "optimizer"):
             target = (workload.get(fn) or {}).get("_target_")
             if not target:
                 continue

@@ -79,7 +79,7 @@ def make(tmp_path, oracle, launcher=None, said=None, **settings):
     impl.config = OmegaConf.create(
         {"isolation": "spawn", "hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": launcher or {}}}
     )
-    impl.launcher = ScriptedLauncher(tmp_path, oracle, said)
+    impl.launcher = ScriptedLauncher(tmp_path, oracle, said=said)
     impl.fixed_overrides = lambda arguments: list(arguments)
     impl.compose = spec_of
     return impl
@@ -106,6 +106,7 @@ def test_search_writes_runs_keyed_by_spec_and_its_decisions(tmp_path):
         "width": 64,
         "dtype": "float32",
         "eval_batch": None,  # an axis too (conf.contract.AXES): the analysis keys a row by every axis
+        "world_size": 1,  # likewise (DDP/FSDP ranks; 1 = one process)
         "mode": "inference",
         "device": "cpu",
         "warmup": 1,

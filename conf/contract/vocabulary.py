@@ -17,6 +17,11 @@ it grows under FSDP (its frontier reads "does the fullest rank fit" at each worl
 NUMERIC_AXES = ("batch", "context", "width", "eval_batch")
 """The axes with an order, whose success/OOM edge a search can find (frontier sweeper, ``memsweep predict``)."""
 
+INTEGER_AXES = (*NUMERIC_AXES, "world_size")
+"""The axes whose values are integers: a frontier row gives their ``max_ok``/``min_oom`` as numbers
+(the dtype axis gives labels). ``world_size`` is swept, not searched: under FSDP more ranks hold
+less each, so "larger is harder" does not hold for it."""
+
 DTYPES = ("float32", "float16", "bfloat16")
 """Accepted ``dtype`` values of a run (torch dtype names)."""
 
