@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from conf.contract import (
     EXIT_BAD_INPUT,
@@ -190,17 +191,19 @@ def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None]:
     return overrides, axis, capacity
 
 
-def predict_command(argv: list[str], out=sys.stdout) -> int:
+def predict_command(argv: list[str], out: TextIO | None = None) -> int:
     """``memsweep predict``: the predicted edge of an axis from dry runs (``sweeper.predict``).
 
     Args:
         argv: the command's arguments (overrides, ``capacity=SIZE``, ``--axis AXIS``).
-        out: where the answer is printed (errors go to stderr).
+        out: where the answer is printed (errors go to stderr); None: the current ``sys.stdout``
+            (looked up at the call, not at import).
 
     Returns:
         The exit status: 0 edge found, 1 no edge (a dry run failed or nothing fits), 2 bad
         input.
     """
+    out = out if out is not None else sys.stdout
     from .predict import blind_spots, predict_edge
 
     if any(a in ("-h", "--help") for a in argv):
