@@ -1,9 +1,7 @@
-"""The pyarrow schemas of the ``runs`` and ``phases`` tables, and ``coerce_table``.
-
-Bytes are nullable int64 (a missing measurement is null, never 0), so that files from
-different sweeps read as one dataset even when every run of one of them failed.
-No torch import: the analysis reads JSON files only.
-"""
+"""Schemas of the Parquet tables (``runs``, ``phases``) that analysis.tables builds, and
+``coerce_table``, which gives a list of row mappings exactly one of them: every byte column is a
+nullable int64 (null = not measured, never 0), so any sweep's files read together as one dataset.
+Imports pyarrow and conf.contract only."""
 
 from __future__ import annotations
 
