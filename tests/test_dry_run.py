@@ -29,7 +29,7 @@ LOADS = {
 TOLERANCE = 0.02
 
 
-def _run(root: Path, name: str, data: dict) -> dict:
+def run_dry_worker(root: Path, name: str, data: dict) -> dict:
     run_dir = root / name
     result = execute(RunSpec.from_dict(data), run_dir)
     record = json.loads((run_dir / "record.json").read_text())
@@ -42,8 +42,8 @@ def runs(tmp_path_factory):
     jobs = {}
     with ThreadPoolExecutor(2) as pool:
         for name, data in LOADS.items():
-            jobs[(name, "measured")] = pool.submit(_run, root, f"{name}-measured", data)
-            jobs[(name, "predicted")] = pool.submit(_run, root, f"{name}-predicted", dict(data, dry_run=True))
+            jobs[(name, "measured")] = pool.submit(run_dry_worker, root, f"{name}-measured", data)
+            jobs[(name, "predicted")] = pool.submit(run_dry_worker, root, f"{name}-predicted", dict(data, dry_run=True))
         user = dict(
             BASE,
             batch=2,
@@ -57,7 +57,7 @@ def runs(tmp_path_factory):
                 "inputs": {"_target_": "datadep.inputs"},
             },
         )
-        jobs[("user_datadep", "predicted")] = pool.submit(_run, root, "user-datadep", user)
+        jobs[("user_datadep", "predicted")] = pool.submit(run_dry_worker, root, "user-datadep", user)
         return {key: job.result() for key, job in jobs.items()}
 
 
@@ -282,7 +282,8 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
 
     # the same loads measured (tracked allocated on the CPU) fall on the same sides of the capacity
     measured = {
-        b: _run(tmp_path, f"measured-{b}", dict(BASE, batch=b, mode="train", workload=MLP, repeats=1)) for b in (5, 6)
+        b: run_dry_worker(tmp_path, f"measured-{b}", dict(BASE, batch=b, mode="train", workload=MLP, repeats=1))
+        for b in (5, 6)
     }
     peaks = {b: max(p["max_memory_allocated"] for p in m["record"]["phases"]) for b, m in measured.items()}
     assert peaks[5] <= capacity < peaks[6]

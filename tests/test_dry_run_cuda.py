@@ -13,7 +13,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from test_dry_run import _run  # noqa: E402  (the same real-process helper)
+from test_dry_run import run_dry_worker  # noqa: E402  (the same real-process helper)
 
 from conf.contract import RunSpec, SpecError
 
@@ -44,7 +44,9 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cudadry")
     with ThreadPoolExecutor(2) as pool:
         jobs = {
-            (name, device): pool.submit(_run, root, f"{name}-{device.replace(':', '')}", dict(data, device=device))
+            (name, device): pool.submit(
+                run_dry_worker, root, f"{name}-{device.replace(':', '')}", dict(data, device=device)
+            )
             for name, data in LOADS.items()
             for device in ("cuda:0", "cpu")
         }

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from fractions import Fraction
 from typing import Any
@@ -28,6 +27,8 @@ from conf.contract import GB, GiB
 
 from .activations import RECOMPUTE, transformer_layer_activation_bytes
 from .breakdown import Breakdown
+from .cli_args import activation_options
+from .cli_output import estimate_text, format_phases
 from .counted import COUNTERS, CountUnavailable, describe_config
 from .errors import UsageError
 from .formats import StorageFormat, compact_format, storage_format, weight_bytes
@@ -36,6 +37,8 @@ from .lora_cli import add_lora_options, lora_from_args
 from .training import OPTIMIZERS, training_state, zero_partition
 from .transformer import estimate_transformer
 from .workloads import ACTIVATION_SAVES_OUTPUT, PhaseEstimate, estimate_mlp, mlp_phases
+
+__all__ = ["RESERVE_UNITS", "build_parser", "format_phases", "main", "run"]
 
 RESERVE_UNITS = {"reserve_gib": GiB, "reserve_gb": GB}
 """Bytes per unit of the reserve options: ``--reserve-gib`` (2^30 B), ``--reserve-gb`` (10^9 B)."""
@@ -342,12 +345,7 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
         state_bytes=args.state_bytes,
         zero_stage=args.zero_stage,
         devices=args.devices,
-        batch=args.batch if args.activations else None,
-        seq_len=args.seq_len if args.activations else None,
-        recompute=args.recompute,
-        fused_attention=args.fused_attention,
-        dropout=args.dropout,
-        include_head=not args.no_head,
+        **activation_options(args),
         kv_tokens=args.kv_tokens,
         kv_sequences=_sequences(args) if args.kv_tokens is not None else None,
         kv_bytes=args.kv_bytes,
@@ -376,30 +374,6 @@ def _workload(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseEstim
         f"hidden={args.hidden or 4 * args.width} {args.activation} {args.dtype} {args.mode} on {args.device}"
     )
     return b, title, phases
-
-
-def format_phases(phases: list[PhaseEstimate], decimals: int = 2) -> str:
-    """Per-phase estimated counters (bytes, GiB) of a workload estimate.
-
-    Args:
-        phases: ``mlp_phases``'s result.
-        decimals: decimals of the GiB column (at least 6 are printed).
-
-    Returns:
-        a text table, one line per phase: iterations, ``memory_allocated`` at the start,
-        ``max_memory_allocated``, ``memory_allocated`` at the end (bytes), the peak in GiB.
-    """
-    lines = [
-        "estimated counters per phase (bytes; GiB = 2^30 B):",
-        f"{'phase':<14} {'iterations':>10} {'allocated_start':>16} {'max_allocated':>14} "
-        f"{'allocated_end':>14} {'max_allocated GiB':>18}",
-    ]
-    for p in phases:
-        lines.append(
-            f"{p.name:<14} {p.iterations:>10} {p.start:>16} {p.peak:>14} {p.end:>14} "
-            f"{p.peak / GiB:>18.{max(decimals, 6)}f}"
-        )
-    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace, out=None) -> int:
@@ -446,45 +420,7 @@ def run(args: argparse.Namespace, out=None) -> int:
             "--workload mlp, or --kv-tokens with the cache's dimensions"
         )
     b = b.replace(reserve=_reserve(args))
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "title": title,
-                    "estimate": b.to_dict(),
-                    "not_included": list(b.not_included),
-                    "notes": list(b.notes),
-                    "phases": [
-                        {
-                            "name": p.name,
-                            "iterations": p.iterations,
-                            "memory_allocated_start": p.start,
-                            "max_memory_allocated": p.peak,
-                            "memory_allocated": p.end,
-                        }
-                        for p in phases
-                    ],
-                },
-                indent=1,
-            ),
-            file=out,
-        )
-        return 0
-    print(b.format(f"memsweep estimate: {title}", decimals=args.decimals), file=out)
-    if b.not_included:
-        # name only the options that add a component still missing
-        hints = {
-            "gradients": "--train (gradients, optimizer states)",
-            "optimizer_states": None,
-            "activations": "--activations",
-            "kv_cache": "--kv-tokens",
-        }
-        asks = [hints[n] for n in b.not_included if hints.get(n)]
-        if asks:
-            print(f"Ask for them with {', '.join(asks)}; --workload mlp estimates a whole memsweep load.", file=out)
-    if phases:
-        print("\n" + format_phases(phases, args.decimals), file=out)
-    print("This is a calculation, not a measurement: `memsweep run` measures the load.", file=out)
+    print(estimate_text(b, title, phases, json_output=args.json, decimals=args.decimals), file=out)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .breakdown import Breakdown
+from .cli_args import activation_options
 from .errors import UsageError
 from .formats import storage_format
 from .lora import ALL_LINEAR, LoraSettings, estimate_lora
@@ -77,12 +78,7 @@ def lora_from_args(args: argparse.Namespace, model: TransformerConfig, default: 
         base_format=fmt,
         compute_bytes=4 if fmt.name == "fp32" else 2,
         optimizer=args.optimizer,
-        batch=args.batch if args.activations else None,
-        seq_len=args.seq_len if args.activations else None,
-        recompute=args.recompute,
-        fused_attention=args.fused_attention,
-        dropout=args.dropout,
-        include_head=not args.no_head,
+        **activation_options(args),
     )
     kind = "QLoRA" if fmt.bits == 4 else "LoRA"
     return b, (

@@ -1,0 +1,26 @@
+"""``memsweep estimate``'s parsed options as keyword arguments of the estimators."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def activation_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The activation options of a ``--config`` estimate (``estimate_transformer``, ``estimate_lora``).
+
+    Args:
+        args: ``memsweep estimate``'s parsed options.
+
+    Returns:
+        ``batch`` and ``seq_len`` (None unless ``--activations``), ``recompute``,
+        ``fused_attention``, ``dropout`` and ``include_head``.
+    """
+    return {
+        "batch": args.batch if args.activations else None,
+        "seq_len": args.seq_len if args.activations else None,
+        "recompute": args.recompute,
+        "fused_attention": args.fused_attention,
+        "dropout": args.dropout,
+        "include_head": not args.no_head,
+    }
