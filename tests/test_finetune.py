@@ -5,6 +5,7 @@ written with save_pretrained into tmp_path.
 """
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -195,6 +196,27 @@ def test_pretrained_loads_the_saved_weights(checkpoint):
     assert info["checkpoint"]["files"] == files
     assert info["checkpoint"]["file_bytes"] == sum((Path(directory) / f).stat().st_size for f in files)
     assert info["parameters"] == sum(v.numel() for v in state.values())  # no tied or persistent buffers here
+
+
+def test_a_checkpoint_run_counts_its_weights_in_model_load(checkpoint, tmp_path):
+    """The weights from_pretrained maps from safetensors are counted at the end of model_load
+    (no operator made them): the measured peak holds at least the checkpoint's tensor bytes, and
+    a capacity below them is an OOM of model_load."""
+    from sweeper.process import execute
+
+    directory, state = checkpoint
+    weights = sum(v.numel() * v.element_size() for v in state.values())
+    base = {"batch": 1, "context": 8, "width": 16, "device": "cpu", "warmup": 0, "repeats": 1, "threads": 1}
+    load = {**LLAMA, "config": None, "pretrained": str(directory)}
+    spec = RunSpec(**base, workload=load)
+    assert execute(spec, tmp_path / "fits")["outcome"] == "ok"
+    record = json.loads((tmp_path / "fits" / "record.json").read_text())
+    (model_load,) = [p for p in record["phases"] if p["name"] == "model_load"]
+    assert model_load["max_memory_allocated"] >= weights > 0
+    small = RunSpec(**base, workload=load, capacity_bytes=weights // 2)
+    assert execute(small, tmp_path / "small")["outcome"] == "oom"
+    record = json.loads((tmp_path / "small" / "record.json").read_text())
+    assert record["phases"][0]["name"] == "model_load" and record["phases"][0]["status"] == "oom"
 
 
 @needs_peft

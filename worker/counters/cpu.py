@@ -171,6 +171,35 @@ class LiveTensorTracker(TorchDispatchMode):
             self._count(key, storage, nbytes, old)
             self.peak = max(self.peak, self.live)
 
+    def adopt(self, tensors: list[torch.Tensor], what: str) -> None:
+        """Count the storages of ``tensors`` that no operator created while the tracker was
+        active, such as the weights ``from_pretrained`` reads from a safetensors checkpoint
+        (memory-mapped file pages wrapped as tensors outside the dispatcher): they are the
+        model's memory as much as initialised weights are (on a GPU they are copied into the
+        caching allocator). Storages already counted, and those without memory of their own
+        (meta, a wrapper subclass's placeholder), are skipped.
+
+        Args:
+            tensors: the tensors (parameters, buffers) whose storages to count.
+            what: what made them, for the OutOfMemoryError's message.
+
+        Raises:
+            torch.OutOfMemoryError: with a capacity, the adopted bytes do not fit (``refused``
+                set, as for an operator).
+        """
+        new: dict[int, torch.UntypedStorage] = {}
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                storage = t.untyped_storage()
+                if holds_memory(storage) and storage._cdata not in self._sizes:
+                    new[storage._cdata] = storage
+        growth = sum(s.nbytes() for s in new.values())
+        if self.capacity is not None and growth > 0 and self.live + growth > self.capacity:
+            raise self._refuse(growth, what, self.capacity)
+        for key, storage in new.items():
+            self._count(key, storage, storage.nbytes(), None)
+        self.peak = max(self.peak, self.live)
+
     def _refuse(self, request: int, func, capacity: int) -> Exception:
         """The OutOfMemoryError of a request of ``request`` bytes that does not fit in ``capacity`` bytes."""
         self.refused = {"oom_request_bytes": request, "oom_allocated_bytes": self.live, "oom_operator": str(func)}
@@ -256,6 +285,17 @@ def _watched_resize_(storage: torch.UntypedStorage, size: int):
     for tracker in watchers:
         tracker.note_resize(storage)
     return out
+
+
+def adopt_storages(tensors: list[torch.Tensor], what: str) -> None:
+    """Let every active tracker count ``tensors``' storages that no operator created
+    (``LiveTensorTracker.adopt``); nothing when no tracker is active (a CUDA run).
+
+    Raises:
+        torch.OutOfMemoryError: the adopted bytes do not fit in a tracker's capacity.
+    """
+    for tracker in list(_RESIZE_WATCHERS):
+        tracker.adopt(tensors, what)
 
 
 def _watch_resizes(tracker: LiveTensorTracker) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..counters.cpu import adopt_storages
 from .errors import DependencyMissing
 
 SAFETENSORS_SUFFIX = ".safetensors"
@@ -95,7 +96,11 @@ def load_pretrained(
     }
     if workload["quantization"] is not None:
         kwargs["quantization_config"] = quantization_config(tf, workload["quantization"], compute_dtype)
-    return tf.AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)
+    model = tf.AutoModelForCausalLM.from_pretrained(str(directory), **kwargs)
+    # On the CPU the weights read from safetensors are file pages mapped as tensors by no operator:
+    # the live-tensor tracker counts them here, at the end of loading (worker.counters.cpu).
+    adopt_storages([*model.parameters(), *model.buffers()], f"from_pretrained({str(directory)!r})")
+    return model
 
 
 def is_quantized(model: nn.Module) -> bool:
