@@ -1,9 +1,11 @@
 """Scale-out: leases (one device or core set per concurrent run), launchers, forkserver isolation."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -48,9 +50,18 @@ def test_a_lease_is_exclusive_and_freed_when_its_holder_is_killed(tmp_path):
         assert slot == "1"  # never the one another run holds
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    t0 = time.monotonic()
-    with lease("gpu", ["0"], tmp_path) as slot:
-        assert slot == "0" and time.monotonic() - t0 < 5  # the killed run's lease is free at once
+    # the killed run's lease is free: taken on the first tries. lease() waits for ever while a
+    # slot is held, so it runs in a thread with a generous bound (a fail, not a hang, if never freed)
+    got: list[str] = []
+
+    def take() -> None:
+        with lease("gpu", ["0"], tmp_path) as slot:
+            got.append(slot)
+
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    taker.join(30)
+    assert got == ["0"], "the killed holder's lease was not freed"
 
 
 def test_placement_environment(tmp_path):
@@ -258,23 +269,37 @@ def own_server(monkeypatch):
     server.close()
 
 
-def test_timeout_counts_from_the_fork_not_from_the_servers_start(tmp_path, own_server):
+def test_timeout_counts_from_the_fork_not_from_the_servers_start(tmp_path, own_server, monkeypatch):
     """The first run of a sweep waits while the server imports torch (seconds); its timeout_s
-    and wall_s are the worker's own."""
+    and wall_s are the worker's own.
+
+    The server's start is made longer than timeout_s on every machine (a sitecustomize that
+    sleeps before the server imports anything), rather than hoping torch's import outlasts the
+    timeout here; timeout_s itself leaves the tiny run (a tenth of a second) a wide margin."""
     from conf.contract import RunSpec
     from sweeper.process import execute
 
-    result = execute(RunSpec.from_dict(dict(TINY, timeout_s=1.0)), tmp_path / "run", isolation="forkserver")
+    timeout_s = 5.0
+    slow = tmp_path / "slow_start"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(
+        "import os, time\nif os.environ.get('MEMSWEEP_TEST_SLOW_START_S'):\n"
+        "    time.sleep(float(os.environ['MEMSWEEP_TEST_SLOW_START_S']))\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(slow), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("MEMSWEEP_TEST_SLOW_START_S", str(timeout_s))
+    t0 = time.monotonic()
+    result = execute(RunSpec.from_dict(dict(TINY, timeout_s=timeout_s)), tmp_path / "run", isolation="forkserver")
+    waited = time.monotonic() - t0
+    assert waited > timeout_s, "premise: the server's start alone outlasted timeout_s"
     assert result["outcome"] == "ok", result
-    assert result["wall_s"] < 1.0
+    assert result["wall_s"] < timeout_s < waited
 
 
 def test_a_run_whose_fork_server_dies_runs_again_from_a_new_one(tmp_path, own_server):
     """The server killed mid-run (the OOM killer's choice, say): not the load's crash. The
     attempt is set aside and the run starts again from a new server (here it hangs again and
     times out, a deterministic second attempt)."""
-    import threading
-
     from conf.contract import RunSpec
     from sweeper.process import execute
 
