@@ -130,13 +130,13 @@ def dry_runs(tmp_path, **settings):
 
 
 def test_a_dry_run_search_reads_the_predicted_peak_against_the_capacity(tmp_path):
-    # CAP = 64 MiB: predicted peak 64000 * batch fits up to batch 1048
+    edge = CAP // (1000 * BASE["context"])  # the largest batch whose predicted peak fits: 1048
     dry_runs(tmp_path, lower=1, upper=4096, confirm=0).sweep([])
     (result,) = log_lines(tmp_path, "result")
-    assert (result["max_ok"], result["min_oom"], result["exact"]) == (1048, 1049, True)
+    assert (result["max_ok"], result["min_oom"], result["exact"]) == (edge, edge + 1, True)
     assert not result["upper_reached"]
     probes = log_lines(tmp_path, "probe")
-    assert all((p["outcome"] == "ok") == (p["value"] <= 1048) for p in probes)
+    assert all((p["outcome"] == "ok") == (p["value"] <= edge) for p in probes)
 
 
 def test_a_dry_run_search_with_every_value_predicted_above_the_capacity_finds_nothing_fits(tmp_path):
