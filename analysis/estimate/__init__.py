@@ -102,6 +102,7 @@ from .workloads import (
     estimate_mlp,
     mlp_param_shapes,
     mlp_phases,
+    mlp_phases_for_spec,
     run_peak,
 )
 
@@ -178,6 +179,7 @@ __all__ = [
     "mlp_param_shapes",
     "ACTIVATION_SAVES_OUTPUT",
     "mlp_phases",
+    "mlp_phases_for_spec",
     "run_peak",
     "estimate_mlp",
     "estimate_for_spec",
