@@ -58,6 +58,7 @@ from .counted import COUNTERS, CountUnavailable, count_with_transformers, descri
 from .formats import (
     DOUBLE_QUANT_BLOCK,
     DTYPE_BYTES,
+    DTYPE_FORMATS,
     FORMATS,
     StorageFormat,
     compact_format,
@@ -115,6 +116,7 @@ __all__ = [
     "estimate_columns",
     # formats
     "DTYPE_BYTES",
+    "DTYPE_FORMATS",
     "dtype_bytes",
     "StorageFormat",
     "DOUBLE_QUANT_BLOCK",
