@@ -39,6 +39,24 @@ OPTIONS = (
     ("compile", pa.string()),
 )
 
+ENV_COLUMNS = (
+    "device_kind",
+    "device_name",
+    "device_total_memory",
+    "torch",
+    "python",
+    "cuda",
+    "hip",
+    "driver",
+    "allocator_backend",
+    "alloc_conf",
+    "host",
+    "torch_dynamo_imported",
+    "schema_version",
+)
+"""Runs-table columns of the environment (what the worker found), in the order compare shows them."""
+
+
 RUNS_SCHEMA = pa.schema(
     [
         ("sweep_dir", pa.string()),

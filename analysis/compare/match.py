@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from conf.contract import AXES, device_kind_of, peak_counters
 
 from ..frontier import order_key
+from ..schemas import ENV_COLUMNS
 from .load import Sweep
 
 COUNTERS = ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved")
@@ -49,22 +50,6 @@ SPEC_FIELDS = (
     "isolation",
 )
 """Run fields of the spec (what was asked for) shown when they differ between sweeps."""
-ENV_FIELDS = (
-    "device_kind",
-    "device_name",
-    "device_total_memory",
-    "torch",
-    "python",
-    "cuda",
-    "hip",
-    "driver",
-    "allocator_backend",
-    "alloc_conf",
-    "host",
-    "torch_dynamo_imported",
-    "schema_version",
-)
-"""Run fields of the environment (what the worker found) shown when they differ."""
 _GROUP = tuple(f for f in SPEC_FIELDS if f not in ("seed", "isolation"))
 
 
@@ -278,7 +263,7 @@ def differences(sweeps: list[Sweep], axes: list[str]) -> list[tuple[str, str, li
         values is not the same in every sweep; kind is ``spec`` or ``environment``.
     """
     out = []
-    for kind, fields in (("spec", SPEC_FIELDS), ("environment", ENV_FIELDS)):
+    for kind, fields in (("spec", SPEC_FIELDS), ("environment", ENV_COLUMNS)):
         for f in fields:
             if f in axes:
                 continue

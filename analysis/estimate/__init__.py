@@ -58,6 +58,7 @@ from .counted import COUNTERS, CountUnavailable, count_with_transformers, descri
 from .formats import (
     DOUBLE_QUANT_BLOCK,
     DTYPE_BYTES,
+    DTYPE_FORMATS,
     FORMATS,
     StorageFormat,
     compact_format,
@@ -102,6 +103,7 @@ from .workloads import (
     estimate_mlp,
     mlp_param_shapes,
     mlp_phases,
+    mlp_phases_for_spec,
     run_peak,
 )
 
@@ -114,6 +116,7 @@ __all__ = [
     "estimate_columns",
     # formats
     "DTYPE_BYTES",
+    "DTYPE_FORMATS",
     "dtype_bytes",
     "StorageFormat",
     "DOUBLE_QUANT_BLOCK",
@@ -178,6 +181,7 @@ __all__ = [
     "mlp_param_shapes",
     "ACTIVATION_SAVES_OUTPUT",
     "mlp_phases",
+    "mlp_phases_for_spec",
     "run_peak",
     "estimate_mlp",
     "estimate_for_spec",

@@ -31,7 +31,7 @@ from .cli_args import activation_options
 from .cli_output import estimate_text, format_phases
 from .counted import COUNTERS, CountUnavailable, describe_config
 from .errors import UsageError
-from .formats import StorageFormat, compact_format, storage_format, weight_bytes
+from .formats import DTYPE_FORMATS, StorageFormat, compact_format, storage_format, weight_bytes
 from .kv_cache import KV_CONVENTIONS, cached_tokens, kv_cache_bytes, resolve_head_dim
 from .lora_cli import add_lora_options, lora_from_args
 from .training import OPTIMIZERS, training_state, zero_partition
@@ -323,11 +323,11 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
     if args.lora_rank is not None:
         if args.kv_tokens is not None:
             raise UsageError("--kv-tokens does not apply to --lora-rank (a training estimate)")
-        default = {"float32": "fp32", "float16": "fp16"}.get(str(model.dtype), "bf16")
+        default = DTYPE_FORMATS.get(str(model.dtype), "bf16")
         return lora_from_args(args, model, default)
     if args.base_format is not None:
         raise UsageError("--base-format is the frozen base of --lora-rank; without it use --format")
-    default = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(str(model.dtype), "bf16")
+    default = DTYPE_FORMATS.get(str(model.dtype), "bf16")
     fmt = _weight_format(args, default)
     compute = 4 if fmt.name == "fp32" else 2
     if args.activations and (args.batch is None or args.seq_len is None):

@@ -29,6 +29,9 @@ DTYPE_BYTES = {
 """Bytes of one value of a dense floating or integer dtype, by name (aliases included):
 PyTorch element sizes (``torch.Tensor.element_size()``, ``torch.dtype.itemsize``)."""
 
+DTYPE_FORMATS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+"""memsweep's floating dtypes (a RunSpec's ``dtype``) -> the storage format of weights held in them."""
+
 
 def dtype_bytes(dtype: str | int) -> int:
     """Bytes per value of ``dtype`` (``"float32"``, ``"bf16"``, ... or an int taken as bytes).

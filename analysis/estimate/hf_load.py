@@ -10,12 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .breakdown import Breakdown
+from .formats import DTYPE_BYTES, DTYPE_FORMATS
 from .hf_config import parse_hf_config
 from .transformer import estimate_transformer
-
-# memsweep's dtype -> the estimator's storage format of the weights
-_WEIGHT_FORMATS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def estimate_hf_load(
@@ -54,14 +51,14 @@ def estimate_hf_load(
     Raises:
         ValueError: a config ``parse_hf_config`` cannot read, an unknown dtype or optimizer.
     """
-    if dtype not in _WEIGHT_FORMATS:
-        raise ValueError(f"dtype {dtype!r}: one of {', '.join(_WEIGHT_FORMATS)}")
+    if dtype not in DTYPE_FORMATS:
+        raise ValueError(f"dtype {dtype!r}: one of {', '.join(DTYPE_FORMATS)}")
     stored = "float32" if precision == "autocast" else dtype
     train = mode == "train"
     return estimate_transformer(
         parse_hf_config(config),
-        weight_format=_WEIGHT_FORMATS[stored],
-        compute_bytes=_DTYPE_BYTES[dtype],
+        weight_format=DTYPE_FORMATS[stored],
+        compute_bytes=DTYPE_BYTES[dtype],
         train=train,
         optimizer=optimizer,
         mixed_precision=False,
@@ -110,8 +107,8 @@ def estimate_hf_batch_edge(
     def total(batch: int) -> int:
         est = estimate_transformer(
             model,
-            weight_format=_WEIGHT_FORMATS[stored],
-            compute_bytes=_DTYPE_BYTES[dtype],
+            weight_format=DTYPE_FORMATS[stored],
+            compute_bytes=DTYPE_BYTES[dtype],
             train=True,
             optimizer=optimizer,
             mixed_precision=False,

@@ -25,13 +25,10 @@ from typing import Any
 
 from .breakdown import Breakdown
 from .counted import model_from_count
-from .formats import storage_format
+from .formats import DTYPE_BYTES, DTYPE_FORMATS, storage_format
 from .training import training_state
 from .transformer import TransformerConfig, kv_cache_estimate, training_activations
 from .workloads import estimate_for_spec
-
-_DTYPE_FORMAT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 USER_REASON = (
     "user workload: its model is user code (workload.model), not described to the estimator; "
@@ -87,9 +84,9 @@ def estimate_lm_run(model: TransformerConfig, data: Mapping) -> tuple[Breakdown,
         ValueError: a size the formulas reject.
     """
     dtype = data.get("dtype", "float32")
-    compute = _DTYPE_BYTES[dtype]
+    compute = DTYPE_BYTES[DTYPE_FORMATS[dtype]]
     autocast = data.get("precision", "pure") == "autocast"
-    fmt = storage_format("fp32" if autocast else _DTYPE_FORMAT[dtype])
+    fmt = storage_format("fp32" if autocast else DTYPE_FORMATS[dtype])
     param_bytes = fmt.bits // 8
     tensors = model.tensors()
     params = sum(t.numel for t in tensors)

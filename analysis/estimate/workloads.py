@@ -359,7 +359,11 @@ def estimate_mlp(batch: int, context: int, width: int, **kw: Any) -> Breakdown:
     Raises:
         ValueError: as ``mlp_phases``.
     """
-    phases = mlp_phases(batch, context, width, **kw)
+    return _mlp_estimate_of(mlp_phases(batch, context, width, **kw))
+
+
+def _mlp_estimate_of(phases: Sequence[PhaseEstimate]) -> Breakdown:
+    """The Breakdown of ``estimate_mlp`` from the phases of ``mlp_phases`` (bytes)."""
     top = run_peak(phases)
     note = (
         f"mlp workload, exact replay of its PyTorch ops; peak in phase {top.name}; each component is what is "
@@ -393,6 +397,16 @@ def estimate_for_spec(spec: Any) -> Breakdown | None:
         KeyError: a mapping without ``batch``, ``context`` or ``width``.
         ValueError: as ``mlp_phases``.
     """
+    phases = mlp_phases_for_spec(spec)
+    return None if phases is None else _mlp_estimate_of(phases)
+
+
+def mlp_phases_for_spec(spec: Any) -> list[PhaseEstimate] | None:
+    """The phases of ``mlp_phases`` for a RunSpec (or its dict), or ``None`` as ``estimate_for_spec``.
+
+    Raises:
+        as ``estimate_for_spec``.
+    """
     data = spec.to_dict() if hasattr(spec, "to_dict") else dict(spec)
     workload = data.get("workload") or {"name": "mlp"}
     if workload.get("name") != "mlp":
@@ -408,7 +422,7 @@ def estimate_for_spec(spec: Any) -> Breakdown | None:
     }
     if any(data.get(k, v) != v for k, v in defaults.items()):
         return None
-    return estimate_mlp(
+    return mlp_phases(
         data["batch"],
         data["context"],
         data["width"],

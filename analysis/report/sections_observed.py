@@ -10,6 +10,7 @@ from collections import OrderedDict
 from conf.contract import AXES, gib
 
 from ..doc import Doc, Image
+from ..schemas import ENV_COLUMNS
 from .fmt import axis_label, nbytes, pct
 from .margin import basis
 from .phases import COLD_WARM_FLAG, decomposition, peak_increments, phase_order
@@ -23,25 +24,24 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[:n].rsplit(" ", 1)[0] + " …"
 
 
+_ENV_KEY = (
+    "sweep_dir",
+    "device",
+    *(
+        c
+        for c in ENV_COLUMNS
+        if c not in ("device_kind", "allocator_backend", "alloc_conf", "torch_dynamo_imported", "schema_version")
+    ),
+)
+"""What tells one environment row from another: the sweep, the spec's device and the environment
+columns the table shows (the others are compared by ``memsweep compare``)."""
+
+
 def _env_rows(runs: list[dict]) -> list[list]:
     """One row per distinct environment (sweep, device, versions, host) of ``runs``."""
     seen = OrderedDict()
     for r in runs:
-        key = tuple(
-            r.get(k)
-            for k in (
-                "sweep_dir",
-                "device",
-                "device_name",
-                "device_total_memory",
-                "torch",
-                "python",
-                "cuda",
-                "hip",
-                "driver",
-                "host",
-            )
-        )
+        key = tuple(r.get(k) for k in _ENV_KEY)
         seen.setdefault(key, r)
     rows = []
     for r in seen.values():

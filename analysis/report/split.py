@@ -4,7 +4,7 @@
 The split is never measured: a real run's counters hold only the total. It comes, in order of
 preference, from a dry run of the same load (``predicted_*_bytes`` of its phases, the
 categories of torch.distributed._tools.mem_tracker), from the estimator's replay of the mlp
-workload per phase (``analysis.estimate.mlp_phases``), or from the estimate of the whole run
+workload per phase (``analysis.estimate.mlp_phases_for_spec``), or from the estimate of the whole run
 (the runs table's ``est_*`` columns, one bar). Bytes throughout.
 """
 
@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from ..doc import Doc, Image
-from ..estimate import estimate_for_spec, mlp_phases
+from ..estimate import mlp_phases_for_spec
 from .fmt import axis_label, nbytes
 from .stats import AxisResult
 
@@ -105,23 +105,10 @@ def _from_dry_run(a: AxisResult, value, predicted: list[dict], predicted_phases:
 def _from_replay(run: dict, value) -> Split | None:
     spec = _spec_of(run)
     try:
-        if estimate_for_spec(spec) is None:
-            return None
-        workload = spec["workload"]
-        phases = mlp_phases(
-            spec["batch"],
-            spec["context"],
-            spec["width"],
-            dtype=spec.get("dtype", "float32"),
-            mode=spec.get("mode", "inference"),
-            depth=workload.get("depth", 4),
-            hidden=workload.get("hidden"),
-            activation=workload.get("activation", "gelu"),
-            device=spec.get("device", "cpu"),
-            warmup=spec.get("warmup", 3),
-            repeats=spec.get("repeats", 5),
-        )
+        phases = mlp_phases_for_spec(spec)
     except (KeyError, TypeError, ValueError):
+        return None
+    if phases is None:
         return None
     best = {}
     for p in phases:
