@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conf.contract import PER_DEVICE_EXTRAS
+from conf.contract import PER_DEVICE_EXTRAS, SUB_PHASE_FIELDS
 
 from .classify import classify_failure, parse_oom
 
@@ -113,7 +113,7 @@ def run_phase(
     meta = meta or {}
     phase = {
         "name": name,
-        **{k: meta.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
+        **{k: meta.get(k) for k in SUB_PHASE_FIELDS},
         "status": None,
         "iterations": iterations,
         "memory_allocated_start": read(counters.memory_allocated),
