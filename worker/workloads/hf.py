@@ -6,6 +6,7 @@ import functools
 import inspect
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -239,12 +240,28 @@ def hf_config(tf, config: str, overrides: dict):
         return cls(**overrides)
     if kind == "model_type":
         return tf.AutoConfig.for_model(config, **overrides)
-    path = Path(config).expanduser()
+    return config_from_json(tf, config, overrides, where=f"workload.config={config!r}: ")
+
+
+def config_from_json(tf, path: str | Path, overrides: Mapping | None = None, where: str = ""):
+    """The transformers config of a local config.json (or its directory), ``overrides`` applied.
+
+    Args:
+        tf: the transformers module.
+        path: the config.json, or a directory holding one; never downloaded.
+        overrides: config attributes to set.
+        where: what the error message starts with (the setting that named ``path``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: no ``model_type``, or one this transformers does not know.
+    """
+    path = Path(path).expanduser()
     if path.is_dir():
         path = path / "config.json"
     data = json.loads(path.read_text())
     model_type = data.pop("model_type", None)
     if not model_type:
-        raise ValueError(f"workload.config={config!r}: {path} has no model_type")
-    data.update(overrides)
+        raise ValueError(f"{where}{path} has no model_type")
+    data.update(overrides or {})
     return tf.AutoConfig.for_model(model_type, **data)
