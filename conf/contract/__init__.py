@@ -37,7 +37,7 @@ from .exits import (
     RUN_EXIT,
 )
 from .finetune import COMPILE_MODES, QUANTIZATIONS
-from .host import STOPPED_STATES, boot_id, meminfo_bytes, proc_kb_field, process_identity, process_state
+from .host import STOPPED_STATES, boot_id, meminfo_bytes, proc_kb_field, proc_kb_fields, process_identity, process_state
 from .record import (
     CAPACITY_FIELDS,
     DEVICE_FIELDS,
@@ -271,6 +271,7 @@ __all__ = [
     "phase_peak",
     "predicted_outcome",
     "proc_kb_field",
+    "proc_kb_fields",
     "process_identity",
     "process_state",
     "read_file",
