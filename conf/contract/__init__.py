@@ -36,7 +36,7 @@ from .exits import (
     EXIT_UNAVAILABLE,
     RUN_EXIT,
 )
-from .finetune import COMPILE_MODES, QUANTIZATIONS
+from .finetune import COMPILE_MODES, QUANTIZATIONS, version_tuple
 from .host import STOPPED_STATES, boot_id, meminfo_bytes, proc_kb_field, proc_kb_fields, process_identity, process_state
 from .record import (
     CAPACITY_FIELDS,
@@ -285,5 +285,6 @@ __all__ = [
     "validate_device",
     "validate_estimate",
     "validate_workload",
+    "version_tuple",
     "write_json_atomic",
 ]

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from conf.contract import hf_config_kind
+from conf.contract import hf_config_kind, version_tuple
 
 from . import hf_dry
 from .errors import DependencyMissing
@@ -81,7 +81,7 @@ class HfWorkload(TokenWorkload):
             return load_pretrained(
                 self.tf, self.spec.workload, self.config, self.param_dtype, self.compute_dtype, self.device
             )
-        dtype_kw = "dtype" if _version(self.tf.__version__) >= (4, 56) else "torch_dtype"  # renamed in 4.56
+        dtype_kw = "dtype" if version_tuple(self.tf.__version__) >= (4, 56) else "torch_dtype"  # renamed in 4.56
         model = self.tf.AutoModelForCausalLM.from_config(
             self.config, attn_implementation=self.spec.workload["attention"], **{dtype_kw: self.param_dtype}
         )
@@ -207,12 +207,6 @@ class HfWorkload(TokenWorkload):
         if self.spec.workload["pretrained"] is not None:
             info["checkpoint"] = checkpoint_info(self.spec.workload)
         return info
-
-
-def _version(text: str) -> tuple[int, int]:
-    """(major, minor) of a version string such as ``4.56.0.dev0``."""
-    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
-    return (parts + [0, 0])[0], (parts + [0, 0])[1]
 
 
 def hf_config(tf, config: str, overrides: dict):
