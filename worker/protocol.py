@@ -165,8 +165,7 @@ def run_phase(
             max_memory_allocated=read(d.max_memory_allocated),
             max_memory_reserved=read(d.max_memory_reserved),
         )
-    for entry, d in zip(devices or (), per_device or ()):  # the extras that differ by device
-        try:
+        try:  # the extras that differ by device
             extra = d.extra()
             entry.update({name: extra.get(name) for name in PER_DEVICE_EXTRAS})
         except Exception:  # noqa: BLE001 - missing, never 0
