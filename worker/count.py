@@ -50,7 +50,8 @@ def _first(cfg: Mapping, keys: tuple[str, ...]) -> Any:
 
 
 def load_config(path: str | Path, overrides: Mapping | None = None):
-    """The transformers config of a local config.json (or its directory), ``overrides`` applied.
+    """The transformers config of a local config.json (or its directory), ``overrides`` applied
+    (``worker.workloads.hf.config_from_json``).
 
     Raises:
         FileNotFoundError: no such file.
@@ -58,15 +59,9 @@ def load_config(path: str | Path, overrides: Mapping | None = None):
     """
     import transformers  # optional: only this entry and workload=hf import it
 
-    path = Path(path).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
-    data = json.loads(path.read_text())
-    model_type = data.pop("model_type", None)
-    if not model_type:
-        raise ValueError(f"{path}: no model_type")
-    data.update(overrides or {})
-    return transformers.AutoConfig.for_model(model_type, **data)
+    from .workloads.hf import config_from_json
+
+    return config_from_json(transformers, path, overrides)
 
 
 def _kind(module: nn.Module, name: str) -> str:

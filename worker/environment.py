@@ -95,7 +95,7 @@ def env_alloc_conf() -> dict:
     return {k: os.environ.get(k) for k in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF")}
 
 
-def environment(device, dry_run: bool = False) -> dict:
+def environment(device, dry_run: bool = False, memory: tuple[int | None, int | None, str | None] | None = None) -> dict:
     """The run's environment: versions, device, allocator settings, host.
 
     ``dry_run`` on a CUDA device: nothing is asked of the device (no CUDA call, no context), so
@@ -105,6 +105,7 @@ def environment(device, dry_run: bool = False) -> dict:
     Args:
         device: the run's device (torch.device).
         dry_run: the run is a dry run (spec ``dry_run``).
+        memory: ``device_memory(device)`` when the caller read it already (not read again), else None.
 
     Returns:
         The record's ``environment`` (``total_memory`` in bytes; ``isolation`` and ``lease``:
@@ -113,7 +114,7 @@ def environment(device, dry_run: bool = False) -> dict:
     import torch
 
     no_device = dry_run and device.type == "cuda"
-    total, _, name = (None, None, None) if no_device else device_memory(device)
+    total, _, name = (None, None, None) if no_device else memory or device_memory(device)
     env = {
         "python": platform.python_version(),
         "torch": torch.__version__,

@@ -231,13 +231,15 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
         dry_counters = DryRunCounters(device) if spec.dry_run else None
         counters = dry_counters if dry_counters is not None else make_counters(device, spec.devices)
         counters.start()
+        memory = None
         total: int | None
         free: int | None
         if dry_counters is not None:  # a prediction: nothing of the host's (nor the device's) memory belongs
             total = free = None
             rec.data["prediction_rounding"] = dry_counters.rounding
         else:
-            total, free, _ = device_memory(device)
+            memory = device_memory(device)
+            total, free, _ = memory
         rec.data.update(
             device=str(device),
             device_kind=device.type,
@@ -245,7 +247,7 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
             device_index=device.index if device.type == "cuda" else None,
             device_total_memory=total,
             device_free_memory_start=free,
-            environment=environment(device, dry_run=spec.dry_run),
+            environment=environment(device, dry_run=spec.dry_run, memory=memory),
         )
         if dry_counters is not None and device.type == "cuda":
             rec.data["environment"]["fake_cuda_guard"] = dry_counters.cuda_guard

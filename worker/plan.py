@@ -23,7 +23,15 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from conf.contract import AFTER_PHASES, GENERATE_SUB_PHASES, INFERENCE_PHASES, PARENT_PHASES, STEP_SUB_PHASES, RunSpec
+from conf.contract import (
+    AFTER_PHASES,
+    GENERATE_SUB_PHASES,
+    INFERENCE_PHASES,
+    PARENT_PHASES,
+    STEP_SUB_PHASES,
+    SUB_PHASE_FIELDS,
+    RunSpec,
+)
 
 if TYPE_CHECKING:  # worker.workloads imports torch; the worker's command line imports this module first
     from .workloads import Workload
@@ -69,7 +77,7 @@ class PhaseStep:
     @property
     def meta(self) -> dict:
         """The sub-phase fields of the phase record: parent, sub_phase, step, micro_step."""
-        return {"parent": self.parent, "sub_phase": self.sub_phase, "step": self.step, "micro_step": self.micro_step}
+        return {k: getattr(self, k) for k in SUB_PHASE_FIELDS}
 
 
 def sub_phase(

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conf.contract import PER_DEVICE_EXTRAS
+from conf.contract import PER_DEVICE_EXTRAS, SUB_PHASE_FIELDS
 
 from .classify import classify_failure, parse_oom
 
@@ -113,7 +113,7 @@ def run_phase(
     meta = meta or {}
     phase = {
         "name": name,
-        **{k: meta.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
+        **{k: meta.get(k) for k in SUB_PHASE_FIELDS},
         "status": None,
         "iterations": iterations,
         "memory_allocated_start": read(counters.memory_allocated),
@@ -165,8 +165,7 @@ def run_phase(
             max_memory_allocated=read(d.max_memory_allocated),
             max_memory_reserved=read(d.max_memory_reserved),
         )
-    for entry, d in zip(devices or (), per_device or ()):  # the extras that differ by device
-        try:
+        try:  # the extras that differ by device
             extra = d.extra()
             entry.update({name: extra.get(name) for name in PER_DEVICE_EXTRAS})
         except Exception:  # noqa: BLE001 - missing, never 0

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from conf.contract import DEVICE_COUNTERS, EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, RunSpec
+from conf.contract import EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, PHASE_RANK_FIELDS, RunSpec
 
 from .measure import Recorder
 
@@ -65,7 +65,7 @@ TOP_FIELDS = (
 )
 """The record fields a DDP/FSDP run takes from rank 0's record."""
 
-RANK_PHASE_FIELDS = ("status", *DEVICE_COUNTERS, "duration_s", "gradient_bytes", "optimizer_state_bytes")
+RANK_PHASE_FIELDS = tuple(f.name for f in PHASE_RANK_FIELDS if f.name != "rank")
 """What a phase's ``ranks`` entry copies from each rank's phase (conf.contract.PHASE_RANK_FIELDS)."""
 
 _OUTCOME_OF_EXIT = {EXIT_OK: "ok", EXIT_OOM: "oom", EXIT_ERROR: "error", EXIT_UNAVAILABLE: "error"}

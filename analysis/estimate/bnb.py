@@ -13,6 +13,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+from conf.contract import version_tuple
+
 BNB_8BIT_BLOCK = 256
 """Values per fp32 absmax of the 8-bit optimizer states in current bitsandbytes (block-wise
 quantization, Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization")."""
@@ -40,11 +42,6 @@ class BnbSettings:
     source: str = "bitsandbytes not installed: its current defaults"
 
 
-def _version(text: str) -> tuple[int, int]:
-    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
-    return (parts + [0, 0])[0], (parts + [0, 0])[1]
-
-
 def bnb_settings() -> BnbSettings:
     """The installed bitsandbytes' 8-bit optimizer block and ``min_8bit_size``, else defaults.
 
@@ -55,7 +52,7 @@ def bnb_settings() -> BnbSettings:
         version = importlib.metadata.version("bitsandbytes")
     except importlib.metadata.PackageNotFoundError:
         return BnbSettings()
-    block = BNB_8BIT_BLOCK if _version(version) >= (0, 44) else BNB_8BIT_BLOCK_BEFORE_0_44
+    block = BNB_8BIT_BLOCK if version_tuple(version) >= (0, 44) else BNB_8BIT_BLOCK_BEFORE_0_44
     min_size = BNB_MIN_8BIT_SIZE
     spec = importlib.util.find_spec("bitsandbytes")
     for location in (spec.submodule_search_locations or []) if spec else []:

@@ -36,8 +36,8 @@ from .exits import (
     EXIT_UNAVAILABLE,
     RUN_EXIT,
 )
-from .finetune import COMPILE_MODES, QUANTIZATIONS
-from .host import STOPPED_STATES, boot_id, meminfo_bytes, proc_kb_field, process_identity, process_state
+from .finetune import COMPILE_MODES, QUANTIZATIONS, version_tuple
+from .host import STOPPED_STATES, boot_id, meminfo_bytes, proc_kb_field, proc_kb_fields, process_identity, process_state
 from .record import (
     CAPACITY_FIELDS,
     DEVICE_FIELDS,
@@ -57,7 +57,6 @@ from .record import (
     RECORD_FILE,
     RESULT_FIELDS,
     RESULT_FILE,
-    RUN_FILES,
     SCHEMA_VERSION,
     SEARCH_LOG,
     SIZE_FIELDS,
@@ -233,7 +232,6 @@ __all__ = [
     "RESULT_FIELDS",
     "RESULT_FILE",
     "RUN_EXIT",
-    "RUN_FILES",
     "SCHEMA_VERSION",
     "SEARCH_LOG",
     "SIZE_FIELDS",
@@ -273,6 +271,7 @@ __all__ = [
     "phase_peak",
     "predicted_outcome",
     "proc_kb_field",
+    "proc_kb_fields",
     "process_identity",
     "process_state",
     "read_file",
@@ -286,5 +285,6 @@ __all__ = [
     "validate_device",
     "validate_estimate",
     "validate_workload",
+    "version_tuple",
     "write_json_atomic",
 ]

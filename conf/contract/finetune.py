@@ -171,3 +171,17 @@ def check_run_options(spec: Any) -> None:
         for name in ("pretrained", "lora_rank", "quantization"):
             if w[name] is not None:
                 raise SpecError(f"workload.{name}", w[name], "null with dry_run=true (dry runs build from a config)")
+
+
+def version_tuple(text: str) -> tuple[int, int]:
+    """(major, minor) of an optional package's version string, such as ``4.56.0.dev0``
+    (transformers, bitsandbytes), for the settings that changed between versions.
+
+    Args:
+        text: the package's ``__version__``.
+
+    Returns:
+        (major, minor); a part without digits counts 0, a missing part 0.
+    """
+    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]

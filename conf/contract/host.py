@@ -7,8 +7,33 @@ fork server)."""
 from __future__ import annotations
 
 
+def proc_kb_fields(path: str, keys: tuple[str, ...]) -> dict[str, int | None]:
+    """Read ``kB`` fields of a /proc file, in bytes, in one read of the file.
+
+    Args:
+        path: the file (``/proc/self/status``, ``/proc/meminfo``).
+        keys: the fields (VmRSS, VmHWM, VmData; MemTotal, MemAvailable).
+
+    Returns:
+        Each key's value in bytes (kB * 1024), or None when the file or that field cannot be read.
+    """
+    out: dict[str, int | None] = dict.fromkeys(keys)
+    try:
+        with open(path) as f:
+            for line in f:
+                key = line.partition(":")[0]
+                if key in out and out[key] is None:
+                    try:
+                        out[key] = int(line.split()[1]) * 1024
+                    except (ValueError, IndexError):
+                        pass
+    except OSError:
+        return dict.fromkeys(keys)
+    return out
+
+
 def proc_kb_field(path: str, key: str) -> int | None:
-    """Read a ``kB`` field of a /proc file, in bytes.
+    """Read one ``kB`` field of a /proc file, in bytes (``proc_kb_fields``).
 
     Args:
         path: the file (``/proc/self/status``, ``/proc/meminfo``).
@@ -17,14 +42,7 @@ def proc_kb_field(path: str, key: str) -> int | None:
     Returns:
         The value in bytes (kB * 1024), or None when the file or the field cannot be read.
     """
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return proc_kb_fields(path, (key,))[key]
 
 
 def meminfo_bytes(key: str) -> int | None:

@@ -38,8 +38,6 @@ STDOUT_FILE = "stdout.log"
 """The worker's standard output."""
 STDERR_FILE = "stderr.log"
 """The worker's standard error (tracebacks of failed phases)."""
-RUN_FILES = (SPEC_FILE, RECORD_FILE, RESULT_FILE, STDOUT_FILE, STDERR_FILE)
-"""Every file a run directory holds (``.attempts/`` and Hydra's files aside)."""
 
 FILE_KINDS = {SPEC_FILE: "spec", RECORD_FILE: "record", RESULT_FILE: "result"}
 """What each JSON file of a run directory holds, as error messages name it."""

@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import (
 )
 from torch.utils._pytree import tree_leaves
 
-from conf.contract import meminfo_bytes, proc_kb_field
+from conf.contract import proc_kb_field, proc_kb_fields
 
 from .base import NO_EXTRA, NO_PEAK_SPLIT
 
@@ -364,10 +364,11 @@ class CpuCounters:
 
     def extra(self) -> dict:
         """``NO_EXTRA`` with the host's MemAvailable / MemTotal (/proc/meminfo, bytes)."""
+        mem = proc_kb_fields("/proc/meminfo", ("MemAvailable", "MemTotal"))  # one read of the file per phase
         return {
             **NO_EXTRA,
-            "device_free_memory": meminfo_bytes("MemAvailable"),
-            "device_total_memory": meminfo_bytes("MemTotal"),
+            "device_free_memory": mem["MemAvailable"],
+            "device_total_memory": mem["MemTotal"],
             **NO_PEAK_SPLIT,
         }
 

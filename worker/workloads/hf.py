@@ -6,12 +6,13 @@ import functools
 import inspect
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from conf.contract import hf_config_kind
+from conf.contract import hf_config_kind, version_tuple
 
 from . import hf_dry
 from .errors import DependencyMissing
@@ -80,7 +81,7 @@ class HfWorkload(TokenWorkload):
             return load_pretrained(
                 self.tf, self.spec.workload, self.config, self.param_dtype, self.compute_dtype, self.device
             )
-        dtype_kw = "dtype" if _version(self.tf.__version__) >= (4, 56) else "torch_dtype"  # renamed in 4.56
+        dtype_kw = "dtype" if version_tuple(self.tf.__version__) >= (4, 56) else "torch_dtype"  # renamed in 4.56
         model = self.tf.AutoModelForCausalLM.from_config(
             self.config, attn_implementation=self.spec.workload["attention"], **{dtype_kw: self.param_dtype}
         )
@@ -208,12 +209,6 @@ class HfWorkload(TokenWorkload):
         return info
 
 
-def _version(text: str) -> tuple[int, int]:
-    """(major, minor) of a version string such as ``4.56.0.dev0``."""
-    parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in text.split(".")[:2]]
-    return (parts + [0, 0])[0], (parts + [0, 0])[1]
-
-
 def hf_config(tf, config: str, overrides: dict):
     """The transformers config an hf workload's ``config`` setting names, ``overrides`` applied.
 
@@ -239,12 +234,28 @@ def hf_config(tf, config: str, overrides: dict):
         return cls(**overrides)
     if kind == "model_type":
         return tf.AutoConfig.for_model(config, **overrides)
-    path = Path(config).expanduser()
+    return config_from_json(tf, config, overrides, where=f"workload.config={config!r}: ")
+
+
+def config_from_json(tf, path: str | Path, overrides: Mapping | None = None, where: str = ""):
+    """The transformers config of a local config.json (or its directory), ``overrides`` applied.
+
+    Args:
+        tf: the transformers module.
+        path: the config.json, or a directory holding one; never downloaded.
+        overrides: config attributes to set.
+        where: what the error message starts with (the setting that named ``path``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: no ``model_type``, or one this transformers does not know.
+    """
+    path = Path(path).expanduser()
     if path.is_dir():
         path = path / "config.json"
     data = json.loads(path.read_text())
     model_type = data.pop("model_type", None)
     if not model_type:
-        raise ValueError(f"workload.config={config!r}: {path} has no model_type")
-    data.update(overrides)
+        raise ValueError(f"{where}{path} has no model_type")
+    data.update(overrides or {})
     return tf.AutoConfig.for_model(model_type, **data)
