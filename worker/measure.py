@@ -268,7 +268,7 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
         rec.data.update(
             capacity_bytes=spec.capacity_bytes if spec.capacity_bytes is not None else total, capacity=capacity
         )
-        ballast = bytes(b"\x01" * (_ballast_bytes() or 0))  # a process that holds other memory too
+        ballast = b"\x01" * (_ballast_bytes() or 0)  # a process that holds other memory too (touched pages)
         rec.data["environment"]["ballast_bytes"] = len(ballast) or None  # held until the worker ends
         snapshot_off = None
         if spec.snapshot_on_oom:  # in its own guard: a failure is noted, the run goes on (worker/snapshot.py)
