@@ -121,7 +121,7 @@ def env_command(argv: list[str]) -> int:
     import argparse
     import json
 
-    from .spec import ask_worker
+    from conf.contract.ask import ask_worker
 
     parser = argparse.ArgumentParser(prog="memsweep env", description=env_command.__doc__)
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
