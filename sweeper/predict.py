@@ -251,6 +251,14 @@ def peak_split_at(record: dict) -> dict | None:
     return {"phase": top["name"], "peak_bytes": top["max_memory_allocated"], **split}
 
 
+def hf_config(spec: RunSpec, record: dict | None) -> dict | None:
+    """The model config an hf load's dry run recorded (record.json's ``model.hf_config``, what
+    the estimator reads), or None: another workload, no record, or a record without it."""
+    if spec.workload_name != "hf":
+        return None
+    return ((record or {}).get("model") or {}).get("hf_config") or None
+
+
 def estimator_figures(spec: RunSpec, record: dict | None) -> dict | None:
     """The estimator's weights, gradients and optimizer states of an hf load, to print beside a
     dry run's split (calculated: ``analysis.estimate.hf_load.estimate_hf_load`` on the resolved
@@ -269,8 +277,8 @@ def estimator_figures(spec: RunSpec, record: dict | None) -> dict | None:
     """
     from analysis.estimate.hf_load import estimate_hf_load
 
-    config = ((record or {}).get("model") or {}).get("hf_config")
-    if spec.workload_name != "hf" or not config:
+    config = hf_config(spec, record)
+    if config is None:
         return None
     try:
         est = estimate_hf_load(

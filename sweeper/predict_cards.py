@@ -19,7 +19,7 @@ from __future__ import annotations
 from analysis.cards import CARDS, Card
 from conf.contract import SpecError, write_json_atomic
 
-from .predict import Predictor, blind_spots, compose_load, estimator_figures
+from .predict import Predictor, blind_spots, compose_load, estimator_figures, hf_config
 from .search import SEARCH_AXES
 
 
@@ -47,8 +47,8 @@ def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
     not fit; None when not asked (another mode or workload, no config in the record)."""
     from analysis.estimate.hf_load import estimate_hf_batch_edge
 
-    config = ((record or {}).get("model") or {}).get("hf_config")
-    if base.workload_name != "hf" or base.mode != "train" or not config:
+    config = hf_config(base, record)
+    if base.mode != "train" or config is None:
         return None
     try:
         edge = estimate_hf_batch_edge(
@@ -90,19 +90,19 @@ def predict_cards(overrides: list[str], axis: str, names: list[str] | None = Non
         raise SpecError("axis", axis, "one of " + ", ".join(SEARCH_AXES))
     cards = select_cards(names)
     base, isolation, out_dir = compose_load(overrides)
-    start, rows, values, record = getattr(base, axis), [], set(), None
+    start, rows, values, record, fixed = getattr(base, axis), [], set(), None, None
     device = base.device
     for card in cards:
         predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation)
         edge = predictor.search(start)
         values |= set(predictor.runs)
         device = predictor.device
-        record = record or next((r["record"] for r in predictor.runs.values() if r["record"]), None)
+        if record is None:  # the load's first record, and the estimator's figures of it (once)
+            record = next((r["record"] for r in predictor.runs.values() if r["record"]), None)
+            est = estimator_figures(base, record)
+            if est is not None:
+                fixed = sum(est[k] or 0 for k in ("weights", "gradients", "optimizer_states"))
         at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
-        est = estimator_figures(base, record)
-        fixed = None
-        if est is not None:
-            fixed = sum(est[k] or 0 for k in ("weights", "gradients", "optimizer_states"))
         rows.append(
             {
                 "card": card.name,
