@@ -47,7 +47,7 @@ from conf.contract import (
 
 from .inputs import check_writable
 from .process import execute
-from .search import SEARCH_AXES, FrontierSearch, Lattice
+from .search import FrontierSearch, Lattice, check_search_axis
 from .spec import launch_settings, spec_from_config
 
 MAX_VALUE = 2**31
@@ -177,9 +177,7 @@ class Predictor:
             SpecError: a load the dry run refuses.
         """
         lattice = lattice or Lattice.make(1, self.upper)
-        search = FrontierSearch(
-            self.axis if self.axis in SEARCH_AXES else "batch", lattice, "model", capacity=self.capacity, seed=start
-        )
+        search = FrontierSearch(self.axis, lattice, "model", capacity=self.capacity, seed=start)
         error = None
         while not search.done:
             for probe in search.propose(1):
@@ -421,8 +419,7 @@ def predict_edge(overrides: list[str], axis: str, capacity: str | None) -> Predi
         SpecError: an unknown axis (field ``axis``), no capacity (field ``capacity``), a
             capacity that is not a size, bad input in the load, or a load the dry run refuses.
     """
-    if axis not in SEARCH_AXES:
-        raise SpecError("axis", axis, "one of " + ", ".join(SEARCH_AXES))
+    check_search_axis(axis, "axis")
     if capacity in (None, "null"):
         raise SpecError("capacity", capacity, "a size to predict against, e.g. capacity=80GB")
     capacity_bytes = parse_size(capacity, "capacity")

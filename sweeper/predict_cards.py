@@ -20,7 +20,7 @@ from analysis.cards import CARDS, Card
 from conf.contract import SpecError, write_json_atomic
 
 from .predict import Predictor, blind_spots, compose_load, estimator_figures, hf_config
-from .search import SEARCH_AXES
+from .search import check_search_axis
 
 
 def select_cards(names: list[str] | None) -> list[Card]:
@@ -86,8 +86,7 @@ def predict_cards(overrides: list[str], axis: str, names: list[str] | None = Non
     Raises:
         SpecError: an unknown axis or card, bad input in the load, a load the dry run refuses.
     """
-    if axis not in SEARCH_AXES:
-        raise SpecError("axis", axis, "one of " + ", ".join(SEARCH_AXES))
+    check_search_axis(axis, "axis")
     cards = select_cards(names)
     base, isolation, out_dir = compose_load(overrides)
     start, rows, values, record, fixed = getattr(base, axis), [], set(), None, None
