@@ -92,6 +92,9 @@ class Predictor:
         out_dir: the directory of the dry runs (one ``<axis>=<value>`` directory each).
         isolation: how each worker process starts (``sweeper.process.execute``).
         upper: the largest value searched (at most ``MAX_VALUE``).
+        finished: value -> (result envelope, record.json or None) of the dry runs made, shared
+            between predictors of the same load and ``out_dir`` at other capacities
+            (``predict_cards``): a value one of them ran is not executed again; default its own.
 
     Attributes:
         device: the device the dry runs are on.
@@ -99,12 +102,20 @@ class Predictor:
     """
 
     def __init__(
-        self, base: RunSpec, axis: str, capacity_bytes: int, out_dir: Path, isolation: str, upper: int = MAX_VALUE
+        self,
+        base: RunSpec,
+        axis: str,
+        capacity_bytes: int,
+        out_dir: Path,
+        isolation: str,
+        upper: int = MAX_VALUE,
+        finished: dict[int, tuple[dict, dict | None]] | None = None,
     ):
         self.base, self.axis, self.capacity, self.upper = base, axis, capacity_bytes, min(upper, MAX_VALUE)
         self.device = base.device if base.devices == 1 else "cpu"
         self.out_dir, self.isolation = Path(out_dir), isolation
         self.runs: dict[int, dict] = {}
+        self.finished = {} if finished is None else finished
 
     def run(self, value: int) -> dict:
         """The dry run at ``value`` (made once; later calls return the same dict).
@@ -123,6 +134,26 @@ class Predictor:
         """
         if value in self.runs:
             return self.runs[value]
+        if value not in self.finished:
+            self.finished[value] = self._dry_run(value)
+        result, record = self.finished[value]
+        peak, _ = run_peak(record)  # a dry run's: max_memory_allocated, predicted
+        verdict = predicted_outcome(result["outcome"], peak, self.capacity)
+        ok = verdict in ("ok", "oom")
+        out = {
+            "value": value,
+            "outcome": result["outcome"],
+            "error_type": result.get("error_type"),
+            "error_message": result.get("error_message"),
+            "peak": peak if ok else None,
+            "fits": (verdict == "ok") if ok else None,
+            "record": record,
+        }
+        self.runs[value] = out
+        return out
+
+    def _dry_run(self, value: int) -> tuple[dict, dict | None]:
+        """Execute (or resume) the dry run at ``value``: its result envelope and record.json."""
         # one warmup iteration and one warm repeat: every later step repeats the first warm one
         data = {
             **self.base.to_dict(),
@@ -138,21 +169,7 @@ class Predictor:
         spec = RunSpec.from_dict(data)
         run_dir = self.out_dir / f"{self.axis}={value}"
         result = execute(spec, run_dir, resume=True, isolation=self.isolation)
-        record, _ = try_read(run_dir, RECORD_FILE)
-        peak, _ = run_peak(record)  # a dry run's: max_memory_allocated, predicted
-        verdict = predicted_outcome(result["outcome"], peak, self.capacity)
-        ok = verdict in ("ok", "oom")
-        out = {
-            "value": value,
-            "outcome": result["outcome"],
-            "error_type": result.get("error_type"),
-            "error_message": result.get("error_message"),
-            "peak": peak if ok else None,
-            "fits": (verdict == "ok") if ok else None,
-            "record": record,
-        }
-        self.runs[value] = out
-        return out
+        return result, try_read(run_dir, RECORD_FILE)[0]
 
     def search(self, start: int, lattice: Lattice | None = None) -> dict:
         """The predicted edge of the axis.

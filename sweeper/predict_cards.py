@@ -2,11 +2,11 @@
 
 One load, the cards of ``analysis.cards.CARDS`` (or those named), one search of the axis per
 card on dry runs (``sweeper.predict.Predictor``), smallest card first. The cards share one
-directory of dry runs: a value already run for a smaller card is read back, never run again
-(``sweeper.process.execute`` resumes a finished run), and each search starts at the previous
-card's edge. The capacity of a card is its reported total (``Card.reported_bytes``: what its
-management tool reports, an upper bound of what a PyTorch process can use there; see
-analysis/cards.py). Beside each prediction, the estimator's figures (calculated,
+directory of dry runs and their results (``Predictor``'s ``finished``): a value already run for
+a smaller card is judged against the next card's capacity, never run nor read again, and each
+search starts at the previous card's edge. The capacity of a card is its reported total
+(``Card.reported_bytes``: what its management tool reports, an upper bound of what a PyTorch
+process can use there; see analysis/cards.py). Beside each prediction, the estimator's figures (calculated,
 ``analysis.estimate.hf_load``, hf loads): weights + gradients + optimizer states, and in train
 mode along ``batch`` the estimator's own edge (Korthikanti et al. 2022 activations).
 
@@ -89,12 +89,12 @@ def predict_cards(overrides: list[str], axis: str, names: list[str] | None = Non
     check_search_axis(axis, "axis")
     cards = select_cards(names)
     base, isolation, out_dir = compose_load(overrides)
-    start, rows, values, record, fixed = getattr(base, axis), [], set(), None, None
+    start, rows, record, fixed = getattr(base, axis), [], None, None
+    finished: dict = {}  # the dry runs of every card: each value executed once
     device = base.device
     for card in cards:
-        predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation)
+        predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation, finished=finished)
         edge = predictor.search(start)
-        values |= set(predictor.runs)
         device = predictor.device
         if record is None:  # the load's first record, and the estimator's figures of it (once)
             record = next((r["record"] for r in predictor.runs.values() if r["record"]), None)
@@ -120,7 +120,7 @@ def predict_cards(overrides: list[str], axis: str, names: list[str] | None = Non
         "source": "predicted",
         "device": device,
         "out_dir": str(out_dir),
-        "dry_runs": len(values),
+        "dry_runs": len(finished),
         "blind_spots": list(blind_spots(device)),
         "cards": rows,
     }
