@@ -121,7 +121,7 @@ def env_command(argv: list[str]) -> int:
     import argparse
     import json
 
-    from .spec import ask_worker
+    from conf.contract.ask import ask_worker
 
     parser = argparse.ArgumentParser(prog="memsweep env", description=env_command.__doc__)
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
@@ -173,7 +173,7 @@ def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None]:
     Raises:
         SpecError: an axis other than batch, context or width (field ``--axis``).
     """
-    from .search import SEARCH_AXES
+    from .search import check_search_axis
 
     axis, overrides, capacity = "batch", [], None
     it = iter(argv)
@@ -186,9 +186,7 @@ def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None]:
             capacity = arg.split("=", 1)[1]
         else:
             overrides.append(arg)
-    if axis not in SEARCH_AXES:
-        raise SpecError("--axis", axis, "one of " + ", ".join(SEARCH_AXES))
-    return overrides, axis, capacity
+    return overrides, check_search_axis(axis, "--axis"), capacity
 
 
 def predict_command(argv: list[str], out: TextIO | None = None) -> int:

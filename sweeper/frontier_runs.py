@@ -323,6 +323,7 @@ class SweepRuns:
         index: the runs the sweep directory holds, by spec key.
         job_idx: the next job index for the launcher (starts after the reusable runs).
         returns: the launcher's JobReturn lists, one per launch.
+        keys: overrides -> spec key, of every run asked for (``key_of``).
     """
 
     def __init__(
@@ -332,6 +333,14 @@ class SweepRuns:
         self.index = RunIndex(sweep_dir)
         self.job_idx = self.index.count()
         self.returns: list = []
+        self.keys: dict[tuple[str, ...], str] = {}
+
+    def key_of(self, overrides: list[str]) -> str:
+        """The spec key of the run with ``overrides``, composed once per distinct overrides (a
+        confirmation, a verification or another axis asks again for a value already probed)."""
+        if tuple(overrides) not in self.keys:
+            self.keys[tuple(overrides)] = spec_key(self.compose(overrides))
+        return self.keys[tuple(overrides)]
 
     def run(self, axis: str, wanted: list[tuple[int, int]], extra: list[str] | None = None) -> list[dict]:
         """The ``n``-th run of each (value, n) of ``axis``: reused when the sweep directory has
@@ -354,7 +363,7 @@ class SweepRuns:
         todo: list[tuple[int, list[str], Path, str]] = []
         for i, (value, n) in enumerate(wanted):
             overrides = self.fixed + list(extra or []) + [f"{axis}={value}"]
-            key = spec_key(self.compose(overrides))
+            key = self.key_of(overrides)
             stem = f"{axis}_{value}_{'light_' if extra else ''}{key}"
             run_dir = self.index.get(key, n)
             if run_dir is None:  # another orchestrator on this directory may have run it since the scan

@@ -58,19 +58,19 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     if result.get("resumed"):
         log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])
         return result
-    log.info("%s", outcome_line(spec, run_dir, result))
+    record = try_read(run_dir, RECORD_FILE)[0] if spec.dry_run else None  # read once: the line and the verdict
+    log.info("%s", outcome_line(spec, run_dir, result, record))
     cause = cause_line(run_dir, result)
     if cause is not None:
         log.error("%s", cause)
     if spec.dry_run:  # what `memsweep run` exits with: the prediction's verdict (not written to result.json)
-        record, _ = try_read(run_dir, RECORD_FILE)
         result = dict(
             result, predicted_outcome=predicted_outcome(result["outcome"], run_peak(record)[0], spec.capacity_bytes)
         )
     return result
 
 
-def outcome_line(spec: RunSpec, run_dir: Path, result: dict) -> str:
+def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None = None) -> str:
     """The console line of one finished run: its load and outcome; for a dry run, its verdict
     (``conf.contract.predicted_outcome``: the predicted peak against the capacity), never the
     worker's plain ``ok``.
@@ -79,6 +79,7 @@ def outcome_line(spec: RunSpec, run_dir: Path, result: dict) -> str:
         spec: the run's spec.
         run_dir: its directory.
         result: its result envelope (``sweeper.process.execute``).
+        record: its record.json (read for a dry run only; None when it has none).
 
     Returns:
         One line.
@@ -91,7 +92,6 @@ def outcome_line(spec: RunSpec, run_dir: Path, result: dict) -> str:
     wall = f" ({result['wall_s']:.1f} s)" if isinstance(result.get("wall_s"), (int, float)) else ""
     if not spec.dry_run:
         return f"{head} -> {result['outcome']}{where}{wall}"
-    record, _ = try_read(run_dir, RECORD_FILE)
     peak, counter = run_peak(record)
     verdict = predicted_outcome(result["outcome"], peak, spec.capacity_bytes)
     if verdict == "ok":

@@ -47,7 +47,7 @@ from conf.contract import (
 
 from .inputs import check_writable
 from .process import execute
-from .search import SEARCH_AXES, FrontierSearch, Lattice
+from .search import FrontierSearch, Lattice, check_search_axis
 from .spec import launch_settings, spec_from_config
 
 MAX_VALUE = 2**31
@@ -92,6 +92,9 @@ class Predictor:
         out_dir: the directory of the dry runs (one ``<axis>=<value>`` directory each).
         isolation: how each worker process starts (``sweeper.process.execute``).
         upper: the largest value searched (at most ``MAX_VALUE``).
+        finished: value -> (result envelope, record.json or None) of the dry runs made, shared
+            between predictors of the same load and ``out_dir`` at other capacities
+            (``predict_cards``): a value one of them ran is not executed again; default its own.
 
     Attributes:
         device: the device the dry runs are on.
@@ -99,12 +102,20 @@ class Predictor:
     """
 
     def __init__(
-        self, base: RunSpec, axis: str, capacity_bytes: int, out_dir: Path, isolation: str, upper: int = MAX_VALUE
+        self,
+        base: RunSpec,
+        axis: str,
+        capacity_bytes: int,
+        out_dir: Path,
+        isolation: str,
+        upper: int = MAX_VALUE,
+        finished: dict[int, tuple[dict, dict | None]] | None = None,
     ):
         self.base, self.axis, self.capacity, self.upper = base, axis, capacity_bytes, min(upper, MAX_VALUE)
         self.device = base.device if base.devices == 1 else "cpu"
         self.out_dir, self.isolation = Path(out_dir), isolation
         self.runs: dict[int, dict] = {}
+        self.finished = {} if finished is None else finished
 
     def run(self, value: int) -> dict:
         """The dry run at ``value`` (made once; later calls return the same dict).
@@ -123,6 +134,26 @@ class Predictor:
         """
         if value in self.runs:
             return self.runs[value]
+        if value not in self.finished:
+            self.finished[value] = self._dry_run(value)
+        result, record = self.finished[value]
+        peak, _ = run_peak(record)  # a dry run's: max_memory_allocated, predicted
+        verdict = predicted_outcome(result["outcome"], peak, self.capacity)
+        ok = verdict in ("ok", "oom")
+        out = {
+            "value": value,
+            "outcome": result["outcome"],
+            "error_type": result.get("error_type"),
+            "error_message": result.get("error_message"),
+            "peak": peak if ok else None,
+            "fits": (verdict == "ok") if ok else None,
+            "record": record,
+        }
+        self.runs[value] = out
+        return out
+
+    def _dry_run(self, value: int) -> tuple[dict, dict | None]:
+        """Execute (or resume) the dry run at ``value``: its result envelope and record.json."""
         # one warmup iteration and one warm repeat: every later step repeats the first warm one
         data = {
             **self.base.to_dict(),
@@ -138,21 +169,7 @@ class Predictor:
         spec = RunSpec.from_dict(data)
         run_dir = self.out_dir / f"{self.axis}={value}"
         result = execute(spec, run_dir, resume=True, isolation=self.isolation)
-        record, _ = try_read(run_dir, RECORD_FILE)
-        peak, _ = run_peak(record)  # a dry run's: max_memory_allocated, predicted
-        verdict = predicted_outcome(result["outcome"], peak, self.capacity)
-        ok = verdict in ("ok", "oom")
-        out = {
-            "value": value,
-            "outcome": result["outcome"],
-            "error_type": result.get("error_type"),
-            "error_message": result.get("error_message"),
-            "peak": peak if ok else None,
-            "fits": (verdict == "ok") if ok else None,
-            "record": record,
-        }
-        self.runs[value] = out
-        return out
+        return result, try_read(run_dir, RECORD_FILE)[0]
 
     def search(self, start: int, lattice: Lattice | None = None) -> dict:
         """The predicted edge of the axis.
@@ -177,9 +194,7 @@ class Predictor:
             SpecError: a load the dry run refuses.
         """
         lattice = lattice or Lattice.make(1, self.upper)
-        search = FrontierSearch(
-            self.axis if self.axis in SEARCH_AXES else "batch", lattice, "model", capacity=self.capacity, seed=start
-        )
+        search = FrontierSearch(self.axis, lattice, "model", capacity=self.capacity, seed=start)
         error = None
         while not search.done:
             for probe in search.propose(1):
@@ -251,6 +266,14 @@ def peak_split_at(record: dict) -> dict | None:
     return {"phase": top["name"], "peak_bytes": top["max_memory_allocated"], **split}
 
 
+def hf_config(spec: RunSpec, record: dict | None) -> dict | None:
+    """The model config an hf load's dry run recorded (record.json's ``model.hf_config``, what
+    the estimator reads), or None: another workload, no record, or a record without it."""
+    if spec.workload_name != "hf":
+        return None
+    return ((record or {}).get("model") or {}).get("hf_config") or None
+
+
 def estimator_figures(spec: RunSpec, record: dict | None) -> dict | None:
     """The estimator's weights, gradients and optimizer states of an hf load, to print beside a
     dry run's split (calculated: ``analysis.estimate.hf_load.estimate_hf_load`` on the resolved
@@ -269,8 +292,8 @@ def estimator_figures(spec: RunSpec, record: dict | None) -> dict | None:
     """
     from analysis.estimate.hf_load import estimate_hf_load
 
-    config = ((record or {}).get("model") or {}).get("hf_config")
-    if spec.workload_name != "hf" or not config:
+    config = hf_config(spec, record)
+    if config is None:
         return None
     try:
         est = estimate_hf_load(
@@ -413,8 +436,7 @@ def predict_edge(overrides: list[str], axis: str, capacity: str | None) -> Predi
         SpecError: an unknown axis (field ``axis``), no capacity (field ``capacity``), a
             capacity that is not a size, bad input in the load, or a load the dry run refuses.
     """
-    if axis not in SEARCH_AXES:
-        raise SpecError("axis", axis, "one of " + ", ".join(SEARCH_AXES))
+    check_search_axis(axis, "axis")
     if capacity in (None, "null"):
         raise SpecError("capacity", capacity, "a size to predict against, e.g. capacity=80GB")
     capacity_bytes = parse_size(capacity, "capacity")

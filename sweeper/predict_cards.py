@@ -2,11 +2,11 @@
 
 One load, the cards of ``analysis.cards.CARDS`` (or those named), one search of the axis per
 card on dry runs (``sweeper.predict.Predictor``), smallest card first. The cards share one
-directory of dry runs: a value already run for a smaller card is read back, never run again
-(``sweeper.process.execute`` resumes a finished run), and each search starts at the previous
-card's edge. The capacity of a card is its reported total (``Card.reported_bytes``: what its
-management tool reports, an upper bound of what a PyTorch process can use there; see
-analysis/cards.py). Beside each prediction, the estimator's figures (calculated,
+directory of dry runs and their results (``Predictor``'s ``finished``): a value already run for
+a smaller card is judged against the next card's capacity, never run nor read again, and each
+search starts at the previous card's edge. The capacity of a card is its reported total
+(``Card.reported_bytes``: what its management tool reports, an upper bound of what a PyTorch
+process can use there; see analysis/cards.py). Beside each prediction, the estimator's figures (calculated,
 ``analysis.estimate.hf_load``, hf loads): weights + gradients + optimizer states, and in train
 mode along ``batch`` the estimator's own edge (Korthikanti et al. 2022 activations).
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 from analysis.cards import CARDS, Card
 from conf.contract import SpecError, write_json_atomic
 
-from .predict import Predictor, blind_spots, compose_load, estimator_figures
-from .search import SEARCH_AXES
+from .predict import Predictor, blind_spots, compose_load, estimator_figures, hf_config
+from .search import check_search_axis
 
 
 def select_cards(names: list[str] | None) -> list[Card]:
@@ -47,8 +47,8 @@ def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
     not fit; None when not asked (another mode or workload, no config in the record)."""
     from analysis.estimate.hf_load import estimate_hf_batch_edge
 
-    config = ((record or {}).get("model") or {}).get("hf_config")
-    if base.workload_name != "hf" or base.mode != "train" or not config:
+    config = hf_config(base, record)
+    if base.mode != "train" or config is None:
         return None
     try:
         edge = estimate_hf_batch_edge(
@@ -86,23 +86,22 @@ def predict_cards(overrides: list[str], axis: str, names: list[str] | None = Non
     Raises:
         SpecError: an unknown axis or card, bad input in the load, a load the dry run refuses.
     """
-    if axis not in SEARCH_AXES:
-        raise SpecError("axis", axis, "one of " + ", ".join(SEARCH_AXES))
+    check_search_axis(axis, "axis")
     cards = select_cards(names)
     base, isolation, out_dir = compose_load(overrides)
-    start, rows, values, record = getattr(base, axis), [], set(), None
+    start, rows, record, fixed = getattr(base, axis), [], None, None
+    finished: dict = {}  # the dry runs of every card: each value executed once
     device = base.device
     for card in cards:
-        predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation)
+        predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation, finished=finished)
         edge = predictor.search(start)
-        values |= set(predictor.runs)
         device = predictor.device
-        record = record or next((r["record"] for r in predictor.runs.values() if r["record"]), None)
+        if record is None:  # the load's first record, and the estimator's figures of it (once)
+            record = next((r["record"] for r in predictor.runs.values() if r["record"]), None)
+            est = estimator_figures(base, record)
+            if est is not None:
+                fixed = sum(est[k] or 0 for k in ("weights", "gradients", "optimizer_states"))
         at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
-        est = estimator_figures(base, record)
-        fixed = None
-        if est is not None:
-            fixed = sum(est[k] or 0 for k in ("weights", "gradients", "optimizer_states"))
         rows.append(
             {
                 "card": card.name,
@@ -121,7 +120,7 @@ def predict_cards(overrides: list[str], axis: str, names: list[str] | None = Non
         "source": "predicted",
         "device": device,
         "out_dir": str(out_dir),
-        "dry_runs": len(values),
+        "dry_runs": len(finished),
         "blind_spots": list(blind_spots(device)),
         "cards": rows,
     }

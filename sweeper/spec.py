@@ -13,6 +13,7 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 from conf.contract import (
@@ -28,7 +29,7 @@ from conf.contract import (
     validate_device,
     validate_workload,
 )
-from conf.contract.ask import ask_worker as ask
+from conf.contract.ask import ask_worker
 
 from .errors import InputRefused
 from .finetune import check_host_options
@@ -80,8 +81,15 @@ def check_optional_packages(spec: RunSpec) -> None:
         )
 
 
-def _cache_key(device: str) -> str:
-    return "MEMSWEEP_PROBE_" + re.sub(r"[^A-Za-z0-9]", "_", device)
+def _env_cached(key: str, compute: Callable[[], dict]) -> dict:
+    """``compute()``'s JSON answer, cached for this process and its children in the environment
+    variable ``key`` (a sweep's jobs and workers inherit it): computed once per key."""
+    cached = os.environ.get(key)
+    if cached:
+        return json.loads(cached)
+    answer = compute()
+    os.environ[key] = json.dumps(answer)
+    return answer
 
 
 def probe_device(device: str) -> dict:
@@ -90,26 +98,14 @@ def probe_device(device: str) -> dict:
     Returns the probe's JSON: ``device`` (resolved), ``available``, ``reason``,
     ``total_memory`` (bytes), ``bf16_supported``. Raises SpecError when the probe fails.
     """
-    key = _cache_key(device)
-    cached = os.environ.get(key)
-    if cached:
-        return json.loads(cached)
-    try:
-        info = ask_worker("--probe", device)
-    except RuntimeError as exc:
-        raise SpecError("device", device, f"a device the worker can probe (probe failed: {exc})") from None
-    os.environ[key] = json.dumps(info)
-    return info
 
+    def probe() -> dict:
+        try:
+            return ask_worker("--probe", device)
+        except RuntimeError as exc:
+            raise SpecError("device", device, f"a device the worker can probe (probe failed: {exc})") from None
 
-def ask_worker(flag: str, device: str) -> dict:
-    """``python -m worker FLAG DEVICE`` (``--probe``, ``--env``) in a separate process, so that
-    this one never imports torch (``conf.contract.ask_worker``).
-
-    Raises:
-        RuntimeError: no answer (the worker's stderr, last 500 characters).
-    """
-    return ask(flag, device)
+    return _env_cached("MEMSWEEP_PROBE_" + re.sub(r"[^A-Za-z0-9]", "_", device), probe)
 
 
 def _plain(cfg: Any) -> dict:
@@ -289,17 +285,14 @@ def hf_count(workload: dict, timeout: float = 600) -> dict:
     import hashlib
 
     arg = json.dumps({"config": workload["config"], "overrides": workload.get("overrides") or {}}, sort_keys=True)
-    key = "MEMSWEEP_COUNT_" + hashlib.sha1(arg.encode()).hexdigest()
-    cached = os.environ.get(key)
-    if cached:
-        return json.loads(cached)
-    try:
-        answer = ask("--count-params", arg, timeout=timeout)
-        counts = answer.get("counts") or [{"error": answer.get("error") or "no count"}]
-        count = counts[0]
-    except (RuntimeError, OSError) as exc:
-        count = {"error": f"the count worker gave no answer: {exc}"}
-    except subprocess.TimeoutExpired:
-        count = {"error": f"the count worker ran past {timeout} s"}
-    os.environ[key] = json.dumps(count)
-    return count
+
+    def count() -> dict:
+        try:
+            answer = ask_worker("--count-params", arg, timeout=timeout)
+        except (RuntimeError, OSError) as exc:
+            return {"error": f"the count worker gave no answer: {exc}"}
+        except subprocess.TimeoutExpired:
+            return {"error": f"the count worker ran past {timeout} s"}
+        return (answer.get("counts") or [{"error": answer.get("error") or "no count"}])[0]
+
+    return _env_cached("MEMSWEEP_COUNT_" + hashlib.sha1(arg.encode()).hexdigest(), count)

@@ -64,7 +64,7 @@ with "lower bound does not fit". An ``error``, ``crash`` or ``timeout`` stops th
 flagged (``monotonic`` false), never smoothed away.
 """
 
-from .lattice import OUTCOMES, QUADRATIC_AXES, SEARCH_AXES, STOP_OUTCOMES, Lattice, Pick, Probe
+from .lattice import OUTCOMES, QUADRATIC_AXES, SEARCH_AXES, STOP_OUTCOMES, Lattice, Pick, Probe, check_search_axis
 from .peaks import Band, fit_peak, peak_band
 from .state import FrontierSearch, Oracle, run_search
 from .strategies import STRATEGIES
@@ -81,6 +81,7 @@ __all__ = [
     "Oracle",
     "Pick",
     "Probe",
+    "check_search_axis",
     "fit_peak",
     "peak_band",
     "run_search",

@@ -24,6 +24,17 @@ OUTCOMES = ("ok", "oom") + STOP_OUTCOMES
 QUADRATIC_AXES = ("context", "width")
 
 
+def check_search_axis(axis: str | None, field: str) -> str:
+    """``axis`` when a search can walk it (``SEARCH_AXES``).
+
+    Raises:
+        SpecError: another axis, named as ``field`` (the setting or argument it came from).
+    """
+    if axis not in SEARCH_AXES:
+        raise SpecError(field, axis, "one of " + ", ".join(SEARCH_AXES))
+    return axis
+
+
 @dataclass(frozen=True)
 class Lattice:
     """The values an axis may take: multiples of ``step`` from ``lower`` to ``upper``.

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from conf.contract import SpecError
 
 from . import strategies
-from .lattice import OUTCOMES, SEARCH_AXES, STOP_OUTCOMES, Lattice, Pick, Probe
+from .lattice import OUTCOMES, STOP_OUTCOMES, Lattice, Pick, Probe, check_search_axis
 from .strategies import STRATEGIES
 
 
@@ -38,8 +38,7 @@ class FrontierSearch:
     def __init__(
         self, axis: str, lattice: Lattice, strategy: str = "model", capacity: int | None = None, seed: int | None = None
     ):
-        if axis not in SEARCH_AXES:
-            raise SpecError("hydra.sweeper.axis", axis, "one of " + ", ".join(SEARCH_AXES))
+        check_search_axis(axis, "hydra.sweeper.axis")
         if strategy not in STRATEGIES:
             raise SpecError("hydra.sweeper.strategy", strategy, "one of " + ", ".join(STRATEGIES))
         self.axis, self.lattice, self.strategy, self.capacity = axis, lattice, strategy, capacity

@@ -17,6 +17,7 @@ to ``STRATEGIES`` and dispatch to it in ``FrontierSearch.propose``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from analysis.fit import crossing
@@ -276,21 +277,55 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
             f"+- {band.noise:.0f} B); probe inside it (geometric split)"
         )
         return [Pick(v, why, None, detail) for v in values if lo < v < top]
-    below = min(max(lattice.down(x_star), lo), top - m)
-    picks = []
-    for v, side in ((below, "below"), (below + m, "above")):
-        if lo < v < top:
-            expected = "ok" if band.fit(v) <= cap else "oom"
-            picks.append(
-                Pick(
-                    v,
-                    f"model: {band.kind} fit crosses the capacity {cap} B at "
-                    f"{search.axis}={x_star:.2f}; probe just {side}",
-                    expected,
-                    detail,
-                )
-            )
+    below, picks = pair(
+        lattice,
+        band,
+        x_star,
+        lo,
+        top,
+        cap,
+        lambda side: (
+            f"model: {band.kind} fit crosses the capacity {cap} B at {search.axis}={x_star:.2f}; probe just {side}"
+        ),
+        detail,
+    )
     return picks + fill(lattice, lo, hi, slots - len(picks), below + m)
+
+
+def pair(
+    lattice: Lattice,
+    band: Band,
+    x_star: float,
+    lo: int,
+    top: int,
+    level: float,
+    why: Callable[[str], str],
+    detail: dict,
+) -> tuple[int, list[Pick]]:
+    """The lattice values just below and just above ``x_star``, where the central fit reaches
+    ``level`` bytes (``model_round``: the capacity; ``bracket_round``: the usable bracket's middle).
+
+    Args:
+        lattice: the values allowed.
+        band: the fitted peak.
+        x_star: where the central fit reaches ``level``.
+        lo: the largest success below the smallest OOM.
+        top: the smallest OOM (or one step past the upper bound).
+        level: the bytes the fit is held against for each value's ``expected``.
+        why: the reason of a pick, given its side ("below" or "above").
+        detail: the model's detail, shared by both picks.
+
+    Returns:
+        (the value below, the picks of the pair strictly inside (lo, top), "ok" expected where
+        the fit is at most ``level``, "oom" elsewhere).
+    """
+    below = min(max(lattice.down(x_star), lo), top - lattice.step)
+    picks = [
+        Pick(v, why(side), "ok" if band.fit(v) <= level else "oom", detail)
+        for v, side in ((below, "below"), (below + lattice.step, "above"))
+        if lo < v < top
+    ]
+    return below, picks
 
 
 def bracket_round(
@@ -348,13 +383,16 @@ def bracket_round(
         )
         values = lattice.split(first, last + m, slots + 1)
         return [Pick(v, why, None, detail) for v in values if lo < v < top]
-    below = min(max(lattice.down(x_star), lo), top - m)
-    picks = []
-    for v, side in ((below, "below"), (below + m, "above")):
-        if lo < v < top:
-            expected = "ok" if band.fit(v) <= middle else "oom"
-            why = f"model: {bracket}; {band.kind} fit reaches it at {search.axis}={x_star:.2f}; probe just {side}"
-            picks.append(Pick(v, why, expected, detail))
+    below, picks = pair(
+        lattice,
+        band,
+        x_star,
+        lo,
+        top,
+        middle,
+        lambda side: f"model: {bracket}; {band.kind} fit reaches it at {search.axis}={x_star:.2f}; probe just {side}",
+        detail,
+    )
     return picks + fill(lattice, lo, top, slots - len(picks), below + m)
 
 
