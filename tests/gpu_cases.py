@@ -27,7 +27,7 @@ def check_modes(out: Path) -> list[str]:
     """Run the train, generate (and hf) modes on cuda:0 and check their records; returns failures."""
     import importlib.util
 
-    from conf.contract import RunSpec
+    from conf.contract import EXTRA_COUNTERS, PEAK_COUNTERS, RunSpec
     from sweeper.process import execute
 
     lm = {"name": "transformer", "layers": 4, "heads": 8, "kv_heads": 2, "vocab": 32000}
@@ -74,16 +74,7 @@ def check_modes(out: Path) -> list[str]:
             failures.append(f"{name}: {result['outcome']} in {result['failed_phase']}: {result['error_message']}")
             continue
         for p in record["phases"]:
-            for key in (
-                "max_memory_allocated",
-                "max_memory_reserved",
-                "num_alloc_retries",
-                "num_ooms",
-                "inactive_split_bytes",
-                "device_free_memory",
-                "device_total_memory",
-                "outside_allocator_bytes",
-            ):
+            for key in (*PEAK_COUNTERS, *EXTRA_COUNTERS):
                 if not isinstance(p.get(key), int):
                     failures.append(f"{name} {p['name']}: {key} missing ({p.get(key)!r})")
             if p.get("kv_cache_bytes") is not None:

@@ -1,6 +1,7 @@
 """Bad input, table-driven: each case fails with a message naming the field (and what is
 accepted), a non-zero exit, and nothing written or overwritten. Parsers fuzzed with hypothesis."""
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -197,26 +198,8 @@ SCALARS = st.one_of(
     st.text(max_size=12),
     st.sampled_from(["float32", "bfloat16", "cpu", "cuda:0", "train", "2GiB"]),
 )
-KEYS = st.sampled_from(
-    [
-        "batch",
-        "context",
-        "width",
-        "dtype",
-        "mode",
-        "device",
-        "workload",
-        "capacity_bytes",
-        "warmup",
-        "repeats",
-        "timeout_s",
-        "seed",
-        "threads",
-        "fault",
-        "schema_version",
-        "bogus",
-    ]
-)
+# every RunSpec field (schema_version included) and one it does not have
+KEYS = st.sampled_from([*(f.name for f in dataclasses.fields(RunSpec)), "bogus"])
 VALUES = st.recursive(
     SCALARS,
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),

@@ -16,17 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from conf.contract import DEVICE_COUNTERS as COUNTERS
 from conf.contract import STEP_SUB_PHASES, RunSpec
 from sweeper.process import execute
 
-COUNTERS = (
-    "memory_allocated_start",
-    "memory_reserved_start",
-    "memory_allocated",
-    "memory_reserved",
-    "max_memory_allocated",
-    "max_memory_reserved",
-)
 BASE = dict(batch=2, context=16, width=32, dtype="float32", device="cpu", warmup=1, repeats=2, timeout_s=300, threads=1)
 LM = {"name": "transformer", "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 128}
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None

@@ -5,17 +5,9 @@ import signal
 
 import pytest
 
+from conf.contract import DEVICE_COUNTERS as COUNTERS
 from conf.contract import INFERENCE_PHASES, TRAIN_PHASES, RunSpec
 from sweeper.process import RunDirError, execute
-
-COUNTERS = (
-    "memory_allocated_start",
-    "memory_reserved_start",
-    "memory_allocated",
-    "memory_reserved",
-    "max_memory_allocated",
-    "max_memory_reserved",
-)
 
 
 def _record(run_dir):

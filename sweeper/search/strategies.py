@@ -277,55 +277,47 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
             f"+- {band.noise:.0f} B); probe inside it (geometric split)"
         )
         return [Pick(v, why, None, detail) for v in values if lo < v < top]
-    below, picks = pair(
-        lattice,
-        band,
-        x_star,
-        lo,
-        top,
-        cap,
-        lambda side: (
-            f"model: {band.kind} fit crosses the capacity {cap} B at {search.axis}={x_star:.2f}; probe just {side}"
-        ),
-        detail,
-    )
-    return picks + fill(lattice, lo, hi, slots - len(picks), below + m)
+    why = f"model: {band.kind} fit crosses the capacity {cap} B at {search.axis}={x_star:.2f}; probe just "
+    return pair(lattice, band, x_star, (lo, top, hi), cap, lambda side: why + side, detail, slots)
 
 
 def pair(
     lattice: Lattice,
     band: Band,
     x_star: float,
-    lo: int,
-    top: int,
+    bounds: tuple[int, int, int | None],
     level: float,
     why: Callable[[str], str],
     detail: dict,
-) -> tuple[int, list[Pick]]:
+    slots: int,
+) -> list[Pick]:
     """The lattice values just below and just above ``x_star``, where the central fit reaches
-    ``level`` bytes (``model_round``: the capacity; ``bracket_round``: the usable bracket's middle).
+    ``level`` bytes (``model_round``: the capacity; ``bracket_round``: the usable bracket's middle),
+    then ``fill`` for the slots the pair leaves.
 
     Args:
         lattice: the values allowed.
         band: the fitted peak.
         x_star: where the central fit reaches ``level``.
-        lo: the largest success below the smallest OOM.
-        top: the smallest OOM (or one step past the upper bound).
+        bounds: (lo, top, hi): the largest success below the smallest OOM; the smallest OOM (or
+            one step past the upper bound); what ``fill`` splits up to (None: grow instead).
         level: the bytes the fit is held against for each value's ``expected``.
         why: the reason of a pick, given its side ("below" or "above").
         detail: the model's detail, shared by both picks.
+        slots: the values the round may propose.
 
     Returns:
-        (the value below, the picks of the pair strictly inside (lo, top), "ok" expected where
-        the fit is at most ``level``, "oom" elsewhere).
+        The picks of the pair strictly inside (lo, top), "ok" expected where the fit is at most
+        ``level``, "oom" elsewhere; then ``fill``'s values above the lower one of the pair.
     """
+    lo, top, hi = bounds
     below = min(max(lattice.down(x_star), lo), top - lattice.step)
     picks = [
         Pick(v, why(side), "ok" if band.fit(v) <= level else "oom", detail)
         for v, side in ((below, "below"), (below + lattice.step, "above"))
         if lo < v < top
     ]
-    return below, picks
+    return picks + fill(lattice, lo, hi, slots - len(picks), below + lattice.step)
 
 
 def bracket_round(
@@ -383,17 +375,8 @@ def bracket_round(
         )
         values = lattice.split(first, last + m, slots + 1)
         return [Pick(v, why, None, detail) for v in values if lo < v < top]
-    below, picks = pair(
-        lattice,
-        band,
-        x_star,
-        lo,
-        top,
-        middle,
-        lambda side: f"model: {bracket}; {band.kind} fit reaches it at {search.axis}={x_star:.2f}; probe just {side}",
-        detail,
-    )
-    return picks + fill(lattice, lo, top, slots - len(picks), below + m)
+    reach = f"model: {bracket}; {band.kind} fit reaches it at {search.axis}={x_star:.2f}; probe just "
+    return pair(lattice, band, x_star, (lo, top, top), middle, lambda side: reach + side, detail, slots)
 
 
 def gallop_down(search: FrontierSearch, lo: int, hi: int, slots: int, first: int) -> list[Pick]:
