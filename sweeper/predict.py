@@ -296,14 +296,7 @@ def estimator_figures(spec: RunSpec, record: dict | None) -> dict | None:
     if config is None:
         return None
     try:
-        est = estimate_hf_load(
-            config,
-            mode=spec.mode,
-            dtype=spec.dtype,
-            precision=spec.precision,
-            optimizer=spec.optimizer,
-            device=spec.device,
-        )
+        est = estimate_hf_load(config, spec)
     except ValueError:
         return None
     phases = {p["name"]: p for p in record.get("phases", [])}

@@ -51,17 +51,7 @@ def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
     if base.mode != "train" or config is None:
         return None
     try:
-        edge = estimate_hf_batch_edge(
-            config,
-            capacity,
-            context=base.context,
-            dtype=base.dtype,
-            precision=base.precision,
-            optimizer=base.optimizer,
-            device=base.device,
-            checkpointing=base.checkpointing,
-            fused_attention=base.workload.get("attention") == "sdpa",
-        )
+        edge = estimate_hf_batch_edge(config, base, capacity)
     except ValueError:
         return None
     return 0 if edge is None else edge

@@ -9,21 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from conf.contract import RunSpec
+
 from .breakdown import Breakdown
 from .formats import DTYPE_BYTES, DTYPE_FORMATS
 from .hf_config import parse_hf_config
-from .transformer import estimate_transformer
+from .transformer import TransformerConfig, estimate_transformer
 
 
-def estimate_hf_load(
-    config: Mapping,
-    *,
-    mode: str,
-    dtype: str,
-    precision: str = "pure",
-    optimizer: str = "adamw",
-    device: str = "cpu",
-) -> Breakdown:
+def estimate_hf_load(config: Mapping | TransformerConfig, spec: RunSpec, *, batch: int | None = None) -> Breakdown:
     """Weights, and in train mode gradients and optimizer states, of an hf load (bytes).
 
     As memsweep's worker stores them: under ``precision="pure"`` the weights, gradients and
@@ -34,92 +28,71 @@ def estimate_hf_load(
     where it is device memory, and not on CUDA, where the default AdamW keeps it on the host
     (torch/optim/adamw.py ``_init_group``).
 
-    Activations, the KV cache and temporaries are not asked for (``None``): the dry run
-    predicts them.
+    With ``batch`` in train mode, also the activations of Korthikanti et al. 2022
+    (``estimate_transformer`` with ``batch`` and ``seq_len`` = the spec's ``context``; full
+    recomputation under ``checkpointing``; fused attention when the workload's ``attention`` is
+    ``sdpa``; no dropout: Hugging Face decoders train with ``attention_dropout`` 0 by default).
+    The KV cache and temporaries are not asked for (``None``): the dry run predicts them.
 
     Args:
-        config: a Hugging Face config as a mapping (config.json, or ``to_dict()`` of a config).
-        mode: memsweep's mode (``train`` adds gradients and optimizer states).
-        dtype: memsweep's ``dtype`` (float32, float16, bfloat16).
-        precision: ``pure`` or ``autocast``.
-        optimizer: memsweep's optimizer (adamw, sgd, adafactor, adamw8bit).
-        device: the run's device (``cpu``, ``cuda``, ``cuda:N``).
+        config: a Hugging Face config as a mapping (config.json, or ``to_dict()`` of a config),
+            or one ``parse_hf_config`` already read.
+        spec: the load: its ``mode`` (``train`` adds gradients and optimizer states), ``dtype``,
+            ``precision`` (``pure`` or ``autocast``), ``optimizer``, ``device``, ``context``,
+            ``checkpointing`` and ``workload``'s ``attention``.
+        batch: sequences per step for the activations (None: no activations).
 
     Returns:
-        A Breakdown with ``weights`` (and ``gradients``, ``optimizer_states`` in train mode).
+        A Breakdown with ``weights`` (and ``gradients``, ``optimizer_states`` in train mode;
+        ``activations`` with ``batch`` in train mode).
 
     Raises:
         ValueError: a config ``parse_hf_config`` cannot read, an unknown dtype or optimizer.
     """
-    if dtype not in DTYPE_FORMATS:
-        raise ValueError(f"dtype {dtype!r}: one of {', '.join(DTYPE_FORMATS)}")
-    stored = "float32" if precision == "autocast" else dtype
-    train = mode == "train"
+    if spec.dtype not in DTYPE_FORMATS:
+        raise ValueError(f"dtype {spec.dtype!r}: one of {', '.join(DTYPE_FORMATS)}")
+    stored = "float32" if spec.precision == "autocast" else spec.dtype
+    train = spec.mode == "train"
     return estimate_transformer(
-        parse_hf_config(config),
+        config if isinstance(config, TransformerConfig) else parse_hf_config(config),
         weight_format=DTYPE_FORMATS[stored],
-        compute_bytes=DTYPE_BYTES[dtype],
+        compute_bytes=DTYPE_BYTES[spec.dtype],
         train=train,
-        optimizer=optimizer,
+        optimizer=spec.optimizer,
         mixed_precision=False,
-        step_tensors=train and optimizer == "adamw" and not device.startswith("cuda"),
+        step_tensors=train and spec.optimizer == "adamw" and not spec.device.startswith("cuda"),
+        batch=batch,
+        seq_len=spec.context,
+        recompute="full" if spec.checkpointing else "none",
+        fused_attention=spec.workload.get("attention") == "sdpa",
+        dropout=False,
     )
 
 
-def estimate_hf_batch_edge(
-    config: Mapping,
-    capacity_bytes: int,
-    *,
-    context: int,
-    dtype: str,
-    precision: str = "pure",
-    optimizer: str = "adamw",
-    device: str = "cpu",
-    checkpointing: bool = False,
-    fused_attention: bool = True,
-    upper: int = 2**20,
-) -> int | None:
+def estimate_hf_batch_edge(config: Mapping, spec: RunSpec, capacity_bytes: int, *, upper: int = 2**20) -> int | None:
     """The estimator's largest training batch whose estimate fits ``capacity_bytes``.
 
-    The estimate is ``estimate_hf_load``'s weights, gradients and optimizer states plus the
-    activations of Korthikanti et al. 2022 (``estimate_transformer`` with ``batch`` and
-    ``seq_len``; full recomputation under ``checkpointing``, no dropout: Hugging Face decoders
-    train with ``attention_dropout`` 0 by default), which grow with the batch.
+    The estimate is ``estimate_hf_load``'s weights, gradients, optimizer states and activations
+    (with ``batch``), which grow with the batch; found by bisection.
 
     Args:
         config: a Hugging Face config as a mapping.
+        spec: the load, in train mode (its ``batch`` is the one searched, not read).
         capacity_bytes: the capacity (bytes).
-        context: tokens per sequence.
-        dtype, precision, optimizer, device: as ``estimate_hf_load``.
-        checkpointing: activation checkpointing of every layer.
-        fused_attention: attention without the score matrix (SDPA's fused kernels).
         upper: the largest batch tried.
 
     Returns:
         The batch (int >= 1), or None when batch 1 does not fit.
 
     Raises:
-        ValueError: as ``estimate_hf_load``.
+        ValueError: as ``estimate_hf_load``; a spec not in train mode.
     """
+    if spec.mode != "train":
+        raise ValueError(f"mode {spec.mode!r}: a training batch edge wants mode train")
     model = parse_hf_config(config)
-    stored = "float32" if precision == "autocast" else dtype
 
     def total(batch: int) -> int:
-        est = estimate_transformer(
-            model,
-            weight_format=DTYPE_FORMATS[stored],
-            compute_bytes=DTYPE_BYTES[dtype],
-            train=True,
-            optimizer=optimizer,
-            mixed_precision=False,
-            step_tensors=optimizer == "adamw" and not device.startswith("cuda"),
-            batch=batch,
-            seq_len=context,
-            recompute="full" if checkpointing else "none",
-            fused_attention=fused_attention,
-            dropout=False,
-        )
-        return est.peak
+        return estimate_hf_load(model, spec, batch=batch).peak
 
     if total(1) > capacity_bytes:
         return None
