@@ -25,6 +25,7 @@ its data), 2 bad input, 130 interrupted (resumable).
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -334,6 +335,16 @@ def _print_split(summary: dict, axis: str, out) -> None:
         print(f"    {label:<18} {dry!s:>16} B  {calc:>16} B  {same}", file=out)
 
 
+ANALYSIS_COMMANDS = {
+    "analyze": "analysis.cli",
+    "report": "analysis.report",
+    "compare": "analysis.compare",
+    "estimate": "analysis.estimate.cli",
+}
+"""The subcommands the analysis package runs: command -> the module whose ``main(argv)`` runs it
+(imported when called: a Hydra run does not load pandas)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``memsweep`` command: dispatch to its subcommands (the module's docstring).
 
@@ -352,22 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         return _hydra_main(rest, multirun=False)
     if command == "sweep":
         return _hydra_main(rest, multirun=True)
-    if command == "analyze":
-        from analysis.cli import main as analyze_main
-
-        return analyze_main(rest)
-    if command == "report":
-        from analysis.report import main as report_main
-
-        return report_main(rest)
-    if command == "compare":
-        from analysis.compare import main as compare_main
-
-        return compare_main(rest)
-    if command == "estimate":
-        from analysis.estimate.cli import main as estimate_main
-
-        return estimate_main(rest)
+    if command in ANALYSIS_COMMANDS:
+        return importlib.import_module(ANALYSIS_COMMANDS[command]).main(rest)
     if command == "predict":
         return predict_command(rest)
     if command == "env":

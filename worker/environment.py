@@ -15,7 +15,7 @@ import os
 import platform
 import socket
 
-from conf.contract import ISOLATION_ENV, ISOLATION_SPAWN, meminfo_bytes
+from conf.contract import ISOLATION_ENV, ISOLATION_SPAWN, first_line, meminfo_bytes
 
 
 def resolve_device(requested: str):
@@ -81,14 +81,6 @@ def device_memory(device) -> tuple[int | None, int | None, str | None]:
     return meminfo_bytes("MemTotal"), meminfo_bytes("MemAvailable"), platform.processor() or platform.machine()
 
 
-def _driver_version() -> str | None:
-    try:
-        with open("/proc/driver/nvidia/version") as f:
-            return f.readline().strip() or None
-    except OSError:
-        return None
-
-
 def env_alloc_conf() -> dict:
     """The caching allocator's settings from the environment: PYTORCH_CUDA_ALLOC_CONF,
     PYTORCH_HIP_ALLOC_CONF and PYTORCH_ALLOC_CONF (str, or None when unset)."""
@@ -124,7 +116,7 @@ def environment(device, dry_run: bool = False, memory: tuple[int | None, int | N
         "device": str(device),
         "device_name": name,
         "total_memory": total,
-        "driver": _driver_version() if device.type == "cuda" and not no_device else None,
+        "driver": first_line("/proc/driver/nvidia/version") if device.type == "cuda" and not no_device else None,
         "allocator_backend": torch.cuda.get_allocator_backend() if device.type == "cuda" and not no_device else None,
         "alloc_conf": env_alloc_conf(),
         # cuBLAS workspaces come from the caching allocator (their size: this variable, or the

@@ -37,7 +37,16 @@ from .exits import (
     RUN_EXIT,
 )
 from .finetune import COMPILE_MODES, QUANTIZATIONS, version_tuple
-from .host import STOPPED_STATES, boot_id, meminfo_bytes, proc_kb_field, proc_kb_fields, process_identity, process_state
+from .host import (
+    STOPPED_STATES,
+    boot_id,
+    first_line,
+    meminfo_bytes,
+    proc_kb_field,
+    proc_kb_fields,
+    process_identity,
+    process_state,
+)
 from .record import (
     CAPACITY_FIELDS,
     DEVICE_FIELDS,
@@ -261,6 +270,7 @@ __all__ = [
     "field_names",
     "field_problems",
     "find_run_dirs",
+    "first_line",
     "gib",
     "hf_config_kind",
     "boot_id",

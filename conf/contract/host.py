@@ -69,13 +69,25 @@ def _stat_fields(pid: int | str) -> list[str] | None:
     return fields if len(fields) > 19 else None
 
 
-def boot_id() -> str | None:
-    """This boot's random id (/proc/sys/kernel/random/boot_id), or None when it cannot be read."""
+def first_line(path: str) -> str | None:
+    """The first line of a (/proc) text file, stripped.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The line, or None when the file cannot be read or the line is empty.
+    """
     try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip() or None
+        with open(path) as f:
+            return f.readline().strip() or None
     except OSError:
         return None
+
+
+def boot_id() -> str | None:
+    """This boot's random id (/proc/sys/kernel/random/boot_id, one line), or None when it cannot be read."""
+    return first_line("/proc/sys/kernel/random/boot_id")
 
 
 def process_identity(pid: int | str = "self") -> str | None:
