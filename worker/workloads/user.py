@@ -131,8 +131,9 @@ def check_user_targets(workload: dict) -> dict:
         return {"ok": True}
     try:
         fn, kwargs = resolve_target(description, "workload.train_step")
-    except (ImportError, AttributeError) as exc:
-        return {"field": "workload.train_step._target_", "value": description["_target_"], "accepted": str(exc)}
+    except (ImportError, AttributeError) as exc:  # its message opens with the field and value: not twice
+        accepted = "a function that can be imported: " + str(exc).split(": ", 1)[-1]
+        return {"field": "workload.train_step._target_", "value": description["_target_"], "accepted": accepted}
     except Exception as exc:  # noqa: BLE001 - the user's module raised while importing
         accepted = f"a module that imports ({type(exc).__name__}: {exc})"
         return {"field": "workload.train_step._target_", "value": description["_target_"], "accepted": accepted}
