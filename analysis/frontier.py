@@ -209,7 +209,9 @@ def _reads(axis: str, run: dict) -> str:
         return "ok"
     if run.get("outcome") != "oom":
         return "other"
-    planned = planned_phases(run.get("mode"), _scalar(run.get("eval_batch")), _scalar(run.get("export")))
+    planned = planned_phases(
+        run.get("mode"), _scalar(run.get("eval_batch")), _scalar(run.get("export")), run.get("train_step")
+    )
     return {"axis": "oom", "past": "ok", "short": "other"}[oom_attribution(run.get("failed_phase"), axis, planned)]
 
 
@@ -241,7 +243,10 @@ def elsewhere_words(axis: str, group: pd.DataFrame, unreached: bool) -> dict:
     """
     runs = group.to_dict("records")
     planned = {
-        id(r): planned_phases(r.get("mode"), _scalar(r.get("eval_batch")), _scalar(r.get("export"))) for r in runs
+        id(r): planned_phases(
+            r.get("mode"), _scalar(r.get("eval_batch")), _scalar(r.get("export")), r.get("train_step")
+        )
+        for r in runs
     }
     failed = [
         r

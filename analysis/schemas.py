@@ -121,6 +121,7 @@ RUNS_SCHEMA = pa.schema(
         *[(name, pa.float64() if name == "estimate_error" else pa.int64()) for name in ESTIMATE_COLUMNS],
         ("estimate_missing_reason", pa.string()),
         *OPTIONS,
+        ("train_step", pa.string()),  # train: memsweep or user (the user's workload.train_step, one sub-phase)
         ("parameters", pa.int64()),
         ("parameter_bytes", pa.int64()),
         ("trainable_parameters", pa.int64()),
@@ -151,8 +152,11 @@ largest peak of the phases that ran ok (null when none did; on an ok run the sam
 the frontier's peak of a run that fits for its axis but ran out of memory in a later phase that
 does not scale with it, conf.contract.oom_attribution); ``cold_*`` /
 ``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
-cold_generate; likewise warm). ``est_*``: calculated before the run (the spec's estimate,
-analysis/estimate/), never measured; ``estimate_error`` = (est_peak_bytes -
+cold_generate; likewise warm). ``train_step``: who ran a training run's steps (conf.contract
+TRAIN_STEP_KINDS): ``memsweep`` (split into forward, loss, backward, optimizer_step) or ``user``
+(the user's own ``workload.train_step``, one sub-phase ``user_step`` per step; the others have no
+row); null outside train mode and in records written before the field. ``est_*``: calculated
+before the run (the spec's estimate, analysis/estimate/), never measured; ``estimate_error`` = (est_peak_bytes -
 max_memory_allocated) / max_memory_allocated; ``estimate_missing_reason``: why the estimate is null,
 or what it leaves out (null when complete). ``parameters``, ``parameter_bytes``: the model's,
 by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for

@@ -201,6 +201,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "schema_version": as_int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
         **{name: spec.get(name) for name, _ in OPTIONS},
+        "train_step": record.get("train_step"),
         "parameters": as_int((record.get("model") or {}).get("parameters")),
         "parameter_bytes": as_int((record.get("model") or {}).get("parameter_bytes")),
         **{

@@ -247,7 +247,9 @@ def axis_reading(run: dict, axis: str, suspect: str = "stop") -> tuple[str, int 
         outcome = "oom" if suspect == "oom" else "memory_suspect"
     if outcome == "oom":
         spec = (run["record"] or {}).get("spec") or {}
-        planned = planned_phases(spec.get("mode"), spec.get("eval_batch"), spec.get("export"))
+        planned = planned_phases(
+            spec.get("mode"), spec.get("eval_batch"), spec.get("export"), (run["record"] or {}).get("train_step")
+        )
         how = oom_attribution(run.get("failed_phase"), axis, planned)
         if how != "axis":
             outcome = "ok" if how == "past" else "oom_elsewhere"

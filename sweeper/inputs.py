@@ -193,7 +193,7 @@ def check_workload_sources(workload: dict) -> dict:
             raise SpecError("workload.config", workload["config"], f"a config.json that exists ({file} does not)")
         return {**workload, "config": str(path)}
     if workload["name"] == "user":
-        for fn in ("model", "inputs", "loss", "optimizer"):
+        for fn in ("model", "inputs", "loss", "optimizer", "train_step"):
             target = (workload.get(fn) or {}).get("_target_")
             if not target:
                 continue

@@ -224,6 +224,8 @@ def spec_from_config(cfg: Any) -> RunSpec:
     fields.update(device=device, capacity_bytes=capacity_bytes, workload=workload)
     spec = RunSpec.from_dict(fields)
     check_optional_packages(spec)
+    if spec.train_step == "user":
+        check_user_step(spec.workload)
     spec = check_host_options(spec)  # a checkpoint directory, peft / bitsandbytes, a compiler
     if info is not None and info.get("device_kind") == "cuda":
         if spec.dtype == "bfloat16" and not info.get("bf16_supported"):
@@ -265,6 +267,40 @@ def with_estimate(spec: RunSpec) -> RunSpec:
     return dataclasses.replace(
         spec, estimate=None if estimate is None else estimate.to_dict(), estimate_missing_reason=reason
     )
+
+
+def check_user_step(workload: dict, timeout: float = 300) -> None:
+    """Check a user workload's own ``train_step`` before any worker starts: a worker process
+    imports it and binds its call (``python -m worker --check-user``; this process never imports
+    the user's code, which imports torch). The answer is cached for this process and its children
+    (environment variable ``MEMSWEEP_USER_STEP_<sha1 of path and train_step>``): a sweep pays it once.
+
+    Args:
+        workload: the spec's validated user workload (``path``, ``train_step``).
+        timeout: seconds for the worker.
+
+    Raises:
+        SpecError: field ``workload.train_step._target_`` (not importable, no such callable) or
+            ``workload.train_step`` (not callable as train_step(model, batch, optimizer)), or the
+            worker gave no answer.
+    """
+    import hashlib
+
+    arg = json.dumps({"path": workload.get("path"), "train_step": workload["train_step"]}, sort_keys=True)
+
+    def check() -> dict:
+        try:
+            return ask_worker("--check-user", arg, timeout=timeout)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            return {
+                "field": "workload.train_step",
+                "value": workload["train_step"].get("_target_"),
+                "accepted": (f"a train_step the worker can import and check (no answer: {exc})"),
+            }
+
+    answer = _env_cached("MEMSWEEP_USER_STEP_" + hashlib.sha1(arg.encode()).hexdigest(), check)
+    if not answer.get("ok"):
+        raise SpecError(answer.get("field") or "workload.train_step", answer.get("value"), answer.get("accepted"))
 
 
 def hf_count(workload: dict, timeout: float = 600) -> dict:

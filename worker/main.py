@@ -20,6 +20,8 @@ resolves to cuda:0 when a GPU is visible, else cpu) and exits; the sweeper uses 
 that its own process never initialises CUDA. ``python -m worker --env DEVICE`` prints seed
 003's environment report of DEVICE. ``python -m worker --count-params PATH ...`` counts the
 parameters of local configs with transformers on the meta device (``count.py``).
+``python -m worker --check-user WORKLOAD_JSON`` imports a user workload's ``train_step`` and
+checks its call (``workloads.user.check_user_targets``), for the sweeper.
 
 This module imports no torch: ``measure`` imports it, and records its absence.
 """
@@ -49,7 +51,8 @@ from .measure import Recorder, measure
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The worker's command line: ``SPEC.json``, ``--probe DEVICE`` or ``--env DEVICE``.
+    """The worker's command line: ``SPEC.json``, ``--probe DEVICE``, ``--env DEVICE``,
+    ``--count-params PATH ...`` or ``--check-user WORKLOAD_JSON``.
 
     Args:
         argv: the arguments (``sys.argv[1:]`` when None).
@@ -58,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         The exit code (``conf.contract.EXIT_*``): for a spec, ``measure``'s, or ``EXIT_BAD_SPEC``
         (5) for a bad command line, an unreadable or invalid spec, or a record already there
         (never overwritten); for ``--probe``, 0 when torch is installed, else 2; for ``--env``,
-        0 when the device is available, else 2. Printing is done here (JSON on stdout, errors
+        0 when the device is available, else 2; for ``--check-user``, 0 when the train step can be
+        called, else 5 (the JSON answer names the field). Printing is done here (JSON on stdout, errors
         on stderr).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -77,9 +81,16 @@ def main(argv: list[str] | None = None) -> int:
         answer = count_main(argv[1:])
         print(json.dumps(answer))
         return EXIT_OK if "error" not in answer else EXIT_UNAVAILABLE
+    if len(argv) == 2 and argv[0] == "--check-user":
+        from .workloads.user import check_user_targets  # imports torch and the user's module
+
+        answer = check_user_targets(json.loads(argv[1]))
+        print(json.dumps(answer, default=str))
+        return EXIT_OK if answer.get("ok") else EXIT_BAD_SPEC
     if len(argv) != 1:
         print(
-            "usage: python -m worker SPEC.json | --probe DEVICE | --env DEVICE | --count-params PATH [PATH ...]",
+            "usage: python -m worker SPEC.json | --probe DEVICE | --env DEVICE | --count-params PATH [PATH ...] "
+            "| --check-user WORKLOAD_JSON",
             file=sys.stderr,
         )
         return EXIT_BAD_SPEC
@@ -89,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = read_json(spec_path, "spec")
         rec.data["spec"] = raw
         spec = RunSpec.from_dict(raw)
+        rec.data["train_step"] = spec.train_step
         if spec.dry_run:  # the Recorder starts as "measured"
             rec.data["source"] = "predicted"
     except (RecordError, SpecError) as exc:

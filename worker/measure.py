@@ -78,6 +78,7 @@ class Recorder:
             "device_index": None,
             "environment": None,
             "model": None,
+            "train_step": None,  # mode=train: memsweep or user (RunSpec.train_step, set once the spec is read)
             "current_phase": None,
             "phases": [],
             # measured: the counters of a real run; predicted: a dry run on fake tensors (spec.dry_run)

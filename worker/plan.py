@@ -5,7 +5,8 @@ Phases, in order (seed 003, "IteraGPU"): ``model_load``, ``inputs``, then
 * inference: ``cold_forward``, ``warmup``, ``warm_forward`` (under torch.inference_mode);
 * train: the first step ``cold_step``, ``warmup`` (whole steps), then ``repeats`` steps
   ``warm_step``, each step split into the sub-phases ``forward``, ``loss``, ``backward``
-  (once per micro-step) and ``optimizer_step``, recorded as ``cold_step.forward``, ...;
+  (once per micro-step) and ``optimizer_step``, recorded as ``cold_step.forward``, ...; a user
+  workload's own ``workload.train_step`` is one sub-phase ``user_step`` per step instead;
 * generate: ``cold_generate``, ``warmup`` (whole generations), ``repeats`` generations
   ``warm_generate``, each split into ``prefill`` and ``decode``;
 
@@ -30,6 +31,7 @@ from conf.contract import (
     PARENT_PHASES,
     STEP_SUB_PHASES,
     SUB_PHASE_FIELDS,
+    USER_STEP_SUB_PHASES,
     RunSpec,
 )
 
@@ -41,6 +43,7 @@ MODEL_LOAD, INPUTS, COLD_FORWARD, WARMUP, WARM_FORWARD = INFERENCE_PHASES
 COLD_STEP, WARM_STEP, COLD_GENERATE, WARM_GENERATE = PARENT_PHASES
 FORWARD, LOSS, BACKWARD, OPTIMIZER_STEP = STEP_SUB_PHASES
 PREFILL, DECODE = GENERATE_SUB_PHASES
+(USER_STEP,) = USER_STEP_SUB_PHASES
 EVAL, EXPORT = AFTER_PHASES
 
 
@@ -128,6 +131,8 @@ def plan(spec: RunSpec, w: Workload) -> list[PhaseStep]:
     steps = [PhaseStep(MODEL_LOAD, w.model_load), PhaseStep(INPUTS, w.inputs)]
 
     def train_step(parent: str, index: int) -> list[PhaseStep]:
+        if spec.train_step == "user":  # the user's own step: memsweep cannot split it
+            return [sub_phase(parent, USER_STEP, w.user_step, index, after=w.step_sizes)]
         out = []
         for m in range(spec.micro_steps):
             out += [

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .vocabulary import AXES, GENERATE_PHASES, INFERENCE_PHASES, PHASE_SIZE_VARIABLES, TRAIN_PHASES
+from .vocabulary import (
+    AXES,
+    GENERATE_PHASES,
+    INFERENCE_PHASES,
+    PHASE_SIZE_VARIABLES,
+    TRAIN_PHASES,
+    USER_TRAIN_PHASES,
+)
 
 ALL_VARIABLES = (*AXES, "new_tokens")
 """Every load variable a phase's size may follow (the axes and generate's ``new_tokens``)."""
@@ -81,18 +88,24 @@ def oom_attribution(failed_phase: str | None, axis: str, planned: Sequence[str])
     return "short" if any(scales_with(p, axis) for p in after) else "past"
 
 
-def planned_phases(mode: str | None, eval_batch: int | None, export: bool | None) -> tuple[str, ...]:
+def planned_phases(
+    mode: str | None, eval_batch: int | None, export: bool | None, train_step: str | None = None
+) -> tuple[str, ...]:
     """The phases a run of ``mode`` records, in order (as ``RunSpec.phases``, from a runs-table row).
 
     Args:
         mode: inference, train or generate (anything else reads as inference).
         eval_batch: the eval phase's batch, or None (no eval phase).
         export: whether the run exports its model.
+        train_step: who runs a training run's steps (TRAIN_STEP_KINDS; the record's
+            ``train_step``): ``user`` gives the user's one sub-phase per step (USER_TRAIN_PHASES);
+            anything else memsweep's split steps.
 
     Returns:
         The phase names, in order.
     """
-    base = {"train": TRAIN_PHASES, "generate": GENERATE_PHASES}.get(mode or "", INFERENCE_PHASES)
+    train = USER_TRAIN_PHASES if train_step == "user" else TRAIN_PHASES
+    base = {"train": train, "generate": GENERATE_PHASES}.get(mode or "", INFERENCE_PHASES)
     return base + (("eval",) if eval_batch is not None else ()) + (("export",) if export else ())
 
 

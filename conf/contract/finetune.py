@@ -123,6 +123,7 @@ def check_run_options(spec: Any) -> None:
       ``precision=pure`` with ``dtype`` float16 or bfloat16 or float32 as the compute dtype.
     * A dry run has fake tensors: no checkpoint, no adapters, no quantization, no compile.
     * ``compile`` applies to inference and train (a generation's growing cache recompiles).
+    * A user workload's ``optimizer`` and ``train_step`` apply to mode=train (``_check_user_options``).
 
     Args:
         spec: a ``RunSpec`` whose single fields are already checked.
@@ -142,8 +143,8 @@ def check_run_options(spec: Any) -> None:
         if spec.dry_run:
             raise SpecError("compile", compile_mode, "false with dry_run=true (fake tensors are not compiled)")
     w = spec.workload
-    if spec.workload_name == "user" and w.get("optimizer") is not None and spec.mode != "train":
-        raise SpecError("workload.optimizer", w["optimizer"], f"null with mode={spec.mode} (train mode only)")
+    if spec.workload_name == "user":
+        _check_user_options(spec)
     if spec.workload_name != "hf":
         return
     if w["lora_rank"] is not None and spec.mode != "train":
@@ -171,6 +172,35 @@ def check_run_options(spec: Any) -> None:
         for name in ("pretrained", "lora_rank", "quantization"):
             if w[name] is not None:
                 raise SpecError(f"workload.{name}", w[name], "null with dry_run=true (dry runs build from a config)")
+
+
+def _check_user_options(spec: Any) -> None:
+    """A user workload's ``optimizer`` and ``train_step``: mode=train only; the user's own step
+    (``train_step``) owns the whole step, so memsweep's ``micro_steps`` and ``precision=autocast``
+    (its autocast and GradScaler around its own sub-phases) cannot apply to it.
+
+    Raises:
+        SpecError: naming the field that cannot apply.
+    """
+    w = spec.workload
+    for name in ("optimizer", "train_step"):
+        if w.get(name) is not None and spec.mode != "train":
+            raise SpecError(f"workload.{name}", w[name], f"null with mode={spec.mode} (train mode only)")
+    if w.get("train_step") is None:
+        return
+    if spec.micro_steps != 1:
+        raise SpecError(
+            "micro_steps",
+            spec.micro_steps,
+            "1 with workload.train_step (your train_step is the whole step: accumulate gradients inside it)",
+        )
+    if spec.precision != "pure":
+        raise SpecError(
+            "precision",
+            spec.precision,
+            "pure with workload.train_step (the step is yours: put torch.autocast, and a GradScaler for "
+            "float16, inside it)",
+        )
 
 
 def version_tuple(text: str) -> tuple[int, int]:

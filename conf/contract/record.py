@@ -89,6 +89,12 @@ RECORD_FIELDS = (
     Field("device_index", int, "the CUDA device index; null on the CPU"),
     Field("environment", dict, "versions, device, allocator settings, host: ENVIRONMENT_FIELDS"),
     Field("model", dict, "sizes by construction: MODEL_FIELDS"),
+    Field(
+        "train_step",
+        str,
+        "mode=train: who ran the steps, one of TRAIN_STEP_KINDS (user: workload.train_step, one "
+        "sub-phase user_step per step); null otherwise",
+    ),
     Field("current_phase", str, "the phase about to run or running; null between phases and at the end"),
     Field("phases", list, "one PHASE_FIELDS object per phase run, in order"),
     Field("source", str, "measured or predicted (a dry run: fake tensors)"),

@@ -419,9 +419,17 @@ class RunSpec:
         return self.workload["name"]
 
     @property
+    def train_step(self) -> str | None:
+        """Who runs this spec's training steps (TRAIN_STEP_KINDS): ``user`` when a user workload
+        names its own ``workload.train_step``, else ``memsweep``; None outside mode=train."""
+        if self.mode != "train":
+            return None
+        return "user" if self.workload.get("train_step") is not None else "memsweep"
+
+    @property
     def phases(self) -> tuple[str, ...]:
         """Names of the phases this spec records, in order (each distinct name once)."""
-        return planned_phases(self.mode, self.eval_batch, self.export)
+        return planned_phases(self.mode, self.eval_batch, self.export, self.train_step)
 
     def to_dict(self) -> dict:
         """The spec as a JSON-able dict (what spec.json holds)."""

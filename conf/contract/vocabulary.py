@@ -96,6 +96,15 @@ STEP_SUB_PHASES = ("forward", "loss", "backward", "optimizer_step")
 GENERATE_SUB_PHASES = ("prefill", "decode")
 """The sub-phases of a generation, in order."""
 
+USER_STEP_SUB_PHASES = ("user_step",)
+"""The one sub-phase of a training step run by the user's own function (user workload,
+``workload.train_step``): memsweep cannot see inside it, so forward, loss, backward and
+optimizer_step are not recorded (missing, never zero)."""
+
+TRAIN_STEP_KINDS = ("memsweep", "user")
+"""Who runs a training run's steps (the record's ``train_step``): memsweep's own loop, split into
+``STEP_SUB_PHASES``, or the user's ``workload.train_step``, recorded as ``USER_STEP_SUB_PHASES``."""
+
 AFTER_PHASES = ("eval", "export")
 """Optional phases after the warm phase, each its own phase, in order."""
 
@@ -125,6 +134,15 @@ TRAIN_PHASES = (
 )
 """The phases of a training run, in order (each name once; ``warm_step.*`` repeats)."""
 
+USER_TRAIN_PHASES = (
+    "model_load",
+    "inputs",
+    *sub_phase_names("cold_step", USER_STEP_SUB_PHASES),
+    "warmup",
+    *sub_phase_names("warm_step", USER_STEP_SUB_PHASES),
+)
+"""The phases of a training run whose steps are the user's ``workload.train_step``, in order."""
+
 GENERATE_PHASES = (
     "model_load",
     "inputs",
@@ -143,7 +161,9 @@ COLD_PHASES = ("cold_forward", "cold_step", "cold_generate")
 WARM_PHASES = ("warm_forward", "warm_step", "warm_generate")
 """The repeated (warm) pass of each mode: a phase, or the parent of sub-phases."""
 
-ALL_PHASES = tuple(dict.fromkeys(INFERENCE_PHASES + TRAIN_PHASES + GENERATE_PHASES + PARENT_PHASES + AFTER_PHASES))
+ALL_PHASES = tuple(
+    dict.fromkeys(INFERENCE_PHASES + TRAIN_PHASES + USER_TRAIN_PHASES + GENERATE_PHASES + PARENT_PHASES + AFTER_PHASES)
+)
 """Every name a fault may target: a phase, or a parent (its first sub-phase is hit)."""
 
 # ---- which load variables set each phase's size ----------------------------------------
@@ -163,7 +183,7 @@ PHASE_SIZE_VARIABLES = {
     "cold_forward": STEP_VARIABLES,
     "warm_forward": STEP_VARIABLES,
     "warmup": STEP_VARIABLES + ("new_tokens",),
-    **{sub: STEP_VARIABLES for sub in STEP_SUB_PHASES},
+    **{sub: STEP_VARIABLES for sub in STEP_SUB_PHASES + USER_STEP_SUB_PHASES},
     "prefill": ("context", "batch", "width", "dtype"),
     "decode": ("new_tokens", "context", "batch", "width", "dtype"),
     "eval": ("eval_batch", "context", "width", "dtype", "world_size"),

@@ -138,12 +138,20 @@ def _target(name: str, value: Any, required: bool) -> dict | None:
 
 
 def _user_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"model": None, "inputs": None, "loss": None, "path": None, "optimizer": None}
+    out: dict[str, Any] = {
+        "model": None,
+        "inputs": None,
+        "loss": None,
+        "path": None,
+        "optimizer": None,
+        "train_step": None,
+    }
     out.update(params)
     out["model"] = _target("workload.model", out["model"], True)
     out["inputs"] = _target("workload.inputs", out["inputs"], True)
     out["loss"] = _target("workload.loss", out["loss"], False)
     out["optimizer"] = _target("workload.optimizer", out["optimizer"], False)
+    out["train_step"] = _target("workload.train_step", out["train_step"], False)
     path = out["path"]
     if path is not None and (not isinstance(path, (list, tuple)) or not all(isinstance(d, str) for d in path)):
         raise SpecError("workload.path", path, "null or a list of directories to put on sys.path")
@@ -170,7 +178,7 @@ WORKLOAD_PARAMS = {
         _transformer_params,
     ),
     "hf": (("config", "overrides", "attention", *HF_FINETUNE_DEFAULTS), _hf_params),
-    "user": (("model", "inputs", "loss", "path", "optimizer"), _user_params),
+    "user": (("model", "inputs", "loss", "path", "optimizer", "train_step"), _user_params),
 }
 """Workload name -> (accepted parameter names, validator returning the params with defaults filled)."""
 
@@ -190,7 +198,9 @@ def validate_workload(workload: Any) -> dict:
     user params: ``model``, ``inputs``, ``loss`` (Hydra-style ``{_target_: dotted.path, **kwargs}``;
     loss may be null), ``path`` (directories put on sys.path before importing the targets),
     ``optimizer`` (null or ``fn(params, **kwargs) -> torch.optim.Optimizer``, the user's own
-    optimizer factory, train mode only; it replaces the spec's ``optimizer``).
+    optimizer factory, train mode only; it replaces the spec's ``optimizer``), ``train_step``
+    (null or ``fn(model, batch, optimizer, **kwargs)``, the user's whole training step, train mode
+    only; recorded as one sub-phase, ``USER_STEP_SUB_PHASES``).
 
     Args:
         workload: the description, a mapping with ``name`` (one of WORKLOADS) and its params.

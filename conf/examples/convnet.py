@@ -41,3 +41,32 @@ def make_optimizer(params, lr: float = 0.01, momentum: float = 0.9) -> torch.opt
     tensor (``momentum_buffer``) per parameter, created at the first step
     (https://pytorch.org/docs/stable/generated/torch.optim.SGD.html)."""
     return torch.optim.SGD(params, lr=lr, momentum=momentum)
+
+
+def make_optimizers(params, lr: float = 0.01, momentum: float = 0.9) -> dict[str, torch.optim.Optimizer]:
+    """Two optimizers, for the user's own ``train_step``: SGD with momentum on the convolutions
+    (one ``momentum_buffer`` per parameter) and AdamW on the classifier head, the last Linear's
+    weight and bias (``exp_avg``, ``exp_avg_sq`` and a float32 ``step`` per parameter;
+    https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html)."""
+    params = list(params)
+    return {
+        "body": torch.optim.SGD(params[:-2], lr=lr, momentum=momentum),
+        "head": torch.optim.AdamW(params[-2:], lr=lr),
+    }
+
+
+def train_step(model: nn.Module, batch, optimizer: dict, max_norm: float = 1.0) -> torch.Tensor:
+    """The user's own training step (``workload.train_step``): ``batch`` is what ``make_inputs``
+    returned, ``optimizer`` what ``make_optimizers`` returned. Zero every gradient, forward,
+    cross-entropy, backward, clip the gradients' global norm to ``max_norm``
+    (``torch.nn.utils.clip_grad_norm_``), then step both optimizers. memsweep records the whole
+    function as one sub-phase, ``user_step``."""
+    images, labels = batch
+    for opt in optimizer.values():
+        opt.zero_grad(set_to_none=True)
+    out = loss(model(images), labels)
+    out.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    for opt in optimizer.values():
+        opt.step()
+    return out

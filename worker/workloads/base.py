@@ -106,7 +106,9 @@ class Workload:
         self.autocast_on = spec.precision == "autocast"
         self.param_dtype = torch.float32 if self.autocast_on else self.compute_dtype
         self.model: nn.Module | None = None
-        self.optimizer: torch.optim.Optimizer | None = None
+        # memsweep's optimizer, or whatever the user's factory returned for the user's own train_step
+        # (a list, tuple or dict of optimizers): ``optimizers()`` lists the optimizers in it
+        self.optimizer: Any = None
         self.scaler: torch.amp.GradScaler | None = None
         self.x: Any = None  # the run's inputs (see make_inputs)
         self.target: Any = None
@@ -209,9 +211,24 @@ class Workload:
         return self.model
 
     def _built_optimizer(self) -> torch.optim.Optimizer:
-        """The optimizer ``model_load`` built in train mode (only train phases ask for it)."""
-        assert self.optimizer is not None, "model_load has not run in train mode"
+        """The optimizer ``model_load`` built in train mode (only memsweep's own train phases ask for it)."""
+        assert isinstance(self.optimizer, torch.optim.Optimizer), "model_load has not run in train mode"
         return self.optimizer
+
+    def optimizer_items(self) -> list[Any]:
+        """What ``self.optimizer`` holds: itself, or the items of the list or tuple (the values of
+        the dict) the user's factory returned for the user's own train_step; empty before
+        model_load and outside train mode."""
+        held = self.optimizer
+        if held is None:
+            return []
+        return (
+            list(held.values()) if isinstance(held, dict) else list(held) if isinstance(held, (list, tuple)) else [held]
+        )
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The torch optimizers among ``optimizer_items()``."""
+        return [o for o in self.optimizer_items() if isinstance(o, torch.optim.Optimizer)]
 
     def autocast(self):
         """``torch.autocast`` to the compute dtype under precision=autocast, else a null context."""
@@ -307,8 +324,16 @@ class Workload:
             optimizer.step()
         self._loss = None
 
+    def user_step(self) -> None:
+        """The user's own whole training step (``workload.train_step``, one sub-phase
+        ``USER_STEP_SUB_PHASES``); only the user workload has one."""
+        raise NotImplementedError
+
     def train_step(self) -> None:
         """One whole training step, micro-steps included (the warmup's unit)."""
+        if self.spec.train_step == "user":
+            self.user_step()
+            return
         for micro in range(self.spec.micro_steps):
             self.step_forward(micro)
             self.step_loss(micro)
@@ -384,34 +409,38 @@ class Workload:
             ("gradient", [p.grad for p in params if p.grad is not None]),
         ]
         if self.optimizer is not None:
-            roles.append(
-                (
-                    "optimizer_state",
-                    [
-                        v
-                        for state in self.optimizer.state.values()
-                        for v in state.values()
-                        if isinstance(v, torch.Tensor)
-                    ],
-                )
-            )
+            roles.append(("optimizer_state", self._state_tensors()))
         return roles
+
+    def _state_tensors(self) -> list[torch.Tensor]:
+        """Every tensor in the state of the run's optimizers (``optimizers()``)."""
+        return [
+            v
+            for optimizer in self.optimizers()
+            for state in optimizer.state.values()
+            for v in state.values()
+            if isinstance(v, torch.Tensor)
+        ]
 
     def gradient_bytes(self) -> dict[str, int]:
         """``{"gradient_bytes": bytes}`` of the parameters' ``.grad`` storages."""
         grads = (p.grad for p in self._built_model().parameters() if p.grad is not None)
         return {"gradient_bytes": _storage_bytes(grads)}
 
-    def optimizer_state_bytes(self) -> dict[str, int]:
-        """Bytes of the optimizer's state tensors on the run's device (AdamW keeps its ``step``
-        counters on the host when the parameters are on CUDA)."""
-        tensors = [
-            v
-            for state in self._built_optimizer().state.values()
-            for v in state.values()
-            if isinstance(v, torch.Tensor) and v.device.type == self.device.type
-        ]
+    def optimizer_state_bytes(self) -> dict[str, int | None]:
+        """Bytes of the optimizers' state tensors on the run's device (AdamW keeps its ``step``
+        counters on the host when the parameters are on CUDA); null (unknown, never zero) when
+        ``optimizer_items()`` holds something other than torch optimizers, whose state memsweep
+        cannot read."""
+        if len(self.optimizers()) != len(self.optimizer_items()):
+            return {"optimizer_state_bytes": None}
+        tensors = [v for v in self._state_tensors() if v.device.type == self.device.type]
         return {"optimizer_state_bytes": _storage_bytes(tensors)}
+
+    def step_sizes(self) -> dict[str, int | None]:
+        """``gradient_bytes`` and ``optimizer_state_bytes`` together: what the user's whole step
+        (one sub-phase) leaves live, by construction (bytes)."""
+        return {**self.gradient_bytes(), **self.optimizer_state_bytes()}
 
     def kv_cache_info(self) -> dict[str, int]:
         """``{"kv_cache_bytes": bytes of the cache's storages, "kv_cache_tokens": tokens in it}``."""

@@ -3,16 +3,23 @@
 ``model(load, **kwargs) -> nn.Module``, ``inputs(load, **kwargs) -> (inputs, target)`` and
 optionally ``loss(output, target, **kwargs) -> scalar tensor`` (``_target_``, as in Hydra);
 ``load`` is a ``Load``. The user's modules are imported by ``prepare``, before the first phase.
+Optionally ``optimizer(params, **kwargs)`` and ``train_step(model, batch, optimizer, **kwargs)``,
+the user's whole training step (``batch`` the pair ``inputs`` returned, ``optimizer`` what the
+optimizer factory returned: an optimizer, or a list, tuple or dict of them), run as one sub-phase.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import sys
+from typing import Any
 
 import torch
 from torch import nn
+
+from conf.contract import SpecError
 
 from .base import Workload
 from .losses import default_loss
@@ -72,6 +79,80 @@ def resolve_target(description: dict, field: str):
     return fn, {k: v for k, v in description.items() if k != "_target_"}
 
 
+TRAIN_STEP_ARGS = ("model", "batch", "optimizer")
+"""The positional arguments of the user's ``workload.train_step``, in order."""
+
+
+def check_train_step(fn: Any, kwargs: dict, path: str) -> None:
+    """Check that the user's train step can be called as ``fn(model, batch, optimizer, **kwargs)``
+    (``inspect.Signature.bind``; a callable without a readable signature is let through).
+
+    Args:
+        fn: the callable ``workload.train_step._target_`` names.
+        kwargs: its other keys (keyword arguments).
+        path: its ``_target_``, for the message.
+
+    Raises:
+        SpecError: field ``workload.train_step``, when the call would not bind (wrong arity, an
+            unknown keyword), with its signature and the accepted form.
+    """
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: the call itself will tell
+        return
+    try:
+        signature.bind(*TRAIN_STEP_ARGS, **kwargs)
+    except TypeError as exc:
+        form = ", ".join((*TRAIN_STEP_ARGS, *(f"{k}=..." for k in kwargs)))
+        raise SpecError(
+            "workload.train_step",
+            path,
+            f"a function called as train_step({form}); {path}{signature} does not bind ({exc})",
+        ) from None
+
+
+def check_user_targets(workload: dict) -> dict:
+    """Import a user workload's ``train_step`` and check it (``python -m worker --check-user``,
+    asked by the sweeper before any worker starts: its own process never imports the user's code).
+
+    Args:
+        workload: the validated user workload (``path``, ``train_step``).
+
+    Returns:
+        ``{"ok": True}``, or ``{"field", "value", "accepted"}`` of the first problem: a module
+        that cannot be imported or has no such callable (field ``workload.train_step._target_``),
+        or a call that would not bind (``check_train_step``).
+    """
+    for directory in reversed(workload.get("path") or []):
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+    description = workload.get("train_step")
+    if not description:
+        return {"ok": True}
+    try:
+        fn, kwargs = resolve_target(description, "workload.train_step")
+    except (ImportError, AttributeError) as exc:  # its message opens with the field and value: not twice
+        accepted = "a function that can be imported: " + str(exc).split(": ", 1)[-1]
+        return {"field": "workload.train_step._target_", "value": description["_target_"], "accepted": accepted}
+    except Exception as exc:  # noqa: BLE001 - the user's module raised while importing
+        accepted = f"a module that imports ({type(exc).__name__}: {exc})"
+        return {"field": "workload.train_step._target_", "value": description["_target_"], "accepted": accepted}
+    try:
+        check_train_step(fn, kwargs, description["_target_"])
+    except SpecError as exc:
+        return {"field": exc.field, "value": exc.value, "accepted": exc.accepted}
+    return {"ok": True}
+
+
+def _describe(held: Any) -> str:
+    """``SGD``, ``list[SGD, AdamW]`` or ``dict[body: SGD, head: AdamW]``: what a factory returned."""
+    if isinstance(held, dict):
+        return "dict[" + ", ".join(f"{k}: {type(v).__name__}" for k, v in held.items()) + "]"
+    if isinstance(held, (list, tuple)):
+        return f"{type(held).__name__}[" + ", ".join(type(v).__name__ for v in held) + "]"
+    return type(held).__name__
+
+
 class UserWorkload(Workload):
     """The user's model, inputs and loss (see the module docstring and the README).
 
@@ -87,6 +168,7 @@ class UserWorkload(Workload):
         Raises:
             DependencyMissing: the optimizer's package is missing.
             ImportError, AttributeError: a ``_target_`` cannot be resolved (``resolve_target``).
+            SpecError: ``workload.train_step`` cannot be called as train_step(model, batch, optimizer).
         """
         super().prepare()
         w = self.spec.workload
@@ -97,21 +179,28 @@ class UserWorkload(Workload):
         self._inputs = resolve_target(w["inputs"], "workload.inputs")
         self._loss_fn = resolve_target(w["loss"], "workload.loss") if w["loss"] else None
         self._optimizer = resolve_target(w["optimizer"], "workload.optimizer") if w["optimizer"] else None
+        self._train_step = resolve_target(w["train_step"], "workload.train_step") if w["train_step"] else None
+        if self._train_step is not None:
+            fn, kwargs = self._train_step
+            check_train_step(fn, kwargs, w["train_step"]["_target_"])
 
     def build_optimizer(self, params, foreach):
         """The user's optimizer (``workload.optimizer``: ``fn(params, **kwargs)``), else the spec's.
+        With the user's own ``train_step`` the factory may return anything that step takes (a
+        list, tuple or dict of optimizers, say): it is handed over as it is.
 
         Raises:
-            TypeError: the factory did not return a ``torch.optim.Optimizer``.
+            TypeError: without ``train_step``, the factory did not return a ``torch.optim.Optimizer``.
         """
         if self._optimizer is None:
             return super().build_optimizer(params, foreach)
         fn, kwargs = self._optimizer
         optimizer = fn(params, **kwargs)
-        if not isinstance(optimizer, torch.optim.Optimizer):
+        if self._train_step is None and not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(
                 f"workload.optimizer {self.spec.workload['optimizer']['_target_']} returned "
-                f"{type(optimizer).__name__}, expected a torch.optim.Optimizer"
+                f"{type(optimizer).__name__}, expected a torch.optim.Optimizer (any object with your own "
+                "workload.train_step)"
             )
         return optimizer
 
@@ -119,8 +208,15 @@ class UserWorkload(Workload):
         """``Workload.model_info`` plus ``optimizer``: the user's factory and the class it built."""
         info = super().model_info()
         if self._optimizer is not None and self.optimizer is not None:
-            info["optimizer"] = f"{self.spec.workload['optimizer']['_target_']} -> {type(self.optimizer).__name__}"
+            info["optimizer"] = f"{self.spec.workload['optimizer']['_target_']} -> {_describe(self.optimizer)}"
         return info
+
+    def user_step(self) -> None:
+        """The user's whole training step: ``train_step(model, (inputs, target), optimizer, **kwargs)``
+        (``workload.train_step``); what it returns is released at once."""
+        assert self._train_step is not None, "a run without workload.train_step has no user step"
+        fn, kwargs = self._train_step
+        fn(self._built_model(), (self.x, self.target), self.optimizer, **kwargs)
 
     def load(self, batch: int, generator: torch.Generator | None) -> Load:
         """The ``Load`` a user function receives for ``batch`` and ``generator``."""
