@@ -14,7 +14,9 @@ a first GPU in one go (within about 5 minutes on one GPU) and prints a compact t
 * memory outside the allocator: measured in every phase and at set-up (total - free - reserved);
 * peak reset between phases, bf16 and autocast, generation: tests/gpu_cases.py ``check_modes``;
 * one snapshot for one OOM run (snapshot_on_oom on a single run, Python stacks, bounded);
-* dry run vs measured per phase: ``check_dry_run``; with 2+ GPUs the pool and devices=2.
+* dry run vs measured per phase: ``check_dry_run``; with 2+ GPUs the pool and devices=2;
+* torch.compile, LoRA and QLoRA with adamw8bit: tests/gpu_finetune.py ``check_finetune`` (each
+  part skipped, saying so, where its package is missing).
 
 Exit 0 when every check passes, 1 when one fails, 2 when nothing could be checked (no GPU
 visible, a CPU-only build, PyTorch too old, a dependency without its wheel).
@@ -158,6 +160,7 @@ def main() -> int:
         return 2
     print(f"gpu-check: {device}")
     import gpu_cases
+    import gpu_finetune
 
     out = Path(tempfile.mkdtemp(prefix="memsweep-gpu-check-"))
     rows: list = []
@@ -172,6 +175,9 @@ def main() -> int:
         found = case()
         rows.append((name, not found, label if not found else f"{len(found)} failure(s)"))
         failures += found
+    found, summary = gpu_finetune.check_finetune(out / "finetune")
+    rows.append(("compile, LoRA, QLoRA", not found, summary))
+    failures += found
     print(f"\n{'check':<22} {'result':<6} values")
     for name, ok, values in rows:
         print(f"{name:<22} {'ok' if ok else 'FAIL':<6} {values}")
