@@ -153,7 +153,12 @@ class RunSpec:
     CPU, nccl on cuda:0..world_size-1); more than 1 needs ddp or fsdp. ddp/fsdp: mode=train, a
     workload of PARALLEL_WORKLOADS, not a dry run, devices 1. ``batch`` is each rank's
     micro-batch; the run's global batch is batch * world_size * micro_steps. ``fault.rank``
-    (optional) injects the fault in that rank only.
+    (optional) injects the fault in that rank only. ``nodes`` and ``tasks_per_node``: a run whose
+    ranks are the tasks of a SLURM job (``+cluster=slurm``; worker/slurm.py maps SLURM's
+    environment to torch.distributed's ``env://`` rendezvous), each task one rank on
+    ``cuda:<SLURM_LOCALID>``; ``nodes * tasks_per_node`` must equal ``world_size``. Without
+    ``tasks_per_node`` (default; ``+cluster=slurm`` sets 1) the worker forks the ranks itself on one
+    machine, ``nodes`` 1.
     """
 
     batch: int
@@ -189,6 +194,8 @@ class RunSpec:
     parallel: str = "none"
     world_size: int = 1
     reshard_after_forward: bool = True
+    nodes: int = 1
+    tasks_per_node: int | None = None
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -288,6 +295,7 @@ class RunSpec:
             raise SpecError("reshard_after_forward", self.reshard_after_forward, "true or false")
         if self.fault is not None and "rank" in self.fault:
             int_in_range("fault.rank", self.fault["rank"], 0, n - 1)
+        self._check_nodes()
         if self.parallel == "none":
             if n != 1:
                 raise SpecError("world_size", n, "1 with parallel=none (several ranks need parallel=ddp or fsdp)")
@@ -311,6 +319,37 @@ class RunSpec:
                 f"cuda:0 with parallel={self.parallel} (rank r runs on cuda:r; choose the GPUs with pool=gpus "
                 "or CUDA_VISIBLE_DEVICES)",
             )
+
+    def _check_nodes(self) -> None:
+        """``nodes`` and ``tasks_per_node`` (see the class docstring).
+
+        Raises:
+            SpecError: nodes or tasks_per_node not an integer >= 1, several nodes without
+                tasks_per_node, or nodes * tasks_per_node other than world_size.
+        """
+        positive_int("nodes", self.nodes, MAX_WORLD_SIZE)
+        tasks = self.tasks_per_node
+        if tasks is None:
+            if self.nodes != 1:
+                raise SpecError(
+                    "tasks_per_node",
+                    tasks,
+                    f"an integer >= 1 with nodes={self.nodes} (nodes x tasks_per_node = world_size, one rank per task)",
+                )
+            return
+        positive_int("tasks_per_node", tasks, MAX_WORLD_SIZE)
+        if self.nodes * tasks != self.world_size:
+            raise SpecError(
+                "tasks_per_node",
+                tasks,
+                f"world_size / nodes = {self.world_size}/{self.nodes} (nodes x tasks_per_node must equal "
+                f"world_size={self.world_size})",
+            )
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks on one machine: ``tasks_per_node``, else every rank (the worker forks them all)."""
+        return self.tasks_per_node if self.tasks_per_node is not None else self.world_size
 
     @property
     def global_batch(self) -> int:
