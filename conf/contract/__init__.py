@@ -38,6 +38,7 @@ from .exits import (
 )
 from .finetune import COMPILE_MODES, QUANTIZATIONS, version_tuple
 from .host import STOPPED_STATES, boot_id, meminfo_bytes, proc_kb_field, proc_kb_fields, process_identity, process_state
+from .parallel import MAX_WORLD_SIZE
 from .record import (
     CAPACITY_FIELDS,
     DEVICE_FIELDS,
@@ -87,7 +88,7 @@ from .rundir import (
     run_peak,
     try_read,
 )
-from .spec import MAX_DEVICES, MAX_WORLD_SIZE, RunSpec, needs_dynamo, validate_device, validate_estimate
+from .spec import MAX_DEVICES, RunSpec, needs_dynamo, validate_device, validate_estimate
 from .units import GB, SIZE_UNITS, GiB, bytes_text, gib, parse_size
 from .vocabulary import (
     ACTIVATIONS,
