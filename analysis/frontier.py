@@ -1,14 +1,18 @@
 """The success/OOM frontier of each swept variable, everything else fixed.
 
-For an axis (batch, context, width, eval_batch, or dtype ordered by bytes per element) and a group of
-runs identical in every other load field: ``max_ok`` is the largest value that ran
-(outcome ``ok``), ``min_oom`` the smallest that ran out of memory (``oom``). Only ``oom``
-says "does not fit": ``error``, ``crash`` and ``timeout`` runs are counted apart and are
-never either side. ``exact`` when the two are neighbours among the values run and the
-results are monotonic (every ok below every oom); a non-monotonic group is flagged, never
-smoothed away; ``stable`` is false when one value had both ok and oom runs, true when some
-value ran (ok or oom) more than once without that, and null when none did (nothing was
-re-run, so nothing was checked: an ovat sweep runs each value once).
+For an axis (batch, context, width, eval_batch, or dtype ordered by bytes per element) and a group
+of runs identical in every other load field: ``max_ok`` is the largest value that ran (outcome
+``ok``), ``min_oom`` the smallest that ran out of memory (``oom``). Only ``oom`` says "does not
+fit": ``error``, ``crash`` and ``timeout`` runs are counted apart and are never either side. That
+reads an axis whose load grows with its value; an axis whose load per rank shrinks as it grows
+(``world_size`` under FSDP: ``conf.contract.AXIS_DIRECTIONS``) has its successes above the edge and
+its OOMs below, and its row says so (``direction`` decreasing) with ``min_ok`` (the smallest value
+that ran) and ``max_oom`` (the largest that ran out of memory) instead; neighbours and monotonic are
+read the same way, mirrored. ``exact`` when the two are neighbours among the values run and the
+results are monotonic (every ok below every oom); a non-monotonic group is flagged, never smoothed
+away; ``stable`` is false when one value had both ok and oom runs, true when some value ran (ok or
+oom) more than once without that, and null when none did (nothing was re-run, so nothing was
+checked: an ovat sweep runs each value once).
 
 An OOM is a point of an axis only when the phase that failed scales with that axis
 (``conf.contract.oom_attribution``, ``PHASE_SIZE_VARIABLES``): a training run that runs out of
@@ -37,6 +41,7 @@ from conf.contract import (
     DTYPE_BYTES,
     INTEGER_AXES,
     SEARCH_LOG,
+    axis_direction,
     failure_words,
     oom_attribution,
     phase_variables,
@@ -68,6 +73,7 @@ FRONTIER_SCHEMA = pa.schema(
     [
         ("sweep_dir", pa.string()),
         ("axis", pa.string()),
+        ("direction", pa.string()),
         ("workload", pa.string()),
         ("mode", pa.string()),
         ("device", pa.string()),
@@ -90,11 +96,15 @@ FRONTIER_SCHEMA = pa.schema(
         ("min_oom", pa.int64()),
         ("max_ok_label", pa.string()),
         ("min_oom_label", pa.string()),
+        ("min_ok", pa.int64()),
+        ("max_oom", pa.int64()),
         ("exact", pa.bool_()),
         ("monotonic", pa.bool_()),
         ("stable", pa.bool_()),
         ("max_ok_max_memory_allocated", pa.int64()),
         ("max_ok_max_memory_reserved", pa.int64()),
+        ("min_ok_max_memory_allocated", pa.int64()),
+        ("min_ok_max_memory_reserved", pa.int64()),
         ("strategy", pa.string()),
         ("runs_used", pa.int64()),
         ("upper_reached", pa.bool_()),
@@ -113,7 +123,12 @@ FRONTIER_SCHEMA = pa.schema(
     ]
 )
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
-null; ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
+null. ``direction`` (conf.contract.DIRECTIONS, from the axis and the row's ``parallel``) says
+which pair holds the edge: ``increasing`` and ``constant`` (DDP's world_size: the same load per
+rank at every value) fill ``max_ok``/``min_oom`` and their labels and ``max_ok_max_memory_*``;
+``decreasing`` (FSDP's world_size: more ranks, less each) fills ``min_ok`` (smallest value that
+ran ok), ``max_oom`` (largest that ran out of memory) and ``min_ok_max_memory_*``, the other
+pair null. ``max_ok``/``min_oom`` are null for the dtype axis, whose answer is in the labels
 (dtypes ordered by bytes per element, then name); ``values`` lists the values run, in order;
 ``max_ok_max_memory_*``: the peaks (bytes) of the max_ok run (of its completed phases when it ran
 out of memory later, in a phase that does not scale with the axis). ``n_oom_elsewhere``: OOM runs
@@ -175,6 +190,33 @@ def differing(rows: list[dict], fields: tuple[str, ...] = LOAD_FIELDS) -> list[s
     return [k for k in fields if len({str(r.get(k)) for r in rows}) > 1]
 
 
+def direction_words(row: dict) -> str | None:
+    """The edge of a frontier row whose axis is not read "larger is harder", in words.
+
+    Args:
+        row: a frontier row (``FRONTIER_SCHEMA`` as a dict).
+
+    Returns:
+        For ``direction`` decreasing: its ``min_ok`` and ``max_oom`` ("world_size decreasing under
+        parallel=fsdp (more ranks, less memory each): fits from world_size=4 (min_ok); 2 runs out
+        of memory (max_oom)"); for constant: what its ``max_ok``/``min_oom`` can mean; None for an
+        increasing axis (its ``max_ok``/``min_oom`` say it) or a row without a direction.
+    """
+    axis, direction, parallel = row.get("axis"), row.get("direction"), row.get("parallel")
+    if direction == "decreasing":
+        fits = "no value ran ok" if row.get("min_ok") is None else f"fits from {axis}={row['min_ok']} (min_ok)"
+        oom = (
+            "none ran out of memory" if row.get("max_oom") is None else f"{row['max_oom']} runs out of memory (max_oom)"
+        )
+        return f"{axis} decreasing under parallel={parallel} (more ranks, less memory each): {fits}; {oom}"
+    if direction == "constant":
+        return (
+            f"{axis} constant under parallel={parallel} (each rank holds the same load at every {axis}): an edge "
+            f"here comes from what grows with {axis} beside the load (communication buffers), not from the load"
+        )
+    return None
+
+
 def _scalar(value):
     """A group key value as a plain Python value; a missing one (None, NaN, NA) is None."""
     if value is None or (not isinstance(value, (str, bool)) and pd.isna(value)):
@@ -224,6 +266,29 @@ def _fit_peak(runs: pd.DataFrame, counter: str) -> int | None:
     ]
     values = [int(v) for v in values if v is not None and not pd.isna(v)]
     return max(values) if values else None
+
+
+def _edge(ok: list[int], oom: list[int], direction: str) -> tuple[int | None, int | None, bool, int | None]:
+    """The edge of a frontier row among its values, by their ranks in the row's order.
+
+    Args:
+        ok: the ranks (ascending) of the values that read ``ok`` (``_reads``).
+        oom: the ranks (ascending) of the values that read ``oom``.
+        direction: the axis' direction (``conf.contract.axis_direction``).
+
+    Returns:
+        (fit, miss, monotonic, gap): the rank that fit nearest the OOM side (the largest ok; the
+        smallest under ``decreasing``) and the OOM nearest the fitting side (the smallest oom; the
+        largest under ``decreasing``), each None when there is none; monotonic false when an ok
+        lies beyond an oom on the OOM side; gap the ranks between them (1: neighbours), None unless both.
+    """
+    if direction == "decreasing":  # more of the axis, less per rank: oks above, ooms below
+        fit, miss = (ok[0] if ok else None), (oom[-1] if oom else None)
+        monotonic = fit is None or miss is None or miss <= fit
+        return fit, miss, monotonic, None if fit is None or miss is None else fit - miss
+    fit, miss = (ok[-1] if ok else None), (oom[0] if oom else None)
+    monotonic = fit is None or miss is None or fit <= miss
+    return fit, miss, monotonic, None if fit is None or miss is None else miss - fit
 
 
 def elsewhere_words(axis: str, group: pd.DataFrame, unreached: bool) -> dict:
@@ -285,7 +350,8 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     the axis (or one the frontier sweeper searched, per its ``search.jsonl``) gives a row:
     ``max_ok`` (largest value that ran ok, or ran out of memory only in a phase after every
     phase that scales with the axis: ``_reads``) and ``min_oom`` (smallest value that ran out of
-    memory in a phase that scales with the axis; other OOMs in ``elsewhere_words``), ``exact``
+    memory in a phase that scales with the axis; other OOMs in ``elsewhere_words``), or on a
+    ``decreasing`` axis (``conf.contract.axis_direction``) ``min_ok`` and ``max_oom``, ``exact``
     when they are neighbours among the values run, ``monotonic`` false when a success lies above
     an OOM (flagged, never smoothed), ``stable`` false when one value both fit and ran out of
     memory (None when no value ran twice), and the peaks at max_ok in bytes.
@@ -325,18 +391,21 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
             by_value = {v: set(group.loc[group[axis] == v, "_reads"]) for v in values}
             ok = [v for v in values if "ok" in by_value[v]]
             oom = [v for v in values if "oom" in by_value[v]]
-            max_ok = ok[-1] if ok else None
-            min_oom = oom[0] if oom else None
-            monotonic = not (ok and oom and rank[ok[-1]] > rank[oom[0]])
+            direction = axis_direction(axis, _scalar(fixed.get("parallel")))
+            fit, miss, monotonic, gap = _edge([rank[v] for v in ok], [rank[v] for v in oom], direction)
+            fit, miss = (None if i is None else values[i] for i in (fit, miss))
             rerun = (group.loc[group["_reads"].isin(["ok", "oom"]), axis].value_counts() > 1).any()
             stable = not any({"ok", "oom"} <= s for s in by_value.values()) if rerun else None
-            exact = bool(ok and oom and monotonic and stable is not False and rank[min_oom] - rank[max_ok] == 1)
+            exact = bool(ok and oom and monotonic and stable is not False and gap == 1)
             peak = {}
-            if max_ok is not None:
-                at = group[(group[axis] == max_ok) & (group["_reads"] == "ok")]
+            if fit is not None:
+                at = group[(group[axis] == fit) & (group["_reads"] == "ok")]
                 peak = {c: _fit_peak(at, c) for c in ("max_memory_allocated", "max_memory_reserved")}
-            elsewhere = elsewhere_words(axis, group, min_oom is None)
+            elsewhere = elsewhere_words(axis, group, miss is None)
             numeric = axis in INTEGER_AXES
+            down = direction == "decreasing"
+            max_ok, min_oom = (None, None) if down else (fit, miss)
+            edge_of = "min_ok" if down else "max_ok"
             rows.append(
                 {
                     **{k: fixed.get(k) for k in ("sweep_dir", "workload", "mode", "device", "capacity_bytes", *AXES)},
@@ -350,15 +419,17 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                     if "failure_class" in group.columns
                     else None,
                     **elsewhere,
+                    "direction": direction,
                     "max_ok": int(max_ok) if numeric and max_ok is not None else None,
                     "min_oom": int(min_oom) if numeric and min_oom is not None else None,
                     "max_ok_label": None if max_ok is None else str(max_ok),
                     "min_oom_label": None if min_oom is None else str(min_oom),
+                    "min_ok": int(fit) if down and fit is not None else None,
+                    "max_oom": int(miss) if down and miss is not None else None,
                     "exact": exact,
                     "monotonic": monotonic,
                     "stable": stable,
-                    "max_ok_max_memory_allocated": peak.get("max_memory_allocated"),
-                    "max_ok_max_memory_reserved": peak.get("max_memory_reserved"),
+                    **{f"{edge_of}_{c}": v for c, v in peak.items()},
                     **{
                         k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k])
                         for k in ("warmup", "repeats", "devices")

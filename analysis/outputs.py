@@ -18,7 +18,7 @@ from filelock import FileLock
 
 from conf.contract import AXES, gib, predicted_outcome
 
-from .frontier import LOAD_FIELDS, differing, frontier_table
+from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
 from .tables import build_tables
 
 OUTPUTS = ("runs.parquet", "phases.parquet", "frontier.parquet")
@@ -81,6 +81,13 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
             f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "
             f"{gib(r['capacity_bytes']):>9}"
         )
+        if direction_words(r):  # an edge read other than "larger is harder" (world_size)
+            lines.append(f"{'':<8} {direction_words(r)}")
+        if r.get("direction") == "decreasing" and r.get("min_ok") is not None:
+            lines.append(
+                f"{'':<8} peak at min_ok: {gib(r['min_ok_max_memory_allocated'])} GiB allocated, "
+                f"{gib(r['min_ok_max_memory_reserved'])} GiB reserved"
+            )
         if r.get("not_reached"):  # only OOMs of phases that do not scale with the axis
             lines.append(f"{'':<8} {r['not_reached']}")
         elif r.get("n_oom_elsewhere"):

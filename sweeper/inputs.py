@@ -95,6 +95,29 @@ def check_launcher(launcher_target: str | None) -> None:
             )
 
 
+def check_task_ranks(spec: Any, launcher_target: str | None) -> None:
+    """Refuse ranks as SLURM tasks (spec ``tasks_per_node`` with world_size > 1) under a launcher
+    that starts no SLURM tasks, before any worker starts.
+
+    Args:
+        spec: the run's ``RunSpec``.
+        launcher_target: ``hydra.launcher._target_`` of the composed config (None when unknown:
+            not checked).
+
+    Raises:
+        SpecError: field ``tasks_per_node``, when the launcher is not submitit_slurm.
+    """
+    if spec.tasks_per_node is None or spec.world_size == 1 or launcher_target is None:
+        return
+    if str(launcher_target).rsplit(".", 1)[-1] not in LAUNCHER_TOOLS:
+        raise SpecError(
+            "tasks_per_node",
+            spec.tasks_per_node,
+            "null with this launcher: ranks as SLURM tasks need a SLURM job (+cluster=slurm); without "
+            "tasks_per_node the worker forks the world_size ranks on this machine",
+        )
+
+
 def sweeper_kind(target: Any) -> str:
     """The short name of a sweeper from its ``_target_`` (``...OvatSweeper`` -> ``ovat``)."""
     name = str(target or "unknown").rsplit(".", 1)[-1]

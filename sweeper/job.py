@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from conf.contract import RECORD_FILE, STDERR_FILE, RunSpec, predicted_outcome, run_peak, try_read
+from conf.contract import RECORD_FILE, SPEC_FILE, STDERR_FILE, RunSpec, predicted_outcome, run_peak, try_read
 
 from .errors import InputRefused
 from .owner import guard_launcher_worker
@@ -45,12 +45,15 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
         if new_run_dir and hydra_cfg.mode == RunMode.RUN:  # a refused `memsweep run` leaves no empty directory
             remove_bookkeeping_only(run_dir)
         raise
+    task = rank_task(spec)
+    if task is not None:  # ranks as SLURM tasks: this task runs its rank only; task 0 runs the run
+        return run_rank_task(spec, run_dir, task)
     # A sweep started again on its directory resumes (finished runs are not run twice);
     # a single `memsweep run` never reuses a directory.
     launch = launch_settings(cfg)
     probe = probe_device(spec.device) if spec.device.startswith("cuda") else None
     with placement(
-        launch["pool"], spec.device, launch["cores_per_run"], probe, devices=max(spec.devices, spec.world_size)
+        launch["pool"], spec.device, launch["cores_per_run"], probe, devices=max(spec.devices, spec.ranks_per_node)
     ) as extra_env:
         result = execute(
             spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN, isolation=launch["isolation"], extra_env=extra_env
@@ -68,6 +71,45 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
             result, predicted_outcome=predicted_outcome(result["outcome"], run_peak(record)[0], spec.capacity_bytes)
         )
     return result
+
+
+RANK_TASK_WAIT_S = 600.0
+"""Seconds a SLURM task of a rank other than 0 waits for task 0 to write the run's spec.json."""
+
+
+def rank_task(spec: RunSpec) -> str | None:
+    """This SLURM task's rank (``SLURM_PROCID``) when ``spec``'s ranks are SLURM tasks
+    (``tasks_per_node``, world_size > 1) and it is not rank 0; else None (the run's own task)."""
+    import os
+
+    rank = os.environ.get("SLURM_PROCID")
+    if spec.tasks_per_node is None or spec.world_size == 1 or rank in (None, "0"):
+        return None
+    return rank
+
+
+def run_rank_task(spec: RunSpec, run_dir: Path, rank: str) -> dict:
+    """Run rank ``rank`` of a run whose ranks are SLURM tasks: wait for task 0's spec.json in the
+    (shared) run directory, then the worker on it in this task (``worker.ranks.task_rank``: its
+    ``ranks/rank_N.*`` only; task 0's worker merges them into record.json and its result is the run's).
+
+    Returns:
+        ``{"rank_task": rank, "exit_code": N}``, or ``exit_code`` None when spec.json never came.
+    """
+    import os
+    import subprocess
+    import sys
+    import time
+
+    spec_path = run_dir / SPEC_FILE
+    deadline = time.monotonic() + RANK_TASK_WAIT_S
+    while not spec_path.is_file() and time.monotonic() < deadline:
+        time.sleep(1.0)
+    if not spec_path.is_file():
+        log.error("%s: rank %s: no %s from task 0 after %.0f s", run_dir, rank, SPEC_FILE, RANK_TASK_WAIT_S)
+        return {"rank_task": rank, "exit_code": None}
+    code = subprocess.call([sys.executable, "-m", "worker", str(spec_path)], env=dict(os.environ))
+    return {"rank_task": rank, "exit_code": code}
 
 
 def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None = None) -> str:

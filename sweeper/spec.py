@@ -61,6 +61,8 @@ LOAD_KEYS = (
     "parallel",
     "world_size",
     "reshard_after_forward",
+    "nodes",
+    "tasks_per_node",
 )
 
 
@@ -170,11 +172,30 @@ def checked_spec(cfg: Any) -> RunSpec:
     Raises:
         InputRefused: the first bad field, carrying the ``SpecError`` (field, value, accepted).
     """
+    from .inputs import check_task_ranks
+
     try:
         launch_settings(cfg)
-        return spec_from_config(cfg)
+        spec = spec_from_config(cfg)
+        check_task_ranks(spec, _launcher_target(cfg))
+        return spec
     except SpecError as exc:
         raise InputRefused(exc) from None
+
+
+def _launcher_target(cfg: Any) -> str | None:
+    """``hydra.launcher._target_`` of ``cfg``, else of the running Hydra job; None when neither says."""
+    from omegaconf import OmegaConf
+
+    target = OmegaConf.select(cfg, "hydra.launcher._target_", default=None) if OmegaConf.is_config(cfg) else None
+    if target is None:
+        try:
+            from hydra.core.hydra_config import HydraConfig
+
+            target = HydraConfig.get().launcher.get("_target_")
+        except ValueError:  # no Hydra job (a test's plain config)
+            return None
+    return None if target is None else str(target)
 
 
 def spec_from_config(cfg: Any) -> RunSpec:
@@ -233,8 +254,10 @@ def spec_from_config(cfg: Any) -> RunSpec:
         count = info.get("device_count")
         if spec.devices > 1 and isinstance(count, int) and spec.devices > count:
             raise SpecError("devices", spec.devices, f"at most the {count} GPU(s) visible here")
-        if spec.world_size > 1 and isinstance(count, int) and spec.world_size > count:
-            raise SpecError("world_size", spec.world_size, f"at most the {count} GPU(s) visible here (one per rank)")
+        per_node = spec.ranks_per_node  # the ranks that share one machine's GPUs
+        if per_node > 1 and isinstance(count, int) and per_node > count:
+            field = "world_size" if spec.tasks_per_node is None else "tasks_per_node"
+            raise SpecError(field, per_node, f"at most the {count} GPU(s) visible here (one per rank)")
         total = info.get("total_memory")
         if capacity_bytes is not None and total and capacity_bytes > total:
             raise SpecError("capacity", capacity, f"at most the device's total_memory, {total} bytes")

@@ -8,7 +8,8 @@
   phase peak lower than the one before it (the peak is reset between phases, never carried).
 * ``check_dry_run``: a CUDA dry run (fake tensors) against the measured run of the same spec,
   per phase (model_load exact, the rest printed with its error).
-* ``check_pool`` and ``check_devices``: with 2+ GPUs only.
+* ``check_pool``, ``check_devices`` and ``check_ranks`` (2 DDP/FSDP ranks on cuda:0 and cuda:1,
+  nccl): with 2+ GPUs only; with one GPU each says it skipped.
 
 Each returns a list of failures (str) and prints what it measured.
 """
@@ -181,6 +182,72 @@ def check_devices(info: dict, out: Path) -> list[str]:
                 f"devices=2 {p['name']}: cuda:0 max_memory_allocated {peak0} vs main {p['max_memory_allocated']}"
             )
     print(f"gpu-check devices=2: {record['outcome']}, GPUs {visible}, {len(record['phases'])} phases")
+    return failures
+
+
+def check_ranks(info: dict, out: Path) -> list[str]:
+    """With 2+ GPUs: a DDP and an FSDP run of 2 ranks (`memsweep run parallel=ddp|fsdp world_size=2
+    pool=gpus`, nccl: rank r on cuda:r of the two leased GPUs), each checked: outcome ok, the ranks
+    on cuda:0 and cuda:1, every phase recorded by both ranks with a CUDA peak > 0, DDP ranks holding
+    the whole model each, FSDP ranks about half of it (an even split, padded). One GPU: skipped,
+    saying so (returns no failure)."""
+    if int(info.get("device_count") or 1) < 2:
+        print("gpu-check: one GPU visible, the 2-rank DDP/FSDP check (cuda:0 and cuda:1, nccl) needs two (skipped)")
+        return []
+    failures = []
+    for parallel in ("ddp", "fsdp"):
+        run_dir = out / f"ranks_{parallel}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "sweeper.cli",
+            "run",
+            "device=cuda",
+            "pool=gpus",
+            "mode=train",
+            f"parallel={parallel}",
+            "world_size=2",
+            "batch=4",
+            "context=128",
+            "width=256",
+            "workload.depth=4",
+            "warmup=1",
+            "repeats=1",
+            "timeout_s=180",
+            f"hydra.run.dir={run_dir}",
+        ]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=child_env())
+        record_path = run_dir / "record.json"
+        if not record_path.is_file():
+            failures.append(f"{parallel} 2 ranks: no record ({proc.returncode}): {proc.stderr[-2000:]}")
+            continue
+        record = json.loads(record_path.read_text())
+        if record.get("outcome") != "ok":
+            failures.append(f"{parallel} 2 ranks: {record.get('outcome')}: {record.get('error_message')}")
+            continue
+        ranks = record.get("ranks") or []
+        devices = [r.get("device") for r in ranks]
+        if devices != ["cuda:0", "cuda:1"]:
+            failures.append(f"{parallel} 2 ranks on {devices}, not cuda:0 and cuda:1")
+        for p in record["phases"]:
+            entries = p.get("ranks") or []
+            peaks = [e.get("max_memory_allocated") for e in entries]
+            if [e.get("rank") for e in entries] != [0, 1] or not all(isinstance(v, int) and v > 0 for v in peaks):
+                failures.append(
+                    f"{parallel} {p['name']}: rank entries {[e.get('rank') for e in entries]}, peaks {peaks}"
+                )
+        whole = (record.get("model") or {}).get("parameter_bytes")
+        held = [r.get("local_parameter_bytes") for r in ranks]
+        share = whole if parallel == "ddp" else (whole or 0) / 2
+        if not whole or not all(isinstance(h, int) and share <= h <= share * 1.01 for h in held):
+            failures.append(
+                f"{parallel}: ranks hold {held} B of the model's {whole} B (expected about {share:.0f} each)"
+            )
+        print(
+            f"gpu-check ranks {parallel}: {record['outcome']}, ranks on {devices}, "
+            f"parameters held {held} of {whole} B, "
+            f"peaks {[r.get('max_memory_allocated') for r in ranks]} B"
+        )
     return failures
 
 

@@ -171,6 +171,7 @@ def main() -> int:
         ("dry run", lambda: gpu_cases.check_dry_run(out / "dry"), "dry run vs measured per phase"),
         ("pool", lambda: gpu_cases.check_pool(probe, out), "one run per GPU (2+ GPUs)"),
         ("devices=2", lambda: gpu_cases.check_devices(probe, out), "per-device counters (2+ GPUs)"),
+        ("ranks=2", lambda: gpu_cases.check_ranks(probe, out), "DDP/FSDP ranks on cuda:0, cuda:1, nccl (2+ GPUs)"),
     ):
         found = case()
         rows.append((name, not found, label if not found else f"{len(found)} failure(s)"))

@@ -273,3 +273,11 @@ def test_the_real_wheels_give_hydra_to_an_interpreter_without_it(tmp_path):
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(json.loads(proc.stdout.splitlines()[-1])) == 3
+
+
+def test_the_two_rank_gpu_check_skips_on_one_gpu_saying_so(tmp_path, capsys):
+    import gpu_cases
+
+    assert gpu_cases.check_ranks({"device_count": 1}, tmp_path) == []
+    assert "needs two (skipped)" in capsys.readouterr().out
+    assert not any(tmp_path.iterdir())  # nothing was run

@@ -108,6 +108,15 @@ def main(argv: list[str] | None = None) -> int:
         if spec_path.parent.is_dir() and not rec.path.exists():
             rec.finish("error", EXIT_BAD_SPEC, exc=exc)
         return EXIT_BAD_SPEC
+    if spec.tasks_per_node is not None and spec.parallel != "none":  # ranks as SLURM tasks
+        from .ranks import task_rank, task_rendezvous
+
+        try:
+            task = task_rendezvous(spec)
+        except SpecError:  # measure_ranks records it (below)
+            task = None
+        if task is not None and task["RANK"] != "0":  # rank 0's task owns record.json
+            return task_rank(spec, spec_path.parent, task)
     if rec.path.exists():
         print(f"memsweep worker: {rec.path} already exists; refusing to overwrite a record", file=sys.stderr)
         return EXIT_BAD_SPEC

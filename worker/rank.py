@@ -5,11 +5,13 @@ A rank is a process of its own, forked by ``worker/ranks.py`` for one run. It ru
 ``worker.measure.measure`` as a one-process run (the seed-003 protocol, its own counters, its own
 emulated capacity, its own record ``ranks/rank_N.json``), with a ``RankHooks`` that
 
-* picks its device: ``cpu`` (backend gloo) or ``cuda:<rank>`` (backend nccl, one leased GPU per
-  rank: ``CUDA_VISIBLE_DEVICES`` lists them);
+* picks its device: ``cpu`` (backend gloo) or ``cuda:<local rank>`` (backend nccl, one leased GPU
+  per rank: ``CUDA_VISIBLE_DEVICES`` lists them; the local rank is the rank, or a SLURM task's
+  ``SLURM_LOCALID``, or 0 when such a task sees one GPU);
 * joins the run's process group (``torch.distributed.init_process_group`` with a ``file://``
-  rendezvous in the run directory, so concurrent runs never race for a port) once the capacity
-  is applied, with every collective bounded by ``COLLECTIVE_TIMEOUT_S``;
+  rendezvous in the run directory, so concurrent runs never race for a port; ``env://`` when the
+  ranks are SLURM tasks, ``worker/slurm.py``) once the capacity is applied, with every collective
+  bounded by ``COLLECTIVE_TIMEOUT_S``;
 * wraps the model at the end of ``model_load``: ``DistributedDataParallel``, or FSDP2
   ``fully_shard`` on each block of ``model.blocks`` then on the root (the optimizer is then
   built on the sharded parameters);
@@ -79,11 +81,14 @@ class RankHooks:
     Args:
         rank: this rank (0-based).
         spec: the run's spec (``parallel`` ddp or fsdp, ``world_size``).
-        rendezvous: the file of the run's ``file://`` rendezvous (absent before the run).
+        init_method: the process group's rendezvous: ``file://<run dir>/ranks/rendezvous``, or
+            ``env://`` (MASTER_ADDR... set from SLURM's environment).
+        local_rank: the rank among those of its machine (None: ``rank``, all ranks are local).
     """
 
-    def __init__(self, rank: int, spec: RunSpec, rendezvous: Path):
-        self.rank, self.spec, self.rendezvous = rank, spec, rendezvous
+    def __init__(self, rank: int, spec: RunSpec, init_method: str, local_rank: int | None = None):
+        self.rank, self.spec, self.init_method = rank, spec, init_method
+        self.local_rank = rank if local_rank is None else local_rank
         self.device: torch.device | None = None
 
     def resolve(self) -> tuple[torch.device, str | None]:
@@ -100,12 +105,14 @@ class RankHooks:
                 cores = len(os.sched_getaffinity(0))
                 torch.set_num_threads(max(1, cores // self.spec.world_size))
             return self.device, None
-        if not torch.cuda.is_available() or torch.cuda.device_count() < self.spec.world_size:
-            n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-            return torch.device("cuda", self.rank), (
-                f"world_size={self.spec.world_size}: one GPU per rank asked, {n} visible"
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        bound = self.spec.tasks_per_node is not None and n == 1  # a SLURM task bound to its own GPU
+        index = 0 if bound else self.local_rank
+        if n < self.spec.ranks_per_node and not bound:
+            return torch.device("cuda", index), (
+                f"{self.spec.ranks_per_node} rank(s) on this machine: one GPU per rank asked, {n} visible"
             )
-        self.device = torch.device("cuda", self.rank)
+        self.device = torch.device("cuda", index)
         torch.cuda.set_device(self.device)
         return self.device, None
 
@@ -122,7 +129,7 @@ class RankHooks:
             kwargs["device_id"] = self.device
         dist.init_process_group(
             "nccl" if self.device is not None and self.device.type == "cuda" else "gloo",
-            init_method=f"file://{self.rendezvous}",
+            init_method=self.init_method,
             rank=self.rank,
             world_size=self.spec.world_size,
             timeout=timeout,
@@ -200,7 +207,9 @@ class RankHooks:
             dist.destroy_process_group()
 
 
-def rank_main(rank: int, spec_data: dict, run_dir: str, launcher: int, rendezvous: str) -> None:
+def rank_main(
+    rank: int, spec_data: dict, run_dir: str, launcher: int, init_method: str, local_rank: int | None = None
+) -> None:
     """Body of rank ``rank``'s process (``torch.multiprocessing.start_processes``' target).
 
     Its output goes to ``ranks/rank_N.log``; its record to ``ranks/rank_N.json``. A spec
@@ -212,7 +221,8 @@ def rank_main(rank: int, spec_data: dict, run_dir: str, launcher: int, rendezvou
         spec_data: the run's spec (``RunSpec.to_dict``).
         run_dir: the run directory.
         launcher: the launching worker's pid: the rank dies with it.
-        rendezvous: the ``file://`` rendezvous's path.
+        init_method: the process group's rendezvous (``RankHooks``).
+        local_rank: the rank among its machine's (None: ``rank``).
     """
     die_with_parent(launcher)
     path = rank_record_path(Path(run_dir), rank)
@@ -226,7 +236,7 @@ def rank_main(rank: int, spec_data: dict, run_dir: str, launcher: int, rendezvou
     rec = Recorder(path, spec_data)
     rec.data.update(world_size=spec.world_size, parallel=spec.parallel, global_batch=spec.global_batch)
     rec.save()
-    hooks = RankHooks(rank, spec, Path(rendezvous))
+    hooks = RankHooks(rank, spec, init_method, local_rank)
     code = measure(spec, rec, rank=hooks)
     if code == 0:
         hooks.close()

@@ -22,6 +22,15 @@ the root-cause rank's entry (rank 0's when the run did not fail) with ``rank`` (
 these are), ``peak_rank`` and ``ranks`` (``conf.contract.PHASE_RANK_FIELDS``, one per rank that
 recorded the phase): ``conf.contract.phase_peak`` takes the fullest rank.
 
+Ranks as SLURM tasks (spec ``tasks_per_node``, ``+cluster=slurm``): every task of the job runs
+the worker once and is one rank (``worker/slurm.py`` maps SLURM's environment to the ``env://``
+rendezvous). Each task forks its one rank the same way; the task of rank 0 owns record.json and
+merges every rank's record, reading the others' ``ranks/rank_N.json`` from the run directory
+(a shared file system) until each is complete or ``MERGE_WAIT_S`` after its own rank ended; a
+rank that never completed its record is a ``crash``. Tasks of other ranks write only their rank's
+files (``task_rank``). A task cannot stop a rank on another node: a failed rank's peers fail at
+their next collective (bounded by ``worker.rank.COLLECTIVE_TIMEOUT_S``).
+
 References: https://pytorch.org/docs/stable/multiprocessing.html (start_processes).
 """
 
@@ -36,12 +45,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from conf.contract import EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, PHASE_RANK_FIELDS, RunSpec
+from conf.contract import EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, PHASE_RANK_FIELDS, RunSpec, SpecError
 
 from .measure import Recorder
+from .slurm import slurm_rendezvous
 
 ABORT_GRACE_S = 5.0
 """Seconds a rank stopped by the run (SIGTERM) has before SIGKILL."""
+
+MERGE_WAIT_S = 330.0
+"""Seconds rank 0's task waits, after its own rank ended, for the other tasks' rank records to
+complete (their ranks fail at a collective within COLLECTIVE_TIMEOUT_S, 300 s, of a peer's end)."""
 
 POLL_S = 0.5
 """Seconds between two merges of the rank records into record.json while the ranks run."""
@@ -187,6 +201,73 @@ def _stop(procs: list, stopped: set[int]) -> None:
             p.join()
 
 
+class _Remote:
+    """A rank run by another SLURM task, seen through its record: ``pid`` and ``exitcode`` (None
+    until the record is complete) as a local rank's ``multiprocessing.Process`` has them."""
+
+    def __init__(self, record: dict, gave_up: bool):
+        complete = bool(record.get("complete"))
+        self.pid = record.get("pid")
+        code = record.get("exit_code")
+        self.exitcode: int | None = (code if isinstance(code, int) else EXIT_ERROR) if complete else None
+        if gave_up and not complete:
+            self.exitcode = -signal.SIGKILL  # never finished its record: read as a crash
+
+
+def task_rendezvous(spec: RunSpec) -> dict[str, str] | None:
+    """The ``env://`` variables of this process when ``spec``'s ranks are SLURM tasks, else None.
+
+    Args:
+        spec: the run (``tasks_per_node`` set: ranks as SLURM tasks).
+
+    Returns:
+        None for ranks forked locally (no ``tasks_per_node``); else ``worker.slurm.slurm_rendezvous``.
+
+    Raises:
+        SpecError: no SLURM task environment, or SLURM_NTASKS other than ``world_size``.
+    """
+    if spec.tasks_per_node is None:
+        return None
+    found = slurm_rendezvous(os.environ)
+    if found is None:
+        raise SpecError("tasks_per_node", spec.tasks_per_node, "null outside a SLURM job (no SLURM_PROCID here)")
+    if int(found["WORLD_SIZE"]) != spec.world_size:
+        raise SpecError("world_size", spec.world_size, f"SLURM_NTASKS={found['WORLD_SIZE']} (one rank per task)")
+    return found
+
+
+def _fork_rank(spec: RunSpec, run_dir: Path, rendezvous: dict[str, str]) -> Any:
+    """Start this SLURM task's one rank (a forked ``rank_main``) with the ``env://`` variables set."""
+    import multiprocessing
+
+    from .rank import rank_main
+
+    os.environ.update(rendezvous)
+    if spec.device == "cpu" and rendezvous["MASTER_ADDR"] in ("localhost", "127.0.0.1"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every task on this host: loopback
+    rank, local = int(rendezvous["RANK"]), int(rendezvous["LOCAL_RANK"])
+    (run_dir / RANKS_DIR).mkdir(exist_ok=True)
+    args = (rank, spec.to_dict(), str(run_dir), os.getpid(), "env://", local)
+    proc = multiprocessing.get_context("fork").Process(target=rank_main, args=args)
+    proc.start()
+    return proc
+
+
+def task_rank(spec: RunSpec, run_dir: Path, rendezvous: dict[str, str]) -> int:
+    """Run this SLURM task's rank (not rank 0): its own ``ranks/rank_N.*`` only, no record.json.
+
+    Returns:
+        The rank's exit code (``conf.contract.EXIT_*``); a rank killed by a signal makes this
+        process die by the same signal.
+    """
+    proc = _fork_rank(spec, run_dir, rendezvous)
+    proc.join()
+    code = proc.exitcode
+    if isinstance(code, int) and code < 0:
+        os.kill(os.getpid(), -code)
+    return int(code or 0)
+
+
 def measure_ranks(spec: RunSpec, rec: Recorder) -> int:
     """Run ``spec`` as ``spec.world_size`` rank processes and merge their records into ``rec``.
 
@@ -205,6 +286,10 @@ def measure_ranks(spec: RunSpec, rec: Recorder) -> int:
         return rec.finish("error", EXIT_UNAVAILABLE, error_type="TorchUnavailable", message=str(exc))
     from .rank import rank_main
 
+    try:
+        task = task_rendezvous(spec)
+    except SpecError as exc:
+        return rec.finish("error", EXIT_ERROR, error_type="SpecError", message=str(exc))
     run_dir = rec.path.parent
     ranks_dir = run_dir / RANKS_DIR
     ranks_dir.mkdir(exist_ok=True)
@@ -212,26 +297,43 @@ def measure_ranks(spec: RunSpec, rec: Recorder) -> int:
     rendezvous.unlink(missing_ok=True)
     rec.data.update(world_size=spec.world_size, parallel=spec.parallel, global_batch=spec.global_batch)
     rec.save()
-    if spec.device == "cpu":
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank on this host: loopback
-    args = (spec.to_dict(), str(run_dir), os.getpid(), str(rendezvous))
-    context = mp.start_processes(rank_main, args=args, nprocs=spec.world_size, join=False, start_method="fork")
-    procs = list(context.processes)
+    if task is not None:  # this SLURM task is rank 0: one local rank, the others read from their records
+        local = [_fork_rank(spec, run_dir, task)]
+    else:
+        if spec.device == "cpu":
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # every rank on this host: loopback
+        args = (spec.to_dict(), str(run_dir), os.getpid(), f"file://{rendezvous}")
+        context = mp.start_processes(rank_main, args=args, nprocs=spec.world_size, join=False, start_method="fork")
+        local = list(context.processes)
     paths = [ranks_dir / f"rank_{r}.json" for r in range(spec.world_size)]
     stopped: set[int] = set()
-    while any(p.exitcode is None for p in procs):
-        multiprocessing.connection.wait([p.sentinel for p in procs if p.exitcode is None], timeout=POLL_S)
-        if any(p.exitcode not in (None, EXIT_OK) for p in procs):
-            _stop(procs, stopped)
+    gave_up_at: float | None = None
+
+    def procs_now(records: list[dict]) -> list:
+        if task is None:
+            return local
+        late = gave_up_at is not None and time.monotonic() > gave_up_at
+        return local + [_Remote(r, late) for r in records[1:]]
+
+    records = [_read(path) for path in paths]
+    while any(p.exitcode is None for p in procs_now(records)):
+        waiting = [p.sentinel for p in local if p.exitcode is None]
+        if waiting:
+            multiprocessing.connection.wait(waiting, timeout=POLL_S)
+        else:  # only ranks of other tasks left: their records say when they end
+            time.sleep(POLL_S)
+            gave_up_at = gave_up_at or time.monotonic() + MERGE_WAIT_S
+        if any(p.exitcode not in (None, EXIT_OK) for p in local):
+            _stop(local, stopped)
         records = [_read(path) for path in paths]
-        rec.data.update(merge(records, _rank_entries(records, procs, stopped, run_dir), None))
+        rec.data.update(merge(records, _rank_entries(records, procs_now(records), stopped, run_dir), None))
         rec.data["current_phase"] = records[0].get("current_phase") if records else None
         rec.save()
-    for p in procs:
+    for p in local:
         p.join()
     rendezvous.unlink(missing_ok=True)
     records = [_read(path) for path in paths]
-    ranks = _rank_entries(records, procs, stopped, run_dir)
+    ranks = _rank_entries(records, procs_now(records), stopped, run_dir)
     root = root_cause(ranks)
     rec.data.update(merge(records, ranks, root))
     rec.data["current_phase"] = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from conf.contract import gib
 
 from ..doc import Doc, Image
+from ..frontier import direction_words
 from .fit import crossing, evaluate, fit_axis
 from .fmt import axis_label, nbytes, pct
 from .margin import MarginPolicy, basis
@@ -123,7 +124,10 @@ def answer_lines(a: AxisResult, policy: MarginPolicy, crossings: dict[str, float
     """
     ax, counter = a.axis, f"`{a.used_counter}`"
     out = []
-    if a.max_ok is not None and a.min_oom is not None:
+    if a.frontier.get("direction") == "decreasing":  # world_size under FSDP: fits above, OOM below
+        exact = "exact: neighbours among the values run" if a.frontier.get("exact") else "values between were not run"
+        out.append(f"**{direction_words(a.frontier)}** (observed; {exact}).")
+    elif a.max_ok is not None and a.min_oom is not None:
         exact = "exact: neighbours among the values run" if a.frontier.get("exact") else "values between were not run"
         out.append(
             f"**{axis_label(ax, a.max_ok)} fits; {axis_label(ax, a.min_oom)} runs out of memory** (observed; {exact})."

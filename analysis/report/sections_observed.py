@@ -10,6 +10,7 @@ from collections import OrderedDict
 from conf.contract import AXES, gib
 
 from ..doc import Doc, Image
+from ..frontier import direction_words
 from ..schemas import ENV_COLUMNS
 from .fmt import axis_label, nbytes, pct
 from .margin import basis
@@ -144,6 +145,8 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
             ),
             f"runs: {f.get('n_runs')} (ok {f.get('n_ok')}, oom {f.get('n_oom')}, other {f.get('n_other')})",
         ]
+        if direction_words(f):  # world_size: the edge is not read "larger is harder"
+            facts[0] = direction_words(f) if f.get("direction") == "decreasing" else f"{facts[0]}; {direction_words(f)}"
         if f.get("n_oom_elsewhere"):
             facts.append(
                 f"{f['n_oom_elsewhere']} run(s) ran out of memory in a phase whose size does not follow {a.axis} "
@@ -172,7 +175,7 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
         doc.ul(facts)
         if f.get("not_reached"):
             doc.note("warning", f"{f['not_reached']}.")
-        if a.max_ok is None:
+        if a.max_ok is None and f.get("direction") != "decreasing":
             doc.note(
                 "warning",
                 f"no value of {a.axis} ran ok: the smallest value tried is already too large, or "

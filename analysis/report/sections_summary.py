@@ -11,6 +11,7 @@ from collections import Counter
 from conf.contract import gib
 
 from ..doc import Doc
+from ..frontier import direction_words
 from .fmt import axis_label, nbytes, pct
 from .margin import MarginPolicy
 from .stats import AxisResult
@@ -116,7 +117,9 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
     for a in axes:
         of = f", {a.title}" if several else ""
         st = a.stat(a.max_ok)
-        if a.max_ok is not None and st is not None:
+        if a.frontier.get("direction") == "decreasing":  # world_size under FSDP: fits above the edge
+            rows.append([f"{a.axis} edge{of} (observed)", str(direction_words(a.frontier))])
+        elif a.max_ok is not None and st is not None:
             value = (
                 f"{axis_label(a.axis, a.max_ok)}: peak `{a.used_counter}` {nbytes(a.used_at_max_ok)} B "
                 f"({gib(a.used_at_max_ok)} GiB); smallest that ran out of memory: "

@@ -14,7 +14,7 @@ from typing import Any
 
 from conf.contract import AXES, gib
 
-from ..frontier import IDENTITY, differing, order_key
+from ..frontier import IDENTITY, differing, direction_words, order_key
 from .fmt import axis_label, pct
 from .margin import MarginPolicy, basis, device_kind
 
@@ -237,6 +237,9 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
     first_oom = next((s.value for s in res.values if "oom" in s.outcomes), None)
     if cap is None or margin is None:
         res.reason = "no capacity is recorded for these runs, so no margin can be computed"
+        return
+    if res.frontier.get("direction") == "decreasing":  # the margin walk below reads "larger is harder"
+        res.reason = f"no value is recommended: {direction_words(res.frontier)}; choose it by the devices you have"
         return
     limit = cap - margin
     rejected = []

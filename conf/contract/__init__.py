@@ -47,6 +47,7 @@ from .host import (
     process_identity,
     process_state,
 )
+from .parallel import MAX_WORLD_SIZE
 from .record import (
     CAPACITY_FIELDS,
     DEVICE_FIELDS,
@@ -96,7 +97,7 @@ from .rundir import (
     run_peak,
     try_read,
 )
-from .spec import MAX_DEVICES, MAX_WORLD_SIZE, RunSpec, needs_dynamo, validate_device, validate_estimate
+from .spec import MAX_DEVICES, RunSpec, needs_dynamo, validate_device, validate_estimate
 from .units import GB, SIZE_UNITS, GiB, bytes_text, gib, parse_size
 from .vocabulary import (
     ACTIVATIONS,
@@ -104,12 +105,14 @@ from .vocabulary import (
     ALL_PHASES,
     ATTENTIONS,
     AXES,
+    AXIS_DIRECTIONS,
     CAPACITY_MODES,
     COLD_PHASES,
     COUNTERS,
     CUDA_BLOCK_BYTES,
     DEFAULT_ISOLATION,
     DEVICE_COUNTERS,
+    DIRECTIONS,
     DRY_RUN_WORKLOADS,
     DTYPE_BYTES,
     DTYPES,
@@ -153,6 +156,7 @@ from .vocabulary import (
     WARM_PHASES,
     WORKER_OUTCOMES,
     WORKLOADS,
+    axis_direction,
     sub_phase_names,
 )
 from .workload import WORKLOAD_PARAMS, hf_config_kind, validate_workload
@@ -174,6 +178,7 @@ __all__ = [
     "ACTIVATIONS",
     "AFTER_PHASES",
     "ALL_PHASES",
+    "AXIS_DIRECTIONS",
     "ATTENTIONS",
     "AXES",
     "CAPACITY_FIELDS",
@@ -185,6 +190,7 @@ __all__ = [
     "CUDA_PEAK_COUNTERS",
     "DEFAULT_ISOLATION",
     "DEVICE_COUNTERS",
+    "DIRECTIONS",
     "DEVICE_FIELDS",
     "PHASE_RANK_FIELDS",
     "RANK_FIELDS",
@@ -296,6 +302,7 @@ __all__ = [
     "read_spec",
     "record_phases",
     "run_peak",
+    "axis_direction",
     "sub_phase_names",
     "try_read",
     "validate_device",

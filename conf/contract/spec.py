@@ -17,6 +17,7 @@ from .attribution import planned_phases
 from .checks import choice, int_in_range, positive_int
 from .errors import SpecError
 from .finetune import check_run_options, normalise_compile
+from .parallel import check_parallel
 from .record import SCHEMA_VERSION
 from .units import parse_size
 from .vocabulary import (
@@ -31,17 +32,12 @@ from .vocabulary import (
     KV_CACHES,
     MODES,
     OPTIMIZERS,
-    PARALLEL_WORKLOADS,
-    PARALLELS,
     PRECISIONS,
 )
 from .workload import validate_workload
 
 MAX_DEVICES = 1024
 """Upper bound of ``RunSpec.devices`` (devices used by one run)."""
-
-MAX_WORLD_SIZE = 4096
-"""Upper bound of ``RunSpec.world_size`` (rank processes of one run)."""
 
 
 def validate_estimate(value: Any) -> dict | None:
@@ -153,7 +149,12 @@ class RunSpec:
     CPU, nccl on cuda:0..world_size-1); more than 1 needs ddp or fsdp. ddp/fsdp: mode=train, a
     workload of PARALLEL_WORKLOADS, not a dry run, devices 1. ``batch`` is each rank's
     micro-batch; the run's global batch is batch * world_size * micro_steps. ``fault.rank``
-    (optional) injects the fault in that rank only.
+    (optional) injects the fault in that rank only. ``nodes`` and ``tasks_per_node``: a run whose
+    ranks are the tasks of a SLURM job (``+cluster=slurm``; worker/slurm.py maps SLURM's
+    environment to torch.distributed's ``env://`` rendezvous), each task one rank on
+    ``cuda:<SLURM_LOCALID>``; ``nodes * tasks_per_node`` must equal ``world_size``. Without
+    ``tasks_per_node`` (default; ``+cluster=slurm`` sets 1) the worker forks the ranks itself on one
+    machine, ``nodes`` 1.
     """
 
     batch: int
@@ -189,6 +190,8 @@ class RunSpec:
     parallel: str = "none"
     world_size: int = 1
     reshard_after_forward: bool = True
+    nodes: int = 1
+    tasks_per_node: int | None = None
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -246,7 +249,7 @@ class RunSpec:
                 "false here: memory snapshots record the CUDA caching allocator (a cuda device, not a dry run)",
             )
         self._check_devices()
-        self._check_parallel()
+        check_parallel(self)
         object.__setattr__(self, "estimate", validate_estimate(self.estimate))
         if self.estimate_missing_reason is not None and not isinstance(self.estimate_missing_reason, str):
             raise SpecError("estimate_missing_reason", self.estimate_missing_reason, "null or a text")
@@ -273,44 +276,10 @@ class RunSpec:
                 f"cuda:{self.devices - 1}; choose the GPUs with pool=gpus or CUDA_VISIBLE_DEVICES)",
             )
 
-    def _check_parallel(self) -> None:
-        """``parallel``, ``world_size``, ``reshard_after_forward`` (see the class docstring).
-
-        Raises:
-            SpecError: an unknown parallel, a world_size out of range or above 1 without ddp or
-                fsdp, or ddp/fsdp with another mode, a dry run, devices > 1 or another workload.
-        """
-        choice("parallel", self.parallel, PARALLELS)
-        n = self.world_size
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WORLD_SIZE:
-            raise SpecError("world_size", n, f"an integer from 1 to {MAX_WORLD_SIZE}")
-        if not isinstance(self.reshard_after_forward, bool):
-            raise SpecError("reshard_after_forward", self.reshard_after_forward, "true or false")
-        if self.fault is not None and "rank" in self.fault:
-            int_in_range("fault.rank", self.fault["rank"], 0, n - 1)
-        if self.parallel == "none":
-            if n != 1:
-                raise SpecError("world_size", n, "1 with parallel=none (several ranks need parallel=ddp or fsdp)")
-            return
-        if self.mode != "train":
-            raise SpecError("parallel", self.parallel, f"none with mode={self.mode} (ddp and fsdp train)")
-        if self.dry_run:
-            raise SpecError("parallel", self.parallel, "none with dry_run=true (a dry run predicts one process)")
-        if self.devices != 1:
-            raise SpecError("devices", self.devices, f"1 with parallel={self.parallel} (one device per rank)")
-        if self.workload_name not in PARALLEL_WORKLOADS:
-            raise SpecError(
-                "parallel",
-                self.parallel,
-                f"none for workload={self.workload_name} (ddp, fsdp: workload " + " or ".join(PARALLEL_WORKLOADS) + ")",
-            )
-        if self.device.startswith("cuda") and self.device != "cuda:0":
-            raise SpecError(
-                "device",
-                self.device,
-                f"cuda:0 with parallel={self.parallel} (rank r runs on cuda:r; choose the GPUs with pool=gpus "
-                "or CUDA_VISIBLE_DEVICES)",
-            )
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks on one machine: ``tasks_per_node``, else every rank (the worker forks them all)."""
+        return self.tasks_per_node if self.tasks_per_node is not None else self.world_size
 
     @property
     def global_batch(self) -> int:

@@ -18,9 +18,9 @@ NUMERIC_AXES = ("batch", "context", "width", "eval_batch")
 """The axes with an order, whose success/OOM edge a search can find (frontier sweeper, ``memsweep predict``)."""
 
 INTEGER_AXES = (*NUMERIC_AXES, "world_size")
-"""The axes whose values are integers: a frontier row gives their ``max_ok``/``min_oom`` as numbers
-(the dtype axis gives labels). ``world_size`` is swept, not searched: under FSDP more ranks hold
-less each, so "larger is harder" does not hold for it."""
+"""The axes whose values are integers: a frontier row gives their edge as numbers (the dtype axis
+gives labels). ``world_size`` is swept, not searched: under FSDP more ranks hold less each, so
+"larger is harder" does not hold for it (``AXIS_DIRECTIONS``)."""
 
 DTYPES = ("float32", "float16", "bfloat16")
 """Accepted ``dtype`` values of a run (torch dtype names)."""
@@ -80,6 +80,40 @@ PARALLELS = ("none", "ddp", "fsdp")
 
 PARALLEL_WORKLOADS = ("mlp", "transformer")
 """The workloads ``parallel`` ddp/fsdp accepts: their blocks are ``model.blocks`` (FSDP's units)."""
+
+DIRECTIONS = ("increasing", "decreasing", "constant")
+"""How a rank's load follows an axis' value: ``increasing`` (a larger value needs more memory:
+success below the edge, OOM above; the frontier's ``max_ok``/``min_oom``), ``decreasing`` (a
+larger value needs less: success above the edge, OOM below; ``min_ok``/``max_oom``), ``constant``
+(nominally the same load at every value: read like ``increasing``, where an edge can only come
+from what grows with the value beside the load, e.g. the ranks' communication buffers)."""
+
+AXIS_DIRECTIONS = {
+    **{axis: dict.fromkeys(PARALLELS, "increasing") for axis in AXES if axis != "world_size"},
+    "world_size": {"none": "increasing", "ddp": "constant", "fsdp": "decreasing"},
+}
+"""Axis -> ``parallel`` -> its direction (``DIRECTIONS``), written once for the frontier and the
+search. ``world_size`` under FSDP: each rank holds 1/world_size of the parameters, gradients and
+optimizer states (FSDP2 ``fully_shard``), so more ranks need less each; under DDP each rank
+holds a whole replica and its own micro-batch (``batch`` is per rank), so its load does not
+depend on how many ranks there are; with ``parallel=none`` world_size is always 1."""
+
+
+def axis_direction(axis: str, parallel: str | None = None) -> str:
+    """The direction (``DIRECTIONS``) of ``axis`` in a run of ``parallel`` (``AXIS_DIRECTIONS``).
+
+    Args:
+        axis: one of ``AXES``.
+        parallel: the runs' ``parallel`` (``PARALLELS``); None (a table without it) reads as ``none``.
+
+    Returns:
+        ``increasing``, ``decreasing`` or ``constant``.
+
+    Raises:
+        KeyError: an axis or parallel this vocabulary does not name.
+    """
+    return AXIS_DIRECTIONS[axis][parallel or "none"]
+
 
 FAULT_KINDS = ("raise", "oom", "sigkill", "segfault", "hang", "garbage")
 """Failures a spec's ``fault`` may inject into one phase (for testing memsweep itself)."""

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from conf.contract import NUMERIC_AXES, SpecError
+from conf.contract import AXIS_DIRECTIONS, NUMERIC_AXES, SpecError
 from conf.contract import OUTCOMES as RUN_OUTCOMES
 
 SEARCH_AXES = NUMERIC_AXES  # the axes a search can walk: the numeric ones (conf.contract)
@@ -28,10 +28,19 @@ def check_search_axis(axis: str | None, field: str) -> str:
     """``axis`` when a search can walk it (``SEARCH_AXES``).
 
     Raises:
-        SpecError: another axis, named as ``field`` (the setting or argument it came from).
+        SpecError: another axis, named as ``field`` (the setting or argument it came from); for an
+            axis whose load does not grow with its value under some ``parallel``
+            (``conf.contract.AXIS_DIRECTIONS``: world_size), saying to sweep it instead.
     """
     if axis not in SEARCH_AXES:
-        raise SpecError(field, axis, "one of " + ", ".join(SEARCH_AXES))
+        accepted = "one of " + ", ".join(SEARCH_AXES)
+        turns = sorted(p for p, d in AXIS_DIRECTIONS.get(str(axis), {}).items() if d != "increasing")
+        if turns:  # a search walks up from success to OOM: it cannot walk an axis that turns
+            accepted += (
+                f" ({axis} is swept, not searched: under parallel={'/'.join(turns)} its load per rank does not "
+                f"grow with it; sweep its values instead, e.g. {axis}=1,2,4)"
+            )
+        raise SpecError(field, axis, accepted)
     return axis
 
 

@@ -1,0 +1,102 @@
+"""The frontier of an axis whose load per rank shrinks as it grows (issue #17: world_size under
+FSDP), on made-up runs: the edge's direction, its columns and the words that show it."""
+
+import pytest
+
+from analysis.frontier import FRONTIER_SCHEMA, frontier_table
+from analysis.outputs import format_frontier
+from analysis.tables import RUNS_SCHEMA, coerce_table
+from conf.contract import AXES, AXIS_DIRECTIONS, DIRECTIONS, PARALLELS, SpecError, axis_direction
+from sweeper.search.lattice import check_search_axis
+
+BASE = dict(
+    sweep_dir="s",
+    workload="mlp",
+    mode="train",
+    device="cpu",
+    capacity_bytes=128 << 20,
+    batch=2,
+    context=8,
+    width=64,
+    dtype="float32",
+    source="measured",
+)
+
+
+def world_size_rows(parallel: str, outcomes: dict[int, str]) -> list[dict]:
+    """The world_size frontier rows of runs at those world sizes (peak = 100 B per rank-share)."""
+    runs = [
+        dict(
+            BASE,
+            run_id=f"r{n}",
+            parallel=parallel,
+            world_size=n,
+            outcome=outcome,
+            failed_phase="cold_step.backward" if outcome == "oom" else None,
+            max_memory_allocated=800 // n if outcome == "ok" else None,
+        )
+        for n, outcome in outcomes.items()
+    ]
+    rows = frontier_table(coerce_table(runs, RUNS_SCHEMA)).to_pylist()
+    return [r for r in rows if r["axis"] == "world_size"]
+
+
+def test_every_axis_has_a_direction_under_every_parallel():
+    assert set(AXIS_DIRECTIONS) == set(AXES)
+    for axis in AXES:
+        assert set(AXIS_DIRECTIONS[axis]) == set(PARALLELS)
+        assert {axis_direction(axis, p) for p in PARALLELS} <= set(DIRECTIONS)
+    assert axis_direction("world_size", "fsdp") == "decreasing"
+    assert axis_direction("world_size", "ddp") == "constant"
+    assert axis_direction("batch", None) == axis_direction("batch", "fsdp") == "increasing"
+
+
+def test_fsdp_world_size_fits_from_min_ok_and_runs_out_at_max_oom():
+    (row,) = world_size_rows("fsdp", {1: "oom", 2: "oom", 4: "ok", 8: "ok"})
+    assert row["direction"] == "decreasing"
+    assert (row["min_ok"], row["max_oom"], row["exact"], row["monotonic"]) == (4, 2, True, True)
+    assert row["max_ok"] is None and row["min_oom"] is None  # never the backwards reading
+    assert row["max_ok_label"] is None and row["min_oom_label"] is None
+    assert row["min_ok_max_memory_allocated"] == 800 // 4  # the peak of the run at min_ok
+    assert row["max_ok_max_memory_allocated"] is None
+
+
+def test_fsdp_world_size_not_neighbours_all_ok_and_non_monotonic():
+    (gap,) = world_size_rows("fsdp", {1: "oom", 2: "ok", 4: "ok"})
+    assert (gap["min_ok"], gap["max_oom"], gap["exact"]) == (2, 1, True)
+    (apart,) = world_size_rows("fsdp", {1: "oom", 2: "error", 4: "ok"})
+    assert (apart["min_ok"], apart["max_oom"], apart["exact"]) == (4, 1, False)  # an error is neither side
+    (fits,) = world_size_rows("fsdp", {1: "ok", 2: "ok"})
+    assert (fits["min_ok"], fits["max_oom"], fits["exact"]) == (1, None, False)
+    (odd,) = world_size_rows("fsdp", {1: "ok", 2: "oom", 4: "ok"})  # an OOM above a success: flagged
+    assert (odd["min_ok"], odd["max_oom"], odd["monotonic"], odd["exact"]) == (1, 2, False, False)
+
+
+def test_ddp_world_size_keeps_max_ok_min_oom_and_says_constant():
+    (row,) = world_size_rows("ddp", {1: "ok", 2: "ok", 4: "oom"})
+    assert row["direction"] == "constant"
+    assert (row["max_ok"], row["min_oom"], row["exact"]) == (2, 4, True)
+    assert row["min_ok"] is None and row["max_oom"] is None
+
+
+def test_other_axes_read_increasing():
+    runs = [
+        dict(BASE, run_id=f"b{b}", batch=b, parallel="fsdp", world_size=2, outcome=o)
+        for b, o in ((2, "ok"), (4, "oom"))
+    ]
+    rows = [r for r in frontier_table(coerce_table(runs, RUNS_SCHEMA)).to_pylist() if r["axis"] == "batch"]
+    assert [(r["direction"], r["max_ok"], r["min_oom"], r["min_ok"]) for r in rows] == [("increasing", 2, 4, None)]
+
+
+def test_searching_world_size_is_refused_saying_why():
+    with pytest.raises(SpecError) as err:
+        check_search_axis("world_size", "hydra.sweeper.axes")
+    assert err.value.field == "hydra.sweeper.axes" and "world_size=1,2,4" in str(err.value)
+    assert check_search_axis("batch", "axis") == "batch"
+
+
+def test_the_frontier_text_says_the_decreasing_edge():
+    rows = world_size_rows("fsdp", {1: "oom", 2: "ok"})
+    text = format_frontier(coerce_table(rows, FRONTIER_SCHEMA))
+    assert "world_size decreasing under parallel=fsdp" in text
+    assert "fits from world_size=2 (min_ok); 1 runs out of memory (max_oom)" in text

@@ -1,0 +1,180 @@
+"""Ranks as SLURM tasks (issue #17): SLURM's environment -> torch.distributed's env:// rendezvous
+(fake environments, no SLURM here), the spec's nodes/tasks_per_node checks, and two tasks of one
+machine run as the two ranks of one DDP run on the CPU (gloo) with a faked SLURM environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conf.contract import RunSpec, SpecError
+from sweeper.inputs import check_task_ranks
+from worker.slurm import PORT_BASE, PORT_SPAN, expand_nodelist, slurm_rendezvous
+
+TASK = {
+    "SLURM_JOB_ID": "123456",
+    "SLURM_JOB_NODELIST": "gpu[01-03,07]",
+    "SLURM_NTASKS": "8",
+    "SLURM_PROCID": "5",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "2",
+}
+
+
+@pytest.mark.parametrize(
+    ("nodelist", "hosts"),
+    [
+        ("gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
+        ("node1,node2", ["node1", "node2"]),
+        ("a[8-10],b3", ["a8", "a9", "a10", "b3"]),
+        ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
+        ("localhost", ["localhost"]),
+    ],
+)
+def test_nodelists_expand_in_slurms_order(nodelist, hosts):
+    assert expand_nodelist(nodelist) == hosts
+
+
+@pytest.mark.parametrize("bad", ["gpu[01-03", "gpu[a-b]", "", "gpu]1["])
+def test_a_bad_nodelist_is_refused_naming_it(bad):
+    with pytest.raises(SpecError) as err:
+        expand_nodelist(bad)
+    assert err.value.field == "SLURM_JOB_NODELIST"
+
+
+def test_a_slurm_task_maps_to_env_rendezvous():
+    found = slurm_rendezvous(TASK, first_host=lambda nodelist: None)  # no scontrol: the fallback parser
+    assert found == {
+        "MASTER_ADDR": "gpu01",
+        "MASTER_PORT": str(PORT_BASE + 123456 % PORT_SPAN),
+        "RANK": "5",
+        "WORLD_SIZE": "8",
+        "LOCAL_RANK": "1",
+    }
+    asked = []
+    by_scontrol = slurm_rendezvous(TASK, first_host=lambda nodelist: asked.append(nodelist) or "gpu01.cluster")
+    assert asked == ["gpu[01-03,07]"] and by_scontrol["MASTER_ADDR"] == "gpu01.cluster"
+    # every task of the job computes the same address and port
+    other = slurm_rendezvous({**TASK, "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}, first_host=lambda n: None)
+    assert (other["MASTER_ADDR"], other["MASTER_PORT"]) == (found["MASTER_ADDR"], found["MASTER_PORT"])
+
+
+def test_an_explicit_master_wins_and_no_slurm_is_none():
+    found = slurm_rendezvous({**TASK, "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}, first_host=lambda n: "x")
+    assert (found["MASTER_ADDR"], found["MASTER_PORT"]) == ("10.0.0.1", "29500")
+    assert slurm_rendezvous({"PATH": "/bin"}) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"SLURM_NTASKS": None}, "SLURM_NTASKS"),
+        ({"SLURM_PROCID": "8"}, "SLURM_PROCID"),
+        ({"SLURM_LOCALID": "x"}, "SLURM_LOCALID"),
+        ({"SLURM_JOB_NODELIST": None}, "SLURM_JOB_NODELIST"),
+        ({"SLURM_JOB_ID": None}, "SLURM_JOB_ID"),
+    ],
+)
+def test_a_broken_slurm_environment_is_refused_naming_the_variable(change, field):
+    env = {k: v for k, v in {**TASK, **change}.items() if v is not None}
+    with pytest.raises(SpecError) as err:
+        slurm_rendezvous(env, first_host=lambda n: None)
+    assert err.value.field == field
+
+
+LOAD = {
+    "schema_version": 1,
+    "batch": 2,
+    "context": 8,
+    "width": 64,
+    "mode": "train",
+    "device": "cpu",
+    "warmup": 1,
+    "repeats": 1,
+    "workload": {"name": "mlp", "depth": 2, "hidden": 128},
+    "parallel": "ddp",
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"world_size": 2, "nodes": 0, "tasks_per_node": 2}, "nodes"),
+        ({"world_size": 2, "tasks_per_node": 0}, "tasks_per_node"),
+        ({"world_size": 8, "nodes": 2, "tasks_per_node": 3}, "tasks_per_node"),
+        ({"world_size": 8, "nodes": 2}, "tasks_per_node"),
+        ({"world_size": 1, "parallel": "none", "tasks_per_node": 2}, "tasks_per_node"),
+    ],
+)
+def test_bad_nodes_and_tasks_are_refused_naming_the_field(fields, field):
+    with pytest.raises(SpecError) as err:
+        RunSpec.from_dict({**LOAD, **fields})
+    assert err.value.field == field
+
+
+def test_the_slurm_cluster_config_asks_for_the_runs_nodes_and_tasks():
+    from hydra import compose, initialize_config_module
+
+    overrides = ["+cluster=slurm", "mode=train", "parallel=fsdp", "world_size=8", "nodes=2", "tasks_per_node=4"]
+    with initialize_config_module(config_module="conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        default = compose(config_name="config", overrides=["+cluster=slurm"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert (launcher.nodes, launcher.tasks_per_node, launcher.gpus_per_node) == (2, 4, 4)
+    assert (default.hydra.launcher.nodes, default.hydra.launcher.tasks_per_node) == (1, 1)
+
+
+def test_ranks_as_tasks_need_the_slurm_launcher():
+    spec = RunSpec.from_dict({**LOAD, "world_size": 8, "nodes": 2, "tasks_per_node": 4})
+    assert spec.ranks_per_node == 4
+    check_task_ranks(spec, "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher")
+    with pytest.raises(SpecError) as err:
+        check_task_ranks(spec, "hydra._internal.core_plugins.basic_launcher.BasicLauncher")
+    assert err.value.field == "tasks_per_node"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_tasks_of_one_machine_are_the_two_ranks_of_one_run(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    spec = run_dir / "spec.json"
+    spec.write_text(json.dumps({**LOAD, "world_size": 2, "tasks_per_node": 2}))
+    base = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "SLURM_JOB_ID": "1",
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_NTASKS": "2",
+        "SLURM_NODEID": "0",
+        "MASTER_PORT": str(free_port()),  # not the job id's port: concurrent tests on this machine
+    }
+    tasks = [
+        subprocess.Popen(
+            [sys.executable, "-m", "worker", str(spec)],
+            env={**base, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for r in (1, 0)
+    ]
+    codes = [t.wait(timeout=300) for t in tasks]
+    assert codes == [0, 0], [t.stderr.read()[-2000:] for t in tasks]
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["complete"] and record["outcome"] == "ok" and record["world_size"] == 2
+    assert [(r["rank"], r["outcome"], r["exit_code"]) for r in record["ranks"]] == [(0, "ok", 0), (1, "ok", 0)]
+    assert record["ranks"][0]["pid"] != record["ranks"][1]["pid"]
+    for phase in record["phases"]:  # both ranks, each its own task, recorded every phase
+        assert [e["rank"] for e in phase["ranks"]] == [0, 1]
+    # DDP: both ranks hold the same whole replica
+    assert record["ranks"][0]["local_parameter_bytes"] == record["ranks"][1]["local_parameter_bytes"] > 0
