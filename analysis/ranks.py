@@ -16,7 +16,7 @@ RANK_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string()}
 RANK_TYPE = pa.list_(pa.struct([(f.name, RANK_TYPES[f.type]) for f in PHASE_RANK_FIELDS]))
 """Type of the phases table's ``ranks`` column: one struct per rank of a DDP/FSDP run."""
 
-MODEL_LOAD, INPUTS = INFERENCE_PHASES[:2]
+INPUTS = INFERENCE_PHASES[1]
 BACKWARD, OPTIMIZER_STEP = STEP_SUB_PHASES[2:]
 
 MODEL_STATE_COLUMNS = (
@@ -43,7 +43,9 @@ wherever a figure is missing; never 0 for "unknown"):
   fullest rank); null unless every rank has all three;
 * ``model_states_allocated_bytes``: **observed** with the counters: on each rank,
   ``memory_allocated`` at the end of the last optimizer_step that ran ok, less what the inputs
-  phase added (its ``memory_allocated`` less model_load's): what the rank's allocator holds
+  phase added (its ``memory_allocated`` less its ``memory_allocated_start``; not less model_load's
+  end, which on a DDP rank > 0 can still hold the transient of the parameters' broadcast, released
+  on gloo's thread a moment later): what the rank's allocator holds
   between two steps apart from the inputs. That is the model states plus what the wrapper keeps
   beside them (DDP's gradient buckets, a replica's size; FSDP's device mesh); the largest over
   the ranks, null unless every rank has it;
@@ -95,8 +97,8 @@ def rank_model_states(record: Mapping | None) -> list[dict]:
     # rank's gradients and optimizer states have the same size at every step)
     seen: dict[int, dict[str, Mapping]] = {}
     for phase in record_phases(record):
-        key = phase.get("name") if phase.get("name") in (MODEL_LOAD, INPUTS) else phase.get("sub_phase")
-        if key not in (MODEL_LOAD, INPUTS, BACKWARD, OPTIMIZER_STEP):
+        key = INPUTS if phase.get("name") == INPUTS else phase.get("sub_phase")
+        if key not in (INPUTS, BACKWARD, OPTIMIZER_STEP):
             continue
         for entry in phase.get("ranks") or []:
             if isinstance(entry, Mapping) and entry.get("status") == "ok" and _int(entry.get("rank")) is not None:
@@ -109,15 +111,16 @@ def rank_model_states(record: Mapping | None) -> list[dict]:
         grads = _int(got.get(BACKWARD, {}).get("gradient_bytes"))
         states = _int(got.get(OPTIMIZER_STEP, {}).get("optimizer_state_bytes"))
         after_step = _int(got.get(OPTIMIZER_STEP, {}).get("memory_allocated"))
-        loaded = _int(got.get(MODEL_LOAD, {}).get("memory_allocated"))
+        # the inputs' bytes: what the inputs phase itself added (its end less its start; model_load's
+        # end can still hold a collective's transient, released on gloo's thread before inputs starts)
+        before_inputs = _int(got.get(INPUTS, {}).get("memory_allocated_start"))
         with_inputs = _int(got.get(INPUTS, {}).get("memory_allocated"))
-        # the step's counter, less the inputs: after_step - (with_inputs - loaded)
         out.append(
             {
                 "rank": rank,
                 "model_states_bytes": _total(params, grads, states),
                 "model_states_allocated_bytes": _total(
-                    after_step, loaded, -with_inputs if with_inputs is not None else None
+                    after_step, before_inputs, -with_inputs if with_inputs is not None else None
                 ),
             }
         )

@@ -12,9 +12,12 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
+from analysis.doc import to_markdown
 from analysis.estimate import ADAM_STEP_BYTES, transformer_workload_model
 from analysis.estimate.breakdown import ceil_div
+from analysis.frontier import frontier_table
 from analysis.ranks import MODEL_STATE_COLUMNS, model_state_columns
+from analysis.report import build_report
 from analysis.tables import build_tables
 from conf.contract import ISOLATION_SPAWN, RunSpec
 from sweeper.process import execute
@@ -35,16 +38,22 @@ LOAD = {
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def measured(tmp_path_factory):
     sweep = tmp_path_factory.mktemp("model_states")
     for parallel in ("ddp", "fsdp"):
         spec = with_estimate(RunSpec.from_dict({**LOAD, "parallel": parallel}))
         assert execute(spec, sweep / parallel, isolation=ISOLATION_SPAWN)["outcome"] == "ok"
-    table, _, problems = build_tables([sweep])
+    tables = build_tables([sweep])
+    table, _, problems = tables
     assert not problems
     path = sweep / "runs.parquet"
     pq.write_table(table, path)  # what runs.parquet holds, read back
-    return {row["parallel"]: row for row in pq.read_table(path).to_pylist()}
+    return {row["parallel"]: row for row in pq.read_table(path).to_pylist()}, tables
+
+
+@pytest.fixture(scope="module")
+def runs(measured):
+    return measured[0]
 
 
 def whole_replica(row: dict) -> tuple[int, int]:
@@ -90,3 +99,17 @@ def test_a_one_process_run_has_no_model_state_columns():
     assert spec["estimate"]["weights"] is not None  # estimated, yet not a DDP/FSDP run
     columns = model_state_columns(spec, {"phases": [], "ranks": None})
     assert set(columns) == {name for name, _ in MODEL_STATE_COLUMNS} and set(columns.values()) == {None}
+
+
+def test_the_report_shows_the_comparison_for_each_parallel_run(measured):
+    runs, (table, phases, _) = measured
+    report = build_report(table, phases, frontier_table(table), render_plots=False)
+    text = to_markdown(report.doc, "img")
+    heading = "Model states per rank beside the ZeRO estimate (DDP/FSDP)"
+    assert heading in text
+    section = text.split(heading)[1].split("\n#")[0]
+    for parallel, row in runs.items():
+        line = next(line for line in section.splitlines() if f"| {parallel} |" in line)
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[2:5] == ["2", str(row["model_states_zero_stage"]), str(row["estimated_model_states_bytes"])]
+        assert str(row["model_states_bytes"]) in cells and f"{row['model_states_ratio']:.4f}" in cells
