@@ -15,9 +15,10 @@ any machine). Printed per run:
    with vocab 2050 (not a multiple of 4) shows FSDP2's padding.
 2. the wall time (sweeper's ``wall_s``, worker start to end; every worker is forked from the
    fork server, which imported torch once, before the timed runs) of one FSDP run of 2 ranks
-   against two 1-rank runs of the same per-rank load one after the other: the 2-rank run does the
-   same work in one process group (each rank on half the cores) plus forking its ranks, the
-   process group's set-up and its collectives. Run it on an otherwise idle machine.
+   against two 1-rank runs of the same per-rank load one after the other, one thread per rank
+   (``threads=1``) on both sides: the 2-rank run does the same work in one process group, its
+   ranks side by side on two cores, plus forking its ranks, the process group's set-up and its
+   collectives. Run it on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -112,14 +113,16 @@ def main() -> int:
         )
 
         # interleaved (1 rank, 2 ranks, 1 rank), so that a change in the machine's load between
-        # them weighs on both sides
-        ones = [run(root, "time_1rank_0", parallel="fsdp", world_size=1)]
-        two = run(root, "time_2ranks", parallel="fsdp", world_size=2)
-        ones.append(run(root, "time_1rank_1", parallel="fsdp", world_size=1))
+        # them weighs on both sides; one thread per rank on both sides (a 1-rank run would otherwise
+        # take every core's thread, and on a loaded machine run several times slower for it)
+        ones = [run(root, "time_1rank_0", parallel="fsdp", world_size=1, threads=1)]
+        two = run(root, "time_2ranks", parallel="fsdp", world_size=2, threads=1)
+        ones.append(run(root, "time_1rank_1", parallel="fsdp", world_size=1, threads=1))
         both = sum(r["wall_s"] for r in ones)
         print(
-            f"\nwall time, FSDP, same per-rank load: one 2-rank run {two['wall_s']:.2f} s; two 1-rank runs "
-            f"{ones[0]['wall_s']:.2f} s + {ones[1]['wall_s']:.2f} s = {both:.2f} s; ratio {two['wall_s'] / both:.2f}"
+            f"\nwall time, FSDP, same per-rank load, 1 thread per rank: one 2-rank run {two['wall_s']:.2f} s; "
+            f"two 1-rank runs {ones[0]['wall_s']:.2f} s + {ones[1]['wall_s']:.2f} s = {both:.2f} s; "
+            f"ratio {two['wall_s'] / both:.2f}"
         )
     return 1 if failed else 0
 
