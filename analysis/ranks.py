@@ -19,13 +19,16 @@ RANK_TYPE = pa.list_(pa.struct([(f.name, RANK_TYPES[f.type]) for f in PHASE_RANK
 INPUTS = INFERENCE_PHASES[1]
 BACKWARD, OPTIMIZER_STEP = STEP_SUB_PHASES[2:]
 
-MODEL_STATE_COLUMNS = (
-    ("model_states_zero_stage", pa.int64()),
-    ("estimated_model_states_bytes", pa.int64()),
-    ("model_states_bytes", pa.int64()),
-    ("model_states_ratio", pa.float64()),
-    ("model_states_allocated_bytes", pa.int64()),
-    ("model_states_allocated_ratio", pa.float64()),
+MODEL_STATE_COLUMNS = tuple(
+    (name, pa.float64() if name.endswith("_ratio") else pa.int64())
+    for name in (
+        "model_states_zero_stage",
+        "estimated_model_states_bytes",
+        "model_states_bytes",
+        "model_states_ratio",
+        "model_states_allocated_bytes",
+        "model_states_allocated_ratio",
+    )
 )
 """runs.parquet's columns of a DDP/FSDP run's model states per rank (null for any other run, and
 wherever a figure is missing; never 0 for "unknown"):
