@@ -18,7 +18,7 @@ from conf.contract import (
 )
 
 from .estimate import ESTIMATE_COLUMNS
-from .ranks import RANK_TYPE
+from .ranks import MODEL_STATE_COLUMNS, RANK_TYPE
 
 # The record's phase fields (conf.contract.record, declared there): the counters, then, where the
 # backend or the phase has them (null otherwise), extra counters, sizes by construction (tensor
@@ -145,6 +145,7 @@ RUNS_SCHEMA = pa.schema(
         ("global_batch", pa.int64()),
         ("peak_rank", pa.int64()),
         ("failed_rank", pa.int64()),
+        *MODEL_STATE_COLUMNS,  # its model states per rank, recorded and calculated (ZeRO stage 0 or 3)
     ]
 )
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``completed_*``: the
@@ -170,7 +171,9 @@ the start footprint), ``memory_fraction_nominal`` (capacity / total), ``allocato
 fields; null when it did not say, or the run did not run out of memory). ``failure_class``: the
 failed phase's class (oom, memory_suspect or error; conf.contract.FAILURE_CLASSES; a record
 written before the field gives its phase's status), ``failure_wording``: the worker.classify
-wording its message matched."""
+wording its message matched. ``model_states_*``, ``estimated_model_states_bytes``: a DDP/FSDP
+run's model states on its fullest rank, recorded beside the estimator's ZeRO figure
+(analysis.ranks.MODEL_STATE_COLUMNS)."""
 
 DEVICE_TYPE = pa.list_(
     pa.struct([("device_index", pa.int64()), *[(name, pa.int64()) for name in DEVICE_COUNTERS + PER_DEVICE_EXTRAS]])

@@ -34,7 +34,7 @@ from conf.contract import (
 )
 
 from .estimate import estimate_columns
-from .ranks import rank_rows
+from .ranks import model_state_columns, rank_rows
 from .schemas import (  # the schemas (analysis.schemas), also imported from here by callers
     COUNTERS,
     DEVICE_TYPE,
@@ -123,7 +123,8 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     a ``crash`` when the record is missing or unreadable (``_outcome``); the peaks are
     ``conf.contract.phase_peak`` over all, cold and warm phases, in bytes, null when no phase
     has one (never 0); counters' sources, environment and the estimator's columns
-    (``estimate_columns``) are added.
+    (``estimate_columns``) are added, and a DDP/FSDP run's model states per rank beside the
+    estimator's ZeRO figure (``analysis.ranks.model_state_columns``).
 
     Args:
         run: the run directory as read (``conf.contract.read_run``).
@@ -230,6 +231,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "failed_rank": as_int(record.get("failed_rank")),
     }
     row.update(estimate_columns(spec.get("estimate"), row["max_memory_allocated"], row["outcome"]))
+    row.update(model_state_columns(spec, record))
     row["estimate_missing_reason"] = spec.get("estimate_missing_reason") or (
         "no estimate in the spec (written before this workload was estimated)" if spec.get("estimate") is None else None
     )

@@ -12,6 +12,7 @@ from ..doc import Doc
 from .fmt import dry_runs_text
 from .loading import loading_section
 from .margin import MarginPolicy, parse_margin
+from .model_states import model_states_section
 from .sections_answer import answer_section
 from .sections_calculated import calculated_section
 from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
@@ -144,6 +145,7 @@ def build_report(
     observed_section(doc, runs, phases, axes, plots)
     loading_section(doc, runs, phases)
     calculated_section(doc, axes, policy, est_cols, plots, predicted, predicted_phases)
+    model_states_section(doc, runs)
     assumed_section(doc, kinds, policy)
     decision_section(doc, axes, policy)
     if len({r["sweep_dir"] for r in runs}) > 1:
