@@ -1,5 +1,6 @@
 """Scale-out: leases (one device or core set per concurrent run), launchers, forkserver isolation."""
 
+import fcntl
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conf.contract import SpecError
+from conf.contract import LEASE_LOCKS_ENV, SpecError
 from sweeper.pool import core_slots, lease, placement
 
 MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
@@ -64,11 +65,26 @@ def test_a_lease_is_exclusive_and_freed_when_its_holder_is_killed(tmp_path):
     assert got == ["0"], "the killed holder's lease was not freed"
 
 
+def _held(path: str) -> bool:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another open file: refused while the lease holds it
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def test_placement_environment(tmp_path):
     with placement("cores", "cpu", 1, None, tmp_path) as env:
         assert env["MEMSWEEP_CPU_CORES"] in core_slots(1) and env["MEMSWEEP_LEASE"].startswith("cores:")
     with placement("gpus", "cuda:0", 1, {"device_count": 2}, tmp_path) as env:
         assert env["CUDA_VISIBLE_DEVICES"] in ("0", "1")
+        # the lock files named to the run (for its fork-server handler to take over) are the ones held
+        locks = env[LEASE_LOCKS_ENV].split(os.pathsep)
+        assert [Path(p).parent for p in locks] == [tmp_path] and all(_held(p) for p in locks)
+    assert not any(_held(p) for p in locks), "released with the lease"
     with placement("gpus", "cpu", 1, None, tmp_path) as env:
         assert env == {}
     with pytest.raises(SpecError, match="pool=gpus"):
