@@ -241,8 +241,10 @@ def test_a_client_whose_shared_server_is_gone_starts_its_own(tmp_path, monkeypat
     assert json.loads(proc.stdout.splitlines()[-1]) == {"outcome": "ok", "shared": False, "own_server": True}
 
 
-def test_a_killed_client_takes_its_run_on_the_shared_server_with_it(tmp_path, shared_server):
-    """The server outlives a killed loky worker; the run that worker was waiting for must not."""
+def test_a_killed_client_leaves_its_run_to_the_shared_servers_handler(tmp_path, shared_server):
+    """The server outlives a killed loky worker, and so does the run that worker was waiting for:
+    its handler keeps it (bounded by its timeout_s) and writes its exit status for the sweeper
+    that takes it over (sweeper.kept_runs)."""
     hang = dict(TINY, timeout_s=600, fault={"phase": "model_load", "kind": "hang"})
     client = subprocess.Popen(
         [sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(hang)],
@@ -250,19 +252,27 @@ def test_a_killed_client_takes_its_run_on_the_shared_server_with_it(tmp_path, sh
         stderr=subprocess.PIPE,
         text=True,
     )
-    record = tmp_path / "run" / "record.json"
+    run_dir = tmp_path / "run"
     deadline = time.monotonic() + 120
-    while not record.exists() and time.monotonic() < deadline:
+    while not (run_dir / "record.json").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    pid = json.loads(record.read_text())["pid"]
+    pid = json.loads((run_dir / "record.json").read_text())["pid"]
     assert Path(f"/proc/{pid}").exists()
     client.send_signal(signal.SIGKILL)
     client.wait()
     deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
+    while not (run_dir / "exit_status.json").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(pid)
+    kept = json.loads((run_dir / "exit_status.json").read_text())
+    assert kept["ended"] is False and kept["worker_pid"] == pid
+    assert _alive(pid), "the run goes on (it hangs until its timeout_s=600)"
     assert shared_server.proc.poll() is None  # the server itself goes on serving
+    os.kill(pid, signal.SIGKILL)  # the run ends; its handler says how
+    deadline = time.monotonic() + 30
+    while not json.loads((run_dir / "exit_status.json").read_text())["ended"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ended = json.loads((run_dir / "exit_status.json").read_text())
+    assert (ended["ended"], ended["returncode"], ended["timed_out"]) == (True, -signal.SIGKILL, False)
 
 
 def _alive(pid: int) -> bool:

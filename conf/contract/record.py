@@ -307,12 +307,9 @@ RESULT_FIELDS = (
 envelope it returns adds ``resumed: true`` when the run was found rather than run)."""
 
 EXIT_STATUS_FIELDS = (
-    Field("schema_version", int, "SCHEMA_VERSION of the writer"),
+    RESULT_FIELDS[0],
     Field("ended", bool, "the worker has ended (false: its handler took the run over and it still runs)"),
-    Field("returncode", int, "the worker's exit status (negative: killed by that signal)"),
-    Field("timed_out", bool, "killed by its handler at the run's timeout_s"),
-    Field("wall_s", float, "seconds from the worker's fork to its end"),
-    Field("worker_pid", int, "the worker's process id"),
+    *(f for f in RESULT_FIELDS if f.name in ("returncode", "timed_out", "wall_s", "worker_pid")),
     Field("note", str, "why the handler wrote this file (its client went away), in words"),
 )
 """Fields of exit_status.json (``EXIT_STATUS_FILE``), written by ``worker.forkserver``'s handler."""
