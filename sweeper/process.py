@@ -170,12 +170,13 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
     record, _ = try_read(run_dir, RECORD_FILE)
     pid = (record or {}).get("pid")
     status = wait_for_kept_run(run_dir, record, spec.timeout_s)
+    if status is None and record is not None and wait_for_old_worker(record, spec.timeout_s, run_dir):
+        record, _ = try_read(run_dir, RECORD_FILE)  # the worker ended (or the pid is another's now)
+        status = wait_for_kept_run(run_dir, record, 0)  # its handler may have taken it over meanwhile
     if status is not None:  # kept by its fork-server handler after its launcher worker died
         log.warning("%s: its launcher worker died while it ran; the run went on, taken over, not run again", run_dir)
         returncode, timed_out, wall_s = status.get("returncode"), bool(status.get("timed_out")), status.get("wall_s")
         return {**_result(spec, run_dir, returncode, timed_out, wall_s, status.get("worker_pid")), "resumed": True}
-    if record is not None and wait_for_old_worker(record, spec.timeout_s, run_dir):  # not a reused pid
-        record, _ = try_read(run_dir, RECORD_FILE)
     if record is not None and record.get("complete"):
         return {**_result(spec, run_dir, record.get("exit_code"), False, None, pid), "resumed": True}
     target = _set_attempt_aside(run_dir)
