@@ -6,6 +6,8 @@ Files of one run directory::
     record.json   run record, written by the worker (atomically, after every phase)
     result.json   result envelope, written by the sweeper once the worker process ended
     stdout.log / stderr.log   the worker's output streams
+    exit_status.json   only when the client that asked for a forked run was gone before it ended
+                  (a launcher worker killed): the worker's exit status, from its handler
 
 The fields of each document are declared here once, with the JSON type of a present value
 (``Field``); every field may be null. All memory figures are integers in bytes; a missing
@@ -39,7 +41,13 @@ STDOUT_FILE = "stdout.log"
 STDERR_FILE = "stderr.log"
 """The worker's standard error (tracebacks of failed phases)."""
 
-FILE_KINDS = {SPEC_FILE: "spec", RECORD_FILE: "record", RESULT_FILE: "result"}
+EXIT_STATUS_FILE = "exit_status.json"
+"""A forked worker's exit status (EXIT_STATUS_FIELDS), written by its fork-server handler only when
+the process that asked for the run (a launcher's worker, killed) was gone before the run ended:
+the run went on (``ended: false`` as soon as the handler took it over, then its status once it
+ended), and the sweeper that takes it over builds its result.json from this file."""
+
+FILE_KINDS = {SPEC_FILE: "spec", RECORD_FILE: "record", RESULT_FILE: "result", EXIT_STATUS_FILE: "exit status"}
 """What each JSON file of a run directory holds, as error messages name it."""
 
 SEARCH_LOG = "search.jsonl"
@@ -303,6 +311,14 @@ RESULT_FIELDS = (
 )
 """Fields of result.json, the sweeper's envelope of one run (``sweeper.process.execute``; the
 envelope it returns adds ``resumed: true`` when the run was found rather than run)."""
+
+EXIT_STATUS_FIELDS = (
+    RESULT_FIELDS[0],
+    Field("ended", bool, "the worker has ended (false: its handler took the run over and it still runs)"),
+    *(f for f in RESULT_FIELDS if f.name in ("returncode", "timed_out", "wall_s", "worker_pid")),
+    Field("note", str, "why the handler wrote this file (its client went away), in words"),
+)
+"""Fields of exit_status.json (``EXIT_STATUS_FILE``), written by ``worker.forkserver``'s handler."""
 
 
 def field_names(fields: tuple[Field, ...]) -> tuple[str, ...]:
