@@ -25,7 +25,7 @@ from conf.contract import CUDA_BLOCK_BYTES, PEAK_CATEGORIES
 
 from .base import NO_EXTRA
 from .cpu import LiveTensorTracker
-from .fake import ModuleTrail, ensure_fake_cuda_guard, fake_mode
+from .fake import ModuleTrail, ensure_fake_cuda_guard, fake_mode, install_fake_module_apply
 
 # Operators whose real kernel returns a tensor backed by a larger storage than its meta
 # kernel says (measured with LiveTensorTracker on CPU, PyTorch 2.13): the real storage bytes
@@ -250,7 +250,8 @@ class DryRunCounters:
 
     def start(self) -> None:
         """Install the fake CUDA device guard (CUDA dry run; a failure is kept in ``cuda_guard``),
-        the parameter registration hook, then enter the fake mode and the tracker for the rest of
+        the parameter registration hook and ``Module.to`` for fake modules
+        (``install_fake_module_apply``), then enter the fake mode and the tracker for the rest of
         the process."""
         if self.rounding == CUDA_ROUNDING:
             try:
@@ -263,6 +264,7 @@ class DryRunCounters:
                 self.tracker.tag("parameter", [param])
 
         register_module_parameter_registration_hook(on_parameter)  # for the process's life (a dry run's)
+        install_fake_module_apply()
         self.trail.start()
         self.fake_mode.__enter__()
         self.tracker.__enter__()
