@@ -77,6 +77,7 @@ if HAS_PEFT:  # adapters created in float32, then cast to the base's bfloat16 by
         },
     )
 TOLERANCE = 0.01  # of the measured phase peak
+CUDA_LOADS = ("llama_generate", "llama_generate_static", "qwen2_inference")
 SPLIT = ("predicted_parameter_bytes", "predicted_gradient_bytes", "predicted_optimizer_state_bytes")
 
 
@@ -95,6 +96,10 @@ def runs(tmp_path_factory):
             for name, data in LOADS.items()
             for kind in ("measured", "predicted")
         }
+        for name in CUDA_LOADS:  # the same load predicted on fake CUDA tensors (no GPU needed)
+            jobs[(name, "cuda")] = pool.submit(
+                _run, root, f"{name}-cuda", dict(LOADS[name], dry_run=True, device="cuda:0")
+            )
         return {key: job.result() for key, job in jobs.items()}
 
 
@@ -157,6 +162,24 @@ def test_hf_generate_split_has_the_kv_cache_among_the_activations(runs):
     assert decode["kv_cache_bytes"] == 2 * 2 * 2 * 8 * (16 + 3) * 4 * 2
     assert decode["predicted_activation_bytes"] >= decode["kv_cache_bytes"]
     assert decode["predicted_gradient_bytes"] == decode["predicted_optimizer_state_bytes"] == 0
+
+
+@pytest.mark.parametrize("load", CUDA_LOADS)
+def test_hf_generate_and_inference_dry_run_on_fake_cuda_without_a_gpu(runs, load):
+    """On fake CUDA tensors (here a CPU-only PyTorch): every phase runs (generate's DynamicCache
+    makes its empty cache with torch.tensor(..., device) under inference_mode), CUDA is never
+    initialised, the KV cache has the CPU run's bytes, and each phase's peak covers the
+    measured CPU one (every storage rounded up to 512 B blocks)."""
+    cuda, measured = runs[(load, "cuda")], runs[(load, "measured")]
+    assert cuda["outcome"] == "ok", cuda.get("error_message")
+    assert cuda["device"] == "cuda:0" and cuda["cuda_initialized"] is False and "512 B" in cuda["prediction_rounding"]
+    assert [p["name"] for p in cuda["phases"]] == [p["name"] for p in measured["phases"]]
+    for c, m in zip(cuda["phases"], measured["phases"]):
+        assert c["max_memory_allocated"] % 512 == 0 and c["max_memory_allocated"] >= m["max_memory_allocated"]
+        assert (c.get("kv_cache_bytes"), c.get("kv_cache_tokens")) == (
+            m.get("kv_cache_bytes"),
+            m.get("kv_cache_tokens"),
+        )
 
 
 # ----- transformers' tracing branches on fake tensors ------------------------------------------

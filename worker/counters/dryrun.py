@@ -102,7 +102,18 @@ class FakeLiveTensorTracker(LiveTensorTracker):
             # CPU-only PyTorch lacks; fake tensors hold no values, so any in-place random fill
             # does: normal_ (also in place, no storage allocated, as uniform_ on the GPU).
             func, args, kwargs = torch.ops.aten.normal_.default, (args[0],), {}
-        out = func(*args, **(kwargs or {}))
+        if self.device_type == "cuda" and getattr(func, "overloadpacket", None) is torch.ops.aten.to:
+            # Under inference_mode, Tensor.to reaches the fake mode whole (aten.to.*, not decomposed
+            # to aten._to_copy). FakeTensorMode's avoid_device_init knows only _to_copy and
+            # prims.device_put as device moves, so it propagates a constant (torch.tensor(...,
+            # device="cuda"), as transformers' DynamicLayer.lazy_initialization makes) by running
+            # the real copy to CUDA: a CUDA context on a GPU machine, "Could not run
+            # 'aten::empty_strided' with arguments from the 'CUDA' backend" on a CPU-only PyTorch.
+            # Its own decomposition (the CompositeImplicitAutograd kernel: _to_copy, or the tensor
+            # itself when nothing changes) gives the same tensor and bytes without a constant.
+            out = func.decompose(*args, **(kwargs or {}))
+        else:
+            out = func(*args, **(kwargs or {}))
         fix = REAL_STORAGE_BYTES.get(getattr(func, "_schema", None) and func._schema.name)
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
