@@ -5,8 +5,6 @@ isolation default, the exit codes of the README, and a docstring on every public
 import ast
 import json
 import re
-import types
-import typing
 from pathlib import Path
 
 import pyarrow as pa
@@ -58,15 +56,6 @@ ARROW = {
 }
 
 
-def spec_types() -> dict[str, type]:
-    """RunSpec's fields with the JSON type of a present value (``int | None`` -> int)."""
-    out = {}
-    for name, hint in typing.get_type_hints(RunSpec).items():
-        union = isinstance(hint, types.UnionType)
-        out[name] = [a for a in typing.get_args(hint) if a is not type(None)][0] if union else hint
-    return out
-
-
 def declared(*groups) -> dict[str, set]:
     out: dict[str, set] = {}
     for group in groups:
@@ -100,7 +89,7 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
         if f.name in PEAK_COUNTERS + OOM_DETAIL_FIELDS + ("failure_class", "failure_wording")
     }
     sources = declared(
-        RESULT_FIELDS, RECORD_FIELDS, ENVIRONMENT_FIELDS, CAPACITY_FIELDS, MODEL_FIELDS, spec_types(), peaks
+        RESULT_FIELDS, RECORD_FIELDS, ENVIRONMENT_FIELDS, CAPACITY_FIELDS, MODEL_FIELDS, RunSpec.field_types(), peaks
     )
     cold_warm = {f"{w}_{c}": c for w in ("cold", "warm", "completed") for c in PEAK_COUNTERS}
     derived = {
@@ -143,7 +132,11 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
 def test_phases_schema_columns_from_the_record_are_declared_with_their_types():
     sources = declared(
         PHASE_FIELDS,
-        {k: v for k, v in spec_types().items() if k in ("batch", "context", "width", "dtype", "mode", "device")},
+        {
+            k: v
+            for k, v in RunSpec.field_types().items()
+            if k in ("batch", "context", "width", "dtype", "mode", "device")
+        },
         {"source": str},
     )
     checked = check_columns(PHASES_SCHEMA, sources, {"phase": "name"}, {"sweep_dir", "run_id", "phase_index"}, set())
