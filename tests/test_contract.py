@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from omegaconf import OmegaConf
 
 import conf.contract as contract
@@ -127,6 +128,18 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
         "micro_steps",
         "checkpointing",
     } <= set(checked)
+
+
+def test_a_name_declared_with_two_scalar_types_gets_no_column_type():
+    """analysis.schemas types a column by its declarations: two that disagree are refused, and a
+    list or mapping (an object, not a column: the phases' ``devices``) is no column type."""
+    from analysis.schemas import declared_types
+
+    with pytest.raises(TypeError, match="field width: declared both int64 and double"):
+        declared_types({"width": int}, (contract.Field("width", float, "a width"),))
+    assert declared_types({"devices": int}, (contract.Field("devices", list, "one per device"),)) == {
+        "devices": pa.int64()
+    }
 
 
 def test_phases_schema_columns_from_the_record_are_declared_with_their_types():
