@@ -48,18 +48,14 @@ OPTIONS = (
 )
 """Mode options of the spec (conf.contract.RunSpec), one column each in the runs table (its type: the spec's)."""
 
+STACK_COLUMNS = ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "alloc_conf", "host")
+"""Runs-table columns of the software stack and host a run ran on (the record's ``environment``)."""
+
 ENV_COLUMNS = (
     "device_kind",
     "device_name",
     "device_total_memory",
-    "torch",
-    "python",
-    "cuda",
-    "hip",
-    "driver",
-    "allocator_backend",
-    "alloc_conf",
-    "host",
+    *STACK_COLUMNS,
     "torch_dynamo_imported",
     "schema_version",
 )
@@ -192,14 +188,7 @@ RUNS_SCHEMA = table_schema(
     "source_allocated",
     "source_reserved",
     "source",  # measured | predicted (a dry run: spec dry_run, fake tensors)
-    "python",
-    "torch",
-    "cuda",
-    "hip",
-    "driver",
-    "allocator_backend",
-    "alloc_conf",
-    "host",
+    *STACK_COLUMNS,
     "started_at",
     "schema_version",
     # how the worker process was started: on the CPU its resident set (memory_reserved) counts
