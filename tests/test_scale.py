@@ -15,20 +15,9 @@ import pytest
 
 from conf.contract import LEASE_LOCKS_ENV, SpecError
 from sweeper.pool import core_slots, lease, placement
+from tests.data.loads import MEMSWEEP, TINY_CPU
 
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
-EDGE = [
-    "batch=4,64",
-    "capacity=8MiB",
-    "context=64",
-    "width=64",
-    "workload.depth=2",
-    "warmup=1",
-    "repeats=1",
-    "threads=1",
-    "device=cpu",
-    "sweep=none",
-]
+EDGE = ["batch=4,64", "capacity=8MiB", *TINY_CPU, "sweep=none"]
 
 
 def test_a_lease_is_exclusive_and_freed_when_its_holder_is_killed(tmp_path):

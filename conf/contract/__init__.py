@@ -50,13 +50,16 @@ from .host import (
 from .parallel import MAX_WORLD_SIZE
 from .record import (
     CAPACITY_FIELDS,
+    COUNTER_FIELDS,
     DEVICE_FIELDS,
     DEVICE_NOT_FREE_BYTES,
     ENVIRONMENT_FIELDS,
+    ERROR_FIELDS,
     EXIT_STATUS_FIELDS,
     EXIT_STATUS_FILE,
     EXTRA_COUNTERS,
     FAILURE_CLASSES,
+    FAILURE_FIELDS,
     FILE_KINDS,
     MODEL_FIELDS,
     OOM_DETAIL_FIELDS,
@@ -166,6 +169,9 @@ from .workload import WORKLOAD_PARAMS, hf_config_kind, validate_workload
 
 __all__ = [
     "FAILURE_CLASSES",
+    "FAILURE_FIELDS",
+    "ERROR_FIELDS",
+    "COUNTER_FIELDS",
     "COMPILE_MODES",
     "QUANTIZATIONS",
     "ALL_VARIABLES",

@@ -74,6 +74,22 @@ def _bytes(name: str, doc: str) -> Field:
     return Field(name, int, doc + " (bytes)")
 
 
+ERROR_FIELDS = (
+    Field("error_type", str, "the failure's exception type name (in a result: also a signal name, ForkServerLost)"),
+    Field("error_message", str, "the failure's message, in words (the worker keeps at most 4000 characters)"),
+)
+"""What failed, as a record, a rank, a phase and the result envelope say it (null when nothing did)."""
+
+FAILURE_FIELDS = (
+    Field("failed_phase", str, "the phase that failed, was stopped or was running when the process died; or 'setup'"),
+    *ERROR_FIELDS,
+)
+"""Where and what a run or a rank failed: the failed phase and ERROR_FIELDS."""
+
+COUNTER_FIELDS = tuple(_bytes(name, "counter") for name in DEVICE_COUNTERS)
+"""The counters (vocabulary.DEVICE_COUNTERS) of a phase, of a phase on one device and on one rank."""
+
+
 RECORD_FIELDS = (
     Field("schema_version", int, "SCHEMA_VERSION of the writer"),
     Field("spec", dict, "the spec as read from spec.json"),
@@ -84,9 +100,7 @@ RECORD_FIELDS = (
     Field("complete", bool, "the worker finished the record (a killed worker leaves false)"),
     Field("outcome", str, "one of WORKER_OUTCOMES, once complete"),
     Field("exit_code", int, "the worker's exit status (conf.contract.exits)"),
-    Field("failed_phase", str, "the phase that failed, or 'setup'"),
-    Field("error_type", str, "the failure's exception type name"),
-    Field("error_message", str, "the failure's message (at most 4000 characters)"),
+    *FAILURE_FIELDS,
     Field("device", str, "the resolved device: cpu or cuda:N"),
     Field("device_kind", str, "torch.device.type: cpu or cuda (ROCm included)"),
     Field("counter_sources", dict, "counter name -> where its value comes from"),
@@ -124,9 +138,7 @@ RANK_FIELDS = (
     Field("pid", int, "the rank process's id"),
     Field("outcome", str, "ok, oom or error as the rank recorded it; aborted (stopped by the run), crash"),
     Field("exit_code", int, "the rank process's exit status (negative: killed by that signal)"),
-    Field("failed_phase", str, "the phase the rank failed in or was stopped in"),
-    Field("error_type", str, "the rank's failure's exception type name"),
-    Field("error_message", str, "the rank's failure's message"),
+    *FAILURE_FIELDS,
     _bytes("local_parameter_bytes", "the rank's own parameter storage after model_load (FSDP: its shards)"),
     _bytes("max_memory_allocated", "the rank's largest phase peak"),
     _bytes("max_memory_reserved", "the rank's largest reserved peak"),
@@ -137,7 +149,7 @@ RANK_FIELDS = (
 PHASE_RANK_FIELDS = (
     Field("rank", int, "the rank"),
     Field("status", str, "ok, oom or error"),
-    *[_bytes(name, "counter") for name in DEVICE_COUNTERS],
+    *COUNTER_FIELDS,
     Field("duration_s", float, "wall time of the phase on that rank (seconds)"),
     Field("gradient_bytes", int, "size by construction on that rank (its shards under FSDP)"),
     Field("optimizer_state_bytes", int, "size by construction on that rank (its shards under FSDP)"),
@@ -267,10 +279,10 @@ PHASE_FIELDS = (
     Field("micro_step", int, "a sub-phase's micro-step (gradient accumulation)"),
     Field("status", str, "ok, oom or error"),
     Field("iterations", int, "times the phase's body ran"),
-    *[_bytes(name, "counter") for name in PHASE_COUNTERS[:2]],
+    *COUNTER_FIELDS[:2],
     Field("duration_s", float, "wall time of the phase (seconds)"),
     Field("iteration_s", list, "wall time of each iteration (seconds)"),
-    *[_bytes(name, "counter") for name in PHASE_COUNTERS[2:]],
+    *COUNTER_FIELDS[2:],
     Field("devices", list, "a run on several devices: one DEVICE_FIELDS object per device"),
     Field("rank", int, "a DDP/FSDP run: the rank whose counters the phase's own fields are (0, or the failed one)"),
     Field("peak_rank", int, "a DDP/FSDP run: the rank with the phase's largest max_memory_allocated"),
@@ -278,8 +290,7 @@ PHASE_FIELDS = (
     *[Field(name, int, "allocator counter") for name in EXTRA_COUNTERS[:2]],
     *[_bytes(name, "allocator or device figure") for name in EXTRA_COUNTERS[2:]],
     *[_bytes(name, "a dry run's peak split (PEAK_CATEGORIES)") for name in PEAK_SPLIT_FIELDS],
-    Field("error_type", str, "a failed phase's exception type name"),
-    Field("error_message", str, "a failed phase's message"),
+    *ERROR_FIELDS,
     *[Field(name, int, "size by construction") for name in SIZE_FIELDS],
     *[_bytes(name, "what the OOM said (OOM_DETAIL_FIELDS)") for name in OOM_DETAIL_FIELDS],
     Field("oom_operator", str, "the operator the CPU allocator capacity refused"),
@@ -290,7 +301,7 @@ PHASE_FIELDS = (
 
 DEVICE_FIELDS = (
     Field("device_index", int, "the CUDA device index"),
-    *[_bytes(name, "counter") for name in DEVICE_COUNTERS],
+    *COUNTER_FIELDS,
     Field("num_ooms", int, "allocator counter of this device"),
     *[_bytes(name, "device figure") for name in PER_DEVICE_EXTRAS[1:]],
 )
@@ -299,9 +310,7 @@ DEVICE_FIELDS = (
 RESULT_FIELDS = (
     Field("schema_version", int, "SCHEMA_VERSION of the writer"),
     Field("outcome", str, "one of OUTCOMES"),
-    Field("failed_phase", str, "the phase that failed, or was running when the worker died"),
-    Field("error_type", str, "exception type, signal name, or ForkServerLost"),
-    Field("error_message", str, "what went wrong, in words"),
+    *FAILURE_FIELDS,
     Field("returncode", int, "the worker's exit status (negative: killed by that signal)"),
     Field("signal", int, "the signal that killed the worker"),
     Field("timed_out", bool, "killed by the sweeper at timeout_s"),
