@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 import conf.contract as contract
 from analysis.estimate import ESTIMATE_COLUMNS
-from analysis.ranks import MODEL_STATE_COLUMNS
+from analysis.schemas import MODEL_STATE_COLUMNS
 from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, RUNS_SCHEMA
 from conf.contract import (
     CAPACITY_FIELDS,
@@ -104,7 +104,7 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
         "source_reserved",
         "max_outside_allocator_bytes",
         *ESTIMATE_COLUMNS,
-        *(name for name, _ in MODEL_STATE_COLUMNS),
+        *MODEL_STATE_COLUMNS,
     }
     transformed = {
         "workload",  # the spec's workload mapping -> its name
