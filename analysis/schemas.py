@@ -306,6 +306,7 @@ PHASES_SCHEMA = table_schema(
     "status",
     "iterations",
     "duration_s",
+    "dynamo_graphs_compiled",
     *COUNTERS,
     "error_type",
     "failure_class",
@@ -334,7 +335,10 @@ else); they sum to the peak. Null on measured rows, and on records written befor
 those of cuda:0, the run's device. Null for a one-device run and for records without it.
 ``rank``, ``peak_rank``, ``ranks``: a DDP/FSDP run's phase: whose counters the row's are (rank 0,
 or the rank whose failure ended the run), the rank with the largest ``max_memory_allocated``, and
-one struct per rank that recorded the phase (conf.contract.PHASE_RANK_FIELDS); null otherwise."""
+one struct per rank that recorded the phase (conf.contract.PHASE_RANK_FIELDS); null otherwise.
+``dynamo_graphs_compiled``: graphs torch.compile's Dynamo compiled during the phase (a count, not
+bytes): above 0 in a cold phase of a ``compile`` run, where compilation belongs; above 0 in a warm
+phase means it recompiled and its peak includes compilation; null when Dynamo was not imported."""
 
 
 def as_int(value) -> int | None:

@@ -279,6 +279,7 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
                 "error_type": p.get("error_type"),
                 "failure_class": p.get("failure_class"),
                 "failure_wording": p.get("failure_wording"),
+                "dynamo_graphs_compiled": as_int(p.get("dynamo_graphs_compiled")),
                 **{k: p.get(k) for k in SUB_PHASE_FIELDS},
                 **{name: as_int(p.get(name)) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL},
                 "source": source,

@@ -42,6 +42,8 @@ def test_cpu_compile_run_records_cold_and_warm_peaks(tmp_path):
         assert isinstance(phase["max_memory_allocated"], int) and phase["max_memory_allocated"] > 0
         assert isinstance(phase["max_memory_reserved"], int) and phase["max_memory_reserved"] > 0
     assert any(cache.rglob("*.py")), "Inductor compiled (its generated code is in the cache)"
-    # compilation is in the cold window only: with a cold cache it builds C++ (seconds), which a
-    # warm (compiled) forward of this tiny load (well under a millisecond) never comes near
-    assert cold["duration_s"] > 10 * warm["duration_s"], (cold["duration_s"], warm["duration_s"])
+    # compilation is in the cold window only: Dynamo captured the model's graph there, and the
+    # warm phase ran the compiled code without capturing (or recompiling) anything
+    assert cold["dynamo_graphs_compiled"] >= 1, cold
+    assert warm["dynamo_graphs_compiled"] == 0, warm
+    print(f"cold {cold['duration_s']:.2f} s, warm {warm['duration_s']:.4f} s")  # for the log, not asserted

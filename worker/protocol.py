@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -50,6 +51,24 @@ def _inject_fault(kind: str, phase: str, record_path: Path) -> None:
     if kind == "garbage":
         record_path.write_text('{"schema_version": 1, "phases": [{"name": "mod')
         os._exit(0)
+
+
+def dynamo_graphs() -> int | None:
+    """How many graphs Dynamo (``torch.compile``'s front end) has compiled in this process so far.
+
+    Returns:
+        ``torch._dynamo.utils.counters["stats"]["unique_graphs"]`` (incremented once per FX graph
+        Dynamo captures and hands to its backend, torch/_dynamo/output_graph.py), or None when
+        ``torch._dynamo`` is not imported (nothing can have been compiled; importing it here would
+        change the process being measured).
+    """
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None:
+        return None
+    try:
+        return int(dynamo.utils.counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 - a counter we cannot read is missing, not zero
+        return None
 
 
 def run_phase(
@@ -90,7 +109,9 @@ def run_phase(
     Returns:
         The phase record: name, the meta fields, status (``ok``, ``oom`` or ``error``, by
         ``classify_failure``), iterations, the counters at start and end (bytes or None),
-        duration_s and iteration_s (seconds), devices, the extra counters, error_type and
+        duration_s and iteration_s (seconds), ``dynamo_graphs_compiled`` (graphs torch.compile
+        compiled during the phase: ``dynamo_graphs``' growth; null when Dynamo is not imported),
+        devices, the extra counters, error_type and
         error_message (at most 4000 characters), and for an OOM the counters' ``oom_detail()``.
         A failed phase's record also holds the exception under ``_exception``, for the caller
         to pop (it is not part of the record).
@@ -131,6 +152,7 @@ def run_phase(
             for d in per_device
         ]
     )
+    graphs_start = dynamo_graphs()
     counters.reset_peak_memory_stats()
     durations: list[float] = []
     t0 = time.perf_counter()
@@ -152,6 +174,8 @@ def run_phase(
             pass
     phase["duration_s"] = time.perf_counter() - t0
     phase["iteration_s"] = durations
+    graphs_end = dynamo_graphs()  # Dynamo imported inside the phase: it had compiled nothing before
+    phase["dynamo_graphs_compiled"] = None if graphs_end is None else graphs_end - (graphs_start or 0)
     phase.update(
         memory_allocated=read(counters.memory_allocated),
         memory_reserved=read(counters.memory_reserved),

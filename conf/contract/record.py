@@ -294,6 +294,11 @@ PHASE_FIELDS = (
     *[Field(name, int, "size by construction") for name in SIZE_FIELDS],
     *[_bytes(name, "what the OOM said (OOM_DETAIL_FIELDS)") for name in OOM_DETAIL_FIELDS],
     Field("oom_operator", str, "the operator the CPU allocator capacity refused"),
+    Field(
+        "dynamo_graphs_compiled",
+        int,
+        "graphs torch.compile (Dynamo) compiled during the phase; null when torch._dynamo was not imported",
+    ),
     Field("failure_class", str, "a failed phase: one of FAILURE_CLASSES"),
     Field("failure_wording", str, "a failed phase: the worker.classify.WORDINGS row its message matched"),
 )
