@@ -4,8 +4,9 @@
 The split is never measured: a real run's counters hold only the total. It comes, in order of
 preference, from a dry run of the same load (``predicted_*_bytes`` of its phases, the
 categories of torch.distributed._tools.mem_tracker), from the estimator's replay of the mlp
-workload per phase (``analysis.estimate.mlp_phases_for_spec``), or from the estimate of the whole run
-(the runs table's ``est_*`` columns, one bar). Bytes throughout.
+workload per phase (``analysis.estimate.mlp_phases_for_spec``; a whole replica, so not for an FSDP
+run), or from the estimate of the whole run (the runs table's ``est_*`` columns, one bar; one rank's
+for a DDP/FSDP run). Bytes throughout.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 from dataclasses import dataclass
 
 from ..doc import Doc, Image
-from ..estimate import mlp_phases_for_spec
+from ..estimate import PARALLEL_ZERO_STAGE, mlp_phases_for_spec
 from .fmt import axis_label, nbytes
 from .stats import AxisResult
 
@@ -103,6 +104,8 @@ def _from_dry_run(a: AxisResult, value, predicted: list[dict], predicted_phases:
 
 
 def _from_replay(run: dict, value) -> Split | None:
+    if PARALLEL_ZERO_STAGE.get(str(run.get("parallel")), 0) > 0:  # the replay is of a whole replica, not a shard
+        return None
     spec = _spec_of(run)
     try:
         phases = mlp_phases_for_spec(spec)
@@ -128,9 +131,11 @@ def _from_estimate(run: dict, value) -> Split | None:
     if all(v is None for v in cols.values()):
         return None
     parts = {part: [sum(cols[c] or 0 for c in comps)] for part, comps in _ESTIMATE_COMPONENTS.items()}
+    stage = PARALLEL_ZERO_STAGE.get(str(run.get("parallel")))
+    per_rank = "" if stage is None else f"; one rank's, model states at ZeRO stage {stage} over {run.get('world_size')}"
     return Split(
         value,
-        "the estimate of the whole run (runs.parquet `est_*`: at the run's peak)",
+        f"the estimate of the whole run (runs.parquet `est_*`: at the run's peak{per_rank})",
         ["whole run"],
         parts,
         [run.get("max_memory_allocated")],
