@@ -143,7 +143,7 @@ def _from_estimate(run: dict, value) -> Split | None:
 
 
 def calculated_split(a: AxisResult, predicted: list[dict], predicted_phases: list[dict]) -> Split | None:
-    """The calculated split of the peak at the recommended value (else ``max_ok``, else the
+    """The calculated split of the peak at the recommended value (else the edge, ``max_ok`` or ``min_ok``, else the
     smallest value run) of one axis.
 
     Args:
@@ -154,7 +154,7 @@ def calculated_split(a: AxisResult, predicted: list[dict], predicted_phases: lis
     Returns:
         The split, or None when neither a dry run, the estimator nor an estimate covers the load.
     """
-    value = next((v for v in (a.recommended, a.max_ok) if v is not None), a.values[0].value if a.values else None)
+    value = next((v for v in (a.recommended, a.edge) if v is not None), a.values[0].value if a.values else None)
     st = a.stat(value)
     if st is None:
         return None
