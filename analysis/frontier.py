@@ -40,6 +40,7 @@ from conf.contract import (
     AXES,
     DTYPE_BYTES,
     INTEGER_AXES,
+    PEAK_COUNTERS,
     SEARCH_LOG,
     axis_direction,
     failure_words,
@@ -48,9 +49,11 @@ from conf.contract import (
     planned_phases,
 )
 
-from .tables import OPTIONS, coerce_table
+from .schemas import OPTIONS, coerce_table, table_schema
 
-MODE_OPTIONS = tuple(name for name, _ in OPTIONS)  # a different optimizer, precision... is a different load
+SPREAD = ("devices", "parallel", "world_size", "reshard_after_forward")
+"""How a load is spread: devices per run (a load on 2 GPUs is not the same load as on 1), DDP/FSDP
+ranks and their sharding (runs table columns)."""
 IDENTITY = (
     "sweep_dir",
     "workload",
@@ -62,65 +65,55 @@ IDENTITY = (
     "warmup",
     "repeats",
     *AXES,
-    *(o for o in MODE_OPTIONS if o not in AXES),  # eval_batch is both an axis and a mode option
-    "devices",
-    "parallel",
-    "world_size",
-    "reshard_after_forward",
-)  # devices per run: a load on 2 GPUs is not the same load as on 1; likewise ranks and their sharding
+    *(o for o in OPTIONS if o not in AXES),  # a different optimizer, precision... is a different load;
+    # eval_batch is both an axis and a mode option
+    *SPREAD,
+)
 
-FRONTIER_SCHEMA = pa.schema(
-    [
-        ("sweep_dir", pa.string()),
-        ("axis", pa.string()),
-        ("direction", pa.string()),
-        ("workload", pa.string()),
-        ("mode", pa.string()),
-        ("device", pa.string()),
-        ("capacity_bytes", pa.int64()),
-        ("batch", pa.int64()),
-        ("context", pa.int64()),
-        ("width", pa.int64()),
-        ("dtype", pa.string()),
-        ("values", pa.string()),
-        ("n_runs", pa.int64()),
-        ("n_ok", pa.int64()),
-        ("n_oom", pa.int64()),
-        ("n_other", pa.int64()),
-        ("n_memory_suspect", pa.int64()),
-        ("n_oom_elsewhere", pa.int64()),
-        ("oom_elsewhere_phases", pa.string()),
-        ("oom_elsewhere_variables", pa.string()),
-        ("not_reached", pa.string()),
-        ("max_ok", pa.int64()),
-        ("min_oom", pa.int64()),
-        ("max_ok_label", pa.string()),
-        ("min_oom_label", pa.string()),
-        ("min_ok", pa.int64()),
-        ("max_oom", pa.int64()),
-        ("exact", pa.bool_()),
-        ("monotonic", pa.bool_()),
-        ("stable", pa.bool_()),
-        ("max_ok_max_memory_allocated", pa.int64()),
-        ("max_ok_max_memory_reserved", pa.int64()),
-        ("min_ok_max_memory_allocated", pa.int64()),
-        ("min_ok_max_memory_reserved", pa.int64()),
-        ("strategy", pa.string()),
-        ("runs_used", pa.int64()),
-        ("upper_reached", pa.bool_()),
-        ("stopped_by", pa.string()),
-        ("search_status", pa.string()),
-        ("warmup", pa.int64()),
-        ("repeats", pa.int64()),
-        ("devices", pa.int64()),
-        ("parallel", pa.string()),
-        ("world_size", pa.int64()),
-        ("reshard_after_forward", pa.bool_()),
-        # the rest of the fixed load (IDENTITY): two rows differing only here are two loads
-        ("capacity_mode", pa.string()),
-        ("workload_params", pa.string()),
-        *OPTIONS,
-    ]
+FRONTIER_SCHEMA = table_schema(
+    "sweep_dir",
+    ("axis", pa.string()),
+    ("direction", pa.string()),
+    "workload",
+    "mode",
+    "device",
+    "capacity_bytes",
+    "batch",
+    "context",
+    "width",
+    "dtype",
+    ("values", pa.string()),
+    ("n_runs", pa.int64()),
+    ("n_ok", pa.int64()),
+    ("n_oom", pa.int64()),
+    ("n_other", pa.int64()),
+    ("n_memory_suspect", pa.int64()),
+    ("n_oom_elsewhere", pa.int64()),
+    ("oom_elsewhere_phases", pa.string()),
+    ("oom_elsewhere_variables", pa.string()),
+    ("not_reached", pa.string()),
+    ("max_ok", pa.int64()),
+    ("min_oom", pa.int64()),
+    ("max_ok_label", pa.string()),
+    ("min_oom_label", pa.string()),
+    ("min_ok", pa.int64()),
+    ("max_oom", pa.int64()),
+    ("exact", pa.bool_()),
+    ("monotonic", pa.bool_()),
+    ("stable", pa.bool_()),
+    *((f"{edge}_{c}", pa.int64()) for edge in ("max_ok", "min_ok") for c in PEAK_COUNTERS),
+    ("strategy", pa.string()),
+    ("runs_used", pa.int64()),
+    ("upper_reached", pa.bool_()),
+    ("stopped_by", pa.string()),
+    ("search_status", pa.string()),
+    "warmup",
+    "repeats",
+    *SPREAD,
+    # the rest of the fixed load (IDENTITY): two rows differing only here are two loads
+    "capacity_mode",
+    "workload_params",
+    *OPTIONS,
 )
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null. ``direction`` (conf.contract.DIRECTIONS, from the axis and the row's ``parallel``) says
@@ -178,7 +171,7 @@ def search_results(sweep_dir: str) -> dict[tuple, dict]:
     return out
 
 
-LOAD_DETAIL = ("capacity_mode", "workload_params", *MODE_OPTIONS, "parallel", "reshard_after_forward")
+LOAD_DETAIL = ("capacity_mode", "workload_params", *OPTIONS, "parallel", "reshard_after_forward")
 """The fields of IDENTITY a frontier row carries besides the axes, protocol and device."""
 LOAD_FIELDS = tuple(k for k in IDENTITY if k not in ("sweep_dir", *AXES))
 """A row's fixed load besides its directory and axes: workload, workload_params, mode, device..."""

@@ -6,62 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import pyarrow as pa
-
 from conf.contract import INFERENCE_PHASES, PHASE_RANK_FIELDS, STEP_SUB_PHASES, record_phases
 
 from .estimate import PARALLEL_ZERO_STAGE, estimated_model_states
-
-RANK_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string()}
-RANK_TYPE = pa.list_(pa.struct([(f.name, RANK_TYPES[f.type]) for f in PHASE_RANK_FIELDS]))
-"""Type of the phases table's ``ranks`` column: one struct per rank of a DDP/FSDP run."""
+from .schemas import MODEL_STATE_COLUMNS, as_int
 
 INPUTS = INFERENCE_PHASES[1]
 BACKWARD, OPTIMIZER_STEP = STEP_SUB_PHASES[2:]
 
-MODEL_STATE_COLUMNS = tuple(
-    (name, pa.float64() if name.endswith("_ratio") else pa.int64())
-    for name in (
-        "model_states_zero_stage",
-        "estimated_model_states_bytes",
-        "model_states_bytes",
-        "model_states_ratio",
-        "model_states_allocated_bytes",
-        "model_states_allocated_ratio",
-    )
-)
-"""runs.parquet's columns of a DDP/FSDP run's model states per rank (null for any other run, and
-wherever a figure is missing; never 0 for "unknown"):
-
-* ``model_states_zero_stage``: the ZeRO stage the run matches (0 for ddp, 3 for fsdp;
-  ``analysis.estimate.PARALLEL_ZERO_STAGE``);
-* ``estimated_model_states_bytes``: **calculated**: the spec's estimate of the weights,
-  gradients and optimizer states partitioned at that stage over ``world_size`` ranks
-  (``analysis.estimate.estimated_model_states``);
-* ``model_states_bytes``: **recorded**, by construction: on each rank, its parameters
-  (``ranks[].local_parameter_bytes``, after model_load) + its gradients (``gradient_bytes`` after
-  the last backward that ran ok) + its optimizer states (``optimizer_state_bytes`` after the last
-  optimizer_step that ran ok): the storage bytes of the rank's own tensors of each kind (its
-  shards under FSDP, padding included), summed by the worker; the largest over the ranks (the
-  fullest rank); null unless every rank has all three;
-* ``model_states_allocated_bytes``: **observed** with the counters: on each rank,
-  ``memory_allocated`` at the end of the last optimizer_step that ran ok, less what the inputs
-  phase added (its ``memory_allocated`` less its ``memory_allocated_start``; not less model_load's
-  end, which on a DDP rank > 0 can still hold the transient of the parameters' broadcast, released
-  on gloo's thread a moment later): what the rank's allocator holds
-  between two steps apart from the inputs. That is the model states plus what the wrapper keeps
-  beside them (DDP's gradient buckets, a replica's size; FSDP's device mesh); the largest over
-  the ranks, null unless every rank has it;
-* ``model_states_ratio``, ``model_states_allocated_ratio``: each measured figure / the estimate
-  (float; null when either is)."""
-
-
-def _int(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
 
 def rank_rows(value) -> list[dict] | None:
-    """A phase's ``ranks`` list as rows of RANK_TYPE; null when absent (a one-process run)."""
+    """A phase's ``ranks`` list as rows of analysis.schemas.RANK_TYPE; null when absent (a one-process run)."""
     if not isinstance(value, list):
         return None
     out = []
@@ -72,7 +27,7 @@ def rank_rows(value) -> list[dict] | None:
         for f in PHASE_RANK_FIELDS:
             v = r.get(f.name)
             if f.type is int:
-                v = _int(v)
+                v = as_int(v)
             elif f.type is float:
                 v = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
             else:
@@ -104,20 +59,20 @@ def rank_model_states(record: Mapping | None) -> list[dict]:
         if key not in (INPUTS, BACKWARD, OPTIMIZER_STEP):
             continue
         for entry in phase.get("ranks") or []:
-            if isinstance(entry, Mapping) and entry.get("status") == "ok" and _int(entry.get("rank")) is not None:
+            if isinstance(entry, Mapping) and entry.get("status") == "ok" and as_int(entry.get("rank")) is not None:
                 seen.setdefault(entry["rank"], {})[key] = entry
     out = []
     for r in ranks:
-        rank = _int(r.get("rank")) if isinstance(r, Mapping) else None
+        rank = as_int(r.get("rank")) if isinstance(r, Mapping) else None
         got = seen.get(rank, {}) if rank is not None else {}
-        params = _int(r.get("local_parameter_bytes")) if isinstance(r, Mapping) else None
-        grads = _int(got.get(BACKWARD, {}).get("gradient_bytes"))
-        states = _int(got.get(OPTIMIZER_STEP, {}).get("optimizer_state_bytes"))
-        after_step = _int(got.get(OPTIMIZER_STEP, {}).get("memory_allocated"))
+        params = as_int(r.get("local_parameter_bytes")) if isinstance(r, Mapping) else None
+        grads = as_int(got.get(BACKWARD, {}).get("gradient_bytes"))
+        states = as_int(got.get(OPTIMIZER_STEP, {}).get("optimizer_state_bytes"))
+        after_step = as_int(got.get(OPTIMIZER_STEP, {}).get("memory_allocated"))
         # the inputs' bytes: what the inputs phase itself added (its end less its start; model_load's
         # end can still hold a collective's transient, released on gloo's thread before inputs starts)
-        before_inputs = _int(got.get(INPUTS, {}).get("memory_allocated_start"))
-        with_inputs = _int(got.get(INPUTS, {}).get("memory_allocated"))
+        before_inputs = as_int(got.get(INPUTS, {}).get("memory_allocated_start"))
+        with_inputs = as_int(got.get(INPUTS, {}).get("memory_allocated"))
         out.append(
             {
                 "rank": rank,
@@ -159,8 +114,8 @@ def model_state_columns(spec: Mapping, record: Mapping | None) -> dict:
     parallel = spec.get("parallel")
     stage = PARALLEL_ZERO_STAGE.get(str(parallel))
     if stage is None:
-        return {name: None for name, _ in MODEL_STATE_COLUMNS}
-    estimated = estimated_model_states(spec.get("estimate"), parallel, _int(spec.get("world_size", 1)))
+        return dict.fromkeys(MODEL_STATE_COLUMNS)
+    estimated = estimated_model_states(spec.get("estimate"), parallel, as_int(spec.get("world_size", 1)))
     per_rank = rank_model_states(record)
     measured = _fullest(per_rank, "model_states_bytes")
     allocated = _fullest(per_rank, "model_states_allocated_bytes")

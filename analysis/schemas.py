@@ -8,17 +8,26 @@ from __future__ import annotations
 import pyarrow as pa
 
 from conf.contract import (
-    DEVICE_COUNTERS,
+    CAPACITY_FIELDS,
+    DEVICE_FIELDS,
+    ENVIRONMENT_FIELDS,
     EXTRA_COUNTERS,
+    MODEL_FIELDS,
     OOM_DETAIL_FIELDS,
+    PEAK_COUNTERS,
     PEAK_SPLIT_FIELDS,
-    PER_DEVICE_EXTRAS,
     PHASE_COUNTERS,
+    PHASE_FIELDS,
+    PHASE_RANK_FIELDS,
+    RECORD_FIELDS,
+    RESULT_FIELDS,
     SIZE_FIELDS,
+    SUB_PHASE_FIELDS,
+    Field,
+    RunSpec,
 )
 
 from .estimate import ESTIMATE_COLUMNS
-from .ranks import MODEL_STATE_COLUMNS, RANK_TYPE
 
 # The record's phase fields (conf.contract.record, declared there): the counters, then, where the
 # backend or the phase has them (null otherwise), extra counters, sizes by construction (tensor
@@ -26,127 +35,230 @@ from .ranks import MODEL_STATE_COLUMNS, RANK_TYPE
 COUNTERS = PHASE_COUNTERS
 SIZES = SIZE_FIELDS
 OOM_DETAIL = OOM_DETAIL_FIELDS
-# Mode options of the spec (conf.contract.RunSpec), one column each in the runs table.
 OPTIONS = (
-    ("precision", pa.string()),
-    ("optimizer", pa.string()),
-    ("checkpointing", pa.bool_()),
-    ("micro_steps", pa.int64()),
-    ("eval_batch", pa.int64()),
-    ("export", pa.bool_()),
-    ("new_tokens", pa.int64()),
-    ("kv_cache", pa.string()),
-    ("compile", pa.string()),
+    "precision",
+    "optimizer",
+    "checkpointing",
+    "micro_steps",
+    "eval_batch",
+    "export",
+    "new_tokens",
+    "kv_cache",
+    "compile",
 )
+"""Mode options of the spec (conf.contract.RunSpec), one column each in the runs table (its type: the spec's)."""
+
+STACK_COLUMNS = ("python", "torch", "cuda", "hip", "driver", "allocator_backend", "alloc_conf", "host")
+"""Runs-table columns of the software stack and host a run ran on (the record's ``environment``)."""
 
 ENV_COLUMNS = (
     "device_kind",
     "device_name",
     "device_total_memory",
-    "torch",
-    "python",
-    "cuda",
-    "hip",
-    "driver",
-    "allocator_backend",
-    "alloc_conf",
-    "host",
+    *STACK_COLUMNS,
     "torch_dynamo_imported",
     "schema_version",
 )
 """Runs-table columns of the environment (what the worker found), in the order compare shows them."""
 
+ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+"""The Parquet type of a declared scalar field (conf.contract ``Field.type``): bytes are int64."""
 
-RUNS_SCHEMA = pa.schema(
-    [
-        ("sweep_dir", pa.string()),
-        ("run_id", pa.string()),
-        ("run_dir", pa.string()),
-        ("workload", pa.string()),
-        ("mode", pa.string()),
-        ("batch", pa.int64()),
-        ("context", pa.int64()),
-        ("width", pa.int64()),
-        ("dtype", pa.string()),
-        ("workload_params", pa.string()),
-        ("warmup", pa.int64()),
-        ("repeats", pa.int64()),
-        ("seed", pa.int64()),
-        ("device", pa.string()),
-        ("device_kind", pa.string()),
-        ("device_name", pa.string()),
-        ("device_total_memory", pa.int64()),
-        ("capacity_bytes", pa.int64()),
-        ("capacity_method", pa.string()),
-        ("capacity_mode", pa.string()),
-        *[(name, pa.int64()) for name in OOM_DETAIL_FIELDS],
-        ("failure_class", pa.string()),
-        ("failure_wording", pa.string()),
-        ("outcome", pa.string()),
-        ("failed_phase", pa.string()),
-        ("error_type", pa.string()),
-        ("error_message", pa.string()),
-        ("returncode", pa.int64()),
-        ("signal", pa.int64()),
-        ("timed_out", pa.bool_()),
-        ("wall_s", pa.float64()),
-        ("worker_pid", pa.int64()),
-        ("n_phases", pa.int64()),
-        ("max_memory_allocated", pa.int64()),
-        ("max_memory_reserved", pa.int64()),
-        ("completed_max_memory_allocated", pa.int64()),
-        ("completed_max_memory_reserved", pa.int64()),
-        ("cold_max_memory_allocated", pa.int64()),
-        ("cold_max_memory_reserved", pa.int64()),
-        ("warm_max_memory_allocated", pa.int64()),
-        ("warm_max_memory_reserved", pa.int64()),
-        ("source_allocated", pa.string()),
-        ("source_reserved", pa.string()),
-        ("source", pa.string()),  # measured | predicted (a dry run: spec dry_run, fake tensors)
-        ("python", pa.string()),
-        ("torch", pa.string()),
-        ("cuda", pa.string()),
-        ("hip", pa.string()),
-        ("driver", pa.string()),
-        ("allocator_backend", pa.string()),
-        ("alloc_conf", pa.string()),
-        ("host", pa.string()),
-        ("started_at", pa.string()),
-        ("schema_version", pa.int64()),
-        # how the worker process was started: on the CPU its resident set (memory_reserved) counts
-        # the code it holds (spawn vs forkserver; torch._dynamo imported before the phases or not)
-        ("isolation", pa.string()),
-        ("torch_dynamo_imported", pa.bool_()),
-        ("record_problem", pa.string()),
-        *[(name, pa.float64() if name == "estimate_error" else pa.int64()) for name in ESTIMATE_COLUMNS],
-        ("estimate_missing_reason", pa.string()),
-        *OPTIONS,
-        ("train_step", pa.string()),  # train: memsweep or user (the user's workload.train_step, one sub-phase)
-        ("parameters", pa.int64()),
-        ("parameter_bytes", pa.int64()),
-        ("trainable_parameters", pa.int64()),
-        ("frozen_parameters", pa.int64()),
-        ("trainable_parameter_bytes", pa.int64()),
-        ("devices", pa.int64()),
-        # CUDA: the memory outside the caching allocator (context, handles, kernels), the fraction
-        # applied for capacity minus it, and what made the measurement doubtful
-        ("max_outside_allocator_bytes", pa.int64()),
-        ("outside_allocator_start_bytes", pa.int64()),
-        ("memory_fraction", pa.float64()),
-        ("memory_fraction_nominal", pa.float64()),
-        ("allocator_limit_bytes", pa.int64()),
-        ("device_not_free", pa.string()),
-        ("allocator_backend_warning", pa.string()),
-        ("cublas_workspace_config", pa.string()),
-        # a DDP/FSDP run (spec parallel): its ranks, the fullest one and the one whose failure ended it
-        ("parallel", pa.string()),
-        ("world_size", pa.int64()),
-        ("reshard_after_forward", pa.bool_()),
-        ("global_batch", pa.int64()),
-        ("peak_rank", pa.int64()),
-        ("failed_rank", pa.int64()),
-        *MODEL_STATE_COLUMNS,  # its model states per rank, recorded and calculated (ZeRO stage 0 or 3)
-    ]
+
+def struct_list(fields: tuple[Field, ...]) -> pa.DataType:
+    """The type of a column holding a list of declared objects (a phase's ``devices``, ``ranks``).
+
+    Args:
+        fields: the objects' declaration (conf.contract DEVICE_FIELDS, PHASE_RANK_FIELDS); scalar types only.
+
+    Returns:
+        ``list<struct>`` with one member per field, in order, typed by ARROW_TYPES.
+
+    Raises:
+        KeyError: a field of a type with no scalar Parquet type (dict, list).
+    """
+    return pa.list_(pa.struct([(f.name, ARROW_TYPES[f.type]) for f in fields]))
+
+
+def declared_types(*groups: tuple[Field, ...] | dict[str, type]) -> dict[str, pa.DataType]:
+    """The Parquet type of every scalar field the contract declares, by name.
+
+    Args:
+        groups: declarations (RECORD_FIELDS... or ``RunSpec.field_types()``); a dict or list field
+            (an object, not a column) is left out.
+
+    Returns:
+        field name -> ARROW_TYPES type.
+
+    Raises:
+        TypeError: one name declared with two different scalar types (the tables could not
+            give it one column type).
+    """
+    out: dict[str, pa.DataType] = {}
+    for group in groups:
+        for name, typ in group.items() if isinstance(group, dict) else ((f.name, f.type) for f in group):
+            if typ in ARROW_TYPES and out.setdefault(name, ARROW_TYPES[typ]) != ARROW_TYPES[typ]:
+                raise TypeError(f"field {name}: declared both {out[name]} and {ARROW_TYPES[typ]}")
+    return out
+
+
+MODEL_STATE_COLUMNS = (
+    "model_states_zero_stage",
+    "estimated_model_states_bytes",
+    "model_states_bytes",
+    "model_states_ratio",
+    "model_states_allocated_bytes",
+    "model_states_allocated_ratio",
+)
+"""runs.parquet's columns of a DDP/FSDP run's model states per rank (null for any other run, and
+wherever a figure is missing; never 0 for "unknown"):
+
+* ``model_states_zero_stage``: the ZeRO stage the run matches (0 for ddp, 3 for fsdp;
+  ``analysis.estimate.PARALLEL_ZERO_STAGE``);
+* ``estimated_model_states_bytes``: **calculated**: the spec's estimate of the weights,
+  gradients and optimizer states partitioned at that stage over ``world_size`` ranks
+  (``analysis.estimate.estimated_model_states``);
+* ``model_states_bytes``: **recorded**, by construction: on each rank, its parameters
+  (``ranks[].local_parameter_bytes``, after model_load) + its gradients (``gradient_bytes`` after
+  the last backward that ran ok) + its optimizer states (``optimizer_state_bytes`` after the last
+  optimizer_step that ran ok): the storage bytes of the rank's own tensors of each kind (its
+  shards under FSDP, padding included), summed by the worker; the largest over the ranks (the
+  fullest rank); null unless every rank has all three;
+* ``model_states_allocated_bytes``: **observed** with the counters: on each rank,
+  ``memory_allocated`` at the end of the last optimizer_step that ran ok, less what the inputs
+  phase added (its ``memory_allocated`` less its ``memory_allocated_start``; not less model_load's
+  end, which on a DDP rank > 0 can still hold the transient of the parameters' broadcast, released
+  on gloo's thread a moment later): what the rank's allocator holds
+  between two steps apart from the inputs. That is the model states plus what the wrapper keeps
+  beside them (DDP's gradient buckets, a replica's size; FSDP's device mesh); the largest over
+  the ranks, null unless every rank has it;
+* ``model_states_ratio``, ``model_states_allocated_ratio``: each measured figure / the estimate
+  (float; null when either is)."""
+
+
+COLUMN_TYPES = {
+    **declared_types(
+        RunSpec.field_types(),
+        RECORD_FIELDS,
+        RESULT_FIELDS,
+        ENVIRONMENT_FIELDS,
+        CAPACITY_FIELDS,
+        MODEL_FIELDS,
+        PHASE_FIELDS,
+    ),
+    # columns analysis.tables derives (declared nowhere else)
+    "sweep_dir": pa.string(),
+    "run_id": pa.string(),
+    "run_dir": pa.string(),
+    "workload": pa.string(),  # the spec's workload mapping -> its name
+    "workload_params": pa.string(),  # ... -> its other keys, as JSON text
+    "alloc_conf": pa.string(),  # the environment's mapping -> JSON text
+    "phase": pa.string(),  # the phase's name
+    "phase_index": pa.int64(),
+    "n_phases": pa.int64(),
+    **{f"{group}_{c}": pa.int64() for group in ("completed", "cold", "warm") for c in PEAK_COUNTERS},
+    "source_allocated": pa.string(),
+    "source_reserved": pa.string(),
+    "max_outside_allocator_bytes": pa.int64(),
+    **{name: pa.float64() if name == "estimate_error" else pa.int64() for name in ESTIMATE_COLUMNS},
+    **{name: pa.float64() if name.endswith("_ratio") else pa.int64() for name in MODEL_STATE_COLUMNS},
+}
+"""Column name -> Parquet type, for every table: the contract's declared fields (spec, record,
+result, environment, capacity, model, phase; ``devices`` is the spec's count here, the phases
+table's list of devices is DEVICE_TYPE) and the columns the analysis derives."""
+
+
+def table_schema(*columns: str | tuple[str, pa.DataType]) -> pa.Schema:
+    """A table's schema from its columns in order.
+
+    Args:
+        columns: a column name (its type: COLUMN_TYPES), or ``(name, type)`` for a column of
+            one table only or one whose type there is not COLUMN_TYPES' (the phases' ``devices``).
+
+    Returns:
+        The schema; every column nullable (null = not measured, never 0).
+
+    Raises:
+        KeyError: a name COLUMN_TYPES lacks.
+    """
+    return pa.schema([c if isinstance(c, tuple) else (c, COLUMN_TYPES[c]) for c in columns])
+
+
+RUNS_SCHEMA = table_schema(
+    "sweep_dir",
+    "run_id",
+    "run_dir",
+    "workload",
+    "mode",
+    "batch",
+    "context",
+    "width",
+    "dtype",
+    "workload_params",
+    "warmup",
+    "repeats",
+    "seed",
+    "device",
+    "device_kind",
+    "device_name",
+    "device_total_memory",
+    "capacity_bytes",
+    "capacity_method",
+    "capacity_mode",
+    *OOM_DETAIL_FIELDS,
+    "failure_class",
+    "failure_wording",
+    "outcome",
+    "failed_phase",
+    "error_type",
+    "error_message",
+    "returncode",
+    "signal",
+    "timed_out",
+    "wall_s",
+    "worker_pid",
+    "n_phases",
+    *PEAK_COUNTERS,
+    *(f"{group}_{c}" for group in ("completed", "cold", "warm") for c in PEAK_COUNTERS),
+    "source_allocated",
+    "source_reserved",
+    "source",  # measured | predicted (a dry run: spec dry_run, fake tensors)
+    *STACK_COLUMNS,
+    "started_at",
+    "schema_version",
+    # how the worker process was started: on the CPU its resident set (memory_reserved) counts
+    # the code it holds (spawn vs forkserver; torch._dynamo imported before the phases or not)
+    "isolation",
+    "torch_dynamo_imported",
+    "record_problem",
+    *ESTIMATE_COLUMNS,
+    "estimate_missing_reason",
+    *OPTIONS,
+    "train_step",  # train: memsweep or user (the user's workload.train_step, one sub-phase)
+    "parameters",
+    "parameter_bytes",
+    "trainable_parameters",
+    "frozen_parameters",
+    "trainable_parameter_bytes",
+    "devices",
+    # CUDA: the memory outside the caching allocator (context, handles, kernels), the fraction
+    # applied for capacity minus it, and what made the measurement doubtful
+    "max_outside_allocator_bytes",
+    "outside_allocator_start_bytes",
+    "memory_fraction",
+    "memory_fraction_nominal",
+    "allocator_limit_bytes",
+    "device_not_free",
+    "allocator_backend_warning",
+    "cublas_workspace_config",
+    # a DDP/FSDP run (spec parallel): its ranks, the fullest one and the one whose failure ended it
+    "parallel",
+    "world_size",
+    "reshard_after_forward",
+    "global_batch",
+    "peak_rank",
+    "failed_rank",
+    *MODEL_STATE_COLUMNS,  # its model states per rank, recorded and calculated (ZeRO stage 0 or 3)
 )
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``completed_*``: the
 largest peak of the phases that ran ok (null when none did; on an ok run the same as ``max_memory_*``;
@@ -175,44 +287,41 @@ failed phase's class (oom, memory_suspect or error; conf.contract.FAILURE_CLASSE
 written before the field gives its phase's status), ``failure_wording``: the worker.classify
 wording its message matched. ``model_states_*``, ``estimated_model_states_bytes``: a DDP/FSDP
 run's model states on its fullest rank, recorded beside the estimator's ZeRO figure
-(analysis.ranks.MODEL_STATE_COLUMNS)."""
+(MODEL_STATE_COLUMNS; analysis.ranks computes them)."""
 
-DEVICE_TYPE = pa.list_(
-    pa.struct([("device_index", pa.int64()), *[(name, pa.int64()) for name in DEVICE_COUNTERS + PER_DEVICE_EXTRAS]])
-)
+DEVICE_TYPE = struct_list(DEVICE_FIELDS)
 """Type of the phases table's ``devices`` column: one struct per device of a multi-device run."""
+RANK_TYPE = struct_list(PHASE_RANK_FIELDS)
+"""Type of the phases table's ``ranks`` column: one struct per rank of a DDP/FSDP run."""
 
-PHASES_SCHEMA = pa.schema(
-    [
-        ("sweep_dir", pa.string()),
-        ("run_id", pa.string()),
-        ("batch", pa.int64()),
-        ("context", pa.int64()),
-        ("width", pa.int64()),
-        ("dtype", pa.string()),
-        ("mode", pa.string()),
-        ("device", pa.string()),
-        ("phase", pa.string()),
-        ("phase_index", pa.int64()),
-        ("status", pa.string()),
-        ("iterations", pa.int64()),
-        ("duration_s", pa.float64()),
-        *[(name, pa.int64()) for name in COUNTERS],
-        ("error_type", pa.string()),
-        ("failure_class", pa.string()),
-        ("failure_wording", pa.string()),
-        ("parent", pa.string()),
-        ("sub_phase", pa.string()),
-        ("step", pa.int64()),
-        ("micro_step", pa.int64()),
-        *[(name, pa.int64()) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL],
-        ("source", pa.string()),
-        *[(name, pa.int64()) for name in PEAK_SPLIT_FIELDS],
-        ("devices", DEVICE_TYPE),
-        ("rank", pa.int64()),
-        ("peak_rank", pa.int64()),
-        ("ranks", RANK_TYPE),
-    ]
+PHASES_SCHEMA = table_schema(
+    "sweep_dir",
+    "run_id",
+    "batch",
+    "context",
+    "width",
+    "dtype",
+    "mode",
+    "device",
+    "phase",
+    "phase_index",
+    "status",
+    "iterations",
+    "duration_s",
+    *COUNTERS,
+    "error_type",
+    "failure_class",
+    "failure_wording",
+    *SUB_PHASE_FIELDS,
+    *EXTRA_COUNTERS,
+    *SIZES,
+    *OOM_DETAIL,
+    "source",
+    *PEAK_SPLIT_FIELDS,
+    ("devices", DEVICE_TYPE),  # not the runs table's count of devices
+    "rank",
+    "peak_rank",
+    ("ranks", RANK_TYPE),
 )
 """One row per run and phase; counters in bytes as recorded by the worker (seed 003 protocol).
 A sub-phase of a training step or a generation (``phase`` = ``cold_step.backward``) also has

@@ -16,17 +16,23 @@ import pyarrow as pa
 
 from conf.contract import (
     AXES,
+    CAPACITY_FIELDS,
     CAPACITY_MODES,
     COLD_PHASES,
     DEVICE_COUNTERS,
+    ENVIRONMENT_FIELDS,
     EXTRA_COUNTERS,
+    MODEL_FIELDS,
     OOM_DETAIL_FIELDS,
     PEAK_SPLIT_FIELDS,
     PER_DEVICE_EXTRAS,
     SPEC_FILE,
+    SUB_PHASE_FIELDS,
     WARM_PHASES,
+    Field,
     Run,
     classify_run,
+    field_names,
     find_run_dirs,
     phase_peak,
     read_run,
@@ -116,6 +122,25 @@ def _outcome(run: Run) -> dict:
     }
 
 
+def recorded_columns(fields: tuple[Field, ...], *not_recorded: str) -> tuple[str, ...]:
+    """The fields of a record object that are runs-table columns with their recorded value.
+
+    Args:
+        fields: the object's declaration (conf.contract ENVIRONMENT_FIELDS, CAPACITY_FIELDS...).
+        not_recorded: its fields whose column ``run_row`` fills otherwise (from the spec, or
+            transformed).
+
+    Returns:
+        The names, in declaration order.
+    """
+    return tuple(n for n in field_names(fields) if n in RUNS_SCHEMA.names and n not in not_recorded)
+
+
+ENVIRONMENT_COLUMNS = recorded_columns(ENVIRONMENT_FIELDS, "device", "alloc_conf")  # the spec's; JSON text
+CAPACITY_COLUMNS = recorded_columns(CAPACITY_FIELDS, "capacity_mode")  # _capacity_mode: older records too
+MODEL_COLUMNS = recorded_columns(MODEL_FIELDS, "compile", "optimizer")  # the spec's mode options
+
+
 def run_row(run: Run, sweep_dir: Path) -> dict:
     """One row of the runs table (``RUNS_SCHEMA``) from what a run directory holds.
 
@@ -138,7 +163,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     result = _dict(_outcome(run))
     phases = record_phases(record)
     failed = next((p for p in phases if p.get("status") in ("oom", "error")), {})
-    env = _dict(record.get("environment"))
+    env, capacity, model = (_dict(record.get(k)) for k in ("environment", "capacity", "model"))
     sources = _dict(record.get("counter_sources"))
     workload = _dict(spec.get("workload"))
     row = {
@@ -153,10 +178,9 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         if workload
         else None,
         "device_kind": record.get("device_kind"),
-        "device_name": env.get("device_name"),
         "device_total_memory": as_int(record.get("device_total_memory")),
         "capacity_bytes": as_int(record.get("capacity_bytes")) or as_int(spec.get("capacity_bytes")),
-        "capacity_method": _dict(record.get("capacity")).get("capacity_method"),
+        **{k: capacity.get(k) for k in CAPACITY_COLUMNS},
         "capacity_mode": _capacity_mode(record),
         **{name: as_int(failed.get(name)) if failed.get("status") == "oom" else None for name in OOM_DETAIL_FIELDS},
         "failure_class": failed.get("failure_class") or (failed.get("status") if failed else None),
@@ -184,46 +208,16 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
         "source": _source(run),
-        **{
-            k: env.get(k)
-            for k in (
-                "python",
-                "torch",
-                "cuda",
-                "hip",
-                "driver",
-                "allocator_backend",
-                "host",
-                "isolation",
-                "torch_dynamo_imported",
-            )
-        },  # (coerce_table nulls a wrong type)
+        **{k: env.get(k) for k in ENVIRONMENT_COLUMNS},  # (coerce_table nulls a wrong type)
         "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
         "started_at": record.get("started_at"),
         "schema_version": as_int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
-        **{name: spec.get(name) for name, _ in OPTIONS},
+        **{name: spec.get(name) for name in OPTIONS},
         "train_step": record.get("train_step"),
-        "parameters": as_int((record.get("model") or {}).get("parameters")),
-        "parameter_bytes": as_int((record.get("model") or {}).get("parameter_bytes")),
-        **{
-            k: as_int((record.get("model") or {}).get(k))
-            for k in ("trainable_parameters", "frozen_parameters", "trainable_parameter_bytes")
-        },
+        **{k: model.get(k) for k in MODEL_COLUMNS},
         "devices": as_int(spec.get("devices", 1)),
         "max_outside_allocator_bytes": phase_peak(phases, "outside_allocator_bytes"),
-        **{
-            k: _dict(record.get("capacity")).get(k)
-            for k in (
-                "outside_allocator_start_bytes",
-                "memory_fraction",
-                "memory_fraction_nominal",
-                "allocator_limit_bytes",
-                "device_not_free",
-                "allocator_backend_warning",
-            )
-        },
-        "cublas_workspace_config": env.get("cublas_workspace_config"),
         "parallel": spec.get("parallel", "none"),
         "world_size": as_int(spec.get("world_size", 1)),
         "reshard_after_forward": spec.get("reshard_after_forward"),
@@ -288,7 +282,7 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
                 "error_type": p.get("error_type"),
                 "failure_class": p.get("failure_class"),
                 "failure_wording": p.get("failure_wording"),
-                **{k: p.get(k) for k in ("parent", "sub_phase", "step", "micro_step")},
+                **{k: p.get(k) for k in SUB_PHASE_FIELDS},
                 **{name: as_int(p.get(name)) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL},
                 "source": source,
                 **{name: as_int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},

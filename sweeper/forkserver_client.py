@@ -7,8 +7,11 @@ lazily; a sweep's main process can share its server with the launcher's worker p
 through ``MEMSWEEP_FORKSERVER`` (``sweeper.process.share_fork_server``).
 
 Protocol (one connection per run, newline-terminated JSON): the client sends the run's spec,
-stdout and stderr paths, environment and whether it needs torch._dynamo; the server answers
-the worker's pid (and its handler's), then its returncode once it has ended. Every read is
+stdout and stderr paths, environment, whether it needs torch._dynamo and its ``timeout_s``; the
+server answers the worker's pid (and its handler's), then its returncode once it has ended. A
+client that dies meanwhile (a launcher worker killed) does not take the run with it: the
+handler keeps it to its ``timeout_s`` and writes its exit status into the run directory
+(``conf.contract.EXIT_STATUS_FILE``, see ``worker.forkserver``). Every read is
 bounded (``sweeper.forkserver_wait``): a server or handler that stopped or wedged is a
 ``ForkServerLost``, never a hang.
 """
@@ -220,6 +223,7 @@ class ForkServer:
                 "stderr": str(run_dir / STDERR_FILE),
                 "env": env,
                 "dynamo": dynamo,
+                "timeout_s": timeout_s,  # the server's handler keeps the run to it if this process dies
             }
             conn.sendall((json.dumps(request) + "\n").encode())
             buffer = bytearray()

@@ -119,3 +119,17 @@ def wait_for_old_worker(record: Mapping | None, timeout_s: float, where: object)
             return False
         time.sleep(POLL_S)
     return True
+
+
+def worker_alive(record: Mapping | None) -> bool:
+    """Tell whether the worker a run's record names still runs (``is_process`` on its ``pid``,
+    ``pid_identity`` and ``started_at``).
+
+    Args:
+        record: the run's record, or None (no worker known: False).
+
+    Returns:
+        True while that process lives (a zombie not yet reaped included).
+    """
+    record = record if isinstance(record, Mapping) else {}
+    return is_process(record.get("pid"), record.get("pid_identity"), record.get("started_at"))

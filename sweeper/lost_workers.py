@@ -1,19 +1,31 @@
-"""A launcher worker lost mid-sweep costs only the runs it stopped, not the sweep.
+"""A launcher worker lost mid-sweep costs no run that its fork server kept, and never the sweep.
 
 joblib's loky backend (``hydra/launcher=joblib``) reports a worker process that died (the OOM
 killer, ``kill -9``) by raising ``TerminatedWorkerError`` (a ``BrokenProcessPool``) from
-``Parallel.__call__``, which Hydra's joblib launcher lets through; loky then also stops the
-pool's other workers, whose runs in flight die with them, and the launcher returns no result
-for the batch. ``launch_surviving`` catches that, records every run left in flight as a
-``crash`` of the launcher's worker (``conf.contract.LAUNCHER_WORKER_LOST``, never the load's
-outcome), and launches the batch once more in a fresh pool: finished runs are found, not run
-again; a run recorded lost is set aside into ``.attempts/N/`` and run again
-(``sweeper.process``). A batch lost twice keeps its lost records, for a resume to run again.
+``Parallel.__call__``, which Hydra's joblib launcher lets through; loky then also kills the
+pool's other workers with all their descendants (``loky.backend.utils.kill_process_tree``,
+called by ``_ExecutorManagerThread.terminate_broken``), and the launcher returns no result for
+the batch.
+
+A forked run (``isolation=forkserver``) is not a descendant of a launcher worker: the sweep's
+fork server, a child of the orchestrator, forked it, and its handler keeps it when its
+launcher worker dies (``worker.forkserver``), to its end or its ``timeout_s``, writing its
+exit status into the run directory. A spawned run (``isolation=spawn``, or a launcher worker's
+own fork server) is the launcher worker's descendant and dies with it.
+
+``launch_surviving`` catches the loss; ``mark_lost`` leaves the kept runs alone and records
+every other run left in flight as a ``crash`` of the launcher's worker
+(``conf.contract.LAUNCHER_WORKER_LOST``, never the load's outcome); the batch is then launched
+once more in a fresh pool: finished runs are found, a kept run is waited for and taken over
+(its result built from its handler's exit status: it runs once), a run recorded lost is set
+aside into ``.attempts/N/`` and run again (``sweeper.process``). A batch lost twice keeps its
+lost records, for a resume to run again.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,13 +41,15 @@ from conf.contract import (
     write_json_atomic,
 )
 
-from .liveness import wait_for_old_worker
+from .kept_runs import HANDOVER_S, read_exit_status
+from .liveness import POLL_S, worker_alive
 from .process import LOCK_FILE
 
 log = logging.getLogger("memsweep")
 
-LOST_WAIT_S = 30.0
-"""How long to wait for a lost run's worker to die with its launcher worker (seconds)."""
+DYING_S = 2.0
+"""How long a run's worker may take to die with its launcher worker (seconds; PR_SET_PDEATHSIG
+kills it at once). One that still runs after it was kept by its fork-server handler."""
 
 LOST_ERRORS = ("TerminatedWorkerError", "BrokenProcessPool")
 """Exception class names (loky, concurrent.futures) by which a launcher says one of its worker
@@ -75,22 +89,25 @@ def lost_envelope(record: dict | None, why: str) -> dict:
     }
 
 
-def mark_lost(sweep_dir: Path, why: str) -> list[Path]:
-    """Record every run of ``sweep_dir`` left in flight by a lost launcher worker.
+def mark_lost(sweep_dir: Path, why: str) -> tuple[list[Path], list[Path]]:
+    """Record every run of ``sweep_dir`` left in flight by a lost launcher worker, except those
+    its fork-server handler kept.
 
     A run is in flight when it holds a spec.json but no result.json, its record (if any) is not
     complete, and no live process holds its run lock (another orchestrator's runs are left
-    alone). Its worker is given ``LOST_WAIT_S`` to die, then its result.json is written
-    (``lost_envelope``).
+    alone). A run whose handler says it kept it (``EXIT_STATUS_FILE``, awaited ``HANDOVER_S``:
+    the handler writes it as it takes the run over), or whose worker still runs after ``DYING_S``,
+    was kept: the next launch takes it over (``sweeper.kept_runs``). Every other one gets its
+    result.json (``lost_envelope``).
 
     Args:
         sweep_dir: the sweep directory.
         why: the launcher's error, in words.
 
     Returns:
-        The run directories recorded lost.
+        (the run directories recorded lost, those kept by their handler).
     """
-    lost = []
+    lost, kept = [], []
     for run_dir in find_run_dirs([sweep_dir]):
         if (run_dir / RESULT_FILE).exists():
             continue
@@ -99,12 +116,24 @@ def mark_lost(sweep_dir: Path, why: str) -> list[Path]:
                 record, _ = try_read(run_dir, "record.json")
                 if record is not None and record.get("complete"):
                     continue  # it ended: the next launch (or a resume) writes its result
-                wait_for_old_worker(record, LOST_WAIT_S, run_dir)
+                deadline = time.monotonic() + DYING_S
+                while worker_alive(record) and read_exit_status(run_dir) is None and time.monotonic() < deadline:
+                    time.sleep(POLL_S)
+                if worker_alive(record) or _status_within(run_dir, HANDOVER_S) is not None:
+                    kept.append(run_dir)
+                    continue
                 write_json_atomic(run_dir / RESULT_FILE, lost_envelope(record, why))
                 lost.append(run_dir)
         except Timeout:
             continue  # a live process runs it
-    return lost
+    return lost, kept
+
+
+def _status_within(run_dir: Path, bound_s: float) -> dict | None:
+    deadline = time.monotonic() + bound_s
+    while (status := read_exit_status(run_dir)) is None and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    return status
 
 
 def launch_surviving(
@@ -133,11 +162,13 @@ def launch_surviving(
             if not is_lost_worker(exc):
                 raise
             why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        lost = mark_lost(sweep_dir, why)
+        lost, kept = mark_lost(sweep_dir, why)
         again = "launching the batch once more" if attempt == 1 else "left for a resume"
         log.warning(
-            "a launcher worker process died (%s); runs stopped with it, recorded as %s: %s; %s",
+            "a launcher worker process died (%s); runs that went on under the fork server, taken over "
+            "(not run again): %s; runs stopped with it, recorded as %s: %s; %s",
             why,
+            ", ".join(p.name for p in kept) or "none",
             LAUNCHER_WORKER_LOST,
             ", ".join(p.name for p in lost) or "none",
             again,

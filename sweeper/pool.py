@@ -8,6 +8,9 @@ stale lease survives a crash. The worker receives its slot through its environme
 ``devices=N`` leases N GPUs at once, seen as cuda:0..N-1), ``MEMSWEEP_CPU_CORES`` for CPU cores
 (the worker pins itself with sched_setaffinity and uses that many intra-op threads). Leases are
 node-local (the default lease directory is in the node's temporary directory), as devices are.
+The lease's lock files are named to the run too (``conf.contract.LEASE_LOCKS_ENV``): a forked
+run whose launcher worker dies goes on, and its fork-server handler takes its lease over until
+it ends (``worker.forkserver``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from conf.contract import SpecError
+from conf.contract import LEASE_LOCKS_ENV, SpecError
 
 POOLS = ("gpus", "cores", "none")
 
@@ -61,6 +64,21 @@ def core_slots(cores_per_run: int) -> list[str]:
     ]
 
 
+def lease_locks(kind: str, slot: str, lease_dir: Path | None = None) -> list[Path]:
+    """The lock files of one slot: ``<lease_dir>/<kind>-<member>.lock`` for each of its members.
+
+    Args:
+        kind: ``gpu`` or ``cores``.
+        slot: the slot (``"0"``, ``"0,1"``).
+        lease_dir: the lease directory (``default_lease_dir()`` when None).
+
+    Returns:
+        One path per member, in the slot's order.
+    """
+    lease_dir = Path(lease_dir or default_lease_dir())
+    return [lease_dir / f"{kind}-{member.strip()}.lock" for member in slot.split(",")]
+
+
 @contextlib.contextmanager
 def lease(kind: str, slots: list[str], lease_dir: Path | None = None, poll_s: float = 0.2) -> Iterator[str]:
     """Hold one free slot of ``slots`` for the duration of the block; waits while all are taken.
@@ -74,8 +92,8 @@ def lease(kind: str, slots: list[str], lease_dir: Path | None = None, poll_s: fl
     while True:
         for slot in slots:
             held = []
-            for member in slot.split(","):
-                lock = FileLock(lease_dir / f"{kind}-{member.strip()}.lock")
+            for path in lease_locks(kind, slot, lease_dir):
+                lock = FileLock(path)
                 try:
                     lock.acquire(timeout=0)
                 except Timeout:
@@ -102,7 +120,7 @@ def placement(
     ``gpus``: on a CUDA device, lease ``devices`` visible GPUs at once (one slot of
     ``gpu_slots``), passed as ``CUDA_VISIBLE_DEVICES`` ("2,3": the run sees cuda:0, cuda:1);
     ``cores``: on the CPU, lease ``cores_per_run`` cores; ``none``: no lease (runs may share a
-    device).
+    device). A lease's lock files are named in ``LEASE_LOCKS_ENV`` (see the module docstring).
 
     Raises:
         SpecError: an unknown pool, more cores per run than the node has, or more ``devices``
@@ -119,12 +137,20 @@ def placement(
                 "seen as cuda:0 by the run), or pool=none to name one",
             )
         with lease("gpu", gpu_slots(probe or {}, devices), lease_dir) as slot:
-            yield {"CUDA_VISIBLE_DEVICES": slot, "MEMSWEEP_LEASE": f"gpu:{slot}"}
+            yield {"CUDA_VISIBLE_DEVICES": slot, "MEMSWEEP_LEASE": f"gpu:{slot}", **_locks_env("gpu", slot, lease_dir)}
     elif pool == "cores" and device == "cpu":
         with lease("cores", core_slots(cores_per_run), lease_dir) as slot:
-            yield {"MEMSWEEP_CPU_CORES": slot, "MEMSWEEP_LEASE": f"cores:{slot}"}
+            yield {
+                "MEMSWEEP_CPU_CORES": slot,
+                "MEMSWEEP_LEASE": f"cores:{slot}",
+                **_locks_env("cores", slot, lease_dir),
+            }
     else:
         yield {}
+
+
+def _locks_env(kind: str, slot: str, lease_dir: Path | None) -> dict[str, str]:
+    return {LEASE_LOCKS_ENV: os.pathsep.join(str(p) for p in lease_locks(kind, slot, lease_dir))}
 
 
 def pool_size(pool: str, device: str, cores_per_run: int, probe: dict | None, devices: int = 1) -> int:

@@ -20,6 +20,7 @@ from filelock import FileLock
 
 from conf.contract import (
     DEFAULT_ISOLATION,
+    EXIT_STATUS_FILE,
     FORK_SERVER_LOST,
     ISOLATION_ENV,
     ISOLATION_FORKSERVER,
@@ -42,6 +43,7 @@ from conf.contract import (
 )
 
 from .forkserver_client import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, shared_name
+from .kept_runs import wait_for_kept_run
 from .launch import run_spawn, worker_env
 from .liveness import wait_for_old_worker
 
@@ -142,12 +144,15 @@ def check_resumable(spec: RunSpec, run_dir: Path) -> None:
 def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
     """A run directory left by an earlier attempt at the same spec.
 
-    Returns the stored result when the run ended (it is not run twice); finalizes a run whose
-    worker ended but whose orchestrator died before writing result.json; otherwise (the
-    worker died mid-run, or the run was lost with the launcher's worker, result error_type
-    ``LAUNCHER_WORKER_LOST``) moves the partial files into ``.attempts/N/`` (kept, and skipped by
-    the analysis) and returns None so the run starts afresh. The earlier worker is waited for
-    (at most ``timeout_s``) only while its pid still names that process (``sweeper.liveness``).
+    Returns the stored result when the run ended (it is not run twice); takes over a run whose
+    launcher worker died while it ran and whose fork-server handler kept it (waits for it to
+    end, then builds its result from the exit status the handler wrote, ``EXIT_STATUS_FILE``);
+    finalizes a run whose worker ended but whose orchestrator died before writing result.json;
+    otherwise (the worker died mid-run, or the run was lost with the launcher's worker, result
+    error_type ``LAUNCHER_WORKER_LOST``) moves the partial files into ``.attempts/N/`` (kept, and
+    skipped by the analysis) and returns None so the run starts afresh. The earlier worker is
+    waited for (at most ``timeout_s``; a kept run's status ``HANDOVER_S`` more, ``sweeper.kept_runs``)
+    only while its pid still names that process (``sweeper.liveness``).
 
     Raises:
         RunDirError: the directory holds a different spec, or an unreadable one.
@@ -164,8 +169,14 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
         # a torn result cannot exist (atomic writes); an unreadable one is re-derived below
     record, _ = try_read(run_dir, RECORD_FILE)
     pid = (record or {}).get("pid")
-    if record is not None and wait_for_old_worker(record, spec.timeout_s, run_dir):  # not a reused pid
-        record, _ = try_read(run_dir, RECORD_FILE)
+    status = wait_for_kept_run(run_dir, record, spec.timeout_s)
+    if status is None and record is not None and wait_for_old_worker(record, spec.timeout_s, run_dir):
+        record, _ = try_read(run_dir, RECORD_FILE)  # the worker ended (or the pid is another's now)
+        status = wait_for_kept_run(run_dir, record, 0)  # its handler may have taken it over meanwhile
+    if status is not None:  # kept by its fork-server handler after its launcher worker died
+        log.warning("%s: its launcher worker died while it ran; the run went on, taken over, not run again", run_dir)
+        returncode, timed_out, wall_s = status.get("returncode"), bool(status.get("timed_out")), status.get("wall_s")
+        return {**_result(spec, run_dir, returncode, timed_out, wall_s, status.get("worker_pid")), "resumed": True}
     if record is not None and record.get("complete"):
         return {**_result(spec, run_dir, record.get("exit_code"), False, None, pid), "resumed": True}
     target = _set_attempt_aside(run_dir)
@@ -174,13 +185,14 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
 
 
 def _set_attempt_aside(run_dir: Path) -> Path:
-    """Move an unfinished attempt's files (record, a lost run's result, stdout, stderr) into ``.attempts/N/`` (kept,
-    and skipped by the analysis), so the run can start afresh; returns that directory."""
+    """Move an unfinished attempt's files (record, a lost run's result or exit status, stdout, stderr)
+    into ``.attempts/N/`` (kept, and skipped by the analysis), so the run can start afresh; returns
+    that directory."""
     attempts = run_dir / ".attempts"
     n = len(list(attempts.iterdir())) + 1 if attempts.is_dir() else 1
     target = attempts / str(n)
     target.mkdir(parents=True)
-    for name in (RECORD_FILE, RESULT_FILE, STDOUT_FILE, STDERR_FILE):
+    for name in (RECORD_FILE, RESULT_FILE, EXIT_STATUS_FILE, STDOUT_FILE, STDERR_FILE):
         if (run_dir / name).exists():
             os.replace(run_dir / name, target / name)
     return target

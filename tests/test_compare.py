@@ -12,20 +12,9 @@ import pytest
 
 from analysis.compare import EXIT_BAD_INPUT, EXIT_NOTHING_COMPARABLE, EXIT_OK, EXIT_REGRESSION, main
 from sweeper.cli import main as memsweep
+from tests.data.loads import TINY_CPU
 
-TINY = [
-    "sweep=none",
-    "batch=4,8,16",
-    "capacity=64MiB",
-    "context=64",
-    "width=64",
-    "workload.depth=2",
-    "warmup=1",
-    "repeats=1",
-    "threads=1",
-    "device=cpu",
-    "hydra.callbacks.analyze.report=false",
-]
+TINY = ["sweep=none", "batch=4,8,16", "capacity=64MiB", *TINY_CPU, "hydra.callbacks.analyze.report=false"]
 
 
 @pytest.fixture(scope="module")

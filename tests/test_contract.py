@@ -5,16 +5,15 @@ isolation default, the exit codes of the README, and a docstring on every public
 import ast
 import json
 import re
-import types
-import typing
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from omegaconf import OmegaConf
 
 import conf.contract as contract
 from analysis.estimate import ESTIMATE_COLUMNS
-from analysis.ranks import MODEL_STATE_COLUMNS
+from analysis.schemas import MODEL_STATE_COLUMNS
 from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, RUNS_SCHEMA
 from conf.contract import (
     CAPACITY_FIELDS,
@@ -59,15 +58,6 @@ ARROW = {
 }
 
 
-def spec_types() -> dict[str, type]:
-    """RunSpec's fields with the JSON type of a present value (``int | None`` -> int)."""
-    out = {}
-    for name, hint in typing.get_type_hints(RunSpec).items():
-        union = isinstance(hint, types.UnionType)
-        out[name] = [a for a in typing.get_args(hint) if a is not type(None)][0] if union else hint
-    return out
-
-
 def declared(*groups) -> dict[str, set]:
     out: dict[str, set] = {}
     for group in groups:
@@ -101,7 +91,7 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
         if f.name in PEAK_COUNTERS + OOM_DETAIL_FIELDS + ("failure_class", "failure_wording")
     }
     sources = declared(
-        RESULT_FIELDS, RECORD_FIELDS, ENVIRONMENT_FIELDS, CAPACITY_FIELDS, MODEL_FIELDS, spec_types(), peaks
+        RESULT_FIELDS, RECORD_FIELDS, ENVIRONMENT_FIELDS, CAPACITY_FIELDS, MODEL_FIELDS, RunSpec.field_types(), peaks
     )
     cold_warm = {f"{w}_{c}": c for w in ("cold", "warm", "completed") for c in PEAK_COUNTERS}
     derived = {
@@ -114,7 +104,7 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
         "source_reserved",
         "max_outside_allocator_bytes",
         *ESTIMATE_COLUMNS,
-        *(name for name, _ in MODEL_STATE_COLUMNS),
+        *MODEL_STATE_COLUMNS,
     }
     transformed = {
         "workload",  # the spec's workload mapping -> its name
@@ -142,10 +132,26 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
     } <= set(checked)
 
 
+def test_a_name_declared_with_two_scalar_types_gets_no_column_type():
+    """analysis.schemas types a column by its declarations: two that disagree are refused, and a
+    list or mapping (an object, not a column: the phases' ``devices``) is no column type."""
+    from analysis.schemas import declared_types
+
+    with pytest.raises(TypeError, match="field width: declared both int64 and double"):
+        declared_types({"width": int}, (contract.Field("width", float, "a width"),))
+    assert declared_types({"devices": int}, (contract.Field("devices", list, "one per device"),)) == {
+        "devices": pa.int64()
+    }
+
+
 def test_phases_schema_columns_from_the_record_are_declared_with_their_types():
     sources = declared(
         PHASE_FIELDS,
-        {k: v for k, v in spec_types().items() if k in ("batch", "context", "width", "dtype", "mode", "device")},
+        {
+            k: v
+            for k, v in RunSpec.field_types().items()
+            if k in ("batch", "context", "width", "dtype", "mode", "device")
+        },
         {"source": str},
     )
     checked = check_columns(PHASES_SCHEMA, sources, {"phase": "name"}, {"sweep_dir", "run_id", "phase_index"}, set())

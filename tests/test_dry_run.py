@@ -230,6 +230,48 @@ def test_the_split_follows_the_storage_not_its_address():
     assert tracker.peak == tracker.live == 1024
 
 
+def test_module_to_on_fake_modules_converts_like_module_to(monkeypatch):
+    """In-process: with ``install_fake_module_apply`` (every dry run's), ``Module.to`` works on
+    a module built under FakeTensorMode (PyTorch's swaps each fake parameter, and refuses the
+    weak reference FakeTensorMode keeps to it), with the bytes of PyTorch's ``Module.to`` on
+    real tensors (tracked the same way): a tied weight stays tied, the old storages are released
+    one at a time, and a no-op ``.to`` keeps the objects."""
+    import torch
+    from torch import nn
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    from worker.counters import FakeLiveTensorTracker, LiveTensorTracker
+    from worker.counters.fake import install_fake_module_apply
+
+    def cast(tracker):
+        model = nn.Sequential(nn.Embedding(64, 16), nn.Linear(16, 64))
+        model[1].weight = model[0].weight  # tied, as an LM head: (64, 16)
+        model[1].bias.grad = torch.zeros(64)
+        kept = list(model.parameters())
+        assert model.to(torch.float32) is model
+        assert list(model.parameters()) == kept  # nothing to convert: the same objects
+        del kept
+        tracker.reset_peak()
+        model.to(torch.bfloat16)
+        assert model[1].weight is model[0].weight and isinstance(model[0].weight, nn.Parameter)
+        assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+        assert model[1].bias.grad.dtype == torch.bfloat16
+        return model, tracker.peak, tracker.live
+
+    real = LiveTensorTracker()
+    with real:
+        _, real_peak, real_live = cast(real)
+    monkeypatch.setattr(nn.Module, "_apply", nn.Module._apply)  # put back after the test
+    assert install_fake_module_apply() and not install_fake_module_apply()
+    tracker = FakeLiveTensorTracker()
+    with FakeTensorMode(), tracker:
+        model, peak, live = cast(tracker)
+    assert all(isinstance(p, FakeTensor) for p in model.parameters())
+    # after: the tied weight, the bias and its gradient in 2 B; at the peak: all in float32 and
+    # the weight's bfloat16 copy (PyTorch converts one tensor at a time)
+    assert (peak, live) == (real_peak, real_live) == ((64 * 16 + 64 + 64) * 4 + 64 * 16 * 2, (64 * 16 + 64 + 64) * 2)
+
+
 # ----- memsweep predict ---------------------------------------------------------------------
 PREDICT_LOAD = ["workload=mlp", "workload.depth=2", "mode=train", "context=16", "width=32", "threads=1"]
 

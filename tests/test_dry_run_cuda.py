@@ -102,6 +102,30 @@ def test_the_tracker_counts_cuda_storages_only_in_512_byte_blocks():
     assert view.device.type == "cuda" and host.device.type == "cpu"
 
 
+def test_a_host_constant_moved_to_cuda_in_inference_mode_stays_fake():
+    """In-process, fake tensors: ``torch.tensor(..., device="cuda")`` inside inference_mode (as
+    transformers' DynamicLayer.lazy_initialization makes its empty KV cache in a generate phase)
+    is a fake CUDA tensor counted in 512 B blocks; FakeTensorMode alone would copy the constant
+    with the real CUDA kernel (none on a CPU-only PyTorch; a CUDA context on a GPU machine)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from worker.counters import FakeLiveTensorTracker, fake_mode
+
+    tracker = FakeLiveTensorTracker(device_type="cuda", block_bytes=512)
+    with fake_mode("cuda"), tracker, torch.inference_mode():
+        empty = torch.tensor([], dtype=torch.bfloat16, device="cuda:0")
+        pair = torch.tensor([1.0, 2.0], device="cuda:0")
+        same = pair.to("cuda:0")
+        cast = pair.to(torch.float16)
+        live = tracker.live
+    assert all(isinstance(t, FakeTensor) and t.device.type == "cuda" for t in (empty, pair, cast))
+    assert empty.numel() == 0 and empty.dtype == torch.bfloat16
+    assert same is pair  # Tensor.to of nothing to change is the tensor itself, as on real tensors
+    assert live == 512 + 512  # pair (8 B) and cast (4 B), one block each; the empty one none
+    assert not torch.cuda.is_initialized()
+
+
 # ----- the worker's CUDA dry run -------------------------------------------------------------
 @pytest.mark.parametrize("load", ["mlp1_inference", "lm_inference", "lm_generate", "lm_generate_static"])
 def test_a_cuda_dry_run_completes_without_a_gpu_and_never_initialises_cuda(runs, load):

@@ -4,7 +4,8 @@ Each load runs twice through ``sweeper.process.execute`` (real worker processes)
 (LiveTensorTracker, "tracked allocated") and predicted (FakeTensorMode). Shrunk configs of five
 families (2 layers, hidden 32, vocabulary 128) written from their published shapes: Llama
 (grouped-query attention), GPT-2 (learned positions, Conv1D, tied embeddings), Qwen2 (biases on
-q/k/v), Mistral (sliding window shorter than the context), Phi-3 (fused qkv and gate_up).
+q/k/v), Mistral (sliding window shorter than the context), Phi-3 (fused qkv and gate_up); and LoRA
+adapters through peft on the Llama config (skipped where peft is not installed).
 Skipped where transformers is not installed.
 """
 
@@ -58,7 +59,25 @@ LOADS = {
     "gpt2_generate": dict(BASE, mode="generate", new_tokens=3, workload=FAMILIES["gpt2"]),
     "qwen2_inference": dict(BASE, mode="inference", workload=FAMILIES["qwen2"]),
 }
+HAS_PEFT = importlib.util.find_spec("peft") is not None
+if HAS_PEFT:  # adapters created in float32, then cast to the base's bfloat16 by peft (Module.to)
+    LOADS["llama_lora_train"] = dict(BASE, mode="train", workload={**FAMILIES["llama"], "lora_rank": 4})
+    LOADS["llama_lora_bf16_ckpt_dropout"] = dict(
+        BASE,
+        mode="train",
+        dtype="bfloat16",
+        checkpointing=True,
+        micro_steps=2,
+        workload={
+            **FAMILIES["llama"],
+            "lora_rank": 8,
+            "lora_alpha": 16,
+            "lora_dropout": 0.1,
+            "lora_targets": "all-linear",
+        },
+    )
 TOLERANCE = 0.01  # of the measured phase peak
+CUDA_LOADS = ("llama_generate", "llama_generate_static", "qwen2_inference")
 SPLIT = ("predicted_parameter_bytes", "predicted_gradient_bytes", "predicted_optimizer_state_bytes")
 
 
@@ -77,6 +96,10 @@ def runs(tmp_path_factory):
             for name, data in LOADS.items()
             for kind in ("measured", "predicted")
         }
+        for name in CUDA_LOADS:  # the same load predicted on fake CUDA tensors (no GPU needed)
+            jobs[(name, "cuda")] = pool.submit(
+                _run, root, f"{name}-cuda", dict(LOADS[name], dry_run=True, device="cuda:0")
+            )
         return {key: job.result() for key, job in jobs.items()}
 
 
@@ -98,6 +121,17 @@ def test_hf_prediction_of_every_phase_is_within_one_percent_of_the_measured_run(
             assert p.get(key) == m.get(key), (p["name"], key)
     assert predicted["model"]["parameter_bytes"] == measured["model"]["parameter_bytes"]
     assert predicted["model"]["dims"] == measured["model"]["dims"]
+    assert predicted["model"].get("lora") == measured["model"].get("lora")
+    if "lora" in load:  # only the adapters train: their gradients and AdamW states, not the base's
+        model, lora = predicted["model"], predicted["model"]["lora"]
+        # r x (in + out) per adapted Linear (Hu et al. 2021), in float32 on a bfloat16 base too
+        # (get_peft_model's autocast_adapter_dtype=True, peft's default)
+        adapters = sum(s["count"] * lora["rank"] * (s["in"] + s["out"]) for s in lora["adapter_shapes"].values())
+        assert model["trainable_parameter_bytes"] == adapters * 4
+        # 2 layers x (q_proj, v_proj: peft's default for Llama; all-linear: 7, the head excepted)
+        assert lora["adapted_modules"] == 2 * (7 if LOADS[load]["workload"].get("lora_targets") else 2)
+        step = next(p for p in predicted["phases"] if p["name"] == "cold_step.optimizer_step")
+        assert step["predicted_gradient_bytes"] == model["trainable_parameter_bytes"]
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -128,6 +162,24 @@ def test_hf_generate_split_has_the_kv_cache_among_the_activations(runs):
     assert decode["kv_cache_bytes"] == 2 * 2 * 2 * 8 * (16 + 3) * 4 * 2
     assert decode["predicted_activation_bytes"] >= decode["kv_cache_bytes"]
     assert decode["predicted_gradient_bytes"] == decode["predicted_optimizer_state_bytes"] == 0
+
+
+@pytest.mark.parametrize("load", CUDA_LOADS)
+def test_hf_generate_and_inference_dry_run_on_fake_cuda_without_a_gpu(runs, load):
+    """On fake CUDA tensors (here a CPU-only PyTorch): every phase runs (generate's DynamicCache
+    makes its empty cache with torch.tensor(..., device) under inference_mode), CUDA is never
+    initialised, the KV cache has the CPU run's bytes, and each phase's peak covers the
+    measured CPU one (every storage rounded up to 512 B blocks)."""
+    cuda, measured = runs[(load, "cuda")], runs[(load, "measured")]
+    assert cuda["outcome"] == "ok", cuda.get("error_message")
+    assert cuda["device"] == "cuda:0" and cuda["cuda_initialized"] is False and "512 B" in cuda["prediction_rounding"]
+    assert [p["name"] for p in cuda["phases"]] == [p["name"] for p in measured["phases"]]
+    for c, m in zip(cuda["phases"], measured["phases"]):
+        assert c["max_memory_allocated"] % 512 == 0 and c["max_memory_allocated"] >= m["max_memory_allocated"]
+        assert (c.get("kv_cache_bytes"), c.get("kv_cache_tokens")) == (
+            m.get("kv_cache_bytes"),
+            m.get("kv_cache_tokens"),
+        )
 
 
 # ----- transformers' tracing branches on fake tensors ------------------------------------------

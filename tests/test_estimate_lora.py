@@ -109,13 +109,13 @@ def test_adapter_activations_by_hand(llama):
     module and token peft's fp32 copy of the input (in x 4 B) and lora_A's output (r x 4 B)."""
     tokens = 2 * 128
     lora = E.LoraSettings(rank=8)
-    b = E.estimate_lora(llama, lora, batch=2, seq_len=128)
-    base, _ = E.training_activations(llama, 2, 128)
+    b = E.estimate_lora(llama, lora, activations=E.ActivationSettings(2, 128))
+    base, _ = E.training_activations(llama, E.ActivationSettings(2, 128))
     per_token = 2 * ((256 * 4 + 8 * 4) + (256 * 4 + 8 * 4))  # 2 layers x (q, v)
     assert b.activations == base + tokens * per_token
-    drop = E.estimate_lora(llama, E.LoraSettings(rank=8, dropout=0.1), batch=2, seq_len=128)
+    drop = E.estimate_lora(llama, E.LoraSettings(rank=8, dropout=0.1), activations=E.ActivationSettings(2, 128))
     assert drop.activations - base == tokens * 2 * 2 * (256 * 5 + 8 * 4)  # dropped copy + 1-byte mask
-    same = E.estimate_lora(llama, E.LoraSettings(rank=8, adapter_bytes=2), batch=2, seq_len=128)
+    same = E.estimate_lora(llama, E.LoraSettings(rank=8, adapter_bytes=2), activations=E.ActivationSettings(2, 128))
     assert same.activations - base == tokens * 2 * 2 * 8 * 2  # no cast copy: only lora_A's output
 
 

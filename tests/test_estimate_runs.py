@@ -86,7 +86,9 @@ def test_training_estimate_by_hand():
     n, tensors = model.parameters, len(model.tensors())
     est, _ = E.estimate_run(spec)
     assert (est.weights, est.gradients, est.optimizer_states) == (4 * n, 4 * n, 8 * n + 4 * tensors)
-    acts, _ = E.training_activations(model, 2, 16, compute_bytes=4, fused_attention=True, dropout=False)
+    acts, _ = E.training_activations(
+        model, E.ActivationSettings(2, 16, fused_attention=True, dropout=False), compute_bytes=4
+    )
     assert est.activations == acts
 
 

@@ -91,6 +91,20 @@ def test_bad_combinations_name_the_field(kw, field):
     assert err.value.field == field, str(err.value)
 
 
+def test_dry_runs_take_lora_and_refuse_a_4bit_base_or_a_checkpoint():
+    """LoRA dry-runs (tests/test_dry_run_hf.py compares it with the measured run); QLoRA's 4-bit
+    base and a checkpoint are refused, each naming its field and why."""
+    spec = RunSpec.from_dict({**BASE, "mode": "train", "dry_run": True, "workload": {**LLAMA, "lora_rank": 8}})
+    assert spec.dry_run and spec.workload["lora_rank"] == 8
+    qlora = {**LLAMA, "lora_rank": 8, "quantization": "nf4", "pretrained": "/some/checkpoint"}
+    with pytest.raises(SpecError, match="Params4bit, cannot wrap a fake tensor") as err:
+        RunSpec.from_dict({**BASE, "mode": "train", "precision": "pure", "dry_run": True, "workload": qlora})
+    assert err.value.field == "workload.quantization"
+    with pytest.raises(SpecError, match="build from a config") as err:
+        RunSpec.from_dict({**BASE, "mode": "train", "dry_run": True, "workload": {**LLAMA, "pretrained": "/some/ckpt"}})
+    assert err.value.field == "workload.pretrained"
+
+
 def test_checkpoint_directory_without_weights_is_refused(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(SpecError, match="safetensors") as err:

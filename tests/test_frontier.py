@@ -250,6 +250,29 @@ def test_an_oom_within_the_capacity_teaches_the_usable_capacity():
     assert floor <= limit < ceiling <= CAP  # the true usable capacity is inside the last bracket
 
 
+def test_far_first_oom_the_model_narrows_its_candidates_without_a_far_bisection():
+    # 20 % of the capacity hidden, the weights 74 % of it: the first OOM, at the nominal
+    # crossing, is far above the edge; its bracket of the usable capacity leaves the edge among
+    # a few dozen values, which the model narrows itself: every probe is one of its candidates
+    # (or the value just above them), the candidates always hold the true edge and halve at
+    # least every two rounds, so no bisection of the far bracket (lo, hi) is forced
+    limit, a, b = int(0.8 * CAP), int(0.74 * CAP), 2_000
+    edge = (limit - a) // b
+    s = search()
+    r = run_search(s, pieces(a, b, limit, n=254))
+    assert (r["max_ok"], r["min_oom"], r["exact"]) == (edge, edge + 1, True)
+    narrowed = [p for p in s.probes if "candidates" in p.detail]
+    assert len(narrowed) >= 3 and not any("did not halve" in p.reason for p in s.probes)
+    counts = {}
+    for p in narrowed:
+        first, last = p.detail["candidates"]
+        assert first <= edge <= last and first <= p.value <= last + 1
+        counts[p.round] = last - first + 1
+    rounds = sorted(counts)
+    assert all(counts[r2] <= counts[r0] / 2 for r0, r2 in zip(rounds, rounds[2:]))
+    assert r["runs_used"] < run_search(search(), affine(a, b, limit=limit))["runs_used"]
+
+
 def test_an_oom_past_the_capacity_changes_nothing():
     # no hidden memory: every OOM held and asked more than the capacity, which explains it; the
     # probes are those of a search that never read an OOM

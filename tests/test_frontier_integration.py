@@ -17,17 +17,9 @@ import pytest
 
 from conf.contract import RunSpec, read_json
 from sweeper.process import execute
+from tests.data.loads import TINY_CPU
 
-LOAD = [
-    "device=cpu",
-    "capacity=64MiB",
-    "context=64",
-    "width=64",
-    "workload.depth=2",
-    "warmup=1",
-    "repeats=1",
-    "threads=1",
-]
+LOAD = ["capacity=64MiB", *TINY_CPU]
 LATTICE = (352, 384, 416, 448)
 RANGE = ["hydra.sweeper.lower=352", "hydra.sweeper.upper=448", "hydra.sweeper.multiple_of=32"]
 

@@ -2,6 +2,7 @@
 left running, nothing waiting for ever, one lost launcher worker costs only its runs, files read
 back are validated, concurrent sessions are told apart. Real processes, tiny loads."""
 
+import fcntl
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conf.contract import LAUNCHER_WORKER_LOST, RunSpec, process_identity, read_run, write_json_atomic
+from conf.contract import LAUNCHER_WORKER_LOST, LEASE_LOCKS_ENV, RunSpec, process_identity, read_run, write_json_atomic
 from sweeper.forkserver_wait import AnswerOverdue, PeerStopped, read_answer
 from sweeper.liveness import is_process, wait_for_old_worker
 from sweeper.owner import session_id
@@ -264,27 +265,141 @@ def test_a_resume_does_not_wait_on_a_reused_pid(tmp_path, tiny):
 
 # ---- 3. one lost launcher worker costs only its own run ---------------------------------------
 
+JOBLIB_2 = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "pool=cores", "cores_per_run=1"]
 
-def test_killing_one_joblib_worker_costs_only_the_runs_in_flight(tmp_path):
-    tag = uuid.uuid4().hex
-    launcher = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "pool=cores", "cores_per_run=1"]
-    proc = _start_sweep(tmp_path, tag, "batch=1,2", HANG, "timeout_s=8", *launcher)
+
+def _kill_one_loky_worker_mid_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str, dict[str, int]]:
+    """Start a 2-run joblib sweep whose runs hang until their timeout_s=8, SIGKILL one loky worker
+    while both runs are in flight; returns the sweep's process, its output, and each run's worker
+    pid at the kill (run directory name -> pid)."""
+    tag, sweep = uuid.uuid4().hex, tmp_path / "s"
+    proc = _start_sweep(tmp_path, tag, "batch=1,2", HANG, "timeout_s=8", *JOBLIB_2, *args)
     try:
-        _wait(lambda: len(list((tmp_path / "s").glob("*/record.json"))) >= 2, 180, "runs in flight")
+        records = _wait(
+            lambda: (lambda found: found if len(found) >= 2 else [])(list(sweep.glob("*/record.json"))),
+            180,
+            "runs in flight",
+        )
+        before = {r.parent.name: json.loads(r.read_text())["pid"] for r in records}
         loky = _wait(lambda: [p for p, cmd in _tagged(tag) if "LokyProcess" in cmd], 30, "a loky worker")
         os.kill(loky[0], signal.SIGKILL)
         out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
+    return proc, out, before
+
+
+def test_killing_one_joblib_worker_loses_no_forked_run(tmp_path):
+    """isolation=forkserver (the default): both runs in flight go on under the fork server (the
+    killed worker's and the one loky kills with the pool), are taken over, and run once."""
+    proc, out, before = _kill_one_loky_worker_mid_run(tmp_path)
     assert proc.returncode == 0, out[-3000:]
     assert "TerminatedWorkerError" not in out.split("a launcher worker process died")[0], "no traceback"
+    assert "a launcher worker process died" in out
+    assert "taken over, not run again" in out
+    runs = pq.read_table(tmp_path / "s" / "runs.parquet").to_pylist()
+    assert sorted(r["batch"] for r in runs) == [1, 2]
+    assert all(r["outcome"] == "timeout" for r in runs), "each run ended at its own timeout_s"
+    assert not list((tmp_path / "s").glob("*/.attempts")), "no run was set aside and run again"
+    for name, pid in before.items():
+        run_dir = tmp_path / "s" / name
+        result = json.loads((run_dir / "result.json").read_text())
+        record = json.loads((run_dir / "record.json").read_text())
+        assert result["worker_pid"] == record["pid"] == pid, "the process in flight at the kill is the one recorded"
+        status = json.loads((run_dir / "exit_status.json").read_text())
+        assert status["worker_pid"] == pid and status["timed_out"] is True
+        assert result["timed_out"] is True and result["error_type"] == "SIGKILL"
+    assert (tmp_path / "s" / "report.html").exists()
+
+
+CLIENT = """
+import fcntl, os, socket, sys, time
+path, request, lock = sys.argv[1:4]
+fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the run's lease, as sweeper.pool holds it
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(path)
+conn.sendall((request + "\\n").encode())
+print(conn.makefile().readline(), flush=True)
+time.sleep(600)
+"""
+
+
+def _locked(path: Path) -> bool:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def test_a_forked_run_outlives_its_killed_client_with_its_lease(tmp_path, tiny):
+    """The handler keeps a run whose client died: it holds the run's lease, says so at once
+    (exit_status.json, ended false), and writes the worker's exit status when it ends."""
+    run_dir = _spec_dir(tmp_path, "r", tiny, fault={"phase": "warm_forward", "kind": "hang"})
+    sock, lock = str(tmp_path / "sock"), tmp_path / "cores-0.lock"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "worker.forkserver", sock], env=worker_env(), stdout=subprocess.PIPE, text=True
+    )
+    client = None
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        request = {
+            "spec": str(run_dir / "spec.json"),
+            "stdout": str(run_dir / "stdout.log"),
+            "stderr": str(run_dir / "stderr.log"),
+            "env": worker_env({LEASE_LOCKS_ENV: str(lock)}),
+            "dynamo": False,
+            "timeout_s": 600,
+        }
+        cmd = [sys.executable, "-c", CLIENT, sock, json.dumps(request), str(lock)]
+        client = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        pid = json.loads(client.stdout.readline())["pid"]
+        record = _wait(lambda: _read(run_dir / "record.json"), 120, "the run's record")
+        client.kill()
+        client.wait()
+        status = _wait(lambda: _read(run_dir / "exit_status.json"), 30, "the handler's word that it kept the run")
+        assert status["ended"] is False and status["worker_pid"] == pid == record["pid"]
+        assert is_process(pid, record["pid_identity"]), "the run goes on (it hangs until timeout_s=600)"
+        assert _locked(lock), "its lease is held for it"
+        os.kill(pid, signal.SIGKILL)  # the run ends (here by a signal)
+        status = _wait(
+            lambda: (_read(run_dir / "exit_status.json") or {}).get("ended") and _read(run_dir / "exit_status.json"),
+            30,
+            "its exit status",
+        )
+        assert (status["returncode"], status["timed_out"], status["worker_pid"]) == (-signal.SIGKILL, False, pid)
+        _wait(lambda: not _locked(lock), 30, "the lease released once the run ended")
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+        server.kill()
+        server.wait()
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def test_killing_one_joblib_worker_reruns_spawned_runs_recorded_lost(tmp_path):
+    """isolation=spawn: a run is the launcher worker's child, killed with it (or with the pool):
+    recorded as a crash of the launcher's worker, not of the load, and run again."""
+    proc, out, before = _kill_one_loky_worker_mid_run(tmp_path, "isolation=spawn")
+    assert proc.returncode == 0, out[-3000:]
     assert "a launcher worker process died" in out
     runs = pq.read_table(tmp_path / "s" / "runs.parquet").to_pylist()
     assert sorted(r["batch"] for r in runs) == [1, 2]
     assert all(r["outcome"] == "timeout" for r in runs), "every run ran again, to its own outcome"
     lost = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*/.attempts/*/result.json")]
     assert lost and all(r["error_type"] == LAUNCHER_WORKER_LOST and r["outcome"] == "crash" for r in lost)
+    assert {r["worker_pid"] for r in lost} <= set(before.values())
     assert (tmp_path / "s" / "report.html").exists()
 
 

@@ -22,8 +22,9 @@ from analysis.estimate import (
 )
 from analysis.estimate.breakdown import ceil_div
 from analysis.frontier import frontier_table
-from analysis.ranks import MODEL_STATE_COLUMNS, model_state_columns
+from analysis.ranks import model_state_columns
 from analysis.report import build_report
+from analysis.schemas import MODEL_STATE_COLUMNS
 from analysis.tables import build_tables
 from conf.contract import ISOLATION_SPAWN, RunSpec
 from sweeper.process import execute
@@ -117,7 +118,7 @@ def test_a_one_process_run_has_no_model_state_columns():
     spec = with_estimate(RunSpec.from_dict({**LOAD, "world_size": 1})).to_dict()
     assert spec["estimate"]["weights"] is not None  # estimated, yet not a DDP/FSDP run
     columns = model_state_columns(spec, {"phases": [], "ranks": None})
-    assert set(columns) == {name for name, _ in MODEL_STATE_COLUMNS} and set(columns.values()) == {None}
+    assert set(columns) == set(MODEL_STATE_COLUMNS) and set(columns.values()) == {None}
 
 
 def test_the_report_shows_the_comparison_for_each_parallel_run(measured):

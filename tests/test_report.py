@@ -6,26 +6,16 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from analysis.report import gib, pct
+from tests.data.loads import MEMSWEEP, TINY_CPU
 
 # Tiny loads: at 8 MiB, batch 16 fits and batch 32 runs out of memory (measured: ~5 s a run).
-TINY_ARGS = [
-    "context=64",
-    "width=64",
-    "workload.depth=2",
-    "warmup=1",
-    "repeats=1",
-    "threads=1",
-    "device=cpu",
-    "isolation=forkserver",
-]
+TINY_ARGS = [*TINY_CPU, "isolation=forkserver"]
 CAPACITY = 8 * 2**20
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 
 
 def run(cmd, cwd, **kw):

@@ -1,5 +1,6 @@
 """Scale-out: leases (one device or core set per concurrent run), launchers, forkserver isolation."""
 
+import fcntl
 import json
 import os
 import signal
@@ -12,22 +13,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conf.contract import SpecError
+from conf.contract import LEASE_LOCKS_ENV, SpecError
 from sweeper.pool import core_slots, lease, placement
+from tests.data.loads import MEMSWEEP, TINY_CPU
 
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
-EDGE = [
-    "batch=4,64",
-    "capacity=8MiB",
-    "context=64",
-    "width=64",
-    "workload.depth=2",
-    "warmup=1",
-    "repeats=1",
-    "threads=1",
-    "device=cpu",
-    "sweep=none",
-]
+EDGE = ["batch=4,64", "capacity=8MiB", *TINY_CPU, "sweep=none"]
 
 
 def test_a_lease_is_exclusive_and_freed_when_its_holder_is_killed(tmp_path):
@@ -64,11 +54,26 @@ def test_a_lease_is_exclusive_and_freed_when_its_holder_is_killed(tmp_path):
     assert got == ["0"], "the killed holder's lease was not freed"
 
 
+def _held(path: str) -> bool:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another open file: refused while the lease holds it
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def test_placement_environment(tmp_path):
     with placement("cores", "cpu", 1, None, tmp_path) as env:
         assert env["MEMSWEEP_CPU_CORES"] in core_slots(1) and env["MEMSWEEP_LEASE"].startswith("cores:")
     with placement("gpus", "cuda:0", 1, {"device_count": 2}, tmp_path) as env:
         assert env["CUDA_VISIBLE_DEVICES"] in ("0", "1")
+        # the lock files named to the run (for its fork-server handler to take over) are the ones held
+        locks = env[LEASE_LOCKS_ENV].split(os.pathsep)
+        assert [Path(p).parent for p in locks] == [tmp_path] and all(_held(p) for p in locks)
+    assert not any(_held(p) for p in locks), "released with the lease"
     with placement("gpus", "cpu", 1, None, tmp_path) as env:
         assert env == {}
     with pytest.raises(SpecError, match="pool=gpus"):
@@ -225,8 +230,10 @@ def test_a_client_whose_shared_server_is_gone_starts_its_own(tmp_path, monkeypat
     assert json.loads(proc.stdout.splitlines()[-1]) == {"outcome": "ok", "shared": False, "own_server": True}
 
 
-def test_a_killed_client_takes_its_run_on_the_shared_server_with_it(tmp_path, shared_server):
-    """The server outlives a killed loky worker; the run that worker was waiting for must not."""
+def test_a_killed_client_leaves_its_run_to_the_shared_servers_handler(tmp_path, shared_server):
+    """The server outlives a killed loky worker, and so does the run that worker was waiting for:
+    its handler keeps it (bounded by its timeout_s) and writes its exit status for the sweeper
+    that takes it over (sweeper.kept_runs)."""
     hang = dict(TINY, timeout_s=600, fault={"phase": "model_load", "kind": "hang"})
     client = subprocess.Popen(
         [sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(hang)],
@@ -234,19 +241,27 @@ def test_a_killed_client_takes_its_run_on_the_shared_server_with_it(tmp_path, sh
         stderr=subprocess.PIPE,
         text=True,
     )
-    record = tmp_path / "run" / "record.json"
+    run_dir = tmp_path / "run"
     deadline = time.monotonic() + 120
-    while not record.exists() and time.monotonic() < deadline:
+    while not (run_dir / "record.json").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    pid = json.loads(record.read_text())["pid"]
+    pid = json.loads((run_dir / "record.json").read_text())["pid"]
     assert Path(f"/proc/{pid}").exists()
     client.send_signal(signal.SIGKILL)
     client.wait()
     deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
+    while not (run_dir / "exit_status.json").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(pid)
+    kept = json.loads((run_dir / "exit_status.json").read_text())
+    assert kept["ended"] is False and kept["worker_pid"] == pid
+    assert _alive(pid), "the run goes on (it hangs until its timeout_s=600)"
     assert shared_server.proc.poll() is None  # the server itself goes on serving
+    os.kill(pid, signal.SIGKILL)  # the run ends; its handler says how
+    deadline = time.monotonic() + 30
+    while not json.loads((run_dir / "exit_status.json").read_text())["ended"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ended = json.loads((run_dir / "exit_status.json").read_text())
+    assert (ended["ended"], ended["returncode"], ended["timed_out"]) == (True, -signal.SIGKILL, False)
 
 
 def _alive(pid: int) -> bool:

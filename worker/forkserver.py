@@ -2,7 +2,7 @@
 
 The server imports torch (and what the worker needs) once, never touches a device, and
 serves one request per connection on a Unix socket: a JSON line ``{"spec", "stdout",
-"stderr", "env", "dynamo"}``. It imports ``torch._dynamo`` (as long again as torch itself)
+"stderr", "env", "dynamo", "timeout_s"}``. It imports ``torch._dynamo`` (as long again as torch itself)
 only when the first request whose run needs it comes (``dynamo``: the client's
 ``conf.contract.needs_dynamo``), so that it is ready sooner and a CPU inference sweep never
 pays that import. For each request, a handler
@@ -16,28 +16,47 @@ method in every child, which breaks under launchers that have their own (joblib'
 
 Death propagates down (Linux PR_SET_PDEATHSIG): orchestrator -> server -> handler -> worker.
 One server may serve several client processes (the joblib/loky workers of one sweep, see
-``sweeper.process.share_fork_server``): a handler whose client goes away before the worker
-has ended (the client was killed) kills the worker's process group.
+``sweeper.process.share_fork_server``). A run belongs to the orchestrator (it dies with it), not
+to the client that asked for it: a handler whose client goes away before the worker has ended
+(a launcher worker killed) keeps the run, bounded by its ``timeout_s``, and writes its exit
+status into the run directory (``conf.contract.EXIT_STATUS_FILE``), where the sweeper that
+launches the job again takes the run over instead of running it twice (``sweeper.process``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import socket
 import sys
 import threading
+import time
+
+from conf.contract import EXIT_STATUS_FILE, LEASE_LOCKS_ENV, SCHEMA_VERSION, write_json_atomic
 
 from .launch import run
 from .lifecycle import die_with_parent  # stdlib-only at import: torch is imported in serve()
 
 REQUEST_TIMEOUT_S = 10.0  # a connected client that sends no request line is dropped
 
+LEASE_TAKEOVER_S = 5.0
+"""How long a handler whose client went away tries to take the run's device lease over (seconds;
+the dead client's locks are released as it exits, within milliseconds)."""
+
 
 def _handle(conn: socket.socket, request: dict, server: int) -> None:
     """In the handler process: fork the worker, report its pid and then its exit status.
-    ``server``: the server's pid, which this handler dies with."""
+    ``server``: the server's pid, which this handler dies with.
+
+    A client that goes away before the worker has ended (a launcher worker killed: loky kills
+    the pool's surviving workers too) does not take the run with it when its request names the
+    run's ``timeout_s``: the handler takes the run's device lease over (``LEASE_LOCKS_ENV``),
+    kills the run at ``timeout_s`` from its fork, as the client would have, and writes its exit
+    status into the run directory (``EXIT_STATUS_FILE``) for the sweeper that takes the run
+    over. Without ``timeout_s`` (an older client), or when the lease cannot be taken over within
+    ``LEASE_TAKEOVER_S``, the run is killed with its client and no status is written."""
     die_with_parent(server)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     handler = os.getpid()
@@ -46,34 +65,105 @@ def _handle(conn: socket.socket, request: dict, server: int) -> None:
         conn.close()
         run(request["spec"], request["stdout"], request["stderr"], request["env"], parent=handler)
         os._exit(70)  # run() never returns
+    t0 = time.monotonic()
     conn.sendall((json.dumps({"pid": pid, "handler": os.getpid()}) + "\n").encode())
-    ended = threading.Event()
-    lock = threading.Lock()
+    ended, gone, lock = threading.Event(), threading.Event(), threading.Lock()
+    timeout_s = request.get("timeout_s")
+    if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool):
+        timeout_s = None  # an older client: a run dies with its client
+    timed_out, abandoned = threading.Event(), threading.Event()
+    held: list[int] = []  # the lease's lock files, open and locked until this handler exits
 
-    def kill_on_hangup() -> None:
-        # The client sends nothing more: end of file before the worker has ended = the client
-        # died. The worker is not reaped before `ended` is set, so its pid cannot be reused here.
+    def kill() -> None:  # with `lock` held and the worker not yet reaped: its pid is still its own
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def watch_client() -> None:
+        # The client sends nothing more: end of file before the worker has ended = the client died.
         try:
             while conn.recv(4096):
                 pass
         except OSError:
             pass
         with lock:
-            if not ended.is_set():
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            if ended.is_set():
+                return
+            gone.set()
+            if timeout_s is None or not _take_lease(request["env"].get(LEASE_LOCKS_ENV), held):
+                abandoned.set()
+                kill()
+                return
+            _write_status(request, pid, ended=False)  # said at once: the sweeper must not run it again
+        if not ended.wait(max(0.0, t0 + timeout_s - time.monotonic())):
+            with lock:
+                if not ended.is_set():
+                    timed_out.set()
+                    kill()
 
-    threading.Thread(target=kill_on_hangup, daemon=True).start()
+    threading.Thread(target=watch_client, daemon=True).start()
     os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped
     with lock:
         ended.set()
     _, status = os.waitpid(pid, 0)
+    wall_s = time.monotonic() - t0
+    returncode = os.waitstatus_to_exitcode(status)
     try:
-        conn.sendall((json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n").encode())
+        conn.sendall((json.dumps({"returncode": returncode}) + "\n").encode())
     except OSError:
-        pass
+        gone.set()
+    if gone.is_set() and timeout_s is not None and not abandoned.is_set():
+        _write_status(request, pid, ended=True, returncode=returncode, timed_out=timed_out.is_set(), wall_s=wall_s)
+
+
+def _write_status(request: dict, pid: int, ended: bool, **status: object) -> None:
+    """Write a kept run's ``EXIT_STATUS_FILE`` (EXIT_STATUS_FIELDS) beside its spec.json.
+
+    Args:
+        request: the run's request (its ``spec`` path names the run directory).
+        pid: the worker's pid.
+        ended: whether the worker has ended.
+        status: ``returncode``, ``timed_out`` and ``wall_s`` (seconds since the fork) once it ended.
+    """
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "ended": ended,
+        "returncode": status.get("returncode"),
+        "timed_out": status.get("timed_out", False),
+        "wall_s": status.get("wall_s"),
+        "worker_pid": pid,
+        "note": "the client that asked for this run (a launcher's worker) went away before the run ended; "
+        "its fork-server handler kept the run to its end or its timeout_s",
+    }
+    write_json_atomic(os.path.join(os.path.dirname(request["spec"]), EXIT_STATUS_FILE), doc)
+
+
+def _take_lease(paths: str | None, held: list[int]) -> bool:
+    """Lock the lease's lock files (``paths``: joined by ``os.pathsep``; None or empty: no
+    lease), retrying for at most ``LEASE_TAKEOVER_S`` while the dead client's locks are released
+    (flock(2): released when its last descriptor closes, as the process exits). The locked
+    descriptors are appended to ``held`` (closed when this process exits); returns whether every
+    lock was taken (False: another process took the device first, and none is held)."""
+    deadline = time.monotonic() + LEASE_TAKEOVER_S
+    for path in (paths or "").split(os.pathsep):
+        if not path:
+            continue
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(fd)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    for other in held:
+                        os.close(other)
+                    held.clear()
+                    return False
+                time.sleep(0.05)
+    return True
 
 
 def serve(path: str, parent: int | None = None) -> None:

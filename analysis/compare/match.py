@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from conf.contract import AXES, device_kind_of, peak_counters
 
 from ..frontier import order_key
-from ..schemas import ENV_COLUMNS
+from ..schemas import ENV_COLUMNS, OPTIONS
 from .load import Sweep
 
 COUNTERS = ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved")
@@ -38,14 +38,7 @@ SPEC_FIELDS = (
     "warmup",
     "repeats",
     "seed",
-    "precision",
-    "optimizer",
-    "checkpointing",
-    "micro_steps",
-    "eval_batch",
-    "export",
-    "new_tokens",
-    "kv_cache",
+    *OPTIONS,
     "devices",
     "isolation",
 )

@@ -54,7 +54,13 @@ import X`` and ``analysis.estimate.X`` work for all of them.
 
 from __future__ import annotations
 
-from .activations import RECOMPUTE, korthikanti_layer_bytes, transformer_layer_activation_bytes
+from .activations import (
+    RECOMPUTE,
+    ActivationSettings,
+    korthikanti_layer_bytes,
+    run_activations,
+    transformer_layer_activation_bytes,
+)
 from .bnb import BNB_8BIT_BLOCK, BNB_8BIT_BLOCK_BEFORE_0_44, BNB_MIN_8BIT_SIZE, BnbSettings, bnb_settings
 from .breakdown import COMPONENT_LABELS, COMPONENTS, ESTIMATE_COLUMNS, Breakdown, estimate_columns
 from .counted import COUNTERS, CountUnavailable, count_with_transformers, describe_config, model_from_count
@@ -145,6 +151,8 @@ __all__ = [
     "zero_partition",
     # activations
     "RECOMPUTE",
+    "ActivationSettings",
+    "run_activations",
     "korthikanti_layer_bytes",
     "transformer_layer_activation_bytes",
     # kv_cache

@@ -6,12 +6,64 @@ Models"; Dao et al. 2022 (FlashAttention); Chen et al. 2016 (full recomputation)
 
 from __future__ import annotations
 
+import dataclasses
+
 from .breakdown import check_int
 from .kv_cache import resolve_head_dim
 
 RECOMPUTE = ("none", "selective", "full")
 """Activation recomputation strategies (Korthikanti et al. 2022, Sec. 5; Chen et al. 2016),
 see ``transformer_layer_activation_bytes``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ActivationSettings:
+    """Which training activations an estimate counts, and how (``training_activations``).
+
+    Attributes:
+        batch: sequences per micro-batch (b); activations are counted only with ``batch`` and
+            ``seq_len`` both set (``counted``).
+        seq_len: tokens per sequence (s).
+        recompute: one of ``RECOMPUTE`` (Korthikanti et al. 2022, Sec. 5; Chen et al. 2016).
+        fused_attention: FlashAttention-style attention, no s x s scores stored (Dao et al. 2022).
+        dropout: count the dropout masks and outputs (the base model's dropout, not LoRA's).
+        include_head: add the output layer's activations (Korthikanti et al. 2022, Sec. 4.2).
+    """
+
+    batch: int | None = None
+    seq_len: int | None = None
+    recompute: str = "none"
+    fused_attention: bool = False
+    dropout: bool = True
+    include_head: bool = True
+
+    @property
+    def counted(self) -> bool:
+        """Whether activations are counted: ``batch`` and ``seq_len`` both given (non-zero)."""
+        return bool(self.batch and self.seq_len)
+
+
+NO_ACTIVATIONS = ActivationSettings()
+"""No batch or sequence length: activations not counted (the estimators' default)."""
+
+
+def run_activations(
+    batch: int | None, seq_len: int | None, checkpointing: bool | None, attention
+) -> ActivationSettings:
+    """The activation settings of a memsweep training run (a transformer or hf workload's spec).
+
+    Args:
+        batch: the run's micro-batch (spec ``batch``).
+        seq_len: its tokens per sequence (spec ``context``).
+        checkpointing: spec ``checkpointing`` (every block: full recomputation).
+        attention: the workload's ``attention`` (``sdpa``: fused, no s x s scores stored).
+
+    Returns:
+        The settings; no dropout (memsweep's workloads have none), the output layer included.
+    """
+    return ActivationSettings(
+        batch, seq_len, "full" if checkpointing else "none", fused_attention=attention == "sdpa", dropout=False
+    )
 
 
 def korthikanti_layer_bytes(seq: int, batch: int, hidden: int, heads: int) -> int:

@@ -345,7 +345,7 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
         state_bytes=args.state_bytes,
         zero_stage=args.zero_stage,
         devices=args.devices,
-        **activation_options(args),
+        activations=activation_options(args),
         kv_tokens=args.kv_tokens,
         kv_sequences=_sequences(args) if args.kv_tokens is not None else None,
         kv_bytes=args.kv_bytes,

@@ -1,12 +1,13 @@
-"""``memsweep estimate``'s parsed options as keyword arguments of the estimators."""
+"""``memsweep estimate``'s parsed options as arguments of the estimators."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+from .activations import ActivationSettings
 
 
-def activation_options(args: argparse.Namespace) -> dict[str, Any]:
+def activation_options(args: argparse.Namespace) -> ActivationSettings:
     """The activation options of a ``--config`` estimate (``estimate_transformer``, ``estimate_lora``).
 
     Args:
@@ -14,13 +15,13 @@ def activation_options(args: argparse.Namespace) -> dict[str, Any]:
 
     Returns:
         ``batch`` and ``seq_len`` (None unless ``--activations``), ``recompute``,
-        ``fused_attention``, ``dropout`` and ``include_head``.
+        ``fused_attention``, ``dropout`` and ``include_head`` (not ``--no-head``).
     """
-    return {
-        "batch": args.batch if args.activations else None,
-        "seq_len": args.seq_len if args.activations else None,
-        "recompute": args.recompute,
-        "fused_attention": args.fused_attention,
-        "dropout": args.dropout,
-        "include_head": not args.no_head,
-    }
+    return ActivationSettings(
+        batch=args.batch if args.activations else None,
+        seq_len=args.seq_len if args.activations else None,
+        recompute=args.recompute,
+        fused_attention=args.fused_attention,
+        dropout=args.dropout,
+        include_head=not args.no_head,
+    )

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 from conf.contract import RunSpec
 
+from .activations import run_activations
 from .breakdown import Breakdown
 from .formats import DTYPE_BYTES, DTYPE_FORMATS
 from .hf_config import parse_hf_config
@@ -61,11 +62,7 @@ def estimate_hf_load(config: Mapping | TransformerConfig, spec: RunSpec, *, batc
         optimizer=spec.optimizer,
         mixed_precision=False,
         step_tensors=train and spec.optimizer == "adamw" and not spec.device.startswith("cuda"),
-        batch=batch,
-        seq_len=spec.context,
-        recompute="full" if spec.checkpointing else "none",
-        fused_attention=spec.workload.get("attention") == "sdpa",
-        dropout=False,
+        activations=run_activations(batch, spec.context, spec.checkpointing, spec.workload.get("attention")),
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from .activations import NO_ACTIVATIONS, ActivationSettings
 from .breakdown import Breakdown, check_int
 from .formats import StorageFormat, storage_format, weights_from_shapes
 from .training import training_state
@@ -177,12 +178,7 @@ def estimate_lora(
     base_format: StorageFormat | str = "bf16",
     compute_bytes: int = 2,
     optimizer: str = "adamw",
-    batch: int | None = None,
-    seq_len: int | None = None,
-    recompute: str = "none",
-    fused_attention: bool = False,
-    dropout: bool = True,
-    include_head: bool = True,
+    activations: ActivationSettings = NO_ACTIVATIONS,
 ) -> Breakdown:
     """LoRA / QLoRA fine-tuning of ``model``: frozen base + adapters, their training state.
 
@@ -192,7 +188,7 @@ def estimate_lora(
     * gradients: the adapters only, ``adapter_bytes`` each (the frozen base has none);
     * optimizer states: ``training_state`` of the adapters (AdamW on fp32 adapters: 8 B per
       adapter parameter, no master copy; 16-bit adapters get the fp32 master copy);
-    * activations (``batch`` and ``seq_len``): the base's, as in full training
+    * activations (``activations.counted``): the base's, as in full training
       (``training_activations``, Korthikanti et al. 2022: an upper bound, since PyTorch does
       not keep a frozen Linear's input for a weight gradient) + ``adapter_activation_bytes``;
     * temporaries (4-bit base): one Linear weight dequantized to the compute dtype, the
@@ -206,9 +202,8 @@ def estimate_lora(
             ``double_quant`` for QLoRA).
         compute_bytes: bytes per activation value (2: bf16 compute).
         optimizer: the adapters' optimizer (``training.OPTIMIZERS``).
-        batch, seq_len: sequences per micro-batch and tokens per sequence (activations).
-        recompute, fused_attention, dropout, include_head: as ``training_activations``
-            (``dropout`` is the base model's, not ``lora.dropout``).
+        activations: the base's training activations to count (``ActivationSettings``; its
+            ``dropout`` is the base model's, not ``lora.dropout``).
 
     Returns:
         a Breakdown (bytes) whose notes give the targets, the trainable count and the
@@ -250,20 +245,10 @@ def estimate_lora(
         )
         + state.notes,
     )
-    if batch and seq_len:
-        acts, note = training_activations(
-            model,
-            batch,
-            seq_len,
-            compute_bytes=compute_bytes,
-            recompute=recompute,
-            fused_attention=fused_attention,
-            dropout=dropout,
-            include_head=include_head,
-        )
-        extra = adapter_activation_bytes(
-            modules, lora.rank, batch * seq_len, compute_bytes, lora.adapter_bytes, lora.dropout
-        )
+    if activations.counted:
+        acts, note = training_activations(model, activations, compute_bytes=compute_bytes)
+        tokens = activations.batch * activations.seq_len
+        extra = adapter_activation_bytes(modules, lora.rank, tokens, compute_bytes, lora.adapter_bytes, lora.dropout)
         b = b.replace(activations=acts + extra).with_note(
             note + f"; base activations as in full training (an upper bound for a frozen base), plus {extra} B "
             "kept by the adapters (peft's input cast, lora_A's output)"

@@ -78,7 +78,7 @@ def lora_from_args(args: argparse.Namespace, model: TransformerConfig, default: 
         base_format=fmt,
         compute_bytes=4 if fmt.name == "fp32" else 2,
         optimizer=args.optimizer,
-        **activation_options(args),
+        activations=activation_options(args),
     )
     kind = "QLoRA" if fmt.bits == 4 else "LoRA"
     return b, (

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .activations import run_activations
 from .breakdown import Breakdown
 from .counted import model_from_count
 from .formats import DTYPE_BYTES, DTYPE_FORMATS, storage_format
@@ -105,15 +106,9 @@ def estimate_lm_run(model: TransformerConfig, data: Mapping) -> tuple[Breakdown,
             shapes=[t.shape for t in tensors],
             step_tensors=data.get("optimizer", "adamw") == "adamw" and data.get("device", "cpu") == "cpu",
         )
-        acts, note = training_activations(
-            model,
-            batch,
-            context,
-            compute_bytes=compute,
-            recompute="full" if data.get("checkpointing") else "none",
-            fused_attention=(data.get("workload") or {}).get("attention", "sdpa") == "sdpa",
-            dropout=False,
-        )
+        attention = (data.get("workload") or {}).get("attention", "sdpa")
+        settings = run_activations(batch, context, data.get("checkpointing"), attention)
+        acts, note = training_activations(model, settings, compute_bytes=compute)
         b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states, activations=acts)
         b = b.with_note(*state.notes, note)
         if data.get("eval_batch"):

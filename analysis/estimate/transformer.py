@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .activations import transformer_layer_activation_bytes
+from .activations import NO_ACTIVATIONS, ActivationSettings, transformer_layer_activation_bytes
 from .breakdown import Breakdown, ceil_div
 from .formats import StorageFormat, storage_format, weights_from_shapes
 from .kv_cache import layer_cached_tokens
@@ -249,12 +249,7 @@ def estimate_transformer(
     state_bytes: int | None = None,
     zero_stage: int = 0,
     devices: int = 1,
-    batch: int | None = None,
-    seq_len: int | None = None,
-    recompute: str = "none",
-    fused_attention: bool = False,
-    dropout: bool = True,
-    include_head: bool = True,
+    activations: ActivationSettings = NO_ACTIVATIONS,
     kv_tokens: int | None = None,
     kv_sequences: int | None = None,
     kv_bytes: int | None = None,
@@ -269,15 +264,11 @@ def estimate_transformer(
       quantizes the decoder Linear weights only; the rest stays in 16 bits);
     * training (``train``): gradients + optimizer states (``training_state``, shapes
       known), then ZeRO partitioning (``zero_partition``);
-    * activations (training with ``batch`` and ``seq_len``): ``layers x
-      transformer_layer_activation_bytes`` + with ``include_head`` the paper's output-layer
-      terms (Korthikanti et al. 2022, Sec. 4.1-4.2: final-norm input 2sbh, output
-      projection input 2sbh, fp32 logits for the loss 4sbv, embedding dropout mask sbh);
-      with full recomputation, plus one layer's activations while it is recomputed;
+    * activations (training, ``activations.counted``): ``training_activations``;
     * KV cache (``kv_tokens``): per layer ``layer_cached_tokens`` (its window under
       ``kv_convention``, static capacity) x ``cached_values_per_token`` (2 x kv_heads x
       head_dim; MLA: its latent) x ``kv_bytes`` (default ``compute_bytes``) x
-      ``kv_sequences`` (default ``batch`` or 1).
+      ``kv_sequences`` (default ``activations.batch`` or 1).
 
     A mixture of experts: weights, gradients and optimizer states from the total
     parameters (every expert is stored and trained); activations from what a token passes
@@ -292,18 +283,15 @@ def estimate_transformer(
             scales, the tensors that are not quantized are kept in bf16 (``compute_bytes``
             2) or fp32.
         compute_bytes: bytes per activation value (2: 16-bit, 4: fp32).
-        train: add gradients, optimizer states and (with ``batch`` and ``seq_len``)
-            activations.
+        train: add gradients, optimizer states and (``activations.counted``) activations.
         optimizer, mixed_precision, grad_bytes, state_bytes, step_tensors: as
             ``training_state``; the gradient default is the weight's bytes,
             ``ceil(bits / 8)``.
         zero_stage, devices: as ``zero_partition`` (applied when ``train``).
-        batch, seq_len: sequences per micro-batch and tokens per sequence (activations).
-        recompute, fused_attention, dropout: as ``transformer_layer_activation_bytes``.
-        include_head: add the output layer's activations.
+        activations: the training activations to count (``ActivationSettings``).
         kv_tokens: tokens per sequence in the cache (prompt + generated), or ``None`` for no
             KV cache.
-        kv_sequences: sequences cached at once; default ``batch`` or 1.
+        kv_sequences: sequences cached at once; default ``activations.batch`` or 1.
         kv_bytes: bytes per cached value; default ``compute_bytes``.
         static_capacity: a static cache's preallocated length, or ``None``.
         kv_convention: what a sliding layer's cache keeps (``kv_cache.KV_CONVENTIONS``).
@@ -348,36 +336,19 @@ def estimate_transformer(
             step_tensors=step_tensors,
         )
         b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states, notes=b.notes + state.notes)
-        if batch and seq_len:
-            acts, note = training_activations(
-                model,
-                batch,
-                seq_len,
-                compute_bytes=compute_bytes,
-                recompute=recompute,
-                fused_attention=fused_attention,
-                dropout=dropout,
-                include_head=include_head,
-            )
+        if activations.counted:
+            acts, note = training_activations(model, activations, compute_bytes=compute_bytes)
             b = b.replace(activations=acts).with_note(note)
         b = zero_partition(b, zero_stage, devices)
     if kv_tokens is not None:
-        seqs = kv_sequences if kv_sequences is not None else (batch or 1)
+        seqs = kv_sequences if kv_sequences is not None else (activations.batch or 1)
         kv, note = kv_cache_estimate(model, kv_tokens, seqs, kv_bytes or compute_bytes, static_capacity, kv_convention)
         b = b.replace(kv_cache=kv).with_note(note)
     return b
 
 
 def training_activations(
-    model: TransformerConfig,
-    batch: int,
-    seq_len: int,
-    *,
-    compute_bytes: int = 2,
-    recompute: str = "none",
-    fused_attention: bool = False,
-    dropout: bool = True,
-    include_head: bool = True,
+    model: TransformerConfig, settings: ActivationSettings, *, compute_bytes: int = 2
 ) -> tuple[int, str]:
     """Activations a training step of ``model`` keeps for backward, and a note saying how.
 
@@ -389,37 +360,38 @@ def training_activations(
 
     Args:
         model: the described transformer.
-        batch, seq_len: sequences per micro-batch (b) and tokens per sequence (s).
+        settings: ``batch`` (b) and ``seq_len`` (s), both required, and how to count
+            (``recompute``, ``fused_attention``, ``dropout`` as ``transformer_layer_activation_bytes``;
+            ``include_head``).
         compute_bytes: bytes per activation value.
-        recompute, fused_attention, dropout: as ``transformer_layer_activation_bytes``.
-        include_head: add the output layer's activations.
 
     Returns:
         (bytes, note).
 
     Raises:
-        ValueError: as ``transformer_layer_activation_bytes``.
+        ValueError: as ``transformer_layer_activation_bytes`` (a missing batch or seq_len too).
     """
+    batch, seq_len, recompute = settings.batch, settings.seq_len, settings.recompute
     kw = dict(
         kv_heads=model.kv_heads,
         head_dim=model.head_dim,
         ffn_hidden=model.active_ffn_hidden or model.ffn_hidden,
         gated_mlp=model.gated_mlp,
         act_bytes=compute_bytes,
-        dropout=dropout,
-        fused_attention=fused_attention,
+        dropout=settings.dropout,
+        fused_attention=settings.fused_attention,
     )
     layer = transformer_layer_activation_bytes(seq_len, batch, model.hidden, model.heads, recompute=recompute, **kw)
     acts = model.layers * layer
     if recompute == "full":
         acts += transformer_layer_activation_bytes(seq_len, batch, model.hidden, model.heads, **kw)
-    if include_head:
+    if settings.include_head:
         sbh = seq_len * batch * model.hidden
-        acts += 2 * sbh * compute_bytes + 4 * seq_len * batch * model.vocab + (sbh if dropout else 0)
+        acts += 2 * sbh * compute_bytes + 4 * seq_len * batch * model.vocab + (sbh if settings.dropout else 0)
     note = (
         f"activations: Korthikanti et al. 2022, recompute={recompute}, "
-        f"{'fused attention (no s x s scores)' if fused_attention else 'scores materialised'}, "
-        f"{'with' if dropout else 'without'} dropout"
+        f"{'fused attention (no s x s scores)' if settings.fused_attention else 'scores materialised'}, "
+        f"{'with' if settings.dropout else 'without'} dropout"
     )
     return acts, note
 

@@ -14,20 +14,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from conf.contract import PEAK_SPLIT_FIELDS
+
 from ..doc import Doc, Image
 from ..estimate import PARALLEL_ZERO_STAGE, mlp_phases_for_spec
 from .fmt import axis_label, nbytes
 from .stats import AxisResult
 
 PARTS = ("parameters", "gradients", "optimizer states", "activations")
-"""The four parts of the split, in stacking order."""
+"""The four parts of the split, in stacking order: conf.contract.PEAK_CATEGORIES, in their order."""
 
-_DRY_RUN_FIELDS = {
-    "parameters": "predicted_parameter_bytes",
-    "gradients": "predicted_gradient_bytes",
-    "optimizer states": "predicted_optimizer_state_bytes",
-    "activations": "predicted_activation_bytes",
-}
+_DRY_RUN_FIELDS = dict(zip(PARTS, PEAK_SPLIT_FIELDS, strict=True))
 _ESTIMATE_COMPONENTS = {
     "parameters": ("weights",),
     "gradients": ("gradients",),

@@ -121,7 +121,8 @@ def check_run_options(spec: Any) -> None:
     * ``workload.quantization`` (a 4-bit base) is applied by ``from_pretrained``: it needs
       ``workload.pretrained``; in train mode it needs LoRA (4-bit weights do not train), and
       ``precision=pure`` with ``dtype`` float16 or bfloat16 or float32 as the compute dtype.
-    * A dry run has fake tensors: no checkpoint, no adapters, no quantization, no compile.
+    * A dry run has fake tensors: no checkpoint, no quantization (bitsandbytes' Params4bit cannot
+      wrap a fake tensor), no compile; LoRA adapters are fine.
     * ``compile`` applies to inference and train (a generation's growing cache recompiles).
     * A user workload's ``optimizer`` and ``train_step`` apply to mode=train (``_check_user_options``).
 
@@ -169,9 +170,17 @@ def check_run_options(spec: Any) -> None:
         if spec.precision != "pure":
             raise SpecError("precision", spec.precision, "pure with workload.quantization (dtype is the compute dtype)")
     if spec.dry_run:
-        for name in ("pretrained", "lora_rank", "quantization"):
-            if w[name] is not None:
-                raise SpecError(f"workload.{name}", w[name], "null with dry_run=true (dry runs build from a config)")
+        if w["quantization"] is not None:
+            raise SpecError(
+                "workload.quantization",
+                w["quantization"],
+                "null with dry_run=true (bitsandbytes' 4-bit weight, Params4bit, cannot wrap a fake tensor: "
+                "torch.Tensor._make_subclass refuses one; measure QLoRA with a real run)",
+            )
+        if w["pretrained"] is not None:
+            raise SpecError(
+                "workload.pretrained", w["pretrained"], "null with dry_run=true (dry runs build from a config)"
+            )
 
 
 def _check_user_options(spec: Any) -> None:

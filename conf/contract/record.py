@@ -6,6 +6,8 @@ Files of one run directory::
     record.json   run record, written by the worker (atomically, after every phase)
     result.json   result envelope, written by the sweeper once the worker process ended
     stdout.log / stderr.log   the worker's output streams
+    exit_status.json   only when the client that asked for a forked run was gone before it ended
+                  (a launcher worker killed): the worker's exit status, from its handler
 
 The fields of each document are declared here once, with the JSON type of a present value
 (``Field``); every field may be null. All memory figures are integers in bytes; a missing
@@ -39,7 +41,13 @@ STDOUT_FILE = "stdout.log"
 STDERR_FILE = "stderr.log"
 """The worker's standard error (tracebacks of failed phases)."""
 
-FILE_KINDS = {SPEC_FILE: "spec", RECORD_FILE: "record", RESULT_FILE: "result"}
+EXIT_STATUS_FILE = "exit_status.json"
+"""A forked worker's exit status (EXIT_STATUS_FIELDS), written by its fork-server handler only when
+the process that asked for the run (a launcher's worker, killed) was gone before the run ended:
+the run went on (``ended: false`` as soon as the handler took it over, then its status once it
+ended), and the sweeper that takes it over builds its result.json from this file."""
+
+FILE_KINDS = {SPEC_FILE: "spec", RECORD_FILE: "record", RESULT_FILE: "result", EXIT_STATUS_FILE: "exit status"}
 """What each JSON file of a run directory holds, as error messages name it."""
 
 SEARCH_LOG = "search.jsonl"
@@ -66,6 +74,22 @@ def _bytes(name: str, doc: str) -> Field:
     return Field(name, int, doc + " (bytes)")
 
 
+ERROR_FIELDS = (
+    Field("error_type", str, "the failure's exception type name (in a result: also a signal name, ForkServerLost)"),
+    Field("error_message", str, "the failure's message, in words (the worker keeps at most 4000 characters)"),
+)
+"""What failed, as a record, a rank, a phase and the result envelope say it (null when nothing did)."""
+
+FAILURE_FIELDS = (
+    Field("failed_phase", str, "the phase that failed, was stopped or was running when the process died; or 'setup'"),
+    *ERROR_FIELDS,
+)
+"""Where and what a run or a rank failed: the failed phase and ERROR_FIELDS."""
+
+COUNTER_FIELDS = tuple(_bytes(name, "counter") for name in DEVICE_COUNTERS)
+"""The counters (vocabulary.DEVICE_COUNTERS) of a phase, of a phase on one device and on one rank."""
+
+
 RECORD_FIELDS = (
     Field("schema_version", int, "SCHEMA_VERSION of the writer"),
     Field("spec", dict, "the spec as read from spec.json"),
@@ -76,9 +100,7 @@ RECORD_FIELDS = (
     Field("complete", bool, "the worker finished the record (a killed worker leaves false)"),
     Field("outcome", str, "one of WORKER_OUTCOMES, once complete"),
     Field("exit_code", int, "the worker's exit status (conf.contract.exits)"),
-    Field("failed_phase", str, "the phase that failed, or 'setup'"),
-    Field("error_type", str, "the failure's exception type name"),
-    Field("error_message", str, "the failure's message (at most 4000 characters)"),
+    *FAILURE_FIELDS,
     Field("device", str, "the resolved device: cpu or cuda:N"),
     Field("device_kind", str, "torch.device.type: cpu or cuda (ROCm included)"),
     Field("counter_sources", dict, "counter name -> where its value comes from"),
@@ -116,9 +138,7 @@ RANK_FIELDS = (
     Field("pid", int, "the rank process's id"),
     Field("outcome", str, "ok, oom or error as the rank recorded it; aborted (stopped by the run), crash"),
     Field("exit_code", int, "the rank process's exit status (negative: killed by that signal)"),
-    Field("failed_phase", str, "the phase the rank failed in or was stopped in"),
-    Field("error_type", str, "the rank's failure's exception type name"),
-    Field("error_message", str, "the rank's failure's message"),
+    *FAILURE_FIELDS,
     _bytes("local_parameter_bytes", "the rank's own parameter storage after model_load (FSDP: its shards)"),
     _bytes("max_memory_allocated", "the rank's largest phase peak"),
     _bytes("max_memory_reserved", "the rank's largest reserved peak"),
@@ -129,7 +149,7 @@ RANK_FIELDS = (
 PHASE_RANK_FIELDS = (
     Field("rank", int, "the rank"),
     Field("status", str, "ok, oom or error"),
-    *[_bytes(name, "counter") for name in DEVICE_COUNTERS],
+    *COUNTER_FIELDS,
     Field("duration_s", float, "wall time of the phase on that rank (seconds)"),
     Field("gradient_bytes", int, "size by construction on that rank (its shards under FSDP)"),
     Field("optimizer_state_bytes", int, "size by construction on that rank (its shards under FSDP)"),
@@ -259,10 +279,10 @@ PHASE_FIELDS = (
     Field("micro_step", int, "a sub-phase's micro-step (gradient accumulation)"),
     Field("status", str, "ok, oom or error"),
     Field("iterations", int, "times the phase's body ran"),
-    *[_bytes(name, "counter") for name in PHASE_COUNTERS[:2]],
+    *COUNTER_FIELDS[:2],
     Field("duration_s", float, "wall time of the phase (seconds)"),
     Field("iteration_s", list, "wall time of each iteration (seconds)"),
-    *[_bytes(name, "counter") for name in PHASE_COUNTERS[2:]],
+    *COUNTER_FIELDS[2:],
     Field("devices", list, "a run on several devices: one DEVICE_FIELDS object per device"),
     Field("rank", int, "a DDP/FSDP run: the rank whose counters the phase's own fields are (0, or the failed one)"),
     Field("peak_rank", int, "a DDP/FSDP run: the rank with the phase's largest max_memory_allocated"),
@@ -270,8 +290,7 @@ PHASE_FIELDS = (
     *[Field(name, int, "allocator counter") for name in EXTRA_COUNTERS[:2]],
     *[_bytes(name, "allocator or device figure") for name in EXTRA_COUNTERS[2:]],
     *[_bytes(name, "a dry run's peak split (PEAK_CATEGORIES)") for name in PEAK_SPLIT_FIELDS],
-    Field("error_type", str, "a failed phase's exception type name"),
-    Field("error_message", str, "a failed phase's message"),
+    *ERROR_FIELDS,
     *[Field(name, int, "size by construction") for name in SIZE_FIELDS],
     *[_bytes(name, "what the OOM said (OOM_DETAIL_FIELDS)") for name in OOM_DETAIL_FIELDS],
     Field("oom_operator", str, "the operator the CPU allocator capacity refused"),
@@ -282,7 +301,7 @@ PHASE_FIELDS = (
 
 DEVICE_FIELDS = (
     Field("device_index", int, "the CUDA device index"),
-    *[_bytes(name, "counter") for name in DEVICE_COUNTERS],
+    *COUNTER_FIELDS,
     Field("num_ooms", int, "allocator counter of this device"),
     *[_bytes(name, "device figure") for name in PER_DEVICE_EXTRAS[1:]],
 )
@@ -291,9 +310,7 @@ DEVICE_FIELDS = (
 RESULT_FIELDS = (
     Field("schema_version", int, "SCHEMA_VERSION of the writer"),
     Field("outcome", str, "one of OUTCOMES"),
-    Field("failed_phase", str, "the phase that failed, or was running when the worker died"),
-    Field("error_type", str, "exception type, signal name, or ForkServerLost"),
-    Field("error_message", str, "what went wrong, in words"),
+    *FAILURE_FIELDS,
     Field("returncode", int, "the worker's exit status (negative: killed by that signal)"),
     Field("signal", int, "the signal that killed the worker"),
     Field("timed_out", bool, "killed by the sweeper at timeout_s"),
@@ -303,6 +320,14 @@ RESULT_FIELDS = (
 )
 """Fields of result.json, the sweeper's envelope of one run (``sweeper.process.execute``; the
 envelope it returns adds ``resumed: true`` when the run was found rather than run)."""
+
+EXIT_STATUS_FIELDS = (
+    RESULT_FIELDS[0],
+    Field("ended", bool, "the worker has ended (false: its handler took the run over and it still runs)"),
+    *(f for f in RESULT_FIELDS if f.name in ("returncode", "timed_out", "wall_s", "worker_pid")),
+    Field("note", str, "why the handler wrote this file (its client went away), in words"),
+)
+"""Fields of exit_status.json (``EXIT_STATUS_FILE``), written by ``worker.forkserver``'s handler."""
 
 
 def field_names(fields: tuple[Field, ...]) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -403,6 +404,20 @@ class RunSpec:
     def to_dict(self) -> dict:
         """The spec as a JSON-able dict (what spec.json holds)."""
         return dataclasses.asdict(self)
+
+    @classmethod
+    def field_types(cls) -> dict[str, type]:
+        """The spec's fields with the JSON type of a present value, as ``Field.type`` declares the
+        record's (analysis.schemas types its Parquet columns from both).
+
+        Returns:
+            field name -> type, in declaration order; ``int | None`` gives ``int``.
+        """
+        hints = typing.get_type_hints(cls)
+        return {
+            f.name: next(t for t in typing.get_args(hints[f.name]) or (hints[f.name],) if t is not type(None))
+            for f in dataclasses.fields(cls)
+        }
 
     @classmethod
     def from_dict(cls, data: Any) -> RunSpec:

@@ -321,6 +321,11 @@ ISOLATION_ENV = "MEMSWEEP_ISOLATION"
 """Environment variable through which the sweeper tells the worker how it was started; a worker
 started without it (by hand, ``python -m worker SPEC``) was started as ``ISOLATION_SPAWN``."""
 
+LEASE_LOCKS_ENV = "MEMSWEEP_LEASE_LOCKS"
+"""Environment variable naming the lock files of a run's device lease (``sweeper.pool``; paths
+joined by ``os.pathsep``), so that a fork-server handler whose client went away holds the lease
+for the run until the run ends (``worker.forkserver``): no other run is given its device meanwhile."""
+
 PARENT_ENV = "MEMSWEEP_PARENT_PID"
 """Environment variable naming the process a worker must die with (the process that started
 it: the orchestrator or launcher worker for a spawned worker, the handler for a forked one);

@@ -12,7 +12,11 @@ Modules, one job each:
   proposal (``Pick``), the axes and outcomes;
 * ``peaks``: the model of the peak (``fit_peak``, ``peak_band``) on the shared fit of
   ``analysis.fit``;
+* ``moves``: the moves a round is made of (growth, the split points of a bracket, fill,
+  the pair around a predicted edge);
 * ``strategies``: which values a round proposes (``model_round``, ``bisect_round``...);
+* ``bracket``: the model's round once an OOM said what it held and asked
+  (``bracket_round``) and the candidate it probes next (``next_offset``);
 * ``state``: the search itself (``FrontierSearch``: bracket, propose, observe, result) and
   ``run_search``.
 
@@ -46,7 +50,11 @@ Strategies (one small function each, in the spirit of Lightning's tuner):
   What the OOMs say (issue #16): an OOM that held A and asked R bounds the usable capacity
   to [A, A + R), the successes' peaks bound it from below (``FrontierSearch.usable``); when
   A + R is within the recorded capacity, the model solves for the edge against that bracket
-  instead of the capacity (``strategies.bracket_round``).
+  instead of the capacity (``bracket.bracket_round``): the lattice values between where the
+  pessimistic fit reaches the floor and where the optimistic fit reaches the ceiling are the
+  candidates; it bisects them, leaning to the likelier OOM (an OOM's A and A + R say more
+  than a success's peak), and forces a bisection of the runs' bracket only when two rounds
+  halved neither it nor the candidates.
 
 With a ``seed`` (the edge a dry run predicts, ``memsweep predict``), the first probes are the
 seed and its upper neighbour; when the prediction is right the exact edge takes two real

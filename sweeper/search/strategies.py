@@ -7,9 +7,14 @@ into probes (skipping values tried already or outside the lattice).
 * ``bisect_round`` (strategy ``bisect``): grow geometrically (x2) until the first OOM, then
   split the bracket (``growth``, ``split``).
 * ``model_round`` (strategy ``model``): aim at where the band of the fitted peak
-  (``sweeper.search.peaks``) crosses the capacity, or gallop away from an OOM or a success
-  the model did not expect (``gallop_down``, ``gallop_up``); ``forced_round`` after two wrong
-  predictions in a row.
+  (``sweeper.search.peaks``) crosses the capacity, or, once an OOM said it held and asked
+  less than the capacity, at where it meets the bracket of the usable capacity
+  (``sweeper.search.bracket``), or gallop away from an OOM or a success the model did not
+  expect (``gallop_down``, ``gallop_up``); ``forced_round`` after two wrong predictions in a
+  row.
+
+The moves they are made of (``growth``, ``split``, ``fill``, ``pair``) are in
+``sweeper.search.moves``.
 
 To add a strategy: write its round as ``(search, slots) -> list[Pick]`` here, add its name
 to ``STRATEGIES`` and dispatch to it in ``FrontierSearch.propose``.
@@ -17,13 +22,14 @@ to ``STRATEGIES`` and dispatch to it in ``FrontierSearch.propose``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from analysis.fit import crossing
 
-from .lattice import QUADRATIC_AXES, Lattice, Pick
-from .peaks import Band, peak_band
+from .bracket import bracket_round
+from .lattice import QUADRATIC_AXES, Pick
+from .moves import fill, growth, pair, split
+from .peaks import peak_band
 
 if TYPE_CHECKING:
     from .state import FrontierSearch
@@ -34,67 +40,6 @@ GALLOP = 4
 # First step down from an OOM the model did not expect: what this fraction of the capacity
 # is worth on the axis (unseen overheads are a few percent of the capacity).
 GALLOP_FIRST = 1 / 128
-
-
-def growth(lattice: Lattice, lo: int, count: int, start: int | None = None) -> list[Pick]:
-    """Geometric growth (x2) above ``lo`` (no OOM yet).
-
-    Args:
-        lattice: the values allowed.
-        lo: the largest success (named in the reason).
-        count: at most this many values.
-        start: grow from this value instead of ``lo``.
-
-    Returns:
-        Up to ``count`` values, each twice the last rounded up to the lattice, the last one
-        ``upper`` when it is reached.
-    """
-    picks, x = [], start if start is not None else lo
-    for _ in range(count):
-        x = min(lattice.up(2 * x), lattice.upper)
-        picks.append(Pick(x, f"growth x2 from {lo} (no OOM yet)", None, {}))
-        if x >= lattice.upper:
-            break
-    return picks
-
-
-def split(lattice: Lattice, lo: int, hi: int, slots: int, why: str) -> list[Pick]:
-    """The values that split the bracket (lo, hi) into ``slots + 1`` parts.
-
-    Args:
-        lattice: the values allowed.
-        lo: the largest success below ``hi``.
-        hi: the smallest OOM.
-        slots: how many values (one: the bisection midpoint).
-        why: appended to their reason.
-
-    Returns:
-        Up to ``slots`` values strictly inside (lo, hi).
-    """
-    parts = slots + 1
-    values = lattice.split(lo, hi, parts)
-    label = "bisection" if parts == 2 else f"split ({lo}, {hi}) into {parts} parts"
-    return [Pick(v, f"{label} of ({lo}, {hi}){why}", None, {}) for v in values]
-
-
-def fill(lattice: Lattice, lo: int, hi: int | None, count: int, above: int) -> list[Pick]:
-    """Extra values for a round with spare slots.
-
-    Args:
-        lattice: the values allowed.
-        lo: the largest success.
-        hi: the smallest OOM, or None when there is none yet.
-        count: the spare slots.
-        above: with no OOM yet, grow from this value.
-
-    Returns:
-        Up to ``count`` values: the split points of (lo, hi), or growth above ``above``.
-    """
-    if count <= 0:
-        return []
-    if hi is not None:
-        return split(lattice, lo, hi, count, "")
-    return growth(lattice, lo, count, start=above)
 
 
 def seed_round(search: FrontierSearch) -> list[Pick]:
@@ -279,104 +224,6 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
         return [Pick(v, why, None, detail) for v in values if lo < v < top]
     why = f"model: {band.kind} fit crosses the capacity {cap} B at {search.axis}={x_star:.2f}; probe just "
     return pair(lattice, band, x_star, (lo, top, hi), cap, lambda side: why + side, detail, slots)
-
-
-def pair(
-    lattice: Lattice,
-    band: Band,
-    x_star: float,
-    bounds: tuple[int, int, int | None],
-    level: float,
-    why: Callable[[str], str],
-    detail: dict,
-    slots: int,
-) -> list[Pick]:
-    """The lattice values just below and just above ``x_star``, where the central fit reaches
-    ``level`` bytes (``model_round``: the capacity; ``bracket_round``: the usable bracket's middle),
-    then ``fill`` for the slots the pair leaves.
-
-    Args:
-        lattice: the values allowed.
-        band: the fitted peak.
-        x_star: where the central fit reaches ``level``.
-        bounds: (lo, top, hi): the largest success below the smallest OOM; the smallest OOM (or
-            one step past the upper bound); what ``fill`` splits up to (None: grow instead).
-        level: the bytes the fit is held against for each value's ``expected``.
-        why: the reason of a pick, given its side ("below" or "above").
-        detail: the model's detail, shared by both picks.
-        slots: the values the round may propose.
-
-    Returns:
-        The picks of the pair strictly inside (lo, top), "ok" expected where the fit is at most
-        ``level``, "oom" elsewhere; then ``fill``'s values above the lower one of the pair.
-    """
-    lo, top, hi = bounds
-    below = min(max(lattice.down(x_star), lo), top - lattice.step)
-    picks = [
-        Pick(v, why(side), "ok" if band.fit(v) <= level else "oom", detail)
-        for v, side in ((below, "below"), (below + lattice.step, "above"))
-        if lo < v < top
-    ]
-    return picks + fill(lattice, lo, hi, slots - len(picks), below + lattice.step)
-
-
-def bracket_round(
-    search: FrontierSearch, band: Band, lo: int, top: int, slots: int, floor: int, ceiling: int
-) -> list[Pick]:
-    """Strategy ``model`` once an OOM said what it asked and held: solve for the value against
-    the bracket of the usable capacity and the fitted load (issue #16).
-
-    The usable capacity C is in [floor, ceiling) (``FrontierSearch.usable``: the successes'
-    peaks and what the OOMs held from below, what they held plus asked from above, the nominal
-    capacity from above). The edge is where the peak reaches C: at least where the
-    pessimistic fit reaches ``floor``, at most where the optimistic fit reaches ``ceiling``.
-    One or two lattice values there: the pair just below and just above where the central fit
-    reaches the bracket's middle. More: the values where the central fit reaches the levels
-    that split the bracket (in bytes) into ``slots + 1`` parts; each success raises the floor
-    to its peak, each OOM lowers the ceiling to what it held plus asked.
-
-    Args:
-        search: the search.
-        band: the fitted peak (``peak_band``), bytes against the axis.
-        lo: the largest success below the smallest OOM.
-        top: the smallest OOM.
-        slots: how many values.
-        floor: the usable capacity is at least this (bytes).
-        ceiling: the usable capacity is below this (bytes; more than ``floor``).
-
-    Returns:
-        Up to ``slots`` values strictly inside (lo, top), the model and the bracket in their
-        ``detail``; the pair with the model's prediction (``expected``).
-    """
-    lattice, m = search.lattice, search.lattice.step
-    x_opt = crossing(band.low, ceiling, lo, top)
-    if x_opt is None:  # the fit puts lo above the ceiling: it does not describe these runs
-        return split(lattice, lo, top, slots, f": the fit disagrees with the usable capacity < {ceiling} B")
-    x_pess = min(crossing(band.high, floor, lo, top) or float(lo), x_opt)
-    middle = (floor + ceiling) / 2
-    x_star = min(max(crossing(band.fit, middle, lo, top) or float(lo), x_pess), x_opt)
-    first, last = max(lattice.down(x_pess), lo), min(lattice.down(x_opt), top - m)
-    detail = {
-        "model": band.kind,
-        "fit": band.coefficients,
-        "noise_bytes": band.noise,
-        "capacity_bytes": search.capacity,
-        "usable_bytes": [floor, ceiling],
-        "predicted_crossing": x_star,
-        "predicted_range": [x_pess, x_opt],
-    }
-    bracket = f"usable capacity in [{floor}, {ceiling}) B (peaks of the successes, what the OOMs held and asked)"
-    if search.stalled():
-        return split(lattice, lo, top, slots, f": {bracket}, but two rounds did not halve the range")
-    if last - first > m:  # too wide for a pair: split the predicted range
-        why = (
-            f"model: {bracket}; edge predicted in [{x_pess:.1f}, {x_opt:.1f}] ({band.kind} fit +- "
-            f"{band.noise:.0f} B); split it"
-        )
-        values = lattice.split(first, last + m, slots + 1)
-        return [Pick(v, why, None, detail) for v in values if lo < v < top]
-    reach = f"model: {bracket}; {band.kind} fit reaches it at {search.axis}={x_star:.2f}; probe just "
-    return pair(lattice, band, x_star, (lo, top, top), middle, lambda side: reach + side, detail, slots)
 
 
 def gallop_down(search: FrontierSearch, lo: int, hi: int, slots: int, first: int) -> list[Pick]:

@@ -127,7 +127,9 @@ def main() -> int:
         ds2 = ds3 = None
         if not missing["deepspeed"]:
             ds2, ds3 = _deepspeed(p, _largest_layer(cfg))
-        acts = E.estimate_transformer(model, train=True, batch=1, seq_len=SEQ, fused_attention=True).activations
+        acts = E.estimate_transformer(
+            model, train=True, activations=E.ActivationSettings(1, SEQ, fused_attention=True)
+        ).activations
         kv = E.estimate_transformer(model, kv_tokens=KV_TOKENS).kv_cache
         try:
             lora = E.lora_parameters(E.lora_targets(model), LORA_RANK)

@@ -25,7 +25,7 @@ from conf.contract import CUDA_BLOCK_BYTES, PEAK_CATEGORIES
 
 from .base import NO_EXTRA
 from .cpu import LiveTensorTracker
-from .fake import ModuleTrail, ensure_fake_cuda_guard, fake_mode
+from .fake import ModuleTrail, ensure_fake_cuda_guard, fake_mode, install_fake_module_apply
 
 # Operators whose real kernel returns a tensor backed by a larger storage than its meta
 # kernel says (measured with LiveTensorTracker on CPU, PyTorch 2.13): the real storage bytes
@@ -102,7 +102,18 @@ class FakeLiveTensorTracker(LiveTensorTracker):
             # CPU-only PyTorch lacks; fake tensors hold no values, so any in-place random fill
             # does: normal_ (also in place, no storage allocated, as uniform_ on the GPU).
             func, args, kwargs = torch.ops.aten.normal_.default, (args[0],), {}
-        out = func(*args, **(kwargs or {}))
+        if self.device_type == "cuda" and getattr(func, "overloadpacket", None) is torch.ops.aten.to:
+            # Under inference_mode, Tensor.to reaches the fake mode whole (aten.to.*, not decomposed
+            # to aten._to_copy). FakeTensorMode's avoid_device_init knows only _to_copy and
+            # prims.device_put as device moves, so it propagates a constant (torch.tensor(...,
+            # device="cuda"), as transformers' DynamicLayer.lazy_initialization makes) by running
+            # the real copy to CUDA: a CUDA context on a GPU machine, "Could not run
+            # 'aten::empty_strided' with arguments from the 'CUDA' backend" on a CPU-only PyTorch.
+            # Its own decomposition (the CompositeImplicitAutograd kernel: _to_copy, or the tensor
+            # itself when nothing changes) gives the same tensor and bytes without a constant.
+            out = func.decompose(*args, **(kwargs or {}))
+        else:
+            out = func(*args, **(kwargs or {}))
         fix = REAL_STORAGE_BYTES.get(getattr(func, "_schema", None) and func._schema.name)
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
@@ -250,7 +261,8 @@ class DryRunCounters:
 
     def start(self) -> None:
         """Install the fake CUDA device guard (CUDA dry run; a failure is kept in ``cuda_guard``),
-        the parameter registration hook, then enter the fake mode and the tracker for the rest of
+        the parameter registration hook and ``Module.to`` for fake modules
+        (``install_fake_module_apply``), then enter the fake mode and the tracker for the rest of
         the process."""
         if self.rounding == CUDA_ROUNDING:
             try:
@@ -263,6 +275,7 @@ class DryRunCounters:
                 self.tracker.tag("parameter", [param])
 
         register_module_parameter_registration_hook(on_parameter)  # for the process's life (a dry run's)
+        install_fake_module_apply()
         self.trail.start()
         self.fake_mode.__enter__()
         self.tracker.__enter__()

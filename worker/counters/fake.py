@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import weakref
 
 import torch
 from torch._subclasses import fake_tensor
@@ -103,6 +104,86 @@ def fake_cuda_autograd_available() -> bool:
     checked here without one), False for a CPU-only build.
     """
     return bool(torch.cuda._is_compiled())
+
+
+def _converted(old: torch.Tensor, fn) -> torch.Tensor:
+    """``fn(old)`` as ``Module._apply`` converts a parameter (under no_grad, its gradient too) or
+    a buffer; ``old`` itself when ``fn`` returns it."""
+    with torch.no_grad():
+        applied = fn(old)
+    if applied is old or not isinstance(old, torch.nn.Parameter):
+        return applied
+    new = torch.nn.Parameter(applied, requires_grad=old.requires_grad)
+    if old.grad is not None:
+        with torch.no_grad():
+            new.grad = fn(old.grad)
+    return new
+
+
+def _replacing_apply(original):
+    """``nn.Module._apply`` for modules that hold fake tensors (see ``install_fake_module_apply``)."""
+    memo: list[dict[int, tuple]] = []  # old tensor id -> converted one, during one outermost _apply
+
+    def _apply(self, fn, recurse=True):
+        outermost = not memo
+        if outermost:
+            memo.append({})
+        try:
+            if recurse:
+                for module in self.children():
+                    module._apply(fn)
+            if not any(
+                isinstance(t, fake_tensor.FakeTensor) for t in (*self._parameters.values(), *self._buffers.values())
+            ):
+                return original(self, fn, recurse=False)
+            done = memo[-1]
+            for table in (self._parameters, self._buffers):
+                for key in list(table):  # (not a list of the tensors: each old one is freed in turn)
+                    old = table[key]
+                    if old is None:
+                        continue
+                    seen = done.get(id(old))
+                    if seen is None or seen[0]() is not old:  # (an id is only reused after a free)
+                        seen = (weakref.ref(old), _converted(old, fn))
+                        done[id(old)] = seen
+                    table[key] = seen[1]
+            return self
+        finally:
+            if outermost:
+                memo.pop()
+
+    _apply._memsweep_fake = True  # type: ignore[attr-defined]  # a patch of torch.nn.Module
+    return _apply
+
+
+def install_fake_module_apply() -> bool:
+    """Make ``nn.Module.to`` (``.float()``, ``.cuda()``, ... : ``Module._apply``) work on modules
+    of fake tensors, for the rest of the process (a dry run's); returns whether it was installed
+    now (False: already there).
+
+    Why: ``Module._apply`` always converts a FakeTensor parameter by ``torch.utils.swap_tensors``
+    (torch/nn/modules/module.py), and ``swap_tensors`` refuses a tensor that has a weak
+    reference. Every fake parameter has one: ``nn.Parameter(t)`` detaches ``t``, and
+    FakeTensorMode wraps the meta output of ``aten.detach`` with
+    ``FakeTensorConverter.from_meta_and_device``, which memoises the new fake tensor in a
+    ``WeakValueDictionary`` (``MetaConverter.tensor_memo``). So ``Module.to`` of any module built
+    under FakeTensorMode fails with "_apply(): Couldn't swap Linear.weight" (measured with
+    PyTorch 2.13; peft's LoRA layers call it on their new adapters, ``BaseTunerLayer.
+    _move_adapter_to_device_of_base_layer``).
+
+    The replacement converts as ``Module._apply`` does, but puts a converted parameter or buffer
+    in its module's ``_parameters`` / ``_buffers`` instead of swapping it in place. The bytes are
+    those of a real ``Module.to``: a tensor already in that dtype and device is kept (``Tensor.to``
+    returns it, no copy); another one is copied and the old storage released once nothing
+    refers to it. A parameter shared by several modules (tied embeddings) is converted once and
+    stays shared (a memo over one outermost call). Modules without fake tensors of their own use
+    PyTorch's ``_apply``.
+    """
+    original = torch.nn.Module._apply
+    if getattr(original, "_memsweep_fake", False):
+        return False
+    torch.nn.Module._apply = _replacing_apply(original)  # type: ignore[method-assign]  # dry-run processes only
+    return True
 
 
 class ModuleTrail:

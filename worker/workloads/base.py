@@ -47,31 +47,6 @@ def _storage_bytes(tensors) -> int:
     return total
 
 
-def _convert_fake(model: nn.Module, device: torch.device, dtype: torch.dtype) -> None:
-    """``model.to(device=device, dtype=dtype)`` for a model of fake tensors (dry run).
-
-    ``nn.Module._apply`` swaps fake parameters in place (``torch.utils.swap_tensors``), which
-    fails on tensors FakeTensorMode holds weak references to; here a converted parameter or
-    buffer replaces the old one in its module instead. The bytes are those of ``Module.to``:
-    a parameter already in that dtype and device is kept (no copy), another one is copied and
-    the old storage released once nothing refers to it.
-    """
-    for module in model.modules():
-        for key, param in list(module._parameters.items()):
-            if param is None:
-                continue
-            with torch.no_grad():
-                applied = param.to(device=device, dtype=dtype if param.is_floating_point() else None)
-            if applied is not param:
-                module._parameters[key] = nn.Parameter(applied, requires_grad=param.requires_grad)
-        for key, buf in list(module._buffers.items()):
-            if buf is None:
-                continue
-            applied = buf.to(device=device, dtype=dtype if buf.is_floating_point() else None)
-            if applied is not buf:
-                module._buffers[key] = applied
-
-
 class Workload:
     """The phase bodies of one run; a subclass supplies the model-specific hooks.
 
@@ -255,10 +230,7 @@ class Workload:
             on_device = self.device if self.device.type != "cpu" else contextlib.nullcontext()
             with _default_dtype(self.param_dtype), on_device:
                 model = self.build_model()
-        if self.spec.dry_run:
-            _convert_fake(model, self.device, self.param_dtype)
-        else:
-            self.move_model(model)
+        self.move_model(model)  # (a dry run's fake modules: worker.counters.fake.install_fake_module_apply)
         model = self.adapt_model(model)
         self.model = model
         if self.spec.mode == "train":

@@ -1,0 +1,83 @@
+"""Runs that went on after their launcher worker died, kept by their fork-server handler.
+
+A forked run (``isolation=forkserver``) belongs to the sweep's fork server, not to the
+launcher worker (a joblib/loky worker) that asked for it. When that worker dies (killed, or
+killed by loky with the rest of a broken pool), the run's handler keeps it, to its end or its
+``timeout_s``, and says so in the run directory (``conf.contract.EXIT_STATUS_FILE``): first
+``ended: false`` once it has taken the run over, then the worker's exit status once it ended
+(``worker.forkserver``). The sweeper that launches the job again reads it here and takes the
+run over instead of running it twice (``sweeper.process``), and ``sweeper.lost_workers`` leaves
+such a run alone instead of recording it lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from conf.contract import EXIT_STATUS_FIELDS, EXIT_STATUS_FILE, field_problems, try_read
+
+from .liveness import POLL_S, is_process, wait_for_old_worker, worker_alive
+
+log = logging.getLogger("memsweep")
+
+HANDOVER_S = 3.0
+"""How long a fork-server handler may take to write a kept run's exit status once its worker
+ended (seconds; an atomic write with fsync: milliseconds, more on a loaded file system)."""
+
+
+def read_exit_status(run_dir: Path) -> dict | None:
+    """The exit status a fork-server handler wrote for a run it kept (``EXIT_STATUS_FILE``).
+
+    Args:
+        run_dir: the run directory.
+
+    Returns:
+        The document (``ended`` false while the run goes on), or None when there is none, or it
+        cannot be read or holds a field of the wrong type (``EXIT_STATUS_FIELDS``; said in the log).
+    """
+    if not (run_dir / EXIT_STATUS_FILE).exists():
+        return None
+    status, problem = try_read(run_dir, EXIT_STATUS_FILE)
+    wrong = "; ".join(field_problems(status, EXIT_STATUS_FIELDS)) if status is not None else problem
+    if wrong:
+        log.warning("%s: %s ignored (%s)", run_dir, EXIT_STATUS_FILE, wrong)
+        return None
+    return status
+
+
+def wait_for_kept_run(run_dir: Path, record: Mapping | None, bound_s: float) -> dict | None:
+    """Wait for a run kept by its handler to end; returns its final exit status.
+
+    Waits while its worker runs (at most ``bound_s`` seconds: the run's ``timeout_s``, which its
+    handler enforces from the fork), then at most ``HANDOVER_S`` for the handler's status.
+
+    Args:
+        run_dir: the run directory.
+        record: the run's record (names its worker), or None (the status's ``worker_pid`` is used).
+        bound_s: the bound on the run (seconds).
+
+    Returns:
+        The exit status with ``ended`` true; None when the run was not kept, or no final status
+        came (its handler died: the orchestrator that started it is gone).
+    """
+    status = read_exit_status(run_dir)
+    if status is None or status.get("ended"):
+        return status
+    if isinstance(record, Mapping) and record.get("pid") is not None:
+        wait_for_old_worker(record, bound_s, run_dir)
+    else:
+        deadline = time.monotonic() + bound_s
+        while is_process(status.get("worker_pid"), None) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+    deadline = time.monotonic() + HANDOVER_S
+    while True:
+        status = read_exit_status(run_dir)
+        if status is not None and status.get("ended"):
+            return status
+        if time.monotonic() >= deadline or worker_alive(record):
+            log.warning("%s: the run's fork-server handler wrote no exit status", run_dir)
+            return None
+        time.sleep(POLL_S)
