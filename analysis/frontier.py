@@ -183,6 +183,32 @@ def differing(rows: list[dict], fields: tuple[str, ...] = LOAD_FIELDS) -> list[s
     return [k for k in fields if len({str(r.get(k)) for r in rows}) > 1]
 
 
+EDGE_COLUMNS = {
+    "increasing": ("max_ok", "min_oom"),
+    "constant": ("max_ok", "min_oom"),
+    "decreasing": ("min_ok", "max_oom"),
+}
+"""Direction (``conf.contract.DIRECTIONS``) -> the frontier columns that hold its edge: (the value
+that fits at the edge, the value that runs out of memory there)."""
+
+
+def edge_columns(direction: str | None) -> tuple[str, str]:
+    """The frontier columns of a row's edge (``EDGE_COLUMNS``): ``("max_ok", "min_oom")``, or
+    ``("min_ok", "max_oom")`` for a ``decreasing`` axis.
+
+    Args:
+        direction: the row's ``direction``; None (a table written before the column) reads as
+            ``increasing``, as every axis then was.
+
+    Returns:
+        (the column of the value that fits at the edge, the column of the one that ran out of memory).
+
+    Raises:
+        KeyError: a direction ``conf.contract.DIRECTIONS`` does not name.
+    """
+    return EDGE_COLUMNS[direction or "increasing"]
+
+
 def direction_words(row: dict) -> str | None:
     """The edge of a frontier row whose axis is not read "larger is harder", in words.
 
@@ -398,7 +424,7 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
             numeric = axis in INTEGER_AXES
             down = direction == "decreasing"
             max_ok, min_oom = (None, None) if down else (fit, miss)
-            edge_of = "min_ok" if down else "max_ok"
+            edge_of = edge_columns(direction)[0]
             rows.append(
                 {
                     **{k: fixed.get(k) for k in ("sweep_dir", "workload", "mode", "device", "capacity_bytes", *AXES)},

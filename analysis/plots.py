@@ -85,6 +85,7 @@ def axis_plot(
     curve: tuple[Sequence[float], Sequence[float]] | None = None,
     crossings: dict[str, float | None] | None = None,
     figsize: tuple[float, float] = (7.5, 4.6),
+    edge_names: tuple[str, str] = ("max_ok", "min_oom"),
 ) -> bytes:
     """Peak memory against the swept variable.
 
@@ -99,12 +100,14 @@ def axis_plot(
             (the other counter's peak, bytes); None where missing.
         capacity, margin: bytes; the capacity line, and the line ``capacity - margin``.
         used_label, other_label: the legend's names of the two counters.
-        max_ok, min_oom: the frontier, marked with vertical bands.
+        max_ok, min_oom: the frontier, marked with vertical bands: the value that fits at the edge
+            and the one that ran out of memory (``min_ok`` and ``max_oom`` on a decreasing axis).
         title: the figure's title (a default names the axis).
         curve: the fitted peak (calculated): x values of the axis and the fit's bytes there.
         crossings: where the fit reaches each level, ``{"capacity": x, "capacity - margin": x}``
             (None: never); marked on the curve.
         figsize: inches.
+        edge_names: the frontier's names of those two values (``analysis.frontier.edge_columns``).
 
     Returns:
         The figure as PNG bytes.
@@ -174,9 +177,9 @@ def axis_plot(
             )
     pos = dict(zip(values, xs))
     if max_ok is not None and max_ok in pos:
-        ax.axvline(pos[max_ok], color="#2ca02c", alpha=0.35, linewidth=6, label=f"max_ok = {max_ok}")
+        ax.axvline(pos[max_ok], color="#2ca02c", alpha=0.35, linewidth=6, label=f"{edge_names[0]} = {max_ok}")
     if min_oom is not None and min_oom in pos:
-        ax.axvline(pos[min_oom], color="#d62728", alpha=0.25, linewidth=6, label=f"min_oom = {min_oom}")
+        ax.axvline(pos[min_oom], color="#d62728", alpha=0.25, linewidth=6, label=f"{edge_names[1]} = {min_oom}")
     if numeric and doubling(values):
         ax.set_xscale("log", base=2)
     ax.set_xticks(xs)

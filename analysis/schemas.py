@@ -269,8 +269,10 @@ cold_generate; likewise warm). ``train_step``: who ran a training run's steps (c
 TRAIN_STEP_KINDS): ``memsweep`` (split into forward, loss, backward, optimizer_step) or ``user``
 (the user's own ``workload.train_step``, one sub-phase ``user_step`` per step; the others have no
 row); null outside train mode and in records written before the field. ``est_*``: calculated
-before the run (the spec's estimate, analysis/estimate/), never measured; ``estimate_error`` = (est_peak_bytes -
-max_memory_allocated) / max_memory_allocated; ``estimate_missing_reason``: why the estimate is null,
+before the run (the spec's estimate, analysis/estimate/; of one rank for a DDP/FSDP run, its model states
+partitioned at the run's ZeRO stage: analysis.estimate.rank_estimate), never measured;
+``estimate_error`` = (est_peak_bytes - max_memory_allocated) / max_memory_allocated;
+``estimate_missing_reason``: why the estimate is null,
 or what it leaves out (null when complete). ``parameters``, ``parameter_bytes``: the model's,
 by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for
 a spec written before the field, which was a one-device run); on several devices the peaks are the

@@ -39,7 +39,7 @@ from conf.contract import (
     record_phases,
 )
 
-from .estimate import estimate_columns
+from .estimate import estimate_columns, rank_estimate
 from .ranks import model_state_columns, rank_rows
 from .schemas import (  # the schemas (analysis.schemas), also imported from here by callers
     COUNTERS,
@@ -148,8 +148,9 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     a ``crash`` when the record is missing or unreadable (``_outcome``); the peaks are
     ``conf.contract.phase_peak`` over all, cold and warm phases, in bytes, null when no phase
     has one (never 0); counters' sources, environment and the estimator's columns
-    (``estimate_columns``) are added, and a DDP/FSDP run's model states per rank beside the
-    estimator's ZeRO figure (``analysis.ranks.model_state_columns``).
+    (``estimate_columns``: for a DDP/FSDP run, of one rank's estimate, ``rank_estimate``) are
+    added, and a DDP/FSDP run's model states per rank beside the estimator's ZeRO figure
+    (``analysis.ranks.model_state_columns``).
 
     Args:
         run: the run directory as read (``conf.contract.read_run``).
@@ -224,7 +225,9 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "peak_rank": as_int(record.get("peak_rank")),
         "failed_rank": as_int(record.get("failed_rank")),
     }
-    row.update(estimate_columns(spec.get("estimate"), row["max_memory_allocated"], row["outcome"]))
+    # a DDP/FSDP run's estimate per rank, as its max_memory_allocated is the fullest rank's
+    estimate = rank_estimate(spec.get("estimate"), row["parallel"], row["world_size"])
+    row.update(estimate_columns(estimate, row["max_memory_allocated"], row["outcome"]))
     row.update(model_state_columns(spec, record))
     row["estimate_missing_reason"] = spec.get("estimate_missing_reason") or (
         "no estimate in the spec (written before this workload was estimated)" if spec.get("estimate") is None else None

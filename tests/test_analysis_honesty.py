@@ -188,8 +188,8 @@ def test_summary_values_are_per_load_and_missing_is_a_dash(tmp_path):
     # each value's runs are of its own load only
     assert {r["workload_params"] for r in a.runs} == {'{"depth": 2}'} and a.stat(4).status == "ok"
     assert {r["workload_params"] for r in b.runs} == {'{"depth": 8}'}
-    assert (a.max_ok, a.min_oom, a.used_at_max_ok) == (4, None, 7 * MiB)
-    assert (b.max_ok, b.min_oom, b.used_at_max_ok) == (1, 2, 3 * MiB)  # not the other load's 5 MiB
+    assert (a.max_ok, a.min_oom, a.used_at_edge) == (4, None, 7 * MiB)
+    assert (b.max_ok, b.min_oom, b.used_at_edge) == (1, 2, 3 * MiB)  # not the other load's 5 MiB
     assert a.title != b.title and "depth" in a.title
     rows = card_rows(md)
     (b_row,) = [line for line in rows if line.startswith("| largest batch that ran") and 'depth": 8' in line]

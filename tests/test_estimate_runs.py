@@ -151,3 +151,60 @@ def test_hf_run_is_counted_by_transformers_and_estimated(measured):
     assert h["estimate_error"] == pytest.approx(
         (h["est_peak_bytes"] - h["max_memory_allocated"]) / h["max_memory_allocated"]
     )
+
+
+def write_measured_run(run_dir, spec: RunSpec, peak: int) -> None:
+    """A run directory written by hand (no worker): the spec as the sweeper writes it, a
+    complete ok record whose peak is ``peak`` bytes."""
+    run_dir.mkdir(parents=True)
+    write_json_atomic(run_dir / SPEC_FILE, with_estimate(spec).to_dict())
+    phase = {"name": "model_load", "status": "ok", "max_memory_allocated": peak, "max_memory_reserved": peak}
+    record = {"schema_version": 1, "complete": True, "outcome": "ok", "phases": [phase], "device_kind": "cpu"}
+    write_json_atomic(run_dir / "record.json", record)
+    write_json_atomic(run_dir / "result.json", {"schema_version": 1, "outcome": "ok", "returncode": 0})
+
+
+def test_a_parallel_runs_estimate_is_one_ranks(tmp_path):
+    """A DDP/FSDP run's est_* and estimate_error describe one rank (its max_memory_allocated is the
+    fullest rank's): the whole replica's model states partitioned at the run's ZeRO stage over its
+    world_size, activations as estimated for the per-rank batch; a one-process run's unchanged."""
+    workload = {"name": "transformer", "layers": 2, "heads": 4, "vocab": 100}
+    specs = {
+        "none": _spec(workload),
+        "ddp": _spec(workload, parallel="ddp", world_size=2),
+        "fsdp": _spec(workload, parallel="fsdp", world_size=2),
+        "fsdp4": _spec(workload, parallel="fsdp", world_size=4),
+    }
+    peak = 10**6
+    for name, spec in specs.items():
+        write_measured_run(tmp_path / name, spec, peak)
+    runs, _, problems = build_tables([tmp_path])
+    assert not problems
+    rows = {row["run_id"]: row for row in runs.to_pylist()}
+    whole, _ = E.estimate_run(specs["none"])
+    for name, spec in specs.items():
+        # the same whole replica for every run: world_size and parallel change no formula's input
+        assert E.estimate_run(spec)[0].to_dict() == whole.to_dict()
+        stage = E.PARALLEL_ZERO_STAGE.get(spec.parallel)
+        rank = whole if stage is None else E.zero_partition(whole, stage, spec.world_size)
+        row = rows[name]
+        assert {c: row[f"est_{c}_bytes"] for c in E.COMPONENTS} == {c: getattr(rank, c) for c in E.COMPONENTS}
+        assert row["est_peak_bytes"] == rank.peak
+        assert row["estimate_error"] == pytest.approx((rank.peak - peak) / peak)
+        assert row["est_activations_bytes"] == whole.activations  # per rank: batch is each rank's micro-batch
+    n = specs["fsdp"].world_size
+    assert rows["fsdp"]["est_weights_bytes"] == -(-whole.weights // n)  # ceil(weights / world_size)
+    assert rows["fsdp"]["est_peak_bytes"] < rows["ddp"]["est_peak_bytes"] == rows["none"]["est_peak_bytes"]
+    assert rows["fsdp4"]["est_peak_bytes"] < rows["fsdp"]["est_peak_bytes"]
+    # the model states of est_* are the figure the DDP/FSDP comparison columns use
+    for name in ("ddp", "fsdp", "fsdp4"):
+        states = sum(rows[name][f"est_{c}_bytes"] for c in E.MODEL_STATE_COMPONENTS)
+        assert rows[name]["estimated_model_states_bytes"] == states
+
+
+def test_rank_estimate_of_a_corrupt_or_missing_estimate_is_null():
+    whole = E.estimate_run(_spec({"name": "transformer"}))[0].to_dict()
+    assert E.rank_estimate(whole, "none", 1) == whole and E.rank_estimate(whole, None, 1) == whole
+    assert E.rank_estimate(None, "none", 1) is None and E.rank_estimate(None, "fsdp", 2) is None
+    assert E.rank_estimate({**whole, "weights": "many"}, "fsdp", 2) is None  # never the replica as a rank's
+    assert E.rank_estimate(whole, "fsdp", 0) is None and E.rank_estimate(whole, "fsdp", True) is None

@@ -13,7 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis.doc import to_markdown
-from analysis.estimate import ADAM_STEP_BYTES, transformer_workload_model
+from analysis.estimate import (
+    ADAM_STEP_BYTES,
+    PARALLEL_ZERO_STAGE,
+    estimate_run,
+    transformer_workload_model,
+    zero_partition,
+)
 from analysis.estimate.breakdown import ceil_div
 from analysis.frontier import frontier_table
 from analysis.ranks import model_state_columns
@@ -93,6 +99,19 @@ def test_fsdp_model_states_agree_with_zero_stage_3_within_1_percent(runs):
     extra = row["model_states_allocated_bytes"] - row["model_states_bytes"]
     assert 0 <= extra <= 0.001 * estimated
     assert abs(row["model_states_allocated_ratio"] - 1) <= 0.01
+
+
+def test_est_columns_are_the_fullest_ranks_estimate(runs):
+    """est_* and estimate_error describe one rank, as max_memory_allocated is the fullest rank's:
+    the whole replica's estimate partitioned at the run's ZeRO stage over world_size."""
+    for parallel, row in runs.items():
+        whole, _ = estimate_run(RunSpec.from_dict({**LOAD, "parallel": parallel}))
+        rank = zero_partition(whole, PARALLEL_ZERO_STAGE[parallel], WORLD_SIZE)
+        assert (row["est_weights_bytes"], row["est_peak_bytes"]) == (rank.weights, rank.peak)
+        assert row["est_activations_bytes"] == whole.activations  # batch is each rank's micro-batch
+        measured = row["max_memory_allocated"]
+        assert row["estimate_error"] == pytest.approx((rank.peak - measured) / measured)
+    assert runs["fsdp"]["est_peak_bytes"] < runs["ddp"]["est_peak_bytes"]
 
 
 def test_a_one_process_run_has_no_model_state_columns():

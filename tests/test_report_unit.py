@@ -166,7 +166,7 @@ def test_cuda_margin_is_capacity_minus_reserved_and_choice_respects_it():
     (axis,) = rep.axes
     assert (axis.max_ok, axis.min_oom) == (32, 64)
     assert axis.used_counter == "max_memory_reserved"
-    assert axis.margin_at_max_ok == GiB - 1000 * MiB == 24 * MiB
+    assert axis.margin_at_edge == GiB - 1000 * MiB == 24 * MiB
     assert axis.margin_bytes == math.ceil(GiB / 10)
     assert axis.recommended == 16
     assert "batch=32 ran ok but its peak" in axis.reason and "batch=64 ran out of memory" in axis.reason
@@ -389,3 +389,39 @@ def test_doubling_sweeps_get_a_log2_axis_and_close_values_do_not():
     from analysis.plots import doubling
 
     assert doubling([4, 8, 16, 32]) and not doubling([80, 81, 82]) and not doubling(["float32", "bfloat16"])
+
+
+def test_a_decreasing_axis_reads_its_edge_at_min_ok_in_every_section():
+    """world_size under FSDP (more ranks, less memory each): the margin table, the summary, the
+    answer, the estimate beside the measurement and the cards read the edge at min_ok (the smallest
+    world size that ran), never "-" for a max_ok that a decreasing row does not have."""
+    base = {"batch": 8, "context": 128, "width": 256, "dtype": "float32", "parallel": "fsdp"}
+    reserved = {1: 1020 * MiB, 2: 700 * MiB, 4: 400 * MiB}
+    points = [(n, "oom" if n == 1 else "ok", reserved[n], reserved[n] - MiB) for n in (1, 2, 4)]
+    runs, phases = make("s", points, axis="world_size", base=base)
+    est = {
+        "est_weights_bytes": (pa.int64(), [5 * MiB, 3 * MiB, 2 * MiB]),
+        "est_peak_bytes": (pa.int64(), [600 * MiB, 500 * MiB, 300 * MiB]),
+    }
+    rep = report_of(runs, phases, extra_columns=est)
+    (axis,) = [a for a in rep.axes if a.axis == "world_size"]
+    assert axis.frontier["direction"] == "decreasing" and axis.max_ok is None
+    assert (axis.edge_names, axis.edge, axis.miss) == (("min_ok", "max_oom"), 2, 1)
+    margin = GiB - reserved[2]  # capacity - the peak compared with it (reserved on CUDA) at min_ok
+    assert axis.margin_at_edge == margin
+    md = markdown(rep)
+    # the margin table: the edge named, its value and the margin figure, not "-"
+    table = md.split("Margin at max_ok (min_ok on a decreasing axis)")[1].split("\n#")[0]
+    assert f"| min_ok | 2 | `max_memory_reserved` | {GiB} | 1.000 | {reserved[2]} |" in table
+    assert f"| {margin} | {margin / GiB:.6f} |" in table
+    # the summary and the answer
+    assert f"margin at min_ok world_size (calculated) | {margin} B" in md
+    assert "fits from world_size=2 (min_ok); 1 runs out of memory (max_oom)" in md
+    assert f"At min_ok (world_size=2): peak {reserved[2]} B" in md and f"headroom {margin} B" in md
+    # the estimate beside the measurement, at min_ok
+    assert "at min_ok world_size=2 (estimate: calculated before the run" in md
+    # the cards: the peak of the run needing the most memory (the smallest world size that ran)
+    cards_md = md.split("Other cards")[1]
+    assert f"measured at world_size=2 ({reserved[2]} B" in cards_md
+    assert "which smallest measured world_size would (more ranks, less memory each)" in cards_md
+    assert "| 2 (every measured value that ran; smaller ones were not measured) |" in cards_md

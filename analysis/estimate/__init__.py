@@ -36,8 +36,9 @@ What this package calculates, module by module, and from which source:
 * ``workloads``: memsweep's built-in ``mlp`` workload, exactly (an allocation-by-allocation
   replay of the PyTorch ops of ``worker/workloads/mlp.py``, see ``mlp_phases``), and the
   estimate the sweeper puts into a RunSpec (``estimate_for_spec``);
-* ``parallel``: a DDP/FSDP run's model states per rank, the whole replica's partitioned at
-  ZeRO stage 0 (ddp) or 3 (fsdp) over its ranks (``estimated_model_states``);
+* ``parallel``: a DDP/FSDP run's estimate per rank (``rank_estimate``) and its model states
+  (``estimated_model_states``), the whole replica's partitioned at ZeRO stage 0 (ddp) or 3
+  (fsdp) over its ranks;
 * ``runs``: the estimate of a run of any workload, or the reason there is none
   (``estimate_run``: mlp exactly, transformer and hf by the formulas, user not described);
 * ``breakdown``: the result every module returns, and its runs.parquet columns.
@@ -86,7 +87,7 @@ from .lora import (
     lora_parameters,
     lora_targets,
 )
-from .parallel import MODEL_STATE_COMPONENTS, PARALLEL_ZERO_STAGE, estimated_model_states
+from .parallel import MODEL_STATE_COMPONENTS, PARALLEL_ZERO_STAGE, estimated_model_states, rank_estimate
 from .runs import USER_REASON, estimate_lm_run, estimate_run, transformer_workload_model
 from .training import (
     ADAM_STEP_BYTES,
@@ -200,6 +201,7 @@ __all__ = [
     "PARALLEL_ZERO_STAGE",
     "MODEL_STATE_COMPONENTS",
     "estimated_model_states",
+    "rank_estimate",
     # runs
     "USER_REASON",
     "transformer_workload_model",

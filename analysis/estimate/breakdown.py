@@ -236,7 +236,9 @@ ESTIMATE_COLUMNS = tuple(f"est_{n}_bytes" for n in COMPONENTS) + ("est_peak_byte
 """Columns of runs.parquet filled from the spec's ``estimate`` (calculated before the run):
 ``est_<component>_bytes`` and ``est_peak_bytes`` (int64 bytes, null when not estimated),
 ``estimate_error`` = (est_peak_bytes - max_memory_allocated) / max_memory_allocated (float,
-null unless the run is ``ok`` and both sides are known)."""
+null unless the run is ``ok`` and both sides are known). For a DDP/FSDP run they are filled from
+one rank's estimate (``parallel.rank_estimate``), as its ``max_memory_allocated`` is the fullest
+rank's."""
 
 
 def estimate_columns(estimate: Mapping | None, max_memory_allocated: int | None, outcome: str | None) -> dict:

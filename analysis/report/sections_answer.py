@@ -88,12 +88,13 @@ def axis_image(a: AxisResult, plots, name: str, figsize: tuple[float, float] = (
         a.margin_bytes,
         f"peak {used_c}",
         "reserved above start (RSS)" if cpu else f"peak {other_c}",
-        a.max_ok,
-        a.min_oom,
+        a.edge,
+        a.miss,
         title=f"peak memory vs {a.axis}: {a.load_title}",
         curve=curve,
         crossings={k: v for k, v in crossings.items() if v and curve and v <= curve[0][-1]},
         figsize=figsize,
+        edge_names=a.edge_names,
     )
     return Image(
         name,
@@ -120,11 +121,12 @@ def answer_lines(a: AxisResult, policy: MarginPolicy, crossings: dict[str, float
 
     Returns:
         A few sentences: the edge (observed), the recommended value and its headroom
-        (calculated under the assumed margin), the headroom at max_ok and the fit's crossings.
+        (calculated under the assumed margin), the headroom at the edge (max_ok; min_ok on a
+        decreasing axis) and the fit's crossings.
     """
     ax, counter = a.axis, f"`{a.used_counter}`"
     out = []
-    if a.frontier.get("direction") == "decreasing":  # world_size under FSDP: fits above, OOM below
+    if a.decreasing:  # world_size under FSDP: fits above, OOM below
         exact = "exact: neighbours among the values run" if a.frontier.get("exact") else "values between were not run"
         out.append(f"**{direction_words(a.frontier)}** (observed; {exact}).")
     elif a.max_ok is not None and a.min_oom is not None:
@@ -148,10 +150,10 @@ def answer_lines(a: AxisResult, policy: MarginPolicy, crossings: dict[str, float
         )
     else:
         out.append(f"Recommended: none under the margin {policy.short()} ({a.reason}).")
-    if a.margin_at_max_ok is not None and a.max_ok != a.recommended:
+    if a.margin_at_edge is not None and a.edge != a.recommended:
         out.append(
-            f"At max_ok ({axis_label(ax, a.max_ok)}): peak {_size(a.used_at_max_ok)}, headroom "
-            f"{_size(a.margin_at_max_ok)}, {pct(a.margin_at_max_ok, cap)} of the capacity."
+            f"At {a.edge_names[0]} ({axis_label(ax, a.edge)}): peak {_size(a.used_at_edge)}, headroom "
+            f"{_size(a.margin_at_edge)}, {pct(a.margin_at_edge, cap)} of the capacity."
         )
     if crossings:
         out.append(
@@ -170,8 +172,8 @@ def main_axis(axes: list[AxisResult]) -> AxisResult | None:
     """The axis the answer's plot shows: the first with both sides of the edge, else one
     with an ok value, else the first."""
     for test in (
-        lambda a: a.max_ok is not None and a.min_oom is not None,
-        lambda a: a.max_ok is not None,
+        lambda a: a.edge is not None and a.miss is not None,
+        lambda a: a.edge is not None,
         lambda a: True,
     ):
         found = next((a for a in axes if test(a)), None)

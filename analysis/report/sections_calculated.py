@@ -9,7 +9,6 @@ from conf.contract import gib
 
 from .. import cards as cards_mod
 from ..doc import Doc, Image
-from ..frontier import order_key
 from .fit import crossing, fit_context
 from .fmt import axis_label, nbytes, pct
 from .margin import MarginPolicy
@@ -27,7 +26,8 @@ def calculated_section(
     predicted: list[dict] | None = None,
     predicted_phases: list[dict] | None = None,
 ) -> None:
-    """Append the "Calculated" section: margin at max_ok and at every value that ran ok, the
+    """Append the "Calculated" section: margin at the edge (max_ok; min_ok on a decreasing axis)
+    and at every value that ran ok, the
     peak-against-context fit of each context axis, the estimate beside the measurement, and
     which other cards would hold the peaks.
 
@@ -42,27 +42,29 @@ def calculated_section(
     """
     doc.h(1, "Calculated")
     doc.p("Everything here is computed from the observed counters, or from formulas: none of it is a measurement.")
-    doc.h(2, "Margin at max_ok")
+    doc.h(2, "Margin at max_ok (min_ok on a decreasing axis)")
     rows = []
     for a in axes:
         rows.append(
             [
                 a.title,
-                a.max_ok,
+                a.edge_names[0],
+                a.edge,
                 f"`{a.used_counter}`",
                 nbytes(a.capacity),
                 gib(a.capacity),
-                nbytes(a.used_at_max_ok),
-                gib(a.used_at_max_ok),
-                nbytes(a.margin_at_max_ok),
-                gib(a.margin_at_max_ok),
-                pct(a.margin_at_max_ok, a.capacity),
+                nbytes(a.used_at_edge),
+                gib(a.used_at_edge),
+                nbytes(a.margin_at_edge),
+                gib(a.margin_at_edge),
+                pct(a.margin_at_edge, a.capacity),
             ]
         )
     doc.table(
         [
             "sweep",
-            "max_ok",
+            "edge",
+            "value",
             "peak counter",
             "capacity B",
             "GiB",
@@ -73,7 +75,9 @@ def calculated_section(
             "margin % of capacity",
         ],
         rows,
-        note="margin = capacity - peak, at the largest value that ran (see 'Assumed' for which counter).",
+        note="margin = capacity - peak, at the largest value that ran (max_ok), or on a decreasing axis "
+        "(world_size under FSDP: more ranks, less memory each) at the smallest (min_ok); see 'Assumed' for "
+        "which counter.",
     )
     per_value = []
     for a in axes:
@@ -146,8 +150,8 @@ def calculated_section(
 
 
 def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
-    """The estimate's components beside their observed counterparts at each max_ok, and the
-    estimate error of every run that ran ok."""
+    """The estimate's components beside their observed counterparts at each edge (max_ok, or
+    min_ok on a decreasing axis), and the estimate error of every run that ran ok."""
     doc.h(2, "Estimate beside the measurement")
     if not est_cols:
         doc.p(
@@ -157,7 +161,7 @@ def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
         return
     comps = [c for c in est_cols if c.endswith("_bytes") and c != "est_peak_bytes"]
     for a in axes:
-        st = a.stat(a.max_ok)
+        st = a.stat(a.edge)
         if st is None:
             continue
         r = next((r for r in st.runs if r.get("outcome") == "ok"), None)
@@ -170,7 +174,8 @@ def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
                 if name.startswith(label):
                     observed[key] = (name, value)
         doc.p(
-            f"{a.title}, at {axis_label(a.axis, a.max_ok)} (estimate: calculated before the run; observed: "
+            f"{a.title}, at {a.edge_names[0]} {axis_label(a.axis, a.edge)} (estimate: calculated before the run; "
+            "of one rank for a DDP/FSDP run; observed: "
             "differences of the counters between phases, see 'Observed'):"
         )
         rows = []
@@ -236,7 +241,8 @@ def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
 
 def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, plots) -> None:
     """Which cards of analysis.cards would hold the largest measured peak plus the margin, and
-    the largest measured value that would fit on each."""
+    the measured value needing the most memory that would fit on each (the largest; the smallest on a
+    decreasing axis)."""
     doc.h(2, "Other cards (calculated from this device's measurement)")
     doc.note(
         "info",
@@ -254,7 +260,8 @@ def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, plots) -> Non
         ok = [s for s in a.values if s.all_ok and s.used is not None]
         if not ok:
             continue
-        top = max(ok, key=lambda s: order_key(a.axis, s.value))
+        loaded = a.by_load(ok)  # least memory first
+        top = loaded[-1]
         grid = [
             [
                 "fits"
@@ -283,14 +290,17 @@ def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, plots) -> Non
         rows = []
         for card in cards_mod.CARDS:
             m = policy.bytes_for(card.reported_bytes)
-            fitting = [s for s in ok if cards_mod.holds(card, s.used, m)]
-            best = max(fitting, key=lambda s: order_key(a.axis, s.value)) if fitting else None
+            fitting = [s for s in loaded if cards_mod.holds(card, s.used, m)]
+            best = fitting[-1] if fitting else None
             if best is None:
-                largest = f"none of the measured values (smallest needs {gib(ok[0].used + m)} GiB with the margin)"
-            elif best is top:
                 largest = (
-                    f"{best.value} (every measured value that ran; larger ones were not measured)"
-                    if top.value == a.max_ok
+                    f"none of the measured values ({a.light_end} needs {gib(loaded[0].used + m)} GiB with the margin)"
+                )
+            elif best is top:
+                beyond = "smaller" if a.decreasing else "larger"
+                largest = (
+                    f"{best.value} (every measured value that ran; {beyond} ones were not measured)"
+                    if top.value == a.edge
                     else f"{best.value}"
                 )
             else:
@@ -308,7 +318,9 @@ def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, plots) -> Non
             )
         doc.p(
             f"{a.title}: would the peak `{a.used_counter}` measured at {axis_label(a.axis, top.value)} "
-            f"({top.used} B, {gib(top.used)} GiB) plus the margin fit, and which largest measured {a.axis} would:"
+            f"({top.used} B, {gib(top.used)} GiB) plus the margin fit, and which {a.heavy_end} measured {a.axis} would"
+            + (" (more ranks, less memory each)" if a.decreasing else "")
+            + ":"
         )
         doc.table(
             [
@@ -318,7 +330,7 @@ def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, plots) -> Non
                 "GiB",
                 "margin B",
                 f"holds {axis_label(a.axis, top.value)}",
-                f"largest measured {a.axis} that fits",
+                f"{a.heavy_end} measured {a.axis} that fits",
             ],
             rows,
         )

@@ -132,12 +132,12 @@ def comparable_section(doc: Doc, axes: list[AxisResult]) -> None:
                     r.get("torch"),
                     nbytes(m.capacity),
                     gib(m.capacity),
-                    m.max_ok,
-                    m.min_oom,
+                    None if m.edge is None else f"{m.edge_names[0]} {m.edge}",
+                    None if m.miss is None else f"{m.edge_names[1]} {m.miss}",
                     f"`{m.used_counter}`",
-                    nbytes(m.used_at_max_ok),
-                    gib(m.used_at_max_ok),
-                    pct(m.margin_at_max_ok, m.capacity),
+                    nbytes(m.used_at_edge),
+                    gib(m.used_at_edge),
+                    pct(m.margin_at_edge, m.capacity),
                     m.recommended,
                 ]
             )
@@ -149,10 +149,10 @@ def comparable_section(doc: Doc, axes: list[AxisResult]) -> None:
                 "torch",
                 "capacity B",
                 "GiB",
-                "max_ok",
-                "min_oom",
+                "fits (max_ok; min_ok if decreasing)",
+                "out of memory (min_oom; max_oom)",
                 "peak counter",
-                "peak at max_ok B",
+                "peak at that edge B",
                 "GiB",
                 "margin %",
                 "chosen",
@@ -235,8 +235,8 @@ def predicted_section(doc: Doc, predicted: list[dict]) -> None:
 def raw_section(
     doc: Doc, runs: list[dict], axes: list[AxisResult], sweep_dirs: list[Path] | None, analysis_files: list[Path] | None
 ) -> None:
-    """Append "Raw results": where the run directories and Parquet tables are, and the max_ok run
-    of each axis.
+    """Append "Raw results": where the run directories and Parquet tables are, and the run at the
+    edge of each axis (max_ok; min_ok on a decreasing axis).
 
     Args:
         doc: the document appended to.
@@ -260,7 +260,9 @@ def raw_section(
     if not analysis_files:
         items.append("no Parquet tables found beside the runs: `memsweep analyze SWEEP_DIR` writes them")
     for a in axes:
-        st = a.stat(a.max_ok)
+        st = a.stat(a.edge)
         if st:
-            items += [f"max_ok run of the {a.title}: `{r['run_dir']}`" for r in st.runs if r.get("outcome") == "ok"][:1]
+            items += [
+                f"{a.edge_names[0]} run of the {a.title}: `{r['run_dir']}`" for r in st.runs if r.get("outcome") == "ok"
+            ][:1]
     doc.ul(items)

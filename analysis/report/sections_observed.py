@@ -175,10 +175,10 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
         doc.ul(facts)
         if f.get("not_reached"):
             doc.note("warning", f"{f['not_reached']}.")
-        if a.max_ok is None and f.get("direction") != "decreasing":
+        if a.edge is None:
             doc.note(
                 "warning",
-                f"no value of {a.axis} ran ok: the smallest value tried is already too large, or "
+                f"no value of {a.axis} ran ok: the {a.light_end} value tried already needs too much, or "
                 "the runs failed for another reason (see outcomes).",
             )
         if not f.get("monotonic", True) or f.get("stable") is False:
@@ -191,7 +191,7 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
 
 def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) -> None:
     """The phases of axis ``a`` (the ``i``-th): status, cold against warm peaks, the stacked
-    phases plot and what the peak at max_ok consists of."""
+    phases plot and what the peak at the edge (max_ok; min_ok on a decreasing axis) consists of."""
     used_c = basis(a.kind)[0]
     doc.h(3, f"Phases ({a.axis} sweep)")
     run_of = {}
@@ -245,15 +245,16 @@ def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) ->
             "every phase before it; the bar's height is the run's peak (observed).",
         )
     )
-    # what the peak consists of, at max_ok
-    st = a.stat(a.max_ok)
+    # what the peak consists of, at the edge (max_ok; min_ok on a decreasing axis)
+    st = a.stat(a.edge)
     if st is not None:
-        r = run_of[a.max_ok]
+        r = run_of[a.edge]
         parts = decomposition(r["_phases"], r.get("max_memory_allocated"), r.get("mode"))
         if parts:
             peak = r.get("max_memory_allocated")
             doc.p(
-                f"What the peak `max_memory_allocated` of the {axis_label(a.axis, a.max_ok)} run consists of "
+                f"What the peak `max_memory_allocated` of the {a.edge_names[0]} {axis_label(a.axis, a.edge)} run "
+                "consists of "
                 "(observed: differences of the counters between phases):"
             )
             doc.table(

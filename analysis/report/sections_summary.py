@@ -71,7 +71,8 @@ def _capacity_text(r: dict) -> str:
 
 def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy) -> None:
     """Append the "Summary card" section: load, environment, capacity, outcomes, frontier, margin
-    at max_ok and chosen value per axis, then the four counters of each max_ok run.
+    at the edge (max_ok; min_ok on a decreasing axis) and chosen value per axis, then the four
+    counters of the run at each edge.
 
     Args:
         doc: the document appended to.
@@ -116,13 +117,27 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
     several = len(axes) > 1
     for a in axes:
         of = f", {a.title}" if several else ""
-        st = a.stat(a.max_ok)
-        if a.frontier.get("direction") == "decreasing":  # world_size under FSDP: fits above the edge
+        st = a.stat(a.edge)
+        margin_row = [
+            f"margin at {a.edge_names[0]} {a.axis}{of} (calculated)",
+            f"{nbytes(a.margin_at_edge)} B ({gib(a.margin_at_edge)} GiB, "
+            f"{pct(a.margin_at_edge, a.capacity)} of capacity)",
+        ]
+        if a.decreasing:  # world_size under FSDP: fits above the edge
             rows.append([f"{a.axis} edge{of} (observed)", str(direction_words(a.frontier))])
+            if a.edge is not None and st is not None:
+                rows.append(
+                    [
+                        f"{a.heavy_end} {a.axis} that ran{of} (observed)",
+                        f"{axis_label(a.axis, a.edge)}: peak `{a.used_counter}` {nbytes(a.used_at_edge)} B "
+                        f"({gib(a.used_at_edge)} GiB)",
+                    ]
+                )
+                rows.append(margin_row)
         elif a.max_ok is not None and st is not None:
             value = (
-                f"{axis_label(a.axis, a.max_ok)}: peak `{a.used_counter}` {nbytes(a.used_at_max_ok)} B "
-                f"({gib(a.used_at_max_ok)} GiB); smallest that ran out of memory: "
+                f"{axis_label(a.axis, a.max_ok)}: peak `{a.used_counter}` {nbytes(a.used_at_edge)} B "
+                f"({gib(a.used_at_edge)} GiB); smallest that ran out of memory: "
                 f"{a.min_oom if a.min_oom is not None else 'none'}"
             )
             if not a.frontier.get("monotonic", True):
@@ -130,13 +145,7 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
             if a.frontier.get("not_reached"):
                 value += f" ({a.frontier['not_reached']})"
             rows.append([f"largest {a.axis} that ran{of} (observed)", value])
-            rows.append(
-                [
-                    f"margin at max_ok {a.axis}{of} (calculated)",
-                    f"{nbytes(a.margin_at_max_ok)} B ({gib(a.margin_at_max_ok)} GiB, "
-                    f"{pct(a.margin_at_max_ok, a.capacity)} of capacity)",
-                ]
-            )
+            rows.append(margin_row)
         else:
             rows.append([f"largest {a.axis} that ran{of} (observed)", "none of the values ran ok"])
         rows.append(
@@ -147,16 +156,16 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
         )
     rows.append(["margin policy (assumed)", policy.describe()])
     doc.table(["item", "value"], rows)
-    # the four counters of each max_ok run
+    # the four counters of each run at the edge (max_ok; min_ok on a decreasing axis)
     for a in axes:
-        st = a.stat(a.max_ok)
+        st = a.stat(a.edge)
         if st is None:
             continue
         run = max((r for r in st.runs if r.get("outcome") == "ok"), key=lambda r: r["used"] or 0, default=None)
         if run is None:
             continue
         doc.p(
-            f"Four counters of the {axis_label(a.axis, a.max_ok)} run (`{run['run_id']}`, observed; "
+            f"Four counters of the {a.edge_names[0]} {axis_label(a.axis, a.edge)} run (`{run['run_id']}`, observed; "
             "current values at the end of its last phase, peaks over all its phases):"
         )
         last = run.get("_last_phase") or {}

@@ -4,8 +4,9 @@
 The split is never measured: a real run's counters hold only the total. It comes, in order of
 preference, from a dry run of the same load (``predicted_*_bytes`` of its phases, the
 categories of torch.distributed._tools.mem_tracker), from the estimator's replay of the mlp
-workload per phase (``analysis.estimate.mlp_phases_for_spec``), or from the estimate of the whole run
-(the runs table's ``est_*`` columns, one bar). Bytes throughout.
+workload per phase (``analysis.estimate.mlp_phases_for_spec``; a whole replica, so not for an FSDP
+run), or from the estimate of the whole run (the runs table's ``est_*`` columns, one bar; one rank's
+for a DDP/FSDP run). Bytes throughout.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from conf.contract import PEAK_SPLIT_FIELDS
 
 from ..doc import Doc, Image
-from ..estimate import mlp_phases_for_spec
+from ..estimate import PARALLEL_ZERO_STAGE, mlp_phases_for_spec
 from .fmt import axis_label, nbytes
 from .stats import AxisResult
 
@@ -100,6 +101,8 @@ def _from_dry_run(a: AxisResult, value, predicted: list[dict], predicted_phases:
 
 
 def _from_replay(run: dict, value) -> Split | None:
+    if PARALLEL_ZERO_STAGE.get(str(run.get("parallel")), 0) > 0:  # the replay is of a whole replica, not a shard
+        return None
     spec = _spec_of(run)
     try:
         phases = mlp_phases_for_spec(spec)
@@ -125,9 +128,11 @@ def _from_estimate(run: dict, value) -> Split | None:
     if all(v is None for v in cols.values()):
         return None
     parts = {part: [sum(cols[c] or 0 for c in comps)] for part, comps in _ESTIMATE_COMPONENTS.items()}
+    stage = PARALLEL_ZERO_STAGE.get(str(run.get("parallel")))
+    per_rank = "" if stage is None else f"; one rank's, model states at ZeRO stage {stage} over {run.get('world_size')}"
     return Split(
         value,
-        "the estimate of the whole run (runs.parquet `est_*`: at the run's peak)",
+        f"the estimate of the whole run (runs.parquet `est_*`: at the run's peak{per_rank})",
         ["whole run"],
         parts,
         [run.get("max_memory_allocated")],
@@ -135,7 +140,7 @@ def _from_estimate(run: dict, value) -> Split | None:
 
 
 def calculated_split(a: AxisResult, predicted: list[dict], predicted_phases: list[dict]) -> Split | None:
-    """The calculated split of the peak at the recommended value (else ``max_ok``, else the
+    """The calculated split of the peak at the recommended value (else the edge, ``max_ok`` or ``min_ok``, else the
     smallest value run) of one axis.
 
     Args:
@@ -146,7 +151,7 @@ def calculated_split(a: AxisResult, predicted: list[dict], predicted_phases: lis
     Returns:
         The split, or None when neither a dry run, the estimator nor an estimate covers the load.
     """
-    value = next((v for v in (a.recommended, a.max_ok) if v is not None), a.values[0].value if a.values else None)
+    value = next((v for v in (a.recommended, a.edge) if v is not None), a.values[0].value if a.values else None)
     st = a.stat(value)
     if st is None:
         return None

@@ -14,7 +14,7 @@ from typing import Any
 
 from conf.contract import AXES, gib
 
-from ..frontier import IDENTITY, differing, direction_words, order_key
+from ..frontier import IDENTITY, differing, direction_words, edge_columns, order_key
 from .fmt import axis_label, pct
 from .margin import MarginPolicy, basis, device_kind
 
@@ -75,11 +75,14 @@ class AxisResult:
         values: one ``ValueStat`` per value run, in the axis's order (``order_key``).
         runs: every run of this load (all values).
         max_ok, min_oom: the frontier: the largest value that ran, the smallest that ran out of
-            memory (None when none); dtype names on the dtype axis.
-        margin_at_max_ok: capacity - ``used_at_max_ok`` (bytes).
-        used_at_max_ok: the largest peak (``used_counter``) of the ok runs at ``max_ok`` (bytes); when
-            none ran ok there (they ran out of memory in a later phase that does not scale with the
-            axis), the frontier row's peak of their completed phases.
+            memory (None when none, and on a ``decreasing`` axis); dtype names on the dtype axis.
+        min_ok, max_oom: the frontier of a ``decreasing`` axis (world_size under FSDP): the
+            smallest value that ran, the largest that ran out of memory (None otherwise).
+        margin_at_edge: capacity - ``used_at_edge`` (bytes).
+        used_at_edge: the largest peak (``used_counter``) of the ok runs at ``edge`` (``max_ok``, or
+            ``min_ok`` on a decreasing axis; bytes); when none ran ok there (they ran out of memory
+            in a later phase that does not scale with the axis), the frontier row's peak of their
+            completed phases.
         recommended: the value chosen under the margin policy; None when none qualifies.
         reason: why that value (or none) was chosen, in a sentence for the report.
         notes: warnings that go with the choice (non-monotonic results, CPU optimism...).
@@ -98,11 +101,57 @@ class AxisResult:
     runs: list[dict]
     max_ok: Any = None
     min_oom: Any = None
-    margin_at_max_ok: int | None = None
-    used_at_max_ok: int | None = None
+    min_ok: Any = None
+    max_oom: Any = None
+    margin_at_edge: int | None = None
+    used_at_edge: int | None = None
     recommended: Any = None
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def decreasing(self) -> bool:
+        """True when a larger value of the axis needs less memory (the row's ``direction``:
+        world_size under FSDP): it fits from ``min_ok`` up, not up to ``max_ok``."""
+        return self.frontier.get("direction") == "decreasing"
+
+    @property
+    def edge_names(self) -> tuple[str, str]:
+        """The frontier's names of the edge (``analysis.frontier.edge_columns``): ``("max_ok",
+        "min_oom")``, or ``("min_ok", "max_oom")`` on a decreasing axis."""
+        return edge_columns(self.frontier.get("direction"))
+
+    @property
+    def edge(self) -> Any:
+        """The value that fits at the edge: ``max_ok``, or ``min_ok`` on a decreasing axis (None when none)."""
+        return getattr(self, self.edge_names[0])
+
+    @property
+    def miss(self) -> Any:
+        """The value that ran out of memory at the edge: ``min_oom``, or ``max_oom`` on a decreasing axis."""
+        return getattr(self, self.edge_names[1])
+
+    @property
+    def heavy_end(self) -> str:
+        """Which end of the axis needs the most memory, in words: ``largest``, or ``smallest`` on a
+        decreasing axis (``light_end`` the other)."""
+        return "smallest" if self.decreasing else "largest"
+
+    @property
+    def light_end(self) -> str:
+        """Which end of the axis needs the least memory, in words (the opposite of ``heavy_end``)."""
+        return "largest" if self.decreasing else "smallest"
+
+    def by_load(self, stats: list[ValueStat]) -> list[ValueStat]:
+        """``stats`` from the value that needs the least memory to the one that needs the most.
+
+        Args:
+            stats: ValueStats of this axis.
+
+        Returns:
+            a new list in the axis' order (``order_key``), reversed on a decreasing axis.
+        """
+        return sorted(stats, key=lambda s: order_key(self.axis, s.value), reverse=self.decreasing)
 
     @property
     def used_counter(self) -> str:
@@ -176,7 +225,7 @@ def _matching_runs(row: dict, runs: list[dict]) -> list[dict]:
 
 
 def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResult:
-    """The per-value table, frontier, margin at max_ok and recommended value of one frontier row.
+    """The per-value table, frontier, margin at its edge and recommended value of one frontier row.
 
     Args:
         row: a frontier row (FRONTIER_SCHEMA as a dict).
@@ -216,14 +265,15 @@ def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResul
     numeric = axis != "dtype"
     result.max_ok = row.get("max_ok") if numeric else row.get("max_ok_label")
     result.min_oom = row.get("min_oom") if numeric else row.get("min_oom_label")
-    at = result.stat(result.max_ok)
+    result.min_ok, result.max_oom = row.get("min_ok"), row.get("max_oom")
+    at = result.stat(result.edge)
     if at is not None:
         ok_runs = [r for r in at.runs if r.get("outcome") == "ok"]
-        result.used_at_max_ok = _max(r["used"] for r in ok_runs)
+        result.used_at_edge = _max(r["used"] for r in ok_runs)
         if not ok_runs:  # it fits for this axis, failing later in a phase that does not scale with it
-            result.used_at_max_ok = row.get(f"max_ok_{result.used_counter}")
-        if capacity is not None and result.used_at_max_ok is not None:
-            result.margin_at_max_ok = capacity - result.used_at_max_ok
+            result.used_at_edge = row.get(f"{result.edge_names[0]}_{result.used_counter}")
+        if capacity is not None and result.used_at_edge is not None:
+            result.margin_at_edge = capacity - result.used_at_edge
     _recommend(result, policy)
     return result
 
@@ -238,7 +288,7 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
     if cap is None or margin is None:
         res.reason = "no capacity is recorded for these runs, so no margin can be computed"
         return
-    if res.frontier.get("direction") == "decreasing":  # the margin walk below reads "larger is harder"
+    if res.decreasing:  # the margin walk below reads "larger is harder"
         res.reason = f"no value is recommended: {direction_words(res.frontier)}; choose it by the devices you have"
         return
     limit = cap - margin

@@ -6,10 +6,11 @@ AdamW, float32), batch 2 x context 32 per rank, one cold and one warm step, on t
 each rank's counters are its tracked tensor bytes, so every figure but the times is the same on
 any machine). Printed per run:
 
-1. the fullest rank's peak (``max_memory_allocated``) beside the estimator's per-rank peak (the
-   spec's estimate with its weights, gradients and optimizer states partitioned at ZeRO stage 0
-   for ddp, 3 for fsdp; activations per rank, unpartitioned), and the model states per rank,
-   recorded (runs.parquet ``model_states_bytes``) and through the allocator's counters
+1. the fullest rank's peak (``max_memory_allocated``) beside the estimator's per-rank peak
+   (runs.parquet ``est_peak_bytes``: the spec's estimate with its weights, gradients and
+   optimizer states partitioned at ZeRO stage 0 for ddp, 3 for fsdp; activations per rank,
+   unpartitioned), and the model states per rank, recorded (runs.parquet
+   ``model_states_bytes``) and through the allocator's counters
    (``model_states_allocated_bytes``), each as a ratio to the estimator's ZeRO figure. Goal:
    FSDP's recorded model states within 1 % of the estimate. One more FSDP run at world size 4
    with vocab 2050 (not a multiple of 4) shows FSDP2's padding.
@@ -29,7 +30,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from analysis.estimate import PARALLEL_ZERO_STAGE, Breakdown, zero_partition  # noqa: E402
 from analysis.tables import build_tables  # noqa: E402
 from conf.contract import RunSpec  # noqa: E402
 from sweeper.process import execute  # noqa: E402
@@ -58,16 +58,7 @@ def run(root: Path, name: str, **fields) -> dict:
     if result["outcome"] != "ok":
         raise RuntimeError(f"{name}: {result['outcome']}: {result.get('error_message')}")
     (row,) = build_tables([root / name])[0].to_pylist()
-    row["spec_estimate"] = spec.estimate
     return row
-
-
-def estimated_rank_peak(row: dict) -> int | None:
-    """The estimator's per-rank peak: the spec's whole estimate at the run's ZeRO stage."""
-    if row["spec_estimate"] is None:
-        return None
-    whole = Breakdown.from_dict(row["spec_estimate"])
-    return zero_partition(whole, PARALLEL_ZERO_STAGE[row["parallel"]], row["world_size"]).peak
 
 
 def ratio(value: float | None) -> str:
@@ -96,7 +87,7 @@ def main() -> int:
         )
         for label, r in rows:
             print(
-                f"{label:24} {r['max_memory_allocated']:>10} {estimated_rank_peak(r) or '-':>12} "
+                f"{label:24} {r['max_memory_allocated']:>10} {r['est_peak_bytes'] or '-':>12} "
                 f"{r['estimated_model_states_bytes'] or '-':>14} {r['model_states_bytes'] or '-':>11} "
                 f"{ratio(r['model_states_ratio']):>8} {r['model_states_allocated_bytes'] or '-':>12} "
                 f"{ratio(r['model_states_allocated_ratio']):>9}"
@@ -105,7 +96,8 @@ def main() -> int:
                 failed.append(label)
         print(
             "est. peak: weights, gradients, optimizer states partitioned (ZeRO 0 for ddp, 3 for fsdp) + activations "
-            "per rank; est. states: the partitioned model states alone (runs.parquet estimated_model_states_bytes)."
+            "per rank (runs.parquet est_peak_bytes); est. states: the partitioned model states alone "
+            "(estimated_model_states_bytes)."
         )
         print(
             f"FSDP model states within {GOAL:.0%} of the ZeRO-3 estimate: "
