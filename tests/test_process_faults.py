@@ -17,7 +17,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conf.contract import LAUNCHER_WORKER_LOST, LEASE_LOCKS_ENV, RunSpec, process_identity, read_run, write_json_atomic
+from conf.contract import (
+    FORKSERVER_NO_PRELOAD,
+    LAUNCHER_WORKER_LOST,
+    LEASE_LOCKS_ENV,
+    RunSpec,
+    process_identity,
+    read_run,
+    write_json_atomic,
+)
 from sweeper.forkserver_wait import AnswerOverdue, PeerStopped, read_answer
 from sweeper.liveness import is_process, wait_for_old_worker
 from sweeper.owner import session_id
@@ -422,6 +430,54 @@ def test_a_forked_run_outlives_its_killed_client_with_its_lease(tmp_path, tiny):
     finally:
         if client is not None and client.poll() is None:
             client.kill()
+        server.kill()
+        server.wait()
+
+
+def test_a_spawned_run_from_the_server_is_a_new_interpreter_that_inherits_nothing(tmp_path, tiny):
+    """isolation=spawn through a server started without torch (--no-preload): the handler execs
+    ``python -m worker SPEC`` in the run directory with exactly the request's environment (plus
+    the handler as the parent to die with), no descriptor of the server's (its sockets), SIGINT
+    not ignored (the server ignores it; the worker's Python installs its own handler only when it
+    is not), and the worker imports torch itself; the server never does."""
+    run_dir = _spec_dir(tmp_path, "r", tiny, fault={"phase": "warm_forward", "kind": "hang"})
+    sock = str(tmp_path / "sock")
+    cmd = [sys.executable, "-m", "worker.forkserver", sock, str(os.getpid()), FORKSERVER_NO_PRELOAD]
+    server = subprocess.Popen(cmd, env=worker_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        env = worker_env({TAG: uuid.uuid4().hex})
+        request = {
+            "spec": str(run_dir / "spec.json"),
+            "stdout": str(run_dir / "stdout.log"),
+            "stderr": str(run_dir / "stderr.log"),
+            "env": env,
+            "dynamo": False,
+            "timeout_s": 600,
+            "isolation": "spawn",
+        }
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(sock)
+            conn.sendall((json.dumps(request) + "\n").encode())
+            reader = conn.makefile()
+            answer = json.loads(reader.readline())
+            pid, handler = answer["pid"], answer["handler"]
+            record = _wait(lambda: _read(run_dir / "record.json"), 120, "the run's record")
+            _wait(lambda: _maps_torch(pid), 120, "the worker's own import of torch")
+            assert record["pid"] == pid and _ppid(pid) == handler and _ppid(handler) == server.pid
+            assert _cmdline(pid).split() == [sys.executable, "-m", "worker", str(run_dir / "spec.json")]
+            assert os.readlink(f"/proc/{pid}/cwd") == str(run_dir)
+            environ = dict(v.split("=", 1) for v in open(f"/proc/{pid}/environ").read().split("\0") if v)
+            assert environ == {**env, "MEMSWEEP_PARENT_PID": str(handler)}
+            fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+            assert not [fd for fd in fds if fd.startswith("socket:")], fds
+            status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines())
+            sigint = 1 << (signal.SIGINT - 1)
+            assert not int(status["SigIgn"], 16) & sigint and int(status["SigCgt"], 16) & sigint
+            assert not _maps_torch(server.pid), "the server imported no torch"
+            os.kill(pid, signal.SIGKILL)
+            assert json.loads(reader.readline()) == {"returncode": -signal.SIGKILL}
+    finally:
         server.kill()
         server.wait()
 
