@@ -1,5 +1,8 @@
 """The client of the fork server (``worker/forkserver.py``, ``isolation=forkserver``): a server
 process that imported torch once and never touched a device forks one fresh worker per run.
+In a sweep with ``isolation=spawn`` the same server, without torch, has its handlers start each
+run's new interpreter (``python -m worker SPEC``), so that a spawned run, too, belongs to the
+sweep's server and not to the launcher worker that asked for it.
 
 Every run is still a new process with its own CUDA context and allocator (the worker checks
 that no CUDA context exists when it starts). One server per orchestrator process, started
@@ -30,7 +33,14 @@ import threading
 import time
 from pathlib import Path
 
-from conf.contract import SPEC_FILE, STDERR_FILE, STDOUT_FILE
+from conf.contract import (
+    FORKSERVER_NO_PRELOAD,
+    ISOLATION_FORKSERVER,
+    ISOLATION_SPAWN,
+    SPEC_FILE,
+    STDERR_FILE,
+    STDOUT_FILE,
+)
 
 from .forkserver_wait import (
     ANSWER_S,
@@ -97,13 +107,15 @@ class ForkServer:
         self._lock = threading.Lock()
         atexit.register(self.close)  # once: close() stops whichever server is current
 
-    def start(self) -> None:
-        """Start this process's server if it has none; returns at once (it imports torch meanwhile)."""
+    def start(self, preload: bool = True) -> None:
+        """Start this process's server if it has none; returns at once (it imports torch meanwhile).
+        ``preload``: False for a server that starts spawned runs (``isolation=spawn``), which
+        imports torch only if asked to fork a run (``conf.contract.FORKSERVER_NO_PRELOAD``)."""
         with self._lock:
             if self.proc is None or self.proc.poll() is not None:
-                self._start_locked()
+                self._start_locked(preload)
 
-    def _start_locked(self) -> None:
+    def _start_locked(self, preload: bool = True) -> None:
         self.shared = False
         self.path = os.path.join(tempfile.mkdtemp(prefix="memsweep-fs-"), "sock")
         env = worker_env()
@@ -116,7 +128,8 @@ class ForkServer:
         def keeper() -> None:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "worker.forkserver", self.path, str(os.getpid())],
+                    [sys.executable, "-m", "worker.forkserver", self.path, str(os.getpid())]
+                    + ([] if preload else [FORKSERVER_NO_PRELOAD]),
                     env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
@@ -142,18 +155,18 @@ class ForkServer:
             # this process shares its server (share_fork_server): name the new one to processes started from now
             os.environ[SHARED_FORKSERVER_ENV] = shared_name(self.path)
 
-    def _ensure(self) -> None:
+    def _ensure(self, preload: bool) -> None:
         with self._lock:
-            self._ensure_locked()
+            self._ensure_locked(preload)
 
-    def _ensure_locked(self) -> None:
+    def _ensure_locked(self, preload: bool) -> None:
         if self.proc is None:
             shared = shared_server()
             if shared is not None and shared not in self._gone:
                 self.path, self.shared = shared, True
                 return
         if self.proc is None or self.proc.poll() is not None:
-            self._start_locked()
+            self._start_locked(preload)
         try:
             wait_until_ready(self._ready, self.proc, SHARED_WAIT_S)
         except (PeerStopped, AnswerOverdue) as exc:
@@ -172,8 +185,8 @@ class ForkServer:
             self.proc.kill()
             self.proc.wait()
 
-    def _connect(self) -> socket.socket:
-        self._ensure()
+    def _connect(self, preload: bool) -> socket.socket:
+        self._ensure(preload)
         deadline = time.monotonic() + SHARED_WAIT_S
         while True:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -191,18 +204,21 @@ class ForkServer:
                 break
             time.sleep(0.05)
         self._lost(self.path)  # the shared server is gone: start one of our own
-        self._ensure()
+        self._ensure(preload)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.connect(self.path)
         return conn
 
     def run(
-        self, run_dir: Path, env: dict, timeout_s: float, dynamo: bool = True
+        self, run_dir: Path, env: dict, timeout_s: float, dynamo: bool = True, isolation: str = ISOLATION_FORKSERVER
     ) -> tuple[int | None, bool, int, float]:
         """Fork one worker; returns (returncode, timed_out, pid, wall seconds since it was forked).
         ``timeout_s`` counts from the fork too: waiting for the server to start is not the run's.
         ``dynamo``: the run needs torch._dynamo (``conf.contract.needs_dynamo``), which the
-        server then imports before it forks (once: every later fork has it).
+        server then imports before it forks (once: every later fork has it). ``isolation``:
+        ``spawn`` has the server's handler start a new interpreter (``python -m worker SPEC``)
+        instead of forking, so that the run, too, outlives a killed client; a server this
+        process starts for it imports no torch.
 
         Every wait is bounded (``sweeper.forkserver_wait``): the server's pid answer by
         ``ANSWER_S``, the handler's exit status by ``timeout_s`` and then, once the run is killed,
@@ -215,7 +231,7 @@ class ForkServer:
                 that the next run starts a new one.
         """
 
-        with self._connect() as conn:
+        with self._connect(preload=isolation != ISOLATION_SPAWN) as conn:
             path = self.path
             request = {
                 "spec": str(run_dir / SPEC_FILE),
@@ -224,6 +240,7 @@ class ForkServer:
                 "env": env,
                 "dynamo": dynamo,
                 "timeout_s": timeout_s,  # the server's handler keeps the run to it if this process dies
+                "isolation": isolation,
             }
             conn.sendall((json.dumps(request) + "\n").encode())
             buffer = bytearray()

@@ -1,7 +1,8 @@
 """Runs that went on after their launcher worker died, kept by their fork-server handler.
 
-A forked run (``isolation=forkserver``) belongs to the sweep's fork server, not to the
-launcher worker (a joblib/loky worker) that asked for it. When that worker dies (killed, or
+A run of a sweep, forked (``isolation=forkserver``) or spawned by the server's handler
+(``isolation=spawn``), belongs to the sweep's fork server, not to the launcher worker (a
+joblib/loky worker) that asked for it. When that worker dies (killed, or
 killed by loky with the rest of a broken pool), the run's handler keeps it, to its end or its
 ``timeout_s``, and says so in the run directory (``conf.contract.EXIT_STATUS_FILE``): first
 ``ended: false`` once it has taken the run over, then the worker's exit status once it ended

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from conf.contract import PARENT_ENV, SPEC_FILE, STDERR_FILE, STDOUT_FILE, RunSpec
+from conf.contract import PARENT_ENV, SPEC_FILE, STDERR_FILE, STDOUT_FILE, WORKER_COMMAND, RunSpec
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -47,7 +47,9 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> tuple[int, bool, int, float]:
     """Run one worker in a new interpreter: ``python -m worker spec.json`` in its own session,
     its output in the run directory's stdout.log and stderr.log, killed (with its process
-    group) after ``spec.timeout_s`` seconds.
+    group) after ``spec.timeout_s`` seconds. A sweep's spawned runs are started the same way by
+    its fork server's handler instead (``worker.launch.spawn``), so that they outlive a killed
+    launcher worker; this is for a process without the sweep's server.
 
     Args:
         run_dir: the run directory, holding spec.json already.
@@ -63,7 +65,7 @@ def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> tuple[int, b
     with open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
+            [sys.executable, *WORKER_COMMAND, str(run_dir / SPEC_FILE)],
             stdout=out,
             stderr=err,
             stdin=subprocess.DEVNULL,

@@ -7,11 +7,12 @@ pool's other workers with all their descendants (``loky.backend.utils.kill_proce
 called by ``_ExecutorManagerThread.terminate_broken``), and the launcher returns no result for
 the batch.
 
-A forked run (``isolation=forkserver``) is not a descendant of a launcher worker: the sweep's
-fork server, a child of the orchestrator, forked it, and its handler keeps it when its
-launcher worker dies (``worker.forkserver``), to its end or its ``timeout_s``, writing its
-exit status into the run directory. A spawned run (``isolation=spawn``, or a launcher worker's
-own fork server) is the launcher worker's descendant and dies with it.
+A run of a sweep is not a descendant of a launcher worker: the sweep's fork server, a child of
+the orchestrator, forked it (``isolation=forkserver``) or its handler started it as a new
+interpreter (``isolation=spawn``), and that handler keeps it when its launcher worker dies
+(``worker.forkserver``), to its end or its ``timeout_s``, writing its exit status into the run
+directory. Only a run started from a launcher worker's own fork server (the sweep's was gone)
+is the launcher worker's descendant and dies with it.
 
 ``launch_surviving`` catches the loss; ``mark_lost`` leaves the kept runs alone and records
 every other run left in flight as a ``crash`` of the launcher's worker

@@ -24,6 +24,7 @@ from conf.contract import (
     FORK_SERVER_LOST,
     ISOLATION_ENV,
     ISOLATION_FORKSERVER,
+    ISOLATION_SPAWN,
     ISOLATIONS,
     LAUNCHER_WORKER_LOST,
     RECORD_FILE,
@@ -42,7 +43,7 @@ from conf.contract import (
     write_json_atomic,
 )
 
-from .forkserver_client import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, shared_name
+from .forkserver_client import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, shared_name, shared_server
 from .kept_runs import wait_for_kept_run
 from .launch import run_spawn, worker_env
 from .liveness import wait_for_old_worker
@@ -211,7 +212,8 @@ def execute(
     With ``resume`` (a sweep started again on the same directory), a directory holding the
     same spec is resumed (see ``_resume``): a finished run is never run twice.
 
-    ``isolation``: ``spawn`` starts a new interpreter per run; ``forkserver`` forks each run
+    ``isolation``: ``spawn`` starts a new interpreter per run (from the sweep's fork server's
+    handler when the sweep shares one, see ``_run_spawn``); ``forkserver`` forks each run
     from a server process that imported torch but never touched a device (every run is
     still a new process with its own CUDA context and allocator; the worker checks that no
     CUDA context exists when it starts). ``extra_env``: variables for the worker only
@@ -240,14 +242,15 @@ def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, 
         check_run_dir_free(run_dir)
         write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
     env = worker_env({**(extra_env or {}), ISOLATION_ENV: isolation})
-    start = _run_forkserver if isolation == ISOLATION_FORKSERVER else run_spawn
+    start = _run_forkserver if isolation == ISOLATION_FORKSERVER else _run_spawn
     try:
         returncode, timed_out, pid, wall_s = start(run_dir, env, spec)
     except ForkServerLost as exc:  # not the load's doing: once more, from a fork server that lives
         target = _set_attempt_aside(run_dir)
         log.warning("%s: %s; its files are kept in %s, running again", run_dir, exc, target)
+        again = start if isolation == ISOLATION_FORKSERVER else run_spawn  # a spawned run needs no server
         try:
-            returncode, timed_out, pid, wall_s = start(run_dir, env, spec)
+            returncode, timed_out, pid, wall_s = again(run_dir, env, spec)
         except ForkServerLost as again:
             return _result(
                 spec, run_dir, None, False, None, again.pid, lost=f"{again} (twice; isolation=spawn needs no server)"
@@ -261,15 +264,25 @@ _FORKSERVER = ForkServer()
 def share_fork_server(isolation: str) -> None:
     """In a sweep's main process, before the launcher starts: start the fork server now and name
     its socket in the environment (``MEMSWEEP_FORKSERVER``), so that the launcher's worker
-    processes (joblib's loky workers, submitit_local's jobs) fork their runs from this one
-    server instead of each importing torch into a server of its own. No-op unless
-    ``isolation == "forkserver"``. The server still dies with this process."""
-    if isolation != ISOLATION_FORKSERVER:
-        return
-    _FORKSERVER.start()
+    processes (joblib's loky workers, submitit_local's jobs) start their runs from this one
+    server: with ``isolation=forkserver`` they fork them from it instead of each importing torch
+    into a server of its own; with ``isolation=spawn`` its handlers start the new interpreters
+    (the server imports no torch). Either way a run belongs to this process's server, not to the
+    launcher worker that asked for it, and outlives that worker (``worker.forkserver``). The
+    server still dies with this process."""
+    _FORKSERVER.start(preload=isolation == ISOLATION_FORKSERVER)
     os.environ[SHARED_FORKSERVER_ENV] = shared_name(_FORKSERVER.path)
 
 
 def _run_forkserver(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int | None, bool, int, float]:
     """A fresh process forked from a server that imported torch once (worker/forkserver.py)."""
     return _FORKSERVER.run(run_dir, env, spec.timeout_s, needs_dynamo(spec))
+
+
+def _run_spawn(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int | None, bool, int, float]:
+    """A new interpreter (``python -m worker SPEC``): started by a handler of the sweep's shared
+    server when this process has one (``share_fork_server``; the run then outlives a killed
+    launcher worker), else by this process (``sweeper.launch.run_spawn``)."""
+    if shared_server() is None:
+        return run_spawn(run_dir, env, spec)
+    return _FORKSERVER.run(run_dir, env, spec.timeout_s, dynamo=False, isolation=ISOLATION_SPAWN)

@@ -75,7 +75,7 @@ class ScriptedLauncher:
 
 def make(tmp_path, oracle, launcher=None, said=None, **settings):
     impl = FrontierSweeperImpl(**settings)
-    # isolation=spawn: no fork server is started for the scripted launcher (conf/config.yaml says forkserver)
+    # isolation=spawn: the fork server started for the scripted launcher imports no torch (conf/config.yaml: forkserver)
     impl.config = OmegaConf.create(
         {"isolation": "spawn", "hydra": {"sweep": {"dir": str(tmp_path)}, "launcher": launcher or {}}}
     )

@@ -17,7 +17,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conf.contract import LAUNCHER_WORKER_LOST, LEASE_LOCKS_ENV, RunSpec, process_identity, read_run, write_json_atomic
+from conf.contract import (
+    FORKSERVER_NO_PRELOAD,
+    LAUNCHER_WORKER_LOST,
+    LEASE_LOCKS_ENV,
+    RunSpec,
+    process_identity,
+    read_run,
+    write_json_atomic,
+)
 from sweeper.forkserver_wait import AnswerOverdue, PeerStopped, read_answer
 from sweeper.liveness import is_process, wait_for_old_worker
 from sweeper.owner import session_id
@@ -76,6 +84,7 @@ def _start_sweep(tmp_path: Path, tag: str, *args: str) -> subprocess.Popen:
 # ---- 1. every process memsweep starts dies with its owner ---------------------------------
 
 
+@pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
 @pytest.mark.parametrize(
     "launcher",
     [
@@ -84,9 +93,9 @@ def _start_sweep(tmp_path: Path, tag: str, *args: str) -> subprocess.Popen:
     ],
     ids=["basic", "joblib"],
 )
-def test_killing_only_the_orchestrator_leaves_no_process_within_5_s(tmp_path, launcher):
+def test_killing_only_the_orchestrator_leaves_no_process_within_5_s(tmp_path, launcher, isolation):
     tag = uuid.uuid4().hex
-    proc = _start_sweep(tmp_path, tag, "batch=1,2,3", HANG, *launcher)
+    proc = _start_sweep(tmp_path, tag, "batch=1,2,3", HANG, f"isolation={isolation}", *launcher)
     try:
         running = 2 if launcher else 1
         _wait(lambda: len(list((tmp_path / "s").glob("*/record.json"))) >= running, 180, "runs in flight")
@@ -268,10 +277,13 @@ def test_a_resume_does_not_wait_on_a_reused_pid(tmp_path, tiny):
 JOBLIB_2 = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "pool=cores", "cores_per_run=1"]
 
 
-def _kill_one_loky_worker_mid_run(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, str, dict[str, int]]:
+def _kill_one_loky_worker_mid_run(
+    tmp_path: Path, *args: str
+) -> tuple[subprocess.Popen, str, dict[str, int], dict[int, dict]]:
     """Start a 2-run joblib sweep whose runs hang until their timeout_s=8, SIGKILL one loky worker
-    while both runs are in flight; returns the sweep's process, its output, and each run's worker
-    pid at the kill (run directory name -> pid)."""
+    while both runs are in flight; returns the sweep's process, its output, each run's worker
+    pid at the kill (run directory name -> pid), and what /proc said of each worker then
+    (``_lineage``)."""
     tag, sweep = uuid.uuid4().hex, tmp_path / "s"
     proc = _start_sweep(tmp_path, tag, "batch=1,2", HANG, "timeout_s=8", *JOBLIB_2, *args)
     try:
@@ -281,19 +293,50 @@ def _kill_one_loky_worker_mid_run(tmp_path: Path, *args: str) -> tuple[subproces
             "runs in flight",
         )
         before = {r.parent.name: json.loads(r.read_text())["pid"] for r in records}
+        seen = {pid: _lineage(pid) for pid in before.values()}
         loky = _wait(lambda: [p for p, cmd in _tagged(tag) if "LokyProcess" in cmd], 30, "a loky worker")
         os.kill(loky[0], signal.SIGKILL)
         out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()
-    return proc, out, before
+    return proc, out, before, seen
 
 
-def test_killing_one_joblib_worker_loses_no_forked_run(tmp_path):
-    """isolation=forkserver (the default): both runs in flight go on under the fork server (the
-    killed worker's and the one loky kills with the pool), are taken over, and run once."""
-    proc, out, before = _kill_one_loky_worker_mid_run(tmp_path)
+def _lineage(pid: int) -> dict:
+    """A live worker as /proc shows it: its command line, its parent (the fork server's handler)
+    and grandparent (the server) with their command lines, the parent it was told to die with
+    (MEMSWEEP_PARENT_PID), and whether each process has libtorch mapped."""
+    handler = _ppid(pid)
+    server = _ppid(handler)
+    environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    told = [v.split(b"=", 1)[1].decode() for v in environ if v.startswith(b"MEMSWEEP_PARENT_PID=")]
+    return {
+        "cmd": _cmdline(pid),
+        "handler": handler,
+        "handler_cmd": _cmdline(handler),
+        "server_cmd": _cmdline(server),
+        "told_parent": int(told[0]) if told else None,
+        "torch": {who: _maps_torch(p) for who, p in (("worker", pid), ("server", server))},
+    }
+
+
+def _ppid(pid: int) -> int:
+    return int(open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[1])
+
+
+def _maps_torch(pid: int) -> bool:
+    return "libtorch" in open(f"/proc/{pid}/maps").read()
+
+
+@pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
+def test_killing_one_joblib_worker_loses_no_run(tmp_path, isolation):
+    """Both runs in flight (the killed worker's and the one loky kills with the pool) go on
+    under the sweep's fork server, are taken over, and run once. isolation=forkserver (the
+    default): forked from the server, which imported torch. isolation=spawn: a new interpreter
+    (``python -m worker SPEC``) started by the server's handler: it imports torch itself, the
+    server never does."""
+    proc, out, before, seen = _kill_one_loky_worker_mid_run(tmp_path, f"isolation={isolation}")
     assert proc.returncode == 0, out[-3000:]
     assert "TerminatedWorkerError" not in out.split("a launcher worker process died")[0], "no traceback"
     assert "a launcher worker process died" in out
@@ -311,6 +354,16 @@ def test_killing_one_joblib_worker_loses_no_forked_run(tmp_path):
         assert status["worker_pid"] == pid and status["timed_out"] is True
         assert result["timed_out"] is True and result["error_type"] == "SIGKILL"
     assert (tmp_path / "s" / "report.html").exists()
+    for lineage in seen.values():
+        assert "worker.forkserver" in lineage["server_cmd"], lineage
+        assert lineage["torch"]["worker"], lineage
+        if isolation == "spawn":  # exec'd: a new interpreter, nothing of the server's image
+            # (/proc/PID/environ is the environment given to execve: a forked worker shows the server's)
+            assert lineage["told_parent"] == lineage["handler"], "it dies with its handler, not a launcher worker"
+            assert "-m worker " in lineage["cmd"] and "forkserver" not in lineage["cmd"], lineage
+            assert not lineage["torch"]["server"], "the server imported no torch: the worker did, itself"
+        else:  # forked: the server's image, torch imported once by the server
+            assert "worker.forkserver" in lineage["cmd"] and lineage["torch"]["server"], lineage
 
 
 CLIENT = """
@@ -381,6 +434,54 @@ def test_a_forked_run_outlives_its_killed_client_with_its_lease(tmp_path, tiny):
         server.wait()
 
 
+def test_a_spawned_run_from_the_server_is_a_new_interpreter_that_inherits_nothing(tmp_path, tiny):
+    """isolation=spawn through a server started without torch (--no-preload): the handler execs
+    ``python -m worker SPEC`` in the run directory with exactly the request's environment (plus
+    the handler as the parent to die with), no descriptor of the server's (its sockets), SIGINT
+    not ignored (the server ignores it; the worker's Python installs its own handler only when it
+    is not), and the worker imports torch itself; the server never does."""
+    run_dir = _spec_dir(tmp_path, "r", tiny, fault={"phase": "warm_forward", "kind": "hang"})
+    sock = str(tmp_path / "sock")
+    cmd = [sys.executable, "-m", "worker.forkserver", sock, str(os.getpid()), FORKSERVER_NO_PRELOAD]
+    server = subprocess.Popen(cmd, env=worker_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        env = worker_env({TAG: uuid.uuid4().hex})
+        request = {
+            "spec": str(run_dir / "spec.json"),
+            "stdout": str(run_dir / "stdout.log"),
+            "stderr": str(run_dir / "stderr.log"),
+            "env": env,
+            "dynamo": False,
+            "timeout_s": 600,
+            "isolation": "spawn",
+        }
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(sock)
+            conn.sendall((json.dumps(request) + "\n").encode())
+            reader = conn.makefile()
+            answer = json.loads(reader.readline())
+            pid, handler = answer["pid"], answer["handler"]
+            record = _wait(lambda: _read(run_dir / "record.json"), 120, "the run's record")
+            _wait(lambda: _maps_torch(pid), 120, "the worker's own import of torch")
+            assert record["pid"] == pid and _ppid(pid) == handler and _ppid(handler) == server.pid
+            assert _cmdline(pid).split() == [sys.executable, "-m", "worker", str(run_dir / "spec.json")]
+            assert os.readlink(f"/proc/{pid}/cwd") == str(run_dir)
+            environ = dict(v.split("=", 1) for v in open(f"/proc/{pid}/environ").read().split("\0") if v)
+            assert environ == {**env, "MEMSWEEP_PARENT_PID": str(handler)}
+            fds = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+            assert not [fd for fd in fds if fd.startswith("socket:")], fds
+            status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines())
+            sigint = 1 << (signal.SIGINT - 1)
+            assert not int(status["SigIgn"], 16) & sigint and int(status["SigCgt"], 16) & sigint
+            assert not _maps_torch(server.pid), "the server imported no torch"
+            os.kill(pid, signal.SIGKILL)
+            assert json.loads(reader.readline()) == {"returncode": -signal.SIGKILL}
+    finally:
+        server.kill()
+        server.wait()
+
+
 def _read(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -388,19 +489,28 @@ def _read(path: Path) -> dict | None:
         return None
 
 
-def test_killing_one_joblib_worker_reruns_spawned_runs_recorded_lost(tmp_path):
-    """isolation=spawn: a run is the launcher worker's child, killed with it (or with the pool):
-    recorded as a crash of the launcher's worker, not of the load, and run again."""
-    proc, out, before = _kill_one_loky_worker_mid_run(tmp_path, "isolation=spawn")
-    assert proc.returncode == 0, out[-3000:]
-    assert "a launcher worker process died" in out
-    runs = pq.read_table(tmp_path / "s" / "runs.parquet").to_pylist()
-    assert sorted(r["batch"] for r in runs) == [1, 2]
-    assert all(r["outcome"] == "timeout" for r in runs), "every run ran again, to its own outcome"
-    lost = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*/.attempts/*/result.json")]
-    assert lost and all(r["error_type"] == LAUNCHER_WORKER_LOST and r["outcome"] == "crash" for r in lost)
-    assert {r["worker_pid"] for r in lost} <= set(before.values())
-    assert (tmp_path / "s" / "report.html").exists()
+def test_a_run_stopped_with_its_launcher_worker_is_recorded_lost_and_run_again(tmp_path, tiny):
+    """A run left in flight that no handler kept (its worker died with a launcher worker that was
+    its parent: a launcher worker's own fork server, or a spawn without the sweep's server) is a
+    crash of the launcher's worker, not of the load; the next launch sets it aside and runs it."""
+    from sweeper.lost_workers import mark_lost
+
+    spec = RunSpec.from_dict(tiny)
+    run_dir = _spec_dir(tmp_path, "r", tiny)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    record = {"schema_version": 1, "pid": gone.pid, "pid_identity": "gone:1", "complete": False, "phases": []}
+    record["current_phase"] = "cold_forward"
+    write_json_atomic(run_dir / "record.json", record)
+    lost, kept = mark_lost(tmp_path, "TerminatedWorkerError: test")
+    assert (lost, kept) == ([run_dir], [])
+    envelope = json.loads((run_dir / "result.json").read_text())
+    assert (envelope["outcome"], envelope["error_type"]) == ("crash", LAUNCHER_WORKER_LOST)
+    assert envelope["failed_phase"] == "cold_forward" and envelope["worker_pid"] == gone.pid
+    result = execute(spec, run_dir, resume=True, isolation="spawn")
+    assert result["outcome"] == "ok" and not result.get("resumed")
+    kept_aside = json.loads((run_dir / ".attempts" / "1" / "result.json").read_text())
+    assert kept_aside["error_type"] == LAUNCHER_WORKER_LOST
 
 
 # ---- 4. files read back are validated ---------------------------------------------------------

@@ -1,8 +1,8 @@
-"""memsweep's fork server (``isolation=forkserver``): ``python -m worker.forkserver SOCKET``.
+"""memsweep's fork server: ``python -m worker.forkserver SOCKET [PARENT [--no-preload]]``.
 
 The server imports torch (and what the worker needs) once, never touches a device, and
 serves one request per connection on a Unix socket: a JSON line ``{"spec", "stdout",
-"stderr", "env", "dynamo", "timeout_s"}``. It imports ``torch._dynamo`` (as long again as torch itself)
+"stderr", "env", "dynamo", "timeout_s", "isolation"}``. It imports ``torch._dynamo`` (as long again as torch itself)
 only when the first request whose run needs it comes (``dynamo``: the client's
 ``conf.contract.needs_dynamo``), so that it is ready sooner and a CPU inference sweep never
 pays that import. For each request, a handler
@@ -10,6 +10,12 @@ process forks the worker (so every run is still a new process, with its own CUDA
 and caching allocator, created after the fork), answers ``{"pid": ..., "handler": ...}`` (the
 worker's pid and its own, which the client watches) at once and ``{"returncode": ...}`` when
 the worker has ended (negative: killed by that signal, as subprocess reports it).
+
+``isolation=spawn`` (``"isolation": "spawn"`` in the request): the handler starts a new
+interpreter, ``python -m worker SPEC`` (``worker.launch.spawn``), instead of forking: the run
+inherits nothing of the server and imports torch itself, and everything else (answers, lease,
+timeout, exit status) is the same. A server started for spawned runs (``--no-preload``,
+``conf.contract.FORKSERVER_NO_PRELOAD``) imports torch only if asked to fork one.
 
 Why not ``multiprocessing``'s forkserver: it re-imports the caller's ``__main__`` and start
 method in every child, which breaks under launchers that have their own (joblib's loky).
@@ -34,9 +40,16 @@ import sys
 import threading
 import time
 
-from conf.contract import EXIT_STATUS_FILE, LEASE_LOCKS_ENV, SCHEMA_VERSION, write_json_atomic
+from conf.contract import (
+    EXIT_STATUS_FILE,
+    FORKSERVER_NO_PRELOAD,
+    ISOLATION_SPAWN,
+    LEASE_LOCKS_ENV,
+    SCHEMA_VERSION,
+    write_json_atomic,
+)
 
-from .launch import run
+from .launch import run, spawn
 from .lifecycle import die_with_parent  # stdlib-only at import: torch is imported in serve()
 
 REQUEST_TIMEOUT_S = 10.0  # a connected client that sends no request line is dropped
@@ -47,7 +60,8 @@ the dead client's locks are released as it exits, within milliseconds)."""
 
 
 def _handle(conn: socket.socket, request: dict, server: int) -> None:
-    """In the handler process: fork the worker, report its pid and then its exit status.
+    """In the handler process: fork the worker (or, for ``"isolation": "spawn"``, start it as a new
+    interpreter, ``worker.launch.spawn``), report its pid and then its exit status.
     ``server``: the server's pid, which this handler dies with.
 
     A client that goes away before the worker has ended (a launcher worker killed: loky kills
@@ -60,12 +74,17 @@ def _handle(conn: socket.socket, request: dict, server: int) -> None:
     die_with_parent(server)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     handler = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        conn.close()
-        run(request["spec"], request["stdout"], request["stderr"], request["env"], parent=handler)
-        os._exit(70)  # run() never returns
+    spec, stdout, stderr, env = request["spec"], request["stdout"], request["stderr"], request["env"]
     t0 = time.monotonic()
+    if request.get("isolation") == ISOLATION_SPAWN:  # a new interpreter, as the client would start it
+        spawned = spawn(spec, stdout, stderr, env, parent=handler)  # referenced until it is reaped below
+        pid = spawned.pid
+    else:
+        pid = os.fork()
+        if pid == 0:
+            conn.close()
+            run(spec, stdout, stderr, env, parent=handler)
+            os._exit(70)  # run() never returns
     conn.sendall((json.dumps({"pid": pid, "handler": os.getpid()}) + "\n").encode())
     ended, gone, lock = threading.Event(), threading.Event(), threading.Lock()
     timeout_s = request.get("timeout_s")
@@ -166,25 +185,38 @@ def _take_lease(paths: str | None, held: list[int]) -> bool:
     return True
 
 
-def serve(path: str, parent: int | None = None) -> None:
-    """Serve worker forks on the Unix socket ``path`` until killed (never returns).
+def _preload(dynamo: bool) -> None:
+    """Import torch and the worker's modules (and ``torch._dynamo`` when ``dynamo``) into the
+    server, once: every later fork has them (a second call only looks them up)."""
+    import torch  # noqa: F401  - the point of the server: imported once, for every fork
 
-    Imports torch and the worker's modules once, binds ``path + ".new"`` and renames it to
-    ``path`` once it listens, prints ``ready``, then forks one handler process per connection
-    (see the module docstring for the protocol).
+    from . import counters, main, workloads  # noqa: F401
+
+    if dynamo:
+        import torch._dynamo  # noqa: F401
+
+
+def serve(path: str, parent: int | None = None, preload: bool = True) -> None:
+    """Serve worker forks (and spawns) on the Unix socket ``path`` until killed (never returns).
+
+    Imports torch and the worker's modules once (``preload``; else at the first request to fork),
+    binds ``path + ".new"`` and renames it to ``path`` once it listens, prints ``ready``, then
+    forks one handler process per connection (see the module docstring for the protocol). A
+    request with ``"isolation": "spawn"`` has its handler start a new interpreter instead of
+    forking the worker (``worker.launch.spawn``): the server imports nothing for it.
 
     Args:
         path: the socket's path.
         parent: the pid of the client that started the server, which it dies with.
+        preload: import torch before serving (``isolation=forkserver``); False for a server that
+            starts spawned runs (``isolation=spawn``), which never need it.
 
     Raises:
         OSError: the socket cannot be bound or renamed.
     """
     die_with_parent(parent)  # before the long import: a client killed meanwhile leaves no server
-    import torch  # noqa: F401  - the point of the server: imported once, for every fork
-
-    from . import counters, main, workloads  # noqa: F401
-
+    if preload:
+        _preload(dynamo=False)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     # Ctrl-C reaches the whole foreground process group: the orchestrator says what happened and
     # exits, and the server and its handlers die with it (PR_SET_PDEATHSIG), without tracebacks.
@@ -202,8 +234,8 @@ def serve(path: str, parent: int | None = None) -> None:
             with conn.makefile("r") as reader:  # closed, so that conn.close() below frees the socket
                 request = json.loads(reader.readline())
             conn.settimeout(None)
-            if request.get("dynamo", True):  # once, for this fork and every later one
-                import torch._dynamo  # noqa: F401
+            if request.get("isolation") != ISOLATION_SPAWN:  # once, for this fork and every later one
+                _preload(dynamo=request.get("dynamo", True))
         except (OSError, ValueError):  # a client that hung up or sent garbage: not a run
             conn.close()
             continue
@@ -217,4 +249,8 @@ def serve(path: str, parent: int | None = None) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    serve(
+        sys.argv[1],
+        int(sys.argv[2]) if len(sys.argv) > 2 else None,
+        preload=sys.argv[3:4] != [FORKSERVER_NO_PRELOAD],
+    )

@@ -308,6 +308,15 @@ SOURCES = ("measured", "predicted")
 ISOLATION_SPAWN = "spawn"
 """Isolation by a new interpreter per run (``python -m worker SPEC``)."""
 
+WORKER_COMMAND = ("-m", "worker")
+"""The interpreter's arguments before the spec's path that start a spawned worker
+(``ISOLATION_SPAWN``): ``sys.executable -m worker SPEC`` (``sweeper.launch``, ``worker.launch``)."""
+
+FORKSERVER_NO_PRELOAD = "--no-preload"
+"""The fork server's third argument (``python -m worker.forkserver SOCKET PARENT --no-preload``)
+for a server that imports torch only when a run is to be forked: one started for
+``ISOLATION_SPAWN``, whose runs are new interpreters that import torch themselves."""
+
 ISOLATION_FORKSERVER = "forkserver"
 """Isolation by a fork of a server that imported torch but never touched a device."""
 
@@ -328,6 +337,7 @@ for the run until the run ends (``worker.forkserver``): no other run is given it
 
 PARENT_ENV = "MEMSWEEP_PARENT_PID"
 """Environment variable naming the process a worker must die with (the process that started
-it: the orchestrator or launcher worker for a spawned worker, the handler for a forked one);
+it: the fork server's handler for a forked worker and for a spawned one in a sweep, else the
+orchestrator that spawned it);
 the worker checks it after arming PR_SET_PDEATHSIG, so that a parent that died just before
 is not missed (``worker.lifecycle.die_with_parent``)."""
