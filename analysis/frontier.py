@@ -74,14 +74,8 @@ FRONTIER_SCHEMA = table_schema(
     "sweep_dir",
     ("axis", pa.string()),
     ("direction", pa.string()),
-    "workload",
-    "mode",
-    "device",
-    "capacity_bytes",
-    "batch",
-    "context",
-    "width",
-    "dtype",
+    # the fixed load (IDENTITY): two rows differing only here are two loads
+    *(c for c in dict.fromkeys(IDENTITY) if c != "sweep_dir"),
     ("values", pa.string()),
     ("n_runs", pa.int64()),
     ("n_ok", pa.int64()),
@@ -107,13 +101,6 @@ FRONTIER_SCHEMA = table_schema(
     ("upper_reached", pa.bool_()),
     ("stopped_by", pa.string()),
     ("search_status", pa.string()),
-    "warmup",
-    "repeats",
-    *SPREAD,
-    # the rest of the fixed load (IDENTITY): two rows differing only here are two loads
-    "capacity_mode",
-    "workload_params",
-    *OPTIONS,
 )
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null. ``direction`` (conf.contract.DIRECTIONS, from the axis and the row's ``parallel``) says
