@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from sweeper.process import worker_env
 from sweeper.spec import with_estimate
 
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
+HAS_PEFT = HAS_TRANSFORMERS and importlib.util.find_spec("peft") is not None
 
 SMALL_LLAMA = {
     "model_type": "llama",
@@ -105,6 +107,8 @@ def measured(tmp_path_factory):
     }
     if HAS_TRANSFORMERS:
         specs["hf"] = _spec({"name": "hf", "config": str(root / "llama")}, dtype="bfloat16")
+    if HAS_PEFT:  # LoRA rank 4 on peft's default targets (q_proj, v_proj) of a bfloat16 base
+        specs["hf_lora"] = _spec({"name": "hf", "config": str(root / "llama"), "lora_rank": 4}, dtype="bfloat16")
     dirs = {}
     for name, spec in specs.items():
         dirs[name] = root / "sweep" / name
@@ -127,7 +131,7 @@ def measured(tmp_path_factory):
     for name, proc in procs.items():
         assert proc.returncode == 0, (name, proc.stderr[-2000:])
     runs, _, _ = build_tables([root / "sweep"])
-    return {row["workload"]: row for row in runs.to_pylist()}
+    return {row["run_id"]: row for row in runs.to_pylist()}
 
 
 def test_runs_parquet_has_every_workloads_estimate_or_the_reason(measured):
@@ -151,6 +155,31 @@ def test_hf_run_is_counted_by_transformers_and_estimated(measured):
     assert h["estimate_error"] == pytest.approx(
         (h["est_peak_bytes"] - h["max_memory_allocated"]) / h["max_memory_allocated"]
     )
+
+
+@pytest.mark.skipif(not HAS_PEFT, reason="transformers and peft are not installed")
+def test_hf_lora_run_estimates_the_adapters_training_state(measured):
+    """Only the adapters train: r x (in + out) fp32 values per adapted Linear (Hu et al. 2021;
+    peft keeps them in fp32 on a bfloat16 base), their gradients (4 B) and AdamW states (8 B, plus
+    a 4-byte step per adapter tensor on the CPU), derived here from the config's shapes; they are
+    the measured record's figures, not the full fine-tuning ones."""
+    rank, head_dim = 4, SMALL_LLAMA["hidden_size"] // SMALL_LLAMA["num_attention_heads"]
+    hidden, layers = SMALL_LLAMA["hidden_size"], SMALL_LLAMA["num_hidden_layers"]
+    q, v = (hidden, hidden), (hidden, SMALL_LLAMA["num_key_value_heads"] * head_dim)  # (in, out)
+    adapters = layers * (rank * sum(q) + rank * sum(v))
+    steps = 4 * 2 * 2 * layers  # A and B of q_proj and v_proj in every layer
+    h = measured["hf_lora"]
+    assert h["outcome"] == "ok" and h["estimate_missing_reason"] is None
+    assert h["trainable_parameters"] == adapters and h["trainable_parameter_bytes"] == 4 * adapters
+    assert h["est_gradients_bytes"] == 4 * adapters
+    assert h["est_optimizer_states_bytes"] == 8 * adapters + steps
+    assert h["est_weights_bytes"] == h["parameter_bytes"]  # the bfloat16 base + the fp32 adapters
+    full = measured["hf"]  # the same model fully trained: what a LoRA run must not be shown
+    assert full["est_gradients_bytes"] == full["parameter_bytes"] > 10 * h["est_gradients_bytes"]
+    record = json.loads((Path(h["run_dir"]) / "record.json").read_text())
+    phases = {p["name"]: p for p in record["phases"]}
+    assert phases["cold_step.backward"]["gradient_bytes"] == h["est_gradients_bytes"]
+    assert phases["cold_step.optimizer_step"]["optimizer_state_bytes"] == h["est_optimizer_states_bytes"]
 
 
 def write_measured_run(run_dir, spec: RunSpec, peak: int) -> None:

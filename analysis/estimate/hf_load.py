@@ -13,6 +13,7 @@ from conf.contract import RunSpec
 
 from .activations import run_activations
 from .breakdown import Breakdown
+from .finetune import base_formats, estimate_lora_run, lora_settings
 from .formats import DTYPE_BYTES, DTYPE_FORMATS
 from .hf_config import parse_hf_config
 from .transformer import TransformerConfig, estimate_transformer
@@ -35,6 +36,11 @@ def estimate_hf_load(config: Mapping | TransformerConfig, spec: RunSpec, *, batc
     ``sdpa``; no dropout: Hugging Face decoders train with ``attention_dropout`` 0 by default).
     The KV cache and temporaries are not asked for (``None``): the dry run predicts them.
 
+    A LoRA load (``workload.lora_rank``, train mode) is ``finetune.estimate_lora_run``: the frozen
+    base in its storage, the fp32 adapters, and the gradients and optimizer states of the
+    adapters only (the full fine-tuning figures would overstate them by the base's). A 4-bit
+    ``workload.quantization`` stores the decoder Linear weights as ``finetune.base_formats``.
+
     Args:
         config: a Hugging Face config as a mapping (config.json, or ``to_dict()`` of a config),
             or one ``parse_hf_config`` already read.
@@ -45,24 +51,28 @@ def estimate_hf_load(config: Mapping | TransformerConfig, spec: RunSpec, *, batc
 
     Returns:
         A Breakdown with ``weights`` (and ``gradients``, ``optimizer_states`` in train mode;
-        ``activations`` with ``batch`` in train mode).
+        ``activations`` with ``batch`` in train mode; a 4-bit LoRA base's ``temporaries``).
 
     Raises:
-        ValueError: a config ``parse_hf_config`` cannot read, an unknown dtype or optimizer.
+        ValueError: a config ``parse_hf_config`` cannot read, an unknown dtype or optimizer,
+            LoRA targets the model does not have (``lora.lora_targets``).
     """
     if spec.dtype not in DTYPE_FORMATS:
         raise ValueError(f"dtype {spec.dtype!r}: one of {', '.join(DTYPE_FORMATS)}")
-    stored = "float32" if spec.precision == "autocast" else spec.dtype
+    model = config if isinstance(config, TransformerConfig) else parse_hf_config(config)
     train = spec.mode == "train"
+    settings = run_activations(batch, spec.context, spec.checkpointing, spec.workload.get("attention"))
+    if train and lora_settings(spec.workload) is not None:
+        return estimate_lora_run(model, spec.to_dict(), settings)
     return estimate_transformer(
-        config if isinstance(config, TransformerConfig) else parse_hf_config(config),
-        weight_format=DTYPE_FORMATS[stored],
+        model,
+        weight_format=base_formats(spec.to_dict())[0],
         compute_bytes=DTYPE_BYTES[spec.dtype],
         train=train,
         optimizer=spec.optimizer,
         mixed_precision=False,
         step_tensors=train and spec.optimizer == "adamw" and not spec.device.startswith("cuda"),
-        activations=run_activations(batch, spec.context, spec.checkpointing, spec.workload.get("attention")),
+        activations=settings,
     )
 
 

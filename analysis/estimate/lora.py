@@ -179,15 +179,18 @@ def estimate_lora(
     compute_bytes: int = 2,
     optimizer: str = "adamw",
     activations: ActivationSettings = NO_ACTIVATIONS,
+    keep_format: StorageFormat | str | None = None,
+    step_tensors: bool = False,
 ) -> Breakdown:
     """LoRA / QLoRA fine-tuning of ``model``: frozen base + adapters, their training state.
 
     * weights: the base in ``base_format`` (``weights_from_shapes``: a quantized format
-      quantizes the decoder Linear weights, the rest stays in 16 bits) + the adapters,
+      quantizes the decoder Linear weights, the rest stays in ``keep_format``) + the adapters,
       ``lora_parameters x adapter_bytes``;
     * gradients: the adapters only, ``adapter_bytes`` each (the frozen base has none);
     * optimizer states: ``training_state`` of the adapters (AdamW on fp32 adapters: 8 B per
-      adapter parameter, no master copy; 16-bit adapters get the fp32 master copy);
+      adapter parameter, no master copy; 16-bit adapters get the fp32 master copy; with
+      ``step_tensors``, Adam's 4-byte step per adapter tensor, two per adapted module);
     * activations (``activations.counted``): the base's, as in full training
       (``training_activations``, Korthikanti et al. 2022: an upper bound, since PyTorch does
       not keep a frozen Linear's input for a weight gradient) + ``adapter_activation_bytes``;
@@ -204,6 +207,11 @@ def estimate_lora(
         optimizer: the adapters' optimizer (``training.OPTIMIZERS``).
         activations: the base's training activations to count (``ActivationSettings``; its
             ``dropout`` is the base model's, not ``lora.dropout``).
+        keep_format: storage of the tensors a quantized ``base_format`` does not quantize
+            (embeddings, ``lm_head``, norms); ``None``: bf16 when ``compute_bytes`` is 2, else
+            fp32. peft's ``prepare_model_for_kbit_training`` upcasts them to fp32.
+        step_tensors: count Adam(W)'s per-tensor step in the optimizer states
+            (``training_state``: device memory on the CPU, host memory on CUDA).
 
     Returns:
         a Breakdown (bytes) whose notes give the targets, the trainable count and the
@@ -220,7 +228,7 @@ def estimate_lora(
     ]
     tensors = model.tensors()
     base = sum(t.numel for t in tensors)
-    keep = "bf16" if compute_bytes == 2 else "fp32"
+    keep = keep_format if keep_format is not None else ("bf16" if compute_bytes == 2 else "fp32")
     weights = weights_from_shapes(tensors, fmt, keep_format=keep) + trainable * lora.adapter_bytes
     state = training_state(
         trainable,
@@ -228,6 +236,7 @@ def estimate_lora(
         optimizer=optimizer,
         mixed_precision=lora.adapter_bytes < 4,
         shapes=adapter_shapes,
+        step_tensors=step_tensors,
     )
     alpha = 8 if lora.alpha is None else lora.alpha
     targets = ", ".join(f"{m.name} ({m.count} x {m.in_features}->{m.out_features})" for m in modules)

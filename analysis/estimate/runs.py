@@ -8,7 +8,9 @@ runs.parquet shows, for every run, what was calculated next to what was measured
 * ``transformer`` (memsweep's decoder, ``worker/models.py``) and ``hf`` (a transformers causal
   LM, described by transformers' own count on the meta device, ``counted.model_from_count``):
   the formulas of ``transformer.py`` for the run's mode: weights in the run's dtype (fp32
-  under autocast); training: gradients and optimizer states (``training_state``) and the
+  under autocast; an hf ``quantization`` in 4 bits, ``finetune.base_formats``); an hf LoRA
+  training run: the frozen base, the adapters and their training state only
+  (``finetune.estimate_lora_run``); other training: gradients and optimizer states (``training_state``) and the
   Korthikanti et al. 2022 activations (``training_activations``: no dropout, fused attention
   for sdpa, full recomputation with checkpointing); generation: the KV cache of context +
   new_tokens tokens per sequence (``kv_cache_estimate``). Inference and prefill activations
@@ -26,7 +28,8 @@ from typing import Any
 from .activations import run_activations
 from .breakdown import Breakdown
 from .counted import model_from_count
-from .formats import DTYPE_BYTES, DTYPE_FORMATS, storage_format
+from .finetune import base_formats, estimate_lora_run, lora_settings
+from .formats import DTYPE_BYTES, DTYPE_FORMATS, weights_from_shapes
 from .training import training_state
 from .transformer import TransformerConfig, kv_cache_estimate, training_activations
 from .workloads import estimate_for_spec
@@ -84,33 +87,35 @@ def estimate_lm_run(model: TransformerConfig, data: Mapping) -> tuple[Breakdown,
     Raises:
         ValueError: a size the formulas reject.
     """
-    dtype = data.get("dtype", "float32")
-    compute = DTYPE_BYTES[DTYPE_FORMATS[dtype]]
-    autocast = data.get("precision", "pure") == "autocast"
-    fmt = storage_format("fp32" if autocast else DTYPE_FORMATS[dtype])
+    compute = DTYPE_BYTES[DTYPE_FORMATS[data.get("dtype", "float32")]]
+    fmt, keep = base_formats(data)
     param_bytes = fmt.bits // 8
     tensors = model.tensors()
     params = sum(t.numel for t in tensors)
-    b = Breakdown(weights=params * param_bytes).with_note(
-        f"{model.model_type}: {params} parameters ({model.source}) in {fmt.name}"
+    stored = fmt.name if fmt == keep else f"{fmt.name} (decoder Linear weights; the others in {keep.name})"
+    b = Breakdown(weights=weights_from_shapes(tensors, fmt, keep)).with_note(
+        f"{model.model_type}: {params} parameters ({model.source}) in {stored}"
     )
     mode = data.get("mode", "inference")
     batch, context = data["batch"], data["context"]
     missing = []
     if mode == "train":
-        state = training_state(
-            params,
-            param_bytes=param_bytes,
-            optimizer=data.get("optimizer", "adamw"),
-            mixed_precision=False,
-            shapes=[t.shape for t in tensors],
-            step_tensors=data.get("optimizer", "adamw") == "adamw" and data.get("device", "cpu") == "cpu",
-        )
         attention = (data.get("workload") or {}).get("attention", "sdpa")
         settings = run_activations(batch, context, data.get("checkpointing"), attention)
-        acts, note = training_activations(model, settings, compute_bytes=compute)
-        b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states, activations=acts)
-        b = b.with_note(*state.notes, note)
+        if lora_settings(data.get("workload") or {}) is not None:
+            b = estimate_lora_run(model, data, settings)
+        else:
+            state = training_state(
+                params,
+                param_bytes=param_bytes,
+                optimizer=data.get("optimizer", "adamw"),
+                mixed_precision=False,
+                shapes=[t.shape for t in tensors],
+                step_tensors=data.get("optimizer", "adamw") == "adamw" and data.get("device", "cpu") == "cpu",
+            )
+            acts, note = training_activations(model, settings, compute_bytes=compute)
+            b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states, activations=acts)
+            b = b.with_note(*state.notes, note)
         if data.get("eval_batch"):
             missing.append("the eval phase's activations")
     elif mode == "generate":
