@@ -425,3 +425,61 @@ def test_a_decreasing_axis_reads_its_edge_at_min_ok_in_every_section():
     assert f"measured at world_size=2 ({reserved[2]} B" in cards_md
     assert "which smallest measured world_size would (more ranks, less memory each)" in cards_md
     assert "| 2 (every measured value that ran; smaller ones were not measured) |" in cards_md
+
+
+def train_sweep(points):
+    """A synthetic train sweep: ``make``'s runs in mode train, each with the train sub-phases
+    (cold_step.forward ... optimizer_step, then a warm step) and est_* columns for every model
+    state; the peak is in warm_step.backward."""
+    runs, _ = make("s", points)
+    w, phases = 10 * MiB, []
+    for run in runs:
+        run["mode"] = "train"
+        peak = run["max_memory_allocated"]
+        rows = [
+            ("model_load", 0, w, w),
+            ("inputs", w, w + MiB, w + MiB),
+            ("cold_step.forward", w + MiB, w + 5 * MiB, w + 9 * MiB),
+            ("cold_step.backward", w + 5 * MiB, w + 11 * MiB, w + 15 * MiB),
+            ("cold_step.optimizer_step", w + 11 * MiB, w + 31 * MiB, w + 32 * MiB),
+            ("warm_step.forward", w + 31 * MiB, w + 35 * MiB, w + 38 * MiB),
+            ("warm_step.backward", w + 35 * MiB, w + 31 * MiB, peak),
+        ]
+        for i, (name, a0, a1, top) in enumerate(rows[: None if run["outcome"] == "ok" else 3]):
+            phases.append(
+                {
+                    "sweep_dir": "s",
+                    "run_id": run["run_id"],
+                    **{k: run[k] for k in ("batch", "context", "width", "dtype", "mode", "device")},
+                    "phase": name,
+                    "phase_index": i,
+                    "status": "oom" if run["outcome"] != "ok" and i == 2 else "ok",
+                    "memory_allocated_start": a0,
+                    "memory_allocated": a1,
+                    "max_memory_allocated": top,
+                }
+            )
+    n = len(points)
+    extra = {
+        "est_weights_bytes": (pa.int64(), [w] * n),
+        "est_gradients_bytes": (pa.int64(), [10 * MiB] * n),
+        "est_optimizer_states_bytes": (pa.int64(), [20 * MiB] * n),
+        "est_activations_bytes": (pa.int64(), [200 * MiB] * n),
+        "est_peak_bytes": (pa.int64(), [w + 230 * MiB] * n),
+    }
+    return runs, phases, extra
+
+
+def test_a_train_runs_estimate_is_set_beside_the_gradients_and_states_it_kept():
+    """The estimate's gradients and optimizer states are compared with what the first step kept,
+    named as the Observed section names it in train mode (gradients, optimizer states), never as
+    an inference run's "no gradients nor optimizer states"."""
+    runs, phases, extra = train_sweep([(8, "ok", 400 * MiB, 300 * MiB), (16, "oom", 2 * GiB, GiB)])
+    md = markdown(report_of(runs, phases, extra_columns=extra))
+    kept = "kept after the first pass/step (gradients, optimizer states, cuBLAS workspaces)"
+    section = md.split("## Estimate beside the measurement")[1].split("\n## ")[0]
+    for component in ("gradients", "optimizer_states"):
+        row = next(line for line in section.splitlines() if line.startswith(f"| {component} |"))
+        assert row.endswith(f"| {30 * MiB} B: {kept} |"), row  # end of cold_step minus its start
+    assert "no gradients nor optimizer states" not in section
+    assert kept in md.split("## Observed")[1]  # the same words as the Observed section's

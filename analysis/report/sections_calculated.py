@@ -169,7 +169,7 @@ def _estimator(doc: Doc, axes: list[AxisResult], est_cols: list[str]) -> None:
             continue
         est_peak = r.get("est_peak_bytes")
         observed = {}
-        for name, value in decomposition(r.get("_phases") or [], r.get("max_memory_allocated")):
+        for name, value in decomposition(r.get("_phases") or [], r.get("max_memory_allocated"), r.get("mode")):
             for key, label in PART_NAMES.items():
                 if name.startswith(label):
                     observed[key] = (name, value)
