@@ -483,3 +483,40 @@ def test_a_train_runs_estimate_is_set_beside_the_gradients_and_states_it_kept():
         assert row.endswith(f"| {30 * MiB} B: {kept} |"), row  # end of cold_step minus its start
     assert "no gradients nor optimizer states" not in section
     assert kept in md.split("## Observed")[1]  # the same words as the Observed section's
+
+
+def _card_row(md, label):
+    """The value of the summary card's row ``label``."""
+    card = md.split("# Summary card")[1]
+    return next(line for line in card.splitlines() if line.startswith(f"| {label} |")).split(" | ", 1)[1]
+
+
+def test_the_cards_weights_estimate_is_the_edge_runs_with_the_range_named():
+    """The weights estimate differs along world_size (FSDP shards them) and width: the card shows
+    the figure of its edge run (min_ok on a decreasing axis, max_ok otherwise) naming the value,
+    and the range over the runs, each end named, never the first run's figure unqualified."""
+    base = {"batch": 8, "context": 128, "width": 256, "dtype": "float32", "parallel": "fsdp"}
+    runs, phases = make(
+        "s",
+        [(1, "oom", GiB, GiB), (2, "ok", 700 * MiB, 699 * MiB), (4, "ok", 400 * MiB, 399 * MiB)],
+        axis="world_size",
+        base=base,
+    )
+    sharded = [6 * MiB, 3 * MiB, 3 * MiB // 2]  # weights / world_size
+    est = {
+        "est_weights_bytes": (pa.int64(), sharded),
+        "est_peak_bytes": (pa.int64(), [600 * MiB, 500 * MiB, 300 * MiB]),
+    }
+    row = _card_row(markdown(report_of(runs, phases, extra_columns=est)), "weights estimate (calculated)")
+    text = lambda w: f"{w} B ({w / GiB:.6f} GiB)"  # noqa: E731
+    assert row.startswith(f"{text(sharded[1])} at min_ok world_size=2; over the runs: ")
+    assert f"{text(sharded[2])} at world_size=4 to {text(sharded[0])} at world_size=1" in row
+
+    runs, phases = make(
+        "s", [(64, "ok", 300 * MiB, 290 * MiB), (128, "ok", 500 * MiB, 490 * MiB), (256, "oom", GiB, GiB)], axis="width"
+    )
+    grows = [MiB, 4 * MiB, 16 * MiB]  # the weights grow with the width
+    est = {"est_weights_bytes": (pa.int64(), grows), "est_peak_bytes": (pa.int64(), [300 * MiB, 500 * MiB, 900 * MiB])}
+    row = _card_row(markdown(report_of(runs, phases, extra_columns=est)), "weights estimate (calculated)")
+    assert row.startswith(f"{text(grows[1])} at max_ok width=128; over the runs: {text(grows[0])} at width=64 to ")
+    assert row.endswith(f"{text(grows[2])} at width=256 |")

@@ -69,6 +69,63 @@ def _capacity_text(r: dict) -> str:
     return f"{cap} B ({gib(cap)} GiB), " + (mode if emulated else "") + method
 
 
+def _weights_text(w: int) -> str:
+    """An estimated weights figure as printed: bytes, then GiB."""
+    return f"{nbytes(w)} B ({gib(w)} GiB)"
+
+
+def _weights_span(runs: list[dict], axis: str | None) -> str:
+    """The estimated weights of ``runs`` (each with ``est_weights_bytes``) as printed: one figure,
+    "for every run", when they are all equal; else the smallest and the largest, each named by
+    its value of ``axis`` (by its run id when ``axis`` is None)."""
+    low = min(runs, key=lambda r: r["est_weights_bytes"])
+    high = max(runs, key=lambda r: r["est_weights_bytes"])
+    if low["est_weights_bytes"] == high["est_weights_bytes"]:
+        return f"{_weights_text(low['est_weights_bytes'])} for every run"
+    return " to ".join(
+        f"{_weights_text(r['est_weights_bytes'])} at "
+        + (axis_label(axis, r.get(axis)) if axis else f"run `{r.get('run_id')}`")
+        for r in (low, high)
+    )
+
+
+def weights_rows(runs: list[dict], axes: list[AxisResult]) -> list[list[str]]:
+    """The card's "weights estimate (calculated)" rows: per axis, the figure of the run the card is
+    about (an ok run at the edge: ``max_ok``, or ``min_ok`` on a decreasing axis), the axis value
+    named, then the range over the axis's runs when the estimate differs along it (world_size,
+    width); without that run, the range alone; without an axis, the runs' range named by run id.
+
+    Args:
+        runs: the measured run rows (``est_weights_bytes``: bytes, or None where not estimated).
+        axes: the axis results (``stats.analyse_axis``).
+
+    Returns:
+        [label, value] rows; "no estimate available" where no run has the estimate.
+    """
+    label = "weights estimate{} (calculated)"
+    if not axes:
+        estimated = [r for r in runs if r.get("est_weights_bytes") is not None]
+        span = _weights_span(estimated, None) if estimated else None
+        return [[label.format(""), span or "no estimate available"]]
+    rows = []
+    for a in axes:
+        of = f", {a.title}" if len(axes) > 1 else ""
+        estimated = [r for r in a.runs if r.get("est_weights_bytes") is not None]
+        if not estimated:
+            rows.append([label.format(of), "no estimate available"])
+            continue
+        span = _weights_span(estimated, a.axis)
+        st = a.stat(a.edge)
+        at = next((r for r in (st.runs if st else []) if r.get("outcome") == "ok" and r in estimated), None)
+        if at is None:
+            rows.append([label.format(of), span])
+            continue
+        text = f"{_weights_text(at['est_weights_bytes'])} at {a.edge_names[0]} {axis_label(a.axis, a.edge)}"
+        equal = len({r["est_weights_bytes"] for r in estimated}) == 1
+        rows.append([label.format(of), text if equal else f"{text}; over the runs: {span}"])
+    return rows
+
+
 def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy) -> None:
     """Append the "Summary card" section: load, environment, capacity, outcomes, frontier, margin
     at the edge (max_ok; min_ok on a decreasing axis) and chosen value per axis, then the four
@@ -107,12 +164,7 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
             ", ".join(f"{p} ({o} x{n})" for (p, o), n in failed.items()) or "none: every phase of every run succeeded",
         ],
     ]
-    weights = [r for r in runs if r.get("est_weights_bytes") is not None]
-    if weights:
-        w = weights[0]["est_weights_bytes"]
-        rows.append(["weights estimate (calculated)", f"{w} B ({gib(w)} GiB)"])
-    else:
-        rows.append(["weights estimate (calculated)", "no estimate available"])
+    rows += weights_rows(runs, axes)
     # one load per frontier row: each value below is of that load alone, never across loads
     several = len(axes) > 1
     for a in axes:
