@@ -302,7 +302,7 @@ def elsewhere_words(axis: str, group: pd.DataFrame, unreached: bool) -> dict:
 
     Args:
         axis: the row's axis.
-        group: its runs (runs-table rows with a ``_reads`` column from ``_reads``).
+        group: its runs (runs-table rows).
         unreached: no run ran out of memory in a phase that scales with ``axis`` (no ``min_oom``).
 
     Returns:
@@ -391,21 +391,21 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
             )
             if not values or (len(values) < 2 and search is None):
                 continue
-            reads = [_reads(axis, r) for r in group.to_dict("records")]
-            group = group.assign(_reads=reads)
+            # what each run reads as, beside the group (a column inserted into its 100+ would fragment it)
+            reads = pd.Series([_reads(axis, r) for r in group.to_dict("records")], index=group.index, dtype=object)
             rank = {v: i for i, v in enumerate(values)}
-            by_value = {v: set(group.loc[group[axis] == v, "_reads"]) for v in values}
+            by_value = {v: set(reads[group[axis] == v]) for v in values}
             ok = [v for v in values if "ok" in by_value[v]]
             oom = [v for v in values if "oom" in by_value[v]]
             direction = axis_direction(axis, _scalar(fixed.get("parallel")))
             fit, miss, monotonic, gap = _edge([rank[v] for v in ok], [rank[v] for v in oom], direction)
             fit, miss = (None if i is None else values[i] for i in (fit, miss))
-            rerun = (group.loc[group["_reads"].isin(["ok", "oom"]), axis].value_counts() > 1).any()
+            rerun = (group.loc[reads.isin(["ok", "oom"]), axis].value_counts() > 1).any()
             stable = not any({"ok", "oom"} <= s for s in by_value.values()) if rerun else None
             exact = bool(ok and oom and monotonic and stable is not False and gap == 1)
             peak = {}
             if fit is not None:
-                at = group[(group[axis] == fit) & (group["_reads"] == "ok")]
+                at = group[(group[axis] == fit) & (reads == "ok")]
                 peak = {c: _fit_peak(at, c) for c in ("max_memory_allocated", "max_memory_reserved")}
             elsewhere = elsewhere_words(axis, group, miss is None)
             numeric = axis in INTEGER_AXES

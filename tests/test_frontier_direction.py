@@ -100,3 +100,23 @@ def test_the_frontier_text_says_the_decreasing_edge():
     text = format_frontier(coerce_table(rows, FRONTIER_SCHEMA))
     assert "world_size decreasing under parallel=fsdp" in text
     assert "fits from world_size=2 (min_ok); 1 runs out of memory (max_oom)" in text
+
+
+def test_the_frontier_of_a_small_sweep_raises_no_pandas_warning():
+    """frontier_table reads every run's outcome beside the runs table's columns (more than 100 of
+    them) without inserting a column into it: no PerformanceWarning ("DataFrame is highly
+    fragmented") on every analyse and sweep."""
+    import warnings
+
+    import pandas as pd
+
+    runs = [
+        dict(BASE, run_id=f"r{b}", batch=b, outcome=o, failed_phase=None if o == "ok" else "cold_step.forward")
+        for b, o in ((1, "ok"), (2, "ok"), (4, "oom"))
+    ]
+    assert len(RUNS_SCHEMA) > 100
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.PerformanceWarning)
+        rows = frontier_table(coerce_table(runs, RUNS_SCHEMA)).to_pylist()
+    (row,) = [r for r in rows if r["axis"] == "batch"]
+    assert (row["max_ok"], row["min_oom"], row["exact"]) == (2, 4, True)
