@@ -7,7 +7,16 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from conf.contract import RECORD_FILE, SPEC_FILE, STDERR_FILE, RunSpec, predicted_outcome, run_peak, try_read
+from conf.contract import (
+    RECORD_FILE,
+    SPEC_FILE,
+    STDERR_FILE,
+    RunSpec,
+    predicted_outcome,
+    ranks_are_tasks,
+    run_peak,
+    try_read,
+)
 
 from .errors import InputRefused
 from .owner import guard_launcher_worker
@@ -40,7 +49,7 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        spec = checked_spec(cfg)
+        spec = checked_spec(cfg, run=hydra_cfg.mode == RunMode.RUN)
     except InputRefused:
         if new_run_dir and hydra_cfg.mode == RunMode.RUN:  # a refused `memsweep run` leaves no empty directory
             remove_bookkeeping_only(run_dir)
@@ -79,11 +88,11 @@ RANK_TASK_WAIT_S = 600.0
 
 def rank_task(spec: RunSpec) -> str | None:
     """This SLURM task's rank (``SLURM_PROCID``) when ``spec``'s ranks are SLURM tasks
-    (``tasks_per_node``, world_size > 1) and it is not rank 0; else None (the run's own task)."""
+    (``conf.contract.ranks_are_tasks``) and it is not rank 0; else None (the run's own task)."""
     import os
 
     rank = os.environ.get("SLURM_PROCID")
-    if spec.tasks_per_node is None or spec.world_size == 1 or rank in (None, "0"):
+    if not ranks_are_tasks(spec) or rank in (None, "0"):
         return None
     return rank
 
