@@ -12,6 +12,7 @@ from conf.contract import (
     SPEC_FILE,
     STDERR_FILE,
     RunSpec,
+    axis_ignored,
     predicted_outcome,
     ranks_are_tasks,
     run_peak,
@@ -122,7 +123,8 @@ def run_rank_task(spec: RunSpec, run_dir: Path, rank: str) -> dict:
 
 
 def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None = None) -> str:
-    """The console line of one finished run: its load and outcome; for a dry run, its verdict
+    """The console line of one finished run: its load (without the width where the load ignores
+    it, ``conf.contract.axis_ignored``: the hf workload) and outcome; for a dry run, its verdict
     (``conf.contract.predicted_outcome``: the predicted peak against the capacity), never the
     worker's plain ``ok``.
 
@@ -136,8 +138,9 @@ def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None
         One line.
     """
     where = f" in {result['failed_phase']}" if result["failed_phase"] else ""
+    width = "" if axis_ignored(spec, "width") else f" width={spec.width}"  # hf: its config's, not width
     head = (
-        f"{run_dir}: batch={spec.batch} context={spec.context} width={spec.width} dtype={spec.dtype} "
+        f"{run_dir}: batch={spec.batch} context={spec.context}{width} dtype={spec.dtype} "
         f"mode={spec.mode} device={spec.device}"
     )
     wall = f" ({result['wall_s']:.1f} s)" if isinstance(result.get("wall_s"), (int, float)) else ""

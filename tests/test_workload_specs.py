@@ -237,3 +237,11 @@ def test_the_runs_table_names_the_optimizer_that_ran():
     assert run_optimizer(plain) == "sgd" and run_optimizer({"workload": "junk"}) is None
     for spec, name in ((factory, "a.make"), (plain, "sgd")):
         assert run_row(Run(Path("/nonexistent/0"), spec, record={}), Path("/nonexistent"))["optimizer"] == name
+
+
+def test_the_console_line_leaves_out_a_width_the_load_ignores(tmp_path):
+    from sweeper.job import outcome_line
+
+    result = {"outcome": "ok", "failed_phase": None, "wall_s": 1.0}
+    assert " width=32 " in outcome_line(_spec(), tmp_path, result)
+    assert "width=" not in outcome_line(_spec(workload=HF), tmp_path, result)

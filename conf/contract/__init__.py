@@ -169,7 +169,7 @@ from .vocabulary import (
     axis_direction,
     sub_phase_names,
 )
-from .workload import WORKLOAD_PARAMS, check_axis_read, hf_config_kind, run_optimizer, validate_workload
+from .workload import WORKLOAD_PARAMS, axis_ignored, check_axis_read, hf_config_kind, run_optimizer, validate_workload
 
 __all__ = [
     "FAILURE_CLASSES",
@@ -330,6 +330,7 @@ __all__ = [
     "validate_estimate",
     "validate_workload",
     "check_axis_read",
+    "axis_ignored",
     "run_optimizer",
     "version_tuple",
     "write_json_atomic",

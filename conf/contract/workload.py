@@ -226,13 +226,37 @@ def validate_workload(workload: Any) -> dict:
     return {"name": name, **check(params)}
 
 
-def check_axis_read(spec: Any, axis: str, field: str, value: Any = None) -> None:
-    """Refuse varying ``axis`` (a sweep's list of values, a search, a prediction) on a load that
-    does not read it: every value would run the same load, and its "edge" would be none.
+def axis_ignored(spec: Any, axis: str) -> str | None:
+    """Why the load of ``spec`` does not read ``axis``, or None when it does.
 
     The width: only the workloads of ``WIDTH_WORKLOADS`` read it, the transformer only while
     ``workload.hidden`` is null. ``eval_batch``: the batch of the eval pass after training,
     mode=train only.
+
+    Args:
+        spec: a ``RunSpec``.
+        axis: one of ``AXES``.
+
+    Returns:
+        The reason in words, or None.
+    """
+    name = spec.workload_name
+    if axis == "width" and name not in WIDTH_WORKLOADS:
+        return (
+            f"workload={name} builds its model from workload.config and workload.overrides, width changes "
+            "nothing (vary the model through workload.overrides, e.g. hidden_size)"
+        )
+    if axis == "width" and name == "transformer" and spec.workload["hidden"] is not None:
+        return f"workload.hidden={spec.workload['hidden']} fixes the transformer's width (hidden = width when null)"
+    if axis == "eval_batch" and spec.mode != "train":
+        return f"eval_batch is the batch of the eval pass after training: it needs mode=train (mode={spec.mode})"
+    return None
+
+
+def check_axis_read(spec: Any, axis: str, field: str, value: Any = None) -> None:
+    """Refuse varying ``axis`` (a sweep's list of values, a search, a prediction) on a load that
+    does not read it (``axis_ignored``): every value would run the same load, and its "edge"
+    would be none.
 
     Args:
         spec: the load's ``RunSpec`` (the baseline, or a condition of the sweep).
@@ -244,17 +268,7 @@ def check_axis_read(spec: Any, axis: str, field: str, value: Any = None) -> None
     Raises:
         SpecError: ``field``, when the load ignores ``axis``.
     """
-    name = spec.workload_name
-    reason = None
-    if axis == "width" and name not in WIDTH_WORKLOADS:
-        reason = (
-            f"workload={name} builds its model from workload.config and workload.overrides, width changes "
-            "nothing (vary the model through workload.overrides, e.g. hidden_size)"
-        )
-    elif axis == "width" and name == "transformer" and spec.workload["hidden"] is not None:
-        reason = f"workload.hidden={spec.workload['hidden']} fixes the transformer's width (hidden = width when null)"
-    elif axis == "eval_batch" and spec.mode != "train":
-        reason = f"eval_batch is the batch of the eval pass after training: it needs mode=train (mode={spec.mode})"
+    reason = axis_ignored(spec, axis)
     if reason is not None:
         raise SpecError(field, axis if value is None else value, f"an axis this load reads, not {axis}: {reason}")
 
