@@ -37,6 +37,7 @@ from conf.contract import (
     phase_peak,
     read_run,
     record_phases,
+    run_optimizer,
 )
 
 from .estimate import estimate_columns, rank_estimate
@@ -214,6 +215,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "schema_version": as_int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
         **{name: spec.get(name) for name in OPTIONS},
+        "optimizer": run_optimizer(spec),  # a user factory's target, not the spec's unused default
         "train_step": record.get("train_step"),
         **{k: model.get(k) for k in MODEL_COLUMNS},
         "devices": as_int(spec.get("devices", 1)),

@@ -20,7 +20,8 @@ OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher
 
 Exit status of ``memsweep run``: 0 ok, 3 out of memory, 4 error, 6 crash, 7 timeout (the run's
 outcome), 2 bad input (nothing ran). ``memsweep sweep``: 0 when the sweep ran (its OOMs are
-its data), 2 bad input, 130 interrupted (resumable).
+its data), 2 bad input, 130 interrupted (resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
+fits, 4 a dry run failed, 2 bad input (``conf.contract.PREDICT_EXIT``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from conf.contract import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     PEAK_CATEGORIES,
+    PREDICT_EXIT,
     RUN_EXIT,
     SpecError,
     bytes_text,
@@ -158,7 +160,8 @@ PREDICT_USAGE = """usage: memsweep predict [OVERRIDES] capacity=SIZE [--axis bat
 Predicts, without the device, the largest value of the axis whose tensor bytes fit in SIZE
 (GB = 10^9 B, GiB = 2^30 B), by bisection on dry runs. OVERRIDES are those of `memsweep run`;
 device=cpu (the default) or device=cuda[:N] (fake CUDA tensors: no GPU needed; CUDA's 512 B
-allocator blocks counted)."""
+allocator blocks counted). --cards=T4 --cards=H100 names several cards (--cards alone: every card).
+Exit status: 0 an edge predicted, 3 nothing fits, 4 a dry run failed, 2 bad input."""
 # How `memsweep predict` names conf.contract.PEAK_CATEGORIES.
 CATEGORY_LABELS = {
     "parameter": "parameters",
@@ -172,7 +175,7 @@ def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None]:
     """(overrides, axis, capacity text or None) of ``memsweep predict``'s arguments.
 
     Raises:
-        SpecError: an axis other than batch, context or width (field ``--axis``).
+        SpecError: an axis a search cannot walk (field ``--axis``).
     """
     from .search import check_search_axis
 
@@ -199,8 +202,8 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
             (looked up at the call, not at import).
 
     Returns:
-        The exit status: 0 edge found, 1 no edge (a dry run failed or nothing fits), 2 bad
-        input.
+        The exit status (``conf.contract.PREDICT_EXIT``): 0 edge found, 3 nothing fits, 4 a dry
+        run failed, 2 bad input.
     """
     out = out if out is not None else sys.stdout
     from .predict import blind_spots, predict_edge
@@ -210,10 +213,10 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
         return 0
     cards = [a for a in argv if a == "--cards" or a.startswith("--cards=")]
     if cards:
-        return _predict_cards_command([a for a in argv if a not in cards], cards[-1], out)
+        return _predict_cards_command([a for a in argv if a not in cards], cards, out)
     try:
         overrides, axis, capacity = _parse_predict_args(argv)
-        prediction = predict_edge(overrides, axis, capacity)
+        prediction = predict_edge(overrides, axis, capacity, axis_field="--axis")
     except SpecError as exc:  # bad input, or a load the dry run refuses (e.g. a workload it cannot fake)
         print(f"memsweep predict: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -261,21 +264,47 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
     for item in blind_spots(predictor.device):
         print(f"    - {item}", file=out)
     print("  Keep a margin for these, or measure the edge: memsweep sweep ... capacity=SIZE", file=out)
-    return 0 if edge["max_fit"] is not None and edge["error"] is None else 1
+    if edge["error"] is not None:
+        return PREDICT_EXIT["error"]
+    return PREDICT_EXIT["edge"] if edge["max_fit"] is not None else PREDICT_EXIT["nothing_fits"]
 
 
-def _predict_cards_command(argv: list[str], cards: str, out) -> int:
+def card_names(args: list[str]) -> list[str] | None:
+    """The cards named by ``memsweep predict``'s ``--cards`` arguments, every one given
+    (``--cards=T4 --cards=H100,A100``), in order, each once; None (the whole catalog) when only
+    a bare ``--cards`` is given.
+
+    Args:
+        args: the ``--cards`` and ``--cards=...`` arguments.
+
+    Raises:
+        SpecError: field ``--cards``, an empty list (``--cards=``, ``--cards=,``).
+    """
+    names: list[str] = []
+    for arg in args:
+        if arg == "--cards":
+            continue
+        given = [n.strip() for n in arg.partition("=")[2].split(",") if n.strip()]
+        if not given:
+            raise SpecError(
+                "--cards", arg.partition("=")[2], "card names, comma-separated (or --cards alone for every card)"
+            )
+        names += [n for n in given if n not in names]
+    return names or None
+
+
+def _predict_cards_command(argv: list[str], cards: list[str], out) -> int:
     """``memsweep predict [OVERRIDES] --cards[=NAME,NAME]``: one table of the predicted edge per
-    card of the catalog (``sweeper.predict_cards``); exit 0, 1 when a dry run failed, 2 bad input."""
+    card of the catalog (``sweeper.predict_cards``); exit 0, 4 when a dry run failed, 2 bad input."""
     from .predict import blind_spots
     from .predict_cards import predict_cards
 
-    names = [n.strip() for n in cards.partition("=")[2].split(",") if n.strip()]
     try:
+        names = card_names(cards)
         overrides, axis, capacity = _parse_predict_args(argv)
         if capacity is not None:
             raise SpecError("capacity", capacity, "no capacity with --cards (each card's reported total is used)")
-        summary = predict_cards(overrides, axis, names or None)
+        summary = predict_cards(overrides, axis, names, axis_field="--axis")
     except SpecError as exc:
         print(f"memsweep predict: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -306,7 +335,7 @@ def _predict_cards_command(argv: list[str], cards: str, out) -> int:
     print("  A prediction of live tensor bytes, not a measurement on these cards. It cannot see:", file=out)
     for item in blind_spots(summary["device"]):
         print(f"    - {item}", file=out)
-    return 1 if any(r["error"] for r in summary["cards"]) else 0
+    return PREDICT_EXIT["error"] if any(r["error"] for r in summary["cards"]) else PREDICT_EXIT["edge"]
 
 
 def _print_split(summary: dict, axis: str, out) -> None:

@@ -15,7 +15,7 @@ from omegaconf import MISSING
 
 from conf.contract import SpecError
 
-from .search import SEARCH_AXES, STRATEGIES, Lattice
+from .search import STRATEGIES, Lattice, check_search_axis
 
 # The light probe policy: the cold step (or forward) and one warm one.
 LIGHT = ["warmup=0", "repeats=1"]
@@ -74,6 +74,7 @@ def check_settings(
     confirm: Any,
     parallel: Any,
     suspect: Any = "stop",
+    axes_field: str = "hydra.sweeper.axes",
 ) -> dict[str, Lattice]:
     """Validate the frontier sweeper's settings and give the search range of each axis.
 
@@ -87,13 +88,15 @@ def check_settings(
         confirm: re-runs of each edge value, an integer from 0 to 100.
         parallel: probes per round, None or a positive integer.
         suspect: how a ``memory_suspect`` failure is read, one of ``SUSPECT_READINGS``.
+        axes_field: the setting the axes came from, as the user typed it
+            (``hydra.sweeper.axis`` or ``hydra.sweeper.axes``), named when one is refused.
 
     Returns:
         axis -> its ``Lattice`` (``bounds`` of the axis over ``lower``/``upper``/``multiple_of``).
 
     Raises:
         SpecError: a bad setting, naming its field (``hydra.sweeper.strategy``, ``suspect``,
-            ``confirm``, ``parallel``, ``axes``, ``bounds.<axis>.<key>``, ``lower``, ``upper``,
+            ``confirm``, ``parallel``, ``axis``/``axes``, ``bounds``, ``bounds.<axis>.<key>``, ``lower``, ``upper``,
             ``multiple_of``) and the values accepted.
     """
     if strategy not in STRATEGIES:
@@ -104,11 +107,12 @@ def check_settings(
         raise SpecError("hydra.sweeper.confirm", confirm, "an integer from 0 to 100")
     if parallel is not None and (isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1):
         raise SpecError("hydra.sweeper.parallel", parallel, "null or a positive integer")
-    unknown = [a for a in list(axes) + list(bounds) if a not in SEARCH_AXES]
-    if unknown:
-        raise SpecError("hydra.sweeper.axes", unknown[0], "axes among " + ", ".join(SEARCH_AXES))
+    for axis in axes:  # an axis that cannot be searched: named as typed, with the way out
+        check_search_axis(axis, axes_field)
+    for axis in bounds:
+        check_search_axis(axis, "hydra.sweeper.bounds")
     if len(set(axes)) != len(axes):
-        raise SpecError("hydra.sweeper.axes", axes, "each axis once")
+        raise SpecError(axes_field, axes, "each axis once")
     out = {}
     for axis, b in bounds.items():
         extra = sorted(set(b or {}) - {"lower", "upper", "multiple_of"})

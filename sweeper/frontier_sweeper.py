@@ -37,7 +37,7 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from conf.contract import RunSpec, SpecError
+from conf.contract import RunSpec, SpecError, check_axis_read
 
 from .errors import InputRefused
 from .frontier_log import SearchLog
@@ -76,6 +76,7 @@ class FrontierSweeperImpl:
         suspect: str = "stop",
     ) -> None:
         self.axes = list(axes) if axes else [axis]
+        self.axes_field = "hydra.sweeper.axes" if axes else "hydra.sweeper.axis"  # as the user typed it
         self.lower, self.upper, self.multiple_of = lower, upper, multiple_of
         self.bounds = dict(
             OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds) else bounds or {}
@@ -115,6 +116,7 @@ class FrontierSweeperImpl:
             self.confirm,
             self.parallel,
             self.suspect,
+            self.axes_field,
         )
 
     def fixed_overrides(self, arguments: list[str]) -> list[str]:
@@ -174,6 +176,8 @@ class FrontierSweeperImpl:
         check_sweep_config(self.config)
         fixed = self.fixed_overrides(arguments)
         baseline = self.compose(fixed)
+        for axis in lattices:  # an axis the load ignores has no edge to find
+            check_axis_read(baseline, axis, self.axes_field)
         if baseline.dry_run and baseline.capacity_bytes is None:
             raise SpecError("capacity", None, DRY_RUN_NEEDS_CAPACITY)
         for axis, lat in lattices.items():

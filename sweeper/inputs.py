@@ -95,26 +95,65 @@ def check_launcher(launcher_target: str | None) -> None:
             )
 
 
-def check_task_ranks(spec: Any, launcher_target: str | None) -> None:
-    """Refuse ranks as SLURM tasks (spec ``tasks_per_node`` with world_size > 1) under a launcher
-    that starts no SLURM tasks, before any worker starts.
+def launcher_name(launcher_target: str | None) -> str:
+    """How a user names a launcher (``hydra/launcher=...``) from its ``_target_``: the name of
+    LAUNCHER_TOOLS, else the class's name; ``basic`` for Hydra's default or an unknown one."""
+    cls = str(launcher_target or "").rsplit(".", 1)[-1]
+    if cls in LAUNCHER_TOOLS:
+        return LAUNCHER_TOOLS[cls][0]
+    return cls if cls and cls != "BasicLauncher" else "basic"
+
+
+def check_run_launcher(launcher_target: str | None) -> None:
+    """Refuse ``memsweep run`` with a launcher (``+cluster=slurm``, ``hydra/launcher=joblib``): a
+    run never goes through one (Hydra's run mode starts no launcher), so the run would go on
+    here, on this machine, instead of where the user meant it to.
+
+    Args:
+        launcher_target: ``hydra.launcher._target_`` of the run's composed config.
+
+    Raises:
+        SpecError: field ``hydra/launcher``, any launcher but Hydra's basic one, saying to use
+            ``memsweep sweep``.
+    """
+    name = launcher_name(launcher_target)
+    if name != "basic":
+        raise SpecError(
+            "hydra/launcher",
+            name,
+            "no launcher with `memsweep run` (a run starts no launcher: it would run here, on this machine); "
+            "to hand runs to a launcher or a cluster, sweep them: memsweep sweep sweep=none <the same overrides> "
+            "with the values as a list (batch=1,2,4; one condition: 'batch=choice(4)')",
+        )
+
+
+def check_task_ranks(spec: Any, launcher_target: str | None, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse ranks as SLURM tasks (``conf.contract.ranks_are_tasks``: ``tasks_per_node`` on a
+    ddp/fsdp run) where no SLURM task will run them, before any worker starts: outside a SLURM
+    task (no ``SLURM_PROCID``) and not handed to SLURM by the sweep's launcher (submitit_slurm).
+    The worker refuses the same spec by the same rule (``worker.ranks.task_rendezvous``).
 
     Args:
         spec: the run's ``RunSpec``.
-        launcher_target: ``hydra.launcher._target_`` of the composed config (None when unknown:
-            not checked).
+        launcher_target: ``hydra.launcher._target_`` of the sweep's composed config; None (or
+            Hydra's basic launcher, that of ``memsweep run``) hands nothing to SLURM.
+        environ: the environment (default ``os.environ``).
 
     Raises:
-        SpecError: field ``tasks_per_node``, when the launcher is not submitit_slurm.
+        SpecError: field ``tasks_per_node``.
     """
-    if spec.tasks_per_node is None or spec.world_size == 1 or launcher_target is None:
+    from conf.contract import ranks_are_tasks
+
+    env = os.environ if environ is None else environ
+    if not ranks_are_tasks(spec) or env.get("SLURM_PROCID") is not None:
         return
-    if str(launcher_target).rsplit(".", 1)[-1] not in LAUNCHER_TOOLS:
+    if launcher_name(launcher_target) != LAUNCHER_TOOLS["SlurmLauncher"][0]:
         raise SpecError(
             "tasks_per_node",
             spec.tasks_per_node,
-            "null with this launcher: ranks as SLURM tasks need a SLURM job (+cluster=slurm); without "
-            "tasks_per_node the worker forks the world_size ranks on this machine",
+            "null outside a SLURM job (no SLURM_PROCID here, and no submitit_slurm launcher to submit it): ranks "
+            "as SLURM tasks need memsweep sweep +cluster=slurm; without tasks_per_node the worker forks the "
+            "world_size ranks on this machine",
         )
 
 

@@ -7,7 +7,17 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from conf.contract import RECORD_FILE, SPEC_FILE, STDERR_FILE, RunSpec, predicted_outcome, run_peak, try_read
+from conf.contract import (
+    RECORD_FILE,
+    SPEC_FILE,
+    STDERR_FILE,
+    RunSpec,
+    axis_ignored,
+    predicted_outcome,
+    ranks_are_tasks,
+    run_peak,
+    try_read,
+)
 
 from .errors import InputRefused
 from .owner import guard_launcher_worker
@@ -40,7 +50,7 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     try:
-        spec = checked_spec(cfg)
+        spec = checked_spec(cfg, run=hydra_cfg.mode == RunMode.RUN)
     except InputRefused:
         if new_run_dir and hydra_cfg.mode == RunMode.RUN:  # a refused `memsweep run` leaves no empty directory
             remove_bookkeeping_only(run_dir)
@@ -79,11 +89,11 @@ RANK_TASK_WAIT_S = 600.0
 
 def rank_task(spec: RunSpec) -> str | None:
     """This SLURM task's rank (``SLURM_PROCID``) when ``spec``'s ranks are SLURM tasks
-    (``tasks_per_node``, world_size > 1) and it is not rank 0; else None (the run's own task)."""
+    (``conf.contract.ranks_are_tasks``) and it is not rank 0; else None (the run's own task)."""
     import os
 
     rank = os.environ.get("SLURM_PROCID")
-    if spec.tasks_per_node is None or spec.world_size == 1 or rank in (None, "0"):
+    if not ranks_are_tasks(spec) or rank in (None, "0"):
         return None
     return rank
 
@@ -113,7 +123,8 @@ def run_rank_task(spec: RunSpec, run_dir: Path, rank: str) -> dict:
 
 
 def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None = None) -> str:
-    """The console line of one finished run: its load and outcome; for a dry run, its verdict
+    """The console line of one finished run: its load (without the width where the load ignores
+    it, ``conf.contract.axis_ignored``: the hf workload) and outcome; for a dry run, its verdict
     (``conf.contract.predicted_outcome``: the predicted peak against the capacity), never the
     worker's plain ``ok``.
 
@@ -127,8 +138,9 @@ def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None
         One line.
     """
     where = f" in {result['failed_phase']}" if result["failed_phase"] else ""
+    width = "" if axis_ignored(spec, "width") else f" width={spec.width}"  # hf: its config's, not width
     head = (
-        f"{run_dir}: batch={spec.batch} context={spec.context} width={spec.width} dtype={spec.dtype} "
+        f"{run_dir}: batch={spec.batch} context={spec.context}{width} dtype={spec.dtype} "
         f"mode={spec.mode} device={spec.device}"
     )
     wall = f" ({result['wall_s']:.1f} s)" if isinstance(result.get("wall_s"), (int, float)) else ""

@@ -22,7 +22,7 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from conf.contract import AXES, SPEC_FILE, SpecError
+from conf.contract import AXES, SPEC_FILE, SpecError, check_axis_read
 
 from .errors import InputRefused
 
@@ -313,6 +313,12 @@ class OvatSweeperImpl:
         # worker processes will fork their runs from it too.
         share_fork_server(launch_settings(self.config)["isolation"])
         specs = [checked_spec(condition) for condition in self.conditions(batches)]
+        try:  # an axis the load ignores would run the same load at every value
+            for (axis, value), spec in zip(self.planned, specs, strict=True):
+                if axis:
+                    check_axis_read(spec, axis, axis, value)
+        except SpecError as exc:
+            raise InputRefused(exc) from None
         order = launch_order(specs, self.order)
         batches, specs = [batches[i] for i in order], [specs[i] for i in order]
         sweep_dir = Path(self.config.hydra.sweep.dir)

@@ -38,6 +38,7 @@ from conf.contract import (
     RECORD_FILE,
     RunSpec,
     SpecError,
+    check_axis_read,
     parse_size,
     predicted_outcome,
     run_peak,
@@ -386,12 +387,15 @@ def first_line(exc: BaseException) -> str:
     return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
-def compose_load(overrides: list[str]) -> tuple[RunSpec, str, Path]:
+def compose_load(overrides: list[str], axis: str, axis_field: str = "axis") -> tuple[RunSpec, str, Path]:
     """The load of ``memsweep predict``: memsweep's config with ``overrides`` (Hydra's syntax;
-    ``device=cpu`` unless they set a device: a CUDA dry run needs no GPU), as a dry run.
+    ``device=cpu`` unless they set a device: a CUDA dry run needs no GPU), as a dry run, checked to
+    read ``axis`` (``conf.contract.check_axis_read``).
 
     Args:
         overrides: the load's overrides (those of ``memsweep run``).
+        axis: the axis to predict along.
+        axis_field: how the user named the axis (``--axis``), named when the load ignores it.
 
     Returns:
         (the spec, the worker isolation, the new output directory
@@ -405,12 +409,13 @@ def compose_load(overrides: list[str]) -> tuple[RunSpec, str, Path]:
     cfg = compose_config(overrides + device + ["capacity=null", "export=false", "dry_run=true"])
     settings = launch_settings(cfg)
     base = spec_from_config(cfg)
+    check_axis_read(base, axis, axis_field)
     check_writable("results_dir", cfg.get("results_dir", "results"))
     stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
     return base, settings["isolation"], Path(cfg.get("results_dir", "results")) / "predict" / stamp
 
 
-def predict_edge(overrides: list[str], axis: str, capacity: str | None) -> Prediction:
+def predict_edge(overrides: list[str], axis: str, capacity: str | None, axis_field: str = "axis") -> Prediction:
     """Predict the edge of ``axis`` on dry runs and write predict.json.
 
     The load is memsweep's config with ``overrides`` (Hydra's syntax; ``device=cpu`` unless
@@ -421,19 +426,21 @@ def predict_edge(overrides: list[str], axis: str, capacity: str | None) -> Predi
         overrides: the load's overrides (those of ``memsweep run``).
         axis: batch, context or width.
         capacity: the capacity to fit in, as text (``80GB``, ``2GiB``, a byte count).
+        axis_field: how the user named the axis (``--axis``), named when it is refused.
 
     Returns:
         The ``Prediction``.
 
     Raises:
-        SpecError: an unknown axis (field ``axis``), no capacity (field ``capacity``), a
-            capacity that is not a size, bad input in the load, or a load the dry run refuses.
+        SpecError: an unknown axis or one the load ignores (field ``axis_field``), no capacity
+            (field ``capacity``), a capacity that is not a size, bad input in the load, or a load
+            the dry run refuses.
     """
-    check_search_axis(axis, "axis")
+    check_search_axis(axis, axis_field)
     if capacity in (None, "null"):
         raise SpecError("capacity", capacity, "a size to predict against, e.g. capacity=80GB")
     capacity_bytes = parse_size(capacity, "capacity")
-    base, isolation, out_dir = compose_load(overrides)
+    base, isolation, out_dir = compose_load(overrides, axis, axis_field)
     predictor = Predictor(base, axis, capacity_bytes, out_dir, isolation)
     edge = predictor.search(getattr(base, axis))
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None

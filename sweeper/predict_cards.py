@@ -57,13 +57,14 @@ def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
     return 0 if edge is None else edge
 
 
-def predict_cards(overrides: list[str], axis: str, names: list[str] | None = None) -> dict:
+def predict_cards(overrides: list[str], axis: str, names: list[str] | None = None, axis_field: str = "axis") -> dict:
     """Predict the edge of ``axis`` for one load on each card; write predict_cards.json.
 
     Args:
         overrides: the load's overrides (those of ``memsweep run``); no capacity (each card's).
         axis: batch, context or width.
         names: card names (``select_cards``), or None for the whole catalog.
+        axis_field: how the user named the axis (``--axis``), named when it is refused.
 
     Returns:
         {"axis", "source": "predicted", "device", "out_dir", "dry_runs", "blind_spots",
@@ -74,11 +75,12 @@ def predict_cards(overrides: list[str], axis: str, names: list[str] | None = Non
         "estimator_edge" (train along batch, 0 when batch 1 does not fit; else None)}.
 
     Raises:
-        SpecError: an unknown axis or card, bad input in the load, a load the dry run refuses.
+        SpecError: an unknown axis or card, an axis the load ignores, bad input in the load, a
+            load the dry run refuses.
     """
-    check_search_axis(axis, "axis")
+    check_search_axis(axis, axis_field)
     cards = select_cards(names)
-    base, isolation, out_dir = compose_load(overrides)
+    base, isolation, out_dir = compose_load(overrides, axis, axis_field)
     start, rows, record, fixed = getattr(base, axis), [], None, None
     finished: dict = {}  # the dry runs of every card: each value executed once
     device = base.device

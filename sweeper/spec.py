@@ -156,7 +156,7 @@ def launch_settings(cfg: Any) -> dict:
     return settings
 
 
-def checked_spec(cfg: Any) -> RunSpec:
+def checked_spec(cfg: Any, run: bool = False) -> RunSpec:
     """``launch_settings`` and ``spec_from_config`` of a config composed inside Hydra, bad input
     refused as ``InputRefused``.
 
@@ -165,6 +165,8 @@ def checked_spec(cfg: Any) -> RunSpec:
 
     Args:
         cfg: the composed config (a run, a sweep's baseline, or one of its conditions).
+        run: the config of a ``memsweep run`` (Hydra's run mode, which starts no launcher: one is
+            refused, ``sweeper.inputs.check_run_launcher``).
 
     Returns:
         Its ``RunSpec``.
@@ -172,12 +174,15 @@ def checked_spec(cfg: Any) -> RunSpec:
     Raises:
         InputRefused: the first bad field, carrying the ``SpecError`` (field, value, accepted).
     """
-    from .inputs import check_task_ranks
+    from .inputs import check_run_launcher, check_task_ranks
 
     try:
+        launcher = _launcher_target(cfg)
+        if run:
+            check_run_launcher(launcher)
         launch_settings(cfg)
         spec = spec_from_config(cfg)
-        check_task_ranks(spec, _launcher_target(cfg))
+        check_task_ranks(spec, None if run else launcher)
         return spec
     except SpecError as exc:
         raise InputRefused(exc) from None

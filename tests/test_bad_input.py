@@ -85,6 +85,21 @@ CASES = [
     (["batch=16"], "invalid sweep='custom'"),
     (["hydra/sweeper=frontier", "dry_run=true"], "invalid capacity=None"),
     (["hydra/sweeper=frontier", "capacity=1MiB", "hydra.sweep.dir=/dev/null/x"], "invalid hydra.sweep.dir="),
+    # an axis the load ignores (the fixed width of a transformer, the hf workload's: test_workload_specs)
+    (["workload=transformer", "workload.hidden=32", "width=16,32"], "invalid width='32': expected an axis this"),
+    (
+        [
+            "hydra/sweeper=frontier",
+            "hydra.sweeper.axis=width",
+            "capacity=1MiB",
+            "workload=transformer",
+            "workload.hidden=32",
+        ],
+        "invalid hydra.sweeper.axis='width'",
+    ),
+    # the setting as typed (axis, not axes), with the way out
+    (["hydra/sweeper=frontier", "hydra.sweeper.axis=world_size", "capacity=1MiB"], "sweep its values instead"),
+    (["hydra/sweeper=frontier", "hydra.sweeper.axis=world_size", "capacity=1MiB"], "invalid hydra.sweeper.axis="),
 ]
 
 
@@ -146,6 +161,9 @@ def test_bad_command_lines(tmp_path, argv, code, message):
         (["kv_cache=static"], "invalid kv_cache='static'"),
         (["--axis", "depth"], "invalid --axis='depth'"),
         (["results_dir=/dev/null/results"], "invalid results_dir='/dev/null/results'"),
+        (["--axis", "eval_batch"], "invalid --axis='eval_batch': expected an axis this load reads, not eval_batch"),
+        (["workload=transformer", "workload.hidden=32", "--axis", "width"], "invalid --axis='width'"),
+        (["--cards="], "invalid --cards=''"),
     ],
 )
 def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, args, message):
@@ -159,6 +177,66 @@ def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, args, message)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.rglob("*")), "nothing written"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        # Hydra's run mode starts no launcher: +cluster=slurm would have run here
+        (["+cluster=slurm"], "invalid hydra/launcher='submitit_slurm'"),
+        (
+            ["+cluster=slurm", "mode=train", "parallel=fsdp", "world_size=4", "nodes=2", "tasks_per_node=2"],
+            "memsweep sweep",
+        ),
+        # ranks as SLURM tasks outside a SLURM job: refused as the worker would, world_size 1 too
+        (["mode=train", "parallel=ddp", "world_size=1", "tasks_per_node=1"], "invalid tasks_per_node=1"),
+        (["mode=train", "nodes=2"], "invalid nodes=2: expected 1 with parallel=none world_size=1"),
+        (
+            ["mode=train", "parallel=ddp", "world_size=2", "reshard_after_forward=false"],
+            "invalid reshard_after_forward",
+        ),
+        (
+            [
+                "workload=user_convnet",
+                "mode=train",
+                "optimizer=sgd",
+                "+workload.optimizer._target_=conf.examples.convnet.make_optimizers",
+            ],
+            "invalid optimizer='sgd'",
+        ),
+    ],
+)
+def test_run_refuses_before_any_worker_and_leaves_nothing(tmp_path, args, message):
+    proc = subprocess.run(
+        [MEMSWEEP, "run", f"hydra.run.dir={tmp_path / 'run'}", *TINY, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and message in proc.stderr, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.rglob("*")), "nothing written"
+
+
+def test_predict_cards_add_up_and_an_empty_list_is_refused():
+    from sweeper.cli import card_names
+
+    assert card_names(["--cards=T4", "--cards=H100, T4"]) == ["T4", "H100"]
+    assert card_names(["--cards"]) is None and card_names(["--cards", "--cards=T4"]) == ["T4"]
+    for empty in ("--cards=", "--cards=,"):
+        with pytest.raises(SpecError) as err:
+            card_names([empty])
+        assert err.value.field == "--cards"
+
+
+def test_predict_exits_3_when_nothing_fits(tmp_path, capsys):
+    from conf.contract import PREDICT_EXIT
+    from sweeper.cli import predict_command
+
+    code = predict_command(["capacity=1KiB", "context=8", "width=16", f"results_dir={tmp_path}"])
+    assert code == PREDICT_EXIT["nothing_fits"] == 3, capsys.readouterr().err
+    assert "PREDICTED: nothing fits" in capsys.readouterr().out
 
 
 def test_report_margin_is_checked_before_the_tables(tmp_path):

@@ -110,6 +110,13 @@ LOAD = {
         ({"world_size": 8, "nodes": 2, "tasks_per_node": 3}, "tasks_per_node"),
         ({"world_size": 8, "nodes": 2}, "tasks_per_node"),
         ({"world_size": 1, "parallel": "none", "tasks_per_node": 2}, "tasks_per_node"),
+        # several nodes are the ranks of one run: parallel and world_size named, not tasks_per_node
+        ({"parallel": "none", "nodes": 2}, "nodes"),
+        ({"parallel": "none", "nodes": 2, "tasks_per_node": 1}, "nodes"),
+        ({"world_size": 1, "nodes": 2, "tasks_per_node": 1}, "nodes"),
+        # resharding is FSDP's choice
+        ({"world_size": 2, "reshard_after_forward": False}, "reshard_after_forward"),
+        ({"parallel": "none", "reshard_after_forward": False}, "reshard_after_forward"),
     ],
 )
 def test_bad_nodes_and_tasks_are_refused_naming_the_field(fields, field):
@@ -137,6 +144,45 @@ def test_ranks_as_tasks_need_the_slurm_launcher():
     with pytest.raises(SpecError) as err:
         check_task_ranks(spec, "hydra._internal.core_plugins.basic_launcher.BasicLauncher")
     assert err.value.field == "tasks_per_node"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"world_size": 1, "tasks_per_node": 1},
+        {"world_size": 2, "tasks_per_node": 2},
+        {"world_size": 2},
+        {"world_size": 1, "parallel": "none", "tasks_per_node": 1},
+    ],
+)
+def test_the_sweeper_and_the_worker_refuse_the_same_task_ranks(fields, monkeypatch):
+    """One rule (conf.contract.ranks_are_tasks): outside a SLURM task and without the SLURM
+    launcher, the sweeper refuses exactly the specs whose rendezvous the worker refuses."""
+    from conf.contract import ranks_are_tasks
+    from worker.ranks import task_rendezvous
+
+    for name in [k for k in os.environ if k.startswith("SLURM_")]:
+        monkeypatch.delenv(name)
+    spec = RunSpec.from_dict({**LOAD, **fields})
+    basic = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
+    try:
+        task_rendezvous(spec)
+        worker_refuses = False
+    except SpecError:
+        worker_refuses = True
+    try:
+        check_task_ranks(spec, basic)
+        sweeper_refuses = False
+    except SpecError as err:
+        assert err.field == "tasks_per_node"
+        sweeper_refuses = True
+    assert (
+        sweeper_refuses
+        == worker_refuses
+        == ranks_are_tasks(spec)
+        == (spec.parallel != "none" and "tasks_per_node" in fields)
+    )
+    check_task_ranks(spec, basic, environ={**TASK, "SLURM_NTASKS": str(spec.world_size)})  # inside a SLURM task: fine
 
 
 def free_port() -> int:

@@ -1,11 +1,23 @@
 """Bad workloads and mode options are refused with a SpecError naming the field and the accepted
 values, in the worker's contract (RunSpec) and when composing the Hydra config (no worker)."""
 
+from pathlib import Path
+
 import pytest
 
-from conf.contract import GENERATE_PHASES, TRAIN_PHASES, RunSpec, SpecError, hf_config_kind, validate_workload
+from conf.contract import (
+    GENERATE_PHASES,
+    TRAIN_PHASES,
+    RunSpec,
+    SpecError,
+    check_axis_read,
+    hf_config_kind,
+    validate_workload,
+)
 
 LM = {"name": "transformer", "layers": 2, "heads": 4, "vocab": 128}
+USER = {"name": "user", "model": {"_target_": "a.model"}, "inputs": {"_target_": "a.inputs"}}
+HF = {"name": "hf", "config": "LlamaConfig"}
 
 
 def _spec(**kw):
@@ -67,6 +79,12 @@ def _spec(**kw):
         ({"new_tokens": 0, "mode": "generate", "workload": LM}, "new_tokens", "integer"),
         ({"kv_cache": "paged", "mode": "generate", "workload": LM}, "kv_cache", "dynamic, static"),
         ({"fault": {"phase": "cold_step.sideways", "kind": "oom"}}, "fault.phase", "cold_step.backward"),
+        # a user optimizer factory replaces the spec's optimizer: another value would be ignored
+        (
+            {"mode": "train", "optimizer": "sgd", "workload": {**USER, "optimizer": {"_target_": "a.make"}}},
+            "optimizer",
+            "workload.optimizer=a.make",
+        ),
     ],
 )
 def test_bad_workload_or_option_is_refused_naming_the_field(fields, field, accepted):
@@ -179,3 +197,51 @@ def test_missing_optional_packages_are_named_before_any_worker(compose, monkeypa
         spec_from_config(compose("mode=train", "optimizer=adamw8bit"))
     with pytest.raises(SpecError, match="workload.kv_heads"):
         spec_from_config(compose("workload=transformer", "workload.kv_heads=3"))
+
+
+@pytest.mark.parametrize(
+    "fields, axis, reads",
+    [
+        ({}, "width", True),  # mlp
+        ({"workload": LM}, "width", True),  # hidden = width
+        ({"workload": {**LM, "hidden": 64}}, "width", False),  # hidden fixed
+        ({"workload": USER}, "width", True),  # passed to the user's functions
+        ({"workload": HF}, "width", False),  # the config's hidden_size, not width
+        ({"workload": {**HF, "pretrained": None}}, "batch", True),
+        ({"workload": HF}, "context", True),
+        ({}, "eval_batch", False),  # mode=inference
+        ({"mode": "train"}, "eval_batch", True),
+    ],
+)
+def test_varying_an_axis_the_load_ignores_is_refused_naming_the_field(fields, axis, reads):
+    spec = _spec(**fields)
+    if reads:
+        check_axis_read(spec, axis, "--axis")
+        return
+    with pytest.raises(SpecError) as err:
+        check_axis_read(spec, axis, "--axis")
+    assert err.value.field == "--axis" and err.value.value == axis and f"not {axis}" in str(err.value)
+    with pytest.raises(SpecError) as err:  # a sweep's value, named by its axis
+        check_axis_read(spec, axis, axis, 16)
+    assert err.value.field == axis and err.value.value == 16
+
+
+def test_the_runs_table_names_the_optimizer_that_ran():
+    """A user factory's target, not the spec's unused default optimizer (adamw)."""
+    from analysis.tables import run_row
+    from conf.contract import Run, run_optimizer
+
+    factory = _spec(mode="train", workload={**USER, "optimizer": {"_target_": "a.make"}}).to_dict()
+    plain = _spec(mode="train", optimizer="sgd").to_dict()
+    assert factory["optimizer"] == "adamw" and run_optimizer(factory) == "a.make"
+    assert run_optimizer(plain) == "sgd" and run_optimizer({"workload": "junk"}) is None
+    for spec, name in ((factory, "a.make"), (plain, "sgd")):
+        assert run_row(Run(Path("/nonexistent/0"), spec, record={}), Path("/nonexistent"))["optimizer"] == name
+
+
+def test_the_console_line_leaves_out_a_width_the_load_ignores(tmp_path):
+    from sweeper.job import outcome_line
+
+    result = {"outcome": "ok", "failed_phase": None, "wall_s": 1.0}
+    assert " width=32 " in outcome_line(_spec(), tmp_path, result)
+    assert "width=" not in outcome_line(_spec(workload=HF), tmp_path, result)

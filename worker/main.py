@@ -42,6 +42,7 @@ from conf.contract import (
     RecordError,
     RunSpec,
     SpecError,
+    ranks_are_tasks,
     read_json,
 )
 
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         if spec_path.parent.is_dir() and not rec.path.exists():
             rec.finish("error", EXIT_BAD_SPEC, exc=exc)
         return EXIT_BAD_SPEC
-    if spec.tasks_per_node is not None and spec.parallel != "none":  # ranks as SLURM tasks
+    if ranks_are_tasks(spec):  # ranks as SLURM tasks
         from .ranks import task_rank, task_rendezvous
 
         try:

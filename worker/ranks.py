@@ -45,7 +45,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from conf.contract import EXIT_ERROR, EXIT_OK, EXIT_OOM, EXIT_UNAVAILABLE, PHASE_RANK_FIELDS, RunSpec, SpecError
+from conf.contract import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_OOM,
+    EXIT_UNAVAILABLE,
+    PHASE_RANK_FIELDS,
+    RunSpec,
+    SpecError,
+    ranks_are_tasks,
+)
 
 from .measure import Recorder
 from .slurm import slurm_rendezvous
@@ -221,12 +230,13 @@ def task_rendezvous(spec: RunSpec) -> dict[str, str] | None:
         spec: the run (``tasks_per_node`` set: ranks as SLURM tasks).
 
     Returns:
-        None for ranks forked locally (no ``tasks_per_node``); else ``worker.slurm.slurm_rendezvous``.
+        None for ranks forked locally (``conf.contract.ranks_are_tasks`` false: no
+        ``tasks_per_node``); else ``worker.slurm.slurm_rendezvous``.
 
     Raises:
         SpecError: no SLURM task environment, or SLURM_NTASKS other than ``world_size``.
     """
-    if spec.tasks_per_node is None:
+    if not ranks_are_tasks(spec):
         return None
     found = slurm_rendezvous(os.environ)
     if found is None:

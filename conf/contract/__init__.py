@@ -34,6 +34,7 @@ from .exits import (
     EXIT_OK,
     EXIT_OOM,
     EXIT_UNAVAILABLE,
+    PREDICT_EXIT,
     RUN_EXIT,
 )
 from .finetune import COMPILE_MODES, QUANTIZATIONS, version_tuple
@@ -47,7 +48,7 @@ from .host import (
     process_identity,
     process_state,
 )
-from .parallel import MAX_WORLD_SIZE
+from .parallel import MAX_WORLD_SIZE, ranks_are_tasks
 from .record import (
     CAPACITY_FIELDS,
     COUNTER_FIELDS,
@@ -161,13 +162,14 @@ from .vocabulary import (
     USER_STEP_SUB_PHASES,
     USER_TRAIN_PHASES,
     WARM_PHASES,
+    WIDTH_WORKLOADS,
     WORKER_COMMAND,
     WORKER_OUTCOMES,
     WORKLOADS,
     axis_direction,
     sub_phase_names,
 )
-from .workload import WORKLOAD_PARAMS, hf_config_kind, validate_workload
+from .workload import WORKLOAD_PARAMS, axis_ignored, check_axis_read, hf_config_kind, run_optimizer, validate_workload
 
 __all__ = [
     "FAILURE_CLASSES",
@@ -230,6 +232,7 @@ __all__ = [
     "GENERATE_PHASES",
     "GENERATE_SUB_PHASES",
     "GENERATE_WORKLOADS",
+    "WIDTH_WORKLOADS",
     "INFERENCE_PHASES",
     "ISOLATIONS",
     "ISOLATION_ENV",
@@ -239,6 +242,7 @@ __all__ = [
     "LAUNCHER_WORKER_LOST",
     "MAX_DEVICES",
     "MAX_WORLD_SIZE",
+    "ranks_are_tasks",
     "MODEL_FIELDS",
     "MODES",
     "NORMS",
@@ -265,6 +269,7 @@ __all__ = [
     "RECORD_FILE",
     "RESULT_FIELDS",
     "RESULT_FILE",
+    "PREDICT_EXIT",
     "RUN_EXIT",
     "SCHEMA_VERSION",
     "SEARCH_LOG",
@@ -324,6 +329,9 @@ __all__ = [
     "validate_device",
     "validate_estimate",
     "validate_workload",
+    "check_axis_read",
+    "axis_ignored",
+    "run_optimizer",
     "version_tuple",
     "write_json_atomic",
 ]

@@ -1,4 +1,5 @@
-"""Exit statuses: the worker's (read by the sweeper) and ``memsweep run``'s (read by a shell).
+"""Exit statuses: the worker's (read by the sweeper), ``memsweep run``'s and ``memsweep predict``'s
+(read by a shell).
 
 Documented in the README ("Worker exit codes"); a test keeps the two in step.
 """
@@ -29,3 +30,9 @@ EXIT_INTERRUPTED = 130
 RUN_EXIT = {"ok": 0, "oom": 3, "error": 4, "crash": 6, "timeout": 7}
 """``memsweep run``'s exit status by the run's outcome, so that ``memsweep run ... && echo
 fits`` can be trusted (``EXIT_BAD_INPUT``: refused before the run)."""
+
+PREDICT_EXIT = {"edge": EXIT_OK, "nothing_fits": EXIT_OOM, "error": EXIT_ERROR}
+"""``memsweep predict``'s exit status: ``edge`` an edge was predicted, ``nothing_fits`` the
+smallest value is predicted not to fit (as a dry run's ``memsweep run`` exits with oom),
+``error`` a dry run failed (``EXIT_BAD_INPUT``: refused before any dry run). With ``--cards``:
+``error`` when a dry run failed on some card, else ``edge``."""

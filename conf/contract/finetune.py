@@ -15,6 +15,7 @@ max-autotune).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -184,7 +185,8 @@ def check_run_options(spec: Any) -> None:
 
 
 def _check_user_options(spec: Any) -> None:
-    """A user workload's ``optimizer`` and ``train_step``: mode=train only; the user's own step
+    """A user workload's ``optimizer`` and ``train_step``: mode=train only; the user's own
+    optimizer factory replaces the spec's ``optimizer``, which stays at its default; the user's own step
     (``train_step``) owns the whole step, so memsweep's ``micro_steps`` and ``precision=autocast``
     (its autocast and GradScaler around its own sub-phases) cannot apply to it.
 
@@ -195,6 +197,14 @@ def _check_user_options(spec: Any) -> None:
     for name in ("optimizer", "train_step"):
         if w.get(name) is not None and spec.mode != "train":
             raise SpecError(f"workload.{name}", w[name], f"null with mode={spec.mode} (train mode only)")
+    default = next(f.default for f in dataclasses.fields(spec) if f.name == "optimizer")
+    if w.get("optimizer") is not None and spec.optimizer != default:  # the factory replaces it: never ignored
+        raise SpecError(
+            "optimizer",
+            spec.optimizer,
+            f"{default} (the default, unused) with workload.optimizer={w['optimizer'].get('_target_')} (your "
+            "factory builds the optimizer; leave optimizer out)",
+        )
     if w.get("train_step") is None:
         return
     if spec.micro_steps != 1:

@@ -42,6 +42,11 @@ DRY_RUN_WORKLOADS = ("mlp", "transformer", "hf", "user")
 measured runs (tests/test_dry_run.py), hf on shrunk Llama, GPT-2, Qwen2, Mistral and Phi-3
 configs (tests/test_dry_run_hf.py)."""
 
+WIDTH_WORKLOADS = ("mlp", "transformer", "user")
+"""The workloads that read the load's ``width``: the mlp's feature size, the transformer's hidden
+size (unless ``workload.hidden`` is set), a user workload's (passed to its functions). The hf
+workload's model comes from its config and overrides alone: width changes nothing there."""
+
 DYNAMO_FREE_WORKLOADS = ("mlp", "transformer")
 """The built-in workloads whose CPU runs never reach ``torch._dynamo`` (checked by
 tests/test_dynamo_import.py for every mode but train)."""

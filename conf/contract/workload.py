@@ -13,7 +13,7 @@ from typing import Any
 from .checks import choice, optional_positive, positive_int
 from .errors import SpecError
 from .finetune import HF_FINETUNE_DEFAULTS, check_hf_finetune
-from .vocabulary import ACTIVATIONS, ATTENTIONS, FFN_KINDS, NORMS, WORKLOADS
+from .vocabulary import ACTIVATIONS, ATTENTIONS, FFN_KINDS, NORMS, WIDTH_WORKLOADS, WORKLOADS
 
 
 def _mlp_params(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -224,3 +224,68 @@ def validate_workload(workload: Any) -> dict:
             f"workload.{unknown[0]}", params[unknown[0]], f"one of the {name} settings " + ", ".join(accepted)
         )
     return {"name": name, **check(params)}
+
+
+def axis_ignored(spec: Any, axis: str) -> str | None:
+    """Why the load of ``spec`` does not read ``axis``, or None when it does.
+
+    The width: only the workloads of ``WIDTH_WORKLOADS`` read it, the transformer only while
+    ``workload.hidden`` is null. ``eval_batch``: the batch of the eval pass after training,
+    mode=train only.
+
+    Args:
+        spec: a ``RunSpec``.
+        axis: one of ``AXES``.
+
+    Returns:
+        The reason in words, or None.
+    """
+    name = spec.workload_name
+    if axis == "width" and name not in WIDTH_WORKLOADS:
+        return (
+            f"workload={name} builds its model from workload.config and workload.overrides, width changes "
+            "nothing (vary the model through workload.overrides, e.g. hidden_size)"
+        )
+    if axis == "width" and name == "transformer" and spec.workload["hidden"] is not None:
+        return f"workload.hidden={spec.workload['hidden']} fixes the transformer's width (hidden = width when null)"
+    if axis == "eval_batch" and spec.mode != "train":
+        return f"eval_batch is the batch of the eval pass after training: it needs mode=train (mode={spec.mode})"
+    return None
+
+
+def check_axis_read(spec: Any, axis: str, field: str, value: Any = None) -> None:
+    """Refuse varying ``axis`` (a sweep's list of values, a search, a prediction) on a load that
+    does not read it (``axis_ignored``): every value would run the same load, and its "edge"
+    would be none.
+
+    Args:
+        spec: the load's ``RunSpec`` (the baseline, or a condition of the sweep).
+        axis: the axis varied (one of ``AXES``).
+        field: the setting or argument that varies it, as the user typed it (``width``,
+            ``--axis``, ``hydra.sweeper.axis``).
+        value: the value shown in the error (default: ``axis``).
+
+    Raises:
+        SpecError: ``field``, when the load ignores ``axis``.
+    """
+    reason = axis_ignored(spec, axis)
+    if reason is not None:
+        raise SpecError(field, axis if value is None else value, f"an axis this load reads, not {axis}: {reason}")
+
+
+def run_optimizer(spec: Mapping[str, Any]) -> str | None:
+    """The optimizer a run's spec asks for, as the runs table names it: a user workload's own
+    factory (``workload.optimizer._target_``, which replaces the spec's ``optimizer``), else the
+    spec's ``optimizer``.
+
+    Args:
+        spec: a spec.json's content (``RunSpec.to_dict``), possibly from an older memsweep.
+
+    Returns:
+        The factory's dotted path, the spec's optimizer name, or None when the spec has neither.
+    """
+    workload = spec.get("workload")
+    factory = workload.get("optimizer") if isinstance(workload, Mapping) else None
+    if isinstance(factory, Mapping) and isinstance(factory.get("_target_"), str):
+        return factory["_target_"]
+    return spec.get("optimizer")
