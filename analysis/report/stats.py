@@ -16,7 +16,7 @@ from conf.contract import AXES, gib
 
 from ..frontier import IDENTITY, differing, direction_words, edge_columns, order_key
 from .fmt import axis_label, pct
-from .margin import MarginPolicy, basis, device_kind
+from .margin import MarginPolicy, basis, device_kind, margin_leaves_nothing
 
 
 @dataclass
@@ -291,6 +291,12 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
     if res.decreasing:  # the margin walk below reads "larger is harder"
         res.reason = f"no value is recommended: {direction_words(res.frontier)}; choose it by the devices you have"
         return
+    if margin_leaves_nothing(cap, margin):
+        res.reason = (
+            f"the margin {margin} B ({policy.short()}) is not below the capacity {cap} B ({gib(cap)} GiB): "
+            "no peak can leave it; give a --margin smaller than the capacity"
+        )
+        return
     limit = cap - margin
     rejected = []
     for s in reversed(res.values):
@@ -330,6 +336,9 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
             res.reason += " Larger values: " + "; ".join(above + rejected[::-1]) + "."
         break
     else:
+        if not any(s.all_ok for s in res.values):
+            res.reason = f"no value of {axis} ran ok (every run of it), so none can be recommended"
+            return
         res.reason = (
             f"no value leaves the margin {margin} B ({policy.short()}) below the capacity "
             f"{cap} B among the values that ran ok"
