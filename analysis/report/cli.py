@@ -43,12 +43,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memsweep report: {exc}", file=sys.stderr)
         return 2
     try:
-        _, md, html_ = report_for_dirs(args.sweep_dirs, args.out, args.margin)
+        report, md, html_ = report_for_dirs(args.sweep_dirs, args.out, args.margin)
     except (FileNotFoundError, ReportExists) as exc:  # SweepDirNotFound is a FileNotFoundError
         print(f"memsweep report: {exc}", file=sys.stderr)
         return 1
     except SpecError as exc:
         print(f"memsweep report: {exc}", file=sys.stderr)
         return 2
+    for note in report.notes:
+        print(f"memsweep report: note: {note}", file=sys.stderr)
     print(f"memsweep: report -> {html_}  (and {md})")
     return 0
