@@ -471,3 +471,11 @@ def test_every_run_out_of_memory_in_model_load_is_said_in_the_answer():
     assert axis.frontier["not_reached"] and axis.frontier["not_reached"] in answer
     assert "No value of batch ran ok" in answer and "model_load" in answer
     assert "none ran out of memory" not in answer and "no value of batch ran ok" in axis.reason
+
+
+def test_a_dtype_axis_where_every_dtype_fits_names_the_largest_not_an_edge_above():
+    runs, phases = make(
+        "s", [("bfloat16", "ok", 300 * MiB, 200 * MiB), ("float32", "ok", 500 * MiB, 400 * MiB)], axis="dtype"
+    )
+    answer = markdown(report_of(runs, phases)).split("# Answer")[1].split("\n# ")[0]
+    assert "**Every dtype run fits (largest: float32)**" in answer and "lies above" not in answer

@@ -130,6 +130,8 @@ def answer_lines(a: AxisResult, policy: MarginPolicy, crossings: dict[str, float
         out.append(
             f"**{axis_label(ax, a.max_ok)} fits; {axis_label(ax, a.min_oom)} runs out of memory** (observed; {exact})."
         )
+    elif a.max_ok is not None and ax == "dtype":  # dtypes are ordered by bytes per element: no value "above"
+        out.append(f"**Every dtype run fits (largest: {a.max_ok})** (observed).")
     elif a.max_ok is not None:
         out.append(f"**Every value run fits, up to {axis_label(ax, a.max_ok)}** (observed): the edge lies above.")
     elif a.min_oom is not None:
