@@ -16,9 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from conf.contract import AXES, gib
+from conf.contract import gib
 
 from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
+from .labels import load_words
 from .tables import build_tables
 
 OUTPUTS = ("runs.parquet", "phases.parquet", "frontier.parquet")
@@ -72,9 +73,8 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
     named = tuple(k for k in LOAD_FIELDS if k not in ("mode", "device"))  # in every label already
     differ = {key: differing(group, named) for key, group in groups.items()}
     for r in rows:
-        fixed = " ".join(f"{k}={r[k]}" for k in AXES if r[k] is not None)
-        fixed = f"{r['mode']} {r['device']} {fixed}"
-        fixed += "".join(f" {k}={r.get(k)}" for k in differ[(r["sweep_dir"], r["axis"])])
+        # the axes, a non-default workload/precision/parallel (analysis.labels), then what differs
+        fixed = " ".join([r["mode"], r["device"], *load_words(r, differ[(r["sweep_dir"], r["axis"])])])
         lines.append(
             f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "
             f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "

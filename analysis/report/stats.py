@@ -15,6 +15,7 @@ from typing import Any
 from conf.contract import AXES, gib
 
 from ..frontier import IDENTITY, differing, direction_words, edge_columns, order_key
+from ..labels import load_words
 from .fmt import axis_label, pct
 from .margin import MarginPolicy, basis, device_kind, margin_leaves_nothing
 
@@ -163,8 +164,9 @@ class AxisResult:
 
     @property
     def load_title(self) -> str:
-        """``"batch sweep (context=128 width=256 dtype=float32)"``, plus ``detail`` where set."""
-        fixed = " ".join(f"{k}={v}" for k, v in self.fixed.items() if v is not None)
+        """``"batch sweep (context=128 width=256 dtype=float32)"`` (``analysis.labels.load_words``: a
+        non-default workload, precision or parallel named too), plus ``detail`` where set."""
+        fixed = " ".join(load_words({**self.frontier, **self.fixed, self.axis: None}))
         return f"{self.axis} sweep ({fixed}{' ' + self.detail if self.detail else ''})"
 
     @property
