@@ -3,7 +3,8 @@
 Reads every run under the sweep directories and writes ``runs.parquet``, ``phases.parquet``
 and ``frontier.parquet`` (explicit schemas, raw bytes) into ``--out`` (default: the single
 sweep directory given), then prints the frontier table with sizes in GiB (2^30 bytes).
-An existing output file is never overwritten: the command refuses and exits 1.
+An existing output file is never overwritten: the command refuses and exits 1; a missing sweep
+directory is bad input (exit 2).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         argv: the arguments after ``analyze``; None: ``sys.argv[1:]``.
 
     Returns:
-        The exit status: 0 written, 1 a sweep directory missing or an output file existing
+        The exit status: 0 written, 1 an output file existing, 2 a sweep directory missing
         (message on stderr); argparse exits 2 itself on bad arguments.
     """
     parser = argparse.ArgumentParser(
@@ -81,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_sweep_dir_args(parser, argv)
     try:
         analyze(args.sweep_dirs, args.out)
-    except (FileNotFoundError, OutputExists) as exc:
+    except OutputExists as exc:
         print(f"memsweep analyze: {exc}", file=sys.stderr)
         return 1
+    except FileNotFoundError as exc:  # a sweep directory missing: bad input
+        print(f"memsweep analyze: {exc}", file=sys.stderr)
+        return 2
     return 0

@@ -10,8 +10,8 @@ the analysis never imports the sweeper.
   Gaussian elimination with partial pivoting (``solve_least_squares``), on values mapped to
   [-1, 1] so that the equations stay well conditioned.
 * ``crossing``: where an increasing curve reaches a threshold inside an interval, by
-  bisection; ``first_crossing`` finds the smallest positive value where a polynomial reaches
-  a level with it, one monotone piece at a time.
+  bisection; ``first_crossing`` finds the smallest positive value where a polynomial rises
+  through a positive level with it, one monotone piece at a time.
 
 Units: the values of the axis are whatever it counts (batch items, tokens of context,
 features of width); peaks, levels and thresholds are bytes.
@@ -157,21 +157,29 @@ def crossing(
 
 
 def first_crossing(p: Polynomial, level: float) -> float | None:
-    """The smallest x > 0 where the polynomial ``p`` equals ``level`` (its smallest positive
-    real root of p(x) - level), whether p rises or falls through it.
+    """The smallest x > 0 where the polynomial ``p`` rises through ``level``: where a fitted peak
+    reaches a capacity as the axis grows.
 
-    ``p`` is monotone on each side of its vertex; each monotone piece of (0, R] (R: twice
-    Cauchy's bound on the roots' size) that changes sign is searched with ``crossing`` down
-    to neighbouring floats.
+    ``p`` is monotone on each side of its vertex; only a piece of (0, R] (R: twice Cauchy's bound on
+    the roots' size) on which ``p`` rises from below ``level`` to at least it is searched, with
+    ``crossing``, down to neighbouring floats. A piece on which ``p`` falls through ``level`` (a
+    peak that would shrink as the axis grows: a fit extrapolated past its vertex) gives no
+    crossing: a peak reaches a capacity by growing.
 
     Args:
         p: the polynomial (bytes).
-        level: the level to reach (bytes).
+        level: the level to reach (bytes), positive.
 
     Returns:
-        That x, or None when p never equals ``level`` for a positive x (including a constant
-        p).
+        That x, or None when p never rises through ``level`` for a positive x (including a
+        constant p, and a p that lies above ``level`` until it falls below it).
+
+    Raises:
+        ValueError: ``level`` not positive (a capacity minus a margin larger than it): no peak
+            of bytes "reaches" it.
     """
+    if not level > 0:
+        raise ValueError(f"level {level!r}: a positive number of bytes expected")
     d = p.a - level  # g(x) = c x^2 + b x + d
     if p.c:
         bound = 2 * (1 + max(abs(p.b), abs(d)) / abs(p.c))  # twice Cauchy's bound: g's sign is clear there
@@ -189,16 +197,11 @@ def first_crossing(p: Polynomial, level: float) -> float | None:
 
     for start, end in zip(ends, ends[1:]):
         g_start, g_end = g(start), g(end)
-        if g_start == 0 and start > 0:
+        if g_start == 0 < g_end and start > 0:  # touches the level at the vertex, then rises
             return start
-        if g_start < 0 < g_end:
-            x = crossing(g, 0.0, start, end, tolerance=0.0)
-        elif g_start > 0 > g_end:
-            x = crossing(lambda v: -g(v), 0.0, start, end, tolerance=0.0)
-        elif g_end == 0:
-            x = end
-        else:
+        if not g_start < 0 <= g_end:  # falls through the level, or stays on one side of it
             continue
+        x = end if g_end == 0 else crossing(g, 0.0, start, end, tolerance=0.0)
         if x is not None and x > 0:
             return x
     return None

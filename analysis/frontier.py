@@ -361,7 +361,8 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     when they are neighbours among the values run, ``monotonic`` false when a success lies above
     an OOM (flagged, never smoothed), ``stable`` false when one value both fit and ran out of
     memory (None when no value ran twice), and the peaks at max_ok in bytes.
-    Dry runs (source ``predicted``) are left out: a prediction is never a measured point.
+    Dry runs (source ``predicted``) are left out: a prediction is never a measured point. A run
+    directory (``run_dir``) read twice is one run: only its first row counts.
 
     Args:
         runs: the runs table (``analysis.tables.RUNS_SCHEMA``) as a DataFrame.
@@ -373,6 +374,8 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     rows = []
     if "source" in runs.columns:  # a dry run's prediction is never a point of a measured frontier
         runs = runs[runs["source"] != "predicted"]
+    if "run_dir" in runs.columns:  # one run directory is one observation, never a re-run of itself
+        runs = runs[~(runs["run_dir"].notna() & runs["run_dir"].duplicated())]
     if runs.empty:
         return rows
     searched: dict[tuple, dict] = {}

@@ -16,9 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from conf.contract import AXES, gib, predicted_outcome
+from conf.contract import gib
 
 from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
+from .labels import load_words
 from .tables import build_tables
 
 OUTPUTS = ("runs.parquet", "phases.parquet", "frontier.parquet")
@@ -72,9 +73,8 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
     named = tuple(k for k in LOAD_FIELDS if k not in ("mode", "device"))  # in every label already
     differ = {key: differing(group, named) for key, group in groups.items()}
     for r in rows:
-        fixed = " ".join(f"{k}={r[k]}" for k in AXES if r[k] is not None)
-        fixed = f"{r['mode']} {r['device']} {fixed}"
-        fixed += "".join(f" {k}={r.get(k)}" for k in differ[(r["sweep_dir"], r["axis"])])
+        # the axes, a non-default workload/precision/parallel (analysis.labels), then what differs
+        fixed = " ".join([r["mode"], r["device"], *load_words(r, differ[(r["sweep_dir"], r["axis"])])])
         lines.append(
             f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "
             f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "
@@ -138,7 +138,7 @@ def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> tuple[dict[str, p
 
 def summary_text(tables: dict[str, pa.Table], problems: list[str], out_dir: Path) -> str:
     """What ``memsweep analyze`` shows of the tables it wrote: the runs by outcome (measured
-    apart from dry runs, whose outcome is their verdict: ``conf.contract.predicted_outcome``),
+    apart from dry runs, whose outcome is their verdict: the runs table's ``predicted_outcome``),
     each problem, a note when runs were on the CPU, and the frontier (``format_frontier``; sizes
     in GiB, 2^30 bytes).
 
@@ -151,15 +151,11 @@ def summary_text(tables: dict[str, pa.Table], problems: list[str], out_dir: Path
         The lines, joined by newlines (no trailing newline).
     """
     runs = tables["runs.parquet"]
-    rows = runs.select(["outcome", "source", "source_allocated", "max_memory_allocated", "capacity_bytes"]).to_pylist()
+    rows = runs.select(["outcome", "source", "source_allocated", "predicted_outcome"]).to_pylist()
     measured = [r for r in rows if r["source"] != "predicted"]
     # a dry run's verdict: its predicted peak against the capacity (no verdict without one)
     predicted = [
-        dict(
-            r,
-            outcome=predicted_outcome(r["outcome"], r["max_memory_allocated"], r["capacity_bytes"])
-            or "no verdict (no capacity)",
-        )
+        dict(r, outcome=r["predicted_outcome"] or "no verdict (no capacity)")
         for r in rows
         if r["source"] == "predicted"
     ]

@@ -154,7 +154,7 @@ def axis_plot(
         )
     if capacity:
         ax.axhline(capacity / unit, color="#d62728", linewidth=1.5, label=f"capacity {capacity / unit:.3f} {short}")
-        if margin:
+        if margin and margin < capacity:  # a margin not below the capacity leaves no level to draw
             ax.axhline(
                 (capacity - margin) / unit,
                 color="#ff7f0e",
@@ -262,7 +262,7 @@ def fit_plot(
     ax.plot(grid, np.polyval(coeffs, grid) / unit, "-", color="#9467bd", label="fitted (calculated)")
     if capacity:
         ax.axhline(capacity / unit, color="#d62728", linewidth=1.2, label="capacity")
-        if margin:
+        if margin and margin < capacity:  # a margin not below the capacity leaves no level to draw
             ax.axhline((capacity - margin) / unit, color="#ff7f0e", linestyle=":", label="capacity - margin")
     for name, x in crossings.items():
         if x:
@@ -331,7 +331,7 @@ def split_plot(
         )
     if capacity:
         ax.axhline(capacity / unit, color="#d62728", linewidth=1.5, label="capacity")
-        if margin:
+        if margin and margin < capacity:  # a margin not below the capacity leaves no level to draw
             ax.axhline((capacity - margin) / unit, color="#ff7f0e", linestyle=":", label="capacity - margin")
     ax.set_xticks(xs)
     ax.set_xticklabels(list(phases), rotation=30, ha="right", fontsize=7)

@@ -159,6 +159,7 @@ COLUMN_TYPES = {
     **{f"{group}_{c}": pa.int64() for group in ("completed", "cold", "warm") for c in PEAK_COUNTERS},
     "source_allocated": pa.string(),
     "source_reserved": pa.string(),
+    "predicted_outcome": pa.string(),  # a dry run's verdict (conf.contract.predicted_outcome)
     "max_outside_allocator_bytes": pa.int64(),
     **{name: pa.float64() if name == "estimate_error" else pa.int64() for name in ESTIMATE_COLUMNS},
     **{name: pa.float64() if name.endswith("_ratio") else pa.int64() for name in MODEL_STATE_COLUMNS},
@@ -223,6 +224,7 @@ RUNS_SCHEMA = table_schema(
     "source_allocated",
     "source_reserved",
     "source",  # measured | predicted (a dry run: spec dry_run, fake tensors)
+    "predicted_outcome",  # a dry run's verdict, its predicted peak against the capacity; null if measured
     *STACK_COLUMNS,
     "started_at",
     "schema_version",
@@ -265,12 +267,16 @@ largest peak of the phases that ran ok (null when none did; on an ok run the sam
 the frontier's peak of a run that fits for its axis but ran out of memory in a later phase that
 does not scale with it, conf.contract.oom_attribution); ``cold_*`` /
 ``warm_*``: the peaks of the cold and warm phases (cold_forward, or the sub-phases of cold_step /
-cold_generate; likewise warm). ``train_step``: who ran a training run's steps (conf.contract
-TRAIN_STEP_KINDS): ``memsweep`` (split into forward, loss, backward, optimizer_step) or ``user``
-(the user's own ``workload.train_step``, one sub-phase ``user_step`` per step; the others have no
-row); null outside train mode and in records written before the field. ``est_*``: calculated
-before the run (the spec's estimate, analysis/estimate/; of one rank for a DDP/FSDP run, its model states
-partitioned at the run's ZeRO stage: analysis.estimate.rank_estimate), never measured;
+cold_generate; likewise warm). ``predicted_outcome``: a dry run's (``source`` predicted) verdict,
+``conf.contract.predicted_outcome`` of its ``outcome`` and predicted peak (``conf.contract.run_peak``) against
+``capacity_bytes``: ``ok`` (fits), ``oom`` (does not fit), the worker's outcome when nothing was predicted,
+null without a capacity (no verdict); its ``outcome`` only says every phase could be predicted (fake tensors
+never run out of memory). Null for a measured run. ``train_step``: who ran a training run's steps
+(conf.contract TRAIN_STEP_KINDS): ``memsweep`` (split into forward, loss, backward, optimizer_step) or
+``user`` (the user's own ``workload.train_step``, one sub-phase ``user_step`` per step; the others have no
+row); null outside train mode and in records written before the field. ``est_*``: calculated before the run
+(the spec's estimate, analysis/estimate/; of one rank for a DDP/FSDP run, its model states partitioned at the
+run's ZeRO stage: analysis.estimate.rank_estimate), never measured;
 ``estimate_error`` = (est_peak_bytes - max_memory_allocated) / max_memory_allocated;
 ``estimate_missing_reason``: why the estimate is null,
 or what it leaves out (null when complete). ``parameters``, ``parameter_bytes``: the model's,

@@ -35,9 +35,11 @@ from conf.contract import (
     field_names,
     find_run_dirs,
     phase_peak,
+    predicted_outcome,
     read_run,
     record_phases,
     run_optimizer,
+    run_peak,
 )
 
 from .estimate import estimate_columns, rank_estimate
@@ -64,6 +66,7 @@ __all__ = [
     "load_run",
     "phase_rows",
     "run_row",
+    "unique_dirs",
 ]
 
 log = logging.getLogger("memsweep")
@@ -148,7 +151,9 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     The outcome comes from result.json, or from a complete record when there is none, and is
     a ``crash`` when the record is missing or unreadable (``_outcome``); the peaks are
     ``conf.contract.phase_peak`` over all, cold and warm phases, in bytes, null when no phase
-    has one (never 0); counters' sources, environment and the estimator's columns
+    has one (never 0); a dry run's verdict (``predicted_outcome``, the same comparison as the
+    sweeper's: ``conf.contract.predicted_outcome`` of ``conf.contract.run_peak``); counters' sources,
+    environment and the estimator's columns
     (``estimate_columns``: for a DDP/FSDP run, of one rank's estimate, ``rank_estimate``) are
     added, and a DDP/FSDP run's model states per rank beside the estimator's ZeRO figure
     (``analysis.ranks.model_state_columns``).
@@ -180,7 +185,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         else None,
         "device_kind": record.get("device_kind"),
         "device_total_memory": as_int(record.get("device_total_memory")),
-        "capacity_bytes": as_int(record.get("capacity_bytes")) or as_int(spec.get("capacity_bytes")),
+        "capacity_bytes": _capacity(run),
         **{k: capacity.get(k) for k in CAPACITY_COLUMNS},
         "capacity_mode": _capacity_mode(record),
         **{name: as_int(failed.get(name)) if failed.get("status") == "oom" else None for name in OOM_DETAIL_FIELDS},
@@ -209,6 +214,9 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
         "source": _source(run),
+        "predicted_outcome": predicted_outcome(result.get("outcome"), run_peak(record)[0], _capacity(run))
+        if _source(run) == "predicted"
+        else None,
         **{k: env.get(k) for k in ENVIRONMENT_COLUMNS},  # (coerce_table nulls a wrong type)
         "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
         "started_at": record.get("started_at"),
@@ -235,6 +243,11 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         "no estimate in the spec (written before this workload was estimated)" if spec.get("estimate") is None else None
     )
     return row
+
+
+def _capacity(run: Run) -> int | None:
+    """The run's capacity in bytes: the record's, else the spec's (runs table ``capacity_bytes``)."""
+    return as_int(_dict(run.record).get("capacity_bytes")) or as_int(run.spec.get("capacity_bytes"))
 
 
 def _capacity_mode(record: dict) -> str | None:
@@ -313,12 +326,51 @@ def _devices(value) -> list[dict] | None:
     ]
 
 
+def unique_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[str]]:
+    """The sweep directories given, each directory once: two that resolve to the same path
+    (``c32`` and ``./c32/``, a path given twice) are one sweep, read once.
+
+    Args:
+        sweep_dirs: sweep directories, as given.
+
+    Returns:
+        (the directories in the order given, a repeated one left out; one note per directory
+        left out, naming it and the one kept).
+    """
+    kept: dict[Path, Path] = {}
+    notes = []
+    for d in sweep_dirs:
+        d = Path(d)
+        first = kept.setdefault(d.resolve(), d)
+        if first is not d:
+            notes.append(f"{d.resolve()} was given twice ({first}, {d}): its runs are read once")
+    return list(kept.values()), notes
+
+
 def build_tables(sweep_dirs: Iterable[Path]) -> tuple[pa.Table, pa.Table, list[str]]:
-    """(runs, phases, problems) for every run under ``sweep_dirs``."""
-    runs, phases, problems = [], [], []
-    for sweep_dir in sweep_dirs:
-        sweep_dir = Path(sweep_dir)
+    """(runs, phases, problems) for every run under ``sweep_dirs``.
+
+    Each directory is read once (``unique_dirs``) and each run directory gives one row, under the
+    first sweep directory that holds it (a run directory inside two of the directories given,
+    such as a sweep and one of its runs, is one run, not a re-run).
+
+    Args:
+        sweep_dirs: sweep directories (or run directories).
+
+    Returns:
+        (the runs table, RUNS_SCHEMA; the phases table, PHASES_SCHEMA; the problems met reading
+        them and the notes of what was read once, one line each).
+    """
+    runs: list[dict] = []
+    phases: list[dict] = []
+    dirs, problems = unique_dirs(sweep_dirs)
+    seen: dict[Path, Path] = {}
+    for sweep_dir in dirs:
         for run_dir in find_run_dirs([sweep_dir]):
+            first = seen.setdefault(run_dir.resolve(), sweep_dir)
+            if first is not sweep_dir:
+                problems.append(f"{run_dir}: already read under {first}: one run, counted once")
+                continue
             run = load_run(run_dir)
             if run is None:
                 problems.append(f"{run_dir}: unreadable spec.json, run skipped")

@@ -19,6 +19,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from analysis.labels import SHOWN_WHEN_SET, load_words
 from conf.contract import AXES
 
 log = logging.getLogger("memsweep")
@@ -180,7 +181,8 @@ class Progress(Callback):
 
     @staticmethod
     def _condition(config: DictConfig) -> str:
-        fields = [f"{k}={config.get(k)}" for k in (*AXES, "mode", "device") if config.get(k) is not None]
+        load = {k: config.get(k) for k in (*AXES, *SHOWN_WHEN_SET, "world_size")}
+        fields = [*load_words(load), *(f"{k}={config.get(k)}" for k in ("mode", "device") if config.get(k) is not None)]
         return f"job {config.hydra.job.get('num', '?')}: " + " ".join(fields)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from analysis.labels import load_words
 from conf.contract import (
     RECORD_FILE,
     SPEC_FILE,
@@ -71,7 +72,8 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     if result.get("resumed"):
         log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])
         return result
-    record = try_read(run_dir, RECORD_FILE)[0] if spec.dry_run else None  # read once: the line and the verdict
+    # read once: the line and a dry run's verdict, or the rank whose failure ended a DDP/FSDP run
+    record = try_read(run_dir, RECORD_FILE)[0] if spec.dry_run or spec.world_size > 1 else None
     log.info("%s", outcome_line(spec, run_dir, result, record))
     cause = cause_line(run_dir, result)
     if cause is not None:
@@ -123,8 +125,10 @@ def run_rank_task(spec: RunSpec, run_dir: Path, rank: str) -> dict:
 
 
 def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None = None) -> str:
-    """The console line of one finished run: its load (without the width where the load ignores
-    it, ``conf.contract.axis_ignored``: the hf workload) and outcome; for a dry run, its verdict
+    """The console line of one finished run: its load (``analysis.labels.load_words``: the axes, and
+    workload, precision, parallel and world_size where not the default; no width where the load
+    ignores it, ``conf.contract.axis_ignored``: the hf workload) and outcome, with the
+    rank whose failure ended a DDP/FSDP run (record ``failed_rank``); for a dry run, its verdict
     (``conf.contract.predicted_outcome``: the predicted peak against the capacity), never the
     worker's plain ``ok``.
 
@@ -132,17 +136,19 @@ def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None
         spec: the run's spec.
         run_dir: its directory.
         result: its result envelope (``sweeper.process.execute``).
-        record: its record.json (read for a dry run only; None when it has none).
+        record: its record.json (read for a dry run or a DDP/FSDP run; None when it has none).
 
     Returns:
         One line.
     """
     where = f" in {result['failed_phase']}" if result["failed_phase"] else ""
-    width = "" if axis_ignored(spec, "width") else f" width={spec.width}"  # hf: its config's, not width
-    head = (
-        f"{run_dir}: batch={spec.batch} context={spec.context}{width} dtype={spec.dtype} "
-        f"mode={spec.mode} device={spec.device}"
-    )
+    failed_rank = (record or {}).get("failed_rank")
+    if where and isinstance(failed_rank, int):  # a DDP/FSDP run: the rank whose failure ended it
+        where += f" on rank {failed_rank}"
+    words = load_words(spec.to_dict())
+    if axis_ignored(spec, "width"):  # hf: its config's width, not the spec's
+        words = [w for w in words if not w.startswith("width=")]
+    head = f"{run_dir}: " + " ".join([*words, f"mode={spec.mode}", f"device={spec.device}"])
     wall = f" ({result['wall_s']:.1f} s)" if isinstance(result.get("wall_s"), (int, float)) else ""
     if not spec.dry_run:
         return f"{head} -> {result['outcome']}{where}{wall}"

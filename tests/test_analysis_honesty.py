@@ -2,6 +2,7 @@
 summaries of several loads in one directory. Run directories are written by hand (no worker)."""
 
 import json
+from pathlib import Path
 
 from analysis.cli import analyze
 from analysis.frontier import frontier_table
@@ -249,3 +250,57 @@ def test_stable_is_null_when_nothing_was_run_twice(tmp_path):
         write_run(tmp_path / "flip" / str(i), batch=batch, outcome=outcome)
     r = row(tmp_path / "flip")
     assert r["stable"] is False and r["exact"] is False
+
+
+def test_a_sweep_directory_given_twice_is_read_once_and_checks_no_stability(tmp_path, monkeypatch, capsys):
+    """`report c32 ./c32/` (or the same path twice): one sweep, read once with a note; its runs are
+    not re-runs of themselves, so `stable` stays null and the runs are counted once."""
+    from analysis.report.cli import main as report_main
+
+    for i, (batch, outcome) in enumerate([(1, "ok"), (2, "ok"), (4, "oom")]):
+        write_run(tmp_path / "c32" / str(i), batch=batch, outcome=outcome)
+    monkeypatch.chdir(tmp_path)
+    runs, _, problems = build_tables([Path("c32"), Path("./c32/"), tmp_path / "c32"])
+    assert runs.num_rows == 3 and sum("given twice" in p for p in problems) == 2
+    (row,) = [r for r in frontier_table(runs).to_pylist() if r["axis"] == "batch"]
+    assert (row["n_runs"], row["stable"], row["max_ok"], row["min_oom"]) == (3, None, 2, 4)
+    # a run directory inside two of the directories given (the sweep and one of its runs) is one run
+    runs, _, problems = build_tables([Path("c32"), Path("c32/0")])
+    assert runs.num_rows == 3 and any("counted once" in p for p in problems)
+    assert report_main(["c32", "./c32/", "--out", "r"]) == 0
+    assert "given twice" in capsys.readouterr().err
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "from 3 measured runs in `c32`." in md and "stable: yes" not in md and "Read once" in md
+
+
+def test_the_frontier_counts_a_run_directory_read_twice_once():
+    """The frontier's own guard: two rows of one run directory are one observation, not a re-run."""
+    from analysis.tables import RUNS_SCHEMA, coerce_table
+
+    rows = [
+        {"sweep_dir": "s", "run_dir": f"s/{b}", "workload": "mlp", "mode": "inference", "device": "cpu"}
+        | {"batch": b, "context": 16, "width": 32, "dtype": "float32", "outcome": "ok", "source": "measured"}
+        for b in (1, 2)
+    ]
+    (row,) = [r for r in frontier_table(coerce_table(rows + rows, RUNS_SCHEMA)).to_pylist() if r["axis"] == "batch"]
+    assert (row["n_runs"], row["n_ok"], row["stable"]) == (2, 2, None)
+
+
+def test_a_dry_run_row_carries_its_verdict_beside_the_workers_ok(tmp_path):
+    """runs.parquet: a dry run's `outcome` is the worker's ok (every phase predicted); its
+    `predicted_outcome` is the verdict, oom when the predicted peak is above the capacity; null
+    for a measured run and for a dry run without a capacity."""
+    write_run(tmp_path / "0", batch=1, dry_run=True, peak=4 * MiB)
+    write_run(tmp_path / "1", batch=64, dry_run=True, peak=10106360, capacity=4 * MiB)
+    write_run(tmp_path / "2", batch=2, dry_run=True, capacity=None)
+    write_run(tmp_path / "3", batch=2)
+    rows = rows_by_id(build_tables([tmp_path])[0])
+    assert {k: (r["outcome"], r["predicted_outcome"]) for k, r in rows.items()} == {
+        "0": ("ok", "ok"),
+        "1": ("ok", "oom"),
+        "2": ("ok", None),
+        "3": ("ok", None),
+    }
+    report, md = report_md([tmp_path])  # the report: the verdict, never a measured ok
+    assert [r["run_id"] for r in report.runs] == ["3"]
+    assert "| does not fit |" in md.split("# Predicted (dry runs)")[1]

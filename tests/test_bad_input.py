@@ -142,7 +142,8 @@ def test_at_least_thirty_cases():
     "argv, code, message",
     [
         (["frobnicate"], 2, "unknown command 'frobnicate'"),
-        (["analyze", "/nonexistent/sweep"], 1, "does not exist"),
+        (["analyze", "/nonexistent/sweep"], 2, "does not exist"),
+        (["report", "/nonexistent/sweep", "--out", "r"], 2, "does not exist"),
         (["analyze"], 2, "SWEEP_DIR"),
     ],
 )

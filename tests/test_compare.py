@@ -126,3 +126,31 @@ def test_bad_input_is_refused_naming_the_field(sweeps, tmp_path, capsys):
     assert main([str(f32), str(tmp_path / "missing")]) == EXIT_BAD_INPUT
     assert "does not exist" in capsys.readouterr().err
     assert main([str(f32)]) == EXIT_BAD_INPUT
+
+
+def test_fail_above_zero_is_accepted_as_zero_percent():
+    from analysis.compare.gate import parse_threshold
+
+    for text in ("0", "0B", "0%"):
+        t = parse_threshold(text)
+        assert t.allowed(1000) == 0, text
+    assert parse_threshold("0").bytes == 0 and parse_threshold("0%").fraction == 0
+
+
+def test_a_directory_without_runs_is_bad_input_naming_it(sweeps, tmp_path, capsys):
+    f32, _ = sweeps
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main([str(f32), str(empty)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert str(empty) in err and "no measured run" in err
+
+
+def test_the_pair_heading_names_both_loads_when_they_differ(sweeps, capsys):
+    f32, bf16 = sweeps
+    assert main([str(f32), str(bf16)]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "dtype=float32) in A; dtype=bfloat16 in B: A -> B" in out
+    assert main([str(f32), str(f32)]) == EXIT_OK  # the same load: one heading
+    out = capsys.readouterr().out
+    assert "dtype=float32): A -> B" in out and " in A;" not in out

@@ -102,6 +102,7 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
         "n_phases",
         "source_allocated",
         "source_reserved",
+        "predicted_outcome",  # a dry run's verdict (conf.contract.predicted_outcome)
         "max_outside_allocator_bytes",
         *ESTIMATE_COLUMNS,
         *MODEL_STATE_COLUMNS,

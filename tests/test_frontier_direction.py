@@ -120,3 +120,47 @@ def test_the_frontier_of_a_small_sweep_raises_no_pandas_warning():
         rows = frontier_table(coerce_table(runs, RUNS_SCHEMA)).to_pylist()
     (row,) = [r for r in rows if r["axis"] == "batch"]
     assert (row["max_ok"], row["min_oom"], row["exact"]) == (2, 4, True)
+
+
+def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_never_read_alike():
+    """The one load label (analysis.labels): a non-default parallel or precision is named, with
+    world_size, in the frontier's fixed load column, the per-run console line (with the rank whose
+    failure ended the run) and the report's summary card; a one-process run shows no world_size=1."""
+    from pathlib import Path
+
+    from analysis.labels import load_words
+    from analysis.report import build_report, parse_margin
+    from analysis.tables import PHASES_SCHEMA
+    from conf.contract import RunSpec
+    from sweeper.job import outcome_line
+
+    runs = [
+        dict(BASE, sweep_dir=p, run_id=f"b{b}", run_dir=f"{p}/{b}", batch=b, parallel=p, world_size=2, outcome="ok")
+        | dict(precision="autocast" if p == "fsdp" else "pure", max_memory_allocated=100 * b)
+        for p in ("ddp", "fsdp")
+        for b in (2, 4)
+    ]
+    text = format_frontier(frontier_table(coerce_table(runs, RUNS_SCHEMA)))
+    lines = [line for line in text.splitlines() if line.startswith("batch")]
+    assert [line.split("      ")[0] for line in lines] == [
+        "batch    train cpu context=8 width=64 dtype=float32 parallel=ddp world_size=2",
+        "batch    train cpu context=8 width=64 dtype=float32 precision=autocast parallel=fsdp world_size=2",
+    ]
+    assert load_words(dict(BASE, parallel="none", world_size=1, precision="pure")) == [
+        "batch=2",
+        "context=8",
+        "width=64",
+        "dtype=float32",
+    ]
+    spec = RunSpec.from_dict(
+        dict(mode="train", parallel="fsdp", world_size=2, batch=2, context=8, width=64, device="cpu")
+    )
+    line = outcome_line(spec, Path("r/0"), {"outcome": "oom", "failed_phase": "cold_step"}, {"failed_rank": 1})
+    head = "r/0: batch=2 context=8 width=64 dtype=float32 parallel=fsdp world_size=2 mode=train device=cpu"
+    assert line == f"{head} -> oom in cold_step on rank 1"
+    fsdp = coerce_table([r for r in runs if r["parallel"] == "fsdp"], RUNS_SCHEMA)
+    report = build_report(
+        fsdp, coerce_table([], PHASES_SCHEMA), frontier_table(fsdp), parse_margin(None), render_plots=False
+    )
+    (load_row,) = [b for b in report.doc.blocks if b[0] == "table" and "load (observed)" in str(b)]
+    assert "precision `autocast`, parallel `fsdp`" in str(load_row)

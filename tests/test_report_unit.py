@@ -520,3 +520,57 @@ def test_the_cards_weights_estimate_is_the_edge_runs_with_the_range_named():
     row = _card_row(markdown(report_of(runs, phases, extra_columns=est)), "weights estimate (calculated)")
     assert row.startswith(f"{text(grows[1])} at max_ok width=128; over the runs: {text(grows[0])} at width=64 to ")
     assert row.endswith(f"{text(grows[2])} at width=256 |")
+
+
+def test_first_crossing_refuses_a_non_positive_level_and_the_falling_side():
+    """A peak reaches a capacity by rising: a fit that bends down far past its points (tiny negative
+    square term) gives no crossing where it falls back through a level, and a level of 0 or less
+    (a margin not below the capacity) is refused."""
+    from analysis.fit import Polynomial, first_crossing
+
+    p = Polynomial(1e6, 1000.0, -1e-9)  # rises to its vertex at x = 5e11, then falls
+    assert first_crossing(p, 2e6) == pytest.approx(1000.0, rel=1e-9)
+    assert first_crossing(p, 5e5) is None  # above the level from x = 0: only the falling side crosses it
+    for level in (0, -GiB):
+        with pytest.raises(ValueError, match="positive"):
+            first_crossing(p, level)
+
+
+def test_a_margin_not_below_the_capacity_is_flagged_and_reaches_no_crossing():
+    """--margin 2GiB on a 1 GiB capacity: no value is recommended and the report says why, in
+    bytes and GiB, and computes no crossing of capacity - margin (a negative level)."""
+
+    def peak(c):
+        return 50 * MiB + 1000 * c + 40 * c * c
+
+    pts = [(c, "ok", peak(c), peak(c) - MiB) for c in (512, 1024, 2048, 4096)]
+    runs, phases = make("s", pts, axis="context")
+    rep = report_of(runs, phases, margin="2GiB")
+    (axis,) = rep.axes
+    assert axis.recommended is None and "not below the capacity" in axis.reason
+    md = markdown(rep)
+    assert "reaches the capacity at context ≈" in md and "capacity - margin at" not in md
+    assert "never reaches the capacity - margin" not in md
+    assert f"{2 * GiB} B (2.000 GiB)" in md and f"{2 * GiB} B ({2 * GiB} B)" not in md
+
+
+def test_every_run_out_of_memory_in_model_load_is_said_in_the_answer():
+    """Every run OOM in model_load (a phase that does not scale with batch): the answer names the
+    phase as the console does (frontier row ``not_reached``), never "none ran out of memory"."""
+    runs, phases = make("s", [(b, "oom", 2 * MiB, MiB) for b in (1, 2, 4)], capacity=1024)
+    for r in runs:
+        r["failed_phase"] = "model_load"
+    rep = report_of(runs, phases)
+    (axis,) = rep.axes
+    answer = markdown(rep).split("# Answer")[1].split("\n# ")[0]
+    assert axis.frontier["not_reached"] and axis.frontier["not_reached"] in answer
+    assert "No value of batch ran ok" in answer and "model_load" in answer
+    assert "none ran out of memory" not in answer and "no value of batch ran ok" in axis.reason
+
+
+def test_a_dtype_axis_where_every_dtype_fits_names_the_largest_not_an_edge_above():
+    runs, phases = make(
+        "s", [("bfloat16", "ok", 300 * MiB, 200 * MiB), ("float32", "ok", 500 * MiB, 400 * MiB)], axis="dtype"
+    )
+    answer = markdown(report_of(runs, phases)).split("# Answer")[1].split("\n# ")[0]
+    assert "**Every dtype run fits (largest: float32)**" in answer and "lies above" not in answer

@@ -243,3 +243,26 @@ def test_the_planned_phases_follow_who_runs_the_step(root):
     assert _spec(root, workload=plain).train_step == "memsweep"
     del plain["optimizer"]  # train mode only
     assert _spec(root, workload=plain, mode="inference").train_step is None
+
+
+@pytest.mark.parametrize("held", [None, [], {}])
+def test_no_torch_optimizer_means_no_optimizer_state_bytes_not_zero(held):
+    """A user's optimizer factory that returned None (or an empty collection) leaves no torch
+    optimizer to read: the step's optimizer_state_bytes is null, never 0; a torch optimizer
+    without state yet reads 0 bytes."""
+    import torch
+
+    from worker.workloads.base import Workload
+
+    class Held:  # the three methods read only what the workload holds
+        optimizer_items = Workload.optimizer_items
+        optimizers = Workload.optimizers
+        optimizer_state_bytes = Workload.optimizer_state_bytes
+        _state_tensors = Workload._state_tensors
+        device = torch.device("cpu")
+
+    w = Held()
+    w.optimizer = held
+    assert w.optimizer_state_bytes() == {"optimizer_state_bytes": None}
+    w.optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(4))], lr=0.1)
+    assert w.optimizer_state_bytes() == {"optimizer_state_bytes": 0}

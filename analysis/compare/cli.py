@@ -11,7 +11,7 @@ from conf.contract import SpecError
 from ..report import ReportExists, report_paths
 from .compare import compare, write_doc
 from .gate import parse_threshold
-from .load import SweepNotFound
+from .load import EmptySweep, SweepNotFound
 from .render import document, text
 
 EXIT_OK = 0
@@ -19,7 +19,8 @@ EXIT_OK = 0
 EXIT_REGRESSION = 1
 """A peak grew beyond --fail-above."""
 EXIT_BAD_INPUT = 2
-"""Bad arguments, a missing sweep directory, or an output that exists: nothing compared."""
+"""Bad arguments, a missing sweep directory or one without a measured run, or an output that exists:
+nothing compared."""
 EXIT_NOTHING_COMPARABLE = 3
 """--fail-above was given but nothing could be compared: the gate checked nothing."""
 
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_BAD_INPUT
     try:
         result = compare(args.sweep_dirs, threshold)
-    except SweepNotFound as exc:
+    except (SweepNotFound, EmptySweep) as exc:
         print(f"memsweep compare: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(text(result.sweeps, result.differences, result.comparisons, threshold, result.regressions))

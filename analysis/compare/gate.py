@@ -36,7 +36,8 @@ class Threshold:
 
 
 def parse_threshold(text: str) -> Threshold:
-    """Read ``--fail-above``: ``5%`` (of the baseline's peak) or a size (``64MiB``, ``1GB``, bytes).
+    """Read ``--fail-above``: ``5%`` (of the baseline's peak) or a size (``64MiB``, ``1GB``, bytes);
+    ``0`` (or ``0B``, as ``0%``) allows no growth at all.
 
     Raises:
         SpecError: anything else, or a negative percentage; field ``--fail-above``.
@@ -46,6 +47,8 @@ def parse_threshold(text: str) -> Threshold:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", text)
     if m:
         return Threshold(text, fraction=Fraction(m.group(1)) / 100)
+    if re.fullmatch(r"0+(?:\.0+)?\s*B?", text):  # no growth allowed, as 0% (parse_size takes sizes > 0)
+        return Threshold(text, bytes=0)
     try:
         return Threshold(text, bytes=parse_size(text, "--fail-above"))
     except SpecError:
@@ -98,6 +101,6 @@ def regressions(comparisons: list[Comparison], threshold: Threshold) -> list[Reg
             if a is None or b is None:
                 continue
             if b - a > threshold.allowed(a):
-                title = f"{c.base.title} {c.base.sweep.label} -> {c.other.sweep.label}"
+                title = f"{c.title}: {c.base.sweep.label} -> {c.other.sweep.label}"
                 out.append(Regression(title, f"{c.base.axis}={row.value}", c.gate_counter, a, b))
     return out

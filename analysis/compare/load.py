@@ -27,6 +27,20 @@ class SweepNotFound(FileNotFoundError):
         self.path = Path(path)
 
 
+class EmptySweep(ValueError):
+    """A directory given to compare holds no measured run (nothing to compare; bad input).
+
+    Args:
+        path: the directory given, kept as ``self.path``.
+        dry_runs: how many dry runs (predictions, never compared) it holds.
+    """
+
+    def __init__(self, path: Path, dry_runs: int = 0):
+        held = f"only {dry_runs} dry run(s), predictions" if dry_runs else "no run directory and no runs.parquet"
+        super().__init__(f"sweep directory {path} holds no measured run ({held}): nothing to compare")
+        self.path = Path(path)
+
+
 @dataclass
 class Sweep:
     """One sweep as compare reads it.
@@ -70,6 +84,7 @@ def load_sweep(path: Path, label: str) -> Sweep:
 
     Raises:
         SweepNotFound: ``path`` is not a directory.
+        EmptySweep: it holds no measured run.
     """
     path = Path(path)
     if not path.is_dir():
@@ -85,6 +100,8 @@ def load_sweep(path: Path, label: str) -> Sweep:
         runs, phases, missing = runs_t.to_pylist(), phases_t.to_pylist(), []
         source = "the run records (no Parquet tables found)"
     measured = [r for r in runs if r.get("source") != "predicted"]
+    if not measured:
+        raise EmptySweep(path, len(runs))
     keep = {(r.get("sweep_dir"), r.get("run_id")) for r in measured}
     phases = [p for p in phases if (p.get("sweep_dir"), p.get("run_id")) in keep]
     return Sweep(label, path, source, measured, phases, missing, len(runs) - len(measured))

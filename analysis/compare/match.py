@@ -143,6 +143,21 @@ class Comparison:
     not_comparable: list[str] = field(default_factory=list)
     comparable: bool = True
 
+    @property
+    def title(self) -> str:
+        """The pair's heading: the baseline's series title, and where the other series' fixed load
+        differs (another dtype, workload parameter...), what it is there, so that rows of two loads
+        never read as like-for-like: ``"batch sweep (context=64 width=64 dtype=float32) in A;
+        dtype=bfloat16 in B"``."""
+        if self.other is None:
+            return self.base.title
+        base, other = self.base, self.other
+        differ = [k for k in _GROUP if k != base.axis and str(base.load.get(k)) != str(other.load.get(k))]
+        if not differ:
+            return base.title
+        there = " ".join(f"{k}={other.load.get(k)}" for k in differ)
+        return f"{base.title} in {base.sweep.label}; {there} in {other.sweep.label}"
+
 
 def _run_of(runs: list[dict], counter: str) -> dict | None:
     """The run a value is represented by: its ok run with the largest ``counter`` peak."""

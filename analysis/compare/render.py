@@ -64,7 +64,7 @@ def text(
         if c.other is None or not c.rows:
             continue
         a, b = c.base.sweep.label, c.other.sweep.label
-        out.append(f"{c.base.title}: {a} -> {b}; gate counter {c.gate_counter} (bytes; diff = {b} - {a}, % of {a})")
+        out.append(f"{c.title}: {a} -> {b}; gate counter {c.gate_counter} (bytes; diff = {b} - {a}, % of {a})")
         head = f"  {c.base.axis:>8} {'phase':<24}" + "".join(f" {'d ' + k:>27} {'%':>8}" for k in COUNTERS)
         first = f"run peak {c.gate_counter} {a}"
         out.append(f"  {c.base.axis:>8} {first:>40} {b:>14} {'diff B':>12} {'%':>8} {b + '/' + a:>7}")
@@ -137,11 +137,11 @@ def document(
         if c.other is None or not c.rows:
             continue
         a, b = c.base.sweep.label, c.other.sweep.label
-        doc.h(1, f"{c.base.title}: {a} -> {b}")
+        doc.h(1, f"{c.title}: {a} -> {b}")
         doc.image(
             Image(
                 f"counters{i}_{c.base.axis}.png",
-                plots.counters_plot([c.base, c.other], f"{c.base.title}: the four counters, {a} and {b}"),
+                plots.counters_plot([c.base, c.other], f"{c.title}: the four counters, {a} and {b}"),
                 f"The four counters against {c.base.axis} for {a} and {b} (observed; ok runs joined, a run that "
                 "did not complete is a cross with its partial value).",
             )

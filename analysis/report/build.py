@@ -32,6 +32,7 @@ class Report:
         runs: the measured run rows, enriched (``stats.enrich_runs``); a dry run is in ``predicted``.
         has_estimate: True when the runs table has an ``est_*`` column holding a value.
         predicted: the dry runs (source ``predicted``), never part of an observed figure.
+        notes: what was given twice and read once (``analysis.tables.unique_dirs``), one line each.
     """
 
     doc: Doc
@@ -40,6 +41,7 @@ class Report:
     runs: list[dict]  # the measured runs (a dry run is in ``predicted``)
     has_estimate: bool
     predicted: list[dict] = field(default_factory=list)  # the dry runs (source "predicted")
+    notes: list[str] = field(default_factory=list)  # what was read once of what was given twice
 
 
 class _NoPlots:
@@ -57,6 +59,7 @@ def build_report(
     sweep_dirs: list[Path] | None = None,
     analysis_files: list[Path] | None = None,
     render_plots: bool = True,
+    notes: list[str] | None = None,
 ) -> Report:
     """Compute the report of the analysis tables.
 
@@ -70,6 +73,7 @@ def build_report(
         analysis_files: the Parquet tables listed under "Raw results".
         render_plots: False leaves the plots out (empty PNG bytes; faster, for checks of the
             text alone).
+        notes: what was given twice and read once (``analysis.tables.unique_dirs``), shown as a note.
 
     Returns:
         The report: its document (plots rendered here, as PNG bytes) and what it computed.
@@ -119,6 +123,9 @@ def build_report(
         "from it (margins, fits, estimates, other cards) and what is **assumed** (the margin policy and "
         "the catalog's figures). Sizes: raw bytes (B) beside GiB = 2^30 B."
     )
+    notes = list(notes or [])
+    if notes:
+        doc.note("info", "Read once: " + "; ".join(notes) + ".")
     if predicted:
         doc.note(
             "warning",
@@ -139,7 +146,7 @@ def build_report(
         )
         if predicted:
             predicted_section(doc, predicted)
-        return Report(doc, axes, policy, runs, bool(est_cols), predicted)
+        return Report(doc, axes, policy, runs, bool(est_cols), predicted, notes)
 
     summary_card(doc, runs, axes, policy)
     observed_section(doc, runs, phases, axes, plots)
@@ -153,4 +160,4 @@ def build_report(
     if predicted:
         predicted_section(doc, predicted)
     raw_section(doc, all_runs, axes, sweep_dirs, analysis_files)
-    return Report(doc, axes, policy, runs, bool(est_cols), predicted)
+    return Report(doc, axes, policy, runs, bool(est_cols), predicted, notes)

@@ -9,7 +9,7 @@ from conf.contract import SpecError
 
 from ..cli import add_sweep_dir_args, parse_sweep_dir_args
 from .margin import DEFAULT_MARGIN, parse_margin
-from .write import ReportExists, report_for_dirs
+from .write import ReportExists, SweepDirNotFound, report_for_dirs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
         argv: the arguments after ``report``; None: ``sys.argv[1:]``.
 
     Returns:
-        The exit status: 0 written (its paths printed), 1 a sweep directory missing or a report
-        already there, 2 a bad ``--margin`` (the message on stderr). argparse exits 2 itself on
+        The exit status: 0 written (its paths printed), 1 a report already there, 2 bad input: a
+        sweep directory missing or a bad ``--margin`` (the message on stderr). argparse exits 2 itself on
         bad arguments.
     """
     parser = argparse.ArgumentParser(
@@ -43,12 +43,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memsweep report: {exc}", file=sys.stderr)
         return 2
     try:
-        _, md, html_ = report_for_dirs(args.sweep_dirs, args.out, args.margin)
-    except (FileNotFoundError, ReportExists) as exc:  # SweepDirNotFound is a FileNotFoundError
+        report, md, html_ = report_for_dirs(args.sweep_dirs, args.out, args.margin)
+    except SweepDirNotFound as exc:  # bad input, as a bad --margin
+        print(f"memsweep report: {exc}", file=sys.stderr)
+        return 2
+    except ReportExists as exc:
         print(f"memsweep report: {exc}", file=sys.stderr)
         return 1
     except SpecError as exc:
         print(f"memsweep report: {exc}", file=sys.stderr)
         return 2
+    for note in report.notes:
+        print(f"memsweep report: note: {note}", file=sys.stderr)
     print(f"memsweep: report -> {html_}  (and {md})")
     return 0

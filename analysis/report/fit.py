@@ -100,3 +100,25 @@ def crossing(coeffs: list[float], level: float) -> float | None:
     """
     a, b, c = (list(reversed(coeffs)) + [0.0, 0.0])[:3]
     return first_crossing(Polynomial(a, b, c), level)
+
+
+def capacity_crossings(coeffs: list[float], capacity: int | None, margin_bytes: int | None) -> dict[str, float | None]:
+    """Where the fitted peak reaches the capacity and the capacity minus the margin (``crossing``).
+
+    Args:
+        coeffs: the fitted polynomial, highest power first (``fit_axis``'s ``coeffs``).
+        capacity: the capacity compared with the peak (bytes); None or 0: no crossing.
+        margin_bytes: the margin policy's bytes at that capacity; None or 0: no second level.
+
+    Returns:
+        ``{"capacity": x, "capacity - margin": x}``, x the axis value (a float, extrapolated) or
+        None when the fit never rises to that level; ``capacity - margin`` is left out when the
+        margin is missing, 0, or not below the capacity (no positive level to reach: the report
+        says so with the margin, ``margin.margin_leaves_nothing``); empty without a capacity.
+    """
+    out: dict[str, float | None] = {}
+    if capacity:
+        out["capacity"] = crossing(coeffs, capacity)
+        if margin_bytes and capacity - margin_bytes > 0:
+            out["capacity - margin"] = crossing(coeffs, capacity - margin_bytes)
+    return out

@@ -54,11 +54,12 @@ class MarginPolicy:
         return int(math.ceil(self.fraction * capacity))
 
     def short(self) -> str:
-        """The policy in a few words for a sentence: ``"10 % of the capacity"`` or ``"2147483648 B"``."""
+        """The policy in a few words for a sentence beside its bytes: ``"10 % of the capacity"`` or
+        ``"2.000 GiB"`` (a fixed margin in GiB, 2^30 B: its bytes are printed beside it)."""
         return (
             f"{float(self.fraction) * 100:g} % of the capacity"
             if self.fraction is not None
-            else f"{self.fixed_bytes} B"
+            else f"{gib(self.fixed_bytes)} GiB"
         )
 
     def describe(self) -> str:
@@ -105,6 +106,20 @@ def parse_margin(text: Any = None) -> MarginPolicy:
     if not 0 <= frac < 1:
         raise SpecError("margin", text, accepted)
     return MarginPolicy(text, fraction=frac, default=default)
+
+
+def margin_leaves_nothing(capacity: int | None, margin_bytes: int | None) -> bool:
+    """Whether a margin keeps the whole capacity free (a fixed margin at least the capacity): no
+    peak can leave it, and capacity - margin is no level a fit can reach.
+
+    Args:
+        capacity: the capacity compared with the peak (bytes); None when not recorded.
+        margin_bytes: the margin policy's bytes at that capacity (``MarginPolicy.bytes_for``).
+
+    Returns:
+        True when both are known and ``margin_bytes >= capacity``.
+    """
+    return capacity is not None and margin_bytes is not None and margin_bytes >= capacity
 
 
 def device_kind(run: dict) -> str:

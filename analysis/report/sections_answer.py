@@ -12,7 +12,7 @@ from conf.contract import gib
 
 from ..doc import Doc, Image
 from ..frontier import direction_words
-from .fit import crossing, evaluate, fit_axis
+from .fit import capacity_crossings, evaluate, fit_axis
 from .fmt import axis_label, nbytes, pct
 from .margin import MarginPolicy, basis
 from .stats import AxisResult
@@ -28,17 +28,13 @@ def axis_fit(a: AxisResult) -> tuple[dict | None, dict[str, float | None]]:
         a: the axis result.
 
     Returns:
-        (``fit_axis``'s dict or None, ``{"capacity": x, "capacity - margin": x}``: the axis
-        values, extrapolated, where the fit reaches each level; None when it never does; empty
-        without a fit or a capacity).
+        (``fit_axis``'s dict or None, ``capacity_crossings``: the axis values, extrapolated,
+        where the fit reaches the capacity and the capacity minus the margin; empty without a fit
+        or a capacity).
     """
     ok = [(s.value, s.used) for s in a.values if s.all_ok and s.used is not None]
     fit = fit_axis(a.axis, [x for x, _ in ok], [y for _, y in ok])
-    crossings: dict[str, float | None] = {}
-    if fit is not None and a.capacity:
-        crossings["capacity"] = crossing(fit["coeffs"], a.capacity)
-        if a.margin_bytes:
-            crossings["capacity - margin"] = crossing(fit["coeffs"], a.capacity - a.margin_bytes)
+    crossings = {} if fit is None else capacity_crossings(fit["coeffs"], a.capacity, a.margin_bytes)
     return fit, crossings
 
 
@@ -134,10 +130,14 @@ def answer_lines(a: AxisResult, policy: MarginPolicy, crossings: dict[str, float
         out.append(
             f"**{axis_label(ax, a.max_ok)} fits; {axis_label(ax, a.min_oom)} runs out of memory** (observed; {exact})."
         )
+    elif a.max_ok is not None and ax == "dtype":  # dtypes are ordered by bytes per element: no value "above"
+        out.append(f"**Every dtype run fits (largest: {a.max_ok})** (observed).")
     elif a.max_ok is not None:
         out.append(f"**Every value run fits, up to {axis_label(ax, a.max_ok)}** (observed): the edge lies above.")
     elif a.min_oom is not None:
         out.append(f"**Nothing fits**: already {axis_label(ax, a.min_oom)} ran out of memory (observed).")
+    elif a.frontier.get("not_reached"):  # every run failed in a phase that does not scale with the axis
+        out.append(f"**No value of {ax} ran ok**: {a.frontier['not_reached']} (observed).")
     else:
         out.append(f"**No value of {ax} ran ok and none ran out of memory**: see the outcomes (observed).")
     cap = a.capacity
@@ -145,7 +145,7 @@ def answer_lines(a: AxisResult, policy: MarginPolicy, crossings: dict[str, float
         used = a.stat(a.recommended).used
         out.append(
             f"Recommended: **{axis_label(ax, a.recommended)}** under the margin {policy.short()} "
-            f"({_size(a.margin_bytes)} kept free, assumed): peak {counter} {_size(used)}, headroom "
+            f"({nbytes(a.margin_bytes)} B kept free, assumed): peak {counter} {_size(used)}, headroom "
             f"**{_size(cap - used)}, {pct(cap - used, cap)}** of the capacity {_size(cap)}."
         )
     else:

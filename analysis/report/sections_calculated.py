@@ -9,7 +9,7 @@ from conf.contract import gib
 
 from .. import cards as cards_mod
 from ..doc import Doc, Image
-from .fit import crossing, fit_context
+from .fit import capacity_crossings, fit_context
 from .fmt import axis_label, nbytes, pct
 from .margin import MarginPolicy
 from .phases import OBSERVED_COUNTERPART, PART_NAMES, decomposition
@@ -117,11 +117,7 @@ def calculated_section(
             f"peak `{a.used_counter}` (bytes) of the runs that ran ok: peak ≈ {terms}; largest relative "
             f"residual {fit['max_rel_residual'] * 100:.2f} %."
         )
-        crossings = {}
-        if a.capacity:
-            crossings["capacity"] = crossing(c, a.capacity)
-            if a.margin_bytes:
-                crossings["capacity - margin"] = crossing(c, a.capacity - a.margin_bytes)
+        crossings = capacity_crossings(c, a.capacity, a.margin_bytes)
         lines = [
             f"the fit reaches the {k} at context ≈ {v:.0f} (extrapolated, not run)"
             if v

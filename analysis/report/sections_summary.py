@@ -12,6 +12,7 @@ from conf.contract import gib
 
 from ..doc import Doc
 from ..frontier import direction_words
+from ..labels import set_fields
 from .fmt import axis_label, nbytes, pct
 from .margin import MarginPolicy
 from .stats import AxisResult
@@ -44,17 +45,21 @@ def alloc_text(r: dict) -> str:
 
 
 def _load_text(r: dict) -> str:
-    """The load of a run as printed: workload and its parameters, mode, dtype, warmup, repeats."""
+    """The load of a run as printed: workload and its parameters, mode, dtype, a non-default precision
+    and parallel, warmup, repeats."""
     params = r.get("workload_params")
     try:
         params = json.loads(params) if params else {}
     except json.JSONDecodeError:
         params = {"params": params}
     ptext = ", ".join(f"{k}={'null' if v is None else v}" for k, v in params.items())  # null: the default
+    # a non-default precision or parallel (analysis.labels); world_size is an axis, in the titles
+    spread = "".join(f", {k} `{v}`" for k, v in set_fields(r).items() if k != "workload")
     return (
         f"workload `{r.get('workload')}`"
         + (f" ({ptext})" if ptext else "")
-        + f", mode `{r.get('mode')}`, dtype `{r.get('dtype')}`, warmup {r.get('warmup')}, repeats {r.get('repeats')}"
+        + f", mode `{r.get('mode')}`, dtype `{r.get('dtype')}`{spread}"
+        + f", warmup {r.get('warmup')}, repeats {r.get('repeats')}"
     )
 
 

@@ -15,8 +15,9 @@ from typing import Any
 from conf.contract import AXES, gib
 
 from ..frontier import IDENTITY, differing, direction_words, edge_columns, order_key
+from ..labels import load_words
 from .fmt import axis_label, pct
-from .margin import MarginPolicy, basis, device_kind
+from .margin import MarginPolicy, basis, device_kind, margin_leaves_nothing
 
 
 @dataclass
@@ -163,8 +164,9 @@ class AxisResult:
 
     @property
     def load_title(self) -> str:
-        """``"batch sweep (context=128 width=256 dtype=float32)"``, plus ``detail`` where set."""
-        fixed = " ".join(f"{k}={v}" for k, v in self.fixed.items() if v is not None)
+        """``"batch sweep (context=128 width=256 dtype=float32)"`` (``analysis.labels.load_words``: a
+        non-default workload, precision or parallel named too), plus ``detail`` where set."""
+        fixed = " ".join(load_words({**self.frontier, **self.fixed, self.axis: None}))
         return f"{self.axis} sweep ({fixed}{' ' + self.detail if self.detail else ''})"
 
     @property
@@ -291,6 +293,12 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
     if res.decreasing:  # the margin walk below reads "larger is harder"
         res.reason = f"no value is recommended: {direction_words(res.frontier)}; choose it by the devices you have"
         return
+    if margin_leaves_nothing(cap, margin):
+        res.reason = (
+            f"the margin {margin} B ({policy.short()}) is not below the capacity {cap} B ({gib(cap)} GiB): "
+            "no peak can leave it; give a --margin smaller than the capacity"
+        )
+        return
     limit = cap - margin
     rejected = []
     for s in reversed(res.values):
@@ -330,6 +338,9 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
             res.reason += " Larger values: " + "; ".join(above + rejected[::-1]) + "."
         break
     else:
+        if not any(s.all_ok for s in res.values):
+            res.reason = f"no value of {axis} ran ok (every run of it), so none can be recommended"
+            return
         res.reason = (
             f"no value leaves the margin {margin} B ({policy.short()}) below the capacity "
             f"{cap} B among the values that ran ok"

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..doc import to_html, to_markdown
 from ..frontier import frontier_table
 from ..outputs import OUTPUTS
-from ..tables import build_tables
+from ..tables import build_tables, unique_dirs
 from .build import Report, build_report
 from .margin import parse_margin
 
@@ -128,7 +128,8 @@ def report_for_dirs(
     then write the report into ``out_dir``.
 
     Args:
-        sweep_dirs: the sweep directories reported on.
+        sweep_dirs: the sweep directories reported on; one given twice (the same resolved path) is
+            read once, with a note in the report (``Report.notes``).
         out_dir: where the report goes.
         margin: the margin policy's text (``parse_margin``); None: the default.
         name: the report's name (``report_paths``).
@@ -149,9 +150,10 @@ def report_for_dirs(
     for p in (md, html_, plot_dir):  # refuse before the work, not only after it
         if p.exists():
             raise ReportExists(f"{p} already exists: memsweep never overwrites a report; use --out NEW_DIR", p)
+    sweep_dirs, notes = unique_dirs(sweep_dirs)  # a directory given twice is one sweep
     runs, phases, _ = build_tables(sweep_dirs)
     frontier = frontier_table(runs)
     files = [f for d in sweep_dirs for f in find_analysis_files(Path(d))]
-    report = build_report(runs, phases, frontier, policy, [Path(d) for d in sweep_dirs], files)
+    report = build_report(runs, phases, frontier, policy, sweep_dirs, files, notes=notes)
     md, html_ = write_report(report, out_dir, name)
     return report, md, html_

@@ -403,8 +403,9 @@ class Workload:
         """Bytes of the optimizers' state tensors on the run's device (AdamW keeps its ``step``
         counters on the host when the parameters are on CUDA); null (unknown, never zero) when
         ``optimizer_items()`` holds something other than torch optimizers, whose state memsweep
-        cannot read."""
-        if len(self.optimizers()) != len(self.optimizer_items()):
+        cannot read, or nothing at all (a user's factory that returned None or an empty
+        collection: there is no optimizer state to read, which is not 0 bytes of it)."""
+        if not self.optimizers() or len(self.optimizers()) != len(self.optimizer_items()):
             return {"optimizer_state_bytes": None}
         tensors = [v for v in self._state_tensors() if v.device.type == self.device.type]
         return {"optimizer_state_bytes": _storage_bytes(tensors)}

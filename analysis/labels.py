@@ -1,0 +1,80 @@
+"""How a load is named in one line: the per-run console line (``sweeper.job.outcome_line``), the
+frontier's "fixed load" column (``analysis.outputs.format_frontier``) and the report's load row.
+
+Standard library and ``conf.contract`` only (the sweeper imports it in every job). A label names
+the axes' values and, whenever they are not ``RunSpec``'s default, the fields that make another
+load with the same axes (``SHOWN_WHEN_SET``): a DDP and an FSDP run of the same sizes, an autocast
+run beside a pure one, never read alike. ``world_size`` is named under a parallel load only (a
+one-process run has world_size 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from conf.contract import AXES, RunSpec
+
+SHOWN_WHEN_SET = ("workload", "precision", "parallel")
+"""Load fields a label names whenever their value is not ``RunSpec``'s default (workload mlp,
+precision pure, parallel none)."""
+
+
+def spec_default(name: str) -> Any:
+    """``RunSpec``'s default of a field; for ``workload``, its name.
+
+    Args:
+        name: a field of ``conf.contract.RunSpec``.
+
+    Returns:
+        The default value (``"none"`` for ``parallel``, ``"mlp"`` for ``workload``).
+
+    Raises:
+        KeyError: ``name`` is no field of RunSpec.
+    """
+    f = {f.name: f for f in dataclasses.fields(RunSpec)}[name]
+    value = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    return value.get("name") if isinstance(value, dict) else value
+
+
+def set_fields(load: Mapping) -> dict[str, Any]:
+    """The ``SHOWN_WHEN_SET`` fields of a load that are not RunSpec's default.
+
+    Args:
+        load: a runs-table or frontier row, or a spec as a mapping (its ``workload`` a name or a
+            mapping with one); a field missing or None is left out.
+
+    Returns:
+        field -> value, in ``SHOWN_WHEN_SET``'s order.
+    """
+    out = {}
+    for k in SHOWN_WHEN_SET:
+        v = load.get(k)
+        v = v.get("name") if isinstance(v, Mapping) else v
+        if v is not None and v != spec_default(k):
+            out[k] = v
+    return out
+
+
+def load_words(load: Mapping, also: Iterable[str] = ()) -> list[str]:
+    """A load as ``key=value`` words: its axes (None ones left out), then its ``set_fields``, then
+    ``also``.
+
+    Args:
+        load: a runs-table or frontier row (the swept axis is None there, so left out), or a spec as
+            a mapping.
+        also: further fields to name whatever their value (what tells two loads apart), each once.
+
+    Returns:
+        e.g. ``["context=8", "width=64", "dtype=bfloat16", "parallel=fsdp", "world_size=2"]``;
+        ``world_size`` only when ``parallel`` is set (DDP or FSDP).
+    """
+    parallel = set_fields(load).get("parallel")
+    words = {k: load.get(k) for k in AXES if k != "world_size" and load.get(k) is not None}
+    words.update(set_fields(load))
+    if parallel is not None and load.get("world_size") is not None:
+        words["world_size"] = load.get("world_size")
+    for k in also:
+        words.setdefault(k, load.get(k))
+    return [f"{k}={v}" for k, v in words.items()]
