@@ -84,6 +84,7 @@ from .record import (
     field_names,
     field_problems,
     read_json,
+    remove_stale_temps,
     write_json_atomic,
 )
 from .rundir import (
@@ -126,6 +127,7 @@ from .vocabulary import (
     FAULT_KINDS,
     FFN_KINDS,
     FORK_SERVER_LOST,
+    FORKSERVER_KILL_REQUEST,
     FORKSERVER_NO_PRELOAD,
     GENERATE_PHASES,
     GENERATE_SUB_PHASES,
@@ -253,6 +255,7 @@ __all__ = [
     "LEASE_LOCKS_ENV",
     "PARENT_ENV",
     "WORKER_COMMAND",
+    "FORKSERVER_KILL_REQUEST",
     "FORKSERVER_NO_PRELOAD",
     "PARENT_PHASES",
     "PEAK_CATEGORIES",
@@ -325,5 +328,6 @@ __all__ = [
     "validate_estimate",
     "validate_workload",
     "version_tuple",
+    "remove_stale_temps",
     "write_json_atomic",
 ]
