@@ -102,16 +102,25 @@ def _watch() -> None:
             _orphaned("watchdog")
 
 
-def stop_if_orphaned(where: str) -> None:
+def stop_if_orphaned(where: str, grace_s: float = 0.0) -> None:
     """In a launcher's worker process whose orchestrator is gone, exit now (``owner_gone``): before
     it starts anything more, such as a new attempt at a run whose fork server went away with the
     orchestrator. No-op otherwise (the orchestrator, a SLURM job, a live owner).
 
     Args:
         where: what the worker was about to do, for the log line.
+        grace_s: in a launcher worker, how long to keep looking (seconds): a dying orchestrator's
+            children (its fork server) are told of its death (PR_SET_PDEATHSIG) a moment before
+            /proc shows it gone.
     """
-    if owner_gone():
-        _orphaned(where)
+    pid_text = os.environ.get(OWNER_ENV, "").partition("=")[0]
+    deadline = time.monotonic() + (grace_s if pid_text.isdigit() and int(pid_text) != os.getpid() else 0.0)
+    while True:
+        if owner_gone():
+            _orphaned(where)
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
 
 
 def guard_launcher_worker() -> None:

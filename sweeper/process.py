@@ -52,6 +52,9 @@ from .owner import stop_if_orphaned
 
 log = logging.getLogger("memsweep")
 LOCK_FILE = ".run.lock"
+ORPHAN_GRACE_S = 1.0
+"""After a lost fork server, how long a launcher worker looks for its orchestrator's death before
+it runs the run again (seconds; ``sweeper.owner.stop_if_orphaned``)."""
 RUN_FILES = (SPEC_FILE, RECORD_FILE, RESULT_FILE, EXIT_STATUS_FILE)
 """The JSON files of a run directory, each written atomically (``conf.contract.write_json_atomic``)."""
 
@@ -256,7 +259,7 @@ def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, 
     try:
         returncode, timed_out, pid, wall_s = start(run_dir, env, spec)
     except ForkServerLost as exc:  # not the load's doing: once more, from a fork server that lives
-        stop_if_orphaned(f"{run_dir}: {exc}; not run again")  # it went away with the orchestrator: stop
+        stop_if_orphaned(f"{run_dir}: {exc}; not run again", ORPHAN_GRACE_S)  # gone with the orchestrator: stop
         target = _set_attempt_aside(run_dir)
         log.warning("%s: %s; its files are kept in %s, running again", run_dir, exc, target)
         again = start if isolation == ISOLATION_FORKSERVER else run_spawn  # a spawned run needs no server
