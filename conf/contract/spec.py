@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .attribution import planned_phases
-from .checks import choice, int_in_range, positive_int
+from .checks import check_process_capacity, choice, int_in_range, positive_int
 from .errors import SpecError
 from .finetune import check_run_options, normalise_compile
 from .parallel import check_parallel
@@ -80,25 +80,6 @@ def validate_device(value: Any) -> str:
     if isinstance(value, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
         return value
     raise SpecError("device", value, "one of auto, cpu, cuda, cuda:N")
-
-
-def _check_process_capacity(capacity_mode: str, capacity_bytes: Any) -> None:
-    """``capacity_mode=process`` limits the worker process to the capacity: it needs one.
-
-    Args:
-        capacity_mode: the spec's ``capacity_mode`` (one of ``CAPACITY_MODES``).
-        capacity_bytes: the spec's emulated capacity in bytes, or None (the device's own memory).
-
-    Raises:
-        SpecError: ``capacity_mode=process`` without a capacity, naming ``capacity_mode``.
-    """
-    if capacity_mode == "process" and capacity_bytes is None:
-        raise SpecError(
-            "capacity_mode",
-            capacity_mode,
-            "allocator without a capacity; process (RLIMIT_DATA on the worker process) needs a size, "
-            "e.g. capacity=1GiB",
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,7 +216,7 @@ class RunSpec:
                 "measured run; a GPU capacity caps the caching allocator "
                 "(torch.cuda.set_per_process_memory_fraction), a dry run limits nothing",
             )
-        _check_process_capacity(self.capacity_mode, self.capacity_bytes)
+        check_process_capacity(self.capacity_mode, self.capacity_bytes)
         int_in_range("warmup", self.warmup, 0, 10**6)
         positive_int("repeats", self.repeats, 10**6)
         if (
