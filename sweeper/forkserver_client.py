@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from conf.contract import (
+    FORKSERVER_KILL_REQUEST,
     FORKSERVER_NO_PRELOAD,
     ISOLATION_FORKSERVER,
     ISOLATION_SPAWN,
@@ -243,44 +244,53 @@ class ForkServer:
                 "isolation": isolation,
             }
             conn.sendall((json.dumps(request) + "\n").encode())
-            buffer = bytearray()
             try:
-                line = read_answer(conn, buffer, peer_pid(conn), ANSWER_S, "the fork server")
-            except (PeerStopped, AnswerOverdue) as exc:
-                self._lost(path, stuck=True)
-                raise ForkServerLost(f"{exc}; replaced by a new server", None) from None
-            if not line:
-                self._lost(path)
-                raise ForkServerLost("the fork server went away before the worker started", None)
-            answer = json.loads(line)
-            pid, handler = answer["pid"], answer.get("handler")
-            t0 = time.monotonic()
-            timed_out = False
+                return self._wait(conn, path, run_dir, timeout_s)
+            except BaseException:  # interrupted (SIGINT), or not waiting any more: the run dies with this client
+                _ask_kill(conn)
+                raise
+
+    def _wait(self, conn: socket.socket, path: str | None, run_dir: Path, timeout_s: float) -> tuple:
+        """``run``'s wait on the server's answers, once the request is sent (the same returns and
+        errors)."""
+        buffer = bytearray()
+        try:
+            line = read_answer(conn, buffer, peer_pid(conn), ANSWER_S, "the fork server")
+        except (PeerStopped, AnswerOverdue) as exc:
+            self._lost(path, stuck=True)
+            raise ForkServerLost(f"{exc}; replaced by a new server", None) from None
+        if not line:
+            self._lost(path)
+            raise ForkServerLost("the fork server went away before the worker started", None)
+        answer = json.loads(line)
+        pid, handler = answer["pid"], answer.get("handler")
+        t0 = time.monotonic()
+        timed_out = False
+        try:
             try:
-                try:
-                    line = read_answer(conn, buffer, handler, max(0.001, timeout_s), "the run's handler")
-                except AnswerOverdue:  # the run's own time is up
-                    timed_out = True
-                    kill_process_group(pid)
-                    line = read_answer(conn, buffer, handler, KILLED_ANSWER_S, "the run's handler")
-            except PeerStopped as exc:
+                line = read_answer(conn, buffer, handler, max(0.001, timeout_s), "the run's handler")
+            except AnswerOverdue:  # the run's own time is up
+                timed_out = True
                 kill_process_group(pid)
-                self._lost(path, stuck=True)
-                raise ForkServerLost(f"{exc}; the run is killed, the server replaced", pid) from None
-            except AnswerOverdue as exc:  # killed at its timeout; its exit status never came
-                log.warning("%s: %s after the run was killed at timeout_s=%s", run_dir, exc, timeout_s)
-                self._lost(path, stuck=True)
-                return None, True, pid, time.monotonic() - t0
-            wall_s = time.monotonic() - t0
-            if not line:
-                kill_process_group(pid)
-                self._lost(path)
-                raise ForkServerLost(
-                    "the fork server went away while the worker ran (killed, or out of host "
-                    "memory?); the run's outcome is unknown",
-                    pid,
-                )
-            returncode = json.loads(line)["returncode"]
+                line = read_answer(conn, buffer, handler, KILLED_ANSWER_S, "the run's handler")
+        except PeerStopped as exc:
+            kill_process_group(pid)
+            self._lost(path, stuck=True)
+            raise ForkServerLost(f"{exc}; the run is killed, the server replaced", pid) from None
+        except AnswerOverdue as exc:  # killed at its timeout; its exit status never came
+            log.warning("%s: %s after the run was killed at timeout_s=%s", run_dir, exc, timeout_s)
+            self._lost(path, stuck=True)
+            return None, True, pid, time.monotonic() - t0
+        wall_s = time.monotonic() - t0
+        if not line:
+            kill_process_group(pid)
+            self._lost(path)
+            raise ForkServerLost(
+                "the fork server went away while the worker ran (killed, or out of host "
+                "memory?); the run's outcome is unknown",
+                pid,
+            )
+        returncode = json.loads(line)["returncode"]
         return returncode, timed_out, pid, wall_s
 
     def _lost(self, path: str | None, stuck: bool = False) -> None:
@@ -295,3 +305,14 @@ class ForkServer:
                 log.warning("memsweep: killing the stuck fork server (pid %s); a new one starts", self.proc.pid)
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _ask_kill(conn: socket.socket) -> None:
+    """Ask the run's handler to kill the run (``conf.contract.FORKSERVER_KILL_REQUEST``) before this
+    client hangs up: an interrupted orchestrator takes its run with it, only a client that dies
+    without a word (a launcher worker killed) leaves its run kept. Best effort: a handler already
+    gone needs no telling."""
+    try:
+        conn.sendall((FORKSERVER_KILL_REQUEST + "\n").encode())
+    except OSError:
+        pass

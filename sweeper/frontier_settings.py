@@ -24,6 +24,12 @@ DRY_RUN_NEEDS_CAPACITY = (
     "a size with dry_run=true, e.g. capacity=24GiB: a dry run never runs out of memory, its verdict is its "
     "predicted peak against the capacity"
 )
+# A measured search on the CPU: without a capacity it would aim at the whole host's RAM, whose
+# exhaustion is the kernel's OOM killer (a crash), never an `oom` the search can read.
+CPU_NEEDS_CAPACITY = (
+    "a size on the CPU, e.g. capacity=1GiB: without one the search aims at this host's whole RAM, where running "
+    "out is the kernel's OOM killer (a crash), not an oom (the CPU tracker caps nothing without a capacity)"
+)
 SUSPECT_READINGS = ("stop", "oom")
 """``hydra.sweeper.suspect``: how the search reads a ``memory_suspect`` failure."""
 
@@ -38,8 +44,9 @@ class FrontierSweeperConf:
     """
 
     _target_: str = MISSING
-    # The axis to search (batch | context | width); `axes` searches several, one at a time.
-    axis: str = "batch"
+    # The axis to search (batch | context | width; null: batch); `axes` searches several, one at a
+    # time (give one of the two: searched_axes).
+    axis: str | None = None
     axes: list[str] | None = None
     # Search range and granularity (values are multiples of multiple_of in [lower, upper]).
     lower: int = 1
@@ -109,10 +116,9 @@ def check_settings(
         raise SpecError("hydra.sweeper.parallel", parallel, "null or a positive integer")
     for axis in axes:  # an axis that cannot be searched: named as typed, with the way out
         check_search_axis(axis, axes_field)
-    for axis in bounds:
-        check_search_axis(axis, "hydra.sweeper.bounds")
     if len(set(axes)) != len(axes):
         raise SpecError(axes_field, axes, "each axis once")
+    check_bounds_keys(axes, bounds)
     out = {}
     for axis, b in bounds.items():
         extra = sorted(set(b or {}) - {"lower", "upper", "multiple_of"})
@@ -122,3 +128,92 @@ def check_settings(
         b = bounds.get(axis) or {}
         out[axis] = Lattice.make(b.get("lower", lower), b.get("upper", upper), b.get("multiple_of", multiple_of), axis)
     return out
+
+
+def searched_axes(axis: Any, axes: Any) -> list[str]:
+    """The axes a frontier sweep searches, from ``hydra.sweeper.axis`` and ``hydra.sweeper.axes``.
+
+    Args:
+        axis: ``hydra.sweeper.axis``, one axis or None (not given).
+        axes: ``hydra.sweeper.axes``, a list of axes or None (not given).
+
+    Returns:
+        ``axes`` when given, else ``[axis]``, else ``["batch"]`` (the default); not yet checked
+        against ``sweeper.search.SEARCH_AXES`` (``check_settings`` does).
+
+    Raises:
+        SpecError: both given (field ``hydra.sweeper.axes``): which one wins would be a guess.
+    """
+    if axes and axis is not None:
+        raise SpecError(
+            "hydra.sweeper.axes",
+            list(axes),
+            f"axes without hydra.sweeper.axis (given both: axis={axis}); to search several, list them all in axes",
+        )
+    return list(axes) if axes else [axis if axis is not None else "batch"]
+
+
+def check_bounds_keys(axes: list[str], bounds: Mapping[str, Any]) -> None:
+    """Refuse per-axis bounds (``hydra.sweeper.bounds.<axis>``) of an axis the sweep does not
+    search: a misspelt axis, or one left out of ``axis``/``axes``, would be ignored silently.
+
+    Args:
+        axes: the axes searched.
+        bounds: ``hydra.sweeper.bounds``, axis -> {lower, upper, multiple_of}.
+
+    Raises:
+        SpecError: field ``hydra.sweeper.bounds.<key>``, listing the axes searched.
+    """
+    for key, value in bounds.items():
+        if key not in axes:
+            raise SpecError(
+                f"hydra.sweeper.bounds.{key}",
+                value,
+                "bounds of an axis this sweep searches: " + ", ".join(axes) + " (hydra.sweeper.axis/axes)",
+            )
+
+
+def check_search_load(baseline: Any) -> None:
+    """Refuse a search with nothing to find the edge against: a dry run (no memory) or a
+    measured run on the CPU without an emulated ``capacity``.
+
+    Args:
+        baseline: the sweep's baseline ``RunSpec`` (``device`` resolved, ``capacity_bytes`` in
+            bytes or None).
+
+    Raises:
+        SpecError: field ``capacity``, suggesting a size (``DRY_RUN_NEEDS_CAPACITY``,
+            ``CPU_NEEDS_CAPACITY``).
+    """
+    if baseline.capacity_bytes is not None:
+        return
+    if baseline.dry_run:
+        raise SpecError("capacity", None, DRY_RUN_NEEDS_CAPACITY)
+    if baseline.device == "cpu":
+        raise SpecError("capacity", None, CPU_NEEDS_CAPACITY)
+
+
+def check_sweep_choice(overrides: list[str], sweep: Any, axes: list[str]) -> None:
+    """Refuse a preset sweep (``sweep=ovat``) given with the frontier sweeper when it sweeps an
+    axis the search does not: its values would be dropped without a word.
+
+    Args:
+        overrides: the command line's overrides (``sweep=ovat`` among them when given).
+        sweep: the composed ``sweep`` node (``axes``: axis -> values).
+        axes: the axes searched (``searched_axes``).
+
+    Raises:
+        SpecError: field ``sweep``, naming the axes searched.
+    """
+    given = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+~") == "sweep"]
+    if not given:
+        return
+    swept = list((sweep.get("axes") if sweep is not None else None) or {})
+    if any(a not in axes for a in swept):
+        raise SpecError(
+            "sweep",
+            given[-1],
+            f"sweep=none or no sweep with hydra/sweeper=frontier: it searches {', '.join(axes)} "
+            f"(hydra.sweeper.axis/axes) and runs no preset's values ({given[-1]} sweeps {', '.join(swept)}); "
+            "to search several axes: 'hydra.sweeper.axes=[batch,context,width]'",
+        )

@@ -42,7 +42,7 @@ from conf.contract import RunSpec, SpecError, check_axis_read
 from .errors import InputRefused
 from .frontier_log import SearchLog
 from .frontier_runs import SweepRuns, axis_reading, launcher_slots, oom_said
-from .frontier_settings import DRY_RUN_NEEDS_CAPACITY, LIGHT, check_settings
+from .frontier_settings import LIGHT, check_search_load, check_settings, check_sweep_choice, searched_axes
 from .inputs import check_sweep_config
 from .owner import session_id
 from .predict import Predictor
@@ -62,7 +62,7 @@ class FrontierSweeperImpl:
 
     def __init__(
         self,
-        axis: str = "batch",
+        axis: str | None = None,
         axes: list[str] | None = None,
         lower: int = 1,
         upper: int = 65536,
@@ -75,7 +75,8 @@ class FrontierSweeperImpl:
         seed_from_dry_run: bool = False,
         suspect: str = "stop",
     ) -> None:
-        self.axes = list(axes) if axes else [axis]
+        self.axis_setting, self.axes_setting = axis, list(axes) if axes else None
+        self.axes = self.axes_setting or [axis or "batch"]  # checked by lattices (searched_axes)
         self.axes_field = "hydra.sweeper.axes" if axes else "hydra.sweeper.axis"  # as the user typed it
         self.lower, self.upper, self.multiple_of = lower, upper, multiple_of
         self.bounds = dict(
@@ -106,6 +107,7 @@ class FrontierSweeperImpl:
         Raises:
             SpecError: a bad setting, naming its field and the values accepted.
         """
+        self.axes = searched_axes(self.axis_setting, self.axes_setting)
         return check_settings(
             self.axes,
             self.bounds,
@@ -175,11 +177,11 @@ class FrontierSweeperImpl:
         lattices = self.lattices()
         check_sweep_config(self.config)
         fixed = self.fixed_overrides(arguments)
+        check_sweep_choice(fixed, self.config.get("sweep"), list(lattices))
         baseline = self.compose(fixed)
         for axis in lattices:  # an axis the load ignores has no edge to find
             check_axis_read(baseline, axis, self.axes_field)
-        if baseline.dry_run and baseline.capacity_bytes is None:
-            raise SpecError("capacity", None, DRY_RUN_NEEDS_CAPACITY)
+        check_search_load(baseline)
         for axis, lat in lattices.items():
             for value in (lat.lower, lat.upper):
                 self.compose(fixed + [f"{axis}={value}"])

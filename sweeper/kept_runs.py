@@ -53,7 +53,8 @@ def wait_for_kept_run(run_dir: Path, record: Mapping | None, bound_s: float) -> 
     """Wait for a run kept by its handler to end; returns its final exit status.
 
     Waits while its worker runs (at most ``bound_s`` seconds: the run's ``timeout_s``, which its
-    handler enforces from the fork), then at most ``HANDOVER_S`` for the handler's status.
+    handler enforces from the fork), then at most ``HANDOVER_S`` for the handler's final status,
+    not at all once the handler is gone (``handler_alive``).
 
     Args:
         run_dir: the run directory.
@@ -75,10 +76,32 @@ def wait_for_kept_run(run_dir: Path, record: Mapping | None, bound_s: float) -> 
             time.sleep(POLL_S)
     deadline = time.monotonic() + HANDOVER_S
     while True:
-        status = read_exit_status(run_dir)
-        if status is not None and status.get("ended"):
+        status = read_exit_status(run_dir) or status
+        if status.get("ended"):
             return status
+        if not handler_alive(status):  # it died with the sweep's fork server: nothing more will come
+            log.info("%s: its fork-server handler ended before the run (the sweep that started it is gone)", run_dir)
+            return None
         if time.monotonic() >= deadline or worker_alive(record):
-            log.warning("%s: the run's fork-server handler wrote no exit status", run_dir)
+            log.warning(
+                "%s: the run's fork-server handler kept it but wrote no final exit status within %.0f s",
+                run_dir,
+                HANDOVER_S,
+            )
             return None
         time.sleep(POLL_S)
+
+
+def handler_alive(status: Mapping) -> bool:
+    """Tell whether the fork-server handler that wrote a kept run's status may still write its final one.
+
+    Args:
+        status: the run's exit status (``handler_pid``, ``handler_identity``; a status written
+            before they were recorded names neither).
+
+    Returns:
+        False when the handler is known to be gone (its pid gone, or now another process's);
+        True when it lives or is not named (then only ``HANDOVER_S`` bounds the wait).
+    """
+    pid = status.get("handler_pid")
+    return pid is None or is_process(pid, status.get("handler_identity"))

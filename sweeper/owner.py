@@ -30,7 +30,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from conf.contract import boot_id, process_identity
+from conf.contract import boot_id, process_identity, process_state
 
 log = logging.getLogger("memsweep")
 
@@ -75,7 +75,8 @@ def owner_gone() -> bool:
         return False
     if int(pid_text) == os.getpid() or identity.split(":")[0] != boot_id():
         return False
-    return process_identity(int(pid_text)) != identity
+    # a killed orchestrator its parent has not reaped yet (a zombie) keeps its identity, and is gone
+    return process_identity(int(pid_text)) != identity or process_state(int(pid_text)) in ("Z", "X")
 
 
 def _orphaned(where: str) -> None:
@@ -99,6 +100,27 @@ def _watch() -> None:
         time.sleep(OWNER_POLL_S)
         if owner_gone():
             _orphaned("watchdog")
+
+
+def stop_if_orphaned(where: str, grace_s: float = 0.0) -> None:
+    """In a launcher's worker process whose orchestrator is gone, exit now (``owner_gone``): before
+    it starts anything more, such as a new attempt at a run whose fork server went away with the
+    orchestrator. No-op otherwise (the orchestrator, a SLURM job, a live owner).
+
+    Args:
+        where: what the worker was about to do, for the log line.
+        grace_s: in a launcher worker, how long to keep looking (seconds): a dying orchestrator's
+            children (its fork server) are told of its death (PR_SET_PDEATHSIG) a moment before
+            /proc shows it gone.
+    """
+    pid_text = os.environ.get(OWNER_ENV, "").partition("=")[0]
+    deadline = time.monotonic() + (grace_s if pid_text.isdigit() and int(pid_text) != os.getpid() else 0.0)
+    while True:
+        if owner_gone():
+            _orphaned(where)
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
 
 
 def guard_launcher_worker() -> None:

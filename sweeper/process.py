@@ -39,6 +39,7 @@ from conf.contract import (
     classify_run,
     needs_dynamo,
     read_spec,
+    remove_stale_temps,
     try_read,
     write_json_atomic,
 )
@@ -47,9 +48,15 @@ from .forkserver_client import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost
 from .kept_runs import wait_for_kept_run
 from .launch import run_spawn, worker_env
 from .liveness import wait_for_old_worker
+from .owner import stop_if_orphaned
 
 log = logging.getLogger("memsweep")
 LOCK_FILE = ".run.lock"
+ORPHAN_GRACE_S = 1.0
+"""After a lost fork server, how long a launcher worker looks for its orchestrator's death before
+it runs the run again (seconds; ``sweeper.owner.stop_if_orphaned``)."""
+RUN_FILES = (SPEC_FILE, RECORD_FILE, RESULT_FILE, EXIT_STATUS_FILE)
+"""The JSON files of a run directory, each written atomically (``conf.contract.write_json_atomic``)."""
 
 
 class RunDirError(RuntimeError):
@@ -114,6 +121,7 @@ def _result(
         "worker_pid": pid,
         "record_problem": problem,
     }
+    remove_stale_temps(run_dir, RUN_FILES)  # the worker has ended: a temporary file left is a killed write's
     write_json_atomic(run_dir / RESULT_FILE, result)
     return result
 
@@ -170,12 +178,16 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
         # a torn result cannot exist (atomic writes); an unreadable one is re-derived below
     record, _ = try_read(run_dir, RECORD_FILE)
     pid = (record or {}).get("pid")
+    kept = (run_dir / EXIT_STATUS_FILE).exists()
     status = wait_for_kept_run(run_dir, record, spec.timeout_s)
-    if status is None and record is not None and wait_for_old_worker(record, spec.timeout_s, run_dir):
+    if status is None and not kept and record is not None and wait_for_old_worker(record, spec.timeout_s, run_dir):
         record, _ = try_read(run_dir, RECORD_FILE)  # the worker ended (or the pid is another's now)
         status = wait_for_kept_run(run_dir, record, 0)  # its handler may have taken it over meanwhile
-    if status is not None:  # kept by its fork-server handler after its launcher worker died
-        log.warning("%s: its launcher worker died while it ran; the run went on, taken over, not run again", run_dir)
+    if status is not None:  # kept by its fork-server handler after the process that asked for it died
+        log.warning(
+            "%s: the process that asked for this run died while it ran; the run went on, taken over, not run again",
+            run_dir,
+        )
         returncode, timed_out, wall_s = status.get("returncode"), bool(status.get("timed_out")), status.get("wall_s")
         return {**_result(spec, run_dir, returncode, timed_out, wall_s, status.get("worker_pid")), "resumed": True}
     if record is not None and record.get("complete"):
@@ -189,6 +201,7 @@ def _set_attempt_aside(run_dir: Path) -> Path:
     """Move an unfinished attempt's files (record, a lost run's result or exit status, stdout, stderr)
     into ``.attempts/N/`` (kept, and skipped by the analysis), so the run can start afresh; returns
     that directory."""
+    remove_stale_temps(run_dir, RUN_FILES)  # the attempt's killed writes
     attempts = run_dir / ".attempts"
     n = len(list(attempts.iterdir())) + 1 if attempts.is_dir() else 1
     target = attempts / str(n)
@@ -246,6 +259,7 @@ def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, 
     try:
         returncode, timed_out, pid, wall_s = start(run_dir, env, spec)
     except ForkServerLost as exc:  # not the load's doing: once more, from a fork server that lives
+        stop_if_orphaned(f"{run_dir}: {exc}; not run again", ORPHAN_GRACE_S)  # gone with the orchestrator: stop
         target = _set_attempt_aside(run_dir)
         log.warning("%s: %s; its files are kept in %s, running again", run_dir, exc, target)
         again = start if isolation == ISOLATION_FORKSERVER else run_spawn  # a spawned run needs no server

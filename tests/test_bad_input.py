@@ -100,6 +100,20 @@ CASES = [
     # the setting as typed (axis, not axes), with the way out
     (["hydra/sweeper=frontier", "hydra.sweeper.axis=world_size", "capacity=1MiB"], "sweep its values instead"),
     (["hydra/sweeper=frontier", "hydra.sweeper.axis=world_size", "capacity=1MiB"], "invalid hydra.sweeper.axis="),
+    # a frontier search on the CPU needs a capacity; conflicting or misspelt frontier settings
+    (["hydra/sweeper=frontier"], "invalid capacity=None: expected a size on the CPU"),
+    (
+        ["hydra/sweeper=frontier", "capacity=1MiB", "+hydra.sweeper.bounds.contxt.multiple_of=64"],
+        "invalid hydra.sweeper.bounds.contxt=",
+    ),
+    (
+        ["hydra/sweeper=frontier", "capacity=1MiB", "hydra.sweeper.axis=batch", "hydra.sweeper.axes=[context]"],
+        "invalid hydra.sweeper.axes=['context']",
+    ),
+    # Hydra's basic sweeper: every job checked before the first one runs; the launcher's settings
+    (["hydra/sweeper=basic", "capacity=64MiB", "batch=1,-2"], "invalid batch=-2"),
+    (["batch=1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], "invalid hydra.launcher.n_jobs=0"),
+    (["batch=1,2", "capacity_mode=process"], "invalid capacity_mode='process'"),
 ]
 
 

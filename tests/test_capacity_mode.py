@@ -69,6 +69,13 @@ def test_capacity_mode_is_checked_and_named(tiny, fields):
     assert "capacity_mode" in str(info.value) and "allocator" in str(info.value)
 
 
+def test_process_capacity_mode_needs_a_capacity(tiny):
+    with pytest.raises(SpecError, match=r"invalid capacity_mode='process'.*needs a size") as info:
+        RunSpec(**{**tiny, "capacity_bytes": None, "capacity_mode": "process"})
+    assert info.value.field == "capacity_mode"
+    assert RunSpec(**{**tiny, "capacity_bytes": 2**26, "capacity_mode": "process"}).capacity_mode == "process"
+
+
 LOAD = ["device=cpu", "capacity=64MiB", "context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1"]
 
 

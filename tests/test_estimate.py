@@ -95,6 +95,16 @@ def test_cli_bad_input_exits_2(capsys):
     assert estimate_main(["--parameters", "1000", "--bits", "16", "--zero-stage", "3"]) == 2  # no --train
 
 
+@pytest.mark.parametrize("device", ["banana", "tpu", "auto", "cuda:x"])
+def test_cli_device_is_one_it_can_count_for(capsys, device):
+    mlp = ["--workload", "mlp", "--batch", "2", "--context", "8", "--width", "16"]
+    with pytest.raises(SystemExit) as info:  # argparse refuses the value itself: exit 2, nothing estimated
+        estimate_main([*mlp, "--device", device])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"--device: invalid device {device!r}" in err and "cpu" in err and "cuda:N" in err
+    assert estimate_main([*mlp, "--device", "cuda:1"]) == 0
+
+
 def test_4bit_blockwise_scales_and_double_quant():
     """NF4, blocks of 64 with fp32 absmax (bitsandbytes): 7e9 -> 7e9/2 = 3_500_000_000 values +
     7e9/64 = 109_375_000 blocks x 4 B = 437_500_000 -> 3_937_500_000 B (4.5 bits/param).

@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from conf.contract import RunSpec, SpecError, run_peak, write_json_atomic
 from sweeper.frontier_runs import RunIndex, launcher_slots, oom_said, spec_key
+from sweeper.frontier_settings import check_sweep_choice
 from sweeper.frontier_sweeper import FrontierSweeperImpl
 
 CAP = 64 * 2**20
@@ -247,6 +248,9 @@ def test_parallel_slots_come_from_the_launcher_or_the_setting(tmp_path):
         ({"parallel": 0}, "parallel"),
         ({"suspect": "ignore"}, "suspect"),
         ({"bounds": {"context": {"step": 3}}}, "bounds"),
+        ({"bounds": {"contxt": {"multiple_of": 64}}}, r"bounds\.contxt=.*searches: batch"),
+        ({"axes": ["batch"], "bounds": {"context": {"lower": 16}}}, r"bounds\.context=.*searches: batch"),
+        ({"axis": "batch", "axes": ["context"]}, r"invalid hydra\.sweeper\.axes=.*without hydra\.sweeper\.axis"),
     ],
 )
 def test_bad_settings_name_the_field(tmp_path, settings, field):
@@ -448,3 +452,24 @@ def test_the_search_reads_what_an_oom_said(tmp_path):
     assert ooms and all(p["oom_held_bytes"] <= usable < p["oom_held_bytes"] + p["oom_request_bytes"] for p in ooms)
     assert any(p.get("usable_bytes") and p["usable_bytes"][1] <= CAP for p in probes)
     assert len(probes) < len(log_lines(tmp_path / "silent", "probe"))
+
+
+def test_a_search_on_the_cpu_without_a_capacity_is_refused(tmp_path):
+    impl = make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=0)
+    impl.compose = lambda overrides: RunSpec(**{**BASE, "capacity_bytes": None})
+    with pytest.raises(BaseException, match=r"invalid capacity=None: expected a size on the CPU") as info:
+        impl.sweep([])
+    assert info.value.field == "capacity" and not list(tmp_path.iterdir())  # refused before anything is written
+
+
+def test_a_preset_sweep_of_other_axes_is_refused_with_the_frontier_sweeper():
+    ovat = OmegaConf.create(
+        {"name": "ovat", "axes": {"batch": [1], "context": [8], "width": [8], "dtype": ["float32"]}}
+    )
+    with pytest.raises(SpecError, match=r"invalid sweep='ovat'.*searches batch") as info:
+        check_sweep_choice(["capacity=1GiB", "sweep=ovat"], ovat, ["batch"])
+    assert info.value.field == "sweep"
+    batch = OmegaConf.create({"name": "batch", "axes": {"batch": [1, 2]}})
+    check_sweep_choice(["sweep=batch"], batch, ["batch", "context"])  # the same axis: nothing dropped
+    check_sweep_choice(["sweep=none"], OmegaConf.create({"name": "custom", "axes": {}}), ["batch"])
+    check_sweep_choice([], ovat, ["batch"])  # the default preset, not given: the frontier names its own axes

@@ -18,17 +18,21 @@ import pyarrow.parquet as pq
 import pytest
 
 from conf.contract import (
+    FORKSERVER_KILL_REQUEST,
     FORKSERVER_NO_PRELOAD,
     LAUNCHER_WORKER_LOST,
     LEASE_LOCKS_ENV,
     RunSpec,
     process_identity,
+    process_state,
     read_run,
+    remove_stale_temps,
     write_json_atomic,
 )
 from sweeper.forkserver_wait import AnswerOverdue, PeerStopped, read_answer
+from sweeper.kept_runs import HANDOVER_S, wait_for_kept_run
 from sweeper.liveness import is_process, wait_for_old_worker
-from sweeper.owner import session_id
+from sweeper.owner import OWNER_ENV, owner_gone, session_id
 from sweeper.process import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, execute, worker_env
 
 MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
@@ -556,3 +560,80 @@ def test_session_ids_differ_even_within_one_second_and_one_process():
     ids = {session_id() for _ in range(50)}
     assert len(ids) == 50
     assert all(f":{os.getpid()}/" in s for s in ids)
+
+
+def test_an_interrupted_client_asks_the_handler_to_kill_its_run(tmp_path, tiny):
+    """A client that says FORKSERVER_KILL_REQUEST before it hangs up (an orchestrator interrupted by
+    SIGINT) takes its run with it: the handler kills the run and keeps nothing (no exit_status.json),
+    so a resume has nothing to wait for."""
+    run_dir = _spec_dir(tmp_path, "r", tiny, fault={"phase": "warm_forward", "kind": "hang"})
+    sock = str(tmp_path / "sock")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "worker.forkserver", sock, str(os.getpid()), FORKSERVER_NO_PRELOAD],
+        env=worker_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        request = {
+            "spec": str(run_dir / "spec.json"),
+            "stdout": str(run_dir / "stdout.log"),
+            "stderr": str(run_dir / "stderr.log"),
+            "env": worker_env(),
+            "dynamo": False,
+            "timeout_s": 600,
+            "isolation": "spawn",
+        }
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(sock)
+            conn.sendall((json.dumps(request) + "\n").encode())
+            pid = json.loads(conn.makefile().readline())["pid"]
+            record = _wait(lambda: _read(run_dir / "record.json"), 120, "the run's record")
+            conn.sendall((FORKSERVER_KILL_REQUEST + "\n").encode())
+        _wait(lambda: not is_process(pid, record["pid_identity"]), 30, "the run killed by its handler")
+        time.sleep(0.5)  # a handler that kept the run would have written its status by now
+        assert not (run_dir / "exit_status.json").exists()
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_resume_does_not_wait_for_a_kept_run_whose_handler_is_gone(tmp_path, caplog):
+    """exit_status.json says ended: false, but its handler (and worker) are gone (they died with the
+    sweep's fork server): no wait, no warning that the handler 'wrote no exit status'."""
+    gone = subprocess.Popen(["true"])
+    identity = process_identity(gone.pid)
+    gone.wait()
+    status = {"schema_version": 1, "ended": False, "worker_pid": gone.pid, "handler_pid": gone.pid}
+    write_json_atomic(tmp_path / "exit_status.json", {**status, "handler_identity": identity or "x:1"})
+    t0 = time.monotonic()
+    with caplog.at_level("INFO", logger="memsweep"):
+        assert wait_for_kept_run(tmp_path, None, 600) is None
+    assert time.monotonic() - t0 < HANDOVER_S / 2
+    assert "wrote no" not in caplog.text and "handler ended before the run" in caplog.text
+
+
+def test_stale_atomic_write_temporaries_are_removed(tmp_path):
+    (tmp_path / ".record.json.abc123.tmp").write_text("{")
+    (tmp_path / ".exit_status.json.x.tmp").write_text("{")
+    (tmp_path / ".other.json.y.tmp").write_text("{")  # not a run file: left alone
+    removed = remove_stale_temps(tmp_path, ("record.json", "exit_status.json"))
+    assert sorted(p.name for p in removed) == [".exit_status.json.x.tmp", ".record.json.abc123.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.y.tmp"]
+
+
+def test_an_orchestrator_killed_but_not_yet_reaped_is_gone(monkeypatch):
+    """A launcher worker checks its owner before a new attempt (stop_if_orphaned): a killed
+    orchestrator its parent has not reaped (a zombie) keeps its pid and start time, and is gone."""
+    owner = subprocess.Popen(["sleep", "30"])
+    try:
+        monkeypatch.setenv(OWNER_ENV, f"{owner.pid}={process_identity(owner.pid)}")
+        monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+        assert not owner_gone()
+        owner.kill()
+        _wait(lambda: process_state(owner.pid) == "Z", 10, "a zombie")
+        assert owner_gone()
+    finally:
+        owner.kill()
+        owner.wait()

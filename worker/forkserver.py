@@ -36,22 +36,26 @@ import json
 import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
 
 from conf.contract import (
     EXIT_STATUS_FILE,
+    FORKSERVER_KILL_REQUEST,
     FORKSERVER_NO_PRELOAD,
     ISOLATION_SPAWN,
     LEASE_LOCKS_ENV,
     SCHEMA_VERSION,
+    process_identity,
     write_json_atomic,
 )
 
 from .launch import run, spawn
 from .lifecycle import die_with_parent  # stdlib-only at import: torch is imported in serve()
 
+KILL_REQUEST = FORKSERVER_KILL_REQUEST.encode()
 REQUEST_TIMEOUT_S = 10.0  # a connected client that sends no request line is dropped
 
 LEASE_TAKEOVER_S = 5.0
@@ -86,6 +90,7 @@ def _handle(conn: socket.socket, request: dict, server: int) -> None:
             run(spec, stdout, stderr, env, parent=handler)
             os._exit(70)  # run() never returns
     conn.sendall((json.dumps({"pid": pid, "handler": os.getpid()}) + "\n").encode())
+    client = _peer_pid(conn)
     ended, gone, lock = threading.Event(), threading.Event(), threading.Lock()
     timeout_s = request.get("timeout_s")
     if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool):
@@ -100,21 +105,27 @@ def _handle(conn: socket.socket, request: dict, server: int) -> None:
             pass
 
     def watch_client() -> None:
-        # The client sends nothing more: end of file before the worker has ended = the client died.
+        # End of file before the worker has ended = the client died (the run is kept); a
+        # KILL_REQUEST line first = the client was interrupted and asks for the run to die with it.
+        said = bytearray()
         try:
-            while conn.recv(4096):
-                pass
+            while chunk := conn.recv(4096):
+                said.extend(chunk)
         except OSError:
             pass
         with lock:
             if ended.is_set():
                 return
             gone.set()
+            if KILL_REQUEST in said.splitlines():
+                abandoned.set()
+                kill()
+                return
             if timeout_s is None or not _take_lease(request["env"].get(LEASE_LOCKS_ENV), held):
                 abandoned.set()
                 kill()
                 return
-            _write_status(request, pid, ended=False)  # said at once: the sweeper must not run it again
+            _write_status(request, pid, client, ended=False)  # said at once: the sweeper must not run it again
         if not ended.wait(max(0.0, t0 + timeout_s - time.monotonic())):
             with lock:
                 if not ended.is_set():
@@ -133,15 +144,27 @@ def _handle(conn: socket.socket, request: dict, server: int) -> None:
     except OSError:
         gone.set()
     if gone.is_set() and timeout_s is not None and not abandoned.is_set():
-        _write_status(request, pid, ended=True, returncode=returncode, timed_out=timed_out.is_set(), wall_s=wall_s)
+        _write_status(
+            request, pid, client, ended=True, returncode=returncode, timed_out=timed_out.is_set(), wall_s=wall_s
+        )
 
 
-def _write_status(request: dict, pid: int, ended: bool, **status: object) -> None:
+def _peer_pid(conn: socket.socket) -> int | None:
+    """The pid of the client at the other end of ``conn`` (SO_PEERCRED, unix(7)), or None."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (AttributeError, OSError):
+        return None
+    return struct.unpack("3i", creds)[0] or None
+
+
+def _write_status(request: dict, pid: int, client: int | None, ended: bool, **status: object) -> None:
     """Write a kept run's ``EXIT_STATUS_FILE`` (EXIT_STATUS_FIELDS) beside its spec.json.
 
     Args:
         request: the run's request (its ``spec`` path names the run directory).
         pid: the worker's pid.
+        client: the pid of the process that asked for the run and went away, or None (unknown).
         ended: whether the worker has ended.
         status: ``returncode``, ``timed_out`` and ``wall_s`` (seconds since the fork) once it ended.
     """
@@ -152,8 +175,11 @@ def _write_status(request: dict, pid: int, ended: bool, **status: object) -> Non
         "timed_out": status.get("timed_out", False),
         "wall_s": status.get("wall_s"),
         "worker_pid": pid,
-        "note": "the client that asked for this run (a launcher's worker) went away before the run ended; "
-        "its fork-server handler kept the run to its end or its timeout_s",
+        "handler_pid": os.getpid(),
+        "handler_identity": process_identity(),
+        "note": f"the process that asked for this run (pid {client}: a launcher's worker, or the sweep's "
+        "orchestrator) went away before the run ended; its fork-server handler kept the run to its end or its "
+        "timeout_s, or until the handler itself died with the sweep's fork server",
     }
     write_json_atomic(os.path.join(os.path.dirname(request["spec"]), EXIT_STATUS_FILE), doc)
 

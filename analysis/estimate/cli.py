@@ -27,7 +27,7 @@ from conf.contract import GB, GiB
 
 from .activations import RECOMPUTE, transformer_layer_activation_bytes
 from .breakdown import Breakdown
-from .cli_args import activation_options
+from .cli_args import ESTIMATE_DEVICES, activation_options, device_arg
 from .cli_output import estimate_text, format_phases
 from .counted import COUNTERS, CountUnavailable, describe_config
 from .errors import UsageError
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--activation", default="gelu", choices=sorted(ACTIVATION_SAVES_OUTPUT))
     x.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     x.add_argument("--mode", default="inference", choices=["inference", "train"])
-    x.add_argument("--device", default="cpu", help="cpu (the worker's tracker) or cuda (512-byte rounding)")
+    x.add_argument("--device", default="cpu", type=device_arg, help=ESTIMATE_DEVICES)
     x.add_argument("--warmup", type=int, default=3)
     x.add_argument("--repeats", type=int, default=5)
 

@@ -85,6 +85,7 @@ from .record import (
     field_names,
     field_problems,
     read_json,
+    remove_stale_temps,
     write_json_atomic,
 )
 from .rundir import (
@@ -127,6 +128,7 @@ from .vocabulary import (
     FAULT_KINDS,
     FFN_KINDS,
     FORK_SERVER_LOST,
+    FORKSERVER_KILL_REQUEST,
     FORKSERVER_NO_PRELOAD,
     GENERATE_PHASES,
     GENERATE_SUB_PHASES,
@@ -257,6 +259,7 @@ __all__ = [
     "LEASE_LOCKS_ENV",
     "PARENT_ENV",
     "WORKER_COMMAND",
+    "FORKSERVER_KILL_REQUEST",
     "FORKSERVER_NO_PRELOAD",
     "PARENT_PHASES",
     "PEAK_CATEGORIES",
@@ -333,5 +336,6 @@ __all__ = [
     "axis_ignored",
     "run_optimizer",
     "version_tuple",
+    "remove_stale_temps",
     "write_json_atomic",
 ]

@@ -79,3 +79,22 @@ def choice(name: str, value: Any, accepted: tuple[str, ...]) -> str:
     if value not in accepted:
         raise SpecError(name, value, "one of " + ", ".join(accepted))
     return value
+
+
+def check_process_capacity(capacity_mode: str, capacity_bytes: Any) -> None:
+    """``capacity_mode=process`` limits the worker process to the capacity: it needs one.
+
+    Args:
+        capacity_mode: the spec's ``capacity_mode`` (one of ``CAPACITY_MODES``).
+        capacity_bytes: the spec's emulated capacity in bytes, or None (the device's own memory).
+
+    Raises:
+        SpecError: ``capacity_mode=process`` without a capacity, naming ``capacity_mode``.
+    """
+    if capacity_mode == "process" and capacity_bytes is None:
+        raise SpecError(
+            "capacity_mode",
+            capacity_mode,
+            "allocator without a capacity; process (RLIMIT_DATA on the worker process) needs a size, "
+            "e.g. capacity=1GiB",
+        )

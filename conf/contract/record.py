@@ -17,6 +17,7 @@ checked against these declarations (tests/test_contract.py).
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -330,6 +331,8 @@ EXIT_STATUS_FIELDS = (
     RESULT_FIELDS[0],
     Field("ended", bool, "the worker has ended (false: its handler took the run over and it still runs)"),
     *(f for f in RESULT_FIELDS if f.name in ("returncode", "timed_out", "wall_s", "worker_pid")),
+    Field("handler_pid", int, "the fork-server handler that kept the run (it writes the final status)"),
+    Field("handler_identity", str, "its process_identity: a reused pid is not the handler"),
     Field("note", str, "why the handler wrote this file (its client went away), in words"),
 )
 """Fields of exit_status.json (``EXIT_STATUS_FILE``), written by ``worker.forkserver``'s handler."""
@@ -371,6 +374,33 @@ def field_problems(doc: Mapping, fields: tuple[Field, ...]) -> list[str]:
     return problems
 
 
+ATOMIC_TEMP_SUFFIX = ".tmp"
+"""``write_json_atomic``'s temporary file for ``NAME`` is ``.NAME.<random>.tmp`` beside it."""
+
+
+def remove_stale_temps(directory: Path | str, names: tuple[str, ...]) -> list[Path]:
+    """Remove the temporary files ``write_json_atomic`` left for ``names`` in ``directory`` when its
+    writer was killed mid-write (SIGKILL: a timeout, a handler dying with its server), which no
+    ``finally`` can clean. Call it only when no writer of these files can still run.
+
+    Args:
+        directory: the directory (a run directory).
+        names: the files whose temporaries are removed (``RECORD_FILE``...).
+
+    Returns:
+        The files removed.
+    """
+    removed = []
+    for name in names:
+        for tmp in Path(directory).glob(f".{glob.escape(name)}.*{ATOMIC_TEMP_SUFFIX}"):
+            try:
+                tmp.unlink()
+                removed.append(tmp)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
 def write_json_atomic(path: Path | str, data: Any) -> None:
     """Write JSON through a temporary file in the same directory, then rename over ``path``.
 
@@ -386,7 +416,7 @@ def write_json_atomic(path: Path | str, data: Any) -> None:
         ValueError, TypeError: ``data`` is not JSON-able (the temporary file is removed).
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=ATOMIC_TEMP_SUFFIX, dir=path.parent)
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w") as f:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .attribution import planned_phases
-from .checks import choice, int_in_range, positive_int
+from .checks import check_process_capacity, choice, int_in_range, positive_int
 from .errors import SpecError
 from .finetune import check_run_options, normalise_compile
 from .parallel import check_parallel
@@ -216,6 +216,7 @@ class RunSpec:
                 "measured run; a GPU capacity caps the caching allocator "
                 "(torch.cuda.set_per_process_memory_fraction), a dry run limits nothing",
             )
+        check_process_capacity(self.capacity_mode, self.capacity_bytes)
         int_in_range("warmup", self.warmup, 0, 10**6)
         positive_int("repeats", self.repeats, 10**6)
         if (

@@ -322,6 +322,11 @@ FORKSERVER_NO_PRELOAD = "--no-preload"
 for a server that imports torch only when a run is to be forked: one started for
 ``ISOLATION_SPAWN``, whose runs are new interpreters that import torch themselves."""
 
+FORKSERVER_KILL_REQUEST = "kill"
+"""The line a fork-server client sends before it hangs up when it was interrupted (SIGINT): the
+run's handler then kills the run instead of keeping it (``worker.forkserver``); a client that
+dies without a word (a launcher worker killed) leaves its run kept."""
+
 ISOLATION_FORKSERVER = "forkserver"
 """Isolation by a fork of a server that imported torch but never touched a device."""
 
