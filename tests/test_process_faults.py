@@ -297,6 +297,8 @@ def _kill_one_loky_worker_mid_run(
             "runs in flight",
         )
         before = {r.parent.name: json.loads(r.read_text())["pid"] for r in records}
+        for pid in before.values():  # a spawned worker writes its record before it imports torch
+            _wait(lambda pid=pid: _maps_torch(pid), 120, "the worker's torch import")
         seen = {pid: _lineage(pid) for pid in before.values()}
         loky = _wait(lambda: [p for p, cmd in _tagged(tag) if "LokyProcess" in cmd], 30, "a loky worker")
         os.kill(loky[0], signal.SIGKILL)
