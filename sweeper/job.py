@@ -54,7 +54,8 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
         spec = checked_spec(cfg, run=hydra_cfg.mode == RunMode.RUN)
     except InputRefused:
         if new_run_dir and hydra_cfg.mode == RunMode.RUN:  # a refused `memsweep run` leaves no empty directory
-            remove_bookkeeping_only(run_dir)
+            if remove_bookkeeping_only(run_dir):
+                remove_empty_parents(run_dir, Path(str(cfg.get("results_dir") or "results")))
         raise
     task = rank_task(spec)
     if task is not None:  # ranks as SLURM tasks: this task runs its rank only; task 0 runs the run
@@ -200,3 +201,24 @@ def remove_bookkeeping_only(run_dir: Path) -> bool:
         return False
     shutil.rmtree(run_dir, ignore_errors=True)
     return True
+
+
+def remove_empty_parents(run_dir: Path, results_dir: Path) -> None:
+    """Remove the folders above a removed ``run_dir`` that are now empty (``results/run/``), up to
+    and including ``results_dir``; a folder that holds anything stops it, and one outside
+    ``results_dir`` is never touched.
+
+    Args:
+        run_dir: the refused run's directory, already removed.
+        results_dir: the config's ``results_dir`` (relative to the working directory or absolute).
+    """
+    top = results_dir.resolve()
+    folder = run_dir.resolve().parent
+    while folder == top or top in folder.parents:
+        try:
+            folder.rmdir()  # only an empty folder
+        except OSError:
+            return
+        if folder == top:
+            return
+        folder = folder.parent

@@ -234,6 +234,25 @@ def test_run_refuses_before_any_worker_and_leaves_nothing(tmp_path, args, messag
     assert not list(tmp_path.rglob("*")), "nothing written"
 
 
+def test_a_refused_run_in_the_default_folders_leaves_no_empty_folder(tmp_path):
+    """Without hydra.run.dir the run's folder is results_dir/run/<time>: all three go when the
+    run is refused, a results_dir that already held something stays."""
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "other.txt").write_text("x")
+    for results, left in ((tmp_path / "res", []), (tmp_path / "kept", ["kept/other.txt"])):
+        proc = subprocess.run(
+            [MEMSWEEP, "run", f"results_dir={results}", *TINY, "batch=0"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2 and "invalid batch=0" in proc.stderr, proc.stderr[-2000:]
+        found = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+        assert found == ["kept/other.txt"] and not (results / "run").exists(), found
+        assert results.exists() == bool(left)
+
+
 def test_predict_cards_add_up_and_an_empty_list_is_refused():
     from sweeper.cli import card_names
 
