@@ -154,3 +154,17 @@ def test_the_pair_heading_names_both_loads_when_they_differ(sweeps, capsys):
     assert main([str(f32), str(f32)]) == EXIT_OK  # the same load: one heading
     out = capsys.readouterr().out
     assert "dtype=float32): A -> B" in out and " in A;" not in out
+
+
+def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_are_two_series():
+    """DDP and FSDP runs of one size are two loads (parallel and world_size group them), never
+    one series whose values mix the two."""
+    from analysis.compare.load import Sweep
+    from analysis.compare.match import series_of
+
+    base = dict(workload="mlp", mode="train", context=8, width=64, dtype="float32", device="cpu", world_size=2)
+    runs = [dict(base, batch=b, parallel=p, run_id=f"{p}{b}") for p in ("ddp", "fsdp") for b in (1, 2)]
+    series = series_of(Sweep("A", Path("s"), "test", runs, []))
+    batch = [s for s in series if s.axis == "batch"]
+    assert sorted(s.load["parallel"] for s in batch) == ["ddp", "fsdp"]
+    assert all(sorted(s.by_value) == [1, 2] and len(s.by_value[1]) == 1 for s in batch)

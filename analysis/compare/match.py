@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 from conf.contract import AXES, device_kind_of, peak_counters
 
-from ..frontier import order_key
+from ..frontier import SPREAD, order_key
+from ..labels import load_words
 from ..schemas import ENV_COLUMNS, OPTIONS
 from .load import Sweep
 
@@ -39,7 +40,7 @@ SPEC_FIELDS = (
     "repeats",
     "seed",
     *OPTIONS,
-    "devices",
+    *SPREAD,  # devices per run, DDP/FSDP and its world_size: a DDP and an FSDP run are two loads
     "isolation",
 )
 """Run fields of the spec (what was asked for) shown when they differ between sweeps."""
@@ -66,8 +67,9 @@ class Series:
 
     @property
     def title(self) -> str:
-        """``"batch sweep (context=64 width=64 dtype=float32)"``."""
-        fixed = " ".join(f"{k}={self.load.get(k)}" for k in AXES if k != self.axis and self.load.get(k) is not None)
+        """``"batch sweep (context=64 width=64 dtype=float32)"``: the fixed load as
+        ``analysis.labels.load_words`` names it (parallel and world_size of a DDP/FSDP load)."""
+        fixed = " ".join(load_words({k: v for k, v in self.load.items() if k != self.axis}))
         return f"{self.axis} sweep ({fixed})"
 
 
