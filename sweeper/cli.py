@@ -54,11 +54,13 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     from .process import RunDirError, check_run_dir_free
 
     new_run_dir = True  # the default run directory is a new, timestamped one
+    existed: Path | None = None  # the deepest folder of a given hydra.run.dir that exists already
     if not multirun:
         for arg in argv:  # refuse before Hydra writes anything into an existing run directory
             if arg.startswith("hydra.run.dir="):
                 run_dir = Path(arg.split("=", 1)[1])
                 new_run_dir = not run_dir.exists()
+                existed = next(p for p in (run_dir.absolute(), *run_dir.absolute().parents) if p.exists())
                 try:
                     check_run_dir_free(run_dir)
                 except RunDirError as exc:
@@ -74,7 +76,7 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
 
     @hydra.main(version_base="1.3", config_path="pkg://conf", config_name="config")
     def _main(cfg: DictConfig) -> dict:
-        result = run_condition(cfg, new_run_dir=new_run_dir)
+        result = run_condition(cfg, new_run_dir=new_run_dir, existed=existed)
         results.append(result)
         return result
 

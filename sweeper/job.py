@@ -29,11 +29,13 @@ from .spec import checked_spec, launch_settings, probe_device
 log = logging.getLogger("memsweep")
 
 
-def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
+def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | None = None) -> dict:
     """Validate ``cfg``, run it in a fresh worker inside the Hydra job directory.
 
     ``new_run_dir``: a single run's directory did not exist before this command (Hydra made
-    it), so that a run refused on bad input may remove it again.
+    it), so that a run refused on bad input may remove it again, with the folders Hydra made
+    above it: up to ``existed`` (the deepest folder of a given ``hydra.run.dir`` that existed
+    before the command), else up to ``results_dir``.
 
     Returns the result envelope (see ``sweeper.process.execute``); a dry run's also has
     ``predicted_outcome`` (``conf.contract.predicted_outcome``: ok, oom when the predicted peak
@@ -55,7 +57,8 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False) -> dict:
     except InputRefused:
         if new_run_dir and hydra_cfg.mode == RunMode.RUN:  # a refused `memsweep run` leaves no empty directory
             if remove_bookkeeping_only(run_dir):
-                remove_empty_parents(run_dir, Path(str(cfg.get("results_dir") or "results")))
+                top = existed if existed is not None else Path(str(cfg.get("results_dir") or "results"))
+                remove_empty_parents(run_dir, top, keep_top=existed is not None)
         raise
     task = rank_task(spec)
     if task is not None:  # ranks as SLURM tasks: this task runs its rank only; task 0 runs the run
@@ -203,18 +206,22 @@ def remove_bookkeeping_only(run_dir: Path) -> bool:
     return True
 
 
-def remove_empty_parents(run_dir: Path, results_dir: Path) -> None:
+def remove_empty_parents(run_dir: Path, top: Path, keep_top: bool = False) -> None:
     """Remove the folders above a removed ``run_dir`` that are now empty (``results/run/``), up to
-    and including ``results_dir``; a folder that holds anything stops it, and one outside
-    ``results_dir`` is never touched.
+    ``top`` (included unless ``keep_top``); a folder that holds anything stops it, and one outside
+    ``top`` is never touched.
 
     Args:
         run_dir: the refused run's directory, already removed.
-        results_dir: the config's ``results_dir`` (relative to the working directory or absolute).
+        top: the config's ``results_dir``, or the deepest folder of a given ``hydra.run.dir`` that
+            existed before the command (relative to the working directory or absolute).
+        keep_top: keep ``top`` itself (it existed before the command).
     """
-    top = results_dir.resolve()
+    top = top.resolve()
     folder = run_dir.resolve().parent
     while folder == top or top in folder.parents:
+        if folder == top and keep_top:
+            return
         try:
             folder.rmdir()  # only an empty folder
         except OSError:

@@ -101,11 +101,15 @@ def test_second_run_into_same_directory_refuses(tmp_path, memsweep_cmd):
 def test_refused_run_leaves_no_directory_of_its_own_and_keeps_yours(tmp_path, memsweep_cmd):
     proc = run([*memsweep_cmd, "run", "batch=0", f"results_dir={tmp_path}/res", *TINY_ARGS], cwd=tmp_path)
     assert proc.returncode == 2 and "invalid batch=0" in proc.stderr
-    assert list((tmp_path / "res" / "run").iterdir()) == []  # Hydra's new timestamped directory is gone
+    assert not (tmp_path / "res").exists()  # Hydra's new timestamped directory and its new parents are gone
     mine = tmp_path / "mine"
     mine.mkdir()
     proc = run([*memsweep_cmd, "run", "batch=0", f"hydra.run.dir={mine}", *TINY_ARGS], cwd=tmp_path)
     assert proc.returncode == 2 and mine.is_dir()  # a directory that existed before is the user's
+    yours = tmp_path / "yours"
+    yours.mkdir()
+    proc = run([*memsweep_cmd, "run", "batch=0", f"hydra.run.dir={yours}/a/b", *TINY_ARGS], cwd=tmp_path)
+    assert proc.returncode == 2 and yours.is_dir() and list(yours.iterdir()) == []  # a/b made by Hydra: gone
 
 
 def test_run_exits_with_its_outcome(tmp_path, memsweep_cmd):
