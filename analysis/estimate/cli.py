@@ -27,7 +27,7 @@ from conf.contract import GB, GiB
 
 from .activations import RECOMPUTE, transformer_layer_activation_bytes
 from .breakdown import Breakdown
-from .cli_args import ESTIMATE_DEVICES, activation_options, device_arg
+from .cli_args import ESTIMATE_DEVICES, MLP_DEFAULTS, activation_options, check_applicable, device_arg, step_tensor_rule
 from .cli_output import estimate_text, format_phases
 from .counted import COUNTERS, CountUnavailable, describe_config
 from .errors import UsageError
@@ -145,14 +145,19 @@ def build_parser() -> argparse.ArgumentParser:
     x = p.add_argument_group("memsweep workload (--workload mlp)")
     x.add_argument("--context", type=int)
     x.add_argument("--width", type=int)
-    x.add_argument("--depth", type=int, default=4)
+    x.add_argument("--depth", type=int, help="default 4")
     x.add_argument("--hidden", type=int, help="mlp hidden (default 4 x width)")
-    x.add_argument("--activation", default="gelu", choices=sorted(ACTIVATION_SAVES_OUTPUT))
-    x.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    x.add_argument("--mode", default="inference", choices=["inference", "train"])
-    x.add_argument("--device", default="cpu", type=device_arg, help=ESTIMATE_DEVICES)
-    x.add_argument("--warmup", type=int, default=3)
-    x.add_argument("--repeats", type=int, default=5)
+    x.add_argument("--activation", choices=sorted(ACTIVATION_SAVES_OUTPUT), help="default gelu")
+    x.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], help="default float32")
+    x.add_argument("--mode", choices=["inference", "train"], help="default inference")
+    x.add_argument(
+        "--device",
+        type=device_arg,
+        help=ESTIMATE_DEVICES + "; default cpu. Also decides, in a --config training estimate, whether "
+        "AdamW's step tensors are counted (on the CPU: yes; on CUDA PyTorch keeps them on the host)",
+    )
+    x.add_argument("--warmup", type=int, help="default 3")
+    x.add_argument("--repeats", type=int, help="default 5")
 
     o = p.add_argument_group("output")
     r = o.add_mutually_exclusive_group()
@@ -333,6 +338,7 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
     if args.activations and (args.batch is None or args.seq_len is None):
         raise UsageError("--activations needs --batch and --seq-len")
     pb = _param_bytes(fmt, args.train) if args.train else 2
+    steps, steps_note = step_tensor_rule(args)
     mixed = args.mixed if args.mixed is not None else pb == 2
     b = estimate_transformer(
         model,
@@ -345,6 +351,7 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
         state_bytes=args.state_bytes,
         zero_stage=args.zero_stage,
         devices=args.devices,
+        step_tensors=args.train and steps,
         activations=activation_options(args),
         kv_tokens=args.kv_tokens,
         kv_sequences=_sequences(args) if args.kv_tokens is not None else None,
@@ -352,6 +359,8 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
         static_capacity=args.static_cache,
         kv_convention=args.kv_convention,
     )
+    if args.train and steps_note:
+        b = b.with_note(steps_note)
     active = f" ({model.active} active per token)" if model.experts else ""
     return (
         b,
@@ -366,12 +375,13 @@ def _workload(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseEstim
     if args.train or args.activations or args.kv_tokens is not None:
         raise UsageError("--workload mlp is estimated whole: use --mode train instead of --train/--activations")
     _require(args, ("batch", "context", "width"), "--workload mlp needs --batch, --context and --width")
-    kw = _options(args, ("dtype", "mode", "depth", "hidden", "activation", "device", "warmup", "repeats"))
+    given = {k: getattr(args, k) for k in MLP_DEFAULTS if getattr(args, k) is not None}
+    kw = {**MLP_DEFAULTS, **given, "hidden": args.hidden, "device": args.device or "cpu"}
     phases = mlp_phases(args.batch, args.context, args.width, **kw)
     b = estimate_mlp(args.batch, args.context, args.width, **kw)
     title = (
-        f"mlp workload: batch={args.batch} context={args.context} width={args.width} depth={args.depth} "
-        f"hidden={args.hidden or 4 * args.width} {args.activation} {args.dtype} {args.mode} on {args.device}"
+        f"mlp workload: batch={args.batch} context={args.context} width={args.width} depth={kw['depth']} "
+        f"hidden={args.hidden or 4 * args.width} {kw['activation']} {kw['dtype']} {kw['mode']} on {kw['device']}"
     )
     return b, title, phases
 
@@ -401,6 +411,7 @@ def run(args: argparse.Namespace, out=None) -> int:
         raise UsageError("--lora-rank needs --config (the adapters' shapes come from the model's Linear modules)")
     if args.keep and args.parameters is None:
         raise UsageError("--keep applies to --parameters (a config keeps embeddings, lm_head and norms in 16 bits)")
+    check_applicable(args)
     phases: list[PhaseEstimate] = []
     if args.workload:
         b, title, phases = _workload(args)

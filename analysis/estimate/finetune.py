@@ -25,6 +25,7 @@ from .activations import ActivationSettings
 from .breakdown import Breakdown
 from .formats import DTYPE_BYTES, DTYPE_FORMATS, StorageFormat, storage_format
 from .lora import ALL_LINEAR, LoraSettings, estimate_lora
+from .training import counts_step_tensors
 from .transformer import TransformerConfig
 
 PEFT_ADAPTER_BYTES = 4
@@ -120,5 +121,5 @@ def estimate_lora_run(model: TransformerConfig, data: Mapping, activations: Acti
         compute_bytes=DTYPE_BYTES[data.get("dtype", "float32")],
         optimizer=optimizer,
         activations=activations,
-        step_tensors=optimizer == "adamw" and not str(data.get("device", "cpu")).startswith("cuda"),
+        step_tensors=counts_step_tensors(optimizer, str(data.get("device", "cpu"))),
     )

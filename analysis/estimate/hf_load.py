@@ -16,6 +16,7 @@ from .breakdown import Breakdown
 from .finetune import base_formats, estimate_lora_run, lora_settings
 from .formats import DTYPE_BYTES, DTYPE_FORMATS
 from .hf_config import parse_hf_config
+from .training import counts_step_tensors
 from .transformer import TransformerConfig, estimate_transformer
 
 
@@ -71,7 +72,7 @@ def estimate_hf_load(config: Mapping | TransformerConfig, spec: RunSpec, *, batc
         train=train,
         optimizer=spec.optimizer,
         mixed_precision=False,
-        step_tensors=train and spec.optimizer == "adamw" and not spec.device.startswith("cuda"),
+        step_tensors=train and counts_step_tensors(spec.optimizer, spec.device),
         activations=settings,
     )
 

@@ -51,6 +51,10 @@ PEFT_DEFAULT_TARGETS = {
 architecture peft has no default for (phi3, qwen3_moe, gpt_oss, deepseek_v2, ...) needs
 explicit targets, as peft itself requires."""
 
+ADAPTER_BYTES = (2, 4)
+"""Bytes per adapter value estimated: 4 (fp32, peft's default cast) or 2 (fp16/bf16 adapters,
+``autocast_adapter_dtype=False``, with the fp32 master copy)."""
+
 ALL_LINEAR = "all-linear"
 """peft's shorthand for every Linear (and GPT-2 Conv1D) module except the output layer."""
 
@@ -68,7 +72,10 @@ class LoraSettings:
         dropout: peft ``lora_dropout`` (default 0.0: an identity, nothing stored).
         adapter_bytes: bytes per adapter value: 4 (fp32) by default, since peft's
             ``get_peft_model(autocast_adapter_dtype=True)`` casts bf16/fp16 adapters to fp32
-            (peft ``tuners_utils.cast_adapter_dtype``); 2 with that option off.
+            (peft ``tuners_utils.cast_adapter_dtype``); 2 with that option off (``ADAPTER_BYTES``).
+
+    Raises:
+        ValueError: a rank below 1, adapter bytes other than 2 or 4, a dropout outside [0, 1).
     """
 
     rank: int = 8
@@ -79,7 +86,8 @@ class LoraSettings:
 
     def __post_init__(self) -> None:
         check_int("LoRA rank", self.rank, 1)
-        check_int("adapter bytes", self.adapter_bytes, 1)
+        if self.adapter_bytes not in ADAPTER_BYTES:
+            raise ValueError(f"adapter bytes must be 2 or 4 (16-bit or fp32 adapters), got {self.adapter_bytes!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout!r}")
 

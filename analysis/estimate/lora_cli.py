@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 
 from .breakdown import Breakdown
-from .cli_args import activation_options
+from .cli_args import activation_options, step_tensor_rule
 from .errors import UsageError
 from .formats import storage_format
-from .lora import ALL_LINEAR, LoraSettings, estimate_lora
+from .lora import ADAPTER_BYTES, ALL_LINEAR, LoraSettings, estimate_lora
 from .transformer import TransformerConfig
 
 
@@ -26,9 +26,13 @@ def add_lora_options(parser: argparse.ArgumentParser) -> None:
         "architecture",
     )
     lo.add_argument("--lora-alpha", type=int, help="peft lora_alpha (scaling only, no memory; default 8)")
-    lo.add_argument("--lora-dropout", type=float, default=0.0, help="peft lora_dropout (default 0.0)")
+    lo.add_argument("--lora-dropout", type=float, help="peft lora_dropout (default 0.0)")
     lo.add_argument(
-        "--adapter-bytes", type=int, default=4, help="bytes per adapter value (default 4: peft casts adapters to fp32)"
+        "--adapter-bytes",
+        type=int,
+        choices=ADAPTER_BYTES,
+        help="bytes per adapter value: 4 (default: peft casts adapters to fp32) or 2 (16-bit adapters, with the fp32 "
+        "master copy)",
     )
     lo.add_argument(
         "--base-format",
@@ -69,9 +73,10 @@ def lora_from_args(args: argparse.Namespace, model: TransformerConfig, default: 
         rank=args.lora_rank,
         alpha=args.lora_alpha,
         targets=targets,
-        dropout=args.lora_dropout,
-        adapter_bytes=args.adapter_bytes,
+        dropout=args.lora_dropout or 0.0,
+        adapter_bytes=4 if args.adapter_bytes is None else args.adapter_bytes,
     )
+    steps, steps_note = step_tensor_rule(args)
     b = estimate_lora(
         model,
         lora,
@@ -79,9 +84,14 @@ def lora_from_args(args: argparse.Namespace, model: TransformerConfig, default: 
         compute_bytes=4 if fmt.name == "fp32" else 2,
         optimizer=args.optimizer,
         activations=activation_options(args),
+        step_tensors=steps,
     )
+    if steps_note:
+        b = b.with_note(steps_note)
     kind = "QLoRA" if fmt.bits == 4 else "LoRA"
     return b, (
         f"{args.config}: {kind} fine-tuning of {model.parameters} parameters, counted by {model.source}; "
-        f"frozen base {fmt.name}" + (" with double quantization" if fmt.double_quant else "")
+        f"frozen base {fmt.name}"
+        + (" with double quantization" if fmt.double_quant else "")
+        + (f"; on {args.device}" if args.device else "")
     )

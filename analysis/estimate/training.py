@@ -130,6 +130,32 @@ ADAM_STEP_BYTES = 4
 """torch.optim.Adam(W) ``state["step"]``: a 0-dim float32 tensor per parameter tensor."""
 
 
+ADAM_STEP_NOTE = (
+    "AdamW's per-tensor step (4 B each) is not counted: on CUDA PyTorch keeps it on the host unless "
+    "capturable or fused (torch/optim/adam.py Adam._init_group, which AdamW inherits)"
+)
+"""The note of an estimate for a CUDA device that leaves Adam(W)'s ``step`` tensors out."""
+
+
+def counts_step_tensors(optimizer: str, device: str) -> bool:
+    """Whether Adam(W)'s ``step`` tensors are device memory for ``optimizer`` on ``device``.
+
+    torch/optim/adam.py ``Adam._init_group`` (AdamW inherits it) makes ``state["step"]`` a
+    0-dim float32 tensor on the parameter's device when ``capturable`` or ``fused``, else on
+    the host (``device="cpu"``): so it is device memory on the CPU, not on CUDA with the default
+    AdamW, which the worker uses. The run estimates (``hf_load``, ``finetune``) and ``memsweep
+    estimate --device`` share this rule.
+
+    Args:
+        optimizer: the spec's optimizer (``adamw``: only AdamW is asked for by a run).
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+
+    Returns:
+        True for AdamW on a device other than CUDA.
+    """
+    return optimizer == "adamw" and not device.startswith("cuda")
+
+
 def training_state(
     parameters: int,
     *,

@@ -37,7 +37,7 @@ from .exits import (
     PREDICT_EXIT,
     RUN_EXIT,
 )
-from .finetune import COMPILE_MODES, QUANTIZATIONS, version_tuple
+from .finetune import COMPILE_MODES, LORA_RANK_SETTINGS, QUANTIZATIONS, lora_settings_without_rank, version_tuple
 from .host import (
     STOPPED_STATES,
     boot_id,
@@ -336,6 +336,8 @@ __all__ = [
     "axis_ignored",
     "run_optimizer",
     "version_tuple",
+    "LORA_RANK_SETTINGS",
+    "lora_settings_without_rank",
     "remove_stale_temps",
     "write_json_atomic",
 ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from .checks import optional_positive
@@ -39,6 +40,27 @@ HF_FINETUNE_DEFAULTS: dict[str, Any] = {
     "quantization": None,
 }
 """The hf workload's fine-tuning settings and their defaults (null = off / the library's default)."""
+
+LORA_RANK_SETTINGS = ("lora_alpha", "lora_targets", "lora_dropout")
+"""The LoRA settings other than the rank: each is set only with a rank (no LoRA without one)."""
+
+
+def lora_settings_without_rank(values: Mapping[str, Any]) -> list[str]:
+    """The settings of ``LORA_RANK_SETTINGS`` given while ``lora_rank`` is not.
+
+    A setting counts as given when it is not null (``lora_dropout``: not null and not 0). The
+    hf workload's check (``check_hf_finetune``) and ``memsweep estimate``'s options share this rule.
+
+    Args:
+        values: ``lora_rank`` and the settings by name (a missing one counts as not given).
+
+    Returns:
+        their names, in ``LORA_RANK_SETTINGS``'s order; [] when ``lora_rank`` is given.
+    """
+    if values.get("lora_rank") is not None:
+        return []
+    return [n for n in LORA_RANK_SETTINGS if values.get(n) is not None and not (n == "lora_dropout" and not values[n])]
+
 
 _MODULE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 
@@ -85,12 +107,11 @@ def check_hf_finetune(out: dict) -> dict:
                 "null (peft's default for the architecture), all-linear or a list of module names [q_proj, v_proj]",
             )
         out["lora_targets"] = list(targets)
-    if out["lora_rank"] is None:
-        for name in ("lora_alpha", "lora_targets"):
-            if out[name] is not None:
-                raise SpecError(f"workload.{name}", out[name], "null without workload.lora_rank (no LoRA)")
-        if out["lora_dropout"]:
-            raise SpecError("workload.lora_dropout", out["lora_dropout"], "0 without workload.lora_rank (no LoRA)")
+    without_rank = lora_settings_without_rank(out)
+    if without_rank:
+        name = without_rank[0]
+        unset = "0" if name == "lora_dropout" else "null"
+        raise SpecError(f"workload.{name}", out[name], f"{unset} without workload.lora_rank (no LoRA)")
     if out["quantization"] is not None and out["quantization"] not in QUANTIZATIONS:
         raise SpecError("workload.quantization", out["quantization"], "null or one of " + ", ".join(QUANTIZATIONS))
     return out
