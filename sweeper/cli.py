@@ -27,6 +27,7 @@ fits, 4 a dry run failed, 2 bad input (``conf.contract.PREDICT_EXIT``).
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -386,6 +387,16 @@ def main(argv: list[str] | None = None) -> int:
         The exit status (see the module's docstring).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _dispatch(argv)
+    except BrokenPipeError:  # `memsweep estimate ... | head`: the reader left; no traceback
+        # https://docs.python.org/3/library/signal.html#note-on-sigpipe: stdout to devnull, so
+        # that the interpreter's flush at exit does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2

@@ -209,3 +209,20 @@ def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_w
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0 and out.count("already ran") == 2, out[-2000:]
     assert {p: p.read_bytes() for p in (tmp_path / "g").glob("*/spec.json")} == specs
+
+
+def test_output_piped_into_a_reader_that_leaves_ends_without_a_traceback(tmp_path, memsweep_cmd):
+    """`memsweep estimate ... | head -1`: the reader closes the pipe early (BrokenPipeError). Here
+    the reader (`true`) has left before memsweep has even imported its modules."""
+    import shlex
+
+    cmd = " ".join(
+        map(
+            shlex.quote,
+            [*memsweep_cmd, "estimate", "--workload", "mlp", "--batch", "8", "--context", "128", "--width", "256"],
+        )
+    )
+    proc = subprocess.run(f"{cmd} 2> err.txt | true", shell=True, cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode == 0  # the reader's status
+    err = (tmp_path / "err.txt").read_text()
+    assert "Traceback" not in err and "error" not in err, err
