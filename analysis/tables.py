@@ -237,7 +237,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     }
     # a DDP/FSDP run's estimate per rank, as its max_memory_allocated is the fullest rank's
     estimate = rank_estimate(spec.get("estimate"), row["parallel"], row["world_size"])
-    row.update(estimate_columns(estimate, row["max_memory_allocated"], row["outcome"]))
+    row.update(estimate_columns(estimate, row["max_memory_allocated"], row["outcome"], row["source"]))
     row.update(model_state_columns(spec, record))
     row["estimate_missing_reason"] = spec.get("estimate_missing_reason") or (
         "no estimate in the spec (written before this workload was estimated)" if spec.get("estimate") is None else None
