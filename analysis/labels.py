@@ -5,16 +5,18 @@ Standard library and ``conf.contract`` only (the sweeper imports it in every job
 the axes' values and, whenever they are not ``RunSpec``'s default, the fields that make another
 load with the same axes (``SHOWN_WHEN_SET``): a DDP and an FSDP run of the same sizes, an autocast
 run beside a pure one, never read alike. ``world_size`` is named under a parallel load only (a
-one-process run has world_size 1).
+one-process run has world_size 1). No width is named where the load ignores it
+(``conf.contract.width_ignored``: the hf workload, a transformer with ``workload.hidden`` set).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from conf.contract import AXES, RunSpec
+from conf.contract import AXES, RunSpec, width_ignored
 
 SHOWN_WHEN_SET = ("workload", "precision", "parallel")
 """Load fields a label names whenever their value is not ``RunSpec``'s default (workload mlp,
@@ -57,9 +59,34 @@ def set_fields(load: Mapping) -> dict[str, Any]:
     return out
 
 
+def reads_width(load: Mapping) -> bool:
+    """Whether a load reads the width axis (``conf.contract.width_ignored``).
+
+    Args:
+        load: a runs-table or frontier row (``workload`` a name, ``workload_params`` JSON text) or
+            a spec as a mapping (``workload`` a mapping with ``name`` and its parameters).
+
+    Returns:
+        False where the load ignores the width; True otherwise, and when the workload is unknown
+        (no ``workload``) or its parameters are not readable JSON.
+    """
+    workload = load.get("workload")
+    if isinstance(workload, Mapping):
+        name, params = workload.get("name"), workload
+    else:
+        try:
+            params = json.loads(load.get("workload_params") or "{}")
+        except (TypeError, ValueError):
+            return True
+        name = workload
+    if not isinstance(name, str) or not isinstance(params, Mapping):
+        return True
+    return width_ignored(name, params) is None
+
+
 def load_words(load: Mapping, also: Iterable[str] = ()) -> list[str]:
-    """A load as ``key=value`` words: its axes (None ones left out), then its ``set_fields``, then
-    ``also``.
+    """A load as ``key=value`` words: its axes (None ones left out, and the width where the load
+    ignores it, ``reads_width``), then its ``set_fields``, then ``also``.
 
     Args:
         load: a runs-table or frontier row (the swept axis is None there, so left out), or a spec as
@@ -71,7 +98,8 @@ def load_words(load: Mapping, also: Iterable[str] = ()) -> list[str]:
         ``world_size`` only when ``parallel`` is set (DDP or FSDP).
     """
     parallel = set_fields(load).get("parallel")
-    words = {k: load.get(k) for k in AXES if k != "world_size" and load.get(k) is not None}
+    skip = {"world_size"} if reads_width(load) else {"world_size", "width"}
+    words = {k: load.get(k) for k in AXES if k not in skip and load.get(k) is not None}
     words.update(set_fields(load))
     if parallel is not None and load.get("world_size") is not None:
         words["world_size"] = load.get("world_size")

@@ -277,7 +277,8 @@ never run out of memory). Null for a measured run. ``train_step``: who ran a tra
 row); null outside train mode and in records written before the field. ``est_*``: calculated before the run
 (the spec's estimate, analysis/estimate/; of one rank for a DDP/FSDP run, its model states partitioned at the
 run's ZeRO stage: analysis.estimate.rank_estimate), never measured;
-``estimate_error`` = (est_peak_bytes - max_memory_allocated) / max_memory_allocated;
+``estimate_error`` = (est_peak_bytes - max_memory_allocated) / max_memory_allocated, null on a
+predicted (dry-run) row;
 ``estimate_missing_reason``: why the estimate is null,
 or what it leaves out (null when complete). ``parameters``, ``parameter_bytes``: the model's,
 by construction (the worker's record). ``devices``: devices the run used (spec ``devices``; 1 for

@@ -67,6 +67,7 @@ __all__ = [
     "phase_rows",
     "run_row",
     "unique_dirs",
+    "repeated_dirs",
 ]
 
 log = logging.getLogger("memsweep")
@@ -237,7 +238,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     }
     # a DDP/FSDP run's estimate per rank, as its max_memory_allocated is the fullest rank's
     estimate = rank_estimate(spec.get("estimate"), row["parallel"], row["world_size"])
-    row.update(estimate_columns(estimate, row["max_memory_allocated"], row["outcome"]))
+    row.update(estimate_columns(estimate, row["max_memory_allocated"], row["outcome"], row["source"]))
     row.update(model_state_columns(spec, record))
     row["estimate_missing_reason"] = spec.get("estimate_missing_reason") or (
         "no estimate in the spec (written before this workload was estimated)" if spec.get("estimate") is None else None
@@ -337,14 +338,29 @@ def unique_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[str]]:
         (the directories in the order given, a repeated one left out; one note per directory
         left out, naming it and the one kept).
     """
+    kept, repeats = repeated_dirs(sweep_dirs)
+    return kept, [f"{d.resolve()} was given twice ({first}, {d}): its runs are read once" for first, d in repeats]
+
+
+def repeated_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[tuple[Path, Path]]]:
+    """The directories given, each once, and those given again: two that resolve to the same path
+    (``c32`` and ``./c32/``) are one directory.
+
+    Args:
+        sweep_dirs: directories, as given.
+
+    Returns:
+        (the directories in the order given, a repeated one left out; (the one kept, the repeat)
+        per directory left out).
+    """
     kept: dict[Path, Path] = {}
-    notes = []
+    repeats = []
     for d in sweep_dirs:
         d = Path(d)
         first = kept.setdefault(d.resolve(), d)
         if first is not d:
-            notes.append(f"{d.resolve()} was given twice ({first}, {d}): its runs are read once")
-    return list(kept.values()), notes
+            repeats.append((first, d))
+    return list(kept.values()), repeats
 
 
 def build_tables(sweep_dirs: Iterable[Path]) -> tuple[pa.Table, pa.Table, list[str]]:

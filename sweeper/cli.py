@@ -300,7 +300,7 @@ def _predict_cards_command(argv: list[str], cards: list[str], out) -> int:
     """``memsweep predict [OVERRIDES] --cards[=NAME,NAME]``: one table of the predicted edge per
     card of the catalog (``sweeper.predict_cards``); exit 0, 4 when a dry run failed, 2 bad input."""
     from .predict import blind_spots
-    from .predict_cards import predict_cards
+    from .predict_cards import CARD_TABLE_HEAD, card_table_row, predict_cards
 
     try:
         names = card_names(cards)
@@ -311,22 +311,14 @@ def _predict_cards_command(argv: list[str], cards: list[str], out) -> int:
     except SpecError as exc:
         print(f"memsweep predict: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    gib = 2**30
     print(
         f"memsweep predict: PREDICTED edge of {axis} per card ({summary['device']}; each card's reported total, "
         f"analysis/cards.py), {summary['dry_runs']} dry runs (fake tensors, no device), in {summary['out_dir']}",
         file=out,
     )
-    head = f"  {'card':<18} {'capacity GiB':>12} {'max fit':>8} {'min miss':>8} {'peak GiB':>9}"
-    head += f" | {'estimator: w+g+s GiB':>20} {'estimator edge':>14}"
-    print(head, file=out)
+    print(CARD_TABLE_HEAD, file=out)
     for r in summary["cards"]:
-        fit = "none" if r["max_fit"] is None else str(r["max_fit"]) + ("" if r["exact"] else "?")
-        peak = "-" if r["peak_bytes"] is None else f"{r['peak_bytes'] / gib:.2f}"
-        fixed = "-" if r["estimator_fixed_bytes"] is None else f"{r['estimator_fixed_bytes'] / gib:.2f}"
-        est_edge = {None: "-", 0: "none"}.get(r["estimator_edge"], str(r["estimator_edge"]))
-        line = f"  {r['card']:<18} {r['capacity_bytes'] / gib:>12.2f} {fit:>8} {r['min_miss']!s:>8} {peak:>9}"
-        print(line + f" | {fixed:>20} {est_edge:>14}", file=out)
+        print(card_table_row(r), file=out)
         if r["error"]:
             print(f"    dry run failed: {r['error']}", file=out)
     print(

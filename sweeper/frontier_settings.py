@@ -15,7 +15,7 @@ from omegaconf import MISSING
 
 from conf.contract import SpecError
 
-from .search import STRATEGIES, Lattice, check_search_axis
+from .search import SEARCH_AXES, STRATEGIES, Lattice, check_search_axis
 
 # The light probe policy: the cold step (or forward) and one warm one.
 LIGHT = ["warmup=0", "repeats=1"]
@@ -142,8 +142,15 @@ def searched_axes(axis: Any, axes: Any) -> list[str]:
         against ``sweeper.search.SEARCH_AXES`` (``check_settings`` does).
 
     Raises:
-        SpecError: both given (field ``hydra.sweeper.axes``): which one wins would be a guess.
+        SpecError: both given (field ``hydra.sweeper.axes``): which one wins would be a guess; an
+            empty list (``hydra.sweeper.axes=[]``): it asks to search nothing, never batch quietly.
     """
+    if axes is not None and len(axes) == 0:
+        raise SpecError(
+            "hydra.sweeper.axes",
+            [],
+            "a non-empty list of axes to search, of " + ", ".join(SEARCH_AXES) + " (or leave it out: batch)",
+        )
     if axes and axis is not None:
         raise SpecError(
             "hydra.sweeper.axes",

@@ -75,9 +75,9 @@ class FrontierSweeperImpl:
         seed_from_dry_run: bool = False,
         suspect: str = "stop",
     ) -> None:
-        self.axis_setting, self.axes_setting = axis, list(axes) if axes else None
+        self.axis_setting, self.axes_setting = axis, None if axes is None else list(axes)
         self.axes = self.axes_setting or [axis or "batch"]  # checked by lattices (searched_axes)
-        self.axes_field = "hydra.sweeper.axes" if axes else "hydra.sweeper.axis"  # as the user typed it
+        self.axes_field = "hydra.sweeper.axes" if axes is not None else "hydra.sweeper.axis"  # as the user typed it
         self.lower, self.upper, self.multiple_of = lower, upper, multiple_of
         self.bounds = dict(
             OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds) else bounds or {}

@@ -13,7 +13,6 @@ from conf.contract import (
     SPEC_FILE,
     STDERR_FILE,
     RunSpec,
-    axis_ignored,
     predicted_outcome,
     ranks_are_tasks,
     run_peak,
@@ -131,7 +130,7 @@ def run_rank_task(spec: RunSpec, run_dir: Path, rank: str) -> dict:
 def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None = None) -> str:
     """The console line of one finished run: its load (``analysis.labels.load_words``: the axes, and
     workload, precision, parallel and world_size where not the default; no width where the load
-    ignores it, ``conf.contract.axis_ignored``: the hf workload) and outcome, with the
+    ignores it) and outcome, with the
     rank whose failure ended a DDP/FSDP run (record ``failed_rank``); for a dry run, its verdict
     (``conf.contract.predicted_outcome``: the predicted peak against the capacity), never the
     worker's plain ``ok``.
@@ -149,10 +148,7 @@ def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None
     failed_rank = (record or {}).get("failed_rank")
     if where and isinstance(failed_rank, int):  # a DDP/FSDP run: the rank whose failure ended it
         where += f" on rank {failed_rank}"
-    words = load_words(spec.to_dict())
-    if axis_ignored(spec, "width"):  # hf: its config's width, not the spec's
-        words = [w for w in words if not w.startswith("width=")]
-    head = f"{run_dir}: " + " ".join([*words, f"mode={spec.mode}", f"device={spec.device}"])
+    head = f"{run_dir}: " + " ".join([*load_words(spec.to_dict()), f"mode={spec.mode}", f"device={spec.device}"])
     wall = f" ({result['wall_s']:.1f} s)" if isinstance(result.get("wall_s"), (int, float)) else ""
     if not spec.dry_run:
         return f"{head} -> {result['outcome']}{where}{wall}"

@@ -42,6 +42,36 @@ def select_cards(names: list[str] | None) -> list[Card]:
     return sorted(chosen, key=lambda c: c.reported_bytes)
 
 
+CARD_TABLE_HEAD = (
+    f"  {'card':<18} {'capacity GiB':>12} {'max fit':>8} {'min miss':>8} {'peak GiB':>9}"
+    f" | {'estimator: w+g+s GiB':>20} {'estimator edge':>14}"
+)
+"""The head of ``memsweep predict --cards``'s table, above the ``card_table_row`` lines."""
+
+
+def card_table_row(row: dict) -> str:
+    """One card's line of ``memsweep predict --cards``'s table, aligned under ``CARD_TABLE_HEAD``.
+
+    A missing figure (no min miss, peak or estimator figure: a failed dry run, a workload the
+    estimator does not describe) is ``-``; no value that fits is ``none``, and so is an estimator
+    edge of 0 (batch 1 does not fit); ``?`` marks a max fit that is not exact.
+
+    Args:
+        row: one of ``predict_cards``'s ``"cards"`` rows (bytes as int).
+
+    Returns:
+        The line, capacities and peaks in GiB (2^30 B), two decimals.
+    """
+    gib = 2**30
+    fit = "none" if row["max_fit"] is None else str(row["max_fit"]) + ("" if row["exact"] else "?")
+    miss = "-" if row["min_miss"] is None else str(row["min_miss"])
+    peak = "-" if row["peak_bytes"] is None else f"{row['peak_bytes'] / gib:.2f}"
+    fixed = "-" if row["estimator_fixed_bytes"] is None else f"{row['estimator_fixed_bytes'] / gib:.2f}"
+    est_edge = {None: "-", 0: "none"}.get(row["estimator_edge"], str(row["estimator_edge"]))
+    line = f"  {row['card']:<18} {row['capacity_bytes'] / gib:>12.2f} {fit:>8} {miss:>8} {peak:>9}"
+    return line + f" | {fixed:>20} {est_edge:>14}"
+
+
 def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
     """The estimator's batch edge of a train load on ``capacity`` bytes: 0 when batch 1 does
     not fit; None when not asked (another mode or workload, no config in the record)."""

@@ -156,6 +156,17 @@ def test_the_pair_heading_names_both_loads_when_they_differ(sweeps, capsys):
     assert "dtype=float32): A -> B" in out and " in A;" not in out
 
 
+def test_a_sweep_given_twice_is_noted_as_compared_with_itself(sweeps, capsys):
+    """As ``memsweep report`` notes a directory given twice, so does compare (``./X/`` is X too)."""
+    f32, bf16 = sweeps
+    again = f32 / ".." / f32.name
+    assert main([str(f32), str(again)]) == EXIT_OK
+    err = capsys.readouterr().err
+    assert f"note: {f32.resolve()} was given twice ({f32}, {again}): it is compared with itself" in err
+    assert main([str(f32), str(bf16)]) == EXIT_OK
+    assert "given twice" not in capsys.readouterr().err
+
+
 def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_are_two_series():
     """DDP and FSDP runs of one size are two loads (parallel and world_size group them), never
     one series whose values mix the two."""

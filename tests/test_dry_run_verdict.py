@@ -53,3 +53,34 @@ def test_memsweep_run_of_a_dry_run_exits_with_its_verdict(tmp_path):
     assert "does not fit (predicted" in proc.stdout + proc.stderr
     proc = memsweep(tmp_path, "run", "dry_run=true", "device=cpu", "context=8", "width=16", "capacity=1GiB")
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_card_whose_dry_run_failed_prints_dashes_never_none():
+    """``memsweep predict --cards``: a missing figure is ``-`` (no Python ``None``), aligned under
+    the head; a found edge prints its values (``?`` when not exact)."""
+    from sweeper.predict_cards import CARD_TABLE_HEAD, card_table_row
+
+    failed = {
+        "card": "NVIDIA T4",
+        "capacity_bytes": 15 * 2**30,
+        "max_fit": None,
+        "min_miss": None,
+        "exact": False,
+        "peak_bytes": None,
+        "error": "boom",
+        "estimator_fixed_bytes": None,
+        "estimator_edge": None,
+    }
+    line = card_table_row(failed)
+    assert "None" not in line and line.split() == ["NVIDIA", "T4", "15.00", "none", "-", "-", "|", "-", "-"]
+    assert len(line) == len(CARD_TABLE_HEAD)
+    found = {**failed, "max_fit": 4, "min_miss": 8, "peak_bytes": 2**30, "estimator_fixed_bytes": 2**29}
+    assert card_table_row({**found, "estimator_edge": 0}).split()[2:] == [
+        "15.00",
+        "4?",
+        "8",
+        "1.00",
+        "|",
+        "0.50",
+        "none",
+    ]

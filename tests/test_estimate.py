@@ -397,9 +397,30 @@ def test_estimate_columns():
     assert row["estimate_error"] == pytest.approx(0.1)
     assert E.estimate_columns(est, 100, "oom")["estimate_error"] is None
     assert E.estimate_columns(est, None, "ok")["estimate_error"] is None
+    predicted = E.estimate_columns(est, 110, "ok", "predicted")  # a dry run: nothing observed
+    assert predicted["estimate_error"] is None and predicted["est_peak_bytes"] == 110
+    assert E.estimate_columns(est, 110, "ok", "measured")["estimate_error"] == 0.0
     assert E.estimate_columns(None, 100, "ok") == {c: None for c in E.ESTIMATE_COLUMNS}
     for corrupt in ("x", [1], {"peak": "9"}, {"peak": -5}, {"peak": 2**70}, {"peak": True}):
         assert E.estimate_columns(corrupt, 100, "ok")["estimate_error"] is None
+
+
+@pytest.mark.parametrize("dry_run, error", [(False, 0.0), (True, None)])
+def test_a_dry_run_row_has_no_estimate_error(tmp_path, dry_run, error):
+    """runs.parquet's estimate_error is checked against an observed peak: on a dry run's row
+    (source predicted, its peak a prediction on fake tensors) it is null, never a verified 0.0."""
+    from pathlib import Path
+
+    from analysis.tables import run_row
+    from conf.contract import Run
+
+    spec = {"batch": 1, "device": "cpu", "dry_run": dry_run, "estimate": E.Breakdown(weights=1000).to_dict()}
+    phase = {"name": "model_load", "status": "ok", "max_memory_allocated": 1000}
+    record = {"complete": True, "outcome": "ok", "phases": [phase]}
+    row = run_row(Run(Path(tmp_path) / "0", spec, record=record, result={"outcome": "ok"}), Path(tmp_path))
+    assert row["source"] == ("predicted" if dry_run else "measured")
+    assert row["est_peak_bytes"] == row["max_memory_allocated"] == 1000
+    assert row["estimate_error"] == error
 
 
 def test_estimator_and_sweeper_do_not_import_torch():

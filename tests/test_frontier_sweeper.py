@@ -251,6 +251,7 @@ def test_parallel_slots_come_from_the_launcher_or_the_setting(tmp_path):
         ({"bounds": {"contxt": {"multiple_of": 64}}}, r"bounds\.contxt=.*searches: batch"),
         ({"axes": ["batch"], "bounds": {"context": {"lower": 16}}}, r"bounds\.context=.*searches: batch"),
         ({"axis": "batch", "axes": ["context"]}, r"invalid hydra\.sweeper\.axes=.*without hydra\.sweeper\.axis"),
+        ({"axes": []}, r"invalid hydra\.sweeper\.axes=\[\].*a non-empty list of axes to search, of batch"),
     ],
 )
 def test_bad_settings_name_the_field(tmp_path, settings, field):

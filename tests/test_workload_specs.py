@@ -245,3 +245,26 @@ def test_the_console_line_leaves_out_a_width_the_load_ignores(tmp_path):
     result = {"outcome": "ok", "failed_phase": None, "wall_s": 1.0}
     assert " width=32 " in outcome_line(_spec(), tmp_path, result)
     assert "width=" not in outcome_line(_spec(workload=HF), tmp_path, result)
+
+
+@pytest.mark.parametrize(
+    "workload, named",
+    [(None, True), (HF, False), ({**LM, "hidden": 64}, False), (LM, True), (USER, True)],
+)
+def test_a_table_row_names_the_width_only_where_the_load_reads_it(tmp_path, workload, named):
+    """The frontier's fixed load and the report's title (``load_words`` on a runs-table row, whose
+    workload is a name and its params JSON text) follow ``axis_ignored``, like the console line."""
+    from analysis.labels import load_words
+    from analysis.tables import run_row
+    from conf.contract import Run, axis_ignored
+    from sweeper.job import outcome_line
+
+    spec = _spec() if workload is None else _spec(workload=workload)
+    row = run_row(Run(tmp_path / "0", spec.to_dict(), record={}), tmp_path)
+    assert isinstance(row["workload"], str) and isinstance(row["workload_params"], str)
+    assert (axis_ignored(spec, "width") is None) is named
+    assert ("width=32" in load_words(row)) is named
+    assert ("width=32" in load_words(spec.to_dict())) is named
+    result = {"outcome": "ok", "failed_phase": None, "wall_s": 1.0}
+    assert (" width=32 " in outcome_line(spec, tmp_path, result)) is named
+    assert "width=32" in load_words(row, also=("width",))  # asked for by name: always named

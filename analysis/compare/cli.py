@@ -9,6 +9,7 @@ from pathlib import Path
 from conf.contract import SpecError
 
 from ..report import ReportExists, report_paths
+from ..tables import repeated_dirs
 from .compare import compare, write_doc
 from .gate import parse_threshold
 from .load import EmptySweep, SweepNotFound
@@ -66,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         if existing:
             print(f"memsweep compare: error: --out: {existing[0]} already exists (never overwritten)", file=sys.stderr)
             return EXIT_BAD_INPUT
+    for first, again in repeated_dirs(args.sweep_dirs)[1]:
+        print(
+            f"memsweep compare: note: {again.resolve()} was given twice ({first}, {again}): it is compared with "
+            "itself (its differences are 0 by construction, not two measurements)",
+            file=sys.stderr,
+        )
     try:
         result = compare(args.sweep_dirs, threshold)
     except (SweepNotFound, EmptySweep) as exc:

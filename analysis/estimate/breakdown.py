@@ -236,22 +236,27 @@ ESTIMATE_COLUMNS = tuple(f"est_{n}_bytes" for n in COMPONENTS) + ("est_peak_byte
 """Columns of runs.parquet filled from the spec's ``estimate`` (calculated before the run):
 ``est_<component>_bytes`` and ``est_peak_bytes`` (int64 bytes, null when not estimated),
 ``estimate_error`` = (est_peak_bytes - max_memory_allocated) / max_memory_allocated (float,
-null unless the run is ``ok`` and both sides are known). For a DDP/FSDP run they are filled from
+null unless the run is ``ok``, measured (``source`` measured: a dry run's peak is predicted, not
+observed) and both sides are known). For a DDP/FSDP run they are filled from
 one rank's estimate (``parallel.rank_estimate``), as its ``max_memory_allocated`` is the fullest
 rank's."""
 
 
-def estimate_columns(estimate: Mapping | None, max_memory_allocated: int | None, outcome: str | None) -> dict:
+def estimate_columns(
+    estimate: Mapping | None, max_memory_allocated: int | None, outcome: str | None, source: str = "measured"
+) -> dict:
     """The ``ESTIMATE_COLUMNS`` of one run, from its spec's estimate and its observed peak.
 
     A run that did not finish (``oom``, ``crash``, ...) has only a partial observed peak,
-    so its ``estimate_error`` is null.
+    so its ``estimate_error`` is null; so does a dry run (``source`` predicted), whose peak is
+    a prediction on fake tensors, nothing observed to check the estimate against.
 
     Args:
         estimate: the spec's ``estimate`` (``Breakdown.to_dict``), or ``None``; anything
             that is not a mapping counts as no estimate.
         max_memory_allocated: the run's observed peak, bytes, or ``None``.
         outcome: the run's outcome (``ok``, ``oom``, ...).
+        source: the runs table's ``source``: ``measured``, or ``predicted`` (a dry run).
 
     Returns:
         ``{column: value}`` for every name of ``ESTIMATE_COLUMNS``: the byte counts as int
@@ -268,7 +273,7 @@ def estimate_columns(estimate: Mapping | None, max_memory_allocated: int | None,
     measured = as_int(max_memory_allocated)
     row["estimate_error"] = (
         (row["est_peak_bytes"] - measured) / measured
-        if outcome == "ok" and row["est_peak_bytes"] is not None and measured
+        if outcome == "ok" and source == "measured" and row["est_peak_bytes"] is not None and measured
         else None
     )
     return row

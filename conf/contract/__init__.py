@@ -171,7 +171,15 @@ from .vocabulary import (
     axis_direction,
     sub_phase_names,
 )
-from .workload import WORKLOAD_PARAMS, axis_ignored, check_axis_read, hf_config_kind, run_optimizer, validate_workload
+from .workload import (
+    WORKLOAD_PARAMS,
+    axis_ignored,
+    check_axis_read,
+    hf_config_kind,
+    run_optimizer,
+    validate_workload,
+    width_ignored,
+)
 
 __all__ = [
     "FAILURE_CLASSES",
@@ -334,6 +342,7 @@ __all__ = [
     "validate_workload",
     "check_axis_read",
     "axis_ignored",
+    "width_ignored",
     "run_optimizer",
     "version_tuple",
     "LORA_RANK_SETTINGS",

@@ -226,6 +226,31 @@ def validate_workload(workload: Any) -> dict:
     return {"name": name, **check(params)}
 
 
+def width_ignored(name: str, params: Mapping[str, Any]) -> str | None:
+    """Why a load of workload ``name`` with ``params`` does not read the width axis, or None when
+    it does: only the workloads of ``WIDTH_WORKLOADS`` read it, the transformer only while
+    ``workload.hidden`` is null. The one rule behind ``axis_ignored`` and the load labels
+    (``analysis.labels.load_words``, which answers from a runs-table row).
+
+    Args:
+        name: the workload's name (one of ``WORKLOADS``).
+        params: its parameters (a spec's workload mapping or a row's parsed ``workload_params``);
+            a parameter missing counts as its default (null).
+
+    Returns:
+        The reason in words, or None.
+    """
+    if name not in WIDTH_WORKLOADS:
+        return (
+            f"workload={name} builds its model from workload.config and workload.overrides, width changes "
+            "nothing (vary the model through workload.overrides, e.g. hidden_size)"
+        )
+    hidden = params.get("hidden")
+    if name == "transformer" and hidden is not None:
+        return f"workload.hidden={hidden} fixes the transformer's width (hidden = width when null)"
+    return None
+
+
 def axis_ignored(spec: Any, axis: str) -> str | None:
     """Why the load of ``spec`` does not read ``axis``, or None when it does.
 
@@ -240,14 +265,8 @@ def axis_ignored(spec: Any, axis: str) -> str | None:
     Returns:
         The reason in words, or None.
     """
-    name = spec.workload_name
-    if axis == "width" and name not in WIDTH_WORKLOADS:
-        return (
-            f"workload={name} builds its model from workload.config and workload.overrides, width changes "
-            "nothing (vary the model through workload.overrides, e.g. hidden_size)"
-        )
-    if axis == "width" and name == "transformer" and spec.workload["hidden"] is not None:
-        return f"workload.hidden={spec.workload['hidden']} fixes the transformer's width (hidden = width when null)"
+    if axis == "width":
+        return width_ignored(spec.workload_name, spec.workload)
     if axis == "eval_batch" and spec.mode != "train":
         return f"eval_batch is the batch of the eval pass after training: it needs mode=train (mode={spec.mode})"
     return None
