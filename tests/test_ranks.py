@@ -1,4 +1,4 @@
-"""DDP and FSDP ranks inside one run (issue #17), on the CPU: gloo, world_size 2, a 2-block mlp.
+"""DDP and FSDP ranks inside one run (issue #17), on the CPU: gloo, world_size 2 of a 2-block mlp and 4 of a small transformer.
 
 On the CPU the default capacity_mode=allocator counts each rank's tracked tensor bytes, so the
 figures asserted here are the same on every machine; nothing here asserts a time.
@@ -183,3 +183,30 @@ def test_a_world_size_sweep_end_to_end(tmp_path, memsweep_cmd):
     assert (row["direction"], row["min_ok"], row["max_oom"], row["exact"]) == ("decreasing", 2, 1, True)
     assert row["max_ok"] is None and row["min_oom"] is None
     assert row["min_ok_max_memory_allocated"] == by_size[2]["max_memory_allocated"]
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp"])
+def test_four_ranks_of_a_small_transformer_each_record_their_phases(tmp_path, parallel):
+    """world_size 4 (gloo): one record per rank, every phase on every rank; DDP ranks hold a whole
+    replica of the parameters, FSDP ranks a quarter (padded to an even split of each parameter's
+    first dimension: at most one row more per parameter)."""
+    code, record = run_worker(
+        tmp_path / parallel,
+        parallel=parallel,
+        world_size=4,
+        threads=1,
+        context=8,
+        width=32,
+        workload={"name": "transformer", "layers": 1, "heads": 2, "vocab": 256},
+    )
+    assert code == 0 and record["outcome"] == "ok", record.get("error_message")
+    assert [r["rank"] for r in record["ranks"]] == [0, 1, 2, 3]
+    assert record["global_batch"] == 4 * LOAD["batch"]
+    for phase in record["phases"]:
+        assert [e["rank"] for e in phase["ranks"]] == [0, 1, 2, 3] and phase["status"] == "ok", phase["name"]
+    whole = record["model"]["parameter_bytes"]
+    shards = [r["local_parameter_bytes"] for r in record["ranks"]]
+    if parallel == "ddp":
+        assert shards == [whole] * 4
+    else:
+        assert all(whole / 4 <= s <= whole / 4 * 1.05 for s in shards), (shards, whole)
