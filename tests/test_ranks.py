@@ -1,4 +1,5 @@
-"""DDP and FSDP ranks inside one run (issue #17), on the CPU: gloo, world_size 2 of a 2-block mlp and 4 of a small transformer.
+"""DDP and FSDP ranks inside one run (issue #17), on the CPU: gloo, world_size 2 of a 2-block mlp
+and 4 of a small transformer.
 
 On the CPU the default capacity_mode=allocator counts each rank's tracked tensor bytes, so the
 figures asserted here are the same on every machine; nothing here asserts a time.
