@@ -43,9 +43,7 @@ def check_parallel(spec: Any) -> None:
             run, devices > 1 or another workload.
     """
     choice("parallel", spec.parallel, PARALLELS)
-    n = spec.world_size
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WORLD_SIZE:
-        raise SpecError("world_size", n, f"an integer from 1 to {MAX_WORLD_SIZE}")
+    n = positive_int("world_size", spec.world_size, MAX_WORLD_SIZE)
     if not isinstance(spec.reshard_after_forward, bool):
         raise SpecError("reshard_after_forward", spec.reshard_after_forward, "true or false")
     if spec.fault is not None and "rank" in spec.fault:
