@@ -34,9 +34,6 @@ well-known services, below Linux's default ephemeral range 32768-60999)."""
 PORT_SPAN = 10000
 """Ports ``PORT_BASE`` .. ``PORT_BASE + PORT_SPAN - 1``: ``MASTER_PORT = PORT_BASE + job_id % PORT_SPAN``."""
 
-RENDEZVOUS_KEYS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
-"""The variables ``slurm_rendezvous`` returns (torch.distributed ``env://`` and torchrun's names)."""
-
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
@@ -123,9 +120,9 @@ def slurm_rendezvous(
             to ``expand_nodelist``). A test passes its own.
 
     Returns:
-        None when ``env`` is no SLURM task (no ``SLURM_PROCID``); else ``RENDEZVOUS_KEYS`` as
-        strings: MASTER_ADDR (``env['MASTER_ADDR']``, else the first host of
-        ``SLURM_JOB_NODELIST`` / ``SLURM_NODELIST``), MASTER_PORT (``env['MASTER_PORT']``, else
+        None when ``env`` is no SLURM task (no ``SLURM_PROCID``); else the ``env://`` variables
+        (and torchrun's LOCAL_RANK) as strings: MASTER_ADDR (``env['MASTER_ADDR']``, else the first
+        host of ``SLURM_JOB_NODELIST`` / ``SLURM_NODELIST``), MASTER_PORT (``env['MASTER_PORT']``, else
         ``PORT_BASE + SLURM_JOB_ID % PORT_SPAN``), RANK = SLURM_PROCID, WORLD_SIZE = SLURM_NTASKS,
         LOCAL_RANK = SLURM_LOCALID.
 
