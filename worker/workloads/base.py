@@ -405,7 +405,8 @@ class Workload:
         ``optimizer_items()`` holds something other than torch optimizers, whose state memsweep
         cannot read, or nothing at all (a user's factory that returned None or an empty
         collection: there is no optimizer state to read, which is not 0 bytes of it)."""
-        if not self.optimizers() or len(self.optimizers()) != len(self.optimizer_items()):
+        optimizers = self.optimizers()
+        if not optimizers or len(optimizers) != len(self.optimizer_items()):
             return {"optimizer_state_bytes": None}
         tensors = [v for v in self._state_tensors() if v.device.type == self.device.type]
         return {"optimizer_state_bytes": _storage_bytes(tensors)}
