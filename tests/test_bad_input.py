@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -14,8 +13,8 @@ from hypothesis import strategies as st
 
 from analysis.tables import phase_rows, run_row
 from conf.contract import RecordError, Run, RunSpec, SpecError, read_json
+from tests.data.loads import MEMSWEEP
 
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 TINY = ["context=8", "width=16", "warmup=1", "repeats=1", "device=cpu"]
 
 # (command-line arguments after `memsweep sweep`, text the error must contain)

@@ -7,12 +7,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
+from tests.data.loads import MEMSWEEP
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="torch.compile on the CPU needs a C++ compiler (g++)")

@@ -2,13 +2,12 @@
 
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pyarrow.parquet as pq
 
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
+from tests.data.loads import MEMSWEEP
+
 TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
 
 

@@ -4,10 +4,9 @@ load a fit (conf.contract.predicted_outcome)."""
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
+from tests.data.loads import MEMSWEEP
+
 # The mlp at context=8 width=16 predicts tens of KiB at batch 1: 4 KiB is below every value.
 TINY = ["device=cpu", "context=8", "width=16", "capacity=4KiB"]
 

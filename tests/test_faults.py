@@ -4,17 +4,15 @@ phases are kept, the sweep goes on or resumes, and no record is lost, duplicated
 import json
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from conf.contract import INFERENCE_PHASES
+from tests.data.loads import MEMSWEEP
 
 TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 
 # (fault kind, phase) -> expected outcome. OOMs are injected as torch.OutOfMemoryError in each phase.
 MATRIX = [(kind, phase) for kind in ("sigkill", "oom") for phase in INFERENCE_PHASES] + [

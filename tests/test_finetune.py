@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import torch
 
 from conf.contract import RunSpec, SpecError
 from sweeper.spec import spec_from_config
+from tests.data.loads import MEMSWEEP
 from worker.workloads import build_workload
 
 HAS = {name: importlib.util.find_spec(name) is not None for name in ("transformers", "peft", "bitsandbytes")}
@@ -24,7 +24,6 @@ needs_peft = pytest.mark.skipif(
 )
 needs_bnb = pytest.mark.skipif(not HAS["bitsandbytes"], reason="pip install 'memsweep[lora]' (bitsandbytes)")
 
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 HIDDEN, HEADS, KV_HEADS, LAYERS, VOCAB = 64, 4, 2, 2, 256
 OVERRIDES = {
     "num_hidden_layers": LAYERS,

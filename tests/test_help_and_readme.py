@@ -6,14 +6,13 @@ a GPU or SLURM cannot run are refused in one line (exit 2), which is a documente
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conf.contract import RUN_EXIT
+from tests.data.loads import MEMSWEEP
 
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 README = Path(__file__).resolve().parents[1] / "README.md"
 SUBCOMMANDS = ("run", "sweep", "analyze", "report", "estimate", "predict", "env")
 # README "Usage": run's outcomes, 2 bad input, 1 Hydra could not compose / a result already there, 130 interrupted

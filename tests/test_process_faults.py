@@ -34,8 +34,8 @@ from sweeper.kept_runs import HANDOVER_S, wait_for_kept_run
 from sweeper.liveness import is_process, wait_for_old_worker
 from sweeper.owner import OWNER_ENV, owner_gone, session_id
 from sweeper.process import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, execute, worker_env
+from tests.data.loads import MEMSWEEP
 
-MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
 HANG = "fault={phase:warm_forward,kind:hang}"
 TAG = "MEMSWEEP_TEST_TAG"
