@@ -594,7 +594,10 @@ def test_an_interrupted_client_asks_the_handler_to_kill_its_run(tmp_path, tiny):
             record = _wait(lambda: _read(run_dir / "record.json"), 120, "the run's record")
             conn.sendall((FORKSERVER_KILL_REQUEST + "\n").encode())
         _wait(lambda: not is_process(pid, record["pid_identity"]), 30, "the run killed by its handler")
-        time.sleep(0.5)  # a handler that kept the run would have written its status by now
+        # the handler (the server's child) has ended: a handler that had kept the run would have
+        # written its status before then
+        children = Path(f"/proc/{server.pid}/task/{server.pid}/children")
+        _wait(lambda: not children.read_text().split(), 30, "the run's handler to end")
         assert not (run_dir / "exit_status.json").exists()
     finally:
         server.kill()
