@@ -22,8 +22,11 @@ Standard library only.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
+
+from conf.contract import RunSpec
 
 from .activations import run_activations
 from .breakdown import Breakdown
@@ -152,8 +155,8 @@ def estimate_run(spec: Any, count: Mapping | None = None) -> tuple[Breakdown | N
         if b is not None:
             return b, None
         options = ("precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export")
-        defaults = ("pure", "adamw", False, 1, None, False)
-        changed = [f"{k}={data.get(k)}" for k, v in zip(options, defaults) if data.get(k, v) != v]
+        defaults = {f.name: f.default for f in dataclasses.fields(RunSpec) if f.name in options}
+        changed = [f"{k}={data.get(k)}" for k in options if data.get(k, defaults[k]) != defaults[k]]
         return None, f"mlp with {', '.join(changed)}: the exact replay models the default mode options only"
     if name == "user":
         return None, USER_REASON
