@@ -97,11 +97,11 @@ def load_words(load: Mapping, also: Iterable[str] = ()) -> list[str]:
         e.g. ``["context=8", "width=64", "dtype=bfloat16", "parallel=fsdp", "world_size=2"]``;
         ``world_size`` only when ``parallel`` is set (DDP or FSDP).
     """
-    parallel = set_fields(load).get("parallel")
+    fields = set_fields(load)
     skip = {"world_size"} if reads_width(load) else {"world_size", "width"}
     words = {k: load.get(k) for k in AXES if k not in skip and load.get(k) is not None}
-    words.update(set_fields(load))
-    if parallel is not None and load.get("world_size") is not None:
+    words.update(fields)
+    if "parallel" in fields and load.get("world_size") is not None:
         words["world_size"] = load.get("world_size")
     for k in also:
         words.setdefault(k, load.get(k))

@@ -81,8 +81,8 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
             f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "
             f"{gib(r['capacity_bytes']):>9}"
         )
-        if direction_words(r):  # an edge read other than "larger is harder" (world_size)
-            lines.append(f"{'':<8} {direction_words(r)}")
+        if direction := direction_words(r):  # an edge read other than "larger is harder" (world_size)
+            lines.append(f"{'':<8} {direction}")
         if r.get("direction") == "decreasing" and r.get("min_ok") is not None:
             lines.append(
                 f"{'':<8} peak at min_ok: {gib(r['min_ok_max_memory_allocated'])} GiB allocated, "

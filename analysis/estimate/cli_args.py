@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+
+from conf.contract import RunSpec, validate_workload
 
 from .activations import ActivationSettings
 
@@ -54,9 +57,13 @@ def device_arg(text: str) -> str:
     raise argparse.ArgumentTypeError(f"invalid device {text!r}: expected {ESTIMATE_DEVICES}")
 
 
-MLP_DEFAULTS = {"depth": 4, "activation": "gelu", "dtype": "float32", "mode": "inference", "warmup": 3, "repeats": 5}
+MLP_DEFAULTS = {
+    **{k: v for k, v in validate_workload({"name": "mlp"}).items() if k in ("depth", "activation")},
+    **{f.name: f.default for f in dataclasses.fields(RunSpec) if f.name in ("dtype", "mode", "warmup", "repeats")},
+}
 """``--workload mlp``'s options with a default (argparse leaves them None, so that one given
-elsewhere is seen and refused): the worker's mlp defaults."""
+elsewhere is seen and refused): the worker's mlp defaults, read from ``conf.contract``
+(``validate_workload``'s mlp parameters, ``RunSpec``'s fields)."""
 
 MLP_ONLY = ("context", "width", "hidden", *MLP_DEFAULTS)
 """``memsweep estimate``'s options (argparse destinations) that apply to ``--workload mlp`` only."""

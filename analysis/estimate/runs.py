@@ -22,15 +22,18 @@ Standard library only.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
+
+from conf.contract import RunSpec
 
 from .activations import run_activations
 from .breakdown import Breakdown
 from .counted import model_from_count
 from .finetune import base_formats, estimate_lora_run, lora_settings
 from .formats import DTYPE_BYTES, DTYPE_FORMATS, weights_from_shapes
-from .training import training_state
+from .training import counts_step_tensors, training_state
 from .transformer import TransformerConfig, kv_cache_estimate, training_activations
 from .workloads import estimate_for_spec
 
@@ -105,13 +108,14 @@ def estimate_lm_run(model: TransformerConfig, data: Mapping) -> tuple[Breakdown,
         if lora_settings(data.get("workload") or {}) is not None:
             b = estimate_lora_run(model, data, settings)
         else:
+            optimizer = data.get("optimizer", "adamw")
             state = training_state(
                 params,
                 param_bytes=param_bytes,
-                optimizer=data.get("optimizer", "adamw"),
+                optimizer=optimizer,
                 mixed_precision=False,
                 shapes=[t.shape for t in tensors],
-                step_tensors=data.get("optimizer", "adamw") == "adamw" and data.get("device", "cpu") == "cpu",
+                step_tensors=counts_step_tensors(optimizer, str(data.get("device", "cpu"))),
             )
             acts, note = training_activations(model, settings, compute_bytes=compute)
             b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states, activations=acts)
@@ -151,8 +155,8 @@ def estimate_run(spec: Any, count: Mapping | None = None) -> tuple[Breakdown | N
         if b is not None:
             return b, None
         options = ("precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export")
-        defaults = ("pure", "adamw", False, 1, None, False)
-        changed = [f"{k}={data.get(k)}" for k, v in zip(options, defaults) if data.get(k, v) != v]
+        defaults = {f.name: f.default for f in dataclasses.fields(RunSpec) if f.name in options}
+        changed = [f"{k}={data.get(k)}" for k in options if data.get(k, defaults[k]) != defaults[k]]
         return None, f"mlp with {', '.join(changed)}: the exact replay models the default mode options only"
     if name == "user":
         return None, USER_REASON

@@ -2,6 +2,24 @@
 
 from __future__ import annotations
 
+import json
+
+
+def workload_params(run: dict) -> dict:
+    """A runs-table row's workload parameters (its ``workload_params`` JSON text) as a dict.
+
+    Args:
+        run: a row of the runs table.
+
+    Returns:
+        The parameters; {} when the column is empty, not readable JSON, or not a JSON object.
+    """
+    try:
+        params = json.loads(run.get("workload_params") or "{}")
+    except ValueError:
+        return {}
+    return params if isinstance(params, dict) else {}
+
 
 def pct(part: int | None, whole: int | None) -> str:
     """``part`` as a percentage of ``whole``, for printing.

@@ -10,20 +10,10 @@ compiled.
 
 from __future__ import annotations
 
-import json
-
 from ..doc import Doc
-from .fmt import nbytes
+from .fmt import nbytes, workload_params
 
 MODEL_LOAD = "model_load"
-
-
-def _params(run: dict) -> dict:
-    try:
-        params = json.loads(run.get("workload_params") or "{}")
-    except ValueError:
-        return {}
-    return params if isinstance(params, dict) else {}
 
 
 def _source(params: dict) -> str:
@@ -43,7 +33,7 @@ def loading_section(doc: Doc, runs: list[dict], phases: list[dict]) -> None:
         runs: rows of the runs table (``workload_params``, ``compile``, ``trainable_parameters``...).
         phases: rows of the phases table (``run_id``, ``phase``, counters in bytes, ``duration_s``).
     """
-    params = {r.get("run_id"): _params(r) for r in runs}
+    params = {r.get("run_id"): workload_params(r) for r in runs}
     if not any(
         p.get("pretrained") or p.get("lora_rank") or (r.get("compile") not in (None, "false"))
         for r, p in zip(runs, params.values())

@@ -11,14 +11,13 @@ for a DDP/FSDP run). Bytes throughout.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from conf.contract import PEAK_SPLIT_FIELDS
 
 from ..doc import Doc, Image
 from ..estimate import PARALLEL_ZERO_STAGE, mlp_phases_for_spec
-from .fmt import axis_label, nbytes
+from .fmt import axis_label, nbytes, workload_params
 from .stats import AxisResult
 
 PARTS = ("parameters", "gradients", "optimizer states", "activations")
@@ -56,12 +55,8 @@ class Split:
 
 def _spec_of(run: dict) -> dict:
     """The spec fields of a runs-table row that the estimator reads."""
-    try:
-        params = json.loads(run.get("workload_params") or "{}")
-    except json.JSONDecodeError:
-        params = {}
     spec = {k: run.get(k) for k in ("batch", "context", "width", "dtype", "mode", "device", "warmup", "repeats")}
-    spec["workload"] = {"name": run.get("workload"), **(params if isinstance(params, dict) else {})}
+    spec["workload"] = {"name": run.get("workload"), **workload_params(run)}
     for k in ("precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export"):
         if run.get(k) is not None:
             spec[k] = run[k]
