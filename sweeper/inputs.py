@@ -73,6 +73,12 @@ def check_writable(field: str, path: Any) -> None:
         ) from None
 
 
+def launcher_class(launcher_target: str | None) -> str:
+    """The class name of a launcher's ``_target_`` (``hydra_plugins....SlurmLauncher`` -> ``SlurmLauncher``;
+    ``""`` for None)."""
+    return str(launcher_target or "").rsplit(".", 1)[-1]
+
+
 def check_launcher(launcher_target: str | None) -> None:
     """Refuse a launcher whose cluster tool is not installed here, before any job is handed to it.
 
@@ -83,7 +89,7 @@ def check_launcher(launcher_target: str | None) -> None:
         SpecError: field ``hydra/launcher``, when the tool (``sbatch`` for submitit_slurm) is
             not on the PATH.
     """
-    cls = str(launcher_target or "").rsplit(".", 1)[-1]
+    cls = launcher_class(launcher_target)
     if cls in LAUNCHER_TOOLS:
         name, tool = LAUNCHER_TOOLS[cls]
         if shutil.which(tool) is None:
@@ -98,7 +104,7 @@ def check_launcher(launcher_target: str | None) -> None:
 def launcher_name(launcher_target: str | None) -> str:
     """How a user names a launcher (``hydra/launcher=...``) from its ``_target_``: the name of
     LAUNCHER_TOOLS, else the class's name; ``basic`` for Hydra's default or an unknown one."""
-    cls = str(launcher_target or "").rsplit(".", 1)[-1]
+    cls = launcher_class(launcher_target)
     if cls in LAUNCHER_TOOLS:
         return LAUNCHER_TOOLS[cls][0]
     return cls if cls and cls != "BasicLauncher" else "basic"
