@@ -199,11 +199,12 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: dict | None = None
     outcome = envelope.get("outcome") or "crash"
     if (record or {}).get("source") == "predicted":
         # a dry run never runs out of memory: its verdict is its predicted peak against the capacity
-        verdict = predicted_outcome(outcome, run_peak(record)[0], capacity if isinstance(capacity, int) else None)
+        peak, _ = run_peak(record)
+        verdict = predicted_outcome(outcome, peak, capacity if isinstance(capacity, int) else None)
         if verdict is None:
             verdict, message = "error", "a dry run without a capacity or a predicted peak: no verdict"
         elif verdict == "oom":
-            message = f"predicted peak {run_peak(record)[0]} B above the capacity {capacity} B (dry run)"
+            message = f"predicted peak {peak} B above the capacity {capacity} B (dry run)"
         outcome = verdict
     return {
         "outcome": outcome,

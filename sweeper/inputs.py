@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Mapping
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
-from conf.contract import SpecError
+from conf.contract import SpecError, hf_config_kind, ranks_are_tasks
 
 # Top-level keys of a composed config that memsweep reads besides the load's (sweeper.spec.LOAD_KEYS):
 # the config groups, how runs are started, where results go.
@@ -73,6 +75,12 @@ def check_writable(field: str, path: Any) -> None:
         ) from None
 
 
+def launcher_class(launcher_target: str | None) -> str:
+    """The class name of a launcher's ``_target_`` (``hydra_plugins....SlurmLauncher`` -> ``SlurmLauncher``;
+    ``""`` for None)."""
+    return str(launcher_target or "").rsplit(".", 1)[-1]
+
+
 def check_launcher(launcher_target: str | None) -> None:
     """Refuse a launcher whose cluster tool is not installed here, before any job is handed to it.
 
@@ -83,7 +91,7 @@ def check_launcher(launcher_target: str | None) -> None:
         SpecError: field ``hydra/launcher``, when the tool (``sbatch`` for submitit_slurm) is
             not on the PATH.
     """
-    cls = str(launcher_target or "").rsplit(".", 1)[-1]
+    cls = launcher_class(launcher_target)
     if cls in LAUNCHER_TOOLS:
         name, tool = LAUNCHER_TOOLS[cls]
         if shutil.which(tool) is None:
@@ -98,7 +106,7 @@ def check_launcher(launcher_target: str | None) -> None:
 def launcher_name(launcher_target: str | None) -> str:
     """How a user names a launcher (``hydra/launcher=...``) from its ``_target_``: the name of
     LAUNCHER_TOOLS, else the class's name; ``basic`` for Hydra's default or an unknown one."""
-    cls = str(launcher_target or "").rsplit(".", 1)[-1]
+    cls = launcher_class(launcher_target)
     if cls in LAUNCHER_TOOLS:
         return LAUNCHER_TOOLS[cls][0]
     return cls if cls and cls != "BasicLauncher" else "basic"
@@ -142,8 +150,6 @@ def check_task_ranks(spec: Any, launcher_target: str | None, environ: Mapping[st
     Raises:
         SpecError: field ``tasks_per_node``.
     """
-    from conf.contract import ranks_are_tasks
-
     env = os.environ if environ is None else environ
     if not ranks_are_tasks(spec) or env.get("SLURM_PROCID") is not None:
         return
@@ -213,9 +219,6 @@ def module_exists(dotted: str, paths: Iterable[str]) -> bool:
     Returns:
         True when a module or package of that name is found.
     """
-    import sys
-    from importlib.machinery import PathFinder
-
     if dotted in sys.modules:
         return True
     search: list[str] | None = [*paths, *sys.path]
@@ -246,8 +249,6 @@ def check_workload_sources(workload: dict) -> dict:
         SpecError: ``workload.config`` naming no config.json; ``workload.<fn>._target_`` whose
             module cannot be found on ``workload.path`` and ``sys.path``.
     """
-    from conf.contract import hf_config_kind
-
     if workload["name"] == "hf" and workload["config"] is not None and hf_config_kind(workload["config"]) == "path":
         path = Path(workload["config"]).expanduser().absolute()
         file = path / "config.json" if path.is_dir() else path

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -95,8 +99,6 @@ RANK_TASK_WAIT_S = 600.0
 def rank_task(spec: RunSpec) -> str | None:
     """This SLURM task's rank (``SLURM_PROCID``) when ``spec``'s ranks are SLURM tasks
     (``conf.contract.ranks_are_tasks``) and it is not rank 0; else None (the run's own task)."""
-    import os
-
     rank = os.environ.get("SLURM_PROCID")
     if not ranks_are_tasks(spec) or rank in (None, "0"):
         return None
@@ -111,11 +113,6 @@ def run_rank_task(spec: RunSpec, run_dir: Path, rank: str) -> dict:
     Returns:
         ``{"rank_task": rank, "exit_code": N}``, or ``exit_code`` None when spec.json never came.
     """
-    import os
-    import subprocess
-    import sys
-    import time
-
     spec_path = run_dir / SPEC_FILE
     deadline = time.monotonic() + RANK_TASK_WAIT_S
     while not spec_path.is_file() and time.monotonic() < deadline:

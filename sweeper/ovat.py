@@ -252,7 +252,6 @@ class OvatSweeperImpl:
         Args:
             specs: the conditions' specs (the first one's device and devices are the pool's).
         """
-        from omegaconf import OmegaConf
 
         from .pool import pool_size
         from .spec import launch_settings, probe_device
