@@ -25,6 +25,7 @@ lost records, for a resume to run again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -96,45 +97,59 @@ def mark_lost(sweep_dir: Path, why: str) -> tuple[list[Path], list[Path]]:
 
     A run is in flight when it holds a spec.json but no result.json, its record (if any) is not
     complete, and no live process holds its run lock (another orchestrator's runs are left
-    alone). A run whose handler says it kept it (``EXIT_STATUS_FILE``, awaited ``HANDOVER_S``:
-    the handler writes it as it takes the run over), or whose worker still runs after ``DYING_S``,
-    was kept: the next launch takes it over (``sweeper.kept_runs``). Every other one gets its
-    result.json (``lost_envelope``).
+    alone). A run whose handler says it kept it (``EXIT_STATUS_FILE``: the handler writes it as
+    it takes the run over), or whose worker still runs ``DYING_S`` after the loss, was kept: the
+    next launch takes it over (``sweeper.kept_runs``). A run whose worker died and whose handler
+    wrote nothing within ``HANDOVER_S`` of that gets its result.json (``lost_envelope``). The runs
+    are watched together, each under its lock: however many were in flight, the whole wait is
+    at most ``DYING_S + HANDOVER_S``.
 
     Args:
         sweep_dir: the sweep directory.
         why: the launcher's error, in words.
 
     Returns:
-        (the run directories recorded lost, those kept by their handler).
+        (the run directories recorded lost, those kept by their handler), each in
+        ``find_run_dirs`` order.
     """
-    lost, kept = [], []
-    for run_dir in find_run_dirs([sweep_dir]):
-        if (run_dir / RESULT_FILE).exists():
-            continue
-        try:
-            with FileLock(run_dir / LOCK_FILE, timeout=0):
-                record, _ = try_read(run_dir, "record.json")
-                if record is not None and record.get("complete"):
-                    continue  # it ended: the next launch (or a resume) writes its result
-                deadline = time.monotonic() + DYING_S
-                while worker_alive(record) and read_exit_status(run_dir) is None and time.monotonic() < deadline:
-                    time.sleep(POLL_S)
-                if worker_alive(record) or _status_within(run_dir, HANDOVER_S) is not None:
-                    kept.append(run_dir)
-                    continue
-                write_json_atomic(run_dir / RESULT_FILE, lost_envelope(record, why))
-                lost.append(run_dir)
-        except Timeout:
-            continue  # a live process runs it
-    return lost, kept
+    with contextlib.ExitStack() as locks:
+        in_flight: dict[Path, dict | None] = {}
+        for run_dir in find_run_dirs([sweep_dir]):
+            if (run_dir / RESULT_FILE).exists():
+                continue
+            try:
+                locks.enter_context(FileLock(run_dir / LOCK_FILE, timeout=0))
+            except Timeout:
+                continue  # a live process runs it
+            record, _ = try_read(run_dir, "record.json")
+            if record is None or not record.get("complete"):  # a complete one: the next launch writes its result
+                in_flight[run_dir] = record
+        kept = _watch(in_flight)
+        lost = [run_dir for run_dir in in_flight if run_dir not in kept]
+        for run_dir in lost:
+            write_json_atomic(run_dir / RESULT_FILE, lost_envelope(in_flight[run_dir], why))
+    return lost, [run_dir for run_dir in in_flight if run_dir in kept]
 
 
-def _status_within(run_dir: Path, bound_s: float) -> dict | None:
-    deadline = time.monotonic() + bound_s
-    while (status := read_exit_status(run_dir)) is None and time.monotonic() < deadline:
+def _watch(in_flight: dict[Path, dict | None]) -> set[Path]:
+    """The runs of ``in_flight`` (run directory -> record) kept by their handler: see ``mark_lost``."""
+    start = time.monotonic()
+    died_at: dict[Path, float] = {}
+    kept: set[Path] = set()
+    while True:
+        now = time.monotonic()
+        for run_dir, record in in_flight.items():
+            if run_dir in kept or now - died_at.get(run_dir, now) >= HANDOVER_S:
+                continue  # decided
+            if read_exit_status(run_dir) is not None:
+                kept.add(run_dir)
+            elif not worker_alive(record):
+                died_at.setdefault(run_dir, now)
+            elif now - start >= DYING_S:
+                kept.add(run_dir)  # it outlived its launcher worker: its handler keeps it
+        if all(run_dir in kept or now - died_at.get(run_dir, now) >= HANDOVER_S for run_dir in in_flight):
+            return kept
         time.sleep(POLL_S)
-    return status
 
 
 def launch_surviving(
