@@ -19,9 +19,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
 	$(PY) -m pip install --quiet -e ".[test,hf,lora,lint]" --config-settings editable_mode=compat
 	touch $(STAMP)
-	@$(PY) -c '$(SAY_BUILD)'
 
 install: $(STAMP)
+	@$(PY) -c '$(SAY_BUILD)'
 
 # The default job: a batch sweep of the mlp workload at an emulated capacity, then the frontier;
 # the sweep's end writes report.md / report.html into the sweep directory and prints the path.
