@@ -261,10 +261,7 @@ class RunSpec:
     def _check_devices(self) -> None:
         """``devices``: an int >= 1; more than 1 only on a CUDA device, and then the run's device
         is cuda:0 (it uses cuda:0 .. cuda:devices-1; with pool=gpus those are its leased GPUs)."""
-        n = self.devices
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_DEVICES:
-            raise SpecError("devices", self.devices, f"an integer from 1 to {MAX_DEVICES}")
-        if self.devices == 1:
+        if positive_int("devices", self.devices, MAX_DEVICES) == 1:
             return
         if not self.device.startswith("cuda"):
             raise SpecError(
