@@ -51,6 +51,8 @@ CASES = [
     (["timeout_s=-5"], "invalid timeout_s=-5"),
     (["seed=-1"], "invalid seed=-1"),
     (["threads=0"], "invalid threads=0"),
+    (["devices=0"], "invalid devices=0: expected an integer from 1 to"),
+    (["devices=2"], "several devices per run need a CUDA device"),
     (["fault={phase:nowhere,kind:raise}"], "invalid fault.phase='nowhere'"),
     (["fault={phase:inputs,kind:explode}"], "invalid fault.kind='explode'"),
     (["sweep=nope"], "sweep/nope"),
