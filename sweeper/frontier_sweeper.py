@@ -41,7 +41,7 @@ from conf.contract import RunSpec, SpecError, check_axis_read
 
 from .errors import InputRefused
 from .frontier_log import SearchLog
-from .frontier_runs import SweepRuns, axis_reading, launcher_slots, oom_said
+from .frontier_runs import SweepRuns, axis_reading, launcher_slots, search_reading
 from .frontier_settings import (
     LIGHT,
     FrontierSweeperConf,
@@ -328,21 +328,10 @@ class FrontierSweeperImpl:
             probes = search.propose(self.slots)
             runs = self.runs.run(axis, [(p.value, 0) for p in probes], extra)
             for probe, run in zip(probes, runs):
-                outcome, peak, self.counter, message = axis_reading(run, axis, self.settings.suspect)
-                held, asked = oom_said(run, self.counter) if outcome == "oom" else (None, None)
-                self.capacity = self.capacity or run["capacity_bytes"]
-                search.observe(
-                    probe.value,
-                    outcome,
-                    peak,
-                    run["capacity_bytes"],
-                    message,
-                    run["reused"],
-                    run["run_dir"],
-                    oom_held=held,
-                    oom_request=asked,
-                )
-                self.search_log.probe(event, axis, probe, run, self.counter, extra, outcome)
+                reading, self.counter = search_reading(run, axis, self.settings.suspect)
+                self.capacity = self.capacity or reading.capacity
+                search.observe(probe.value, reading)
+                self.search_log.probe(event, axis, probe, run, self.counter, extra, reading.outcome)
         return search
 
     def verify_full(self, axis: str, lattice: Lattice, light: dict) -> tuple[dict, int, int]:
