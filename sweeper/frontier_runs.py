@@ -50,6 +50,7 @@ from conf.contract import (
 
 from .lost_workers import launch_surviving
 from .process import RunDirError, stored_spec
+from .search import Reading
 
 log = logging.getLogger("memsweep")
 
@@ -289,6 +290,25 @@ def oom_said(run: dict, counter: str) -> tuple[int | None, int | None]:
     if not (isinstance(held, int) and isinstance(asked, int)) or held < 0 or asked <= 0:
         return None, None
     return held, asked
+
+
+def search_reading(run: dict, axis: str, suspect: str = "stop") -> tuple[Reading, str]:
+    """What one finished run tells the search along ``axis``, as ``FrontierSearch.observe`` takes it.
+
+    Args:
+        run: ``read_run``'s dict.
+        axis: the axis searched.
+        suspect: ``stop`` or ``oom`` (``hydra.sweeper.suspect``).
+
+    Returns:
+        (the ``Reading``: ``axis_reading``'s outcome, peak and message, the run's capacity in bytes,
+        reused and directory, and for an ``oom`` what it held and asked, ``oom_said``; the name of
+        the peak's counter).
+    """
+    outcome, peak, counter, message = axis_reading(run, axis, suspect)
+    held, asked = oom_said(run, counter) if outcome == "oom" else (None, None)
+    reading = Reading(outcome, peak, run["capacity_bytes"], message, run["reused"], run["run_dir"], held, asked)
+    return reading, counter
 
 
 def launcher_slots(config: DictConfig, parallel: int | None) -> int:

@@ -72,29 +72,18 @@ class FrontierSweeperConf:
 
 
 def check_settings(
-    axes: list[str],
-    bounds: Mapping[str, Any],
-    lower: int,
-    upper: int,
-    multiple_of: int,
-    strategy: str,
-    confirm: Any,
-    parallel: Any,
-    suspect: Any = "stop",
-    axes_field: str = "hydra.sweeper.axes",
+    settings: FrontierSweeperConf, axes: list[str], axes_field: str = "hydra.sweeper.axes"
 ) -> dict[str, Lattice]:
     """Validate the frontier sweeper's settings and give the search range of each axis.
 
     Args:
-        axes: the axes to search, in order.
-        bounds: per-axis overrides, axis -> {lower, upper, multiple_of}.
-        lower: the lowest value of every axis without its own.
-        upper: the highest value of every axis without its own.
-        multiple_of: the step of every axis without its own.
-        strategy: one of ``sweeper.search.STRATEGIES``.
-        confirm: re-runs of each edge value, an integer from 0 to 100.
-        parallel: probes per round, None or a positive integer.
-        suspect: how a ``memory_suspect`` failure is read, one of ``SUSPECT_READINGS``.
+        settings: ``hydra.sweeper.*``; read here: ``bounds`` (per-axis overrides, axis ->
+            {lower, upper, multiple_of}), ``lower``/``upper``/``multiple_of`` (the range and step of
+            every axis without its own), ``strategy`` (one of ``sweeper.search.STRATEGIES``),
+            ``confirm`` (re-runs of each edge value, an integer from 0 to 100), ``parallel``
+            (probes per round, None or a positive integer), ``suspect`` (how a ``memory_suspect``
+            failure is read, one of ``SUSPECT_READINGS``).
+        axes: the axes to search, in order (``searched_axes`` of ``settings.axis``/``settings.axes``).
         axes_field: the setting the axes came from, as the user typed it
             (``hydra.sweeper.axis`` or ``hydra.sweeper.axes``), named when one is refused.
 
@@ -106,10 +95,11 @@ def check_settings(
             ``confirm``, ``parallel``, ``axis``/``axes``, ``bounds``, ``bounds.<axis>.<key>``, ``lower``, ``upper``,
             ``multiple_of``) and the values accepted.
     """
-    if strategy not in STRATEGIES:
-        raise SpecError("hydra.sweeper.strategy", strategy, "one of " + ", ".join(STRATEGIES))
-    if suspect not in SUSPECT_READINGS:
-        raise SpecError("hydra.sweeper.suspect", suspect, "one of " + ", ".join(SUSPECT_READINGS))
+    if settings.strategy not in STRATEGIES:
+        raise SpecError("hydra.sweeper.strategy", settings.strategy, "one of " + ", ".join(STRATEGIES))
+    if settings.suspect not in SUSPECT_READINGS:
+        raise SpecError("hydra.sweeper.suspect", settings.suspect, "one of " + ", ".join(SUSPECT_READINGS))
+    confirm, parallel = settings.confirm, settings.parallel
     if isinstance(confirm, bool) or not isinstance(confirm, int) or not 0 <= confirm <= 100:
         raise SpecError("hydra.sweeper.confirm", confirm, "an integer from 0 to 100")
     if parallel is not None and (isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1):
@@ -118,15 +108,16 @@ def check_settings(
         check_search_axis(axis, axes_field)
     if len(set(axes)) != len(axes):
         raise SpecError(axes_field, axes, "each axis once")
-    check_bounds_keys(axes, bounds)
+    check_bounds_keys(axes, settings.bounds)
     out = {}
-    for axis, b in bounds.items():
+    for axis, b in settings.bounds.items():
         extra = sorted(set(b or {}) - {"lower", "upper", "multiple_of"})
         if extra:
             raise SpecError(f"hydra.sweeper.bounds.{axis}.{extra[0]}", b[extra[0]], "lower, upper or multiple_of")
     for axis in axes:
-        b = bounds.get(axis) or {}
-        out[axis] = Lattice.make(b.get("lower", lower), b.get("upper", upper), b.get("multiple_of", multiple_of), axis)
+        b = settings.bounds.get(axis) or {}
+        lower, upper = b.get("lower", settings.lower), b.get("upper", settings.upper)
+        out[axis] = Lattice.make(lower, upper, b.get("multiple_of", settings.multiple_of), axis)
     return out
 
 

@@ -41,8 +41,15 @@ from conf.contract import RunSpec, SpecError, check_axis_read
 
 from .errors import InputRefused
 from .frontier_log import SearchLog
-from .frontier_runs import SweepRuns, axis_reading, launcher_slots, oom_said
-from .frontier_settings import LIGHT, check_search_load, check_settings, check_sweep_choice, searched_axes
+from .frontier_runs import SweepRuns, axis_reading, launcher_slots, search_reading
+from .frontier_settings import (
+    LIGHT,
+    FrontierSweeperConf,
+    check_search_load,
+    check_settings,
+    check_sweep_choice,
+    searched_axes,
+)
 from .inputs import check_sweep_config
 from .owner import session_id
 from .predict import Predictor
@@ -56,34 +63,25 @@ log = logging.getLogger("memsweep")
 class FrontierSweeperImpl:
     """The logic of ``hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper``.
 
-    Args: the fields of ``FrontierSweeperConf`` (``hydra.sweeper.*``, ``sweeper.frontier_settings``),
-    validated when the sweep starts (``lattices``).
+    Args:
+        settings: the fields of ``FrontierSweeperConf`` (``hydra.sweeper.*``,
+            ``sweeper.frontier_settings``) as Hydra passes them, kept as one ``FrontierSweeperConf``
+            (``self.settings``, defaults declared there once); validated when the sweep starts
+            (``lattices``).
+
+    Raises:
+        TypeError: a setting ``FrontierSweeperConf`` does not declare.
     """
 
-    def __init__(
-        self,
-        axis: str | None = None,
-        axes: list[str] | None = None,
-        lower: int = 1,
-        upper: int = 65536,
-        multiple_of: int = 1,
-        bounds: dict | None = None,
-        strategy: str = "model",
-        confirm: int = 1,
-        parallel: int | None = None,
-        light: bool = False,
-        seed_from_dry_run: bool = False,
-        suspect: str = "stop",
-    ) -> None:
-        self.axis_setting, self.axes_setting = axis, None if axes is None else list(axes)
-        self.axes = self.axes_setting or [axis or "batch"]  # checked by lattices (searched_axes)
-        self.axes_field = "hydra.sweeper.axes" if axes is not None else "hydra.sweeper.axis"  # as the user typed it
-        self.lower, self.upper, self.multiple_of = lower, upper, multiple_of
-        self.bounds = dict(
+    def __init__(self, **settings: Any) -> None:
+        bounds, axes = settings.get("bounds"), settings.get("axes")
+        settings["bounds"] = dict(
             OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds) else bounds or {}
         )
-        self.strategy, self.confirm, self.parallel, self.light = strategy, confirm, parallel, light
-        self.seed_from_dry_run, self.suspect = seed_from_dry_run, suspect
+        settings["axes"] = None if axes is None else list(axes)
+        self.settings = FrontierSweeperConf(**settings)
+        self.axes = self.settings.axes or [self.settings.axis or "batch"]  # checked by lattices (searched_axes)
+        self.axes_field = "hydra.sweeper.axes" if axes is not None else "hydra.sweeper.axis"  # as the user typed it
         self.config: DictConfig | None = None
         self.launcher = None
         self.hydra_context: HydraContext | None = None
@@ -107,19 +105,8 @@ class FrontierSweeperImpl:
         Raises:
             SpecError: a bad setting, naming its field and the values accepted.
         """
-        self.axes = searched_axes(self.axis_setting, self.axes_setting)
-        return check_settings(
-            self.axes,
-            self.bounds,
-            self.lower,
-            self.upper,
-            self.multiple_of,
-            self.strategy,
-            self.confirm,
-            self.parallel,
-            self.suspect,
-            self.axes_field,
-        )
+        self.axes = searched_axes(self.settings.axis, self.settings.axes)
+        return check_settings(self.settings, self.axes, self.axes_field)
 
     def fixed_overrides(self, arguments: list[str]) -> list[str]:
         """The command line's overrides, each a single value.
@@ -185,7 +172,7 @@ class FrontierSweeperImpl:
         for axis, lat in lattices.items():
             for value in (lat.lower, lat.upper):
                 self.compose(fixed + [f"{axis}={value}"])
-                if self.light:
+                if self.settings.light:
                     self.compose(fixed + LIGHT + [f"{axis}={value}"])
         return lattices, fixed, baseline, launch_settings(self.config)["isolation"]
 
@@ -213,17 +200,17 @@ class FrontierSweeperImpl:
         if not (self.sweep_dir / "multirun.yaml").exists():
             OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
         self.search_log = SearchLog(self.sweep_dir, self.session)
-        self.slots = launcher_slots(self.config, self.parallel)
+        self.slots = launcher_slots(self.config, self.settings.parallel)
         self.runs = SweepRuns(self.sweep_dir, self.launcher, self.compose, fixed, self.slots)
         reusable = self.runs.job_idx
         self.search_log.write(
             {
                 "event": "start",
                 "axes": self.axes,
-                "strategy": self.strategy,
-                "light": self.light,
+                "strategy": self.settings.strategy,
+                "light": self.settings.light,
                 "bounds": {a: [lat.lower, lat.upper, lat.step] for a, lat in lattices.items()},
-                "confirm": self.confirm,
+                "confirm": self.settings.confirm,
                 "slots": self.slots,
                 "overrides": fixed,
                 "reusable_runs": reusable,
@@ -232,7 +219,7 @@ class FrontierSweeperImpl:
         log.info(
             "frontier sweep: axes %s, strategy %s, %d probe(s) per round, %d reusable run(s) -> %s",
             ",".join(self.axes),
-            self.strategy,
+            self.settings.strategy,
             self.slots,
             reusable,
             self.sweep_dir,
@@ -255,19 +242,19 @@ class FrontierSweeperImpl:
             (runs_used, runs_reused, light, stable, confirm_outcomes...).
         """
         self.counter = self.capacity = None
-        extra = LIGHT if self.light else []
-        seed = self.dry_run_seed(axis, lattice, baseline) if self.seed_from_dry_run else None
-        search = self.run_search(axis, lattice, extra, "light probe" if self.light else "probe", seed=seed)
+        extra = LIGHT if self.settings.light else []
+        seed = self.dry_run_seed(axis, lattice, baseline) if self.settings.seed_from_dry_run else None
+        search = self.run_search(axis, lattice, extra, "light probe" if self.settings.light else "probe", seed=seed)
         result = search.result()
         runs_used, runs_reused = result["runs_used"], result["runs_reused"]
-        if self.light and not result["stopped_by"]:
+        if self.settings.light and not result["stopped_by"]:
             result, used, reused = self.verify_full(axis, lattice, result)
             runs_used, runs_reused = runs_used + used, runs_reused + reused
-        result.update(runs_used=runs_used, runs_reused=runs_reused, light=self.light)
+        result.update(runs_used=runs_used, runs_reused=runs_reused, light=self.settings.light)
         result.update(self.confirm_edge(axis, result))
         if result["stable"] is False:  # a flip at the edge: the two values bracket no single edge
             result["exact"] = False
-        self.search_log.result(axis, result, baseline, self.capacity, self.counter, self.light)
+        self.search_log.result(axis, result, baseline, self.capacity, self.counter, self.settings.light)
         return result
 
     def dry_run_seed(self, axis: str, lattice: Lattice, baseline: RunSpec) -> int | None:
@@ -336,26 +323,15 @@ class FrontierSweeperImpl:
         Returns:
             The finished search.
         """
-        search = FrontierSearch(axis, lattice, self.strategy, capacity=None, seed=seed)
+        search = FrontierSearch(axis, lattice, self.settings.strategy, capacity=None, seed=seed)
         while not search.done:
             probes = search.propose(self.slots)
             runs = self.runs.run(axis, [(p.value, 0) for p in probes], extra)
             for probe, run in zip(probes, runs):
-                outcome, peak, self.counter, message = axis_reading(run, axis, self.suspect)
-                held, asked = oom_said(run, self.counter) if outcome == "oom" else (None, None)
-                self.capacity = self.capacity or run["capacity_bytes"]
-                search.observe(
-                    probe.value,
-                    outcome,
-                    peak,
-                    run["capacity_bytes"],
-                    message,
-                    run["reused"],
-                    run["run_dir"],
-                    oom_held=held,
-                    oom_request=asked,
-                )
-                self.search_log.probe(event, axis, probe, run, self.counter, extra, outcome)
+                reading, self.counter = search_reading(run, axis, self.settings.suspect)
+                self.capacity = self.capacity or reading.capacity
+                search.observe(probe.value, reading)
+                self.search_log.probe(event, axis, probe, run, self.counter, extra, reading.outcome)
         return search
 
     def verify_full(self, axis: str, lattice: Lattice, light: dict) -> tuple[dict, int, int]:
@@ -376,7 +352,7 @@ class FrontierSweeperImpl:
         """
         values = [v for v in (light["max_ok"], light["min_oom"]) if v is not None]
         runs = self.runs.run(axis, [(v, 0) for v in values], [])
-        full = {v: axis_reading(r, axis, self.suspect)[0] for v, r in zip(values, runs)}
+        full = {v: axis_reading(r, axis, self.settings.suspect)[0] for v, r in zip(values, runs)}
         for v, r in zip(values, runs):
             self.search_log.edge_run(
                 "verify", axis, v, r, full[v], light_outcome="ok" if v == light["max_ok"] else "oom"
@@ -435,15 +411,15 @@ class FrontierSweeperImpl:
             "status", "stopped_by" and "stop_value".
         """
         out: dict[str, Any] = {"stable": None, "confirm_outcomes": {}}  # None: nothing re-run, not checked
-        if (self.confirm <= 0 and not self.light) or result["stopped_by"]:
+        if (self.settings.confirm <= 0 and not self.settings.light) or result["stopped_by"]:
             return out
         out["stable"] = True
-        first, last = (0, max(self.confirm, 1)) if self.light else (1, self.confirm + 1)
+        first, last = (0, max(self.settings.confirm, 1)) if self.settings.light else (1, self.settings.confirm + 1)
         values = [(v, side) for v, side in ((result["max_ok"], "ok"), (result["min_oom"], "oom")) if v is not None]
         wanted = [(v, n) for v, _ in values for n in range(first, last)]
         runs = self.runs.run(axis, wanted, [])
         for run, (value, _) in zip(runs, wanted):
-            outcome = axis_reading(run, axis, self.suspect)[0]
+            outcome = axis_reading(run, axis, self.settings.suspect)[0]
             out["confirm_outcomes"].setdefault(str(value), []).append(outcome)
             self.search_log.edge_run("confirm", axis, value, run, outcome)
         for value, side in values:

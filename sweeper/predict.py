@@ -48,7 +48,7 @@ from conf.contract import (
 
 from .inputs import check_writable
 from .process import execute
-from .search import FrontierSearch, Lattice, check_search_axis
+from .search import FrontierSearch, Lattice, Reading, check_search_axis
 from .spec import launch_settings, spec_from_config
 
 MAX_VALUE = 2**31
@@ -202,9 +202,9 @@ class Predictor:
                 r = self.run(probe.value)
                 if r["fits"] is None:
                     error = r
-                    search.observe(probe.value, "error", None, self.capacity, message=r.get("error_message"))
+                    search.observe(probe.value, Reading("error", None, self.capacity, r.get("error_message")))
                 else:
-                    search.observe(probe.value, "ok" if r["fits"] else "oom", r["peak"], self.capacity)
+                    search.observe(probe.value, Reading("ok" if r["fits"] else "oom", r["peak"], self.capacity))
         res = search.result()
         nothing_fits = res["max_ok"] is None and res["min_oom"] == lattice.lower
         return {

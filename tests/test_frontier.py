@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from analysis.fit import crossing
 from conf.contract import SpecError
-from sweeper.search import FrontierSearch, Lattice, fit_peak, peak_band, run_search
+from sweeper.search import FrontierSearch, Lattice, Reading, fit_peak, peak_band, run_search
 from sweeper.search.peaks import MAX_GRANULARITY
 
 MiB = 2**20
@@ -144,7 +144,7 @@ def test_non_monotonic_oracle_is_flagged_not_smoothed(strategy):
             hole = below[0]
         for p in probes:
             fits = p.value <= 5000 and p.value != hole
-            s.observe(p.value, "ok" if fits else "oom", 100 * p.value if fits else None, 10**9)
+            s.observe(p.value, Reading("ok" if fits else "oom", 100 * p.value if fits else None, 10**9))
     r = s.result()
     assert hole is not None and any(v > hole for v in tried(s, "ok"))
     assert r["max_ok"] in tried(s, "ok") and r["min_oom"] == hole
@@ -220,7 +220,7 @@ def test_usable_capacity_is_bracketed_by_peaks_and_what_the_ooms_said():
         s.pending[value] = s.pending.pop(next(iter(s.pending)))  # run this value instead of the proposal
         s.pending[value].value = value
         held, asked = said or (None, None)
-        s.observe(value, outcome, peak, CAP, oom_held=held, oom_request=asked)
+        s.observe(value, Reading(outcome, peak, CAP, oom_held=held, oom_request=asked))
     assert s.usable() == (700, 790)  # held 700 B, so at least that; 700 + 90 did not fit
     assert s.probes[-1].to_dict()["oom_held_bytes"] == 700 and s.probes[-1].to_dict()["oom_request_bytes"] == 90
     assert "oom_held_bytes" not in s.probes[0].to_dict()
@@ -298,9 +298,9 @@ def test_observe_refuses_unknown_values_and_outcomes():
     s = search()
     (p,) = s.propose()
     with pytest.raises(KeyError):
-        s.observe(p.value + 1, "ok", 1)
+        s.observe(p.value + 1, Reading("ok", 1))
     with pytest.raises(ValueError):
-        s.observe(p.value, "maybe")
+        s.observe(p.value, Reading("maybe"))
     with pytest.raises(SpecError):
         FrontierSearch("dtype", Lattice.make(1, 2), "model")
     with pytest.raises(SpecError):

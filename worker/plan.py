@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conf.contract import (
     AFTER_PHASES,
@@ -83,15 +83,7 @@ class PhaseStep:
         return {k: getattr(self, k) for k in SUB_PHASE_FIELDS}
 
 
-def sub_phase(
-    parent: str,
-    name: str,
-    body: Callable[[], object],
-    step: int,
-    micro_step: int | None = None,
-    after: Callable[[], dict] | None = None,
-    release: Callable[[], None] | None = None,
-) -> PhaseStep:
+def sub_phase(parent: str, name: str, body: Callable[[], object], step: int, **fields: Any) -> PhaseStep:
     """A sub-phase of ``parent``, recorded as ``<parent>.<name>`` (``conf.contract.sub_phase_names``).
 
     Args:
@@ -99,23 +91,16 @@ def sub_phase(
         name: the sub-phase (``forward``, ``prefill``...).
         body: the phase body (no argument).
         step: the step's or generation's index within the parent (0-based).
-        micro_step: the micro-step of a forward, loss or backward sub-phase, else None.
-        after: sizes by construction a successful sub-phase adds to its record, or None.
-        release: called once the sub-phase is recorded, or None.
+        **fields: any other field of ``PhaseStep`` (``micro_step``, ``after``, ``release``),
+            as ``PhaseStep`` declares it.
 
     Returns:
         Its ``PhaseStep`` (one iteration).
+
+    Raises:
+        TypeError: a field ``PhaseStep`` does not declare.
     """
-    return PhaseStep(
-        f"{parent}.{name}",
-        body,
-        parent=parent,
-        sub_phase=name,
-        step=step,
-        micro_step=micro_step,
-        after=after,
-        release=release,
-    )
+    return PhaseStep(f"{parent}.{name}", body, parent=parent, sub_phase=name, step=step, **fields)
 
 
 def plan(spec: RunSpec, w: Workload) -> list[PhaseStep]:
@@ -136,9 +121,11 @@ def plan(spec: RunSpec, w: Workload) -> list[PhaseStep]:
         out = []
         for m in range(spec.micro_steps):
             out += [
-                sub_phase(parent, FORWARD, functools.partial(w.step_forward, m), index, m),
-                sub_phase(parent, LOSS, functools.partial(w.step_loss, m), index, m),
-                sub_phase(parent, BACKWARD, functools.partial(w.step_backward, m), index, m, after=w.gradient_bytes),
+                sub_phase(parent, FORWARD, functools.partial(w.step_forward, m), index, micro_step=m),
+                sub_phase(parent, LOSS, functools.partial(w.step_loss, m), index, micro_step=m),
+                sub_phase(
+                    parent, BACKWARD, functools.partial(w.step_backward, m), index, micro_step=m, after=w.gradient_bytes
+                ),
             ]
         out.append(sub_phase(parent, OPTIMIZER_STEP, w.step_optimizer, index, after=w.optimizer_state_bytes))
         return out

@@ -8,7 +8,8 @@ sweeper (``sweeper.frontier_sweeper``) runs the probes as fresh worker processes
 
 Modules, one job each:
 
-* ``lattice``: the values an axis may take (``Lattice``), a probe (``Probe``), a strategy's
+* ``lattice``: the values an axis may take (``Lattice``), a probe (``Probe``), what a run said
+  about its value (``Reading``), a strategy's
   proposal (``Pick``), the axes and outcomes;
 * ``peaks``: the model of the peak (``fit_peak``, ``peak_band``) on the shared fit of
   ``analysis.fit``;
@@ -72,7 +73,17 @@ with "lower bound does not fit". An ``error``, ``crash`` or ``timeout`` stops th
 flagged (``monotonic`` false), never smoothed away.
 """
 
-from .lattice import OUTCOMES, QUADRATIC_AXES, SEARCH_AXES, STOP_OUTCOMES, Lattice, Pick, Probe, check_search_axis
+from .lattice import (
+    OUTCOMES,
+    QUADRATIC_AXES,
+    SEARCH_AXES,
+    STOP_OUTCOMES,
+    Lattice,
+    Pick,
+    Probe,
+    Reading,
+    check_search_axis,
+)
 from .peaks import Band, fit_peak, peak_band
 from .state import FrontierSearch, Oracle, run_search
 from .strategies import STRATEGIES
@@ -89,6 +100,7 @@ __all__ = [
     "Oracle",
     "Pick",
     "Probe",
+    "Reading",
     "check_search_axis",
     "fit_peak",
     "peak_band",

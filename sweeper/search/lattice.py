@@ -1,5 +1,6 @@
-"""The values a search may probe (``Lattice``), one probe and what it gave (``Probe``), a
-strategy's proposal (``Pick``), and the names of axes and outcomes the search knows."""
+"""The values a search may probe (``Lattice``), one probe and what it gave (``Probe``), what a
+run said about its value (``Reading``), a strategy's proposal (``Pick``), and the names of axes
+and outcomes the search knows."""
 
 from __future__ import annotations
 
@@ -136,6 +137,33 @@ class Pick(NamedTuple):
     reason: str
     expected: str | None
     detail: dict
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one run said about a proposed value, as ``FrontierSearch.observe`` records it.
+
+    Attributes:
+        outcome: one of ``OUTCOMES`` (ok, oom, or one of ``STOP_OUTCOMES``).
+        peak: the run's peak in bytes (used for successes only: an OOM's peak is censored).
+        capacity: the capacity the run was measured against (bytes); the first one a search is
+            given is the search's.
+        message: the run's error message, if any.
+        reused: the run was found in the sweep directory, not run again.
+        run_dir: the run's directory, when it has one.
+        oom_held: an OOM's bytes already held when it failed, in the peak counter's units
+            (``sweeper.frontier_runs.oom_said``); kept only for an ``oom`` with ``oom_request``.
+        oom_request: an OOM's bytes asked for.
+    """
+
+    outcome: str
+    peak: int | None = None
+    capacity: int | None = None
+    message: str | None = None
+    reused: bool = False
+    run_dir: str | None = None
+    oom_held: int | None = None
+    oom_request: int | None = None
 
 
 @dataclass

@@ -2,7 +2,7 @@
 and its answer (``FrontierSearch``); ``run_search`` drives one against an oracle.
 
 ``FrontierSearch.propose`` asks the strategy (``sweeper.search.strategies``) for the next
-values; ``observe`` records each outcome and peak; ``result`` is the answer.
+values; ``observe`` records what each run said (``Reading``: outcome, peak...); ``result`` is the answer.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from conf.contract import SpecError
 
 from . import strategies
-from .lattice import OUTCOMES, STOP_OUTCOMES, Lattice, Pick, Probe, check_search_axis
+from .lattice import OUTCOMES, STOP_OUTCOMES, Lattice, Pick, Probe, Reading, check_search_axis
 from .strategies import STRATEGIES
 
 
@@ -25,7 +25,7 @@ class FrontierSearch:
         lattice: the values allowed (``Lattice.make``).
         strategy: ``model`` or ``bisect``.
         capacity: the capacity the peaks are compared with (bytes); None until a probe
-            reports one (``observe(..., capacity=...)``).
+            reports one (``observe``, ``Reading.capacity``).
         seed: a predicted max_ok (a dry run, ``memsweep predict``): probed first, with its
             upper neighbour, before the strategy takes over; rounded down to the lattice and
             clamped to its range.
@@ -180,33 +180,12 @@ class FrontierSearch:
         return out
 
     # ---- observing ---------------------------------------------------------------------
-    def observe(
-        self,
-        value: int,
-        outcome: str,
-        peak: int | None = None,
-        capacity: int | None = None,
-        message: str | None = None,
-        reused: bool = False,
-        run_dir: str | None = None,
-        oom_held: int | None = None,
-        oom_request: int | None = None,
-    ) -> Probe:
-        """Record the outcome of a proposed value. An error, crash or timeout stops the search.
+    def observe(self, value: int, reading: Reading) -> Probe:
+        """Record what the run of a proposed value said. An error, crash or timeout stops the search.
 
         Args:
             value: a pending value (from ``propose``).
-            outcome: ok, oom, error, crash or timeout.
-            peak: the run's peak in bytes (used for successes only: an OOM's peak is censored).
-            capacity: the capacity the run was measured against (bytes); the first one given
-                is the search's.
-            message: the run's error message, if any.
-            reused: the run was found in the sweep directory, not run again.
-            run_dir: the run's directory.
-            oom_held: an OOM's bytes already held when it failed, in the peak counter's
-                units (``sweeper.frontier_runs.oom_said``); kept only for an ``oom`` with
-                ``oom_request``.
-            oom_request: an OOM's bytes asked for.
+            reading: the run's outcome, peak, capacity... (``Reading``).
 
         Returns:
             The probe, now observed.
@@ -215,15 +194,21 @@ class FrontierSearch:
             KeyError: ``value`` was not proposed (or was observed already).
             ValueError: an unknown outcome.
         """
+        outcome = reading.outcome
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}")
         probe = self.pending.pop(value)
-        probe.outcome, probe.message, probe.reused, probe.run_dir = outcome, message, reused, run_dir
-        probe.peak = peak if outcome == "ok" else None
-        if outcome == "oom" and oom_held is not None and oom_request is not None:
-            probe.oom_held, probe.oom_request = int(oom_held), int(oom_request)
-        if capacity is not None and self.capacity is None:
-            self.capacity = capacity
+        probe.outcome, probe.message, probe.reused, probe.run_dir = (
+            outcome,
+            reading.message,
+            reading.reused,
+            reading.run_dir,
+        )
+        probe.peak = reading.peak if outcome == "ok" else None
+        if outcome == "oom" and reading.oom_held is not None and reading.oom_request is not None:
+            probe.oom_held, probe.oom_request = int(reading.oom_held), int(reading.oom_request)
+        if reading.capacity is not None and self.capacity is None:
+            self.capacity = reading.capacity
         if probe.expected is not None and outcome in ("ok", "oom"):
             self.wrong_streak = self.wrong_streak + 1 if outcome != probe.expected else 0
         self.probes.append(probe)
@@ -312,5 +297,5 @@ def run_search(search: FrontierSearch, oracle: Oracle, slots: int = 1, max_round
         for probe in search.propose(slots):
             outcome, peak, capacity, *said = oracle(probe.value)
             held, request = said[0] if said and said[0] is not None else (None, None)
-            search.observe(probe.value, outcome, peak, capacity, oom_held=held, oom_request=request)
+            search.observe(probe.value, Reading(outcome, peak, capacity, oom_held=held, oom_request=request))
     return search.result()

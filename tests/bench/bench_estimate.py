@@ -38,15 +38,18 @@ from sweeper.spec import with_estimate  # noqa: E402
 DEVICE = os.environ.get("MEMSWEEP_BENCH_DEVICE", "cpu")
 JOBS = int(os.environ.get("MEMSWEEP_BENCH_JOBS", "2"))
 
-# (mode, dtype, batch, context, width, workload params)
+# The loads, one row each of the RunSpec fields in LOAD_FIELDS (workload: mlp with these params).
+LOAD_FIELDS = ("mode", "dtype", "batch", "context", "width", "workload")
 LOADS = [
-    ("inference", "float32", 8, 128, 256, {}),
-    ("inference", "float32", 32, 128, 256, {}),
-    ("inference", "bfloat16", 2, 64, 512, {}),
-    ("train", "float32", 8, 128, 256, {}),
-    ("train", "float32", 32, 64, 256, {"activation": "relu"}),
-    ("train", "bfloat16", 4, 128, 384, {"depth": 2}),
+    ("inference", "float32", 8, 128, 256, {"name": "mlp"}),
+    ("inference", "float32", 32, 128, 256, {"name": "mlp"}),
+    ("inference", "bfloat16", 2, 64, 512, {"name": "mlp"}),
+    ("train", "float32", 8, 128, 256, {"name": "mlp"}),
+    ("train", "float32", 32, 64, 256, {"name": "mlp", "activation": "relu"}),
+    ("train", "bfloat16", 4, 128, 384, {"name": "mlp", "depth": 2}),
 ]
+# What every load runs with: the bench's device, a short protocol (one warm-up, two measured).
+SETTINGS = {"device": DEVICE, "warmup": 1, "repeats": 2, "timeout_s": 600}
 
 
 def _err(est: int | None, meas: int | None) -> str:
@@ -134,23 +137,7 @@ def report(spec: RunSpec, record: dict) -> tuple[str, float | None]:
 
 
 def main() -> int:
-    specs = [
-        with_estimate(
-            RunSpec(
-                batch=b,
-                context=c,
-                width=wd,
-                dtype=dt,
-                mode=mode,
-                device=DEVICE,
-                workload={"name": "mlp", **params},
-                warmup=1,
-                repeats=2,
-                timeout_s=600,
-            )
-        )
-        for mode, dt, b, c, wd, params in LOADS
-    ]
+    specs = [with_estimate(RunSpec(**dict(zip(LOAD_FIELDS, load)), **SETTINGS)) for load in LOADS]
     print(f"estimate vs measurement, mlp workload on {DEVICE}; {len(specs)} loads, {JOBS} worker(s) at a time")
     if DEVICE == "cpu":
         print("CPU: allocated = worker-tracked live tensor storage bytes (not a GPU measurement)")
