@@ -9,10 +9,17 @@ Files of one run directory::
     exit_status.json   only when the client that asked for a forked run was gone before it ended
                   (a launcher worker killed): the worker's exit status, from its handler
 
-The fields of each document are declared here once, with the JSON type of a present value
-(``Field``); every field may be null. All memory figures are integers in bytes; a missing
-measurement is ``None`` (JSON ``null``), never ``0``. analysis/tables.py's Parquet schemas are
-checked against these declarations (tests/test_contract.py).
+The fields of record.json, result.json and exit_status.json, and of the objects they nest, are
+declared once, in the JSON Schema beside this module (``SCHEMA_FILE``, run_files.schema.json, draft
+2020-12): published, so that other tools and languages validate these files or generate readers
+from it, and read here into the ``*_FIELDS`` tables (``Field``: name, JSON type of a present value,
+description), in the order the writers write the keys. Every field may be null. All memory figures
+are integers in bytes (``"unit": "bytes"``); a missing measurement is ``None`` (JSON ``null``),
+never ``0``. analysis/tables.py's Parquet schemas are checked against these declarations
+(tests/test_contract.py); the schema against the tables and a real run (tests/test_run_files_schema.py).
+
+To add a field: one property in its ``$defs`` entry of the schema, at the place the writer writes it
+(a field several objects carry: one entry of a group such as ``failure`` or ``counter``, ``$ref``-ed).
 """
 
 from __future__ import annotations
@@ -91,17 +98,17 @@ SCHEMA_FILE = Path(__file__).with_name("run_files.schema.json")
 """The published JSON Schema (draft 2020-12) of record.json, result.json and exit_status.json, and
 the one declaration of their fields: every ``*_FIELDS`` table below is read from it."""
 
-RUN_FILES_SCHEMA: dict = json.loads(SCHEMA_FILE.read_text())
+_SCHEMA: dict = json.loads(SCHEMA_FILE.read_text())
 """SCHEMA_FILE, loaded: ``$defs`` holds one object schema per document and nested object, and the
 groups of fields shared by several of them (``failure``, ``counter``...)."""
 
-JSON_TYPES = {"integer": int, "number": float, "string": str, "boolean": bool, "object": dict, "array": list}
+_JSON_TYPES = {"integer": int, "number": float, "string": str, "boolean": bool, "object": dict, "array": list}
 """The Python type (``Field.type``) of each JSON Schema type a field may declare (besides null)."""
 
 
 def _resolve(ref: str) -> dict:
-    """The schema a local ``$ref`` (``#/$defs/...``, a JSON pointer, RFC 6901) names in RUN_FILES_SCHEMA."""
-    node = RUN_FILES_SCHEMA
+    """The schema a local ``$ref`` (``#/$defs/...``, a JSON pointer, RFC 6901) names in _SCHEMA."""
+    node = _SCHEMA
     for token in ref.removeprefix("#/").split("/"):
         node = node[token.replace("~1", "/").replace("~0", "~")]
     return node
@@ -123,16 +130,16 @@ def _json_types(prop: dict) -> list[str]:
 
 def _field(name: str, prop: dict) -> Field:
     """The Field a property of the schema declares (its one JSON type besides null)."""
-    types = [t for t in _json_types(prop) if t != "null" and t in JSON_TYPES]
+    types = [t for t in _json_types(prop) if t != "null" and t in _JSON_TYPES]
     if len(types) != 1:
         raise RecordError(
-            f"{SCHEMA_FILE}: property {name} declares {types}: expected one of {list(JSON_TYPES)} and null"
+            f"{SCHEMA_FILE}: property {name} declares {types}: expected one of {list(_JSON_TYPES)} and null"
         )
-    return Field(name, JSON_TYPES[types[0]], _declared(prop)["description"])
+    return Field(name, _JSON_TYPES[types[0]], _declared(prop)["description"])
 
 
 def schema_fields(definition: str, group: str | None = None) -> tuple[Field, ...]:
-    """Read a declaration from RUN_FILES_SCHEMA.
+    """Read a declaration from the schema (SCHEMA_FILE).
 
     Args:
         definition: a ``$defs`` entry: a document or nested object (``record``, ``phase``...: its
@@ -141,13 +148,14 @@ def schema_fields(definition: str, group: str | None = None) -> tuple[Field, ...
 
     Returns:
         One Field per property, in the schema's order: its name, the Python type of its JSON type
-        (JSON_TYPES), and its ``description`` (its own, else the one of the field it refers to).
+        (integer: int, number: float, string: str, boolean: bool, object: dict, array: list), and
+        its ``description`` (its own, else the one of the field it refers to).
 
     Raises:
         KeyError: no such definition.
         RecordError: a property that does not declare one JSON type besides null.
     """
-    schema = RUN_FILES_SCHEMA["$defs"][definition]
+    schema = _SCHEMA["$defs"][definition]
     props = schema.get("properties", schema.get("$defs"))
     return tuple(
         _field(name, prop)
