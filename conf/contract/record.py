@@ -9,10 +9,17 @@ Files of one run directory::
     exit_status.json   only when the client that asked for a forked run was gone before it ended
                   (a launcher worker killed): the worker's exit status, from its handler
 
-The fields of each document are declared here once, with the JSON type of a present value
-(``Field``); every field may be null. All memory figures are integers in bytes; a missing
-measurement is ``None`` (JSON ``null``), never ``0``. analysis/tables.py's Parquet schemas are
-checked against these declarations (tests/test_contract.py).
+The fields of record.json, result.json and exit_status.json, and of the objects they nest, are
+declared once, in the JSON Schema beside this module (``SCHEMA_FILE``, run_files.schema.json, draft
+2020-12): published, so that other tools and languages validate these files or generate readers
+from it, and read here into the ``*_FIELDS`` tables (``Field``: name, JSON type of a present value,
+description), in the order the writers write the keys. Every field may be null. All memory figures
+are integers in bytes (``"unit": "bytes"``); a missing measurement is ``None`` (JSON ``null``),
+never ``0``. analysis/tables.py's Parquet schemas are checked against these declarations
+(tests/test_contract.py); the schema against the tables and a real run (tests/test_run_files_schema.py).
+
+To add a field: one property in its ``$defs`` entry of the schema, at the place the writer writes it
+(a field several objects carry: one entry of a group such as ``failure`` or ``counter``, ``$ref``-ed).
 """
 
 from __future__ import annotations
@@ -26,7 +33,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .errors import NewerSchemaError, RecordError
-from .vocabulary import DEVICE_COUNTERS, PEAK_SPLIT_FIELDS, WORKER_OUTCOMES
+from .vocabulary import (
+    DEVICE_COUNTERS,
+    PEAK_SPLIT_FIELDS,  # noqa: F401 - still a name of this module, as before the schema
+    WORKER_OUTCOMES,
+)
 
 SCHEMA_VERSION = 1
 """Version of spec.json, record.json and result.json. Readers accept versions <= this."""
@@ -71,134 +82,110 @@ class Field(NamedTuple):
     doc: str
 
 
-def _bytes(name: str, doc: str) -> Field:
-    return Field(name, int, doc + " (bytes)")
+def field_names(fields: tuple[Field, ...]) -> tuple[str, ...]:
+    """List the names of declared fields.
+
+    Args:
+        fields: a declaration (RECORD_FIELDS, PHASE_FIELDS...).
+
+    Returns:
+        The names, in order.
+    """
+    return tuple(f.name for f in fields)
 
 
-ERROR_FIELDS = (
-    Field("error_type", str, "the failure's exception type name (in a result: also a signal name, ForkServerLost)"),
-    Field("error_message", str, "the failure's message, in words (the worker keeps at most 4000 characters)"),
-)
-"""What failed, as a record, a rank, a phase and the result envelope say it (null when nothing did)."""
+SCHEMA_FILE = Path(__file__).with_name("run_files.schema.json")
+"""The published JSON Schema (draft 2020-12) of record.json, result.json and exit_status.json, and
+the one declaration of their fields: every ``*_FIELDS`` table below is read from it."""
 
-FAILURE_FIELDS = (
-    Field("failed_phase", str, "the phase that failed, was stopped or was running when the process died; or 'setup'"),
-    *ERROR_FIELDS,
-)
+_SCHEMA: dict = json.loads(SCHEMA_FILE.read_text())
+"""SCHEMA_FILE, loaded: ``$defs`` holds one object schema per document and nested object, and the
+groups of fields shared by several of them (``failure``, ``counter``...)."""
+
+_JSON_TYPES = {"integer": int, "number": float, "string": str, "boolean": bool, "object": dict, "array": list}
+"""The Python type (``Field.type``) of each JSON Schema type a field may declare (besides null)."""
+
+
+def _resolve(ref: str) -> dict:
+    """The schema a local ``$ref`` (``#/$defs/...``, a JSON pointer, RFC 6901) names in _SCHEMA."""
+    node = _SCHEMA
+    for token in ref.removeprefix("#/").split("/"):
+        node = node[token.replace("~1", "/").replace("~0", "~")]
+    return node
+
+
+def _declared(prop: dict) -> dict:
+    """A property's own keywords over those of the schema its ``$ref`` names (followed to the end)."""
+    return {**_declared(_resolve(prop["$ref"])), **prop} if "$ref" in prop else prop
+
+
+def _json_types(prop: dict) -> list[str]:
+    """The JSON types a property declares: its ``type``, else those of its ``anyOf`` branches."""
+    schema = _declared(prop)
+    if "anyOf" in schema:
+        return [t for branch in schema["anyOf"] for t in _json_types(branch)]
+    types = schema["type"]
+    return [types] if isinstance(types, str) else types
+
+
+def _field(name: str, prop: dict) -> Field:
+    """The Field a property of the schema declares (its one JSON type besides null)."""
+    types = [t for t in _json_types(prop) if t != "null" and t in _JSON_TYPES]
+    if len(types) != 1:
+        raise RecordError(
+            f"{SCHEMA_FILE}: property {name} declares {types}: expected one of {list(_JSON_TYPES)} and null"
+        )
+    return Field(name, _JSON_TYPES[types[0]], _declared(prop)["description"])
+
+
+def schema_fields(definition: str, group: str | None = None) -> tuple[Field, ...]:
+    """Read a declaration from the schema (SCHEMA_FILE).
+
+    Args:
+        definition: a ``$defs`` entry: a document or nested object (``record``, ``phase``...: its
+            ``properties``) or a group of shared fields (``failure``, ``counter``...: its ``$defs``).
+        group: keep only the properties that ``$ref`` a field of this group (``oom_detail``...).
+
+    Returns:
+        One Field per property, in the schema's order: its name, the Python type of its JSON type
+        (integer: int, number: float, string: str, boolean: bool, object: dict, array: list), and
+        its ``description`` (its own, else the one of the field it refers to).
+
+    Raises:
+        KeyError: no such definition.
+        RecordError: a property that does not declare one JSON type besides null.
+    """
+    schema = _SCHEMA["$defs"][definition]
+    props = schema.get("properties", schema.get("$defs"))
+    return tuple(
+        _field(name, prop)
+        for name, prop in props.items()
+        if group is None or prop.get("$ref", "").startswith(f"#/$defs/{group}/$defs/")
+    )
+
+
+FAILURE_FIELDS = schema_fields("failure")
 """Where and what a run or a rank failed: the failed phase and ERROR_FIELDS."""
 
-COUNTER_FIELDS = tuple(_bytes(name, "counter") for name in DEVICE_COUNTERS)
+ERROR_FIELDS = schema_fields("phase", "failure")
+"""What failed, as a record, a rank, a phase and the result envelope say it (null when nothing did)."""
+
+COUNTER_FIELDS = schema_fields("counter")
 """The counters (vocabulary.DEVICE_COUNTERS) of a phase, of a phase on one device and on one rank."""
 
-
-RECORD_FIELDS = (
-    Field("schema_version", int, "SCHEMA_VERSION of the writer"),
-    Field("spec", dict, "the spec as read from spec.json"),
-    Field("pid", int, "the worker's process id"),
-    Field("pid_identity", str, "the worker's process identity (host.process_identity: boot id, start time)"),
-    Field("started_at", str, "UTC ISO 8601 time the worker started"),
-    Field("updated_at", str, "UTC ISO 8601 time of the last rewrite"),
-    Field("complete", bool, "the worker finished the record (a killed worker leaves false)"),
-    Field("outcome", str, "one of WORKER_OUTCOMES, once complete"),
-    Field("exit_code", int, "the worker's exit status (conf.contract.exits)"),
-    *FAILURE_FIELDS,
-    Field("device", str, "the resolved device: cpu or cuda:N"),
-    Field("device_kind", str, "torch.device.type: cpu or cuda (ROCm included)"),
-    Field("counter_sources", dict, "counter name -> where its value comes from"),
-    _bytes("capacity_bytes", "the capacity the run was limited to (emulated, else the device's total)"),
-    Field("capacity", dict, "how the capacity was applied: CAPACITY_FIELDS"),
-    _bytes("device_total_memory", "the device's total memory (host MemTotal on the CPU)"),
-    _bytes("device_free_memory_start", "free device memory before the first phase"),
-    Field("device_index", int, "the CUDA device index; null on the CPU"),
-    Field("environment", dict, "versions, device, allocator settings, host: ENVIRONMENT_FIELDS"),
-    Field("model", dict, "sizes by construction: MODEL_FIELDS"),
-    Field(
-        "train_step",
-        str,
-        "mode=train: who ran the steps, one of TRAIN_STEP_KINDS (user: workload.train_step, one "
-        "sub-phase user_step per step); null otherwise",
-    ),
-    Field("current_phase", str, "the phase about to run or running; null between phases and at the end"),
-    Field("phases", list, "one PHASE_FIELDS object per phase run, in order"),
-    Field("source", str, "measured or predicted (a dry run: fake tensors)"),
-    Field("prediction_rounding", str, "a dry run's accounting of storage bytes; null when measured"),
-    Field("cuda_initialized", bool, "torch.cuda.is_initialized() at the end; null when torch was not imported"),
-    Field("oom_snapshot", dict, "the CUDA allocator snapshot written at an OOM (spec snapshot_on_oom)"),
-    Field("world_size", int, "rank processes of the run (spec world_size; 1 without parallel)"),
-    Field("parallel", str, "none, ddp or fsdp (spec parallel)"),
-    Field("global_batch", int, "samples per optimizer step over every rank: batch * world_size * micro_steps"),
-    Field("ranks", list, "a DDP/FSDP run: one RANK_FIELDS object per rank, in rank order"),
-    Field("failed_rank", int, "a DDP/FSDP run that failed: the rank whose failure ended it (root cause)"),
-    Field("peak_rank", int, "a DDP/FSDP run: the rank with the largest max_memory_allocated (the fullest)"),
-)
+RECORD_FIELDS = schema_fields("record")
 """Top-level fields of record.json, in the order the worker writes them."""
 
-RANK_FIELDS = (
-    Field("rank", int, "the rank (0-based)"),
-    Field("device", str, "the rank's device: cpu or cuda:N"),
-    Field("pid", int, "the rank process's id"),
-    Field("outcome", str, "ok, oom or error as the rank recorded it; aborted (stopped by the run), crash"),
-    Field("exit_code", int, "the rank process's exit status (negative: killed by that signal)"),
-    *FAILURE_FIELDS,
-    _bytes("local_parameter_bytes", "the rank's own parameter storage after model_load (FSDP: its shards)"),
-    _bytes("max_memory_allocated", "the rank's largest phase peak"),
-    _bytes("max_memory_reserved", "the rank's largest reserved peak"),
-    Field("record", str, "the rank's own record, relative to the run directory (ranks/rank_N.json)"),
-)
+RANK_FIELDS = schema_fields("rank")
 """Fields of each entry of record.json's ``ranks`` (a DDP or FSDP run, worker/ranks.py)."""
 
-PHASE_RANK_FIELDS = (
-    Field("rank", int, "the rank"),
-    Field("status", str, "ok, oom or error"),
-    *COUNTER_FIELDS,
-    Field("duration_s", float, "wall time of the phase on that rank (seconds)"),
-    Field("gradient_bytes", int, "size by construction on that rank (its shards under FSDP)"),
-    Field("optimizer_state_bytes", int, "size by construction on that rank (its shards under FSDP)"),
-)
+PHASE_RANK_FIELDS = schema_fields("phase_rank")
 """Fields of each entry of a phase's ``ranks`` (a DDP or FSDP run)."""
 
-ENVIRONMENT_FIELDS = (
-    Field("python", str, "Python version"),
-    Field("torch", str, "torch.__version__"),
-    Field("cuda", str, "torch.version.cuda"),
-    Field("hip", str, "torch.version.hip"),
-    Field("backend", str, "cuda, hip or cpu"),
-    Field("device", str, "the resolved device"),
-    Field("device_name", str, "the device's name (the CPU's processor on the CPU)"),
-    _bytes("total_memory", "the device's total memory"),
-    Field("driver", str, "the NVIDIA driver's version line"),
-    Field("allocator_backend", str, "torch.cuda.get_allocator_backend()"),
-    Field("alloc_conf", dict, "the allocator's environment settings (PYTORCH_CUDA_ALLOC_CONF...)"),
-    Field("host", str, "host name"),
-    Field("platform", str, "platform.platform()"),
-    Field("cpu_count", int, "os.cpu_count()"),
-    Field("torch_threads", int, "torch.get_num_threads()"),
-    Field("cpu_affinity", list, "the CPU cores the worker may run on"),
-    Field("cuda_visible_devices", str, "CUDA_VISIBLE_DEVICES"),
-    Field("isolation", str, "how the worker was started: one of ISOLATIONS"),
-    Field("lease", str, "the device or core lease of the run (sweeper pool)"),
-    Field("capability", str, "CUDA compute capability, major.minor"),
-    Field("fake_cuda_guard", str, "a CUDA dry run: how PyTorch had a CUDA device guard"),
-    _bytes("ballast_bytes", "non-tensor memory the worker held (tests and benches)"),
-    Field("torch_dynamo_imported", bool, "torch._dynamo imported before the first phase"),
-    Field("imported_during_phases", str, "what was imported inside a phase, when needs_dynamo missed it"),
-    Field("cublas_workspace_config", str, "CUBLAS_WORKSPACE_CONFIG (cuBLAS workspaces: the allocator's memory)"),
-)
+ENVIRONMENT_FIELDS = schema_fields("environment")
 """Fields of record.json's ``environment``."""
 
-CAPACITY_FIELDS = (
-    Field("capacity_mode", str, "one of CAPACITY_MODES"),
-    Field("capacity_method", str, "how the capacity was applied, in words"),
-    _bytes("capacity_baseline_bytes", "capacity_mode=process: VmData when the limit was set"),
-    _bytes("rlimit_data_bytes", "capacity_mode=process: the RLIMIT_DATA set"),
-    Field("memory_fraction", float, "CUDA: torch.cuda.set_per_process_memory_fraction's fraction"),
-    Field("memory_fractions", list, "CUDA, several devices: one fraction per device"),
-    Field("memory_fraction_nominal", float, "CUDA: capacity / total_memory, before the footprint is taken off"),
-    _bytes("outside_allocator_start_bytes", "CUDA: total - free - reserved once the context exists, at set-up"),
-    _bytes("allocator_limit_bytes", "CUDA: the caching allocator's limit, floor(memory_fraction * total)"),
-    Field("device_not_free", str, "CUDA: why the device was not free enough at the start (flag), else null"),
-    Field("allocator_backend_warning", str, "CUDA: a non-native allocator backend and what it changes"),
-)
+CAPACITY_FIELDS = schema_fields("capacity")
 """Fields of record.json's ``capacity``."""
 
 DEVICE_NOT_FREE_BYTES = 2 * 2**30
@@ -206,56 +193,30 @@ DEVICE_NOT_FREE_BYTES = 2 * 2**30
 allocator once its context exists (total - free - reserved: its own context and handles take
 about 0.5 GiB on Hopper) is flagged ``device_not_free``: another process holds memory there."""
 
-MODEL_FIELDS = (
-    Field("parameters", int, "number of parameters"),
-    Field("trainable_parameters", int, "number of parameters with requires_grad"),
-    Field("frozen_parameters", int, "number of parameters without requires_grad (a LoRA base)"),
-    _bytes("parameter_bytes", "storage of the parameters"),
-    _bytes("trainable_parameter_bytes", "storage of the parameters with requires_grad"),
-    _bytes("frozen_parameter_bytes", "storage of the parameters without requires_grad"),
-    _bytes("local_parameter_bytes", "a DDP/FSDP rank: storage of its own parameters (FSDP: its shards)"),
-    _bytes("buffer_bytes", "storage of the buffers"),
-    Field("param_dtype", str, "dtype of the weights"),
-    Field("compute_dtype", str, "dtype of the computation"),
-    Field("lora", dict, "LoRA adapters (hf lora_rank): settings, adapted modules, peft's own counts"),
-    Field("checkpoint", dict, "the local checkpoint loaded (hf pretrained): path, files, bytes, quantization"),
-    Field("compile", str, "the torch.compile mode the model runs under, or false"),
-    Field("optimizer", str, "the user's own optimizer factory (dotted path) and the class it built; null otherwise"),
-)
+MODEL_FIELDS = schema_fields("model")
 """Fields of record.json's ``model`` (sizes by construction, not counters)."""
 
 PHASE_COUNTERS = DEVICE_COUNTERS
 """The counter fields of a phase (bytes): see vocabulary.DEVICE_COUNTERS."""
 
-EXTRA_COUNTERS = (
-    "num_alloc_retries",
-    "num_ooms",
-    "inactive_split_bytes",
-    "device_free_memory",
-    "device_total_memory",
-    "outside_allocator_bytes",
-)
+PHASE_FIELDS = schema_fields("phase")
+"""Fields of each entry of record.json's ``phases``."""
+
+EXTRA_COUNTERS = field_names(schema_fields("extra_counter"))
 """Per phase, where the backend has them (null otherwise): the allocator's retries and OOMs
 (torch.cuda.memory_stats), inactive split bytes, device free and total memory (bytes), and the
 device memory used outside this process's caching allocator at the phase's end (bytes): total -
 free - memory_reserved, i.e. the CUDA context, library handles and lazily loaded kernels (and any
 other process on the device)."""
 
-PER_DEVICE_EXTRAS = ("num_ooms", "device_free_memory", "outside_allocator_bytes")
+PER_DEVICE_EXTRAS = field_names(schema_fields("phase_device", "extra_counter"))
 """The extra counters a run on several devices also records per device (``devices`` entries)."""
 
-SIZE_FIELDS = ("gradient_bytes", "optimizer_state_bytes", "kv_cache_bytes", "kv_cache_tokens", "export_bytes")
+SIZE_FIELDS = field_names(schema_fields("size"))
 """Per phase, sizes by construction summed by the worker at a successful phase's end (bytes;
 kv_cache_tokens a count), not counters."""
 
-OOM_DETAIL_FIELDS = (
-    "oom_request_bytes",
-    "oom_allocated_bytes",
-    "oom_free_bytes",
-    "oom_total_bytes",
-    "oom_reserved_unallocated_bytes",
-    "oom_limit_bytes",
-)
+OOM_DETAIL_FIELDS = field_names(schema_fields("oom_detail"))
 """What an OOM says (bytes; each null unless the failure stated it): the request refused, the bytes
 already allocated when it was asked, the device's free and total memory, the bytes reserved but
 unallocated, and the allowed limit (a memory fraction, MPS's high watermark, the CPU allocator
@@ -269,85 +230,18 @@ FAILURE_CLASSES = ("oom", "memory_suspect", "error")
 could not serve a request), ``memory_suspect`` (a failure that usually means memory but does not
 say so: a library that could not get its workspace; the phase's status stays ``error``), ``error``."""
 
-SUB_PHASE_FIELDS = ("parent", "sub_phase", "step", "micro_step")
+SUB_PHASE_FIELDS = field_names(schema_fields("sub_phase"))
 """Per phase: where a sub-phase sits (null on the other phases)."""
 
-PHASE_FIELDS = (
-    Field("name", str, "the phase (vocabulary: INFERENCE_PHASES...)"),
-    Field("parent", str, "a sub-phase's parent phase (cold_step...)"),
-    Field("sub_phase", str, "a sub-phase's name (backward...)"),
-    Field("step", int, "a sub-phase's step, 0-based within the parent"),
-    Field("micro_step", int, "a sub-phase's micro-step (gradient accumulation)"),
-    Field("status", str, "ok, oom or error"),
-    Field("iterations", int, "times the phase's body ran"),
-    *COUNTER_FIELDS[:2],
-    Field("duration_s", float, "wall time of the phase (seconds)"),
-    Field("iteration_s", list, "wall time of each iteration (seconds)"),
-    *COUNTER_FIELDS[2:],
-    Field("devices", list, "a run on several devices: one DEVICE_FIELDS object per device"),
-    Field("rank", int, "a DDP/FSDP run: the rank whose counters the phase's own fields are (0, or the failed one)"),
-    Field("peak_rank", int, "a DDP/FSDP run: the rank with the phase's largest max_memory_allocated"),
-    Field("ranks", list, "a DDP/FSDP run: one PHASE_RANK_FIELDS object per rank that recorded the phase"),
-    *[Field(name, int, "allocator counter") for name in EXTRA_COUNTERS[:2]],
-    *[_bytes(name, "allocator or device figure") for name in EXTRA_COUNTERS[2:]],
-    *[_bytes(name, "a dry run's peak split (PEAK_CATEGORIES)") for name in PEAK_SPLIT_FIELDS],
-    *ERROR_FIELDS,
-    *[Field(name, int, "size by construction") for name in SIZE_FIELDS],
-    *[_bytes(name, "what the OOM said (OOM_DETAIL_FIELDS)") for name in OOM_DETAIL_FIELDS],
-    Field("oom_operator", str, "the operator the CPU allocator capacity refused"),
-    Field(
-        "dynamo_graphs_compiled",
-        int,
-        "graphs torch.compile (Dynamo) compiled during the phase; null when torch._dynamo was not imported",
-    ),
-    Field("failure_class", str, "a failed phase: one of FAILURE_CLASSES"),
-    Field("failure_wording", str, "a failed phase: the worker.classify.WORDINGS row its message matched"),
-)
-"""Fields of each entry of record.json's ``phases``."""
-
-DEVICE_FIELDS = (
-    Field("device_index", int, "the CUDA device index"),
-    *COUNTER_FIELDS,
-    Field("num_ooms", int, "allocator counter of this device"),
-    *[_bytes(name, "device figure") for name in PER_DEVICE_EXTRAS[1:]],
-)
+DEVICE_FIELDS = schema_fields("phase_device")
 """Fields of each entry of a phase's ``devices`` (a run on several devices)."""
 
-RESULT_FIELDS = (
-    Field("schema_version", int, "SCHEMA_VERSION of the writer"),
-    Field("outcome", str, "one of OUTCOMES"),
-    *FAILURE_FIELDS,
-    Field("returncode", int, "the worker's exit status (negative: killed by that signal)"),
-    Field("signal", int, "the signal that killed the worker"),
-    Field("timed_out", bool, "killed by the sweeper at timeout_s"),
-    Field("wall_s", float, "seconds from the worker's start to its end"),
-    Field("worker_pid", int, "the worker's process id"),
-    Field("record_problem", str, "why record.json could not be read"),
-)
+RESULT_FIELDS = schema_fields("result")
 """Fields of result.json, the sweeper's envelope of one run (``sweeper.process.execute``; the
 envelope it returns adds ``resumed: true`` when the run was found rather than run)."""
 
-EXIT_STATUS_FIELDS = (
-    RESULT_FIELDS[0],
-    Field("ended", bool, "the worker has ended (false: its handler took the run over and it still runs)"),
-    *(f for f in RESULT_FIELDS if f.name in ("returncode", "timed_out", "wall_s", "worker_pid")),
-    Field("handler_pid", int, "the fork-server handler that kept the run (it writes the final status)"),
-    Field("handler_identity", str, "its process_identity: a reused pid is not the handler"),
-    Field("note", str, "why the handler wrote this file (its client went away), in words"),
-)
+EXIT_STATUS_FIELDS = schema_fields("exit_status")
 """Fields of exit_status.json (``EXIT_STATUS_FILE``), written by ``worker.forkserver``'s handler."""
-
-
-def field_names(fields: tuple[Field, ...]) -> tuple[str, ...]:
-    """List the names of declared fields.
-
-    Args:
-        fields: a declaration (RECORD_FIELDS, PHASE_FIELDS...).
-
-    Returns:
-        The names, in order.
-    """
-    return tuple(f.name for f in fields)
 
 
 def field_problems(doc: Mapping, fields: tuple[Field, ...]) -> list[str]:
