@@ -28,10 +28,3 @@ TINY = dict(
 @pytest.fixture
 def tiny():
     return dict(TINY)
-
-
-@pytest.fixture
-def memsweep_cmd():
-    """The installed console script, run as a subprocess the way a user runs it."""
-    exe = Path(sys.executable).with_name("memsweep")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]

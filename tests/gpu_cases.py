@@ -17,11 +17,9 @@ Each returns a list of failures (str) and prints what it measured.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from gpu_env import child_env
+from gpu_env import memsweep
 
 
 def check_modes(out: Path) -> list[str]:
@@ -107,10 +105,7 @@ def check_pool(info: dict, out: Path) -> list[str]:
         print("gpu-check: one GPU visible, the concurrent pool check needs two or more (skipped)")
         return []
     batches = ",".join(str(b) for b in range(1, 2 * n + 1))
-    cmd = [
-        sys.executable,
-        "-m",
-        "sweeper.cli",
+    args = [
         "sweep",
         "device=cuda",
         "pool=gpus",
@@ -122,7 +117,7 @@ def check_pool(info: dict, out: Path) -> list[str]:
         "sweep=none",
         f"hydra.sweep.dir={out}/pool",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=child_env())
+    proc = memsweep(args, timeout=240)
     if proc.returncode != 0:
         return [f"pool sweep failed: {proc.stderr[-2000:]}"]
     runs = []
@@ -147,10 +142,7 @@ def check_devices(info: dict, out: Path) -> list[str]:
         print("gpu-check: one GPU visible, the devices=2 check needs two or more (skipped)")
         return []
     run_dir = out / "devices"
-    cmd = [
-        sys.executable,
-        "-m",
-        "sweeper.cli",
+    args = [
         "run",
         "device=cuda",
         "devices=2",
@@ -162,7 +154,7 @@ def check_devices(info: dict, out: Path) -> list[str]:
         "repeats=1",
         f"hydra.run.dir={run_dir}",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=child_env())
+    proc = memsweep(args, timeout=240)
     record_path = run_dir / "record.json"
     if proc.returncode != 0 or not record_path.is_file():
         return [f"devices=2 run failed ({proc.returncode}): {proc.stderr[-2000:]}"]
@@ -197,10 +189,7 @@ def check_ranks(info: dict, out: Path) -> list[str]:
     failures = []
     for parallel in ("ddp", "fsdp"):
         run_dir = out / f"ranks_{parallel}"
-        cmd = [
-            sys.executable,
-            "-m",
-            "sweeper.cli",
+        args = [
             "run",
             "device=cuda",
             "pool=gpus",
@@ -216,7 +205,7 @@ def check_ranks(info: dict, out: Path) -> list[str]:
             "timeout_s=180",
             f"hydra.run.dir={run_dir}",
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=child_env())
+        proc = memsweep(args, timeout=300)
         record_path = run_dir / "record.json"
         if not record_path.is_file():
             failures.append(f"{parallel} 2 ranks: no record ({proc.returncode}): {proc.stderr[-2000:]}")

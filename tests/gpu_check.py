@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_env import ROOT, child_env, describe_build, install_missing, torch_info
+from gpu_env import ROOT, child_env, describe_build, install_missing, memsweep, torch_info
 
 SWEEP_BATCHES = (1, 8, 32, 64, 128, 256)  # mlp width 1024, context 512: 8 MiB of hidden activation per item
 CAPACITY = 2**30
@@ -59,9 +59,9 @@ def probe_line(out: dict) -> str:
 
 def check_sweep(out: Path, rows: list) -> list[str]:
     """The batch sweep at an emulated 1 GiB: protocol, capacity OOM, cold vs warm, outside memory."""
-    cmd = [sys.executable, "-m", "sweeper.cli", "sweep", "device=cuda:0", "capacity=1GiB", "context=512"]
-    cmd += ["width=1024", "batch=" + ",".join(map(str, SWEEP_BATCHES)), f"hydra.sweep.dir={out}", "sweep=none"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=child_env(), cwd=ROOT)
+    args = ["sweep", "device=cuda:0", "capacity=1GiB", "context=512", "width=1024"]
+    args += ["batch=" + ",".join(map(str, SWEEP_BATCHES)), f"hydra.sweep.dir={out}", "sweep=none"]
+    proc = memsweep(args, timeout=240)
     if proc.returncode != 0:
         return [f"sweep failed ({proc.returncode}): {proc.stderr[-3000:]}"]
     failures, outcomes, records = [], {}, {}

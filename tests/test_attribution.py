@@ -5,8 +5,6 @@ eval_batch swept as an axis, the frontier table on made-up runs, and the frontie
 reading of a probe (scripted records, no worker)."""
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -23,8 +21,8 @@ from conf.contract import (
     run_peak,
 )
 from sweeper.frontier_runs import axis_reading
+from tests.data.loads import MEMSWEEP, TINY_CPU
 
-TINY_ARGS = ["context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
 TRAIN = planned_phases("train", 4096, False)
 
 
@@ -149,11 +147,9 @@ def test_the_search_reads_a_probe_by_the_phase_that_failed():
 def issue_sweep(tmp_path_factory):
     """The issue's case with a small model: batch 4 and 8 train fine and run out of memory in eval."""
     root = tmp_path_factory.mktemp("attr")
-    exe = Path(sys.executable).with_name("memsweep")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
     proc = subprocess.run(
-        [*cmd, "sweep", "sweep=none", "mode=train", "batch=4,8", "eval_batch=4096", "capacity=128MiB",
-         f"hydra.sweep.dir={root}/s", *TINY_ARGS],
+        [MEMSWEEP, "sweep", "sweep=none", "mode=train", "batch=4,8", "eval_batch=4096", "capacity=128MiB",
+         f"hydra.sweep.dir={root}/s", *TINY_CPU],
         cwd=root, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     return proc, root / "s"
@@ -180,11 +176,9 @@ def test_the_issue_case_names_the_eval_failure(issue_sweep):
 
 
 def test_eval_batch_is_swept_like_any_axis(tmp_path):
-    exe = Path(sys.executable).with_name("memsweep")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
     proc = subprocess.run(
-        [*cmd, "sweep", "sweep=none", "mode=train", "batch=4", "eval_batch=16,4096", "capacity=128MiB",
-         f"hydra.sweep.dir={tmp_path}/s", *TINY_ARGS],
+        [MEMSWEEP, "sweep", "sweep=none", "mode=train", "batch=4", "eval_batch=16,4096", "capacity=128MiB",
+         f"hydra.sweep.dir={tmp_path}/s", *TINY_CPU],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conf.contract import RunSpec, SpecError
+from tests.data.loads import MEMSWEEP, search_events
 from worker.classify import classify_failure
 from worker.counters import LiveTensorTracker
 
@@ -79,10 +80,10 @@ def test_process_capacity_mode_needs_a_capacity(tiny):
 LOAD = ["device=cpu", "capacity=64MiB", "context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1"]
 
 
-def search(memsweep_cmd, sweep_dir, env, *args):
+def search(sweep_dir, env, *args):
     proc = subprocess.run(
-        memsweep_cmd
-        + [
+        [
+            MEMSWEEP,
             "sweep",
             "hydra/sweeper=frontier",
             *LOAD,
@@ -99,13 +100,12 @@ def search(memsweep_cmd, sweep_dir, env, *args):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
-    (result,) = [e for e in events if e["event"] == "result"]
+    (result,) = search_events(sweep_dir, "result")
     records = [json.loads(p.read_text()) for p in sweep_dir.glob("*/record.json")]
     return result, records
 
 
-def test_the_allocator_mode_finds_the_same_edge_whatever_the_process_state(tmp_path, memsweep_cmd):
+def test_the_allocator_mode_finds_the_same_edge_whatever_the_process_state(tmp_path):
     """One search of the frontier integration load, to the batch item, twice: a plain worker with
     one thread, and a spawned worker with two threads, other malloc settings and 32 MiB of
     non-tensor ballast (half the capacity). The capacity caps tensor bytes only: one answer."""
@@ -119,8 +119,8 @@ def test_the_allocator_mode_finds_the_same_edge_whatever_the_process_state(tmp_p
         MALLOC_MMAP_THRESHOLD_="33554432",
         MALLOC_TOP_PAD_="16777216",
     )
-    first, first_records = search(memsweep_cmd, tmp_path / "plain", plain, "threads=1")
-    second, second_records = search(memsweep_cmd, tmp_path / "burdened", burdened, "threads=2", "isolation=spawn")
+    first, first_records = search(tmp_path / "plain", plain, "threads=1")
+    second, second_records = search(tmp_path / "burdened", burdened, "threads=2", "isolation=spawn")
     assert first["exact"] and second["exact"]
     assert (first["max_ok"], first["min_oom"]) == (second["max_ok"], second["min_oom"])
     assert first["min_oom"] == first["max_ok"] + 1

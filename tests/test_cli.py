@@ -8,8 +8,7 @@ import pytest
 
 from analysis.frontier import FRONTIER_SCHEMA
 from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA
-
-TINY_ARGS = ["context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
+from tests.data.loads import MEMSWEEP, TINY_CPU
 
 
 def run(cmd, cwd):
@@ -19,21 +18,17 @@ def run(cmd, cwd):
 @pytest.fixture(scope="module")
 def crash_sweep(tmp_path_factory):
     """A 4-run sweep: batch 4 fits and batch 64 does not at 8 MiB; half the runs are SIGKILLed in warmup."""
-    import sys
-    from pathlib import Path
-
-    exe = Path(sys.executable).with_name("memsweep")
     root = tmp_path_factory.mktemp("sweep")
     proc = run(
         [
-            str(exe),
+            MEMSWEEP,
             "sweep",
             "hydra/sweeper=basic",
             "fault={phase:warmup,kind:sigkill},null",
             "batch=4,64",
             "capacity=8MiB",
             f"hydra.sweep.dir={root}/s",
-            *TINY_ARGS,
+            *TINY_CPU,
         ],
         cwd=root,
     )
@@ -66,53 +61,53 @@ def test_sweep_goes_on_after_a_crash_and_finds_the_frontier(crash_sweep):
     assert "max_ok" in proc.stdout and "GiB" in proc.stdout
 
 
-def test_analyze_never_overwrites_and_writes_elsewhere(crash_sweep, memsweep_cmd, tmp_path):
+def test_analyze_never_overwrites_and_writes_elsewhere(crash_sweep, tmp_path):
     _, sweep_dir = crash_sweep
     before = (sweep_dir / "runs.parquet").read_bytes()
-    proc = run([*memsweep_cmd, "analyze", str(sweep_dir)], cwd=tmp_path)
+    proc = run([MEMSWEEP, "analyze", str(sweep_dir)], cwd=tmp_path)
     assert proc.returncode == 1 and "already exists" in proc.stderr
     assert (sweep_dir / "runs.parquet").read_bytes() == before
-    proc = run([*memsweep_cmd, "analyze", str(sweep_dir), "--out", str(tmp_path / "again")], cwd=tmp_path)
+    proc = run([MEMSWEEP, "analyze", str(sweep_dir), "--out", str(tmp_path / "again")], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert pq.read_table(tmp_path / "again" / "runs.parquet").num_rows == 4
 
 
-def test_empty_or_all_failed_tables_share_the_schema(tmp_path, memsweep_cmd):
+def test_empty_or_all_failed_tables_share_the_schema(tmp_path):
     """A sweep whose every run failed still writes files that read as one dataset with the others."""
     (tmp_path / "empty").mkdir()
-    proc = run([*memsweep_cmd, "analyze", str(tmp_path / "empty")], cwd=tmp_path)
+    proc = run([MEMSWEEP, "analyze", str(tmp_path / "empty")], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert pq.read_table(tmp_path / "empty" / "runs.parquet").schema.equals(RUNS_SCHEMA)
     assert pq.read_table(tmp_path / "empty" / "frontier.parquet").schema.equals(FRONTIER_SCHEMA)
 
 
-def test_second_run_into_same_directory_refuses(tmp_path, memsweep_cmd):
+def test_second_run_into_same_directory_refuses(tmp_path):
     run_dir = tmp_path / "r"
-    first = run([*memsweep_cmd, "run", "batch=2", f"hydra.run.dir={run_dir}", *TINY_ARGS], cwd=tmp_path)
+    first = run([MEMSWEEP, "run", "batch=2", f"hydra.run.dir={run_dir}", *TINY_CPU], cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     record = (run_dir / "record.json").read_bytes()
     hydra_cfg = (run_dir / ".hydra" / "config.yaml").read_bytes()
-    second = run([*memsweep_cmd, "run", "batch=4", f"hydra.run.dir={run_dir}", *TINY_ARGS], cwd=tmp_path)
+    second = run([MEMSWEEP, "run", "batch=4", f"hydra.run.dir={run_dir}", *TINY_CPU], cwd=tmp_path)
     assert second.returncode != 0 and "never overwrites" in second.stderr
     assert (run_dir / "record.json").read_bytes() == record
     assert (run_dir / ".hydra" / "config.yaml").read_bytes() == hydra_cfg
 
 
-def test_refused_run_leaves_no_directory_of_its_own_and_keeps_yours(tmp_path, memsweep_cmd):
-    proc = run([*memsweep_cmd, "run", "batch=0", f"results_dir={tmp_path}/res", *TINY_ARGS], cwd=tmp_path)
+def test_refused_run_leaves_no_directory_of_its_own_and_keeps_yours(tmp_path):
+    proc = run([MEMSWEEP, "run", "batch=0", f"results_dir={tmp_path}/res", *TINY_CPU], cwd=tmp_path)
     assert proc.returncode == 2 and "invalid batch=0" in proc.stderr
     assert not (tmp_path / "res").exists()  # Hydra's new timestamped directory and its new parents are gone
     mine = tmp_path / "mine"
     mine.mkdir()
-    proc = run([*memsweep_cmd, "run", "batch=0", f"hydra.run.dir={mine}", *TINY_ARGS], cwd=tmp_path)
+    proc = run([MEMSWEEP, "run", "batch=0", f"hydra.run.dir={mine}", *TINY_CPU], cwd=tmp_path)
     assert proc.returncode == 2 and mine.is_dir()  # a directory that existed before is the user's
     yours = tmp_path / "yours"
     yours.mkdir()
-    proc = run([*memsweep_cmd, "run", "batch=0", f"hydra.run.dir={yours}/a/b", *TINY_ARGS], cwd=tmp_path)
+    proc = run([MEMSWEEP, "run", "batch=0", f"hydra.run.dir={yours}/a/b", *TINY_CPU], cwd=tmp_path)
     assert proc.returncode == 2 and yours.is_dir() and list(yours.iterdir()) == []  # a/b made by Hydra: gone
 
 
-def test_run_exits_with_its_outcome(tmp_path, memsweep_cmd):
+def test_run_exits_with_its_outcome(tmp_path):
     """`memsweep run ... && echo fits` can be trusted: ok 0, out of memory 3, error 4."""
     cases = {
         "ok": (["batch=2"], 0),
@@ -121,7 +116,7 @@ def test_run_exits_with_its_outcome(tmp_path, memsweep_cmd):
     }
     for outcome, (args, code) in cases.items():
         run_dir = tmp_path / outcome
-        proc = run([*memsweep_cmd, "run", *args, f"hydra.run.dir={run_dir}", *TINY_ARGS], cwd=tmp_path)
+        proc = run([MEMSWEEP, "run", *args, f"hydra.run.dir={run_dir}", *TINY_CPU], cwd=tmp_path)
         assert json.loads((run_dir / "result.json").read_text())["outcome"] == outcome
         assert proc.returncode == code, (outcome, proc.returncode, proc.stderr[-1000:])
 
@@ -142,60 +137,54 @@ def test_run_exits_with_its_outcome(tmp_path, memsweep_cmd):
         (["hydra.sweeper.order=random"], "hydra.sweeper.order", "largest_first or given"),
     ],
 )
-def test_bad_input_fails_before_any_worker(tmp_path, memsweep_cmd, args, field, accepted):
-    proc = run([*memsweep_cmd, "sweep", "context=8,16", f"results_dir={tmp_path}/res", *args], cwd=tmp_path)
+def test_bad_input_fails_before_any_worker(tmp_path, args, field, accepted):
+    proc = run([MEMSWEEP, "sweep", "context=8,16", f"results_dir={tmp_path}/res", *args], cwd=tmp_path)
     assert proc.returncode == 2, (proc.stdout[-1000:], proc.stderr[-2000:])
     assert f"invalid {field}=" in proc.stderr and accepted in proc.stderr
     assert not list(tmp_path.rglob("spec.json")), "no worker may start on bad input"
 
 
-def test_unknown_workload_names_the_group_and_options(tmp_path, memsweep_cmd):
-    proc = run([*memsweep_cmd, "sweep", "workload=resnet", f"results_dir={tmp_path}/res"], cwd=tmp_path)
+def test_unknown_workload_names_the_group_and_options(tmp_path):
+    proc = run([MEMSWEEP, "sweep", "workload=resnet", f"results_dir={tmp_path}/res"], cwd=tmp_path)
     assert proc.returncode != 0
     assert "workload/resnet" in proc.stderr and "mlp" in proc.stderr
     assert not list(tmp_path.rglob("spec.json"))
 
 
-def test_env_reports_the_machine_and_exits_2_without_the_device(tmp_path, memsweep_cmd):
-    proc = run([*memsweep_cmd, "env", "--json"], cwd=tmp_path)
+def test_env_reports_the_machine_and_exits_2_without_the_device(tmp_path):
+    proc = run([MEMSWEEP, "env", "--json"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     env = info["environment"]
     assert info["available"] and env["torch"] and env["python"] and "alloc_conf" in env
     assert info["total_memory"] > 0 and env["backend"] in ("cpu", "cuda", "hip")
-    missing = run([*memsweep_cmd, "env", "--device", "cuda:9"], cwd=tmp_path)
+    missing = run([MEMSWEEP, "env", "--device", "cuda:9"], cwd=tmp_path)
     assert missing.returncode == 2 and "available: False" in missing.stdout
-    bad = run([*memsweep_cmd, "env", "--device", "tpu"], cwd=tmp_path)
+    bad = run([MEMSWEEP, "env", "--device", "tpu"], cwd=tmp_path)
     assert bad.returncode == 2 and "invalid device='tpu'" in bad.stderr
 
 
-def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_written(tmp_path, memsweep_cmd):
+def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_written(tmp_path):
     sweep_dir = tmp_path / "s"
-    first = run(
-        [*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS], cwd=tmp_path
-    )
+    first = run([MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_CPU], cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-2000:]
     before = {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()}
-    other = run(
-        [*memsweep_cmd, "sweep", "sweep=none", "batch=4,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS], cwd=tmp_path
-    )
+    other = run([MEMSWEEP, "sweep", "sweep=none", "batch=4,2", f"hydra.sweep.dir={sweep_dir}", *TINY_CPU], cwd=tmp_path)
     assert other.returncode == 2, other.stderr[-2000:]
     assert "already exists for another condition" in other.stderr and "Traceback" not in other.stderr
     assert {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()} == before  # multirun.yaml too
-    again = run(
-        [*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS], cwd=tmp_path
-    )
+    again = run([MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_CPU], cwd=tmp_path)
     assert again.returncode == 0 and "already ran" in again.stdout + again.stderr
     # started in the given order, resumed largest first: the directory's job numbers are kept
     reordered = run(
         [
-            *memsweep_cmd,
+            MEMSWEEP,
             "sweep",
             "sweep=none",
             "batch=1,2",
             "hydra.sweeper.order=given",
             f"hydra.sweep.dir={tmp_path / 'g'}",
-            *TINY_ARGS,
+            *TINY_CPU,
         ],
         cwd=tmp_path,
     )
@@ -203,7 +192,7 @@ def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_w
     specs = {p: p.read_bytes() for p in (tmp_path / "g").glob("*/spec.json")}
     assert json.loads((tmp_path / "g" / "0" / "spec.json").read_text())["batch"] == 1
     resumed = run(
-        [*memsweep_cmd, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 'g'}", *TINY_ARGS],
+        [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 'g'}", *TINY_CPU],
         cwd=tmp_path,
     )
     out = resumed.stdout + resumed.stderr
@@ -211,7 +200,7 @@ def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_w
     assert {p: p.read_bytes() for p in (tmp_path / "g").glob("*/spec.json")} == specs
 
 
-def test_output_piped_into_a_reader_that_leaves_ends_without_a_traceback(tmp_path, memsweep_cmd):
+def test_output_piped_into_a_reader_that_leaves_ends_without_a_traceback(tmp_path):
     """`memsweep estimate ... | head -1`: the reader closes the pipe early (BrokenPipeError). Here
     the reader (`true`) has left before memsweep has even imported its modules."""
     import shlex
@@ -219,7 +208,7 @@ def test_output_piped_into_a_reader_that_leaves_ends_without_a_traceback(tmp_pat
     cmd = " ".join(
         map(
             shlex.quote,
-            [*memsweep_cmd, "estimate", "--workload", "mlp", "--batch", "8", "--context", "128", "--width", "256"],
+            [MEMSWEEP, "estimate", "--workload", "mlp", "--batch", "8", "--context", "128", "--width", "256"],
         )
     )
     proc = subprocess.run(f"{cmd} 2> err.txt | true", shell=True, cwd=tmp_path, timeout=120, check=False)

@@ -6,14 +6,12 @@ import time
 
 import pyarrow.parquet as pq
 
-from tests.data.loads import MEMSWEEP
-
-TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
+from tests.data.loads import MEMSWEEP, SMALLEST_CPU
 
 
 def test_two_sweeps_on_one_directory_run_each_condition_once(tmp_path):
     sweep_dir = tmp_path / "shared"
-    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS]
+    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3", f"hydra.sweep.dir={sweep_dir}", *SMALLEST_CPU]
     procs = [
         subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(2)
@@ -36,7 +34,7 @@ def test_two_sweeps_on_one_directory_run_each_condition_once(tmp_path):
 def test_analyze_while_a_sweep_writes_reads_every_record(tmp_path):
     sweep_dir = tmp_path / "live"
     sweep = subprocess.Popen(
-        [MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3,4", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS],
+        [MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3,4", f"hydra.sweep.dir={sweep_dir}", *SMALLEST_CPU],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -18,6 +18,7 @@ from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, coerce_table, phase_rows
 from conf.contract import DEVICE_COUNTERS, PER_DEVICE_EXTRAS, Run, RunSpec, SpecError
 from sweeper.pool import gpu_slots, lease, placement
 from sweeper.process import RunDirError, check_resumable
+from tests.data.loads import MEMSWEEP
 from worker.counters import CudaCounters, MultiDeviceCounters, allocator_limit, cuda_capacity, make_counters
 from worker.protocol import run_phase
 
@@ -79,9 +80,9 @@ def test_spec_from_config_reads_devices_and_checks_the_visible_gpus(monkeypatch)
             spec_from_config(compose(config_name="config", overrides=["device=cpu", "devices=2"]))
 
 
-def test_memsweep_run_devices_2_on_the_cpu_is_refused_before_any_worker(tmp_path, memsweep_cmd):
+def test_memsweep_run_devices_2_on_the_cpu_is_refused_before_any_worker(tmp_path):
     proc = subprocess.run(
-        [*memsweep_cmd, "run", "device=cpu", "devices=2", f"results_dir={tmp_path}/res"],
+        [MEMSWEEP, "run", "device=cpu", "devices=2", f"results_dir={tmp_path}/res"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -13,6 +13,7 @@ import pytest
 
 from conf.contract import RunSpec, SpecError
 from sweeper.process import execute
+from tests.data.loads import MEMSWEEP, search_events
 
 HERE = Path(__file__).resolve().parent
 BASE = dict(context=16, width=32, dtype="float32", device="cpu", warmup=1, repeats=1, timeout_s=300, threads=1)
@@ -388,7 +389,7 @@ def test_a_seeded_search_finds_the_exact_edge(strategy, seed, edge, most_runs):
     assert result["runs_used"] <= most_runs, result
 
 
-def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path, memsweep_cmd):
+def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path):
     """The frontier integration load (tests/test_frontier_integration.py: mlp inference at an
     emulated 64 MiB, lattice 352..448 step 32, edge between 384 and 416 on every machine: the
     allocator capacity counts the bytes the dry run predicts): the dry runs predict the edge, and
@@ -399,8 +400,8 @@ def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path, memsw
 
     sweep_dir = tmp_path / "seeded"
     proc = subprocess.run(
-        memsweep_cmd
-        + [
+        [
+            MEMSWEEP,
             "sweep",
             "hydra/sweeper=frontier",
             *LOAD,
@@ -415,7 +416,7 @@ def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path, memsw
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
+    events = search_events(sweep_dir)
     (dry,) = [e for e in events if e["event"] == "dry_run"]
     assert dry["error"] is None and 384 <= dry["predicted_max_ok"] < 416
     probes = [e for e in events if e["event"] == "probe"]

@@ -16,6 +16,7 @@ import pytest
 from test_dry_run import run_dry_worker  # noqa: E402  (the same real-process helper)
 
 from conf.contract import RunSpec, SpecError
+from tests.data.loads import MEMSWEEP
 
 BASE = dict(context=16, width=32, dtype="float32", warmup=1, repeats=1, timeout_s=300, threads=1, dry_run=True)
 LM = {"name": "transformer", "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 128}
@@ -250,9 +251,9 @@ def test_a_cuda_dry_run_spec_needs_no_gpu_but_a_valid_device(monkeypatch):
         RunSpec.from_dict(dict(LOADS["mlp1_inference"], device="cuda"))
 
 
-def test_a_real_run_on_a_missing_gpu_is_still_refused(tmp_path, memsweep_cmd):
+def test_a_real_run_on_a_missing_gpu_is_still_refused(tmp_path):
     proc = subprocess.run(
-        [*memsweep_cmd, "run", "device=cuda", "workload=mlp", "context=8", "width=16", f"results_dir={tmp_path}/res"],
+        [MEMSWEEP, "run", "device=cuda", "workload=mlp", "context=8", "width=16", f"results_dir={tmp_path}/res"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -9,7 +9,6 @@ adapters through peft on the Llama config (skipped where peft is not installed).
 Skipped where transformers is not installed.
 """
 
-import importlib.util
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,30 +16,17 @@ import pytest
 
 from conf.contract import RunSpec
 from sweeper.process import execute
+from tests.data.loads import TINY_HF_GPT2, TINY_HF_LLAMA, TINY_LLAMA_OVERRIDES
+from tests.data.optional import HAS_PEFT, needs_transformers
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("transformers") is None, reason="transformers is not installed: pip install 'memsweep[hf]'"
-)
+pytestmark = needs_transformers
 
-SHRUNK = {
-    "num_hidden_layers": 2,
-    "hidden_size": 32,
-    "intermediate_size": 64,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 128,
-    "max_position_embeddings": 64,
-}
 FAMILIES = {
-    "llama": {"name": "hf", "config": "LlamaConfig", "overrides": SHRUNK},
-    "gpt2": {
-        "name": "hf",
-        "config": "gpt2",
-        "overrides": {"n_layer": 2, "n_embd": 32, "n_head": 4, "vocab_size": 128, "n_positions": 64},
-    },
-    "qwen2": {"name": "hf", "config": "Qwen2Config", "overrides": SHRUNK},
-    "mistral": {"name": "hf", "config": "MistralConfig", "overrides": {**SHRUNK, "sliding_window": 8}},
-    "phi3": {"name": "hf", "config": "Phi3Config", "overrides": {**SHRUNK, "pad_token_id": 0}},
+    "llama": TINY_HF_LLAMA,
+    "gpt2": TINY_HF_GPT2,
+    "qwen2": {"name": "hf", "config": "Qwen2Config", "overrides": TINY_LLAMA_OVERRIDES},
+    "mistral": {"name": "hf", "config": "MistralConfig", "overrides": {**TINY_LLAMA_OVERRIDES, "sliding_window": 8}},
+    "phi3": {"name": "hf", "config": "Phi3Config", "overrides": {**TINY_LLAMA_OVERRIDES, "pad_token_id": 0}},
 }
 BASE = dict(batch=2, context=16, width=32, dtype="float32", device="cpu", warmup=1, repeats=1, timeout_s=300, threads=1)
 LOADS = {
@@ -59,7 +45,6 @@ LOADS = {
     "gpt2_generate": dict(BASE, mode="generate", new_tokens=3, workload=FAMILIES["gpt2"]),
     "qwen2_inference": dict(BASE, mode="inference", workload=FAMILIES["qwen2"]),
 }
-HAS_PEFT = importlib.util.find_spec("peft") is not None
 if HAS_PEFT:  # adapters created in float32, then cast to the base's bfloat16 by peft (Module.to)
     LOADS["llama_lora_train"] = dict(BASE, mode="train", workload={**FAMILIES["llama"], "lora_rank": 4})
     LOADS["llama_lora_bf16_ckpt_dropout"] = dict(

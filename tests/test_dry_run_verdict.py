@@ -2,10 +2,9 @@
 runs out of memory, so a search or a run that read the worker's ``ok`` as "fits" would call any
 load a fit (conf.contract.predicted_outcome)."""
 
-import json
 import subprocess
 
-from tests.data.loads import MEMSWEEP
+from tests.data.loads import MEMSWEEP, search_events
 
 # The mlp at context=8 width=16 predicts tens of KiB at batch 1: 4 KiB is below every value.
 TINY = ["device=cpu", "context=8", "width=16", "capacity=4KiB"]
@@ -30,7 +29,7 @@ def test_a_dry_run_frontier_search_below_every_predicted_peak_reports_nothing_fi
         f"hydra.sweep.dir={sweep_dir}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    events = [json.loads(x) for x in (sweep_dir / "search.jsonl").read_text().splitlines()]
+    events = search_events(sweep_dir)
     (result,) = [e for e in events if e["event"] == "result"]
     assert result["max_ok"] is None and result["min_oom"] == 1 and not result["upper_reached"]
     assert result["status"].startswith("lower bound does not fit")

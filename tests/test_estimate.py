@@ -12,6 +12,7 @@ import pytest
 from analysis import estimate as E
 from analysis.estimate.cli import main as estimate_main
 from conf.contract import GB, GiB, RunSpec, SpecError
+from tests.data.loads import MEMSWEEP
 
 LLAMA2_7B = {
     "model_type": "llama",
@@ -73,10 +74,10 @@ def test_cli_seed_command(capsys):
         assert part in not_included
 
 
-def test_console_script_dispatches_estimate(memsweep_cmd):
+def test_console_script_dispatches_estimate():
     """The installed `memsweep estimate` (a subprocess, as a user runs it) prints the same bytes."""
     proc = subprocess.run(
-        memsweep_cmd + ["estimate", "--parameters", "7000000000", "--bits", "16", "--reserve-gib", "4", "--json"],
+        [MEMSWEEP, "estimate", "--parameters", "7000000000", "--bits", "16", "--reserve-gib", "4", "--json"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -9,7 +9,6 @@ nothing is downloaded. One worker process counts all twelve (a few seconds).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,10 +17,8 @@ import pytest
 import analysis.estimate as E
 from conf.contract import RunSpec
 from sweeper.process import execute
+from tests.data.optional import needs_transformers
 from tests.data.published_configs import MIXTRAL_8X7B, PUBLISHED
-
-HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
-needs_transformers = pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed")
 
 MOE_OR_MLA = {"Mixtral-8x7B", "Qwen3-30B-A3B", "gpt-oss-20b", "DeepSeek-V2-Lite"}
 

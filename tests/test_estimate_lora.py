@@ -3,16 +3,13 @@ peft is installed, against peft's own trainable count for the same configs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
 import analysis.estimate as E
 from analysis.estimate.cli import main as estimate_main
-
-HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
-HAS_PEFT = HAS_TRANSFORMERS and importlib.util.find_spec("peft") is not None
+from tests.data.optional import needs_peft
 
 # hidden 256, 4 heads of 64, 2 KV heads (GQA): q/o 256x256, k/v 128x256; MLP 688; 2 layers.
 SMALL_LLAMA = {
@@ -160,7 +157,7 @@ def test_cli_lora_refusals(llama_dir, capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not HAS_PEFT, reason="peft (and transformers) not installed")
+@needs_peft
 def test_trainable_count_equals_peft(tmp_path):
     """peft's own count, for the models transformers builds from the same configs (GPT-2's
     c_attn is a Conv1D), equals memsweep's from the count worker's Linear modules."""

@@ -2,8 +2,6 @@
 the byte) and in real worker processes (``python -m worker SPEC.json``, within 5%)."""
 
 import json
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -11,8 +9,8 @@ import pytest
 from analysis.estimate import estimate_for_spec, mlp_phases
 from analysis.tables import build_tables
 from conf.contract import RECORD_FILE, SPEC_FILE, RunSpec, write_json_atomic
-from sweeper.process import worker_env
 from sweeper.spec import spec_from_config, with_estimate
+from tests.data.loads import run_worker
 
 # (mode, dtype, batch, context, width, workload params): small loads, several shapes. Each
 # worker process costs seconds of CPU (the torch import, and torch._dynamo's for training),
@@ -54,14 +52,7 @@ def worker_runs(tmp_path_factory):
         runs.append((spec, run_dir))
 
     def measure(run_dir):
-        return subprocess.run(
-            [sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
-            cwd=run_dir,
-            env=worker_env(),
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        return run_worker(run_dir, timeout=180)
 
     with ThreadPoolExecutor(len(runs)) as pool:
         procs = list(pool.map(measure, [d for _, d in runs]))

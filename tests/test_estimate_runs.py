@@ -4,10 +4,7 @@ null with the reason, mlp runs with options the replay does not model null with 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,11 +13,9 @@ import pytest
 import analysis.estimate as E
 from analysis.tables import build_tables
 from conf.contract import SPEC_FILE, RunSpec, write_json_atomic
-from sweeper.process import worker_env
 from sweeper.spec import with_estimate
-
-HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
-HAS_PEFT = HAS_TRANSFORMERS and importlib.util.find_spec("peft") is not None
+from tests.data.loads import run_worker
+from tests.data.optional import HAS_PEFT, HAS_TRANSFORMERS, needs_peft, needs_transformers
 
 SMALL_LLAMA = {
     "model_type": "llama",
@@ -116,14 +111,7 @@ def measured(tmp_path_factory):
         write_json_atomic(dirs[name] / SPEC_FILE, with_estimate(spec).to_dict())
 
     def measure(run_dir):
-        return subprocess.run(
-            [sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
-            cwd=run_dir,
-            env=worker_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return run_worker(run_dir, timeout=300)
 
     ran = [n for n in specs if n != "user"]
     with ThreadPoolExecutor(len(ran)) as pool:
@@ -146,7 +134,7 @@ def test_runs_parquet_has_every_workloads_estimate_or_the_reason(measured):
     assert u["estimate_missing_reason"] == E.USER_REASON
 
 
-@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed")
+@needs_transformers
 def test_hf_run_is_counted_by_transformers_and_estimated(measured):
     h = measured["hf"]
     assert h["outcome"] == "ok" and h["estimate_missing_reason"] is None
@@ -157,7 +145,7 @@ def test_hf_run_is_counted_by_transformers_and_estimated(measured):
     )
 
 
-@pytest.mark.skipif(not HAS_PEFT, reason="transformers and peft are not installed")
+@needs_peft
 def test_hf_lora_run_estimates_the_adapters_training_state(measured):
     """Only the adapters train: r x (in + out) fp32 values per adapted Linear (Hu et al. 2021;
     peft keeps them in fp32 on a bfloat16 base), their gradients (4 B) and AdamW states (8 B, plus

@@ -10,9 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conf.contract import INFERENCE_PHASES
-from tests.data.loads import MEMSWEEP
-
-TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
+from tests.data.loads import MEMSWEEP, SMALLEST_CPU
 
 # (fault kind, phase) -> expected outcome. OOMs are injected as torch.OutOfMemoryError in each phase.
 MATRIX = [(kind, phase) for kind in ("sigkill", "oom") for phase in INFERENCE_PHASES] + [
@@ -36,7 +34,7 @@ def matrix_sweep(tmp_path_factory):
             f"fault={faults}",
             "batch=2",
             f"hydra.sweep.dir={root}/s",
-            *TINY_ARGS,
+            *SMALLEST_CPU,
         ],
         cwd=root,
         capture_output=True,
@@ -88,7 +86,7 @@ def _wait_for(path_glob, root, count, timeout=300):
 
 def test_orchestrator_killed_mid_sweep_resumes_without_running_a_finished_run_twice(tmp_path):
     sweep_dir = tmp_path / "s"
-    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3,4", f"hydra.sweep.dir={sweep_dir}", *TINY_ARGS]
+    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3,4", f"hydra.sweep.dir={sweep_dir}", *SMALLEST_CPU]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for("*/result.json", sweep_dir, 2)
     _wait_for("2/record.json", sweep_dir, 1)  # the third run's worker is going

@@ -16,13 +16,8 @@ import torch
 from conf.contract import RunSpec, SpecError
 from sweeper.spec import spec_from_config
 from tests.data.loads import MEMSWEEP
+from tests.data.optional import needs_bnb, needs_peft
 from worker.workloads import build_workload
-
-HAS = {name: importlib.util.find_spec(name) is not None for name in ("transformers", "peft", "bitsandbytes")}
-needs_peft = pytest.mark.skipif(
-    not (HAS["transformers"] and HAS["peft"]), reason="pip install 'memsweep[hf,lora]' (transformers, peft)"
-)
-needs_bnb = pytest.mark.skipif(not HAS["bitsandbytes"], reason="pip install 'memsweep[lora]' (bitsandbytes)")
 
 HIDDEN, HEADS, KV_HEADS, LAYERS, VOCAB = 64, 4, 2, 2, 256
 OVERRIDES = {

@@ -9,7 +9,6 @@ search range is the lattice 352, 384, 416, 448 (multiple_of=32): small enough to
 value once and compare (the exhaustive check).
 """
 
-import json
 import subprocess
 
 import pyarrow.parquet as pq
@@ -17,29 +16,21 @@ import pytest
 
 from conf.contract import RunSpec, read_json
 from sweeper.process import execute
-from tests.data.loads import TINY_CPU
+from tests.data.loads import MEMSWEEP, TINY_CPU, search_events
 
 LOAD = ["capacity=64MiB", *TINY_CPU]
 LATTICE = (352, 384, 416, 448)
 RANGE = ["hydra.sweeper.lower=352", "hydra.sweeper.upper=448", "hydra.sweeper.multiple_of=32"]
 
 
-def sweep(cmd, sweep_dir, *args, timeout=300, bounds=RANGE):
+def sweep(sweep_dir, *args, timeout=300, bounds=RANGE):
     return subprocess.run(
-        cmd + ["sweep", "hydra/sweeper=frontier", *LOAD, *bounds, *args, f"hydra.sweep.dir={sweep_dir}"],
+        [MEMSWEEP, "sweep", "hydra/sweeper=frontier", *LOAD, *bounds, *args, f"hydra.sweep.dir={sweep_dir}"],
         cwd=sweep_dir.parent,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
-
-
-def results(sweep_dir):
-    return [
-        json.loads(x)
-        for x in (sweep_dir / "search.jsonl").read_text().splitlines()
-        if json.loads(x)["event"] == "result"
-    ]
 
 
 def outcomes_by_value(sweep_dir):
@@ -55,22 +46,17 @@ def outcomes_by_value(sweep_dir):
 @pytest.fixture(scope="module")
 def basic(tmp_path_factory):
     """One search through the basic launcher (no confirmation), kept for the tests below."""
-    import sys
-    from pathlib import Path
-
-    exe = Path(sys.executable).with_name("memsweep")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
     sweep_dir = tmp_path_factory.mktemp("frontier") / "basic"
-    proc = sweep(cmd, sweep_dir, "hydra.sweeper.confirm=0")
+    proc = sweep(sweep_dir, "hydra.sweeper.confirm=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return cmd, sweep_dir, proc
+    return sweep_dir, proc
 
 
 @pytest.fixture(scope="module")
 def exhaustive(basic):
     """Every lattice value run once (the ones the search did not run are run here, in the
     same fresh-process way), and the edge read from their outcomes alone."""
-    _, sweep_dir, _ = basic
+    sweep_dir, _ = basic
     ran = outcomes_by_value(sweep_dir)
     spec = read_json(next(sweep_dir.glob("*/spec.json")), "spec")
     for value in LATTICE:
@@ -86,8 +72,8 @@ def exhaustive(basic):
 
 
 def test_basic_launcher_finds_the_exhaustive_edge(basic, exhaustive):
-    _, sweep_dir, proc = basic
-    (result,) = results(sweep_dir)
+    sweep_dir, proc = basic
+    (result,) = search_events(sweep_dir, "result")
     assert (result["max_ok"], result["min_oom"]) == exhaustive
     assert result["exact"] and result["stopped_by"] is None and result["runs_used"] <= 3
     assert result["strategy"] == "model" and "max_memory_allocated" in result["peak_counter"]
@@ -95,37 +81,31 @@ def test_basic_launcher_finds_the_exhaustive_edge(basic, exhaustive):
     assert (row["max_ok"], row["min_oom"], row["exact"], row["strategy"]) == (*exhaustive, True, "model")
     assert row["runs_used"] == result["runs_used"] and row["search_status"].startswith("exact edge")
     assert "search (model" in proc.stdout
-    probes = [
-        json.loads(x)
-        for x in (sweep_dir / "search.jsonl").read_text().splitlines()
-        if json.loads(x)["event"] == "probe"
-    ]
+    probes = search_events(sweep_dir, "probe")
     assert all(p["reason"] and p["outcome"] in ("ok", "oom") and p["run_dir"] for p in probes)
 
 
 def test_resume_reuses_the_runs(basic):
-    cmd, sweep_dir, _ = basic
+    sweep_dir, _ = basic
 
     def runs():
         return {p.parent.name: p.parent.joinpath("result.json").read_bytes() for p in sweep_dir.glob("*/spec.json")}
 
     before = runs()
-    proc = sweep(cmd, sweep_dir, "hydra.sweeper.confirm=0")
+    proc = sweep(sweep_dir, "hydra.sweeper.confirm=0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert runs() == before  # nothing ran again, nothing was overwritten
     assert (sweep_dir / "frontier.parquet").exists() and list(sweep_dir.glob("analysis/*/frontier.parquet"))
-    first, second = results(sweep_dir)
+    first, second = search_events(sweep_dir, "result")
     assert second["runs_reused"] == second["runs_used"] == first["runs_used"]
     assert (second["max_ok"], second["min_oom"]) == (first["max_ok"], first["min_oom"])
 
 
-def test_submitit_local_finds_the_same_edge_two_probes_at_a_time(basic, exhaustive, tmp_path):
-    cmd, _, _ = basic
+def test_submitit_local_finds_the_same_edge_two_probes_at_a_time(exhaustive, tmp_path):
     sweep_dir = tmp_path / "submitit"
     # the two lattice values around the edge, run at once: one round
     lower, upper = exhaustive
     proc = sweep(
-        cmd,
         sweep_dir,
         "hydra/launcher=submitit_local",
         "hydra.sweeper.parallel=2",
@@ -133,18 +113,17 @@ def test_submitit_local_finds_the_same_edge_two_probes_at_a_time(basic, exhausti
         bounds=[f"hydra.sweeper.lower={lower}", f"hydra.sweeper.upper={upper}", "hydra.sweeper.multiple_of=32"],
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (result,) = results(sweep_dir)
+    (result,) = search_events(sweep_dir, "result")
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (*exhaustive, True)
     assert result["rounds"] == 1 and result["runs_used"] == 2
     assert (sweep_dir / ".submitit").is_dir() and (sweep_dir / "frontier.parquet").exists()
 
 
-def test_an_error_probe_stops_the_search_and_is_reported(basic, tmp_path):
-    cmd, _, _ = basic
+def test_an_error_probe_stops_the_search_and_is_reported(tmp_path):
     sweep_dir = tmp_path / "fault"
-    proc = sweep(cmd, sweep_dir, "fault={phase:cold_forward,kind:raise}", "hydra.sweeper.confirm=1")
+    proc = sweep(sweep_dir, "fault={phase:cold_forward,kind:raise}", "hydra.sweeper.confirm=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (result,) = results(sweep_dir)
+    (result,) = search_events(sweep_dir, "result")
     assert result["stopped_by"] == "error" and result["stop_value"] == 352 and result["runs_used"] == 1
     assert result["max_ok"] is None and result["min_oom"] is None and "injected fault" in result["stop_message"]
     (row,) = pq.read_table(sweep_dir / "frontier.parquet").to_pylist()
@@ -152,10 +131,9 @@ def test_an_error_probe_stops_the_search_and_is_reported(basic, tmp_path):
     assert "stopped by error at batch=352" in proc.stdout
 
 
-def test_bad_settings_exit_2_before_any_run(basic, tmp_path):
-    cmd, _, _ = basic
+def test_bad_settings_exit_2_before_any_run(tmp_path):
     for args, field in ((["hydra.sweeper.strategy=random"], "hydra.sweeper.strategy"), (["batch=1,2"], "batch")):
         sweep_dir = tmp_path / field
-        proc = sweep(cmd, sweep_dir, *args)
+        proc = sweep(sweep_dir, *args)
         assert proc.returncode == 2 and f"invalid {field}=" in proc.stderr, proc.stderr[-2000:]
         assert not sweep_dir.exists() or not list(sweep_dir.glob("*/spec.json"))

@@ -1,7 +1,6 @@
 """The frontier sweeper's bookkeeping with a scripted launcher (no worker processes):
 run directories keyed by spec, resume, confirmation, stops, decisions log, settings."""
 
-import json
 import re
 
 import pytest
@@ -12,6 +11,7 @@ from conf.contract import RunSpec, SpecError, run_peak, write_json_atomic
 from sweeper.frontier_runs import RunIndex, launcher_slots, oom_said, spec_key
 from sweeper.frontier_settings import check_sweep_choice
 from sweeper.frontier_sweeper import FrontierSweeperImpl
+from tests.data.loads import search_events
 
 CAP = 64 * 2**20
 BASE = dict(batch=8, context=64, width=64, device="cpu", capacity_bytes=CAP, warmup=1, repeats=1, threads=1)
@@ -86,11 +86,6 @@ def make(tmp_path, oracle, launcher=None, said=None, **settings):
     return impl
 
 
-def log_lines(tmp_path, event=None):
-    lines = [json.loads(x) for x in (tmp_path / "search.jsonl").read_text().splitlines()]
-    return [x for x in lines if event is None or x["event"] == event]
-
-
 def edge_at(limit):
     return lambda spec: "ok" if spec.batch * spec.context <= limit else "oom"
 
@@ -98,7 +93,7 @@ def edge_at(limit):
 def test_search_writes_runs_keyed_by_spec_and_its_decisions(tmp_path):
     impl = make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=0)
     impl.sweep([])
-    (result,) = log_lines(tmp_path, "result")
+    (result,) = search_events(tmp_path, "result")
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
     assert result["stable"] is None  # confirm=0: nothing re-run, not checked (the table's null)
     assert result["fixed"] == {
@@ -114,7 +109,7 @@ def test_search_writes_runs_keyed_by_spec_and_its_decisions(tmp_path):
         "repeats": 1,
     }
     assert result["capacity_bytes"] == CAP and "max_memory_allocated" in result["peak_counter"]
-    probes = log_lines(tmp_path, "probe")
+    probes = search_events(tmp_path, "probe")
     assert len(probes) == result["runs_used"] and all(p["reason"] and p["outcome"] for p in probes)
     for p in probes:
         assert re.fullmatch(rf"batch_{p['value']}_{p['spec_key']}", p["run_dir"].rsplit("/", 1)[1])
@@ -133,19 +128,19 @@ def dry_runs(tmp_path, **settings):
 def test_a_dry_run_search_reads_the_predicted_peak_against_the_capacity(tmp_path):
     edge = CAP // (1000 * BASE["context"])  # the largest batch whose predicted peak fits: 1048
     dry_runs(tmp_path, lower=1, upper=4096, confirm=0).sweep([])
-    (result,) = log_lines(tmp_path, "result")
+    (result,) = search_events(tmp_path, "result")
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (edge, edge + 1, True)
     assert not result["upper_reached"]
-    probes = log_lines(tmp_path, "probe")
+    probes = search_events(tmp_path, "probe")
     assert all((p["outcome"] == "ok") == (p["value"] <= edge) for p in probes)
 
 
 def test_a_dry_run_search_with_every_value_predicted_above_the_capacity_finds_nothing_fits(tmp_path):
     dry_runs(tmp_path, lower=2000, upper=4096, confirm=0).sweep([])
-    (result,) = log_lines(tmp_path, "result")
+    (result,) = search_events(tmp_path, "result")
     assert result["max_ok"] is None and result["min_oom"] == 2000 and not result["upper_reached"]
     assert result["status"].startswith("lower bound does not fit"), result["status"]
-    assert all(p["outcome"] == "oom" for p in log_lines(tmp_path, "probe"))
+    assert all(p["outcome"] == "oom" for p in search_events(tmp_path, "probe"))
 
 
 def test_resume_reuses_every_run_and_never_overwrites(tmp_path):
@@ -154,7 +149,7 @@ def test_resume_reuses_every_run_and_never_overwrites(tmp_path):
     again = make(tmp_path, lambda spec: pytest.fail("a run was launched again"), lower=1, upper=1024, confirm=0)
     again.sweep([])
     assert sorted(p.name for p in tmp_path.iterdir()) == before
-    first, second = log_lines(tmp_path, "result")
+    first, second = search_events(tmp_path, "result")
     assert second["runs_reused"] == second["runs_used"] == first["runs_used"]
     assert (second["max_ok"], second["min_oom"]) == (first["max_ok"], first["min_oom"])
 
@@ -184,17 +179,17 @@ def test_confirmation_flip_marks_the_edge_unstable(tmp_path):
 
     impl = make(tmp_path, flaky, lower=1, upper=1024, confirm=2)
     impl.sweep([])
-    (result,) = log_lines(tmp_path, "result")
+    (result,) = search_events(tmp_path, "result")
     assert result["stable"] is False and "UNSTABLE" in result["status"]
     assert result["exact"] is False  # a flip: no single edge, whatever the search found first
     assert result["confirm_outcomes"] == {"300": ["oom", "oom"], "301": ["oom", "oom"]}
-    assert len(log_lines(tmp_path, "confirm")) == 4
+    assert len(search_events(tmp_path, "confirm")) == 4
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("batch_300_")]) == 3
 
 
 def test_confirmation_agrees(tmp_path):
     make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=1).sweep([])
-    (result,) = log_lines(tmp_path, "result")
+    (result,) = search_events(tmp_path, "result")
     assert result["stable"] is True and result["confirm_outcomes"] == {"300": ["ok"], "301": ["oom"]}
 
 
@@ -203,10 +198,10 @@ def test_failure_stops_the_axis_and_the_next_axis_still_runs(tmp_path, failure):
     oracle = lambda spec: failure if spec.batch >= 100 and spec.context == 64 else edge_at(8 * 2000)(spec)  # noqa
     impl = make(tmp_path, oracle, axes=["batch", "context"], lower=1, upper=4096, confirm=1)
     impl.sweep([])
-    batch, context = log_lines(tmp_path, "result")
+    batch, context = search_events(tmp_path, "result")
     assert batch["stopped_by"] == failure and batch["min_oom"] is None and batch["stop_value"] >= 100
     assert batch["status"].startswith(f"stopped by {failure}") and not batch["exact"]
-    assert not any(c["axis"] == "batch" for c in log_lines(tmp_path, "confirm"))  # no confirmation after a stop
+    assert not any(c["axis"] == "batch" for c in search_events(tmp_path, "confirm"))  # no confirmation after a stop
     assert context["axis"] == "context" and context["exact"] and context["max_ok"] == 2000
     assert context["fixed"]["batch"] == 8  # the other axes at the baseline
 
@@ -214,11 +209,11 @@ def test_failure_stops_the_axis_and_the_next_axis_still_runs(tmp_path, failure):
 def test_axes_share_runs_of_the_same_condition(tmp_path):
     impl = make(tmp_path, edge_at(10**9), axes=["batch", "context"], lower=8, upper=64, multiple_of=8, confirm=0)
     impl.sweep([])
-    batch, context = log_lines(tmp_path, "result")
+    batch, context = search_events(tmp_path, "result")
     assert batch["upper_reached"] and context["upper_reached"]
     assert batch["status"].startswith("upper bound not reached")
     # batch=8 context=64 is the baseline: searched on both axes, run once
-    reused = [p for p in log_lines(tmp_path, "probe") if p["reused"]]
+    reused = [p for p in search_events(tmp_path, "probe") if p["reused"]]
     assert [(p["axis"], p["value"]) for p in reused] == [("context", 64)]
 
 
@@ -232,9 +227,9 @@ def test_parallel_slots_come_from_the_launcher_or_the_setting(tmp_path):
     )
     impl.sweep([])
     rounds = {}
-    for p in log_lines(tmp_path, "probe"):
+    for p in search_events(tmp_path, "probe"):
         rounds.setdefault(p["round"], []).append(p["value"])
-    assert max(len(v) for v in rounds.values()) == 3 and log_lines(tmp_path, "start")[0]["slots"] == 3
+    assert max(len(v) for v in rounds.values()) == 3 and search_events(tmp_path, "start")[0]["slots"] == 3
 
 
 @pytest.mark.parametrize(
@@ -314,7 +309,7 @@ def test_frontier_table_carries_the_search_columns(tmp_path):
     assert set(rows) == {"batch", "context"}
     b, c = rows["batch"], rows["context"]
     assert (b["max_ok"], b["min_oom"], b["exact"], b["stable"], b["strategy"]) == (300, 301, True, True, "model")
-    assert b["runs_used"] == log_lines(tmp_path, "result")[0]["runs_used"] and b["upper_reached"] is False
+    assert b["runs_used"] == search_events(tmp_path, "result")[0]["runs_used"] and b["upper_reached"] is False
     assert b["n_runs"] == b["runs_used"] + 2  # the confirmations are runs of the same group
     assert c["stopped_by"] == "error" and c["max_ok"] is None and c["min_oom"] is None and c["n_other"] == 1
     assert c["search_status"].startswith("stopped by error at context=128")
@@ -346,25 +341,25 @@ def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, 
     impl.compose = spec_of_with_policy
     with caplog.at_level("INFO", logger="memsweep"):
         impl.sweep([])
-    (result,) = log_lines(tmp_path, "result")
+    (result,) = search_events(tmp_path, "result")
     # the full-protocol runs at the edge are in runs_used and are the first confirmations: none more
     (line,) = [r.getMessage() for r in caplog.records if "confirmation run(s)" in r.getMessage()]
     assert f"after {result['runs_used']} search run(s)" in line and "and 0 more confirmation run(s)" in line
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (full_edge, full_edge + 1, True)
     assert result["light"] is True and result["stable"] is True
-    light = log_lines(tmp_path, "light_probe")
+    light = search_events(tmp_path, "light_probe")
     assert light and all(p["overrides"] == ["warmup=0", "repeats=1"] for p in light)
     assert all("_light_" in p["run_dir"] for p in light)
-    verify = log_lines(tmp_path, "verify")
+    verify = search_events(tmp_path, "verify")
     assert [v["value"] for v in verify] == [300, 301]
     if full_edge == 300:
-        assert "verified with the full protocol" in result["status"] and not log_lines(tmp_path, "probe")
+        assert "verified with the full protocol" in result["status"] and not search_events(tmp_path, "probe")
         # with confirm=1 the verification is the confirmation: no further run
         assert result["confirm_outcomes"] == {"300": ["ok"], "301": ["oom"]}
         assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == len(light) + 2
     else:  # searched again with the full protocol, reusing its run at the light edge
-        assert "after light probes it disagreed" in result["status"] and log_lines(tmp_path, "probe")
-    assert result["runs_used"] == len(light) + len(verify) + len(log_lines(tmp_path, "probe"))
+        assert "after light probes it disagreed" in result["status"] and search_events(tmp_path, "probe")
+    assert result["runs_used"] == len(light) + len(verify) + len(search_events(tmp_path, "probe"))
     # the answer's runs are full-protocol runs
     full_dirs = {p.name for p in tmp_path.iterdir() if p.is_dir() and "_light_" not in p.name}
     assert any(d.startswith(f"batch_{full_edge}_") for d in full_dirs)
@@ -407,10 +402,10 @@ def test_a_run_finished_by_another_orchestrator_after_the_scan_is_reused(tmp_pat
 
     impl.launcher.launch = launch_then_the_other_finishes_256
     impl.sweep([])
-    (result,) = log_lines(tmp_path, "result")
+    (result,) = search_events(tmp_path, "result")
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
     assert not any("batch=256" in call for call in impl.launcher.calls)  # read, not run again
-    assert [p for p in log_lines(tmp_path, "probe") if p["value"] == 256][0]["reused"] is True
+    assert [p for p in search_events(tmp_path, "probe") if p["value"] == 256][0]["reused"] is True
     assert not (tmp_path / f"{name}_2").exists()
 
 
@@ -446,13 +441,13 @@ def test_the_search_reads_what_an_oom_said(tmp_path):
     read.sweep([])
     silent = make(tmp_path / "silent", edge_at(64 * 300), lower=1, upper=4096, confirm=0)
     silent.sweep([])
-    (result,) = log_lines(tmp_path / "read", "result")
+    (result,) = search_events(tmp_path / "read", "result")
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
-    probes = log_lines(tmp_path / "read", "probe")
+    probes = search_events(tmp_path / "read", "probe")
     ooms = [p for p in probes if p["outcome"] == "oom"]
     assert ooms and all(p["oom_held_bytes"] <= usable < p["oom_held_bytes"] + p["oom_request_bytes"] for p in ooms)
     assert any(p.get("usable_bytes") and p["usable_bytes"][1] <= CAP for p in probes)
-    assert len(probes) < len(log_lines(tmp_path / "silent", "probe"))
+    assert len(probes) < len(search_events(tmp_path / "silent", "probe"))
 
 
 def test_a_search_on_the_cpu_without_a_capacity_is_refused(tmp_path):

@@ -5,38 +5,15 @@ The message a user gets without it is tested everywhere.
 """
 
 import builtins
-import importlib.util
 import json
 
 import pytest
 import torch
 
 from conf.contract import RunSpec
+from tests.data.loads import TINY_HF_GPT2, TINY_HF_LLAMA
+from tests.data.optional import needs_transformers
 from worker.workloads import DependencyMissing, build_workload
-
-HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
-needs_transformers = pytest.mark.skipif(
-    not HAS_TRANSFORMERS, reason="transformers is not installed: pip install 'memsweep[hf]'"
-)
-
-GPT2 = {
-    "name": "hf",
-    "config": "gpt2",
-    "overrides": {"n_layer": 2, "n_embd": 32, "n_head": 4, "vocab_size": 128, "n_positions": 64},
-}
-LLAMA = {
-    "name": "hf",
-    "config": "LlamaConfig",
-    "overrides": {
-        "num_hidden_layers": 2,
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "vocab_size": 128,
-        "max_position_embeddings": 64,
-    },
-}
 
 
 def _workload(workload, **kw):
@@ -57,14 +34,15 @@ def test_missing_transformers_names_the_extra(monkeypatch):
         return real_import(name, *a, **k)
 
     monkeypatch.setattr(builtins, "__import__", no_transformers)
-    spec = RunSpec.from_dict({"batch": 1, "context": 8, "width": 8, "workload": GPT2})
+    spec = RunSpec.from_dict({"batch": 1, "context": 8, "width": 8, "workload": TINY_HF_GPT2})
     with pytest.raises(DependencyMissing, match=r"pip install 'memsweep\[hf\]'"):
         build_workload(spec, torch.device("cpu")).prepare()
 
 
 @needs_transformers
 @pytest.mark.parametrize(
-    "workload, kv_heads, kv_cache", [(GPT2, 4, "dynamic"), (LLAMA, 2, "dynamic"), (LLAMA, 2, "static")]
+    "workload, kv_heads, kv_cache",
+    [(TINY_HF_GPT2, 4, "dynamic"), (TINY_HF_LLAMA, 2, "dynamic"), (TINY_HF_LLAMA, 2, "static")],
 )
 def test_generate_kv_cache_bytes_follow_the_formula(workload, kv_heads, kv_cache):
     w = _workload(workload, mode="generate", new_tokens=3, kv_cache=kv_cache)
@@ -83,7 +61,7 @@ def test_generate_kv_cache_bytes_follow_the_formula(workload, kv_heads, kv_cache
 
 @needs_transformers
 def test_train_step_with_checkpointing_eval_and_export(tmp_path):
-    w = _workload(LLAMA, mode="train", checkpointing=True, eval_batch=3, export=True)
+    w = _workload(TINY_HF_LLAMA, mode="train", checkpointing=True, eval_batch=3, export=True)
     w.run_dir = tmp_path
     assert getattr(w.model, "is_activation_checkpointing", None) or w.model.is_gradient_checkpointing
     w.train_step()
@@ -106,7 +84,7 @@ def test_local_config_json_and_eager_attention(tmp_path):
 @needs_transformers
 def test_context_beyond_the_model_positions_is_refused_before_any_phase():
     spec = RunSpec.from_dict(
-        {"batch": 1, "context": 60, "width": 8, "mode": "generate", "new_tokens": 8, "workload": GPT2}
+        {"batch": 1, "context": 60, "width": 8, "mode": "generate", "new_tokens": 8, "workload": TINY_HF_GPT2}
     )
     with pytest.raises(ValueError, match="68 tokens .* 64 positions"):
         build_workload(spec, torch.device("cpu")).prepare()

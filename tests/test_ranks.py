@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conf.contract import RunSpec, SpecError
+from tests.data.loads import MEMSWEEP
 
 WIDTH, HIDDEN, DEPTH = 64, 128, 2
 LOAD = {
@@ -144,7 +145,7 @@ def test_bad_parallel_specs_are_refused_naming_the_field(fields, field):
     assert err.value.field == field
 
 
-def test_a_world_size_sweep_end_to_end(tmp_path, memsweep_cmd):
+def test_a_world_size_sweep_end_to_end(tmp_path):
     sweep_dir = tmp_path / "sweep"
     args = [
         "sweep",
@@ -164,7 +165,7 @@ def test_a_world_size_sweep_end_to_end(tmp_path, memsweep_cmd):
         "hydra.callbacks.analyze.report=false",
         f"hydra.sweep.dir={sweep_dir}",
     ]
-    proc = subprocess.run([*memsweep_cmd, *args], cwd=tmp_path, capture_output=True, text=True, timeout=2 * HANG_S)
+    proc = subprocess.run([MEMSWEEP, *args], cwd=tmp_path, capture_output=True, text=True, timeout=2 * HANG_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = pq.read_table(next(sweep_dir.rglob("runs.parquet"))).to_pylist()
     by_size = {r["world_size"]: r for r in runs}

@@ -190,6 +190,18 @@ TINY = {
 }
 
 
+def run_client(run_dir: Path) -> dict:
+    """CLIENT on TINY in a fresh process (a loky worker's place), to its end: what it printed."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CLIENT, str(run_dir), json.dumps(TINY)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 @pytest.fixture
 def shared_server(monkeypatch):
     from sweeper import process
@@ -201,14 +213,7 @@ def shared_server(monkeypatch):
 
 def test_launcher_workers_fork_their_runs_from_the_sweeps_one_server(tmp_path, shared_server):
     """A process started after share_fork_server (a loky worker) uses that server, not its own."""
-    proc = subprocess.run(
-        [sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(TINY)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.splitlines()[-1]) == {"outcome": "ok", "shared": True, "own_server": False}
+    assert run_client(tmp_path / "run") == {"outcome": "ok", "shared": True, "own_server": False}
 
 
 def test_a_client_whose_shared_server_is_gone_starts_its_own(tmp_path, monkeypatch):
@@ -220,14 +225,7 @@ def test_a_client_whose_shared_server_is_gone_starts_its_own(tmp_path, monkeypat
     owner.wait()  # the owner of the named server has exited
     (tmp_path / "sock").write_text("")  # and nothing listens there
     monkeypatch.setenv(process.SHARED_FORKSERVER_ENV, f"{socket.gethostname()}:{owner.pid}:{tmp_path / 'sock'}")
-    proc = subprocess.run(
-        [sys.executable, "-c", CLIENT, str(tmp_path / "run"), json.dumps(TINY)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout.splitlines()[-1]) == {"outcome": "ok", "shared": False, "own_server": True}
+    assert run_client(tmp_path / "run") == {"outcome": "ok", "shared": False, "own_server": True}
 
 
 def test_a_killed_client_leaves_its_run_to_the_shared_servers_handler(tmp_path, shared_server):

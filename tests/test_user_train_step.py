@@ -23,6 +23,7 @@ from conf.contract import (
     sub_phase_names,
 )
 from sweeper.process import execute
+from tests.data.loads import MEMSWEEP
 
 MODULE = "memsweep_user_step_example"
 SOURCE = '''
@@ -196,7 +197,7 @@ def test_a_bad_train_step_is_found_by_the_workers_check(root, monkeypatch, step,
     assert check_user_targets(_workload(root)) == {"ok": True}
 
 
-def test_a_bad_train_step_is_refused_before_any_worker_starts(root, memsweep_cmd):
+def test_a_bad_train_step_is_refused_before_any_worker_starts(root):
     import subprocess
 
     results = root / "refused"
@@ -214,7 +215,7 @@ def test_a_bad_train_step_is_refused_before_any_worker_starts(root, memsweep_cmd
         f"width={WIDTH}",
         f"results_dir={results}",
     ]
-    proc = subprocess.run(memsweep_cmd + args, capture_output=True, text=True, cwd=root, timeout=120)
+    proc = subprocess.run([MEMSWEEP, *args], capture_output=True, text=True, cwd=root, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"invalid workload.train_step='{MODULE}.two_arguments'" in proc.stderr
     assert "train_step(model, batch, optimizer)" in proc.stderr

@@ -7,10 +7,8 @@ The runs are started together by one module fixture (a few processes at a time) 
 read their records.
 """
 
-import importlib.util
 import json
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,10 +17,11 @@ import pytest
 from conf.contract import DEVICE_COUNTERS as COUNTERS
 from conf.contract import STEP_SUB_PHASES, RunSpec
 from sweeper.process import execute
+from tests.data.loads import MEMSWEEP, TINY_HF_LLAMA
+from tests.data.optional import HAS_TRANSFORMERS, needs_transformers
 
 BASE = dict(batch=2, context=16, width=32, dtype="float32", device="cpu", warmup=1, repeats=2, timeout_s=300, threads=1)
 LM = {"name": "transformer", "layers": 2, "heads": 4, "kv_heads": 2, "vocab": 128}
-HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 
 RUNS = {
     "train": dict(BASE, mode="train", workload=LM, micro_steps=2, eval_batch=3, export=True),
@@ -46,24 +45,7 @@ RUNS = {
     ),
 }
 if HAS_TRANSFORMERS:
-    RUNS["hf_generate"] = dict(
-        BASE,
-        mode="generate",
-        new_tokens=4,
-        repeats=1,
-        workload={
-            "name": "hf",
-            "config": "LlamaConfig",
-            "overrides": {
-                "num_hidden_layers": 2,
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "num_attention_heads": 4,
-                "num_key_value_heads": 2,
-                "vocab_size": 128,
-            },
-        },
-    )
+    RUNS["hf_generate"] = dict(BASE, mode="generate", new_tokens=4, repeats=1, workload=TINY_HF_LLAMA)
 
 USER_ARGS = [
     "workload=user_convnet",
@@ -82,10 +64,8 @@ USER_ARGS = [
 
 def _memsweep_user_run(root: Path) -> Path:
     run_dir = root / "user"
-    exe = Path(sys.executable).with_name("memsweep")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
     proc = subprocess.run(
-        cmd + ["run", *USER_ARGS, f"hydra.run.dir={run_dir}"], capture_output=True, text=True, cwd=root, timeout=300
+        [MEMSWEEP, "run", *USER_ARGS, f"hydra.run.dir={run_dir}"], capture_output=True, text=True, cwd=root, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
@@ -214,7 +194,7 @@ def test_crash_is_attributed_to_the_sub_phase_it_died_in(runs):
     assert record["current_phase"] == "warm_step.backward"
 
 
-@pytest.mark.skipif(not HAS_TRANSFORMERS, reason="transformers is not installed: pip install 'memsweep[hf]'")
+@needs_transformers
 def test_hf_llama_generate_in_a_worker(runs):
     result, record = runs["hf_generate"]
     assert result["outcome"] == "ok", result

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from conf.contract import PEAK_SPLIT_FIELDS, RunSpec, bytes_text
 from sweeper.process import execute
+from tests.bench.bench_frontier import REAL_LOAD, REAL_RANGE
 
 BASE = dict(context=64, width=128, device="cpu", warmup=1, repeats=1, timeout_s=1800, threads=1)
 LM = {"name": "transformer", "layers": 4, "heads": 4, "kv_heads": 2, "vocab": 1000}
@@ -48,25 +49,17 @@ LLAMA2_7B_CONFIG = {
     "tie_word_embeddings": False,
     "torch_dtype": "bfloat16",
 }
+
+
+def replaced(overrides: list[str], values: dict[str, object]) -> list[str]:
+    """Hydra overrides (``key=value``) with the value of each key in ``values`` replaced, in place."""
+    return [f"{key}={values[key]}" if (key := o.split("=", 1)[0]) in values else o for o in overrides]
+
+
 # The frontier load of tests/bench/bench_frontier.py (REAL_LOAD, REAL_RANGE) with one warmup
 # step, one warm step, one thread and no confirmation runs, to keep the bench short.
-EDGE_LOAD = [
-    "mode=train",
-    "device=cpu",
-    "capacity=128MiB",
-    "context=64",
-    "width=128",
-    "workload.depth=2",
-    "threads=1",
-    "warmup=1",
-    "repeats=1",
-]
-EDGE_RANGE = [
-    "hydra.sweeper.lower=8",
-    "hydra.sweeper.upper=1024",
-    "hydra.sweeper.multiple_of=8",
-    "hydra.sweeper.confirm=0",
-]
+EDGE_LOAD = replaced(REAL_LOAD, {"threads": 1, "warmup": 1, "repeats": 1})
+EDGE_RANGE = replaced(REAL_RANGE, {"hydra.sweeper.confirm": 0})
 LLAMA2_7B = dict(
     batch=1,
     context=128,

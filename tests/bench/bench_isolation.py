@@ -25,6 +25,7 @@ from pathlib import Path
 
 from conf.contract import RunSpec
 from sweeper.process import execute
+from tests.data.loads import MEMSWEEP
 
 N = 20
 TRIVIAL = RunSpec(
@@ -54,14 +55,13 @@ def isolated_runs(n: int, isolation: str) -> float:
 
 def sweep(n_jobs: int, context: int) -> float:
     root = Path(tempfile.mkdtemp(prefix="memsweep-bench-sweep-"))
-    exe = str(Path(sys.executable).with_name("memsweep"))
     batches = ",".join(str(b) for b in range(1, 17))
     t0 = time.perf_counter()
     # Compute-bound runs (one core each: pool=cores pins every run and its threads to its own core),
     # so that the sweep measures running conditions side by side, not the orchestrator's fixed costs.
     subprocess.run(
         [
-            exe,
+            MEMSWEEP,
             "sweep",
             "sweep=none",
             f"batch={batches}",

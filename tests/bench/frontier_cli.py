@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 import time
 from pathlib import Path
+
+from tests.data.loads import MEMSWEEP, search_events
 
 
 def frontier_sweep(args: list[str], sweep_dir: Path, cwd: Path, env: dict) -> dict:
@@ -15,11 +15,9 @@ def frontier_sweep(args: list[str], sweep_dir: Path, cwd: Path, env: dict) -> di
     Returns {"error": None or the failure (exit status, end of stderr), "wall" (s), "events"
     (search.jsonl), "result" (its result event), "runs" (run directories with a result.json)}.
     """
-    exe = Path(sys.executable).with_name("memsweep")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "sweeper.cli"]
     t0 = time.perf_counter()
     proc = subprocess.run(
-        cmd + ["sweep", "hydra/sweeper=frontier", *args, f"hydra.sweep.dir={sweep_dir}"],
+        [MEMSWEEP, "sweep", "hydra/sweeper=frontier", *args, f"hydra.sweep.dir={sweep_dir}"],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -28,7 +26,7 @@ def frontier_sweep(args: list[str], sweep_dir: Path, cwd: Path, env: dict) -> di
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return {"error": f"memsweep failed ({proc.returncode}): {proc.stderr[-500:]}", "wall": wall}
-    events = [json.loads(x) for x in (Path(sweep_dir) / "search.jsonl").read_text().splitlines()]
+    events = search_events(sweep_dir)
     (result,) = [e for e in events if e["event"] == "result"]
     return {
         "error": None,
