@@ -95,11 +95,11 @@ def test_crossing_and_band():
 
 
 @pytest.mark.parametrize("strategy", ["model", "bisect"])
-def test_all_probes_fit_reports_upper_bound_not_reached(strategy):
+def test_all_probes_fit_reports_no_edge_below_the_upper_bound(strategy):
     s = search(strategy, 1, 4096)
     r = run_search(s, affine(0, 1))
     assert r["upper_reached"] and r["max_ok"] == 4096 and r["min_oom"] is None and not r["exact"]
-    assert r["status"].startswith("upper bound not reached") and tried(s, "oom") == set()
+    assert r["status"].startswith("edge not found below the upper bound") and tried(s, "oom") == set()
     assert 4096 in tried(s, "ok")
 
 

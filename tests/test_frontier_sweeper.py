@@ -211,7 +211,7 @@ def test_axes_share_runs_of_the_same_condition(tmp_path):
     impl.sweep([])
     batch, context = search_events(tmp_path, "result")
     assert batch["upper_reached"] and context["upper_reached"]
-    assert batch["status"].startswith("upper bound not reached")
+    assert batch["status"].startswith("edge not found below the upper bound")
     # batch=8 context=64 is the baseline: searched on both axes, run once
     reused = [p for p in search_events(tmp_path, "probe") if p["reused"]]
     assert [(p["axis"], p["value"]) for p in reused] == [("context", 64)]

@@ -250,7 +250,7 @@ def test_frontier_search_columns_are_read_when_present():
             },
         )
     )
-    assert "upper bound not reached" in md and "strategy model, 2 runs" in md
+    assert "edge not found below the upper bound" in md and "strategy model, 2 runs" in md
 
 
 def test_several_sweeps_line_up_the_same_load():

@@ -165,7 +165,9 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
                 + (f", status {f['search_status']}" if f.get("search_status") else "")
             )
         if f.get("upper_reached"):
-            facts.append(f"upper bound not reached: every value up to {a.max_ok} fit; the edge lies above it")
+            facts.append(
+                f"edge not found below the upper bound: every value up to {a.max_ok} fit; the edge lies above it"
+            )
         if f.get("stopped_by"):
             facts.append(
                 f"the search stopped on a run that ended with `{f['stopped_by']}`"

@@ -67,7 +67,7 @@ the model's pair plus split points.
 
 Invariants (tested on random monotone oracles with hypothesis): ``max_ok`` is always a
 value that ran ok, ``min_oom`` always a value that ran out of memory, and on a monotone
-oracle the search ends exact, or with "upper bound not reached" (``upper'`` fits), or
+oracle the search ends exact, or with "edge not found below the upper bound" (``upper'`` fits), or
 with "lower bound does not fit". An ``error``, ``crash`` or ``timeout`` stops the search
 (``stopped_by``); it is never read as an OOM nor as a success. A success above an OOM is
 flagged (``monotonic`` false), never smoothed away.

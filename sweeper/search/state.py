@@ -122,7 +122,7 @@ class FrontierSearch:
         if hi is not None and hi <= L:
             return True  # the lower bound does not fit
         if hi is None and lo is not None and lo >= U:
-            return True  # upper bound not reached
+            return True  # the upper bound fits: the edge lies above it
         return lo is not None and hi is not None and hi - lo <= m
 
     # ---- proposing ---------------------------------------------------------------------
@@ -241,7 +241,7 @@ class FrontierSearch:
         elif stop is not None:
             status = f"stopped by {stop.outcome} at {self.axis}={stop.value}"
         elif upper_reached:
-            status = f"upper bound not reached: {self.axis}={U} fits"
+            status = f"edge not found below the upper bound: {self.axis}={U} fits"
         elif min_oom is not None and min_oom <= L and max_ok is None:
             status = f"lower bound does not fit: {self.axis}={L} is out of memory"
         elif exact:
