@@ -268,8 +268,10 @@ class FrontierSweeperImpl:
             baseline: the load; its ``capacity_bytes`` is the capacity (bytes).
 
         Returns:
-            The predicted max_ok, or None (no capacity given, nothing fits, or a dry run
-            failed: the search starts as usual).
+            The predicted max_ok, or None (no capacity given, nothing fits, a dry run failed,
+            or the dry run refuses the load, a ``SpecError`` such as ``export``, ``fault`` or
+            ``compile`` with ``dry_run=true``: the search starts as usual, with real probes, and
+            the ``dry_run`` event of ``search.jsonl`` says why).
         """
         if baseline.capacity_bytes is None:
             log.warning("seed_from_dry_run: no capacity=... given; the search starts without a prediction")
@@ -283,8 +285,14 @@ class FrontierSweeperImpl:
             upper=lattice.upper,
         )
         start = min(max(getattr(baseline, axis) or lattice.lower, lattice.lower), lattice.upper)
-        edge = predictor.search(start, lattice)
-        error = edge["error"]
+        try:
+            edge = predictor.search(start, lattice)
+            error = edge["error"]
+            why = None if error is None else f"{error['error_type']}: {error['error_message']}"
+            said = None if error is None else f"dry run at {axis}={error['value']} failed ({error['error_type']})"
+        except SpecError as exc:  # a load the dry run refuses (export, fault, compile...): no prediction
+            edge = {"max_fit": None, "min_miss": None}
+            why, said = f"SpecError: {exc}", f"the dry run refuses this load, no seed ({exc})"
         self.search_log.write(
             {
                 "event": "dry_run",
@@ -294,16 +302,11 @@ class FrontierSweeperImpl:
                 "predicted_min_oom": edge["min_miss"],
                 "dry_runs": len(predictor.runs),
                 "dry_run_dir": str(predictor.out_dir),
-                "error": None if error is None else f"{error['error_type']}: {error['error_message']}",
+                "error": why,
             }
         )
-        if error is not None:
-            log.warning(
-                "seed_from_dry_run: dry run at %s=%s failed (%s): real probes only",
-                axis,
-                error["value"],
-                error["error_type"],
-            )
+        if said is not None:
+            log.warning("seed_from_dry_run: %s: real probes only", said)
             return None
         log.info("frontier dry runs (%d): predicted max_ok %s=%s", len(predictor.runs), axis, edge["max_fit"])
         return edge["max_fit"]

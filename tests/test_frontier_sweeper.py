@@ -469,3 +469,30 @@ def test_a_preset_sweep_of_other_axes_is_refused_with_the_frontier_sweeper():
     check_sweep_choice(["sweep=batch"], batch, ["batch", "context"])  # the same axis: nothing dropped
     check_sweep_choice(["sweep=none"], OmegaConf.create({"name": "custom", "axes": {}}), ["batch"])
     check_sweep_choice([], ovat, ["batch"])  # the default preset, not given: the frontier names its own axes
+
+
+@pytest.mark.parametrize(
+    "refused, field",
+    [
+        ({"export": True}, "export"),
+        ({"compile": "default"}, "compile"),
+        ({"fault": {"phase": "cold_forward", "kind": "raise"}}, "fault"),
+    ],
+)
+def test_a_load_the_dry_run_refuses_leaves_the_search_to_real_probes(tmp_path, caplog, refused, field):
+    """seed_from_dry_run=true on a load a dry run refuses (SpecError, before any dry-run worker):
+    one line says why there is no seed, search.jsonl records it, the real search finds the edge."""
+    impl = make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=0, seed_from_dry_run=True)
+    impl.compose = lambda overrides: RunSpec(**{**vars(spec_of(overrides)), **refused})
+    with pytest.raises(SpecError, match=field):  # what the dry run refuses (else this test proves nothing)
+        RunSpec(**{**vars(spec_of([])), **refused, "dry_run": True})
+    with caplog.at_level("WARNING", logger="memsweep"):
+        impl.sweep([])
+    (dry,) = search_events(tmp_path, "dry_run")
+    assert dry["predicted_max_ok"] is None and dry["dry_runs"] == 0
+    assert dry["error"].startswith("SpecError: ") and field in dry["error"]
+    (line,) = [r.getMessage() for r in caplog.records if "seed_from_dry_run" in r.getMessage()]
+    assert "refuses" in line and field in line and "real probes only" in line
+    (result,) = search_events(tmp_path, "result")
+    assert (result["max_ok"], result["min_oom"], result["exact"]) == (300, 301, True)
+    assert not list((tmp_path / ".dry_run").rglob("spec.json"))  # no dry run started
