@@ -126,7 +126,6 @@ class SearchLog:
         baseline: RunSpec,
         capacity: int | None,
         counter: str | None,
-        light: bool = False,
     ) -> None:
         """Record the answer of one axis, and log it.
 
@@ -136,8 +135,6 @@ class SearchLog:
             baseline: the spec of the other axes' values (``FIXED_FIELDS`` of it are written).
             capacity: the capacity the runs recorded (bytes), or None for the baseline's.
             counter: the counter the peaks were read from (described by ``PEAK_COUNTERS``).
-            light: the search ran light probes (``hydra.sweeper.light``): the full-protocol runs
-                at the edge were its first confirmations, not more runs.
         """
         fixed = {k: getattr(baseline, k) for k in FIXED_FIELDS}
         fixed[axis] = None
@@ -151,11 +148,7 @@ class SearchLog:
                 "peak_counter": PEAK_COUNTERS.get(counter, counter) if counter is not None else None,
             }
         )
-        # after light probes the full-protocol runs at the edge (counted in runs_used) are the
-        # first confirmations: only the others are more runs
         n_confirm = sum(len(v) for v in result.get("confirm_outcomes", {}).values())
-        if light:
-            n_confirm -= sum(1 for v in result.get("confirm_outcomes", {}).values() if v)
         stable = {True: "yes", False: "NO (a confirmation flipped)", None: "not checked (nothing re-run)"}
         log.info(
             "frontier %s: %s; max_ok=%s min_oom=%s after %d search run(s) (%d reused) and %d more "
@@ -166,6 +159,6 @@ class SearchLog:
             result["min_oom"],
             result["runs_used"],
             result["runs_reused"],
-            max(n_confirm, 0),
+            n_confirm,
             stable[result["stable"]],
         )

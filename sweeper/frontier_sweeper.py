@@ -254,7 +254,7 @@ class FrontierSweeperImpl:
         result.update(self.confirm_edge(axis, result))
         if result["stable"] is False:  # a flip at the edge: the two values bracket no single edge
             result["exact"] = False
-        self.search_log.result(axis, result, baseline, self.capacity, self.counter, self.settings.light)
+        self.search_log.result(axis, result, baseline, self.capacity, self.counter)
         return result
 
     def dry_run_seed(self, axis: str, lattice: Lattice, baseline: RunSpec) -> int | None:
@@ -401,8 +401,8 @@ class FrontierSweeperImpl:
 
         A flip (an OOM at max_ok, a success at min_oom) marks the edge unstable; an error,
         crash or timeout in a confirmation stops the axis like one in the search. After light
-        probes, the full-protocol run at each edge value (the verification) is the first of
-        its confirmations (at least one, whatever ``confirm`` says).
+        probes the confirmations come after the full-protocol run at each edge value (the
+        verification, a search run): ``confirm`` more fresh runs each, none with ``confirm=0``.
 
         Args:
             axis: the axis searched.
@@ -414,12 +414,11 @@ class FrontierSweeperImpl:
             "status", "stopped_by" and "stop_value".
         """
         out: dict[str, Any] = {"stable": None, "confirm_outcomes": {}}  # None: nothing re-run, not checked
-        if (self.settings.confirm <= 0 and not self.settings.light) or result["stopped_by"]:
+        if self.settings.confirm <= 0 or result["stopped_by"]:
             return out
         out["stable"] = True
-        first, last = (0, max(self.settings.confirm, 1)) if self.settings.light else (1, self.settings.confirm + 1)
         values = [(v, side) for v, side in ((result["max_ok"], "ok"), (result["min_oom"], "oom")) if v is not None]
-        wanted = [(v, n) for v, _ in values for n in range(first, last)]
+        wanted = [(v, n) for v, _ in values for n in range(1, self.settings.confirm + 1)]  # n=0: the search's run
         runs = self.runs.run(axis, wanted, [])
         for run, (value, _) in zip(runs, wanted):
             outcome = axis_reading(run, axis, self.settings.suspect)[0]

@@ -342,9 +342,9 @@ def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, 
     with caplog.at_level("INFO", logger="memsweep"):
         impl.sweep([])
     (result,) = search_events(tmp_path, "result")
-    # the full-protocol runs at the edge are in runs_used and are the first confirmations: none more
+    # the full-protocol runs at the edge are in runs_used; confirm=1 re-runs each edge value once more
     (line,) = [r.getMessage() for r in caplog.records if "confirmation run(s)" in r.getMessage()]
-    assert f"after {result['runs_used']} search run(s)" in line and "and 0 more confirmation run(s)" in line
+    assert f"after {result['runs_used']} search run(s)" in line and "and 2 more confirmation run(s)" in line
     assert (result["max_ok"], result["min_oom"], result["exact"]) == (full_edge, full_edge + 1, True)
     assert result["light"] is True and result["stable"] is True
     light = search_events(tmp_path, "light_probe")
@@ -354,9 +354,9 @@ def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, 
     assert [v["value"] for v in verify] == [300, 301]
     if full_edge == 300:
         assert "verified with the full protocol" in result["status"] and not search_events(tmp_path, "probe")
-        # with confirm=1 the verification is the confirmation: no further run
+        # confirm=1: one fresh re-run of each edge value after the verification
         assert result["confirm_outcomes"] == {"300": ["ok"], "301": ["oom"]}
-        assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == len(light) + 2
+        assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == len(light) + 2 + 2
     else:  # searched again with the full protocol, reusing its run at the light edge
         assert "after light probes it disagreed" in result["status"] and search_events(tmp_path, "probe")
     assert result["runs_used"] == len(light) + len(verify) + len(search_events(tmp_path, "probe"))
@@ -385,6 +385,35 @@ def test_frontier_table_marks_the_full_protocol_row_of_a_light_search(tmp_path, 
     assert sorted((r["warmup"], r["repeats"]) for r in rows) == [(0, 1), (3, 5)]
     text = printed.getvalue()
     assert "warmup=0 repeats=1" in text and "warmup=3 repeats=5" in text
+
+
+@pytest.mark.parametrize("confirm", [0, 1, 2])
+def test_light_confirmations_are_fresh_runs_and_every_output_agrees(tmp_path, monkeypatch, caplog, confirm):
+    """After light probes, ``confirm`` re-runs each edge value in new processes beyond the
+    verification (none with confirm=0): the console, search.jsonl and frontier.parquet say the
+    same about stability."""
+    from analysis.cli import analyze
+
+    monkeypatch.setattr(__import__(__name__), "spec_of", spec_of_with_policy)
+    impl = make(tmp_path, light_aware(64 * 300, 64 * 300), lower=1, upper=1024, confirm=confirm, light=True)
+    impl.compose = spec_of_with_policy
+    with caplog.at_level("INFO", logger="memsweep"):
+        impl.sweep([])
+    (result,) = search_events(tmp_path, "result")
+    verify, confirms = search_events(tmp_path, "verify"), search_events(tmp_path, "confirm")
+    assert len(verify) == 2 and len(confirms) == 2 * confirm
+    assert not {c["run_dir"] for c in confirms} & {v["run_dir"] for v in verify}
+    assert not any(c["reused"] for c in confirms)
+    (line,) = [r.getMessage() for r in caplog.records if "confirmation run(s)" in r.getMessage()]
+    assert f"and {2 * confirm} more confirmation run(s)" in line
+    (row,) = [
+        r
+        for r in analyze([tmp_path], out_dir=tmp_path / "out").get("frontier.parquet").to_pylist()
+        if r["search_status"]
+    ]
+    expected = None if confirm == 0 else True  # None: nothing re-run, not checked
+    assert result["stable"] is expected and row["stable"] is expected
+    assert line.endswith("stable: not checked (nothing re-run)" if confirm == 0 else "stable: yes")
 
 
 def test_a_run_finished_by_another_orchestrator_after_the_scan_is_reused(tmp_path):

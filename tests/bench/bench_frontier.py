@@ -314,10 +314,10 @@ PEER_SWEEP = [
 ]
 # (label, settings): every probe with the protocol cold + warmup 1 + 1 warm step (3 steps, as a
 # peer's trial) and no re-run; then light probes (cold + 1 warm step) with the edge re-run
-# with the full protocol and confirmed once more.
+# once with the full protocol (the verification; confirm=0: no further re-run).
 PEER_VARIANTS = [
     ("memsweep, 3-step probes, confirm=0", ["hydra.sweeper.confirm=0", "hydra.sweeper.light=false"]),
-    ("memsweep, light probes, confirm=1", ["hydra.sweeper.confirm=1", "hydra.sweeper.light=true"]),
+    ("memsweep, light probes, confirm=0", ["hydra.sweeper.confirm=0", "hydra.sweeper.light=true"]),
 ]
 
 
