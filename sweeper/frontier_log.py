@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from conf.contract import AXES, SEARCH_LOG, RunSpec
+from conf.contract import AXES, SEARCH_LOG, SOURCES, RunSpec
 
 from .frontier_runs import PEAK_COUNTERS
 from .search import Probe
@@ -131,7 +131,8 @@ class SearchLog:
 
         Args:
             axis: the axis searched.
-            result: the search's result with the verification's and confirmations' fields.
+            result: the search's result with the verification's and confirmations' fields and
+                ``source`` (``predicted``: the line says the edge is a prediction of dry runs).
             baseline: the spec of the other axes' values (``FIXED_FIELDS`` of it are written).
             capacity: the capacity the runs recorded (bytes), or None for the baseline's.
             counter: the counter the peaks were read from (described by ``PEAK_COUNTERS``).
@@ -150,10 +151,14 @@ class SearchLog:
         )
         n_confirm = sum(len(v) for v in result.get("confirm_outcomes", {}).values())
         stable = {True: "yes", False: "NO (a confirmation flipped)", None: "not checked (nothing re-run)"}
+        predicted = result.get("source") == SOURCES[1]
+        if predicted:
+            stable[None] = "not checked (dry runs are deterministic: a re-run repeats the same prediction)"
         log.info(
-            "frontier %s: %s; max_ok=%s min_oom=%s after %d search run(s) (%d reused) and %d more "
+            "frontier %s: %s%s; max_ok=%s min_oom=%s after %d search run(s) (%d reused) and %d more "
             "confirmation run(s), stable: %s",
             axis,
+            "PREDICTED by dry runs, nothing measured: " if predicted else "",
             result["status"],
             result["max_ok"],
             result["min_oom"],

@@ -37,7 +37,7 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from conf.contract import RunSpec, SpecError, check_axis_read
+from conf.contract import SOURCES, RunSpec, SpecError, check_axis_read
 
 from .errors import InputRefused
 from .frontier_log import SearchLog
@@ -239,7 +239,9 @@ class FrontierSweeperImpl:
 
         Returns:
             ``FrontierSearch.result()`` with the verification's and confirmations' fields
-            (runs_used, runs_reused, light, stable, confirm_outcomes...).
+            (runs_used, runs_reused, light, stable, confirm_outcomes...) and ``source``
+            (``conf.contract.SOURCES``: ``predicted`` when the probes are dry runs, which are
+            never confirmed: a dry run is deterministic, its re-run repeats the same prediction).
         """
         self.counter = self.capacity = None
         extra = LIGHT if self.settings.light else []
@@ -250,8 +252,12 @@ class FrontierSweeperImpl:
         if self.settings.light and not result["stopped_by"]:
             result, used, reused = self.verify_full(axis, lattice, result)
             runs_used, runs_reused = runs_used + used, runs_reused + reused
-        result.update(runs_used=runs_used, runs_reused=runs_reused, light=self.settings.light)
-        result.update(self.confirm_edge(axis, result))
+        source = SOURCES[1] if baseline.dry_run else SOURCES[0]  # predicted: dry runs, nothing measured
+        result.update(runs_used=runs_used, runs_reused=runs_reused, light=self.settings.light, source=source)
+        if baseline.dry_run:  # deterministic: a re-run repeats the same prediction, so nothing to confirm
+            result.update(stable=None, confirm_outcomes={})
+        else:
+            result.update(self.confirm_edge(axis, result))
         if result["stable"] is False:  # a flip at the edge: the two values bracket no single edge
             result["exact"] = False
         self.search_log.result(axis, result, baseline, self.capacity, self.counter)

@@ -143,6 +143,29 @@ def test_a_dry_run_search_with_every_value_predicted_above_the_capacity_finds_no
     assert all(p["outcome"] == "oom" for p in search_events(tmp_path, "probe"))
 
 
+def test_a_dry_run_search_says_predicted_and_runs_no_confirmation(tmp_path, monkeypatch, caplog):
+    """A dry run is deterministic: re-running the edge would repeat the same prediction, so
+    ``confirm`` runs nothing; the console line and the result event say the edge is predicted."""
+
+    measured = spec_of
+
+    def spec_of_dry(overrides):
+        return RunSpec(**{**vars(measured(overrides)), "dry_run": True})
+
+    impl = dry_runs(tmp_path, lower=1, upper=4096, confirm=2)
+    impl.compose = spec_of_dry
+    monkeypatch.setattr(__import__(__name__), "spec_of", spec_of_dry)
+    with caplog.at_level("INFO", logger="memsweep"):
+        impl.sweep([])
+    (result,) = search_events(tmp_path, "result")
+    assert result["source"] == "predicted" and result["exact"]
+    assert result["stable"] is None and result["confirm_outcomes"] == {}
+    assert not search_events(tmp_path, "confirm") and len(impl.launcher.calls) == result["runs_used"]
+    (line,) = [r.getMessage() for r in caplog.records if "confirmation run(s)" in r.getMessage()]
+    assert "PREDICTED" in line and "and 0 more confirmation run(s)" in line
+    assert line.endswith("stable: not checked (dry runs are deterministic: a re-run repeats the same prediction)")
+
+
 def test_resume_reuses_every_run_and_never_overwrites(tmp_path):
     make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=0).sweep([])
     before = sorted(p.name for p in tmp_path.iterdir())
@@ -191,6 +214,7 @@ def test_confirmation_agrees(tmp_path):
     make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=1).sweep([])
     (result,) = search_events(tmp_path, "result")
     assert result["stable"] is True and result["confirm_outcomes"] == {"300": ["ok"], "301": ["oom"]}
+    assert result["source"] == "measured"
 
 
 @pytest.mark.parametrize("failure", ["error", "crash", "timeout"])
