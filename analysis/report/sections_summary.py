@@ -13,6 +13,7 @@ from conf.contract import gib
 from ..doc import Doc
 from ..frontier import direction_words
 from ..labels import set_fields
+from .fitted import unmeasured_limit_note
 from .fmt import axis_label, nbytes, pct
 from .margin import MarginPolicy
 from .stats import AxisResult
@@ -208,7 +209,8 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
         rows.append(
             [
                 f"chosen {a.axis}{of} (calculated under the assumed margin)",
-                axis_label(a.axis, a.recommended) if a.recommended is not None else "none",
+                (axis_label(a.axis, a.recommended) if a.recommended is not None else "none")
+                + (f"; {note}" if (note := unmeasured_limit_note(a)) else ""),
             ]
         )
     rows.append(["margin policy (assumed)", policy.describe()])
