@@ -640,3 +640,30 @@ def test_largest_under_floors_the_crossing_to_multiples_of_the_step():
     assert largest_under(coeffs, 3_700_000) == 40  # a crossing on a lattice value is kept
     assert largest_under(coeffs, 600_000, step=8) == 0
     assert largest_under([0.0, 500_000.0], 3_600_000) is None
+
+
+def test_a_run_whose_record_could_not_be_read_is_counted_and_named_apart_never_measured():
+    """A newer memsweep's record (schema_version 2): the runs table holds its record_problem and no
+    outcome. The report counts it apart from the outcomes, names it with its problem, never calls
+    it unfinished nor counts it among the measured runs; a damaged record with an outcome (crash)
+    stays a measured run."""
+    from analysis.report.stats import record_unread
+
+    runs, phases = make("s", [(4, "ok", 100 * MiB, 90 * MiB), (8, "ok", 150 * MiB, 120 * MiB)])
+    problem = "record s/1/record.json: schema_version 2 is newer than this memsweep reads (1); upgrade memsweep"
+    unread = runs[1]
+    for k in ("outcome", "failed_phase", "max_memory_allocated", "max_memory_reserved"):
+        unread[k] = None
+    unread["record_problem"] = problem
+    phases = [p for p in phases if p["run_id"] != "1"]
+    assert record_unread(unread) and not record_unread({"outcome": "crash", "record_problem": "record missing"})
+    rep = report_of(runs, phases)
+    assert [r["run_id"] for r in rep.unread] == ["1"] and [r["run_id"] for r in rep.runs] == ["0"]
+    md = markdown(rep)
+    assert "from 1 measured run (1 run whose record could not be read, not counted)" in md
+    assert "| runs (observed) | 2: ok 1, record not readable 1 |" in md
+    assert (
+        f"| record not readable (not measured) | run `1` (batch=8 context=128 width=256 dtype=float32): {problem} |"
+        in md
+    )
+    assert "unfinished" not in md and "every phase of every run succeeded" not in md

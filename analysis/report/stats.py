@@ -206,6 +206,21 @@ class AxisResult:
         return next((s for s in self.values if s.value == value), None)
 
 
+def record_unread(run: dict) -> bool:
+    """Whether a run's record could not be read, so nothing of it is known: the runs table names a
+    ``record_problem`` (a newer memsweep's record.json or result.json, an unreadable file) and holds
+    no outcome. Such a run is neither unfinished nor measured; a damaged record with an outcome
+    (``crash``: ``conf.contract.read_run``'s ``record_damage``) is a measured run.
+
+    Args:
+        run: a row of the runs table (RUNS_SCHEMA as a dict).
+
+    Returns:
+        True when ``record_problem`` is set and ``outcome`` is None.
+    """
+    return bool(run.get("record_problem")) and run.get("outcome") is None
+
+
 def enrich_runs(runs: list[dict], phases: list[dict]) -> None:
     """Add to each run row, in place, what the report reads from it besides the runs table.
 
