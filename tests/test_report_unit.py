@@ -667,3 +667,27 @@ def test_a_run_whose_record_could_not_be_read_is_counted_and_named_apart_never_m
         in md
     )
     assert "unfinished" not in md and "every phase of every run succeeded" not in md
+
+
+def test_a_frontier_search_floors_the_fits_limits_to_its_multiple_of(tmp_path):
+    """The frontier sweeper's result line (search.jsonl) gives the lattice: multiple_of=8 floors the
+    limit under the margin (38.75) to 32, and the capacity's (43.75) to 40."""
+    import json
+
+    from conf.contract import AXES, SEARCH_LOG
+
+    _, (runs, phases) = _linear_sweep(str(tmp_path), (8, 16, 40, 48), oom_at=48)
+    base = {"batch": None, "context": 128, "width": 256, "dtype": "float32"}
+    event = {
+        "event": "result",
+        "axis": "batch",
+        "strategy": "model",
+        "multiple_of": 8,
+        "workload": "mlp",
+        "capacity_bytes": 4_000_000,
+        "fixed": {**{a: base.get(a) for a in AXES}, "mode": "inference", "device": "cuda:0", "warmup": 1, "repeats": 1},
+    }
+    (tmp_path / SEARCH_LOG).write_text(json.dumps(event) + "\n")
+    (axis,) = report_of(runs, phases).axes
+    assert axis.frontier.get("strategy") == "model" and axis.step == 8
+    assert axis.limits == {"capacity": 40, "capacity - margin": 32} and axis.margin_limit_unmeasured == 32
