@@ -86,6 +86,7 @@ def axis_plot(
     crossings: dict[str, float | None] | None = None,
     figsize: tuple[float, float] = (7.5, 4.6),
     edge_names: tuple[str, str] = ("max_ok", "min_oom"),
+    limits: dict[str, int | None] | None = None,
 ) -> bytes:
     """Peak memory against the swept variable.
 
@@ -108,6 +109,8 @@ def axis_plot(
             (None: never); marked on the curve.
         figsize: inches.
         edge_names: the frontier's names of those two values (``analysis.frontier.edge_columns``).
+        limits: the largest value of the axis within each level (``AxisResult.limits``, the fitted
+            crossing floored to the lattice), the label of its mark; None: no label.
 
     Returns:
         The figure as PNG bytes.
@@ -166,8 +169,10 @@ def axis_plot(
     for name, x in (crossings or {}).items():
         if x and levels.get(name):
             ax.plot([x], [levels[name] / unit], "D", color="#9467bd", markersize=6, linestyle="none")
+            if (limits or {}).get(name) is None:
+                continue
             ax.annotate(
-                f"fit: {axis} ≈ {x:.0f}",
+                f"fit: largest {axis} within: {limits[name]}",
                 (x, levels[name] / unit),
                 textcoords="offset points",
                 xytext=(-6, 6 if name == "capacity" else -12),
@@ -247,9 +252,12 @@ def fit_plot(
     x_label: str,
     y_label: str,
     crossings: dict,
+    limits: dict[str, int | None] | None = None,
 ) -> bytes:
     """Measured peaks (bytes) of successful runs against context with the fitted polynomial
-    ``coeffs`` (numpy.polyfit order, bytes), extended to the predicted crossings.
+    ``coeffs`` (numpy.polyfit order, bytes), extended to the predicted crossings (float axis values,
+    where the dashed lines are drawn), each labelled with ``limits[name]``, the largest value of the
+    axis within that level (``AxisResult.limits``: the crossing floored to the lattice).
 
     Returns:
         The figure as PNG bytes.
@@ -267,7 +275,8 @@ def fit_plot(
     for name, x in crossings.items():
         if x:
             ax.axvline(x, color="#7f7f7f", linestyle="--", linewidth=0.8)
-            ax.annotate(f"{name}: {x:.0f}", (x, 0), rotation=90, fontsize=7, va="bottom", ha="right")
+            if (limits or {}).get(name) is not None:
+                ax.annotate(f"{name}: largest {limits[name]}", (x, 0), rotation=90, fontsize=7, va="bottom", ha="right")
     ax.set_xlabel(x_label)
     ax.set_ylabel(f"{y_label}, {unit_name}")
     ax.set_title(f"{y_label} vs {x_label}: quadratic fit", fontsize=10)

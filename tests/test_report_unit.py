@@ -382,7 +382,7 @@ def test_the_answer_comes_first_with_the_edge_the_recommended_value_and_its_head
     # 10 % of 1 GiB kept free: 16 (700 MiB) leaves 324 MiB = 31.6 %
     headroom = GiB - 700 * MiB
     assert "Recommended: **batch=16**" in answer and f"headroom **{headroom} B (" in answer and "31.6 %" in answer
-    assert "Fitted peak (calculated): reaches the capacity at batch ≈" in answer
+    assert "Fitted peak (calculated, not measured): the largest batch within the capacity is " in answer
 
 
 def test_doubling_sweeps_get_a_log2_axis_and_close_values_do_not():
@@ -549,7 +549,7 @@ def test_a_margin_not_below_the_capacity_is_flagged_and_reaches_no_crossing():
     (axis,) = rep.axes
     assert axis.recommended is None and "not below the capacity" in axis.reason
     md = markdown(rep)
-    assert "reaches the capacity at context ≈" in md and "capacity - margin at" not in md
+    assert "the largest context within the capacity is " in md and "within the capacity - margin" not in md
     assert "never reaches the capacity - margin" not in md
     assert f"{2 * GiB} B (2.000 GiB)" in md and f"{2 * GiB} B ({2 * GiB} B)" not in md
 
@@ -574,3 +574,120 @@ def test_a_dtype_axis_where_every_dtype_fits_names_the_largest_not_an_edge_above
     )
     answer = markdown(report_of(runs, phases)).split("# Answer")[1].split("\n# ")[0]
     assert "**Every dtype run fits (largest: float32)**" in answer and "lies above" not in answer
+
+
+def _linear_sweep(sweep_dir, values, oom_at):
+    """A batch sweep whose peak is exactly 500000 + 80000 * batch bytes on a 4000000 B capacity
+    (10 % margin: 400000 B kept free, 3600000 B usable); ``oom_at`` and above run out of memory."""
+
+    def peak(b):
+        return 500_000 + 80_000 * b
+
+    points = [(b, "ok" if b < oom_at else "oom", peak(b), peak(b)) for b in values]
+    return peak, make(sweep_dir, points, capacity=4_000_000)
+
+
+def test_the_fits_limit_under_the_margin_is_floored_to_the_lattice_and_offered_unmeasured(tmp_path):
+    """The recommendation stays a measured value (batch=6), and the fit's largest batch under the
+    margin (3100000 / 80000 = 38.75: floored to 38, never rounded up to 39, which breaks it) is
+    named beside it as not measured, with the command that measures it (the run's overrides)."""
+    peak, (runs, phases) = _linear_sweep(str(tmp_path), (1, 6, 43, 44), oom_at=44)
+    level = 4_000_000 - 400_000
+    limit = max(b for b in range(1, 100) if peak(b) <= level)  # derived: 38
+    assert peak(limit + 1) > level
+    for r in runs:
+        hydra = tmp_path / r["run_id"] / ".hydra"
+        hydra.mkdir(parents=True)
+        (hydra / "overrides.yaml").write_text(
+            f"- device=cuda\n- sweep=none\n- capacity=4000000\n- batch={r['batch']}\n"
+        )
+    rep = report_of(runs, phases)
+    (axis,) = rep.axes
+    assert axis.recommended == 6 and axis.limits == {"capacity": 43, "capacity - margin": limit}
+    md = markdown(rep)
+    answer = md.split("## Answer", 1)[1].split("##", 1)[0]
+    note = (
+        f"the fit puts the largest value under the margin at batch={limit} (not measured; confirm with "
+        f"`memsweep run device=cuda capacity=4000000 batch={limit}`)"
+    )
+    assert "Recommended: **batch=6**" in answer and note in answer
+    assert f"the largest batch within the capacity - margin is {limit} (not run)" in answer
+    assert "the largest batch within the capacity is 43 (run: ok)" in answer and "≈" not in answer
+    card = md.split("## Summary card", 1)[1].split("\n#", 1)[0]
+    assert f"| batch=6; {note} |" in card
+    assert f"Calculated, not measured: {note}." in md.split("# Chosen setting", 1)[1]
+
+
+def test_no_unmeasured_limit_is_offered_where_it_was_run_or_without_the_runs_overrides():
+    """Where the fit's value under the margin was run (and so recommended), nothing is offered;
+    without the runs' overrides the command leaves them to the reader."""
+    _, (runs, phases) = _linear_sweep("s", (1, 38, 43, 44), oom_at=44)
+    (axis,) = report_of(runs, phases).axes
+    assert axis.recommended == 38 and axis.margin_limit_unmeasured is None
+    assert "fit puts" not in markdown(report_of(runs, phases))
+    _, (runs, phases) = _linear_sweep("s", (1, 6, 43, 44), oom_at=44)
+    assert "(not measured; confirm with `memsweep run ... batch=38`)" in markdown(report_of(runs, phases))
+
+
+def test_largest_under_floors_the_crossing_to_multiples_of_the_step():
+    """peak = 500000 + 80000 x crosses 3600000 B at x = 38.75: 38 on the integers, 32 on the
+    multiples of 8, 0 where even the first multiple is above the level, None where it is never reached."""
+    from analysis.report.fit import largest_under
+
+    coeffs = [80_000.0, 500_000.0]
+    assert largest_under(coeffs, 3_600_000) == 38
+    assert largest_under(coeffs, 3_600_000, step=8) == 32
+    assert largest_under(coeffs, 3_700_000) == 40  # a crossing on a lattice value is kept
+    assert largest_under(coeffs, 600_000, step=8) == 0
+    assert largest_under([0.0, 500_000.0], 3_600_000) is None
+
+
+def test_a_run_whose_record_could_not_be_read_is_counted_and_named_apart_never_measured():
+    """A newer memsweep's record (schema_version 2): the runs table holds its record_problem and no
+    outcome. The report counts it apart from the outcomes, names it with its problem, never calls
+    it unfinished nor counts it among the measured runs; a damaged record with an outcome (crash)
+    stays a measured run."""
+    from analysis.report.stats import record_unread
+
+    runs, phases = make("s", [(4, "ok", 100 * MiB, 90 * MiB), (8, "ok", 150 * MiB, 120 * MiB)])
+    problem = "record s/1/record.json: schema_version 2 is newer than this memsweep reads (1); upgrade memsweep"
+    unread = runs[1]
+    for k in ("outcome", "failed_phase", "max_memory_allocated", "max_memory_reserved"):
+        unread[k] = None
+    unread["record_problem"] = problem
+    phases = [p for p in phases if p["run_id"] != "1"]
+    assert record_unread(unread) and not record_unread({"outcome": "crash", "record_problem": "record missing"})
+    rep = report_of(runs, phases)
+    assert [r["run_id"] for r in rep.unread] == ["1"] and [r["run_id"] for r in rep.runs] == ["0"]
+    md = markdown(rep)
+    assert "from 1 measured run (1 run whose record could not be read, not counted)" in md
+    assert "| runs (observed) | 2: ok 1, record not readable 1 |" in md
+    assert (
+        f"| record not readable (not measured) | run `1` (batch=8 context=128 width=256 dtype=float32): {problem} |"
+        in md
+    )
+    assert "unfinished" not in md and "every phase of every run succeeded" not in md
+
+
+def test_a_frontier_search_floors_the_fits_limits_to_its_multiple_of(tmp_path):
+    """The frontier sweeper's result line (search.jsonl) gives the lattice: multiple_of=8 floors the
+    limit under the margin (38.75) to 32, and the capacity's (43.75) to 40."""
+    import json
+
+    from conf.contract import AXES, SEARCH_LOG
+
+    _, (runs, phases) = _linear_sweep(str(tmp_path), (8, 16, 40, 48), oom_at=48)
+    base = {"batch": None, "context": 128, "width": 256, "dtype": "float32"}
+    event = {
+        "event": "result",
+        "axis": "batch",
+        "strategy": "model",
+        "multiple_of": 8,
+        "workload": "mlp",
+        "capacity_bytes": 4_000_000,
+        "fixed": {**{a: base.get(a) for a in AXES}, "mode": "inference", "device": "cuda:0", "warmup": 1, "repeats": 1},
+    }
+    (tmp_path / SEARCH_LOG).write_text(json.dumps(event) + "\n")
+    (axis,) = report_of(runs, phases).axes
+    assert axis.frontier.get("strategy") == "model" and axis.step == 8
+    assert axis.limits == {"capacity": 40, "capacity - margin": 32} and axis.margin_limit_unmeasured == 32

@@ -31,7 +31,9 @@ Modules, in the order the data flows:
 * ``stats``: per swept axis, the values run and their peaks, the frontier, the margin at
   ``max_ok`` and the recommended value (``analyse_axis``, ``AxisResult``, ``ValueStat``).
 * ``phases``: phase order, each phase's rise of the peak, the observed split of the peak.
-* ``fit``: the peak as a polynomial of the context, and where it crosses a level.
+* ``fit``: the peak as a polynomial of the swept axis, where it crosses a level and the largest
+  value of the axis's lattice within it (``capacity_limits``).
+* ``fitted``: those limits in words, and the unmeasured value under the margin with its command.
 * ``sections_summary``, ``sections_observed``, ``sections_calculated``, ``sections_closing``:
   the document, one function per section.
 * ``build``: ``build_report``, the sections in order; ``Report``.

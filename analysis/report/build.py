@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..doc import Doc
-from .fmt import dry_runs_text
+from .fmt import dry_runs_text, unread_text
 from .loading import loading_section
 from .margin import MarginPolicy, parse_margin
 from .model_states import model_states_section
@@ -18,7 +18,7 @@ from .sections_calculated import calculated_section
 from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
 from .sections_observed import observed_section
 from .sections_summary import summary_card
-from .stats import AxisResult, analyse_axis, enrich_runs, tell_loads_apart
+from .stats import AxisResult, analyse_axis, enrich_runs, record_unread, tell_loads_apart
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Report:
         has_estimate: True when the runs table has an ``est_*`` column holding a value.
         predicted: the dry runs (source ``predicted``), never part of an observed figure.
         notes: what was given twice and read once (``analysis.tables.unique_dirs``), one line each.
+        unread: the runs whose record could not be read (``stats.record_unread``), never measured.
     """
 
     doc: Doc
@@ -42,6 +43,7 @@ class Report:
     has_estimate: bool
     predicted: list[dict] = field(default_factory=list)  # the dry runs (source "predicted")
     notes: list[str] = field(default_factory=list)  # what was read once of what was given twice
+    unread: list[dict] = field(default_factory=list)  # runs whose record could not be read
 
 
 class _NoPlots:
@@ -89,6 +91,9 @@ def build_report(
     # it is kept out of every observed figure and shown apart, labelled predicted.
     predicted = [r for r in all_runs if r.get("source") == "predicted"]
     runs = [r for r in all_runs if r.get("source") != "predicted"]
+    # a run whose record could not be read (a newer memsweep's) is named apart: neither measured nor unfinished
+    unread = [r for r in runs if record_unread(r)]
+    runs = [r for r in runs if not record_unread(r)]
     all_phases = phases_table.to_pylist()
     phases = [p for p in all_phases if p.get("source") != "predicted"]
     predicted_phases = [p for p in all_phases if p.get("source") == "predicted"]
@@ -116,6 +121,7 @@ def build_report(
     doc.p(
         f"Generated {now} from {len(runs)} measured run{'s' if len(runs) != 1 else ''}"
         + (f" and {len(predicted)} dry run{'s' if len(predicted) != 1 else ''} (predicted)" if predicted else "")
+        + (f" ({unread_text(len(unread))}, not counted)" if unread else "")
         + " in "
         + ", ".join(f"`{d}`" for d in (sweep_dirs or sorted({r["sweep_dir"] for r in all_runs})))
         + ". "
@@ -126,6 +132,14 @@ def build_report(
     notes = list(notes or [])
     if notes:
         doc.note("info", "Read once: " + "; ".join(notes) + ".")
+    if unread:
+        doc.note(
+            "warning",
+            f"{unread_text(len(unread))}: nothing of them is known here (no outcome, no counter), "
+            "so they are left out of every figure below: "
+            + "; ".join(f"`{r.get('run_id')}` ({r.get('record_problem')})" for r in unread)
+            + ".",
+        )
     if predicted:
         doc.note(
             "warning",
@@ -146,9 +160,9 @@ def build_report(
         )
         if predicted:
             predicted_section(doc, predicted)
-        return Report(doc, axes, policy, runs, bool(est_cols), predicted, notes)
+        return Report(doc, axes, policy, runs, bool(est_cols), predicted, notes, unread)
 
-    summary_card(doc, runs, axes, policy)
+    summary_card(doc, runs, axes, policy, unread)
     observed_section(doc, runs, phases, axes, plots)
     loading_section(doc, runs, phases)
     calculated_section(doc, axes, policy, est_cols, plots, predicted, predicted_phases)
@@ -160,4 +174,4 @@ def build_report(
     if predicted:
         predicted_section(doc, predicted)
     raw_section(doc, all_runs, axes, sweep_dirs, analysis_files)
-    return Report(doc, axes, policy, runs, bool(est_cols), predicted, notes)
+    return Report(doc, axes, policy, runs, bool(est_cols), predicted, notes, unread)

@@ -5,6 +5,8 @@ search uses too.
 
 from __future__ import annotations
 
+import math
+
 from ..fit import Polynomial, first_crossing, fit_polynomial
 
 QUADRATIC_AXES = ("context", "width")
@@ -122,3 +124,48 @@ def capacity_crossings(coeffs: list[float], capacity: int | None, margin_bytes: 
         if margin_bytes and capacity - margin_bytes > 0:
             out["capacity - margin"] = crossing(coeffs, capacity - margin_bytes)
     return out
+
+
+def largest_under(coeffs: list[float], level: float, step: int = 1) -> int | None:
+    """The largest value of the axis's lattice (multiples of ``step``) whose fitted peak is at most
+    ``level``, below where the fit first rises through it: the fitted crossing (``crossing``)
+    floored to the lattice, never rounded up past the level.
+
+    Args:
+        coeffs: the fitted polynomial, highest power first (``fit_axis``'s ``coeffs``).
+        level: bytes (the capacity, or the capacity minus the margin), positive.
+        step: the distance between the axis's values (the frontier sweeper's
+            ``hydra.sweeper.multiple_of``; 1 for values given by hand).
+
+    Returns:
+        That value (a calculated, not a measured, value of the axis); 0 when even ``step`` has a
+        fitted peak above ``level``; None when the fit never rises through ``level`` at a
+        positive value (no limit from the fit).
+    """
+    x = crossing(coeffs, level)
+    if x is None:
+        return None
+    value = math.floor(x / step) * step
+    while value > 0 and evaluate(coeffs, value) > level:  # a float crossing a hair above a lattice value
+        value -= step
+    return max(value, 0)
+
+
+def capacity_limits(
+    coeffs: list[float], capacity: int | None, margin_bytes: int | None, step: int = 1
+) -> dict[str, int | None]:
+    """The largest lattice values whose fitted peak stays within the capacity and within the
+    capacity minus the margin (``largest_under``): the one definition the report prints.
+
+    Args:
+        coeffs: the fitted polynomial, highest power first (``fit_axis``'s ``coeffs``).
+        capacity: the capacity compared with the peak (bytes); None or 0: no level.
+        margin_bytes: the margin policy's bytes at that capacity; None or 0: no second level.
+        step: the distance between the axis's values (``largest_under``).
+
+    Returns:
+        ``{"capacity": v, "capacity - margin": v}`` with the keys of ``capacity_crossings`` (the
+        same levels, the same keys left out), v as ``largest_under`` gives it.
+    """
+    levels = {"capacity": capacity, "capacity - margin": (capacity or 0) - (margin_bytes or 0)}
+    return {k: largest_under(coeffs, levels[k], step) for k in capacity_crossings(coeffs, capacity, margin_bytes)}

@@ -48,3 +48,9 @@ def axis_label(axis: str, value) -> str:
 def dry_runs_text(n: int) -> str:
     """``"3 dry runs (source `predicted`)"``: how the report names ``n`` dry runs (predictions)."""
     return f"{n} dry run{'s' if n != 1 else ''} (source `predicted`)"
+
+
+def unread_text(n: int) -> str:
+    """``"2 runs whose record could not be read"``: how the report names ``n`` runs whose record this
+    memsweep could not read (``stats.record_unread``)."""
+    return f"{n} run{'s' if n != 1 else ''} whose record could not be read"

@@ -12,7 +12,8 @@ from conf.contract import gib
 
 from ..doc import Doc, Image
 from ..frontier import direction_words
-from .fit import capacity_crossings, evaluate, fit_axis
+from .fit import capacity_crossings, evaluate
+from .fitted import limit_words, unmeasured_limit_note
 from .fmt import axis_label, nbytes, pct
 from .margin import MarginPolicy, basis
 from .stats import AxisResult
@@ -22,7 +23,8 @@ CURVE_POINTS = 80
 
 
 def axis_fit(a: AxisResult) -> tuple[dict | None, dict[str, float | None]]:
-    """The fitted peak of an axis's ok values and where it reaches the capacity levels.
+    """The fitted peak of an axis's ok values (``AxisResult.fit``) and where its curve crosses the
+    capacity levels, for drawing (the text prints ``AxisResult.limits``, floored to the lattice).
 
     Args:
         a: the axis result.
@@ -32,8 +34,7 @@ def axis_fit(a: AxisResult) -> tuple[dict | None, dict[str, float | None]]:
         where the fit reaches the capacity and the capacity minus the margin; empty without a fit
         or a capacity).
     """
-    ok = [(s.value, s.used) for s in a.values if s.all_ok and s.used is not None]
-    fit = fit_axis(a.axis, [x for x, _ in ok], [y for _, y in ok])
+    fit = a.fit
     crossings = {} if fit is None else capacity_crossings(fit["coeffs"], a.capacity, a.margin_bytes)
     return fit, crossings
 
@@ -91,6 +92,7 @@ def axis_image(a: AxisResult, plots, name: str, figsize: tuple[float, float] = (
         crossings={k: v for k, v in crossings.items() if v and curve and v <= curve[0][-1]},
         figsize=figsize,
         edge_names=a.edge_names,
+        limits=a.limits,
     )
     return Image(
         name,
@@ -107,18 +109,18 @@ def _size(n: int | None) -> str:
     return f"{nbytes(n)} B ({gib(n)} GiB)"
 
 
-def answer_lines(a: AxisResult, policy: MarginPolicy, crossings: dict[str, float | None]) -> list[str]:
+def answer_lines(a: AxisResult, policy: MarginPolicy) -> list[str]:
     """The answer for one axis, in words and numbers (inline markup).
 
     Args:
         a: the axis result.
         policy: the margin policy.
-        crossings: ``axis_fit``'s crossings.
 
     Returns:
         A few sentences: the edge (observed), the recommended value and its headroom
-        (calculated under the assumed margin), the headroom at the edge (max_ok; min_ok on a
-        decreasing axis) and the fit's crossings.
+        (calculated under the assumed margin; with the fit's larger unmeasured value under the
+        margin beside it, ``fitted.unmeasured_limit_note``), the headroom at the edge (max_ok;
+        min_ok on a decreasing axis) and the fit's limits (``AxisResult.limits``).
     """
     ax, counter = a.axis, f"`{a.used_counter}`"
     out = []
@@ -146,23 +148,21 @@ def answer_lines(a: AxisResult, policy: MarginPolicy, crossings: dict[str, float
         out.append(
             f"Recommended: **{axis_label(ax, a.recommended)}** under the margin {policy.short()} "
             f"({nbytes(a.margin_bytes)} B kept free, assumed): peak {counter} {_size(used)}, headroom "
-            f"**{_size(cap - used)}, {pct(cap - used, cap)}** of the capacity {_size(cap)}."
+            f"**{_size(cap - used)}, {pct(cap - used, cap)}** of the capacity {_size(cap)}"
+            + (f"; {note}." if (note := unmeasured_limit_note(a)) else ".")
         )
     else:
-        out.append(f"Recommended: none under the margin {policy.short()} ({a.reason}).")
+        note = unmeasured_limit_note(a)
+        out.append(
+            f"Recommended: none under the margin {policy.short()} ({a.reason})" + (f"; {note}." if note else ".")
+        )
     if a.margin_at_edge is not None and a.edge != a.recommended:
         out.append(
             f"At {a.edge_names[0]} ({axis_label(ax, a.edge)}): peak {_size(a.used_at_edge)}, headroom "
             f"{_size(a.margin_at_edge)}, {pct(a.margin_at_edge, cap)} of the capacity."
         )
-    if crossings:
-        out.append(
-            "Fitted peak (calculated): "
-            + "; ".join(
-                f"reaches the {k} at {ax} ≈ {v:.0f}" if v else f"never reaches the {k}" for k, v in crossings.items()
-            )
-            + "."
-        )
+    if a.limits:
+        out.append("Fitted peak (calculated, not measured): " + "; ".join(limit_words(a, k) for k in a.limits) + ".")
     if a.kind == "cpu":
         out.append("CPU runs: tracked tensor bytes, not a GPU measurement.")
     return out
@@ -196,10 +196,9 @@ def answer_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, plots
         doc.answer(["No variable was swept over two or more values: no edge to state."], None)
         return
     if len(axes) == 1:
-        items = answer_lines(main, policy, axis_fit(main)[1])
+        items = answer_lines(main, policy)
     else:
         items = [
-            f"{a.title}: " + " ".join(answer_lines(a, policy, axis_fit(a)[1]))
-            for a in [main] + [a for a in axes if a is not main]
+            f"{a.title}: " + " ".join(answer_lines(a, policy)) for a in [main] + [a for a in axes if a is not main]
         ]
     doc.answer(items, axis_image(main, plots, f"answer_{main.axis}.png", figsize=(6.4, 4.4), other=False))

@@ -9,7 +9,8 @@ from conf.contract import gib
 
 from .. import cards as cards_mod
 from ..doc import Doc, Image
-from .fit import capacity_crossings, fit_context
+from .fit import capacity_crossings
+from .fitted import limit_words
 from .fmt import axis_label, nbytes, pct
 from .margin import MarginPolicy
 from .phases import OBSERVED_COUNTERPART, PART_NAMES, decomposition
@@ -100,8 +101,7 @@ def calculated_section(
     for i, a in enumerate(axes):
         if a.axis != "context":
             continue
-        ok = [(s.value, s.used) for s in a.values if s.all_ok and s.used is not None]
-        fit = fit_context([x for x, _ in ok], [y for _, y in ok])
+        fit = a.fit  # stats.analyse_axis: fit.fit_axis, the fit_context of a context axis
         doc.h(2, f"Fitted curve: peak vs context ({a.title})")
         if fit is None:
             doc.p("Fewer than two contexts ran ok: no curve fitted.")
@@ -118,16 +118,11 @@ def calculated_section(
             f"residual {fit['max_rel_residual'] * 100:.2f} %."
         )
         crossings = capacity_crossings(c, a.capacity, a.margin_bytes)
-        lines = [
-            f"the fit reaches the {k} at context ≈ {v:.0f} (extrapolated, not run)"
-            if v
-            else f"the fit never reaches the {k} for a positive context"
-            for k, v in crossings.items()
-        ]
-        cap_x = crossings.get("capacity")
-        if cap_x and isinstance(a.min_oom, int) and a.min_oom < cap_x:
+        lines = [f"fitted: {limit_words(a, k)}" for k in a.limits]
+        cap_x = a.limits.get("capacity")
+        if cap_x and isinstance(a.min_oom, int) and a.min_oom <= cap_x:
             lines.append(
-                f"observed: context={a.min_oom} already ran out of memory, below the fit's crossing: "
+                f"observed: context={a.min_oom} already ran out of memory, within the fit's limit of the capacity: "
                 "the capacity holds more than the counter fitted (see 'Assumed'); trust the runs"
             )
         doc.ul(lines)
@@ -135,7 +130,15 @@ def calculated_section(
             Image(
                 f"fit{i}_context.png",
                 plots.fit_plot(
-                    fit["xs"], fit["ys"], c, a.capacity, a.margin_bytes, "context", f"peak {a.used_counter}", crossings
+                    fit["xs"],
+                    fit["ys"],
+                    c,
+                    a.capacity,
+                    a.margin_bytes,
+                    "context",
+                    f"peak {a.used_counter}",
+                    crossings,
+                    a.limits,
                 ),
                 "Peak against context with the fitted curve (calculated) and where it crosses the capacity.",
             )

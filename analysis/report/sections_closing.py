@@ -13,6 +13,7 @@ from conf.contract import AXES, gib, predicted_outcome
 from .. import cards as cards_mod
 from ..doc import Doc
 from ..frontier import order_key
+from .fitted import unmeasured_limit_note
 from .fmt import axis_label, dry_runs_text, nbytes, pct
 from .margin import BASIS_TEXT, MarginPolicy
 from .stats import AxisResult
@@ -92,7 +93,8 @@ def decision_section(doc: Doc, axes: list[AxisResult], policy: MarginPolicy) -> 
             if a.recommended is not None
             else f"**{a.title}: no setting recommended**"
         )
-        doc.p(f"{head}. {a.reason}")
+        note = unmeasured_limit_note(a)
+        doc.p(f"{head}. {a.reason}" + (f" Calculated, not measured: {note}." if note else ""))
         for n in a.notes:
             doc.note("warning", n)
 

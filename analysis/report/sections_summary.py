@@ -12,10 +12,14 @@ from conf.contract import gib
 
 from ..doc import Doc
 from ..frontier import direction_words
-from ..labels import set_fields
-from .fmt import axis_label, nbytes, pct
+from ..labels import load_words, set_fields
+from .fitted import unmeasured_limit_note
+from .fmt import axis_label, nbytes, pct, unread_text
 from .margin import MarginPolicy
 from .stats import AxisResult
+
+UNREAD_OUTCOME = "record not readable"
+"""How the card counts a run whose record could not be read (``stats.record_unread``), beside the outcomes."""
 
 
 def _text(value) -> str:
@@ -131,7 +135,9 @@ def weights_rows(runs: list[dict], axes: list[AxisResult]) -> list[list[str]]:
     return rows
 
 
-def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy) -> None:
+def summary_card(
+    doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy, unread: list[dict] | None = None
+) -> None:
     """Append the "Summary card" section: load, environment, capacity, outcomes, frontier, margin
     at the edge (max_ok; min_ok on a decreasing axis) and chosen value per axis, then the four
     counters of the run at each edge.
@@ -141,7 +147,10 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
         runs: the measured run rows, enriched by ``stats.enrich_runs``.
         axes: the axis results (``stats.analyse_axis``).
         policy: the margin policy.
+        unread: the runs whose record could not be read (``stats.record_unread``): counted and named
+            apart, in no other figure.
     """
+    unread = unread or []
     doc.h(1, "Summary card")
     outcomes = Counter(r.get("outcome") or "unfinished" for r in runs)
     failed = Counter((r.get("failed_phase"), r.get("outcome")) for r in runs if r.get("failed_phase"))
@@ -163,12 +172,30 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
         ],
         ["allocator settings (observed)", "; ".join(sorted({alloc_text(r) for r in runs}))],
         ["capacity (observed)", "; ".join(sorted({_capacity_text(r) for r in runs}))],
-        ["runs (observed)", f"{len(runs)}: " + ", ".join(f"{o} {n}" for o, n in outcomes.most_common())],
+        [
+            "runs (observed)",
+            f"{len(runs) + len(unread)}: "
+            + ", ".join(
+                [f"{o} {n}" for o, n in outcomes.most_common()]
+                + ([UNREAD_OUTCOME + f" {len(unread)}"] if unread else [])
+            ),
+        ],
         [
             "phases that failed (observed)",
-            ", ".join(f"{p} ({o} x{n})" for (p, o), n in failed.items()) or "none: every phase of every run succeeded",
+            ", ".join(f"{p} ({o} x{n})" for (p, o), n in failed.items())
+            or "none: every phase of every run "
+            + (f"whose record was read succeeded ({unread_text(len(unread))})" if unread else "succeeded"),
         ],
     ]
+    if unread:
+        rows.append(
+            [
+                f"{UNREAD_OUTCOME} (not measured)",
+                "; ".join(
+                    f"run `{r.get('run_id')}` ({' '.join(load_words(r))}): {r.get('record_problem')}" for r in unread
+                ),
+            ]
+        )
     rows += weights_rows(runs, axes)
     # one load per frontier row: each value below is of that load alone, never across loads
     several = len(axes) > 1
@@ -208,7 +235,8 @@ def summary_card(doc: Doc, runs: list[dict], axes: list[AxisResult], policy: Mar
         rows.append(
             [
                 f"chosen {a.axis}{of} (calculated under the assumed margin)",
-                axis_label(a.axis, a.recommended) if a.recommended is not None else "none",
+                (axis_label(a.axis, a.recommended) if a.recommended is not None else "none")
+                + (f"; {note}" if (note := unmeasured_limit_note(a)) else ""),
             ]
         )
     rows.append(["margin policy (assumed)", policy.describe()])

@@ -14,8 +14,9 @@ from typing import Any
 
 from conf.contract import AXES, gib
 
-from ..frontier import IDENTITY, differing, direction_words, edge_columns, order_key
+from ..frontier import IDENTITY, ROW_KEY, differing, direction_words, edge_columns, order_key, search_results
 from ..labels import load_words
+from .fit import capacity_limits, fit_axis
 from .fmt import axis_label, pct
 from .margin import MarginPolicy, basis, device_kind, margin_leaves_nothing
 
@@ -89,6 +90,11 @@ class AxisResult:
         notes: warnings that go with the choice (non-monotonic results, CPU optimism...).
         show_dir: True when the report covers several sweep directories (the title names this one).
         detail: what tells this load from another with the same axes (set by ``tell_loads_apart``).
+        step: the distance between the axis's values (the frontier sweeper's ``multiple_of`` from
+            ``search.jsonl``; 1 otherwise).
+        fit: the fitted peak of the values whose every run ran ok (``fit.fit_axis``); None without one.
+        limits: the largest values of the lattice whose fitted peak stays within the capacity and
+            within the capacity minus the margin (``fit.capacity_limits``: calculated, not measured).
     """
 
     sweep_dir: str
@@ -161,6 +167,27 @@ class AxisResult:
 
     show_dir: bool = False  # several sweep directories in one report: name the directory too
     detail: str = ""  # what tells this load from another with the same axes (set by build_report)
+    step: int = 1  # the distance between the axis's values (the frontier sweeper's multiple_of)
+    fit: dict | None = None  # fit.fit_axis of the values whose every run ran ok
+    limits: dict[str, int | None] = field(default_factory=dict)  # fit.capacity_limits
+
+    @property
+    def margin_limit_unmeasured(self) -> int | None:
+        """The fit's largest value under the capacity minus the margin (``limits``) when it lies
+        above ``recommended`` and nothing measured speaks against it: no run at it, below
+        ``min_oom``, and every value run up to it ran ok within the margin. None otherwise."""
+        x = self.limits.get("capacity - margin")
+        if not x or self.decreasing or self.capacity is None or self.margin_bytes is None:
+            return None
+        if self.recommended is not None and x <= self.recommended:
+            return None
+        if self.stat(x) is not None or (self.min_oom is not None and x >= self.min_oom):
+            return None
+        level = self.capacity - self.margin_bytes
+        below = [s for s in self.values if s.value <= x]
+        if any(not s.all_ok or s.used is None or s.used > level for s in below):
+            return None
+        return x
 
     @property
     def load_title(self) -> str:
@@ -177,6 +204,21 @@ class AxisResult:
     def stat(self, value) -> ValueStat | None:
         """The ``ValueStat`` of ``value``; None when that value was not run (or ``value`` is None)."""
         return next((s for s in self.values if s.value == value), None)
+
+
+def record_unread(run: dict) -> bool:
+    """Whether a run's record could not be read, so nothing of it is known: the runs table names a
+    ``record_problem`` (a newer memsweep's record.json or result.json, an unreadable file) and holds
+    no outcome. Such a run is neither unfinished nor measured; a damaged record with an outcome
+    (``crash``: ``conf.contract.read_run``'s ``record_damage``) is a measured run.
+
+    Args:
+        run: a row of the runs table (RUNS_SCHEMA as a dict).
+
+    Returns:
+        True when ``record_problem`` is set and ``outcome`` is None.
+    """
+    return bool(run.get("record_problem")) and run.get("outcome") is None
 
 
 def enrich_runs(runs: list[dict], phases: list[dict]) -> None:
@@ -276,8 +318,24 @@ def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResul
             result.used_at_edge = row.get(f"{result.edge_names[0]}_{result.used_counter}")
         if capacity is not None and result.used_at_edge is not None:
             result.margin_at_edge = capacity - result.used_at_edge
+    result.step = _lattice_step(row)
+    ok = [(s.value, s.used) for s in stats if s.all_ok and s.used is not None]
+    result.fit = fit_axis(axis, [x for x, _ in ok], [y for _, y in ok])
+    if result.fit is not None:
+        result.limits = capacity_limits(result.fit["coeffs"], capacity, margin_bytes, result.step)
     _recommend(result, policy)
     return result
+
+
+def _lattice_step(row: dict) -> int:
+    """The distance between the values the frontier sweeper could probe for ``row`` (its
+    ``multiple_of`` in the ``result`` line of ``search.jsonl``, matched as
+    ``analysis.frontier.frontier_rows`` matches it); 1 for a sweep over values given by hand."""
+    found = search_results(str(row.get("sweep_dir")))
+    key = tuple(row.get(k) for k in ROW_KEY)
+    event = found.get(key + (row.get("warmup"), row.get("repeats")), found.get(key + (None, None))) or {}
+    step = event.get("multiple_of")
+    return step if isinstance(step, int) and step > 0 else 1
 
 
 def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
