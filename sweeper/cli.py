@@ -10,7 +10,7 @@
                                     comparable loads side by side; exit 1 when a peak grew
                                     beyond --fail-above, 3 when nothing was comparable
     memsweep estimate [OPTIONS]     calculated memory of a load (weights, training state, KV cache...)
-    memsweep predict [OVERRIDES] capacity=SIZE [--axis batch]
+    memsweep predict [OVERRIDES] capacity=SIZE [--axis batch] [--upper N]
                                     predicted edge of an axis from dry runs (fake tensors, no device)
     memsweep env [--device auto|cpu|cuda:N] [--json]
                                     the environment report (device, driver, Python, PyTorch, CUDA/HIP,
@@ -157,14 +157,30 @@ def env_command(argv: list[str]) -> int:
     return 0 if info.get("available") else 2
 
 
-PREDICT_USAGE = """usage: memsweep predict [OVERRIDES] capacity=SIZE [--axis batch|context|width]
-       memsweep predict [OVERRIDES] --cards[=NAME,NAME] [--axis ...]   one table: the edge on each card
+def _predict_usage() -> str:
+    """``memsweep predict --help``: its usage, options and exit status, the axes from the vocabulary
+    (``sweeper.search.SEARCH_AXES``), the default upper bound the frontier sweeper's
+    (``FrontierSweeperConf.upper``)."""
+    from .frontier_settings import FrontierSweeperConf
+    from .search import SEARCH_AXES
+
+    axes = "|".join(SEARCH_AXES)
+    return f"""usage: memsweep predict [OVERRIDES] capacity=SIZE [--axis {axes}] [--upper N]
+       memsweep predict [OVERRIDES] --cards[=NAME,NAME] [--axis ...] [--upper N]   one table: the edge on each card
 
 Predicts, without the device, the largest value of the axis whose tensor bytes fit in SIZE
-(GB = 10^9 B, GiB = 2^30 B), by bisection on dry runs. OVERRIDES are those of `memsweep run`;
+(GB = 10^9 B, GiB = 2^30 B), on dry runs: the frontier search's model strategy (the predicted
+peaks fitted against the axis aim each next dry run; bisection when a guess is wrong), on the
+values 1..N (--upper, default {FrontierSweeperConf.upper}, the frontier sweeper's), until the edge is exact.
+OVERRIDES are those of `memsweep run` (key=value; dry_run is always true here);
 device=cpu (the default) or device=cuda[:N] (fake CUDA tensors: no GPU needed; CUDA's 512 B
 allocator blocks counted). --cards=T4 --cards=H100 names several cards (--cards alone: every card).
+Options: {", ".join(PREDICT_OPTIONS)}.
 Exit status: 0 an edge predicted, 3 nothing fits, 4 a dry run failed, 2 bad input."""
+
+
+# The options of `memsweep predict` (everything else is an override, key=value).
+PREDICT_OPTIONS = ("--axis AXIS", "--upper N", "--cards[=NAME,NAME]", "-h/--help")
 # How `memsweep predict` names conf.contract.PEAK_CATEGORIES.
 CATEGORY_LABELS = {
     "parameter": "parameters",
@@ -174,26 +190,46 @@ CATEGORY_LABELS = {
 }
 
 
-def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None]:
-    """(overrides, axis, capacity text or None) of ``memsweep predict``'s arguments.
+def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None, int | None]:
+    """(overrides, axis, capacity text or None, upper or None) of ``memsweep predict``'s arguments
+    (``--cards`` taken out).
 
     Raises:
-        SpecError: an axis a search cannot walk (field ``--axis``).
+        SpecError: an axis a search cannot walk (field ``--axis``), an ``--upper`` that is not an
+            integer from 1 to ``sweeper.predict.MAX_VALUE``, or an unknown option (field
+            ``option``, listing ``PREDICT_OPTIONS``).
     """
+    from .predict import MAX_VALUE
     from .search import check_search_axis
 
-    axis, overrides, capacity = "batch", [], None
+    axis, overrides, capacity, upper = "batch", [], None, None
     it = iter(argv)
     for arg in it:
-        if arg == "--axis":
-            axis = next(it, None)
-        elif arg.startswith("--axis="):
-            axis = arg.split("=", 1)[1]
+        name, eq, given = arg.partition("=")
+        if name in ("--axis", "--upper"):
+            value = given if eq else next(it, None)
+            if name == "--axis":
+                axis = value
+            elif value is None or not value.isdigit() or not 1 <= int(value) <= MAX_VALUE:
+                raise SpecError("--upper", value, f"an integer from 1 to {MAX_VALUE}: the largest value searched")
+            else:
+                upper = int(value)
+        elif arg.startswith("-"):
+            raise SpecError("option", arg, "one of " + ", ".join(PREDICT_OPTIONS) + "; overrides are key=value")
         elif arg.startswith("capacity="):
-            capacity = arg.split("=", 1)[1]
+            capacity = given
         else:
             overrides.append(arg)
-    return overrides, check_search_axis(axis, "--axis"), capacity
+    return overrides, check_search_axis(axis, "--axis"), capacity, upper
+
+
+def _predict_error(exc: SpecError) -> str:
+    """How ``memsweep predict`` words a refusal: "unknown option X (options: ...)" for an option it
+    does not take (field ``option``, ``_parse_predict_args``), else the error's own message."""
+    if exc.field == "option":
+        options = ", ".join(PREDICT_OPTIONS)
+        return f"unknown option {exc.value}; memsweep predict's options: {options} (overrides: key=value)"
+    return str(exc)
 
 
 def predict_command(argv: list[str], out: TextIO | None = None) -> int:
@@ -212,16 +248,16 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
     from .predict import blind_spots, predict_edge
 
     if any(a in ("-h", "--help") for a in argv):
-        print(PREDICT_USAGE, file=out)
+        print(_predict_usage(), file=out)
         return 0
     cards = [a for a in argv if a == "--cards" or a.startswith("--cards=")]
     if cards:
         return _predict_cards_command([a for a in argv if a not in cards], cards, out)
     try:
-        overrides, axis, capacity = _parse_predict_args(argv)
-        prediction = predict_edge(overrides, axis, capacity, axis_field="--axis")
+        overrides, axis, capacity, upper = _parse_predict_args(argv)
+        prediction = predict_edge(overrides, axis, capacity, axis_field="--axis", upper=upper)
     except SpecError as exc:  # bad input, or a load the dry run refuses (e.g. a workload it cannot fake)
-        print(f"memsweep predict: error: {exc}", file=sys.stderr)
+        print(f"memsweep predict: error: {_predict_error(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     predictor, edge, summary = prediction.predictor, prediction.edge, prediction.summary
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
@@ -244,12 +280,19 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
         print("  (a real run measures such a load: memsweep run / sweep)", file=out)
     if edge["max_fit"] is None and edge["min_miss"] == 1:
         print(f"  PREDICTED: nothing fits; {axis}=1 already needs {bytes_text(predictor.runs[1]['peak'])}", file=out)
-    if edge["max_fit"] is not None:
+    if edge["upper_reached"]:
+        print(
+            f"  PREDICTED: upper bound not reached: {axis}={edge['max_fit']} (--upper) fits; the edge lies above "
+            "it (a larger --upper searches further)",
+            file=out,
+        )
+    elif edge["max_fit"] is not None:
         exact = "exact" if edge["exact"] else "not exact"
         print(
             f"  PREDICTED edge: max fit {axis}={edge['max_fit']}, min miss {axis}={edge['min_miss']} ({exact})",
             file=out,
         )
+    if edge["max_fit"] is not None:
         print(f"  predicted tensor bytes at {axis}={edge['max_fit']}, per phase (peak / live at its end):", file=out)
         for row in summary["breakdown"]:
             extra = "".join(
@@ -304,12 +347,12 @@ def _predict_cards_command(argv: list[str], cards: list[str], out) -> int:
 
     try:
         names = card_names(cards)
-        overrides, axis, capacity = _parse_predict_args(argv)
+        overrides, axis, capacity, upper = _parse_predict_args(argv)
         if capacity is not None:
             raise SpecError("capacity", capacity, "no capacity with --cards (each card's reported total is used)")
-        summary = predict_cards(overrides, axis, names, axis_field="--axis")
+        summary = predict_cards(overrides, axis, names, axis_field="--axis", upper=upper)
     except SpecError as exc:
-        print(f"memsweep predict: error: {exc}", file=sys.stderr)
+        print(f"memsweep predict: error: {_predict_error(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(
         f"memsweep predict: PREDICTED edge of {axis} per card ({summary['device']}; each card's reported total, "

@@ -8,10 +8,10 @@ with ``check_settings`` before any worker starts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from conf.contract import SpecError
 
@@ -62,10 +62,12 @@ class FrontierSweeperConf:
     # Light probes: the search runs warmup=0 repeats=1 (the cold step and one warm step); the
     # edge it finds is then run with the full protocol at max_ok and min_oom (and searched
     # again with it, inside the range left, if the full protocol disagrees).
-    light: bool = False
+    # (light and seed_from_dry_run are typed Any so that OmegaConf keeps what was given: as bool it
+    # would read 2 as true; check_settings refuses anything but true or false.)
+    light: Any = False
     # Before the first real probe, bisect the axis on dry runs (fake tensors, `memsweep predict`)
     # against the run's capacity and probe the predicted edge first (FrontierSearch seed).
-    seed_from_dry_run: bool = False
+    seed_from_dry_run: Any = False
     # A failure that usually means memory but does not say so (failure_class memory_suspect,
     # worker.classify): "stop" the axis there (as an error), or read it as an "oom".
     suspect: str = "stop"
@@ -82,7 +84,8 @@ def check_settings(
             every axis without its own), ``strategy`` (one of ``sweeper.search.STRATEGIES``),
             ``confirm`` (re-runs of each edge value, an integer from 0 to 100), ``parallel``
             (probes per round, None or a positive integer), ``suspect`` (how a ``memory_suspect``
-            failure is read, one of ``SUSPECT_READINGS``).
+            failure is read, one of ``SUSPECT_READINGS``), ``light`` and ``seed_from_dry_run``
+            (true or false).
         axes: the axes to search, in order (``searched_axes`` of ``settings.axis``/``settings.axes``).
         axes_field: the setting the axes came from, as the user typed it
             (``hydra.sweeper.axis`` or ``hydra.sweeper.axes``), named when one is refused.
@@ -91,8 +94,9 @@ def check_settings(
         axis -> its ``Lattice`` (``bounds`` of the axis over ``lower``/``upper``/``multiple_of``).
 
     Raises:
-        SpecError: a bad setting, naming its field (``hydra.sweeper.strategy``, ``suspect``,
-            ``confirm``, ``parallel``, ``axis``/``axes``, ``bounds``, ``bounds.<axis>.<key>``, ``lower``, ``upper``,
+        SpecError: a bad setting, naming its field as the user gave it (``hydra.sweeper.strategy``,
+            ``suspect``, ``confirm``, ``parallel``, ``light``, ``seed_from_dry_run``, ``axis``/``axes``,
+            ``bounds``, ``bounds.<axis>.<key>`` for a bound given there, else ``lower``, ``upper``,
             ``multiple_of``) and the values accepted.
     """
     if settings.strategy not in STRATEGIES:
@@ -104,6 +108,9 @@ def check_settings(
         raise SpecError("hydra.sweeper.confirm", confirm, "an integer from 0 to 100")
     if parallel is not None and (isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1):
         raise SpecError("hydra.sweeper.parallel", parallel, "null or a positive integer")
+    for name in ("light", "seed_from_dry_run"):
+        if not isinstance(getattr(settings, name), bool):
+            raise SpecError(f"hydra.sweeper.{name}", getattr(settings, name), "true or false")
     for axis in axes:  # an axis that cannot be searched: named as typed, with the way out
         check_search_axis(axis, axes_field)
     if len(set(axes)) != len(axes):
@@ -117,8 +124,42 @@ def check_settings(
     for axis in axes:
         b = settings.bounds.get(axis) or {}
         lower, upper = b.get("lower", settings.lower), b.get("upper", settings.upper)
-        out[axis] = Lattice.make(lower, upper, b.get("multiple_of", settings.multiple_of), axis)
+        try:
+            out[axis] = Lattice.make(lower, upper, b.get("multiple_of", settings.multiple_of), axis)
+        except SpecError as exc:  # Lattice.make names hydra.sweeper.<key>: name the key the value came from
+            key = exc.field.rpartition(".")[2]
+            field_name = f"hydra.sweeper.bounds.{axis}.{key}" if key in b else exc.field
+            raise SpecError(field_name, exc.value, exc.accepted) from None
     return out
+
+
+def frontier_conf(given: Mapping[str, Any]) -> FrontierSweeperConf:
+    """The frontier sweeper's settings from what Hydra passes its plugin (``hydra.sweeper.*``,
+    ``bounds`` and ``axes`` as OmegaConf containers or plain values).
+
+    Args:
+        given: setting name -> value.
+
+    Returns:
+        The ``FrontierSweeperConf`` (``bounds`` a plain dict, ``axes`` a list or None); not yet
+        validated (``check_settings``).
+
+    Raises:
+        SpecError: a key ``FrontierSweeperConf`` does not declare (``+hydra.sweeper.bogus=1``), as
+            ``hydra.sweeper.<key>``, listing the accepted keys.
+    """
+    accepted = [f.name for f in fields(FrontierSweeperConf)]
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        keys = ", ".join(k for k in accepted if k != "_target_")
+        raise SpecError(f"hydra.sweeper.{unknown[0]}", given[unknown[0]], f"a key of the frontier sweeper: {keys}")
+    settings = dict(given)
+    bounds, axes = settings.get("bounds"), settings.get("axes")
+    settings["bounds"] = dict(
+        OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds) else bounds or {}
+    )
+    settings["axes"] = None if axes is None else list(axes)
+    return FrontierSweeperConf(**settings)
 
 
 def searched_axes(axis: Any, axes: Any) -> list[str]:

@@ -44,10 +44,10 @@ from .frontier_log import SearchLog
 from .frontier_runs import SweepRuns, axis_reading, launcher_slots, search_reading
 from .frontier_settings import (
     LIGHT,
-    FrontierSweeperConf,
     check_search_load,
     check_settings,
     check_sweep_choice,
+    frontier_conf,
     searched_axes,
 )
 from .inputs import check_sweep_config
@@ -70,18 +70,17 @@ class FrontierSweeperImpl:
             (``lattices``).
 
     Raises:
-        TypeError: a setting ``FrontierSweeperConf`` does not declare.
+        InputRefused: a setting ``FrontierSweeperConf`` does not declare (``frontier_conf``);
+            ``sweeper.cli`` prints it and exits 2.
     """
 
     def __init__(self, **settings: Any) -> None:
-        bounds, axes = settings.get("bounds"), settings.get("axes")
-        settings["bounds"] = dict(
-            OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds) else bounds or {}
-        )
-        settings["axes"] = None if axes is None else list(axes)
-        self.settings = FrontierSweeperConf(**settings)
+        try:
+            self.settings = frontier_conf(settings)
+        except SpecError as exc:
+            raise InputRefused(exc) from None
         self.axes = self.settings.axes or [self.settings.axis or "batch"]  # checked by lattices (searched_axes)
-        self.axes_field = "hydra.sweeper.axes" if axes is not None else "hydra.sweeper.axis"  # as the user typed it
+        self.axes_field = "hydra.sweeper.axes" if settings.get("axes") is not None else "hydra.sweeper.axis"
         self.config: DictConfig | None = None
         self.launcher = None
         self.hydra_context: HydraContext | None = None

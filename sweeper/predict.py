@@ -46,6 +46,7 @@ from conf.contract import (
     write_json_atomic,
 )
 
+from .frontier_settings import FrontierSweeperConf
 from .inputs import check_writable
 from .process import execute
 from .search import FrontierSearch, Lattice, Reading, check_search_axis
@@ -92,7 +93,8 @@ class Predictor:
         capacity_bytes: the capacity to fit in (bytes).
         out_dir: the directory of the dry runs (one ``<axis>=<value>`` directory each).
         isolation: how each worker process starts (``sweeper.process.execute``).
-        upper: the largest value searched (at most ``MAX_VALUE``).
+        upper: the largest value searched (at most ``MAX_VALUE``); default the frontier
+            sweeper's (``FrontierSweeperConf.upper``, 65536).
         finished: value -> (result envelope, record.json or None) of the dry runs made, shared
             between predictors of the same load and ``out_dir`` at other capacities
             (``predict_cards``): a value one of them ran is not executed again; default its own.
@@ -109,7 +111,7 @@ class Predictor:
         capacity_bytes: int,
         out_dir: Path,
         isolation: str,
-        upper: int = MAX_VALUE,
+        upper: int = FrontierSweeperConf.upper,
         finished: dict[int, tuple[dict, dict | None]] | None = None,
     ):
         self.base, self.axis, self.capacity, self.upper = base, axis, capacity_bytes, min(upper, MAX_VALUE)
@@ -183,18 +185,22 @@ class Predictor:
 
         Args:
             start: the first value tried (the configured one).
-            lattice: the values allowed (default every integer in [1, upper]).
+            lattice: the values allowed (default the frontier sweeper's: multiples of its
+                ``multiple_of`` in [its ``lower``, ``upper``], ``FrontierSweeperConf``).
 
         Returns:
             {"max_fit" (largest value that fits, or None), "min_miss" (smallest that does
             not, or None), "exact" (neighbours on the lattice, or nothing fits, and no
-            error), "error" (the ``run`` dict of the dry run that could not predict, which
-            stops the search, or None)}.
+            error), "upper" (the largest value searched), "upper_reached" (it fits: the
+            edge lies above it), "error" (the ``run`` dict of the dry run that could not
+            predict, which stops the search, or None)}. The search stops once the edge is
+            exact.
 
         Raises:
             SpecError: a load the dry run refuses.
         """
-        lattice = lattice or Lattice.make(1, self.upper)
+        conf = FrontierSweeperConf
+        lattice = lattice or Lattice.make(conf.lower, self.upper, conf.multiple_of, self.axis)
         search = FrontierSearch(self.axis, lattice, "model", capacity=self.capacity, seed=start)
         error = None
         while not search.done:
@@ -212,6 +218,8 @@ class Predictor:
             "min_miss": res["min_oom"],
             "error": error,
             "exact": error is None and (res["exact"] or nothing_fits),
+            "upper": lattice.upper,
+            "upper_reached": error is None and res["upper_reached"],
         }
 
 
@@ -328,10 +336,10 @@ class Prediction:
         predictor: the dry runs (``Predictor.runs``, ``Predictor.device``).
         edge: ``Predictor.search``'s answer.
         summary: what predict.json holds: axis, capacity_bytes, source ("predicted"),
-            max_fit, min_miss, exact, dry_runs, runs (value, outcome, peak, fits,
-            error_type), breakdown at max_fit (or None), peak_split at split_value (max_fit,
-            or min_miss when nothing fits; or None), estimator (``estimator_figures`` there),
-            blind_spots, device, prediction_rounding.
+            max_fit, min_miss, exact, upper (the largest value searched), upper_reached,
+            dry_runs, runs (value, outcome, peak, fits, error_type), breakdown at max_fit (or
+            None), peak_split at split_value (max_fit, or min_miss when nothing fits; or None),
+            estimator (``estimator_figures`` there), blind_spots, device, prediction_rounding.
     """
 
     axis: str
@@ -342,28 +350,33 @@ class Prediction:
     summary: dict
 
 
-def compose_config(overrides: list[str]) -> DictConfig:
-    """memsweep's config with ``overrides`` (Hydra's syntax), one value each.
+def compose_config(overrides: list[str], fixed: tuple[str, ...] = ()) -> DictConfig:
+    """memsweep's config with ``overrides`` (Hydra's syntax), one value each, then ``fixed``.
 
     Args:
-        overrides: the load's overrides.
+        overrides: the load's overrides, as the user gave them.
+        fixed: overrides the caller adds after them (``memsweep predict``'s ``dry_run=true``...),
+            never named in an error about the user's.
 
     Returns:
         The composed config.
 
     Raises:
         SpecError: a list or range (``batch=1,2``: the search picks the values), or an
-            override Hydra cannot apply (an unknown key or config group, a malformed value),
-            naming the override and Hydra's reason in one line.
+            override Hydra cannot parse or apply (an unknown key or config group, a malformed
+            value), naming that override alone and Hydra's reason in one line.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except HydraException as exc:
-        raise SpecError("overrides", " ".join(overrides), first_line(exc)) from None
+    parser = OverridesParser.create()
+    for text in overrides:  # one at a time: the error names the one that cannot be parsed
+        try:
+            parser.parse_overrides([text])
+        except HydraException as exc:
+            raise SpecError("override", text, f"key=value in Hydra's override syntax ({first_line(exc)})") from None
+    parsed = parser.parse_overrides(overrides)
     for override in parsed:
         if override.is_sweep_override():
             raise SpecError(
@@ -373,7 +386,7 @@ def compose_config(overrides: list[str]) -> DictConfig:
             )
     try:
         with initialize_config_module(config_module="conf", version_base="1.3"):
-            return compose(config_name="config", overrides=overrides)
+            return compose(config_name="config", overrides=overrides + list(fixed))
     except (HydraException, OmegaConfBaseException) as exc:
         field = next((o.get_key_element() for o in parsed if o.get_key_element() in str(exc)), "overrides")
         value = next(
@@ -402,11 +415,20 @@ def compose_load(overrides: list[str], axis: str, axis_field: str = "axis") -> t
         ``<results_dir>/predict/<timestamp>``, not created).
 
     Raises:
-        SpecError: bad input in the load (``compose_config``), an unwritable ``results_dir``, or a
-            load the dry run refuses.
+        SpecError: bad input in the load (``compose_config``), a ``dry_run`` other than true (every
+            run here is a dry run), an unwritable ``results_dir``, or a load the dry run refuses.
     """
-    device = [] if any(o.startswith("device=") for o in overrides) else ["device=cpu"]
-    cfg = compose_config(overrides + device + ["capacity=null", "export=false", "dry_run=true"])
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key.lstrip("+~") == "dry_run" and value.strip().lower() != "true":
+            raise SpecError(
+                "dry_run",
+                value,
+                "true or left out: memsweep predict runs dry runs only (fake tensors); to measure the load, "
+                "memsweep run / memsweep sweep",
+            )
+    device = () if any(o.startswith("device=") for o in overrides) else ("device=cpu",)
+    cfg = compose_config(overrides, (*device, "capacity=null", "export=false", "dry_run=true"))
     settings = launch_settings(cfg)
     base = spec_from_config(cfg)
     check_axis_read(base, axis, axis_field)
@@ -415,7 +437,9 @@ def compose_load(overrides: list[str], axis: str, axis_field: str = "axis") -> t
     return base, settings["isolation"], Path(cfg.get("results_dir", "results")) / "predict" / stamp
 
 
-def predict_edge(overrides: list[str], axis: str, capacity: str | None, axis_field: str = "axis") -> Prediction:
+def predict_edge(
+    overrides: list[str], axis: str, capacity: str | None, axis_field: str = "axis", upper: int | None = None
+) -> Prediction:
     """Predict the edge of ``axis`` on dry runs and write predict.json.
 
     The load is memsweep's config with ``overrides`` (Hydra's syntax; ``device=cpu`` unless
@@ -427,6 +451,8 @@ def predict_edge(overrides: list[str], axis: str, capacity: str | None, axis_fie
         axis: batch, context or width.
         capacity: the capacity to fit in, as text (``80GB``, ``2GiB``, a byte count).
         axis_field: how the user named the axis (``--axis``), named when it is refused.
+        upper: the largest value searched (``--upper``); None: the frontier sweeper's default
+            (``FrontierSweeperConf.upper``).
 
     Returns:
         The ``Prediction``.
@@ -441,7 +467,7 @@ def predict_edge(overrides: list[str], axis: str, capacity: str | None, axis_fie
         raise SpecError("capacity", capacity, "a size to predict against, e.g. capacity=80GB")
     capacity_bytes = parse_size(capacity, "capacity")
     base, isolation, out_dir = compose_load(overrides, axis, axis_field)
-    predictor = Predictor(base, axis, capacity_bytes, out_dir, isolation)
+    predictor = Predictor(base, axis, capacity_bytes, out_dir, isolation, upper=upper or FrontierSweeperConf.upper)
     edge = predictor.search(getattr(base, axis))
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
     # nothing fits: the split of the smallest value, to show what does not fit
@@ -459,7 +485,7 @@ def predict_edge(overrides: list[str], axis: str, capacity: str | None, axis_fie
         "axis": axis,
         "capacity_bytes": capacity_bytes,
         "source": "predicted",
-        **{k: edge[k] for k in ("max_fit", "min_miss", "exact")},
+        **{k: edge[k] for k in ("max_fit", "min_miss", "exact", "upper", "upper_reached")},
         "dry_runs": len(predictor.runs),
         "runs": [
             {k: r[k] for k in ("value", "outcome", "peak", "fits", "error_type")}

@@ -87,7 +87,9 @@ def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
     return 0 if edge is None else edge
 
 
-def predict_cards(overrides: list[str], axis: str, names: list[str] | None = None, axis_field: str = "axis") -> dict:
+def predict_cards(
+    overrides: list[str], axis: str, names: list[str] | None = None, axis_field: str = "axis", upper: int | None = None
+) -> dict:
     """Predict the edge of ``axis`` for one load on each card; write predict_cards.json.
 
     Args:
@@ -95,6 +97,8 @@ def predict_cards(overrides: list[str], axis: str, names: list[str] | None = Non
         axis: batch, context or width.
         names: card names (``select_cards``), or None for the whole catalog.
         axis_field: how the user named the axis (``--axis``), named when it is refused.
+        upper: the largest value searched (``--upper``); None: the frontier sweeper's default
+            (``Predictor``).
 
     Returns:
         {"axis", "source": "predicted", "device", "out_dir", "dry_runs", "blind_spots",
@@ -115,7 +119,8 @@ def predict_cards(overrides: list[str], axis: str, names: list[str] | None = Non
     finished: dict = {}  # the dry runs of every card: each value executed once
     device = base.device
     for card in cards:
-        predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation, finished=finished)
+        bound = {} if upper is None else {"upper": upper}
+        predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation, finished=finished, **bound)
         edge = predictor.search(start)
         device = predictor.device
         if record is None:  # the load's first record, and the estimator's figures of it (once)

@@ -1,6 +1,7 @@
 """The frontier search against scripted oracles: no processes, no Hydra (sweeper/search/)."""
 
 import math
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -425,3 +426,43 @@ def test_any_oracle_answers_with_tried_values(lat, strategy, slots, seed, p_oom)
     if r["exact"]:
         assert r["min_oom"] - r["max_ok"] == step and r["monotonic"]
     assert r["monotonic"] == (r["max_ok"] is None or r["min_oom"] is None or r["max_ok"] < r["min_oom"])
+
+
+# ----- what the search's log says: true reasons, the fit's real crossing ----------------------
+def affine_oracle(a, b, capacity):
+    """peak(x) = a + b x bytes; x fits iff its peak is at most ``capacity``."""
+
+    def oracle(x):
+        peak = a + b * x
+        return ("ok" if peak <= capacity else "oom"), (peak if peak <= capacity else None), capacity
+
+    return oracle
+
+
+def test_the_fit_crossing_logged_is_the_fits_not_the_clamped_upper_bound():
+    a, b, cap = 529408, 81920, 16 * 2**20
+    search = FrontierSearch("batch", Lattice.make(1, 64), "model")
+    result = run_search(search, affine_oracle(a, b, cap))
+    assert result["upper_reached"]
+    (aimed,) = [p for p in search.probes if "fit crosses" in p.reason]
+    assert aimed.detail["predicted_crossing"] == pytest.approx((cap - a) / b, rel=1e-4)  # 198.3, not 65
+    assert aimed.detail["past_bound"] is True and "beyond the upper bound 64" in aimed.reason
+    assert f"batch={(cap - a) / b:.2f}" in aimed.reason
+
+
+def test_probe_reasons_of_parallel_rounds_are_true():
+    search = FrontierSearch("batch", Lattice.make(1, 65536), "bisect")
+    result = run_search(search, affine_oracle(529408, 81920, 16 * 2**20), slots=3)
+    assert result["exact"]
+    growth = [p for p in search.probes if p.reason.startswith("growth")]
+    assert len(growth) >= 4
+    for p in growth:  # "growth xF from B": the value is F times B
+        factor, base = re.match(r"growth x(\d+) from (\d+)", p.reason).groups()
+        assert p.value == int(factor) * int(base), p.reason
+    for p in search.probes:  # "split of (lo, hi) into N parts": N - 1 values of that round
+        m = re.match(r"split of \((\d+), (\d+)\) into (\d+) parts", p.reason)
+        if m:
+            same = [q for q in search.probes if q.round == p.round and q.reason == p.reason]
+            assert len(same) == int(m.group(3)) - 1, p.reason
+            assert all(int(m.group(1)) < q.value < int(m.group(2)) for q in same)
+    assert any(p.reason.startswith("the only value inside") for p in search.probes)

@@ -271,11 +271,27 @@ def test_parallel_slots_come_from_the_launcher_or_the_setting(tmp_path):
         ({"axes": ["batch"], "bounds": {"context": {"lower": 16}}}, r"bounds\.context=.*searches: batch"),
         ({"axis": "batch", "axes": ["context"]}, r"invalid hydra\.sweeper\.axes=.*without hydra\.sweeper\.axis"),
         ({"axes": []}, r"invalid hydra\.sweeper\.axes=\[\].*a non-empty list of axes to search, of batch"),
+        # a per-axis bound is named as given, not as the global key it overrides
+        ({"bounds": {"batch": {"upper": -1}}}, r"invalid hydra\.sweeper\.bounds\.batch\.upper=-1"),
+        ({"bounds": {"batch": {"lower": 0}}}, r"invalid hydra\.sweeper\.bounds\.batch\.lower=0"),
+        ({"bounds": {"batch": {"multiple_of": 0}}}, r"invalid hydra\.sweeper\.bounds\.batch\.multiple_of=0"),
+        ({"bounds": {"batch": {"upper": 10}}, "lower": 20}, r"invalid hydra\.sweeper\.bounds\.batch\.upper=10"),
+        ({"light": 2}, r"invalid hydra\.sweeper\.light=2: expected true or false"),
+        ({"seed_from_dry_run": 2}, r"invalid hydra\.sweeper\.seed_from_dry_run=2: expected true or false"),
     ],
 )
 def test_bad_settings_name_the_field(tmp_path, settings, field):
     with pytest.raises(SpecError, match=field):
         make(tmp_path, edge_at(1), **settings).lattices()
+
+
+def test_an_unknown_setting_is_refused_naming_the_key_and_the_accepted_ones(tmp_path):
+    from sweeper.errors import InputRefused
+
+    with pytest.raises(InputRefused) as info:  # sweeper.cli: exit 2, not Hydra's TypeError and exit 1
+        make(tmp_path, edge_at(1), bogus=1)
+    assert info.value.field == "hydra.sweeper.bogus" and info.value.value == 1
+    assert "seed_from_dry_run" in info.value.accepted and "multiple_of" in info.value.accepted
 
 
 def test_per_axis_bounds(tmp_path):

@@ -13,7 +13,7 @@ from analysis.fit import crossing
 
 from .lattice import Pick
 from .moves import pair, split
-from .peaks import Band
+from .peaks import Band, Crossings
 
 if TYPE_CHECKING:
     from .state import FrontierSearch
@@ -81,14 +81,16 @@ def bracket_round(
     if last < first:  # cannot happen with a consistent model; bisect rather than trust it
         return split(lattice, lo, top, slots, f": {bracket}, but the fit puts the edge outside ({lo}, {top})")
     count = (last - first) // m + 1
+    real = Crossings(band, middle, lo, top, f"beyond the smallest OOM {top}")  # for the log: not stopped at top
     detail = {
         "model": band.kind,
         "fit": band.coefficients,
         "noise_bytes": band.noise,
         "capacity_bytes": search.capacity,
         "usable_bytes": [floor, ceiling],
-        "predicted_crossing": x_star,
+        "predicted_crossing": real.central,
         "predicted_range": [x_pess, x_opt],
+        "past_bound": real.past,
         "candidates": [first, last],
     }
     if search.stalled() and not halved(search, count):
@@ -110,7 +112,10 @@ def bracket_round(
         return [Pick(v, why, None, detail) for v in values if lo < v < top]
 
     def why_pair(side: str) -> str:
-        return f"model: {bracket}; {band.kind} fit reaches it at {search.axis}={x_star:.2f}; probe just {side}"
+        return (
+            f"model: {bracket}; {band.kind} fit reaches its middle at {search.axis}={real.central_text()}"
+            f"{real.past_text()}; probe just {side}"
+        )
 
     return pair(lattice, band, x_star, (lo, top, top), middle, why_pair, detail, slots)
 

@@ -23,12 +23,18 @@ def growth(lattice: Lattice, lo: int, count: int, start: int | None = None) -> l
 
     Returns:
         Up to ``count`` values, each twice the last rounded up to the lattice, the last one
-        ``upper`` when it is reached.
+        ``upper`` when it is reached; each reason names its true factor from the value grown
+        from (``start``, or ``lo``), e.g. x4 for the second value of one round.
     """
-    picks, x = [], start if start is not None else lo
+    base = start if start is not None else lo
+    origin = f"{base}" if base == lo else f"{base}, proposed this round"
+    picks, x = [], base
     for _ in range(count):
-        x = min(lattice.up(2 * x), lattice.upper)
-        picks.append(Pick(x, f"growth x2 from {lo} (no OOM yet)", None, {}))
+        doubled = lattice.up(2 * x)
+        x = min(doubled, lattice.upper)
+        factor = f"x{x // base}" if x % base == 0 else f"x{x / base:.3g}"
+        clamp = f", clamped to the upper bound {lattice.upper}" if x < doubled else ""
+        picks.append(Pick(x, f"growth {factor} from {origin}{clamp} (no OOM yet)", None, {}))
         if x >= lattice.upper:
             break
     return picks
@@ -36,6 +42,9 @@ def growth(lattice: Lattice, lo: int, count: int, start: int | None = None) -> l
 
 def split(lattice: Lattice, lo: int, hi: int, slots: int, why: str) -> list[Pick]:
     """The values that split the bracket (lo, hi) into ``slots + 1`` parts.
+
+    Each reason says what the values are: the bisection midpoint, a split into as many parts as
+    values were found (``slots`` + 1 when the bracket holds enough), or every value inside.
 
     Args:
         lattice: the values allowed.
@@ -47,10 +56,15 @@ def split(lattice: Lattice, lo: int, hi: int, slots: int, why: str) -> list[Pick
     Returns:
         Up to ``slots`` values strictly inside (lo, hi).
     """
-    parts = slots + 1
-    values = lattice.split(lo, hi, parts)
-    label = "bisection" if parts == 2 else f"split ({lo}, {hi}) into {parts} parts"
-    return [Pick(v, f"{label} of ({lo}, {hi}){why}", None, {}) for v in values]
+    values = lattice.split(lo, hi, slots + 1)
+    inside = (hi - lo) // lattice.step - 1  # lattice values strictly inside (lo, hi)
+    if len(values) == inside:
+        label = f"the only value inside ({lo}, {hi})" if inside == 1 else f"all {inside} values inside ({lo}, {hi})"
+    elif len(values) == 1:
+        label = f"bisection of ({lo}, {hi})"
+    else:
+        label = f"split of ({lo}, {hi}) into {len(values) + 1} parts"
+    return [Pick(v, f"{label}{why}", None, {}) for v in values]
 
 
 def fill(lattice: Lattice, lo: int, hi: int | None, count: int, above: int) -> list[Pick]:

@@ -2,8 +2,9 @@
 successes' peaks (``fit_peak``) and the band the true peak lies in (``peak_band``).
 
 The fit itself is ``analysis.fit.fit_polynomial`` (shared with the report's context fit);
-this module chooses the degree, averages repeated values and sizes the band from the peaks'
-resolution and the fit's residual. Peaks are bytes.
+this module chooses the degree, averages repeated values, leaves out a plateau (``rising``),
+sizes the band from the peaks' resolution and the fit's residual, and says where the band's
+curves really reach a level (``Crossings``, for the search's log). Peaks are bytes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from analysis.fit import Polynomial, fit_polynomial
+from analysis.fit import Polynomial, crossing, fit_polynomial
 
 # Peaks may move in steps: the CUDA caching allocator reserves segments in multiples of
 # 2 MiB. The largest power of two dividing every measured peak, when at least
@@ -138,3 +139,75 @@ def peak_band(points: list[tuple[int, int]], quadratic: bool = False) -> Band | 
         "quadratic" if fit.c else "affine",
         coefficients,
     )
+
+
+def rising(points: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The successes that tell how the peak grows with the axis: ``points`` without a plateau,
+    the values whose (mean) peak is not below that of the next larger value or not above that of
+    the next smaller one.
+
+    A load whose largest phase does not depend on the axis at small values (a training step
+    larger than the eval at a small ``eval_batch``) has a plateau there: equal peaks fit a slope
+    of 0 and put the edge anywhere, and the plateau's last value lies above the line of the
+    values past it. ``model_round`` grows past a plateau (x2) until two values rise.
+
+    Args:
+        points: (value, peak bytes) of successes; a value may repeat.
+
+    Returns:
+        The points kept, in their order.
+    """
+    xs, ps = average_peaks(points)
+    n = len(xs)
+    keep = {xs[i] for i in range(n) if (i == n - 1 or ps[i] < ps[i + 1]) and (i == 0 or ps[i] > ps[i - 1])}
+    return [(x, p) for x, p in points if x in keep]
+
+
+class Crossings:
+    """Where the band's curves really reach a level, for the log (``model_round``,
+    ``bracket_round``): unlike the values the round aims with, not stopped at the end of the
+    runs' bracket.
+
+    Args:
+        band: the fitted peak (bytes against the axis).
+        level: the bytes reached (the capacity, or the middle of the usable bracket).
+        lo: the largest success below the smallest OOM.
+        top: where the round stops (the smallest OOM, or one step past the upper bound).
+        beyond: what a crossing at or past ``top`` is, in words ("beyond the upper bound 64
+            (probes stop there)"), added to the reason when it is.
+
+    Attributes:
+        central, pessimistic, optimistic: where ``band.fit``, ``band.high``, ``band.low`` reach
+            ``level`` (values of the axis, searched up to ``FAR`` times ``top``; ``lo`` for a
+            curve above it there already); None when the curve never does.
+        past: whether the central crossing (or, without one, the optimistic) is at or past ``top``.
+        beyond: as given.
+    """
+
+    FAR = 2**20
+
+    def __init__(self, band: Band, level: float, lo: int, top: int, beyond: str):
+        far = float(top) * self.FAR
+
+        def reach(f: Callable[[float], float]) -> float | None:
+            x = crossing(f, level, lo, far)
+            return float(lo) if x is None else None if x >= far else x
+
+        self.central, self.pessimistic, self.optimistic = reach(band.fit), reach(band.high), reach(band.low)
+        self.beyond = beyond
+        edge = self.central if self.central is not None else self.optimistic
+        self.past = edge is None or edge >= top
+
+    def central_text(self) -> str:
+        """The central crossing as text (two decimals), or "never" within ``FAR`` times the end."""
+        return "never" if self.central is None else f"{self.central:.2f}"
+
+    def range_text(self) -> str:
+        """[pessimistic, optimistic] as text (one decimal; "never" for a curve that does not reach)."""
+        lo = f"{self.pessimistic:.1f}" if self.pessimistic is not None else "never"
+        hi = f"{self.optimistic:.1f}" if self.optimistic is not None else "never"
+        return f"[{lo}, {hi}]"
+
+    def past_text(self) -> str:
+        """ ", <beyond>" when the crossing is at or past the runs' end, else ""."""
+        return f", {self.beyond}" if self.past else ""

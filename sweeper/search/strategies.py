@@ -29,7 +29,7 @@ from analysis.fit import crossing
 from .bracket import bracket_round
 from .lattice import QUADRATIC_AXES, Pick
 from .moves import fill, growth, pair, split
-from .peaks import peak_band
+from .peaks import Crossings, peak_band, rising
 
 if TYPE_CHECKING:
     from .state import FrontierSearch
@@ -141,17 +141,20 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
     lattice = search.lattice
     U, m = lattice.upper, lattice.step
     lo, hi = search.bracket()
-    points = [
+    raw = [
         (p.value, p.peak)
         for p in search.probes
         if p.outcome == "ok" and p.peak is not None and (hi is None or p.value < hi)
     ]
+    points = rising(raw)
     distinct = sorted({x for x, _ in points})
     quadratic = search.axis in QUADRATIC_AXES
     cap = search.capacity
     band = peak_band(points, quadratic) if len(distinct) >= 2 else None
     if band is None or cap is None:
         p_lo = max((p for x, p in points if x == lo), default=None)
+        if hi is None and len(distinct) < len({x for x, _ in raw}):
+            return growth(lattice, lo, slots)  # a plateau: the peak does not grow with the axis yet
         if hi is None and p_lo and cap:
             # peak(x) <= peak(lo) * (x/lo)^d for x >= lo when the load is a + b x (+ c x^2)
             # with a, b, c >= 0 (d = 1 for batch, 2 for context/width): x2 must still fit.
@@ -204,13 +207,17 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
     x_star = min(max(crossing(band.fit, cap, lo, top) or float(lo), x_pess), x_opt)
     first = max(lattice.down(x_pess), lo)
     last = min(lattice.down(x_opt), top - m)
+    # where the curves really cross (the ones above stop at `top`): logged, and said when past it
+    past = f"beyond the upper bound {U} (probes stop there)" if hi is None else f"beyond the smallest OOM {hi}"
+    real = Crossings(band, cap, lo, top, past)
     detail = {
         "model": band.kind,
         "fit": band.coefficients,
         "noise_bytes": band.noise,
         "capacity_bytes": cap,
-        "predicted_crossing": x_star,
-        "predicted_range": [x_pess, x_opt],
+        "predicted_crossing": real.central,
+        "predicted_range": [real.pessimistic, real.optimistic],
+        "past_bound": real.past,
     }
     if last - first > m:  # too uncertain for a pair: narrow it with its geometric midpoint(s)
         a = max(first, lo + m)
@@ -218,11 +225,14 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
             {min(max(lattice.down(a * (last / a) ** (j / (slots + 1))), lo + m), top - m) for j in range(1, slots + 1)}
         )
         why = (
-            f"model: edge predicted in [{x_pess:.1f}, {x_opt:.1f}] ({band.kind} fit "
-            f"+- {band.noise:.0f} B); probe inside it (geometric split)"
+            f"model: edge predicted in {real.range_text()} ({band.kind} fit "
+            f"+- {band.noise:.0f} B){real.past_text()}; probe inside it (geometric split)"
         )
         return [Pick(v, why, None, detail) for v in values if lo < v < top]
-    why = f"model: {band.kind} fit crosses the capacity {cap} B at {search.axis}={x_star:.2f}; probe just "
+    why = (
+        f"model: {band.kind} fit crosses the capacity {cap} B at {search.axis}={real.central_text()}"
+        f"{real.past_text()}; probe just "
+    )
     return pair(lattice, band, x_star, (lo, top, hi), cap, lambda side: why + side, detail, slots)
 
 
