@@ -138,9 +138,10 @@ def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> tuple[dict[str, p
 
 def summary_text(tables: dict[str, pa.Table], problems: list[str], out_dir: Path) -> str:
     """What ``memsweep analyze`` shows of the tables it wrote: the runs by outcome (measured
-    apart from dry runs, whose outcome is their verdict: the runs table's ``predicted_outcome``),
-    each problem, a note when runs were on the CPU, and the frontier (``format_frontier``; sizes
-    in GiB, 2^30 bytes).
+    apart from dry runs, whose outcome is their verdict: the runs table's ``predicted_outcome``;
+    a run with no outcome is ``unreadable`` when it has a ``record_problem``, a newer memsweep's
+    files, else ``no outcome yet``), each problem, a note when runs were on the CPU, and the
+    frontier (``format_frontier``; sizes in GiB, 2^30 bytes).
 
     Args:
         tables: ``OUTPUTS`` name -> table, as ``write_tables`` returns them.
@@ -151,7 +152,9 @@ def summary_text(tables: dict[str, pa.Table], problems: list[str], out_dir: Path
         The lines, joined by newlines (no trailing newline).
     """
     runs = tables["runs.parquet"]
-    rows = runs.select(["outcome", "source", "source_allocated", "predicted_outcome"]).to_pylist()
+    rows = runs.select(["outcome", "source", "source_allocated", "predicted_outcome", "record_problem"]).to_pylist()
+    # a null outcome, in words: its files could not be read (a newer memsweep's...), or it still runs
+    rows = [dict(r, outcome=r["outcome"] or ("unreadable" if r["record_problem"] else "no outcome yet")) for r in rows]
     measured = [r for r in rows if r["source"] != "predicted"]
     # a dry run's verdict: its predicted peak against the capacity (no verdict without one)
     predicted = [

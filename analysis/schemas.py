@@ -207,6 +207,7 @@ RUNS_SCHEMA = table_schema(
     "capacity_method",
     "capacity_mode",
     *OOM_DETAIL_FIELDS,
+    "oom_operator",
     "failure_class",
     "failure_wording",
     "outcome",
@@ -288,8 +289,9 @@ largest over the devices (conf.contract.phase_peak), the one the capacity is com
 reserved, bytes); ``outside_allocator_start_bytes``, ``memory_fraction`` (applied, for capacity minus
 the start footprint), ``memory_fraction_nominal`` (capacity / total), ``allocator_limit_bytes``,
 ``device_not_free`` and ``allocator_backend_warning``: the record's ``capacity`` (CUDA).
-``oom_*_bytes`` (conf.contract.OOM_DETAIL_FIELDS): what the run's OOM said (its failed phase's
-fields; null when it did not say, or the run did not run out of memory). ``failure_class``: the
+``oom_*_bytes`` (conf.contract.OOM_DETAIL_FIELDS) and ``oom_operator`` (the operator the CPU
+allocator capacity refused, a string): what the run's OOM said (its failed phase's fields; null
+when it did not say, or the run did not run out of memory). ``failure_class``: the
 failed phase's class (oom, memory_suspect or error; conf.contract.FAILURE_CLASSES; a record
 written before the field gives its phase's status), ``failure_wording``: the worker.classify
 wording its message matched. ``model_states_*``, ``estimated_model_states_bytes``: a DDP/FSDP
@@ -324,6 +326,7 @@ PHASES_SCHEMA = table_schema(
     *EXTRA_COUNTERS,
     *SIZES,
     *OOM_DETAIL,
+    "oom_operator",
     "source",
     *PEAK_SPLIT_FIELDS,
     ("devices", DEVICE_TYPE),  # not the runs table's count of devices
@@ -345,14 +348,23 @@ those of cuda:0, the run's device. Null for a one-device run and for records wit
 ``rank``, ``peak_rank``, ``ranks``: a DDP/FSDP run's phase: whose counters the row's are (rank 0,
 or the rank whose failure ended the run), the rank with the largest ``max_memory_allocated``, and
 one struct per rank that recorded the phase (conf.contract.PHASE_RANK_FIELDS); null otherwise.
+``oom_*_bytes`` and ``oom_operator``: what a phase's OOM said (bytes; the operator the CPU allocator
+capacity refused, a string), null when it did not say or the phase did not run out of memory.
 ``dynamo_graphs_compiled``: graphs torch.compile's Dynamo compiled during the phase (a count, not
 bytes): above 0 in a cold phase of a ``compile`` run, where compilation belongs; above 0 in a warm
 phase means it recompiled and its peak includes compilation; null when Dynamo was not imported."""
 
 
+INT64_RANGE = (-(2**63), 2**63 - 1)
+"""The values of a Parquet int64 column (the schema's byte fields declare this maximum)."""
+
+
 def as_int(value) -> int | None:
-    """An int field of a record, or None when it is missing or of another type (a bool too)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """An int field of a record, or None when it is missing, of another type (a bool too) or
+    outside INT64_RANGE (no int64 column holds it; conf.contract.read_run reports such a record)."""
+    if isinstance(value, int) and not isinstance(value, bool) and INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+        return value
+    return None
 
 
 def coerce_table(rows: list[dict], schema: pa.Schema) -> pa.Table:

@@ -26,6 +26,7 @@ from conf.contract import (
     OOM_DETAIL_FIELDS,
     PEAK_SPLIT_FIELDS,
     PER_DEVICE_EXTRAS,
+    RESULT_FILE,
     SPEC_FILE,
     SUB_PHASE_FIELDS,
     WARM_PHASES,
@@ -113,6 +114,8 @@ def _outcome(run: Run) -> dict:
         }
     if run.result is not None:
         return run.result
+    if RESULT_FILE in run.unreadable and (run.run_dir / RESULT_FILE).exists():  # a newer memsweep's...
+        return {"outcome": None, "error_message": run.unreadable[RESULT_FILE]}
     record = _dict(run.record)
     if record.get("complete") is True:
         return {
@@ -190,6 +193,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
         **{k: capacity.get(k) for k in CAPACITY_COLUMNS},
         "capacity_mode": _capacity_mode(record),
         **{name: as_int(failed.get(name)) if failed.get("status") == "oom" else None for name in OOM_DETAIL_FIELDS},
+        "oom_operator": failed.get("oom_operator") if failed.get("status") == "oom" else None,
         "failure_class": failed.get("failure_class") or (failed.get("status") if failed else None),
         "failure_wording": failed.get("failure_wording"),
         "outcome": result.get("outcome"),
@@ -301,6 +305,7 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
                 "dynamo_graphs_compiled": as_int(p.get("dynamo_graphs_compiled")),
                 **{k: p.get(k) for k in SUB_PHASE_FIELDS},
                 **{name: as_int(p.get(name)) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL},
+                "oom_operator": p.get("oom_operator"),
                 "source": source,
                 **{name: as_int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},
                 "devices": _devices(p.get("devices")),

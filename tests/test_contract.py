@@ -88,7 +88,7 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
     peaks = {
         f.name: f.type
         for f in PHASE_FIELDS
-        if f.name in PEAK_COUNTERS + OOM_DETAIL_FIELDS + ("failure_class", "failure_wording")
+        if f.name in PEAK_COUNTERS + OOM_DETAIL_FIELDS + ("oom_operator", "failure_class", "failure_wording")
     }
     sources = declared(
         RESULT_FIELDS, RECORD_FIELDS, ENVIRONMENT_FIELDS, CAPACITY_FIELDS, MODEL_FIELDS, RunSpec.field_types(), peaks
@@ -130,6 +130,7 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
         "devices",
         "micro_steps",
         "checkpointing",
+        "oom_operator",
     } <= set(checked)
 
 
@@ -156,7 +157,7 @@ def test_phases_schema_columns_from_the_record_are_declared_with_their_types():
         {"source": str},
     )
     checked = check_columns(PHASES_SCHEMA, sources, {"phase": "name"}, {"sweep_dir", "run_id", "phase_index"}, set())
-    assert set(field_names(PHASE_FIELDS)) - set(checked) <= {"name", "error_message", "iteration_s", "oom_operator"}
+    assert set(field_names(PHASE_FIELDS)) - set(checked) <= {"name", "error_message", "iteration_s"}
     struct = DEVICE_TYPE.value_type
     assert [f.name for f in struct] == list(field_names(DEVICE_FIELDS))
     assert all(pa.types.is_int64(f.type) for f in struct) and {f.type for f in DEVICE_FIELDS} == {int}

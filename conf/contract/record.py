@@ -13,13 +13,17 @@ The fields of record.json, result.json and exit_status.json, and of the objects 
 declared once, in the JSON Schema beside this module (``SCHEMA_FILE``, run_files.schema.json, draft
 2020-12): published, so that other tools and languages validate these files or generate readers
 from it, and read here into the ``*_FIELDS`` tables (``Field``: name, JSON type of a present value,
-description), in the order the writers write the keys. Every field may be null. All memory figures
-are integers in bytes (``"unit": "bytes"``); a missing measurement is ``None`` (JSON ``null``),
-never ``0``. analysis/tables.py's Parquet schemas are checked against these declarations
-(tests/test_contract.py); the schema against the tables and a real run (tests/test_run_files_schema.py).
+description), in the schema's order, which is the order of the Parquet columns taken from them;
+a writer may write a file's keys in another order. Every field but ``schema_version`` (an integer
+from 1 to SCHEMA_VERSION, required) may be null. All memory figures are integers in bytes (``"unit":
+"bytes"``, 0 to 2^63 - 1 but for three differences); a missing measurement is ``None`` (JSON
+``null``), never ``0``. A string field whose values are a vocabulary constant lists them in its
+``enum``. ``document_problems`` checks a document against the schema (readers: conf.contract.rundir).
+analysis/tables.py's Parquet schemas are checked against these declarations (tests/test_contract.py);
+the schema against the tables, the vocabulary and a real run (tests/test_run_files_schema.py).
 
-To add a field: one property in its ``$defs`` entry of the schema, at the place the writer writes it
-(a field several objects carry: one entry of a group such as ``failure`` or ``counter``, ``$ref``-ed).
+To add a field: one property in its ``$defs`` entry of the schema, where its column belongs (a field
+several objects carry: one entry of a group such as ``failure`` or ``counter``, ``$ref``-ed).
 """
 
 from __future__ import annotations
@@ -174,7 +178,7 @@ COUNTER_FIELDS = schema_fields("counter")
 """The counters (vocabulary.DEVICE_COUNTERS) of a phase, of a phase on one device and on one rank."""
 
 RECORD_FIELDS = schema_fields("record")
-"""Top-level fields of record.json, in the order the worker writes them."""
+"""Top-level fields of record.json (in the schema's order; the worker may write them in another)."""
 
 RANK_FIELDS = schema_fields("rank")
 """Fields of each entry of record.json's ``ranks`` (a DDP or FSDP run, worker/ranks.py)."""
@@ -244,6 +248,13 @@ EXIT_STATUS_FIELDS = schema_fields("exit_status")
 """Fields of exit_status.json (``EXIT_STATUS_FILE``), written by ``worker.forkserver``'s handler."""
 
 
+def _is_type(value: object, typ: type) -> bool:
+    """Whether a present JSON value is of a Field type (a bool is not a number; a float may hold an int)."""
+    if isinstance(value, bool):
+        return typ is bool
+    return isinstance(value, typ) or (typ is float and isinstance(value, int))
+
+
 def field_problems(doc: Mapping, fields: tuple[Field, ...]) -> list[str]:
     """Check the present values of a document's declared fields against their JSON types.
 
@@ -253,19 +264,75 @@ def field_problems(doc: Mapping, fields: tuple[Field, ...]) -> list[str]:
 
     Returns:
         One ``name=value: expected TYPE`` per field of the wrong type (a bool is not a number; a
-        float field may hold an int); empty when every field is null or of its type.
+        float field may hold an int); empty when every field is null or of its type. Nested
+        objects and the schema's enum, minimum and maximum are not checked: see ``document_problems``.
     """
-    problems = []
-    for f in fields:
-        value = doc.get(f.name)
-        if value is None:
-            continue
-        ok = isinstance(value, f.type) and (f.type is bool or not isinstance(value, bool))
-        if f.type is float and isinstance(value, int) and not isinstance(value, bool):
-            ok = True
-        if not ok:
-            problems.append(f"{f.name}={value!r:.60}: expected {f.type.__name__}")
+    return [
+        f"{f.name}={doc[f.name]!r:.60}: expected {f.type.__name__}"
+        for f in fields
+        if doc.get(f.name) is not None and not _is_type(doc[f.name], f.type)
+    ]
+
+
+def _value_problems(value: object, prop: dict, where: str) -> list[str]:
+    """What a value breaks of a property of the schema (the keywords SCHEMA_FILE uses: type,
+    anyOf, enum, minimum, maximum, items, properties, required; ``$ref`` followed)."""
+    schema = _declared(prop)
+    if "anyOf" in schema:  # a nested object or null: the problems of the branch that is not null
+        found = [_value_problems(value, branch, where) for branch in schema["anyOf"]]
+        if [] in found:
+            return []
+        return next((f for f, b in zip(found, schema["anyOf"]) if _json_types(b) != ["null"]), found[0])
+    types = [t for t in _json_types(schema) if t != "null"]
+    if value is None and len(types) < len(_json_types(schema)):
+        return []
+    if value is None or not any(_is_type(value, _JSON_TYPES[t]) for t in types):
+        return [f"{where}={value!r:.60}: expected {' or '.join(_JSON_TYPES[t].__name__ for t in types)}"]
+    if "enum" in schema and value not in schema["enum"]:
+        accepted = ", ".join(str(e) for e in schema["enum"] if e is not None)
+        return [f"{where}={value!r:.60}: expected one of {accepted}"]
+    if isinstance(value, (int, float)) and not schema.get("minimum", value) <= value <= schema.get("maximum", value):
+        return [f"{where}={value!r}: expected from {schema.get('minimum', '-inf')} to {schema.get('maximum', 'inf')}"]
+    if isinstance(value, Mapping) and "properties" in schema:
+        return _object_problems(value, schema, f"{where}.")
+    if isinstance(value, list) and "items" in schema:
+        return [p for i, item in enumerate(value) for p in _value_problems(item, schema["items"], f"{where}[{i}]")]
+    return []
+
+
+def _object_problems(doc: Mapping, schema: dict, prefix: str) -> list[str]:
+    """What an object breaks of its schema (its required and declared properties), each named ``prefix + key``."""
+    problems = [f"{prefix}{name}: required" for name in schema.get("required", ()) if name not in doc]
+    for name, prop in schema["properties"].items():
+        if name in doc:  # an absent key is not checked (null is a value)
+            problems += _value_problems(doc[name], prop, prefix + name)
     return problems
+
+
+def document_problems(doc: Mapping, definition: str) -> list[str]:
+    """Check a document against its definition in the published schema (SCHEMA_FILE), nested
+    objects included, with the standard library only.
+
+    Checks the keywords the schema uses: ``required``, each declared property's JSON type
+    (integer, number, string, boolean, object, array, null), ``enum`` (a vocabulary constant:
+    WORKER_OUTCOMES, OUTCOMES...), ``minimum`` / ``maximum`` (bytes: 0 to 2^63 - 1), and,
+    recursively, the declared objects a property holds (``phases`` and their ``devices`` and
+    ``ranks``, ``ranks``, ``environment``, ``capacity``, ``model``). Keys not declared are
+    allowed, as the schema's ``additionalProperties`` says.
+
+    Args:
+        doc: the document (a record, a result envelope, an exit status).
+        definition: its ``$defs`` entry: ``record``, ``result``, ``exit_status`` (or a nested
+            object's: ``phase``...).
+
+    Returns:
+        One ``path=value: what was expected`` per problem, the path naming nested fields as
+        ``phases[2].max_memory_allocated``; empty when the document is valid.
+
+    Raises:
+        KeyError: no such definition.
+    """
+    return _object_problems(doc, _SCHEMA["$defs"][definition], "")
 
 
 ATOMIC_TEMP_SUFFIX = ".tmp"

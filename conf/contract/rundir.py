@@ -21,12 +21,10 @@ from .attribution import scales_with
 from .errors import NewerSchemaError, RecordError, SpecError
 from .record import (
     FILE_KINDS,
-    RECORD_FIELDS,
     RECORD_FILE,
-    RESULT_FIELDS,
     RESULT_FILE,
     SPEC_FILE,
-    field_problems,
+    document_problems,
     read_json,
 )
 from .spec import RunSpec
@@ -129,8 +127,11 @@ def read_run(run_dir: Path | str) -> Run:
     Nothing raises: what cannot be read is None, with the reason in ``unreadable`` and, for
     the record and the result, in ``problems``. What is read is checked against the contract: a
     spec that ``RunSpec.from_dict`` refuses (``spec_problem``; the spec stays, as read), a record
-    with a field of the wrong type (``record_damage`` ``"invalid"``), a result with an unknown
-    outcome or a field of the wrong type (dropped: None, as unreadable). A record of a newer memsweep is not damage
+    that breaks the published schema (``document_problems``: a field of the wrong type, an unknown
+    outcome or other enum value, bytes out of range, in the record or in its nested objects:
+    phases and their devices and ranks, ranks, environment, capacity, model; ``record_damage``
+    ``"invalid"``, each problem named by its path, ``phases[2].max_memory_allocated``), a result
+    that breaks it or has no outcome (dropped: None, as unreadable). A record of a newer memsweep is not damage
     (its outcome is unknown here); a missing record after the run ended (result.json present)
     and an unreadable one are (``record_damage``).
 
@@ -160,12 +161,12 @@ def read_run(run_dir: Path | str) -> Run:
         except SpecError as exc:
             run.spec_problem = f"{run_dir / SPEC_FILE}: not a valid spec ({exc})"
             run.problems.append(run.spec_problem)
-    if run.record is not None and (wrong := field_problems(run.record, RECORD_FIELDS)):
+    if run.record is not None and (wrong := document_problems(run.record, "record")):
         run.record_damage = "invalid"
         run.problems.append(f"{run_dir / RECORD_FILE}: not a record of the contract ({'; '.join(wrong)})")
     if run.result is not None:
-        wrong = field_problems(run.result, RESULT_FIELDS)
-        if run.result.get("outcome") not in OUTCOMES:
+        wrong = document_problems(run.result, "result")
+        if run.result.get("outcome") is None:  # the schema allows a null outcome; a finished run has one
             wrong.insert(0, f"outcome={run.result.get('outcome')!r}: expected one of {', '.join(OUTCOMES)}")
         if wrong:
             run.unreadable[RESULT_FILE] = f"{run_dir / RESULT_FILE}: not a result of the contract ({'; '.join(wrong)})"
