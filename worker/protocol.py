@@ -40,7 +40,9 @@ def _inject_fault(kind: str, phase: str, record_path: Path) -> None:
     if kind == "oom":
         import torch
 
-        raise torch.OutOfMemoryError(f"CUDA out of memory. (injected fault in phase {phase})")
+        # torch's own OOM type (classified oom by type), worded as no allocator: the fault is the
+        # same on every device, and a CPU run's record must not quote a CUDA message
+        raise torch.OutOfMemoryError(f"out of memory (injected fault in phase {phase}: no allocator refused a request)")
     if kind == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     if kind == "segfault":
