@@ -69,9 +69,13 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     # A sweep started again on its directory resumes (finished runs are not run twice);
     # a single `memsweep run` never reuses a directory.
     launch = launch_settings(cfg)
-    probe = probe_device(spec.device) if spec.device.startswith("cuda") else None
+    # A CUDA dry run holds no device memory and never initialises CUDA (fake tensors): it leases
+    # no GPU, so it neither waits for one nor records a lease it did not use.
+    gpu_free = spec.dry_run and spec.device.startswith("cuda")
+    pool = "none" if gpu_free else launch["pool"]
+    probe = probe_device(spec.device) if spec.device.startswith("cuda") and not gpu_free else None
     with placement(
-        launch["pool"], spec.device, launch["cores_per_run"], probe, devices=max(spec.devices, spec.ranks_per_node)
+        pool, spec.device, launch["cores_per_run"], probe, devices=max(spec.devices, spec.ranks_per_node)
     ) as extra_env:
         result = execute(
             spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN, isolation=launch["isolation"], extra_env=extra_env

@@ -265,6 +265,25 @@ def test_a_real_run_on_a_missing_gpu_is_still_refused(tmp_path):
     assert not list(tmp_path.rglob("spec.json"))
 
 
+def test_a_cuda_dry_run_leases_no_gpu(tmp_path):
+    """A CUDA dry run holds no device memory: `memsweep run` leases no GPU for it (under the
+    default pool) and its record names no lease and no visible device it did not use."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    run_dir = tmp_path / "dry"
+    proc = subprocess.run(
+        [MEMSWEEP, "run", "device=cuda", "dry_run=true", "capacity=64MiB", *PREDICT_LOAD, "batch=2"]
+        + [f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    environment = json.loads((run_dir / "record.json").read_text())["environment"]
+    assert environment["lease"] is None and environment["cuda_visible_devices"] is None, environment
+
+
 # ----- memsweep predict device=cuda ----------------------------------------------------------
 PREDICT_LOAD = ["workload=mlp", "workload.depth=1", "mode=inference", "context=16", "width=32", "threads=1"]
 
