@@ -239,6 +239,7 @@ def test_the_result_envelope_has_the_declared_fields(tmp_path, tiny):
     assert envelope["resumed"] is True and envelope["outcome"] == "ok"
     written = json.loads((run_dir / RESULT_FILE).read_text())
     assert list(written) == list(field_names(RESULT_FIELDS))
+    assert written["predicted_outcome"] is None  # a measured run has no verdict of a prediction
 
 
 def test_read_run_tells_damage_from_a_newer_memsweep(tmp_path):
