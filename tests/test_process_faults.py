@@ -424,6 +424,8 @@ def test_a_forked_run_outlives_its_killed_client_with_its_lease(tmp_path, tiny):
         client.wait()
         status = _wait(lambda: _read(run_dir / "exit_status.json"), 30, "the handler's word that it kept the run")
         assert status["ended"] is False and status["worker_pid"] == pid == record["pid"]
+        # not known while the run goes on: null, never a "false" that reads as "did not time out"
+        assert (status["returncode"], status["timed_out"], status["wall_s"]) == (None, None, None)
         assert is_process(pid, record["pid_identity"]), "the run goes on (it hangs until timeout_s=600)"
         assert _locked(lock), "its lease is held for it"
         os.kill(pid, signal.SIGKILL)  # the run ends (here by a signal)
