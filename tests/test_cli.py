@@ -187,6 +187,22 @@ def test_the_cpu_name_is_cpuinfos_model_name_or_null_never_the_architecture(tmp_
     assert cpu_name(str(arm)) is None and cpu_name(str(tmp_path / "missing")) is None
 
 
+@pytest.mark.parametrize(
+    "args, shown",
+    [
+        (["--cfg", "job", "batch=4"], "batch: 4"),
+        (["-c", "job", "hydra/sweeper=frontier"], "context:"),
+        (["--cfg", "hydra"], "OvatSweeper"),
+        (["--info", "plugins"], "Installed Hydra Plugins"),
+    ],
+)
+def test_sweep_passes_hydras_show_commands_through_and_runs_nothing(tmp_path, args, shown):
+    proc = run([MEMSWEEP, "sweep", *args, f"results_dir={tmp_path / 'res'}"], cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert shown in proc.stdout
+    assert not (tmp_path / "res").exists() and not list(tmp_path.rglob("spec.json"))
+
+
 def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_written(tmp_path):
     sweep_dir = tmp_path / "s"
     first = run([MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *TINY_CPU], cwd=tmp_path)
