@@ -81,7 +81,8 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
         results.append(result)
         return result
 
-    sys.argv = ["memsweep"] + (["--multirun"] if multirun else []) + argv
+    given = multirun and hydra_command(argv)  # `memsweep sweep --cfg job`: Hydra shows the config, nothing runs
+    sys.argv = ["memsweep"] + (["--multirun"] if multirun and not given else []) + argv
     try:
         _main()
     except InputRefused as exc:  # a sweeper refused its settings or overrides before any run
@@ -101,6 +102,32 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     if not multirun and results:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
         return RUN_EXIT.get(results[-1].get("predicted_outcome") or results[-1].get("outcome"), 1)
     return 0
+
+
+def hydra_command(argv: list[str]) -> bool:
+    """Tell whether ``argv`` gives one of Hydra's own commands, read by Hydra's own parser (its
+    spellings and abbreviations: ``--cfg job``, ``-c job``, ``--info``, ``--shell-completion``,
+    ``--run``, ``--multirun``). Hydra takes one of them at a time, so ``memsweep sweep`` adds
+    ``--multirun`` only when none is given (``--cfg``, ``--info``: Hydra shows, nothing runs).
+
+    Args:
+        argv: the arguments after ``memsweep sweep``.
+
+    Returns:
+        True when one is given; False when none is (or for a command line Hydra itself refuses,
+        in its own words, once it parses it).
+    """
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args, _ = get_args_parser().parse_known_args(argv)
+    except SystemExit:
+        return False
+    return bool(args.cfg is not None or args.info is not None or args.shell_completion or args.run or args.multirun)
 
 
 def check_output_args(argv: list[str]) -> None:

@@ -25,6 +25,8 @@ import atexit
 import json
 import logging
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -66,6 +68,50 @@ class ForkServerLost(RuntimeError):
         self.pid = pid
 
 
+SOCKET_DIR_PREFIX = "memsweep-fs-"
+"""A server's socket directory in the temporary directory (``tempfile.gettempdir()``, TMPDIR):
+``memsweep-fs-<owner pid>-<random>``, holding ``sock``; removed when its owner stops the server
+(``ForkServer.close``), or by a later start once the owner is gone (``remove_stale_socket_dirs``)."""
+_STALE_DIR = re.compile(re.escape(SOCKET_DIR_PREFIX) + r"(\d+)-[^/]+$")
+
+
+def remove_stale_socket_dirs(tmp: str | None = None) -> list[str]:
+    """Remove the socket directories (``SOCKET_DIR_PREFIX``) of fork servers whose owner process is
+    gone (killed, so that it never removed its own): a server dies with its owner (PR_SET_PDEATHSIG),
+    so nothing listens there any more. Only this user's directories named with an owner pid that no
+    process has now (``os.kill(pid, 0)``: no such process) are removed; a live owner, another user's,
+    or a directory of the older unnamed form is left alone.
+
+    Args:
+        tmp: the temporary directory (None: ``tempfile.gettempdir()``).
+
+    Returns:
+        The paths removed.
+    """
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        found = _STALE_DIR.match(name)
+        path = os.path.join(tmp, name)
+        if found is None or int(found.group(1)) == os.getpid():
+            continue
+        try:
+            if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
+                continue
+            os.kill(int(found.group(1)), 0)
+            continue  # its owner lives (or the pid is another's now): left alone
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        except (OSError, OverflowError):
+            continue
+    return removed
+
+
 SHARED_FORKSERVER_ENV = "MEMSWEEP_FORKSERVER"
 SHARED_WAIT_S = 300.0  # how long a client waits for the shared server to finish starting
 
@@ -99,6 +145,7 @@ class ForkServer:
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.path: str | None = None
+        self._dir: str | None = None  # this process's own server's socket directory, removed with it
         self.shared = False  # using another process's server (self.proc stays None)
         self._ready: threading.Event | None = None
         self._said: dict = {}
@@ -118,7 +165,11 @@ class ForkServer:
 
     def _start_locked(self, preload: bool = True) -> None:
         self.shared = False
-        self.path = os.path.join(tempfile.mkdtemp(prefix="memsweep-fs-"), "sock")
+        if self._dir is None:  # the first server of this process: clear what killed owners left
+            remove_stale_socket_dirs()
+        self._remove_dir()  # a previous server of this process, gone or killed as stuck
+        self._dir = tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{os.getpid()}-")
+        self.path = os.path.join(self._dir, "sock")
         env = worker_env()
         # The server dies with its parent through PR_SET_PDEATHSIG, which fires when the *thread*
         # that started it exits: a server started from a pool thread was killed with that
@@ -180,11 +231,19 @@ class ForkServer:
             )
 
     def close(self) -> None:
-        """Kill this process's own server, if it runs (registered with atexit; a shared server
-        belongs to its owner and is left alone)."""
+        """Kill this process's own server, if it runs, and remove its socket directory (registered
+        with atexit, so also on Ctrl-C; a shared server belongs to its owner and is left alone)."""
+        # not under self._lock: at exit a pool thread may hold it, waiting for a server to start
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._remove_dir()
+
+    def _remove_dir(self) -> None:
+        """Remove this process's own server's socket directory (its server is gone), if any."""
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
 
     def _connect(self, preload: bool) -> socket.socket:
         self._ensure(preload)

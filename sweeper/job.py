@@ -17,7 +17,6 @@ from conf.contract import (
     SPEC_FILE,
     STDERR_FILE,
     RunSpec,
-    predicted_outcome,
     ranks_are_tasks,
     run_peak,
     try_read,
@@ -40,9 +39,10 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     above it: up to ``existed`` (the deepest folder of a given ``hydra.run.dir`` that existed
     before the command), else up to ``results_dir``.
 
-    Returns the result envelope (see ``sweeper.process.execute``); a dry run's also has
+    Returns the result envelope (see ``sweeper.process.execute``); a dry run's
     ``predicted_outcome`` (``conf.contract.predicted_outcome``: ok, oom when the predicted peak
-    is above the capacity, None without a capacity), which ``memsweep run`` exits with.
+    is above the capacity, None without a capacity; written in result.json) is what
+    ``memsweep run`` exits with.
 
     Raises:
         InputRefused: bad input, naming the field (before any worker starts); ``sweeper.cli``
@@ -89,10 +89,6 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     cause = cause_line(run_dir, result)
     if cause is not None:
         log.error("%s", cause)
-    if spec.dry_run:  # what `memsweep run` exits with: the prediction's verdict (not written to result.json)
-        result = dict(
-            result, predicted_outcome=predicted_outcome(result["outcome"], run_peak(record)[0], spec.capacity_bytes)
-        )
     return result
 
 
@@ -133,7 +129,7 @@ def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None
     workload, precision, parallel and world_size where not the default; no width where the load
     ignores it) and outcome, with the
     rank whose failure ended a DDP/FSDP run (record ``failed_rank``); for a dry run, its verdict
-    (``conf.contract.predicted_outcome``: the predicted peak against the capacity), never the
+    (the result's ``predicted_outcome``: the predicted peak against the capacity), never the
     worker's plain ``ok``.
 
     Args:
@@ -154,7 +150,7 @@ def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None
     if not spec.dry_run:
         return f"{head} -> {result['outcome']}{where}{wall}"
     peak, counter = run_peak(record)
-    verdict = predicted_outcome(result["outcome"], peak, spec.capacity_bytes)
+    verdict = result.get("predicted_outcome")
     if verdict == "ok":
         text = f"fits (predicted {counter} {peak} B <= capacity {spec.capacity_bytes} B)"
     elif verdict == "oom":

@@ -38,8 +38,10 @@ from conf.contract import (
     SpecError,
     classify_run,
     needs_dynamo,
+    predicted_outcome,
     read_spec,
     remove_stale_temps,
+    run_peak,
     try_read,
     write_json_atomic,
 )
@@ -83,7 +85,9 @@ def _result(
     lost: str | None = None,
 ) -> dict:
     """Classify what the worker left in ``run_dir`` and write result.json atomically.
-    ``lost``: why the worker's exit status never came (ForkServerLost), for a crash's message."""
+    ``lost``: why the worker's exit status never came (ForkServerLost), for a crash's message.
+    ``outcome`` is the worker process's; a dry run's verdict (its predicted peak against the
+    capacity, ``conf.contract.predicted_outcome``) is ``predicted_outcome`` (None when measured)."""
     record, problem = try_read(run_dir, RECORD_FILE)
     outcome = classify_run(record, returncode, timed_out)
     failed_phase = error_type = error_message = None
@@ -120,6 +124,9 @@ def _result(
         "wall_s": wall_s,
         "worker_pid": pid,
         "record_problem": problem,
+        "predicted_outcome": (
+            predicted_outcome(outcome, run_peak(record)[0], spec.capacity_bytes) if spec.dry_run else None
+        ),
     }
     remove_stale_temps(run_dir, RUN_FILES)  # the worker has ended: a temporary file left is a killed write's
     write_json_atomic(run_dir / RESULT_FILE, result)
@@ -219,8 +226,10 @@ def execute(
 
     Returns the result envelope (also written to run_dir/result.json): ``outcome``,
     ``failed_phase``, ``error_type``, ``error_message``, ``returncode``, ``signal``,
-    ``timed_out``, ``wall_s``, ``worker_pid``, ``record_problem`` (and ``resumed: True`` when
-    it was found rather than run).
+    ``timed_out``, ``wall_s``, ``worker_pid``, ``record_problem``, ``predicted_outcome`` (a dry
+    run's verdict, ``conf.contract.predicted_outcome``: ok, oom when the predicted peak is above
+    the capacity, None without a capacity; None for a measured run: ``outcome`` stays the worker
+    process's) (and ``resumed: True`` when it was found rather than run).
 
     With ``resume`` (a sweep started again on the same directory), a directory holding the
     same spec is resumed (see ``_resume``): a finished run is never run twice.

@@ -1,7 +1,9 @@
 """The `memsweep` command end to end, as a user runs it (real processes, tiny loads)."""
 
 import json
+import re
 import subprocess
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from analysis.frontier import FRONTIER_SCHEMA
 from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA
 from tests.data.loads import MEMSWEEP, TINY_CPU
+from worker.environment import cpu_name
 
 
 def run(cmd, cwd):
@@ -158,10 +161,46 @@ def test_env_reports_the_machine_and_exits_2_without_the_device(tmp_path):
     env = info["environment"]
     assert info["available"] and env["torch"] and env["python"] and "alloc_conf" in env
     assert info["total_memory"] > 0 and env["backend"] in ("cpu", "cuda", "hip")
+    if env["backend"] == "cpu":  # the processor's model name as /proc/cpuinfo gives it, not the architecture
+        assert env["device_name"] == cpuinfo_model_name()
     missing = run([MEMSWEEP, "env", "--device", "cuda:9"], cwd=tmp_path)
     assert missing.returncode == 2 and "available: False" in missing.stdout
     bad = run([MEMSWEEP, "env", "--device", "tpu"], cwd=tmp_path)
     assert bad.returncode == 2 and "invalid device='tpu'" in bad.stderr
+
+
+def cpuinfo_model_name() -> str | None:
+    """This machine's CPU model name, read here from /proc/cpuinfo; None without one."""
+    try:
+        found = re.search(r"^model name\s*:\s*(\S.*?)\s*$", Path("/proc/cpuinfo").read_text(), re.M)
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
+def test_the_cpu_name_is_cpuinfos_model_name_or_null_never_the_architecture(tmp_path):
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Fancy CPU @ 2.00GHz \n\nprocessor\t: 1\n")
+    arm = tmp_path / "arm"  # many aarch64 kernels name no model
+    arm.write_text("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n")
+    assert cpu_name(str(x86)) == "Fancy CPU @ 2.00GHz"
+    assert cpu_name(str(arm)) is None and cpu_name(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize(
+    "args, shown",
+    [
+        (["--cfg", "job", "batch=4"], "batch: 4"),
+        (["-c", "job", "hydra/sweeper=frontier"], "context:"),
+        (["--cfg", "hydra"], "OvatSweeper"),
+        (["--info", "plugins"], "Installed Hydra Plugins"),
+    ],
+)
+def test_sweep_passes_hydras_show_commands_through_and_runs_nothing(tmp_path, args, shown):
+    proc = run([MEMSWEEP, "sweep", *args, f"results_dir={tmp_path / 'res'}"], cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert shown in proc.stdout
+    assert not (tmp_path / "res").exists() and not list(tmp_path.rglob("spec.json"))
 
 
 def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_written(tmp_path):

@@ -167,7 +167,8 @@ def test_the_worker_writes_the_declared_record_fields():
     from worker.measure import Recorder
 
     written = Recorder(Path("/nonexistent/record.json"), None).data
-    # oom_snapshot: at an OOM; the DDP/FSDP fields: written by worker/ranks.py (a run with parallel)
+    # oom_snapshot: at an OOM; world_size, parallel, global_batch: by worker/main.py once the spec is
+    # read (worker.measure.run_shape); the DDP/FSDP fields: by worker/ranks.py (a run with parallel)
     parallel_only = {"world_size", "parallel", "global_batch", "ranks", "failed_rank", "peak_rank"}
     assert list(written) == [n for n in field_names(RECORD_FIELDS) if n != "oom_snapshot" and n not in parallel_only]
 
@@ -240,6 +241,7 @@ def test_the_result_envelope_has_the_declared_fields(tmp_path, tiny):
     assert envelope["resumed"] is True and envelope["outcome"] == "ok"
     written = json.loads((run_dir / RESULT_FILE).read_text())
     assert list(written) == list(field_names(RESULT_FIELDS))
+    assert written["predicted_outcome"] is None  # a measured run has no verdict of a prediction
 
 
 def test_read_run_tells_damage_from_a_newer_memsweep(tmp_path):

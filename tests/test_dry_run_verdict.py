@@ -2,8 +2,10 @@
 runs out of memory, so a search or a run that read the worker's ``ok`` as "fits" would call any
 load a fit (conf.contract.predicted_outcome)."""
 
+import json
 import subprocess
 
+from conf.contract import RESULT_FILE
 from tests.data.loads import MEMSWEEP, search_events
 
 # The mlp at context=8 width=16 predicts tens of KiB at batch 1: 4 KiB is below every value.
@@ -45,12 +47,17 @@ def test_a_dry_run_frontier_search_without_a_capacity_is_refused(tmp_path):
     assert not list((tmp_path / "res").rglob("spec.json"))
 
 
-def test_memsweep_run_of_a_dry_run_exits_with_its_verdict(tmp_path):
-    proc = memsweep(tmp_path, "run", "dry_run=true", *TINY)
+def test_memsweep_run_of_a_dry_run_exits_with_its_verdict_and_writes_it_in_result_json(tmp_path):
+    proc = memsweep(tmp_path, "run", "dry_run=true", *TINY, f"hydra.run.dir={tmp_path / 'miss'}")
     assert proc.returncode == 3, proc.stderr[-2000:]  # predicted above the capacity: does not fit
     assert "does not fit (predicted" in proc.stdout + proc.stderr
-    proc = memsweep(tmp_path, "run", "dry_run=true", "device=cpu", "context=8", "width=16", "capacity=1GiB")
+    miss = json.loads((tmp_path / "miss" / RESULT_FILE).read_text())
+    # the worker process ended well (outcome ok); the verdict is the prediction's
+    assert (miss["outcome"], miss["returncode"], miss["predicted_outcome"]) == ("ok", 0, "oom")
+    fit = ["device=cpu", "context=8", "width=16", "capacity=1GiB", f"hydra.run.dir={tmp_path / 'fit'}"]
+    proc = memsweep(tmp_path, "run", "dry_run=true", *fit)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "fit" / RESULT_FILE).read_text())["predicted_outcome"] == "ok"
 
 
 def test_a_card_whose_dry_run_failed_prints_dashes_never_none():

@@ -30,6 +30,7 @@ from conf.contract import (
     remove_stale_temps,
     write_json_atomic,
 )
+from sweeper.forkserver_client import SOCKET_DIR_PREFIX
 from sweeper.forkserver_wait import AnswerOverdue, PeerStopped, read_answer
 from sweeper.kept_runs import HANDOVER_S, wait_for_kept_run
 from sweeper.liveness import POLL_S, is_process, wait_for_old_worker
@@ -424,6 +425,8 @@ def test_a_forked_run_outlives_its_killed_client_with_its_lease(tmp_path, tiny):
         client.wait()
         status = _wait(lambda: _read(run_dir / "exit_status.json"), 30, "the handler's word that it kept the run")
         assert status["ended"] is False and status["worker_pid"] == pid == record["pid"]
+        # not known while the run goes on: null, never a "false" that reads as "did not time out"
+        assert (status["returncode"], status["timed_out"], status["wall_s"]) == (None, None, None)
         assert is_process(pid, record["pid_identity"]), "the run goes on (it hangs until timeout_s=600)"
         assert _locked(lock), "its lease is held for it"
         os.kill(pid, signal.SIGKILL)  # the run ends (here by a signal)
@@ -678,3 +681,60 @@ def test_an_orchestrator_killed_but_not_yet_reaped_is_gone(monkeypatch):
     finally:
         owner.kill()
         owner.wait()
+
+
+# ---- the fork server's socket directory goes with it ---------------------------------------
+
+
+def _socket_dirs(tmp: Path) -> list[str]:
+    return sorted(p.name for p in tmp.glob(f"{SOCKET_DIR_PREFIX}*"))
+
+
+def _tmp_with_left_dirs(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A private TMPDIR holding socket directories left by others: one whose owner pid is gone
+    (a killed orchestrator's: removed by the next server start), one of a live owner (this test's
+    process) and one of the older unnamed form (both left alone). Returns it and the kept names."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process
+    for name in (f"{SOCKET_DIR_PREFIX}{gone.pid}-dead", f"{SOCKET_DIR_PREFIX}{os.getpid()}-live", "memsweep-fs-legacy"):
+        (tmp / name).mkdir()
+        (tmp / name / "sock").touch()
+    return tmp, [f"{SOCKET_DIR_PREFIX}{os.getpid()}-live", "memsweep-fs-legacy"]
+
+
+def test_a_sweep_leaves_no_fork_server_socket_directory_and_clears_a_dead_owners(tmp_path):
+    tmp, kept = _tmp_with_left_dirs(tmp_path)
+    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 's'}", *TINY_ARGS]
+    proc = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len(list((tmp_path / "s").glob("*/result.json"))) == 2
+    assert _socket_dirs(tmp) == kept
+
+
+def test_an_interrupted_sweep_leaves_no_fork_server_socket_directory(tmp_path):
+    tmp, kept = _tmp_with_left_dirs(tmp_path)
+    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 's'}", *TINY_ARGS, HANG]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as a terminal's Ctrl-C finds it
+    )
+    try:
+        _wait(lambda: list((tmp_path / "s").glob("*/record.json")) or proc.poll() is not None, 120, "a run's record")
+        assert proc.poll() is None, proc.communicate()[0][-2000:]
+        assert len(_socket_dirs(tmp)) == len(kept) + 1  # the sweep's own server's, while it runs
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the whole process group
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, out[-2000:]
+    assert _socket_dirs(tmp) == kept

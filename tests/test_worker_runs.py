@@ -37,6 +37,9 @@ def test_run_that_fits_records_every_phase(tmp_path, tiny, mode, phases):
     assert record["counter_sources"]["memory_allocated"].startswith("cpu:")
     assert record["environment"]["torch"] and record["environment"]["device"] == "cpu"
     assert record["capacity_bytes"] == record["device_total_memory"] > 0
+    # one rank without parallel; samples per optimizer step only where there is one (mode=train)
+    global_batch = spec.batch * spec.micro_steps if mode == "train" else None
+    assert (record["world_size"], record["parallel"], record["global_batch"]) == (1, "none", global_batch)
 
 
 GELU_OUT = 64 * 64 * (4 * 64) * 4  # (batch, context, hidden = 4 x width) float32: the refused tensor

@@ -71,14 +71,36 @@ def device_memory(device) -> tuple[int | None, int | None, str | None]:
 
     CUDA: torch.cuda.mem_get_info (PyTorch doc; creates the CUDA context) and
     torch.cuda.get_device_name. CPU: MemTotal and MemAvailable of /proc/meminfo (None when
-    unreadable) and the processor's name.
+    unreadable) and the processor's model name (``cpu_name``, None when unknown).
     """
     import torch
 
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         return int(total), int(free), torch.cuda.get_device_name(device)
-    return meminfo_bytes("MemTotal"), meminfo_bytes("MemAvailable"), platform.processor() or platform.machine()
+    return meminfo_bytes("MemTotal"), meminfo_bytes("MemAvailable"), cpu_name()
+
+
+def cpu_name(path: str = "/proc/cpuinfo") -> str | None:
+    """The CPU's model name: the first ``model name`` line of /proc/cpuinfo (proc(5); x86 and
+    others that report one), e.g. ``Intel(R) Xeon(R) ...``.
+
+    Args:
+        path: the cpuinfo file (tests pass another).
+
+    Returns:
+        The name, stripped; None when the file cannot be read or has no such line (never the
+        architecture, ``platform.processor()``'s ``x86_64``, passed off as a name).
+    """
+    try:
+        with open(path) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        return None
+    return None
 
 
 def env_alloc_conf() -> dict:

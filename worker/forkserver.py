@@ -166,13 +166,14 @@ def _write_status(request: dict, pid: int, client: int | None, ended: bool, **st
         pid: the worker's pid.
         client: the pid of the process that asked for the run and went away, or None (unknown).
         ended: whether the worker has ended.
-        status: ``returncode``, ``timed_out`` and ``wall_s`` (seconds since the fork) once it ended.
+        status: ``returncode``, ``timed_out`` and ``wall_s`` (seconds since the fork) once it ended;
+            each null while it runs (not known yet).
     """
     doc = {
         "schema_version": SCHEMA_VERSION,
         "ended": ended,
         "returncode": status.get("returncode"),
-        "timed_out": status.get("timed_out", False),
+        "timed_out": status.get("timed_out"),  # null until the worker has ended, as returncode and wall_s
         "wall_s": status.get("wall_s"),
         "worker_pid": pid,
         "handler_pid": os.getpid(),

@@ -48,7 +48,7 @@ from conf.contract import (
 
 from .environment import env_report, probe
 from .lifecycle import die_with_parent, parent_from_env
-from .measure import Recorder, measure
+from .measure import Recorder, measure, run_shape
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         rec.data["spec"] = raw
         spec = RunSpec.from_dict(raw)
         rec.data["train_step"] = spec.train_step
+        rec.data.update(run_shape(spec))  # world_size, parallel, global_batch: every run, parallel or not
         if spec.dry_run:  # the Recorder starts as "measured"
             rec.data["source"] = "predicted"
     except (RecordError, SpecError) as exc:

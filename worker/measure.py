@@ -132,6 +132,25 @@ class Recorder:
         return exit_code
 
 
+def run_shape(spec: RunSpec) -> dict[str, Any]:
+    """The record's ``world_size``, ``parallel`` and ``global_batch`` of ``spec``, written in every
+    record (a run without ``parallel`` is one rank: ``world_size`` 1, ``parallel`` ``none``).
+
+    Args:
+        spec: the run's spec.
+
+    Returns:
+        ``world_size`` (rank processes), ``parallel`` (none, ddp or fsdp) and ``global_batch``:
+        samples of one optimizer step over every rank, ``RunSpec.global_batch`` (batch *
+        world_size * micro_steps), in mode=train; None in other modes (no optimizer step).
+    """
+    return {
+        "world_size": spec.world_size,
+        "parallel": spec.parallel,
+        "global_batch": spec.global_batch if spec.mode == "train" else None,
+    }
+
+
 BALLAST_ENV = "MEMSWEEP_BALLAST_BYTES"
 
 

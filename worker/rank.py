@@ -40,7 +40,7 @@ from torch import nn
 from conf.contract import RunSpec
 
 from .lifecycle import die_with_parent
-from .measure import Recorder, measure
+from .measure import Recorder, measure, run_shape
 from .ranks import RANKS_DIR
 from .workloads import Workload, make_optimizer
 
@@ -234,7 +234,7 @@ def rank_main(
     if spec.fault is not None and spec.fault.get("rank", rank) != rank:
         spec = dataclasses.replace(spec, fault=None)
     rec = Recorder(path, spec_data)
-    rec.data.update(world_size=spec.world_size, parallel=spec.parallel, global_batch=spec.global_batch)
+    rec.data.update(run_shape(spec))
     rec.save()
     hooks = RankHooks(rank, spec, init_method, local_rank)
     code = measure(spec, rec, rank=hooks)

@@ -16,7 +16,8 @@ makes the launcher leave its record incomplete and die by the same signal, so th
 a crash as for a one-process run.
 
 The merged record: the top-level fields of rank 0's record (device, counters' sources,
-capacity, environment, model) with ``world_size``, ``parallel``, ``global_batch``, ``ranks``
+capacity, environment, model; ``world_size``, ``parallel`` and ``global_batch`` as every record
+has them, ``worker.measure.run_shape``) with ``ranks``
 (``conf.contract.RANK_FIELDS``), ``failed_rank`` and ``peak_rank``; ``phases`` in order, each
 the root-cause rank's entry (rank 0's when the run did not fail) with ``rank`` (whose counters
 these are), ``peak_rank`` and ``ranks`` (``conf.contract.PHASE_RANK_FIELDS``, one per rank that
@@ -305,8 +306,6 @@ def measure_ranks(spec: RunSpec, rec: Recorder) -> int:
     ranks_dir.mkdir(exist_ok=True)
     rendezvous = ranks_dir / "rendezvous"
     rendezvous.unlink(missing_ok=True)
-    rec.data.update(world_size=spec.world_size, parallel=spec.parallel, global_batch=spec.global_batch)
-    rec.save()
     if task is not None:  # this SLURM task is rank 0: one local rank, the others read from their records
         local = [_fork_rank(spec, run_dir, task)]
     else:
