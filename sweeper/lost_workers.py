@@ -88,6 +88,7 @@ def lost_envelope(record: dict | None, why: str) -> dict:
         "wall_s": None,
         "worker_pid": record.get("pid") if isinstance(record.get("pid"), int) else None,
         "record_problem": None,
+        "predicted_outcome": None,  # crashed with its launcher worker: no verdict
     }
 
 
