@@ -237,6 +237,8 @@ class ForkServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        if self.path is not None and os.environ.get(SHARED_FORKSERVER_ENV) == shared_name(self.path):
+            del os.environ[SHARED_FORKSERVER_ENV]  # shared no more: processes started from now start their own
         self._remove_dir()
 
     def _remove_dir(self) -> None:
@@ -258,6 +260,8 @@ class ForkServer:
                 if not self.shared:
                     raise
                 if isinstance(exc, ConnectionRefusedError):  # its socket exists, nobody listens: it died
+                    break
+                if not os.path.isdir(os.path.dirname(self.path)):  # its owner removed it with the server
                     break
             # the shared server may still be importing torch (no socket yet): wait while its owner lives
             if shared_server() != self.path or time.monotonic() > deadline:

@@ -641,6 +641,25 @@ def test_an_interrupted_client_asks_the_handler_to_kill_its_run(tmp_path, tiny):
         server.wait()
 
 
+def test_a_shared_server_whose_directory_is_gone_is_not_waited_for(tmp_path, monkeypatch):
+    """MEMSWEEP_FORKSERVER names a live owner (this process) but a socket directory its owner
+    removed with the server: the client starts a server of its own at once instead of waiting
+    SHARED_WAIT_S (300 s) for a socket that will never come."""
+    from sweeper.forkserver_client import SHARED_WAIT_S, shared_name
+
+    gone = tmp_path / "memsweep-fs-gone" / "sock"
+    monkeypatch.setenv(SHARED_FORKSERVER_ENV, shared_name(str(gone)))
+    server = ForkServer()
+    t0 = time.monotonic()
+    try:
+        server._connect(preload=False).close()
+        assert not server.shared and server.path != str(gone)
+        assert time.monotonic() - t0 < SHARED_WAIT_S / 10
+    finally:
+        server.close()
+    assert not Path(server.path).parent.exists()  # and its own directory went with its server
+
+
 def test_a_resume_does_not_wait_for_a_kept_run_whose_handler_is_gone(tmp_path, caplog, monkeypatch):
     """exit_status.json says ended: false, but its handler (and worker) are gone (they died with the
     sweep's fork server): no wait, no warning that the handler 'wrote no exit status'. HANDOVER_S is
