@@ -36,6 +36,7 @@ from conf.contract import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     PEAK_CATEGORIES,
+    PEAK_CATEGORY_WORDS,
     PREDICT_EXIT,
     RUN_EXIT,
     SpecError,
@@ -208,13 +209,6 @@ Exit status: 0 an edge predicted, 3 nothing fits, 4 a dry run failed, 2 bad inpu
 
 # The options of `memsweep predict` (everything else is an override, key=value).
 PREDICT_OPTIONS = ("--axis AXIS", "--upper N", "--cards[=NAME,NAME]", "-h/--help")
-# How `memsweep predict` names conf.contract.PEAK_CATEGORIES.
-CATEGORY_LABELS = {
-    "parameter": "parameters",
-    "gradient": "gradients",
-    "optimizer_state": "optimizer states",
-    "activation": "activations and temporaries",
-}
 
 
 def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None, int | None]:
@@ -415,7 +409,7 @@ def _print_split(summary: dict, axis: str, out) -> None:
             file=out,
         )
         for name, field in PEAK_CATEGORIES:
-            print(f"    {CATEGORY_LABELS[name]:<28} {bytes_text(split[field])}", file=out)
+            print(f"    {PEAK_CATEGORY_WORDS[name]:<28} {bytes_text(split[field])}", file=out)
     if not est or est.get("phase") is None:
         return
     print(

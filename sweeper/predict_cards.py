@@ -19,7 +19,8 @@ from __future__ import annotations
 from analysis.cards import CARDS, Card
 from conf.contract import SpecError, write_json_atomic
 
-from .predict import Predictor, blind_spots, compose_load, estimator_figures, hf_config
+from .predict import Predictor, blind_spots, compose_load
+from .predict_parts import estimator_figures, hf_config
 from .search import check_search_axis
 
 

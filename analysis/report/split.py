@@ -13,23 +13,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conf.contract import PEAK_SPLIT_FIELDS
+from conf.contract import PEAK_CATEGORIES, PEAK_CATEGORY_WORDS, PEAK_SPLIT_FIELDS
 
 from ..doc import Doc, Image
 from ..estimate import PARALLEL_ZERO_STAGE, mlp_phases_for_spec
 from .fmt import axis_label, nbytes, workload_params
 from .stats import AxisResult
 
-PARTS = ("parameters", "gradients", "optimizer states", "activations")
-"""The four parts of the split, in stacking order: conf.contract.PEAK_CATEGORIES, in their order."""
+PARTS = tuple(PEAK_CATEGORY_WORDS[category] for category, _ in PEAK_CATEGORIES)
+"""The four parts of the split, in stacking order: conf.contract.PEAK_CATEGORIES, in their order,
+named by PEAK_CATEGORY_WORDS."""
 
 _DRY_RUN_FIELDS = dict(zip(PARTS, PEAK_SPLIT_FIELDS, strict=True))
-_ESTIMATE_COMPONENTS = {
-    "parameters": ("weights",),
-    "gradients": ("gradients",),
-    "optimizer states": ("optimizer_states",),
-    "activations": ("activations", "kv_cache", "temporaries"),
-}
+_ESTIMATE_COMPONENTS = dict(
+    zip(PARTS, (("weights",), ("gradients",), ("optimizer_states",), ("activations", "kv_cache", "temporaries")))
+)
 
 
 @dataclass
@@ -81,7 +79,7 @@ def _from_dry_run(a: AxisResult, value, predicted: list[dict], predicted_phases:
             continue
         rows = [p for p in predicted_phases if p["sweep_dir"] == r["sweep_dir"] and p["run_id"] == r["run_id"]]
         rows = sorted(rows, key=lambda p: p.get("phase_index") or 0)
-        rows = [p for p in rows if p.get(_DRY_RUN_FIELDS["activations"]) is not None]
+        rows = [p for p in rows if p.get(_DRY_RUN_FIELDS[PARTS[-1]]) is not None]
         if not rows:
             continue
         names = list(dict.fromkeys(p["phase"] for p in rows))

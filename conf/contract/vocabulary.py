@@ -292,6 +292,15 @@ record of a measured run."""
 PEAK_SPLIT_FIELDS = tuple(field for _, field in PEAK_CATEGORIES)
 """The record fields of ``PEAK_CATEGORIES``, in order."""
 
+PEAK_CATEGORY_WORDS = {
+    "parameter": "parameters",
+    "gradient": "gradients",
+    "optimizer_state": "optimizer states",
+    "activation": "activations and temporaries",
+}
+"""How people read each ``PEAK_CATEGORIES`` category, wherever a peak's split is printed
+(``memsweep predict``, the report's split of the peak): the last holds every other live tensor."""
+
 ESTIMATE_KEYS = (
     "weights",
     "gradients",
