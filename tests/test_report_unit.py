@@ -669,9 +669,12 @@ def test_a_run_whose_record_could_not_be_read_is_counted_and_named_apart_never_m
     assert "unfinished" not in md and "every phase of every run succeeded" not in md
 
 
-def test_a_frontier_search_floors_the_fits_limits_to_its_multiple_of(tmp_path):
+@pytest.mark.parametrize("protocol", [(1, 1), (3, 5)], ids=["same_protocol", "light_probe_rows"])
+def test_a_frontier_search_floors_the_fits_limits_to_its_multiple_of(tmp_path, protocol):
     """The frontier sweeper's result line (search.jsonl) gives the lattice: multiple_of=8 floors the
-    limit under the margin (38.75) to 32, and the capacity's (43.75) to 40."""
+    limit under the margin (38.75) to 32, and the capacity's (43.75) to 40. Rows of light probes
+    (hydra.sweeper.light: warmup and repeats other than the result line's, logged for the full
+    protocol) take their search's lattice too."""
     import json
 
     from conf.contract import AXES, SEARCH_LOG
@@ -685,9 +688,10 @@ def test_a_frontier_search_floors_the_fits_limits_to_its_multiple_of(tmp_path):
         "multiple_of": 8,
         "workload": "mlp",
         "capacity_bytes": 4_000_000,
-        "fixed": {**{a: base.get(a) for a in AXES}, "mode": "inference", "device": "cuda:0", "warmup": 1, "repeats": 1},
+        "fixed": {**{a: base.get(a) for a in AXES}, "mode": "inference", "device": "cuda:0"},
     }
+    event["fixed"]["warmup"], event["fixed"]["repeats"] = protocol
     (tmp_path / SEARCH_LOG).write_text(json.dumps(event) + "\n")
     (axis,) = report_of(runs, phases).axes
-    assert axis.frontier.get("strategy") == "model" and axis.step == 8
+    assert axis.step == 8 and (axis.frontier.get("strategy") == "model" or protocol != (1, 1))
     assert axis.limits == {"capacity": 40, "capacity - margin": 32} and axis.margin_limit_unmeasured == 32

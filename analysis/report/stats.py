@@ -330,10 +330,13 @@ def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResul
 def _lattice_step(row: dict) -> int:
     """The distance between the values the frontier sweeper could probe for ``row`` (its
     ``multiple_of`` in the ``result`` line of ``search.jsonl``, matched as
-    ``analysis.frontier.frontier_rows`` matches it); 1 for a sweep over values given by hand."""
+    ``analysis.frontier.frontier_rows`` matches it; a row of light probes takes its search's,
+    logged with the full protocol's warmup and repeats); 1 for a sweep over values given by hand."""
     found = search_results(str(row.get("sweep_dir")))
     key = tuple(row.get(k) for k in ROW_KEY)
-    event = found.get(key + (row.get("warmup"), row.get("repeats")), found.get(key + (None, None))) or {}
+    event = found.get(key + (row.get("warmup"), row.get("repeats")), found.get(key + (None, None)))
+    if event is None:  # light probes (hydra.sweeper.light): the search's lattice, logged for the full protocol
+        event = next((e for k, e in found.items() if k[: len(key)] == key), {})
     step = event.get("multiple_of")
     return step if isinstance(step, int) and step > 0 else 1
 
