@@ -303,8 +303,8 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
         print(f"  PREDICTED: nothing fits; {axis}=1 already needs {bytes_text(predictor.runs[1]['peak'])}", file=out)
     if edge["upper_reached"]:
         print(
-            f"  PREDICTED: upper bound not reached: {axis}={edge['max_fit']} (--upper) fits; the edge lies above "
-            "it (a larger --upper searches further)",
+            f"  PREDICTED: edge not found below the upper bound: {axis}={edge['max_fit']} (--upper) fits; "
+            "the edge lies above it (a larger --upper searches further)",
             file=out,
         )
     elif edge["max_fit"] is not None:

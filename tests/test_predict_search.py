@@ -49,7 +49,7 @@ def test_predict_reports_an_upper_bound_not_reached(tmp_path):
     load = ["device=cpu", "width=16", "context=8", "batch=1", "threads=1"]
     code = predict(load + ["capacity=1GiB", "--upper", "4", f"results_dir={tmp_path}"], out=out)
     assert code == 0, out.getvalue()
-    assert "upper bound not reached: batch=4 (--upper) fits" in out.getvalue()
+    assert "edge not found below the upper bound: batch=4 (--upper) fits" in out.getvalue()
     summary = json.loads(next((tmp_path / "predict").glob("*/predict.json")).read_text())
     assert summary["upper_reached"] and summary["upper"] == 4 and summary["min_miss"] is None
 
