@@ -134,6 +134,30 @@ def shared_server() -> str | None:
     return path
 
 
+def run_request(run_dir: Path, env: dict, timeout_s: float, dynamo: bool, isolation: str) -> dict:
+    """The request a fork server's handler answers (one JSON line, ``worker.forkserver``) for one run.
+
+    Args:
+        run_dir: the run directory (its spec.json; the worker's stdout.log and stderr.log go there).
+        env: the worker's whole environment.
+        timeout_s: the run's bound (seconds); the handler keeps the run to it if its client dies.
+        dynamo: the run needs torch._dynamo imported before the fork.
+        isolation: ``forkserver`` (fork) or ``spawn`` (the handler starts ``python -m worker SPEC``).
+
+    Returns:
+        The request, JSON-able.
+    """
+    return {
+        "spec": str(run_dir / SPEC_FILE),
+        "stdout": str(run_dir / STDOUT_FILE),
+        "stderr": str(run_dir / STDERR_FILE),
+        "env": env,
+        "dynamo": dynamo,
+        "timeout_s": timeout_s,
+        "isolation": isolation,
+    }
+
+
 class ForkServer:
     """Client of ``worker/forkserver.py``: one server per orchestrator process, started lazily.
 
@@ -297,16 +321,7 @@ class ForkServer:
 
         with self._connect(preload=isolation != ISOLATION_SPAWN) as conn:
             path = self.path
-            request = {
-                "spec": str(run_dir / SPEC_FILE),
-                "stdout": str(run_dir / STDOUT_FILE),
-                "stderr": str(run_dir / STDERR_FILE),
-                "env": env,
-                "dynamo": dynamo,
-                "timeout_s": timeout_s,  # the server's handler keeps the run to it if this process dies
-                "isolation": isolation,
-            }
-            conn.sendall((json.dumps(request) + "\n").encode())
+            conn.sendall((json.dumps(run_request(run_dir, env, timeout_s, dynamo, isolation)) + "\n").encode())
             try:
                 return self._wait(conn, path, run_dir, timeout_s)
             except BaseException:  # interrupted (SIGINT), or not waiting any more: the run dies with this client

@@ -30,15 +30,14 @@ from conf.contract import (
     remove_stale_temps,
     write_json_atomic,
 )
-from sweeper.forkserver_client import SOCKET_DIR_PREFIX
+from sweeper.forkserver_client import SOCKET_DIR_PREFIX, run_request
 from sweeper.forkserver_wait import AnswerOverdue, PeerStopped, read_answer
 from sweeper.kept_runs import HANDOVER_S, wait_for_kept_run
 from sweeper.liveness import POLL_S, is_process, wait_for_old_worker
 from sweeper.owner import OWNER_ENV, owner_gone, session_id
 from sweeper.process import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, execute, worker_env
-from tests.data.loads import MEMSWEEP
+from tests.data.loads import MEMSWEEP, SMALLEST_CPU
 
-TINY_ARGS = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
 HANG = "fault={phase:warm_forward,kind:hang}"
 TAG = "MEMSWEEP_TEST_TAG"
 
@@ -83,7 +82,7 @@ def _wait(condition, timeout: float, what: str):
 
 def _start_sweep(tmp_path: Path, tag: str, *args: str) -> subprocess.Popen:
     env = {**os.environ, TAG: tag, "MEMSWEEP_PROGRESS": "0"}
-    cmd = [MEMSWEEP, "sweep", "sweep=none", f"hydra.sweep.dir={tmp_path / 's'}", *TINY_ARGS, *args]
+    cmd = [MEMSWEEP, "sweep", "sweep=none", f"hydra.sweep.dir={tmp_path / 's'}", *SMALLEST_CPU, *args]
     return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -409,14 +408,7 @@ def test_a_forked_run_outlives_its_killed_client_with_its_lease(tmp_path, tiny):
     client = None
     try:
         assert server.stdout.readline().strip() == "ready"
-        request = {
-            "spec": str(run_dir / "spec.json"),
-            "stdout": str(run_dir / "stdout.log"),
-            "stderr": str(run_dir / "stderr.log"),
-            "env": worker_env({LEASE_LOCKS_ENV: str(lock)}),
-            "dynamo": False,
-            "timeout_s": 600,
-        }
+        request = run_request(run_dir, worker_env({LEASE_LOCKS_ENV: str(lock)}), 600, False, "forkserver")
         cmd = [sys.executable, "-c", CLIENT, sock, json.dumps(request), str(lock)]
         client = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         pid = json.loads(client.stdout.readline())["pid"]
@@ -457,15 +449,7 @@ def test_a_spawned_run_from_the_server_is_a_new_interpreter_that_inherits_nothin
     try:
         assert server.stdout.readline().strip() == "ready"
         env = worker_env({TAG: uuid.uuid4().hex})
-        request = {
-            "spec": str(run_dir / "spec.json"),
-            "stdout": str(run_dir / "stdout.log"),
-            "stderr": str(run_dir / "stderr.log"),
-            "env": env,
-            "dynamo": False,
-            "timeout_s": 600,
-            "isolation": "spawn",
-        }
+        request = run_request(run_dir, env, 600, False, "spawn")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.connect(sock)
             conn.sendall((json.dumps(request) + "\n").encode())
@@ -615,15 +599,7 @@ def test_an_interrupted_client_asks_the_handler_to_kill_its_run(tmp_path, tiny):
     )
     try:
         assert server.stdout.readline().strip() == "ready"
-        request = {
-            "spec": str(run_dir / "spec.json"),
-            "stdout": str(run_dir / "stdout.log"),
-            "stderr": str(run_dir / "stderr.log"),
-            "env": worker_env(),
-            "dynamo": False,
-            "timeout_s": 600,
-            "isolation": "spawn",
-        }
+        request = run_request(run_dir, worker_env(), 600, False, "spawn")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.connect(sock)
             conn.sendall((json.dumps(request) + "\n").encode())
@@ -725,7 +701,7 @@ def _tmp_with_left_dirs(tmp_path: Path) -> tuple[Path, list[str]]:
 
 def test_a_sweep_leaves_no_fork_server_socket_directory_and_clears_a_dead_owners(tmp_path):
     tmp, kept = _tmp_with_left_dirs(tmp_path)
-    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 's'}", *TINY_ARGS]
+    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 's'}", *SMALLEST_CPU]
     proc = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(list((tmp_path / "s").glob("*/result.json"))) == 2
@@ -734,7 +710,7 @@ def test_a_sweep_leaves_no_fork_server_socket_directory_and_clears_a_dead_owners
 
 def test_an_interrupted_sweep_leaves_no_fork_server_socket_directory(tmp_path):
     tmp, kept = _tmp_with_left_dirs(tmp_path)
-    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 's'}", *TINY_ARGS, HANG]
+    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 's'}", *SMALLEST_CPU, HANG]
     proc = subprocess.Popen(
         cmd,
         cwd=tmp_path,
