@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from conf.contract import EXIT_STATUS_FIELDS, EXIT_STATUS_FILE, field_problems, try_read
+from conf.contract import EXIT_STATUS_FILE, document_problems, try_read
 
 from .liveness import POLL_S, is_process, wait_for_old_worker, worker_alive
 
@@ -37,12 +37,12 @@ def read_exit_status(run_dir: Path) -> dict | None:
 
     Returns:
         The document (``ended`` false while the run goes on), or None when there is none, or it
-        cannot be read or holds a field of the wrong type (``EXIT_STATUS_FIELDS``; said in the log).
+        cannot be read or breaks the published schema (``document_problems``; said in the log).
     """
     if not (run_dir / EXIT_STATUS_FILE).exists():
         return None
     status, problem = try_read(run_dir, EXIT_STATUS_FILE)
-    wrong = "; ".join(field_problems(status, EXIT_STATUS_FIELDS)) if status is not None else problem
+    wrong = "; ".join(document_problems(status, "exit_status")) if status is not None else problem
     if wrong:
         log.warning("%s: %s ignored (%s)", run_dir, EXIT_STATUS_FILE, wrong)
         return None

@@ -636,6 +636,20 @@ def test_a_shared_server_whose_directory_is_gone_is_not_waited_for(tmp_path, mon
     assert not Path(server.path).parent.exists()  # and its own directory went with its server
 
 
+def test_an_exit_status_that_breaks_the_schema_is_ignored_and_said(tmp_path, caplog):
+    """exit_status.json is checked against the published schema (document_problems): a field of
+    the wrong type makes it no status at all (logged), a valid one is read as written."""
+    from sweeper.kept_runs import read_exit_status
+
+    good = {"schema_version": 1, "ended": True, "returncode": 0, "timed_out": False, "wall_s": 1.5}
+    write_json_atomic(tmp_path / "exit_status.json", good)
+    assert read_exit_status(tmp_path) == good
+    write_json_atomic(tmp_path / "exit_status.json", {**good, "returncode": "zero"})
+    with caplog.at_level("WARNING", logger="memsweep"):
+        assert read_exit_status(tmp_path) is None
+    assert "returncode='zero'" in caplog.text and "exit_status.json ignored" in caplog.text
+
+
 def test_a_resume_does_not_wait_for_a_kept_run_whose_handler_is_gone(tmp_path, caplog, monkeypatch):
     """exit_status.json says ended: false, but its handler (and worker) are gone (they died with the
     sweep's fork server): no wait, no warning that the handler 'wrote no exit status'. HANDOVER_S is

@@ -255,25 +255,6 @@ def _is_type(value: object, typ: type) -> bool:
     return isinstance(value, typ) or (typ is float and isinstance(value, int))
 
 
-def field_problems(doc: Mapping, fields: tuple[Field, ...]) -> list[str]:
-    """Check the present values of a document's declared fields against their JSON types.
-
-    Args:
-        doc: the document (a record, a result envelope).
-        fields: its declaration (RECORD_FIELDS, RESULT_FIELDS).
-
-    Returns:
-        One ``name=value: expected TYPE`` per field of the wrong type (a bool is not a number; a
-        float field may hold an int); empty when every field is null or of its type. Nested
-        objects and the schema's enum, minimum and maximum are not checked: see ``document_problems``.
-    """
-    return [
-        f"{f.name}={doc[f.name]!r:.60}: expected {f.type.__name__}"
-        for f in fields
-        if doc.get(f.name) is not None and not _is_type(doc[f.name], f.type)
-    ]
-
-
 def _value_problems(value: object, prop: dict, where: str) -> list[str]:
     """What a value breaks of a property of the schema (the keywords SCHEMA_FILE uses: type,
     anyOf, enum, minimum, maximum, items, properties, required; ``$ref`` followed)."""
