@@ -137,20 +137,23 @@ def _watch(in_flight: dict[Path, dict | None]) -> set[Path]:
     start = time.monotonic()
     died_at: dict[Path, float] = {}
     kept: set[Path] = set()
-    while True:
+    undecided = set(in_flight)
+    while undecided:
         now = time.monotonic()
-        for run_dir, record in in_flight.items():
-            if run_dir in kept or now - died_at.get(run_dir, now) >= HANDOVER_S:
-                continue  # decided
+        for run_dir in sorted(undecided):
             if read_exit_status(run_dir) is not None:
-                kept.add(run_dir)
-            elif not worker_alive(record):
-                died_at.setdefault(run_dir, now)
-            elif now - start >= DYING_S:
+                kept.add(run_dir)  # its handler took it over
+            elif not worker_alive(in_flight[run_dir]):
+                if now - died_at.setdefault(run_dir, now) < HANDOVER_S:
+                    continue  # its handler may still be writing its status
+            elif now - start < DYING_S:
+                continue  # it may still die with its launcher worker
+            else:
                 kept.add(run_dir)  # it outlived its launcher worker: its handler keeps it
-        if all(run_dir in kept or now - died_at.get(run_dir, now) >= HANDOVER_S for run_dir in in_flight):
-            return kept
-        time.sleep(POLL_S)
+            undecided.discard(run_dir)
+        if undecided:
+            time.sleep(POLL_S)
+    return kept
 
 
 def launch_surviving(
