@@ -429,20 +429,10 @@ def test_any_oracle_answers_with_tried_values(lat, strategy, slots, seed, p_oom)
 
 
 # ----- what the search's log says: true reasons, the fit's real crossing ----------------------
-def affine_oracle(a, b, capacity):
-    """peak(x) = a + b x bytes; x fits iff its peak is at most ``capacity``."""
-
-    def oracle(x):
-        peak = a + b * x
-        return ("ok" if peak <= capacity else "oom"), (peak if peak <= capacity else None), capacity
-
-    return oracle
-
-
 def test_the_fit_crossing_logged_is_the_fits_not_the_clamped_upper_bound():
     a, b, cap = 529408, 81920, 16 * 2**20
     search = FrontierSearch("batch", Lattice.make(1, 64), "model")
-    result = run_search(search, affine_oracle(a, b, cap))
+    result = run_search(search, affine(a, b, cap))
     assert result["upper_reached"]
     (aimed,) = [p for p in search.probes if "fit crosses" in p.reason]
     assert aimed.detail["predicted_crossing"] == pytest.approx((cap - a) / b, rel=1e-4)  # 198.3, not 65
@@ -452,7 +442,7 @@ def test_the_fit_crossing_logged_is_the_fits_not_the_clamped_upper_bound():
 
 def test_probe_reasons_of_parallel_rounds_are_true():
     search = FrontierSearch("batch", Lattice.make(1, 65536), "bisect")
-    result = run_search(search, affine_oracle(529408, 81920, 16 * 2**20), slots=3)
+    result = run_search(search, affine(529408, 81920, 16 * 2**20), slots=3)
     assert result["exact"]
     growth = [p for p in search.probes if p.reason.startswith("growth")]
     assert len(growth) >= 4

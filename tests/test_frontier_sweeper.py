@@ -8,6 +8,7 @@ from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
 from conf.contract import RunSpec, SpecError, run_peak, write_json_atomic
+from sweeper.errors import InputRefused
 from sweeper.frontier_runs import RunIndex, launcher_slots, oom_said, spec_key
 from sweeper.frontier_settings import check_sweep_choice
 from sweeper.frontier_sweeper import FrontierSweeperImpl
@@ -522,7 +523,7 @@ def test_the_search_reads_what_an_oom_said(tmp_path):
 def test_a_search_on_the_cpu_without_a_capacity_is_refused(tmp_path):
     impl = make(tmp_path, edge_at(64 * 300), lower=1, upper=1024, confirm=0)
     impl.compose = lambda overrides: RunSpec(**{**BASE, "capacity_bytes": None})
-    with pytest.raises(BaseException, match=r"invalid capacity=None: expected a size on the CPU") as info:
+    with pytest.raises(InputRefused, match=r"invalid capacity=None: expected a size on the CPU") as info:
         impl.sweep([])
     assert info.value.field == "capacity" and not list(tmp_path.iterdir())  # refused before anything is written
 
