@@ -51,16 +51,13 @@ from .host import (
 from .parallel import MAX_WORLD_SIZE, ranks_are_tasks
 from .record import (
     CAPACITY_FIELDS,
-    COUNTER_FIELDS,
     DEVICE_FIELDS,
     DEVICE_NOT_FREE_BYTES,
     ENVIRONMENT_FIELDS,
-    ERROR_FIELDS,
     EXIT_STATUS_FIELDS,
     EXIT_STATUS_FILE,
     EXTRA_COUNTERS,
     FAILURE_CLASSES,
-    FAILURE_FIELDS,
     FILE_KINDS,
     MODEL_FIELDS,
     OOM_DETAIL_FIELDS,
@@ -184,9 +181,6 @@ from .workload import (
 
 __all__ = [
     "FAILURE_CLASSES",
-    "FAILURE_FIELDS",
-    "ERROR_FIELDS",
-    "COUNTER_FIELDS",
     "COMPILE_MODES",
     "QUANTIZATIONS",
     "ALL_VARIABLES",

@@ -28,6 +28,7 @@ several objects carry: one entry of a group such as ``failure`` or ``counter``, 
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -39,7 +40,6 @@ from typing import Any, NamedTuple
 from .errors import NewerSchemaError, RecordError
 from .vocabulary import (
     DEVICE_COUNTERS,
-    PEAK_SPLIT_FIELDS,  # noqa: F401 - still a name of this module, as before the schema
     WORKER_OUTCOMES,
 )
 
@@ -110,17 +110,19 @@ _JSON_TYPES = {"integer": int, "number": float, "string": str, "boolean": bool, 
 """The Python type (``Field.type``) of each JSON Schema type a field may declare (besides null)."""
 
 
-def _resolve(ref: str) -> dict:
-    """The schema a local ``$ref`` (``#/$defs/...``, a JSON pointer, RFC 6901) names in _SCHEMA."""
+@functools.cache
+def _declared_ref(ref: str) -> dict:
+    """The schema a local ``$ref`` (``#/$defs/...``, a JSON pointer, RFC 6901) names in _SCHEMA, its
+    own ``$ref`` followed to the end; worked out once per ref (read-only: callers never change it)."""
     node = _SCHEMA
     for token in ref.removeprefix("#/").split("/"):
         node = node[token.replace("~1", "/").replace("~0", "~")]
-    return node
+    return _declared(node)
 
 
 def _declared(prop: dict) -> dict:
     """A property's own keywords over those of the schema its ``$ref`` names (followed to the end)."""
-    return {**_declared(_resolve(prop["$ref"])), **prop} if "$ref" in prop else prop
+    return {**_declared_ref(prop["$ref"]), **prop} if "$ref" in prop else prop
 
 
 def _json_types(prop: dict) -> list[str]:
@@ -167,15 +169,6 @@ def schema_fields(definition: str, group: str | None = None) -> tuple[Field, ...
         if group is None or prop.get("$ref", "").startswith(f"#/$defs/{group}/$defs/")
     )
 
-
-FAILURE_FIELDS = schema_fields("failure")
-"""Where and what a run or a rank failed: the failed phase and ERROR_FIELDS."""
-
-ERROR_FIELDS = schema_fields("phase", "failure")
-"""What failed, as a record, a rank, a phase and the result envelope say it (null when nothing did)."""
-
-COUNTER_FIELDS = schema_fields("counter")
-"""The counters (vocabulary.DEVICE_COUNTERS) of a phase, of a phase on one device and on one rank."""
 
 RECORD_FIELDS = schema_fields("record")
 """Top-level fields of record.json (in the schema's order; the worker may write them in another)."""
