@@ -55,6 +55,7 @@ from .forkserver_wait import (
     wait_until_ready,
 )
 from .launch import kill_process_group, worker_env
+from .liveness import pid_exists
 
 log = logging.getLogger("memsweep")
 
@@ -72,7 +73,7 @@ SOCKET_DIR_PREFIX = "memsweep-fs-"
 """A server's socket directory in the temporary directory (``tempfile.gettempdir()``, TMPDIR):
 ``memsweep-fs-<owner pid>-<random>``, holding ``sock``; removed when its owner stops the server
 (``ForkServer.close``), or by a later start once the owner is gone (``remove_stale_socket_dirs``)."""
-_STALE_DIR = re.compile(re.escape(SOCKET_DIR_PREFIX) + r"(\d+)-[^/]+$")
+_STALE_DIR = re.compile(re.escape(SOCKET_DIR_PREFIX) + r"(\d{1,7})-[^/]+$")  # Linux pids: at most 4194304
 
 
 def remove_stale_socket_dirs(tmp: str | None = None) -> list[str]:
@@ -102,13 +103,11 @@ def remove_stale_socket_dirs(tmp: str | None = None) -> list[str]:
         try:
             if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
                 continue
-            os.kill(int(found.group(1)), 0)
-            continue  # its owner lives (or the pid is another's now): left alone
-        except ProcessLookupError:
+        except OSError:
+            continue
+        if not pid_exists(int(found.group(1))):  # a live owner (or the pid another's now): left alone
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
-        except (OSError, OverflowError):
-            continue
     return removed
 
 

@@ -79,7 +79,6 @@ class FrontierSweeperImpl:
             self.settings = frontier_conf(settings)
         except SpecError as exc:
             raise InputRefused(exc) from None
-        self.axes = self.settings.axes or [self.settings.axis or "batch"]  # checked by lattices (searched_axes)
         self.axes_field = "hydra.sweeper.axes" if settings.get("axes") is not None else "hydra.sweeper.axis"
         self.config: DictConfig | None = None
         self.launcher = None

@@ -93,7 +93,7 @@ class Predictor:
         capacity_bytes: the capacity to fit in (bytes).
         out_dir: the directory of the dry runs (one ``<axis>=<value>`` directory each).
         isolation: how each worker process starts (``sweeper.process.execute``).
-        upper: the largest value searched (at most ``MAX_VALUE``); default the frontier
+        upper: the largest value searched (at most ``MAX_VALUE``); None: the frontier
             sweeper's (``FrontierSweeperConf.upper``, 65536).
         finished: value -> (result envelope, record.json or None) of the dry runs made, shared
             between predictors of the same load and ``out_dir`` at other capacities
@@ -111,10 +111,15 @@ class Predictor:
         capacity_bytes: int,
         out_dir: Path,
         isolation: str,
-        upper: int = FrontierSweeperConf.upper,
+        upper: int | None = None,
         finished: dict[int, tuple[dict, dict | None]] | None = None,
     ):
-        self.base, self.axis, self.capacity, self.upper = base, axis, capacity_bytes, min(upper, MAX_VALUE)
+        self.base, self.axis, self.capacity, self.upper = (
+            base,
+            axis,
+            capacity_bytes,
+            min(upper or FrontierSweeperConf.upper, MAX_VALUE),
+        )
         self.device = base.device if base.devices == 1 else "cpu"
         self.out_dir, self.isolation = Path(out_dir), isolation
         self.runs: dict[int, dict] = {}
@@ -365,7 +370,7 @@ def predict_edge(
         raise SpecError("capacity", capacity, "a size to predict against, e.g. capacity=80GB")
     capacity_bytes = parse_size(capacity, "capacity")
     base, isolation, out_dir = compose_load(overrides, axis, axis_field)
-    predictor = Predictor(base, axis, capacity_bytes, out_dir, isolation, upper=upper or FrontierSweeperConf.upper)
+    predictor = Predictor(base, axis, capacity_bytes, out_dir, isolation, upper=upper)
     edge = predictor.search(getattr(base, axis))
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
     # nothing fits: the split of the smallest value, to show what does not fit

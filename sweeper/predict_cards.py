@@ -120,8 +120,7 @@ def predict_cards(
     finished: dict = {}  # the dry runs of every card: each value executed once
     device = base.device
     for card in cards:
-        bound = {} if upper is None else {"upper": upper}
-        predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation, finished=finished, **bound)
+        predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation, finished=finished, upper=upper)
         edge = predictor.search(start)
         device = predictor.device
         if record is None:  # the load's first record, and the estimator's figures of it (once)

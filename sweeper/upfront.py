@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from conf.contract import SpecError
 
 from .errors import InputRefused
+from .inputs import launcher_class
 
 log = logging.getLogger("memsweep")
 
@@ -40,8 +41,7 @@ def check_launcher_jobs(config: Any) -> None:
     Raises:
         SpecError: field ``hydra.launcher.n_jobs``: 0, or not an integer (``JOBLIB_N_JOBS``).
     """
-    target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
-    if not target.endswith("JoblibLauncher"):
+    if launcher_class(OmegaConf.select(config, "hydra.launcher._target_", default=None)) != "JoblibLauncher":
         return
     n_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
     if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0):
