@@ -9,6 +9,7 @@ presented as measured.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import yaml
@@ -38,15 +39,32 @@ def run_command(a: AxisResult, value: int) -> str:
     edge = a.stat(a.edge)
     runs = (edge.runs if edge else []) + a.runs
     for r in runs:
-        try:
-            overrides = yaml.safe_load((Path(str(r.get("run_dir"))) / OVERRIDES_FILE).read_text())
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(overrides, list) and all(isinstance(o, str) for o in overrides):
-            kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in (a.axis, "sweep", "hydra")]
+        overrides = run_overrides(str(r.get("run_dir")))
+        if overrides is not None:
+            kept = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") not in (a.axis, "sweep")]
             kept = [o for o in kept if not o.lstrip("+~").startswith("hydra")]
             return " ".join(["memsweep run", *kept, axis_label(a.axis, value)])
     return f"memsweep run ... {axis_label(a.axis, value)}"
+
+
+@functools.lru_cache(maxsize=1024)
+def run_overrides(run_dir: str) -> tuple[str, ...] | None:
+    """A run's command-line overrides (Hydra's ``.hydra/overrides.yaml``), read once per run directory
+    (the answer, the summary card and the chosen setting each print the command).
+
+    Args:
+        run_dir: the run directory.
+
+    Returns:
+        The overrides, in order; None when the file is missing, unreadable or not a list of strings.
+    """
+    try:
+        overrides = yaml.safe_load((Path(run_dir) / OVERRIDES_FILE).read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    if isinstance(overrides, list) and all(isinstance(o, str) for o in overrides):
+        return tuple(overrides)
+    return None
 
 
 def limit_words(a: AxisResult, key: str) -> str:

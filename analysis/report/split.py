@@ -26,7 +26,11 @@ named by PEAK_CATEGORY_WORDS."""
 
 _DRY_RUN_FIELDS = dict(zip(PARTS, PEAK_SPLIT_FIELDS, strict=True))
 _ESTIMATE_COMPONENTS = dict(
-    zip(PARTS, (("weights",), ("gradients",), ("optimizer_states",), ("activations", "kv_cache", "temporaries")))
+    zip(
+        PARTS,
+        (("weights",), ("gradients",), ("optimizer_states",), ("activations", "kv_cache", "temporaries")),
+        strict=True,
+    )
 )
 
 
