@@ -43,6 +43,7 @@ from conf.contract import (
     SPEC_FILE,
     STDERR_FILE,
     STDOUT_FILE,
+    peer_pid,
 )
 
 from .forkserver_wait import (
@@ -50,7 +51,6 @@ from .forkserver_wait import (
     KILLED_ANSWER_S,
     AnswerOverdue,
     PeerStopped,
-    peer_pid,
     read_answer,
     wait_until_ready,
 )

@@ -10,7 +10,6 @@ message, and replaces the server as for a lost one.
 from __future__ import annotations
 
 import socket
-import struct
 import subprocess
 import threading
 import time
@@ -35,17 +34,6 @@ class PeerStopped(RuntimeError):
 
 class AnswerOverdue(RuntimeError):
     """No answer within the bound, though the peer runs (or cannot be watched)."""
-
-
-def peer_pid(conn: socket.socket) -> int | None:
-    """The pid of the process that listens at the other end of a connected Unix socket
-    (SO_PEERCRED, unix(7)); None where the platform does not say."""
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except (AttributeError, OSError):
-        return None
-    pid = struct.unpack("3i", creds)[0]
-    return pid if pid > 0 else None
 
 
 def read_answer(conn: socket.socket, buffer: bytearray, peer: int | None, bound_s: float, who: str) -> bytes:

@@ -36,7 +36,6 @@ import json
 import os
 import signal
 import socket
-import struct
 import sys
 import threading
 import time
@@ -48,6 +47,7 @@ from conf.contract import (
     ISOLATION_SPAWN,
     LEASE_LOCKS_ENV,
     SCHEMA_VERSION,
+    peer_pid,
     process_identity,
     write_json_atomic,
 )
@@ -90,7 +90,7 @@ def _handle(conn: socket.socket, request: dict, server: int) -> None:
             run(spec, stdout, stderr, env, parent=handler)
             os._exit(70)  # run() never returns
     conn.sendall((json.dumps({"pid": pid, "handler": os.getpid()}) + "\n").encode())
-    client = _peer_pid(conn)
+    client = peer_pid(conn)
     ended, gone, lock = threading.Event(), threading.Event(), threading.Lock()
     timeout_s = request.get("timeout_s")
     if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool):
@@ -147,15 +147,6 @@ def _handle(conn: socket.socket, request: dict, server: int) -> None:
         _write_status(
             request, pid, client, ended=True, returncode=returncode, timed_out=timed_out.is_set(), wall_s=wall_s
         )
-
-
-def _peer_pid(conn: socket.socket) -> int | None:
-    """The pid of the client at the other end of ``conn`` (SO_PEERCRED, unix(7)), or None."""
-    try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except (AttributeError, OSError):
-        return None
-    return struct.unpack("3i", creds)[0] or None
 
 
 def _write_status(request: dict, pid: int, client: int | None, ended: bool, **status: object) -> None:

@@ -2,9 +2,12 @@
 set, the machine's memory) and by the sweeper (a CPU capacity above MemTotal is refused); and
 the identity and state of a process, which name it even when its pid is reused (the worker
 records its own; the sweeper checks a resumed run's old worker, a sweep's orchestrator, the
-fork server)."""
+fork server); the pid at the other end of a Unix socket (``peer_pid``)."""
 
 from __future__ import annotations
+
+import socket
+import struct
 
 
 def proc_kb_fields(path: str, keys: tuple[str, ...]) -> dict[str, int | None]:
@@ -126,3 +129,20 @@ def process_state(pid: int | str) -> str | None:
 STOPPED_STATES = ("T", "t")
 """``process_state`` letters of a process that does not run until it is continued (SIGSTOP,
 SIGTSTP, a tracer): it will never answer by itself."""
+
+
+def peer_pid(conn: socket.socket) -> int | None:
+    """The pid of the process at the other end of a connected Unix socket (SO_PEERCRED, unix(7)).
+
+    Args:
+        conn: the connected socket (AF_UNIX).
+
+    Returns:
+        The peer's pid; None where the platform does not say.
+    """
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (AttributeError, OSError):
+        return None
+    pid = struct.unpack("3i", creds)[0]
+    return pid if pid > 0 else None
