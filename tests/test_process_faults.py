@@ -2,6 +2,7 @@
 left running, nothing waiting for ever, one lost launcher worker costs only its runs, files read
 back are validated, concurrent sessions are told apart. Real processes, tiny loads."""
 
+import contextlib
 import fcntl
 import json
 import os
@@ -397,43 +398,55 @@ def _locked(path: Path) -> bool:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def _started_server(sock: str, *options: str):
+    """A fork server (``python -m worker.forkserver SOCK [OWNER --no-preload]``) that said ready;
+    killed and reaped on the way out."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "worker.forkserver", sock, *options], env=worker_env(), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        yield server
+    finally:
+        server.kill()
+        server.wait()
+
+
 def test_a_forked_run_outlives_its_killed_client_with_its_lease(tmp_path, tiny):
     """The handler keeps a run whose client died: it holds the run's lease, says so at once
     (exit_status.json, ended false), and writes the worker's exit status when it ends."""
     run_dir = _spec_dir(tmp_path, "r", tiny, fault={"phase": "warm_forward", "kind": "hang"})
     sock, lock = str(tmp_path / "sock"), tmp_path / "cores-0.lock"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "worker.forkserver", sock], env=worker_env(), stdout=subprocess.PIPE, text=True
-    )
     client = None
-    try:
-        assert server.stdout.readline().strip() == "ready"
-        request = run_request(run_dir, worker_env({LEASE_LOCKS_ENV: str(lock)}), 600, False, "forkserver")
-        cmd = [sys.executable, "-c", CLIENT, sock, json.dumps(request), str(lock)]
-        client = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        pid = json.loads(client.stdout.readline())["pid"]
-        record = _wait(lambda: _read(run_dir / "record.json"), 120, "the run's record")
-        client.kill()
-        client.wait()
-        status = _wait(lambda: _read(run_dir / "exit_status.json"), 30, "the handler's word that it kept the run")
-        assert status["ended"] is False and status["worker_pid"] == pid == record["pid"]
-        # not known while the run goes on: null, never a "false" that reads as "did not time out"
-        assert (status["returncode"], status["timed_out"], status["wall_s"]) == (None, None, None)
-        assert is_process(pid, record["pid_identity"]), "the run goes on (it hangs until timeout_s=600)"
-        assert _locked(lock), "its lease is held for it"
-        os.kill(pid, signal.SIGKILL)  # the run ends (here by a signal)
-        status = _wait(
-            lambda: (_read(run_dir / "exit_status.json") or {}).get("ended") and _read(run_dir / "exit_status.json"),
-            30,
-            "its exit status",
-        )
-        assert (status["returncode"], status["timed_out"], status["worker_pid"]) == (-signal.SIGKILL, False, pid)
-        _wait(lambda: not _locked(lock), 30, "the lease released once the run ended")
-    finally:
-        if client is not None and client.poll() is None:
+    with _started_server(sock):
+        try:
+            request = run_request(run_dir, worker_env({LEASE_LOCKS_ENV: str(lock)}), 600, False, "forkserver")
+            cmd = [sys.executable, "-c", CLIENT, sock, json.dumps(request), str(lock)]
+            client = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+            pid = json.loads(client.stdout.readline())["pid"]
+            record = _wait(lambda: _read(run_dir / "record.json"), 120, "the run's record")
             client.kill()
-        server.kill()
-        server.wait()
+            client.wait()
+            status = _wait(lambda: _read(run_dir / "exit_status.json"), 30, "the handler's word that it kept the run")
+            assert status["ended"] is False and status["worker_pid"] == pid == record["pid"]
+            # not known while the run goes on: null, never a "false" that reads as "did not time out"
+            assert (status["returncode"], status["timed_out"], status["wall_s"]) == (None, None, None)
+            assert is_process(pid, record["pid_identity"]), "the run goes on (it hangs until timeout_s=600)"
+            assert _locked(lock), "its lease is held for it"
+            os.kill(pid, signal.SIGKILL)  # the run ends (here by a signal)
+            status = _wait(
+                lambda: (
+                    (_read(run_dir / "exit_status.json") or {}).get("ended") and _read(run_dir / "exit_status.json")
+                ),
+                30,
+                "its exit status",
+            )
+            assert (status["returncode"], status["timed_out"], status["worker_pid"]) == (-signal.SIGKILL, False, pid)
+            _wait(lambda: not _locked(lock), 30, "the lease released once the run ended")
+        finally:
+            if client is not None and client.poll() is None:
+                client.kill()
 
 
 def test_a_spawned_run_from_the_server_is_a_new_interpreter_that_inherits_nothing(tmp_path, tiny):
@@ -444,10 +457,7 @@ def test_a_spawned_run_from_the_server_is_a_new_interpreter_that_inherits_nothin
     is not), and the worker imports torch itself; the server never does."""
     run_dir = _spec_dir(tmp_path, "r", tiny, fault={"phase": "warm_forward", "kind": "hang"})
     sock = str(tmp_path / "sock")
-    cmd = [sys.executable, "-m", "worker.forkserver", sock, str(os.getpid()), FORKSERVER_NO_PRELOAD]
-    server = subprocess.Popen(cmd, env=worker_env(), stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout.readline().strip() == "ready"
+    with _started_server(sock, str(os.getpid()), FORKSERVER_NO_PRELOAD) as server:
         env = worker_env({TAG: uuid.uuid4().hex})
         request = run_request(run_dir, env, 600, False, "spawn")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -471,9 +481,6 @@ def test_a_spawned_run_from_the_server_is_a_new_interpreter_that_inherits_nothin
             assert not _maps_torch(server.pid), "the server imported no torch"
             os.kill(pid, signal.SIGKILL)
             assert json.loads(reader.readline()) == {"returncode": -signal.SIGKILL}
-    finally:
-        server.kill()
-        server.wait()
 
 
 def _read(path: Path) -> dict | None:
@@ -591,14 +598,7 @@ def test_an_interrupted_client_asks_the_handler_to_kill_its_run(tmp_path, tiny):
     so a resume has nothing to wait for."""
     run_dir = _spec_dir(tmp_path, "r", tiny, fault={"phase": "warm_forward", "kind": "hang"})
     sock = str(tmp_path / "sock")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "worker.forkserver", sock, str(os.getpid()), FORKSERVER_NO_PRELOAD],
-        env=worker_env(),
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout.readline().strip() == "ready"
+    with _started_server(sock, str(os.getpid()), FORKSERVER_NO_PRELOAD) as server:
         request = run_request(run_dir, worker_env(), 600, False, "spawn")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.connect(sock)
@@ -612,9 +612,6 @@ def test_an_interrupted_client_asks_the_handler_to_kill_its_run(tmp_path, tiny):
         children = Path(f"/proc/{server.pid}/task/{server.pid}/children")
         _wait(lambda: not children.read_text().split(), 30, "the run's handler to end")
         assert not (run_dir / "exit_status.json").exists()
-    finally:
-        server.kill()
-        server.wait()
 
 
 def test_a_shared_server_whose_directory_is_gone_is_not_waited_for(tmp_path, monkeypatch):
