@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[test,hf,lora,lint]" --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e ".[test,hf,lora,lint]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,9 +35,11 @@ test: $(STAMP)
 
 # One formatter and linter (ruff, configured in pyproject.toml) and the type checker (mypy) on the
 # contract and the worker. `make format` rewrites the files; `make lint` only checks (CI runs it).
+TYPECHECK := build/typecheck
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
+	mkdir -p $(TYPECHECK) && ln -sfn ../.. $(TYPECHECK)/memsweep
 	$(VENV)/bin/mypy
 
 format: $(STAMP)
@@ -46,7 +48,7 @@ format: $(STAMP)
 
 # Benchmarks print measured ratios side by side (not timed tests). BENCH=name limits to one.
 bench: $(STAMP)
-	$(PY) -m pip install --quiet "$(TORCH)" -e ".[bench]" --config-settings editable_mode=compat >/dev/null 2>&1 \
+	$(PY) -m pip install --quiet "$(TORCH)" -e ".[bench]" >/dev/null 2>&1 \
 		|| echo "memsweep bench: the optional peers (lightning, accelerate) could not be installed; their columns are skipped"
 	$(PY) -m tests.bench.run_all $(BENCH)
 

@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from conf.contract import (
+from memsweep.conf.contract import (
     ALL_VARIABLES,
     AXES,
     DTYPE_BYTES,

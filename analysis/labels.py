@@ -16,7 +16,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from conf.contract import AXES, RunSpec, width_ignored
+from memsweep.conf.contract import AXES, RunSpec, width_ignored
 
 SHOWN_WHEN_SET = ("workload", "precision", "parallel")
 """Load fields a label names whenever their value is not ``RunSpec``'s default (workload mlp,

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from conf.contract import gib
+from memsweep.conf.contract import gib
 
 from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
 from .labels import load_words

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from conf.contract import (
+from memsweep.conf.contract import (
     CAPACITY_FIELDS,
     DEVICE_FIELDS,
     ENVIRONMENT_FIELDS,

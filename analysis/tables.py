@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from conf.contract import (
+from memsweep.conf.contract import (
     AXES,
     CAPACITY_FIELDS,
     CAPACITY_MODES,

@@ -19,8 +19,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from analysis.labels import SHOWN_WHEN_SET, load_words
-from conf.contract import AXES
+from memsweep.analysis.labels import SHOWN_WHEN_SET, load_words
+from memsweep.conf.contract import AXES
 
 log = logging.getLogger("memsweep")
 
@@ -46,8 +46,8 @@ class AnalyzeAtEnd(Callback):
             config: the multirun's config (``hydra.sweep.dir`` names the sweep directory).
             kwargs: Hydra's other arguments (unused).
         """
-        from analysis.cli import analyze
-        from analysis.outputs import OutputExists
+        from memsweep.analysis.cli import analyze
+        from memsweep.analysis.outputs import OutputExists
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
@@ -67,8 +67,8 @@ class AnalyzeAtEnd(Callback):
 def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any = None) -> Path | None:
     """Write the report of a finished sweep into ``out_dir`` and print its path. An existing
     report is never overwritten: this one then gets a timestamped name beside it."""
-    from analysis.outputs import OUTPUTS
-    from analysis.report import ReportExists, build_report, parse_margin, write_report
+    from memsweep.analysis.outputs import OUTPUTS
+    from memsweep.analysis.report import ReportExists, build_report, parse_margin, write_report
 
     report = build_report(
         tables["runs.parquet"],
@@ -103,7 +103,7 @@ def planned_jobs(config: DictConfig) -> int | None:
         if o.is_sweep_override() and o.is_discrete_sweep()
     }
     if target.endswith("OvatSweeper"):
-        from sweeper.ovat import plan_conditions
+        from memsweep.sweeper.ovat import plan_conditions
 
         axes_cfg = OmegaConf.select(config, "sweep.axes")
         axes = dict(OmegaConf.to_container(axes_cfg, resolve=True)) if axes_cfg else {}

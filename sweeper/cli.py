@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from conf.contract import (
+from memsweep.conf.contract import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     PEAK_CATEGORIES,
@@ -76,7 +76,7 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
         print(f"memsweep: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    @hydra.main(version_base="1.3", config_path="pkg://conf", config_name="config")
+    @hydra.main(version_base="1.3", config_path="pkg://memsweep.conf", config_name="config")
     def _main(cfg: DictConfig) -> dict:
         result = run_condition(cfg, new_run_dir=new_run_dir, existed=existed)
         results.append(result)
@@ -155,7 +155,7 @@ def env_command(argv: list[str]) -> int:
     import argparse
     import json
 
-    from conf.contract.ask import ask_worker
+    from memsweep.conf.contract.ask import ask_worker
 
     parser = argparse.ArgumentParser(prog="memsweep env", description=env_command.__doc__)
     parser.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
@@ -424,10 +424,10 @@ def _print_split(summary: dict, axis: str, out) -> None:
 
 
 ANALYSIS_COMMANDS = {
-    "analyze": "analysis.cli",
-    "report": "analysis.report",
-    "compare": "analysis.compare",
-    "estimate": "analysis.estimate.cli",
+    "analyze": "memsweep.analysis.cli",
+    "report": "memsweep.analysis.report",
+    "compare": "memsweep.analysis.compare",
+    "estimate": "memsweep.analysis.estimate.cli",
 }
 """The subcommands the analysis package runs: command -> the module whose ``main(argv)`` runs it
 (imported when called: a Hydra run does not load pandas)."""

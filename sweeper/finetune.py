@@ -17,7 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conf.contract import RunSpec, SpecError
+from memsweep.conf.contract import RunSpec, SpecError
 
 
 def check_pretrained(directory: str) -> str:

@@ -1,7 +1,7 @@
 """The client of the fork server (``worker/forkserver.py``, ``isolation=forkserver``): a server
 process that imported torch once and never touched a device forks one fresh worker per run.
 In a sweep with ``isolation=spawn`` the same server, without torch, has its handlers start each
-run's new interpreter (``python -m worker SPEC``), so that a spawned run, too, belongs to the
+run's new interpreter (``python -m memsweep.worker SPEC``), so that a spawned run, too, belongs to the
 sweep's server and not to the launcher worker that asked for it.
 
 Every run is still a new process with its own CUDA context and allocator (the worker checks
@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from conf.contract import (
+from memsweep.conf.contract import (
     FORKSERVER_KILL_REQUEST,
     FORKSERVER_NO_PRELOAD,
     ISOLATION_FORKSERVER,
@@ -141,7 +141,7 @@ def run_request(run_dir: Path, env: dict, timeout_s: float, dynamo: bool, isolat
         env: the worker's whole environment.
         timeout_s: the run's bound (seconds); the handler keeps the run to it if its client dies.
         dynamo: the run needs torch._dynamo imported before the fork.
-        isolation: ``forkserver`` (fork) or ``spawn`` (the handler starts ``python -m worker SPEC``).
+        isolation: ``forkserver`` (fork) or ``spawn`` (the handler starts ``python -m memsweep.worker SPEC``).
 
     Returns:
         The request, JSON-able.
@@ -203,7 +203,7 @@ class ForkServer:
         def keeper() -> None:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "worker.forkserver", self.path, str(os.getpid())]
+                    [sys.executable, "-m", "memsweep.worker.forkserver", self.path, str(os.getpid())]
                     + ([] if preload else [FORKSERVER_NO_PRELOAD]),
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -303,7 +303,7 @@ class ForkServer:
         ``timeout_s`` counts from the fork too: waiting for the server to start is not the run's.
         ``dynamo``: the run needs torch._dynamo (``conf.contract.needs_dynamo``), which the
         server then imports before it forks (once: every later fork has it). ``isolation``:
-        ``spawn`` has the server's handler start a new interpreter (``python -m worker SPEC``)
+        ``spawn`` has the server's handler start a new interpreter (``python -m memsweep.worker SPEC``)
         instead of forking, so that the run, too, outlives a killed client; a server this
         process starts for it imports no torch.
 

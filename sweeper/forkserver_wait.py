@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from conf.contract import STOPPED_STATES, process_state
+from memsweep.conf.contract import STOPPED_STATES, process_state
 
 POLL_S = 0.25
 """How often a waiting client looks at the peer it waits for (seconds)."""

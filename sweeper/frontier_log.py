@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from conf.contract import AXES, SEARCH_LOG, SOURCES, RunSpec
+from memsweep.conf.contract import AXES, SEARCH_LOG, SOURCES, RunSpec
 
 from .frontier_runs import PEAK_COUNTERS
 from .search import Probe

@@ -32,7 +32,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from conf.contract import (
+from memsweep.conf.contract import (
     RECORD_FILE,
     RESULT_FILE,
     SPEC_FILE,

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
-from conf.contract import SpecError
+from memsweep.conf.contract import SpecError
 
 from .search import SEARCH_AXES, STRATEGIES, Lattice, check_search_axis
 

@@ -37,7 +37,7 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from conf.contract import SOURCES, RunSpec, SpecError, check_axis_read
+from memsweep.conf.contract import SOURCES, RunSpec, SpecError, check_axis_read
 
 from .errors import InputRefused
 from .frontier_log import SearchLog

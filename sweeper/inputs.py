@@ -6,6 +6,7 @@ field, the value and what is accepted; ``sweeper.cli`` prints it and exits 2.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -15,7 +16,7 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
-from conf.contract import SpecError, hf_config_kind, ranks_are_tasks
+from memsweep.conf.contract import SpecError, hf_config_kind, ranks_are_tasks
 
 # Top-level keys of a composed config that memsweep reads besides the load's (sweeper.spec.LOAD_KEYS):
 # the config groups, how runs are started, where results go.
@@ -213,7 +214,7 @@ def module_exists(dotted: str, paths: Iterable[str]) -> bool:
     imports a user's code, which may import torch).
 
     Args:
-        dotted: a module name (``conf.examples.convnet``).
+        dotted: a module name (``memsweep.conf.examples.convnet``).
         paths: directories searched before ``sys.path``.
 
     Returns:
@@ -221,16 +222,15 @@ def module_exists(dotted: str, paths: Iterable[str]) -> bool:
     """
     if dotted in sys.modules:
         return True
-    search: list[str] | None = [*paths, *sys.path]
-    found = None
     parts = dotted.split(".")
-    for i in range(len(parts)):
-        if search is None:
+    # The top level: the workload's paths and sys.path, then every finder (an installed package's
+    # own, such as an editable install's); finding a top-level module executes nothing.
+    found = PathFinder.find_spec(parts[0], [*paths, *sys.path]) or importlib.util.find_spec(parts[0])
+    for i in range(1, len(parts)):
+        search = list(found.submodule_search_locations or []) if found is not None else []
+        if not search:
             return False
         found = PathFinder.find_spec(".".join(parts[: i + 1]), search)
-        if found is None:
-            return False
-        search = list(found.submodule_search_locations or []) or None
     return found is not None
 
 
@@ -281,7 +281,7 @@ def check_report_margin(margin: Any) -> None:
         SpecError: field ``hydra.callbacks.analyze.margin``, a margin ``analysis.report``
             does not read.
     """
-    from analysis.report import parse_margin
+    from memsweep.analysis.report import parse_margin
 
     try:
         parse_margin(margin)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from analysis.labels import load_words
-from conf.contract import (
+from memsweep.analysis.labels import load_words
+from memsweep.conf.contract import (
     RECORD_FILE,
     SPEC_FILE,
     STDERR_FILE,
@@ -120,7 +120,7 @@ def run_rank_task(spec: RunSpec, run_dir: Path, rank: str) -> dict:
     if not spec_path.is_file():
         log.error("%s: rank %s: no %s from task 0 after %.0f s", run_dir, rank, SPEC_FILE, RANK_TASK_WAIT_S)
         return {"rank_task": rank, "exit_code": None}
-    code = subprocess.call([sys.executable, "-m", "worker", str(spec_path)], env=dict(os.environ))
+    code = subprocess.call([sys.executable, "-m", "memsweep.worker", str(spec_path)], env=dict(os.environ))
     return {"rank_task": rank, "exit_code": code}
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from conf.contract import EXIT_STATUS_FILE, document_problems, try_read
+from memsweep.conf.contract import EXIT_STATUS_FILE, document_problems, try_read
 
 from .liveness import POLL_S, is_process, wait_for_old_worker, worker_alive
 

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from conf.contract import PARENT_ENV, SPEC_FILE, STDERR_FILE, STDOUT_FILE, WORKER_COMMAND, RunSpec
+from memsweep.conf.contract import PARENT_ENV, SPEC_FILE, STDERR_FILE, STDOUT_FILE, WORKER_COMMAND, RunSpec
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -45,7 +45,7 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> tuple[int, bool, int, float]:
-    """Run one worker in a new interpreter: ``python -m worker spec.json`` in its own session,
+    """Run one worker in a new interpreter: ``python -m memsweep.worker spec.json`` in its own session,
     its output in the run directory's stdout.log and stderr.log, killed (with its process
     group) after ``spec.timeout_s`` seconds. A sweep's spawned runs are started the same way by
     its fork server's handler instead (``worker.launch.spawn``), so that they outlive a killed

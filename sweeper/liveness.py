@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Mapping
 
-from conf.contract import process_identity
+from memsweep.conf.contract import process_identity
 
 log = logging.getLogger("memsweep")
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from conf.contract import (
+from memsweep.conf.contract import (
     LAUNCHER_WORKER_LOST,
     RESULT_FILE,
     SCHEMA_VERSION,

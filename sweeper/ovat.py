@@ -22,7 +22,7 @@ from hydra.core.plugins import Plugins
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from conf.contract import AXES, SPEC_FILE, SpecError, check_axis_read
+from memsweep.conf.contract import AXES, SPEC_FILE, SpecError, check_axis_read
 
 from .errors import InputRefused
 

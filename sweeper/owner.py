@@ -30,7 +30,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from conf.contract import boot_id, process_identity, process_state
+from memsweep.conf.contract import boot_id, process_identity, process_state
 
 log = logging.getLogger("memsweep")
 

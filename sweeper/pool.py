@@ -24,7 +24,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from conf.contract import LEASE_LOCKS_ENV, SpecError
+from memsweep.conf.contract import LEASE_LOCKS_ENV, SpecError
 
 POOLS = ("gpus", "cores", "none")
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from hydra import compose, initialize_config_module
 from omegaconf import DictConfig
 
-from conf.contract import (
+from memsweep.conf.contract import (
     RECORD_FILE,
     RunSpec,
     SpecError,
@@ -288,7 +288,7 @@ def compose_config(overrides: list[str], fixed: tuple[str, ...] = ()) -> DictCon
                 "a single value: memsweep predict searches the --axis itself",
             )
     try:
-        with initialize_config_module(config_module="conf", version_base="1.3"):
+        with initialize_config_module(config_module="memsweep.conf", version_base="1.3"):
             return compose(config_name="config", overrides=overrides + list(fixed))
     except (HydraException, OmegaConfBaseException) as exc:
         field = next((o.get_key_element() for o in parsed if o.get_key_element() in str(exc)), "overrides")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from conf.contract import (
+from memsweep.conf.contract import (
     DEFAULT_ISOLATION,
     EXIT_STATUS_FILE,
     FORK_SERVER_LOST,
@@ -222,7 +222,7 @@ def _set_attempt_aside(run_dir: Path) -> Path:
 def execute(
     spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = DEFAULT_ISOLATION, extra_env: dict | None = None
 ) -> dict:
-    """Run ``spec`` in a fresh ``python -m worker`` process inside ``run_dir``.
+    """Run ``spec`` in a fresh ``python -m memsweep.worker`` process inside ``run_dir``.
 
     Returns the result envelope (also written to run_dir/result.json): ``outcome``,
     ``failed_phase``, ``error_type``, ``error_message``, ``returncode``, ``signal``,
@@ -303,7 +303,7 @@ def _run_forkserver(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int | None
 
 
 def _run_spawn(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int | None, bool, int, float]:
-    """A new interpreter (``python -m worker SPEC``): started by a handler of the sweep's shared
+    """A new interpreter (``python -m memsweep.worker SPEC``): started by a handler of the sweep's shared
     server when this process has one (``share_fork_server``; the run then outlives a killed
     launcher worker), else by this process (``sweeper.launch.run_spawn``)."""
     if shared_server() is None:

@@ -2,7 +2,7 @@
 
 Runs in the Hydra process, which never imports torch nor initialises CUDA: facts about
 a GPU (is it visible, does it do bfloat16, how much memory) come from a short probe
-process (``python -m worker --probe DEVICE``), cached per device for the process and its
+process (``python -m memsweep.worker --probe DEVICE``), cached per device for the process and its
 children (environment variable ``MEMSWEEP_PROBE_<device>``).
 """
 
@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from conf.contract import (
+from memsweep.conf.contract import (
     AXES,
     DEFAULT_ISOLATION,
     ISOLATIONS,
@@ -29,7 +29,7 @@ from conf.contract import (
     validate_device,
     validate_workload,
 )
-from conf.contract.ask import ask_worker
+from memsweep.conf.contract.ask import ask_worker
 
 from .errors import InputRefused
 from .finetune import check_host_options
@@ -95,7 +95,7 @@ def _env_cached(key: str, compute: Callable[[], dict]) -> dict:
 
 
 def probe_device(device: str) -> dict:
-    """Describe ``device`` by running ``python -m worker --probe`` in a separate process.
+    """Describe ``device`` by running ``python -m memsweep.worker --probe`` in a separate process.
 
     Returns the probe's JSON: ``device`` (resolved), ``available``, ``reason``,
     ``total_memory`` (bytes), ``bf16_supported``. Raises SpecError when the probe fails.
@@ -288,7 +288,7 @@ def with_estimate(spec: RunSpec) -> RunSpec:
     An ``hf`` run's model is counted by transformers in a worker process (``hf_count``), once per
     distinct config and overrides: no torch is imported here.
     """
-    from analysis.estimate import estimate_run
+    from memsweep.analysis.estimate import estimate_run
 
     count = hf_count(spec.workload) if spec.workload_name == "hf" else None
     estimate, reason = estimate_run(spec, count)
@@ -299,7 +299,7 @@ def with_estimate(spec: RunSpec) -> RunSpec:
 
 def check_user_step(workload: dict, timeout: float = 300) -> None:
     """Check a user workload's own ``train_step`` before any worker starts: a worker process
-    imports it and binds its call (``python -m worker --check-user``; this process never imports
+    imports it and binds its call (``python -m memsweep.worker --check-user``; this process never imports
     the user's code, which imports torch). The answer is cached for this process and its children
     (environment variable ``MEMSWEEP_USER_STEP_<sha1 of path and train_step>``): a sweep pays it once.
 
@@ -332,7 +332,7 @@ def check_user_step(workload: dict, timeout: float = 300) -> None:
 
 
 def hf_count(workload: dict, timeout: float = 600) -> dict:
-    """transformers' count of an ``hf`` workload's model (``python -m worker --count-params``).
+    """transformers' count of an ``hf`` workload's model (``python -m memsweep.worker --count-params``).
 
     The worker builds the model on the meta device (no memory, nothing downloaded), a few
     seconds for importing transformers; the answer is cached for this process and its children

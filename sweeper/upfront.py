@@ -17,7 +17,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from conf.contract import SpecError
+from memsweep.conf.contract import SpecError
 
 from .errors import InputRefused
 from .inputs import launcher_class

@@ -26,8 +26,8 @@ def check_modes(out: Path) -> list[str]:
     """Run the train, generate (and hf) modes on cuda:0 and check their records; returns failures."""
     import importlib.util
 
-    from conf.contract import EXTRA_COUNTERS, PEAK_COUNTERS, RunSpec
-    from sweeper.process import execute
+    from memsweep.conf.contract import EXTRA_COUNTERS, PEAK_COUNTERS, RunSpec
+    from memsweep.sweeper.process import execute
 
     lm = {"name": "transformer", "layers": 4, "heads": 8, "kv_heads": 2, "vocab": 32000}
     base = dict(batch=4, context=512, width=512, device="cuda:0", warmup=1, repeats=2, timeout_s=120)
@@ -246,8 +246,8 @@ def check_dry_run(out: Path) -> list[str]:
     blocks on both sides); every other phase's predicted max_memory_allocated is printed next to
     the measured one with the relative error (library workspaces, e.g. cuBLAS's, are in the
     measured bytes only: printed, not failed)."""
-    from conf.contract import RunSpec
-    from sweeper.process import execute
+    from memsweep.conf.contract import RunSpec
+    from memsweep.sweeper.process import execute
 
     failures = []
     for mode in ("inference", "train"):

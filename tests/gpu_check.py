@@ -46,7 +46,7 @@ def is_cuda_oom(message: str | None) -> bool:
 def probe_line(out: dict) -> str:
     """The worker's --probe answer as one line; a crashed probe is said so, never an IndexError."""
     proc = subprocess.run(
-        [sys.executable, "-m", "worker", "--probe", "cuda:0"], capture_output=True, text=True, env=child_env()
+        [sys.executable, "-m", "memsweep.worker", "--probe", "cuda:0"], capture_output=True, text=True, env=child_env()
     )
     lines = proc.stdout.strip().splitlines()
     if not lines:
@@ -121,8 +121,8 @@ def check_sweep(out: Path, rows: list) -> list[str]:
 
 def check_snapshot(out: Path, rows: list) -> list[str]:
     """One OOM run with snapshot_on_oom: the OOM recorded, the snapshot kept and bounded."""
-    from conf.contract import RunSpec
-    from sweeper.process import execute
+    from memsweep.conf.contract import RunSpec
+    from memsweep.sweeper.process import execute
 
     spec = dict(batch=max(SWEEP_BATCHES), context=512, width=1024, device="cuda:0", capacity_bytes=CAPACITY)
     result = execute(RunSpec.from_dict({**spec, "snapshot_on_oom": True, "timeout_s": 120}), out)

@@ -164,13 +164,13 @@ def child_env(site: Path = SITE_DIR) -> dict:
 
 
 def memsweep(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """``memsweep ARGS`` as the check runs it: ``python -m sweeper.cli`` in the repository with
+    """``memsweep ARGS`` as the check runs it: ``python -m memsweep.sweeper.cli`` in the repository with
     ``child_env`` (the console script is not installed on the GPU machine), output captured as text.
 
     Args: args: the command's arguments; timeout: seconds before ``subprocess.TimeoutExpired``.
     Returns: the finished process.
     """
-    cmd = [sys.executable, "-m", "sweeper.cli", *args]
+    cmd = [sys.executable, "-m", "memsweep.sweeper.cli", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(), cwd=ROOT)
 
 

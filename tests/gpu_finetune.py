@@ -41,8 +41,8 @@ def _has(*names: str) -> list[str]:
 
 def _run(name: str, spec: dict, out: Path) -> tuple[dict | None, list[str]]:
     """Execute one spec in a fresh worker; returns (its record, failures)."""
-    from conf.contract import PEAK_COUNTERS, RunSpec
-    from sweeper.process import execute
+    from memsweep.conf.contract import PEAK_COUNTERS, RunSpec
+    from memsweep.sweeper.process import execute
 
     result = execute(RunSpec.from_dict(spec), out / name)
     path = out / name / "record.json"

@@ -4,11 +4,11 @@ summaries of several loads in one directory. Run directories are written by hand
 import json
 from pathlib import Path
 
-from analysis.cli import analyze
-from analysis.frontier import frontier_table
-from analysis.outputs import format_frontier
-from analysis.report import build_report, parse_margin
-from analysis.tables import build_tables
+from memsweep.analysis.cli import analyze
+from memsweep.analysis.frontier import frontier_table
+from memsweep.analysis.outputs import format_frontier
+from memsweep.analysis.report import build_report, parse_margin
+from memsweep.analysis.tables import build_tables
 
 MiB = 2**20
 
@@ -108,7 +108,7 @@ def test_run_still_going_without_record_is_not_a_crash(tmp_path):
 
 
 def report_md(sweep_dirs):
-    from analysis.doc import to_markdown
+    from memsweep.analysis.doc import to_markdown
 
     runs, phases, _ = build_tables(sweep_dirs)
     report = build_report(runs, phases, frontier_table(runs), parse_margin(None), sweep_dirs, render_plots=False)
@@ -135,7 +135,7 @@ def test_a_dry_run_predicted_above_the_capacity_does_not_fit(tmp_path):
     assert "| does not fit |" in predicted and "| fits |" not in predicted
     import io
 
-    from analysis.cli import analyze
+    from memsweep.analysis.cli import analyze
 
     out = io.StringIO()
     analyze([tmp_path], out_dir=tmp_path / "a", stream=out)
@@ -255,7 +255,7 @@ def test_stable_is_null_when_nothing_was_run_twice(tmp_path):
 def test_a_sweep_directory_given_twice_is_read_once_and_checks_no_stability(tmp_path, monkeypatch, capsys):
     """`report c32 ./c32/` (or the same path twice): one sweep, read once with a note; its runs are
     not re-runs of themselves, so `stable` stays null and the runs are counted once."""
-    from analysis.report.cli import main as report_main
+    from memsweep.analysis.report.cli import main as report_main
 
     for i, (batch, outcome) in enumerate([(1, "ok"), (2, "ok"), (4, "oom")]):
         write_run(tmp_path / "c32" / str(i), batch=batch, outcome=outcome)
@@ -275,7 +275,7 @@ def test_a_sweep_directory_given_twice_is_read_once_and_checks_no_stability(tmp_
 
 def test_the_frontier_counts_a_run_directory_read_twice_once():
     """The frontier's own guard: two rows of one run directory are one observation, not a re-run."""
-    from analysis.tables import RUNS_SCHEMA, coerce_table
+    from memsweep.analysis.tables import RUNS_SCHEMA, coerce_table
 
     rows = [
         {"sweep_dir": "s", "run_dir": f"s/{b}", "workload": "mlp", "mode": "inference", "device": "cpu"}

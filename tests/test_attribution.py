@@ -9,9 +9,9 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.frontier import frontier_table
-from analysis.tables import RUNS_SCHEMA, coerce_table
-from conf.contract import (
+from memsweep.analysis.frontier import frontier_table
+from memsweep.analysis.tables import RUNS_SCHEMA, coerce_table
+from memsweep.conf.contract import (
     PHASE_SIZE_VARIABLES,
     RunSpec,
     failure_words,
@@ -20,7 +20,7 @@ from conf.contract import (
     planned_phases,
     run_peak,
 )
-from sweeper.frontier_runs import axis_reading
+from memsweep.sweeper.frontier_runs import axis_reading
 from tests.data.loads import MEMSWEEP, TINY_CPU
 
 TRAIN = planned_phases("train", 4096, False)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.tables import phase_rows, run_row
-from conf.contract import RecordError, Run, RunSpec, SpecError, read_json
+from memsweep.analysis.tables import phase_rows, run_row
+from memsweep.conf.contract import RecordError, Run, RunSpec, SpecError, read_json
 from tests.data.loads import MEMSWEEP
 
 TINY = ["context=8", "width=16", "warmup=1", "repeats=1", "device=cpu"]
@@ -216,7 +216,7 @@ def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, args, message)
                 "workload=user_convnet",
                 "mode=train",
                 "optimizer=sgd",
-                "+workload.optimizer._target_=conf.examples.convnet.make_optimizers",
+                "+workload.optimizer._target_=memsweep.conf.examples.convnet.make_optimizers",
             ],
             "invalid optimizer='sgd'",
         ),
@@ -255,7 +255,7 @@ def test_a_refused_run_in_the_default_folders_leaves_no_empty_folder(tmp_path):
 
 
 def test_predict_cards_add_up_and_an_empty_list_is_refused():
-    from sweeper.cli import card_names
+    from memsweep.sweeper.cli import card_names
 
     assert card_names(["--cards=T4", "--cards=H100, T4"]) == ["T4", "H100"]
     assert card_names(["--cards"]) is None and card_names(["--cards", "--cards=T4"]) == ["T4"]
@@ -266,8 +266,8 @@ def test_predict_cards_add_up_and_an_empty_list_is_refused():
 
 
 def test_predict_exits_3_when_nothing_fits(tmp_path, capsys):
-    from conf.contract import PREDICT_EXIT
-    from sweeper.cli import predict_command
+    from memsweep.conf.contract import PREDICT_EXIT
+    from memsweep.sweeper.cli import predict_command
 
     code = predict_command(["capacity=1KiB", "context=8", "width=16", f"results_dir={tmp_path}"])
     assert code == PREDICT_EXIT["nothing_fits"] == 3, capsys.readouterr().err
@@ -299,7 +299,9 @@ def test_worker_refuses_bad_spec_files(tmp_path, content, message):
     spec = tmp_path / "spec.json"
     if content is not None:
         spec.write_text(content)
-    proc = subprocess.run([sys.executable, "-m", "worker", str(spec)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "memsweep.worker", str(spec)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 5 and message in proc.stderr
 
 

@@ -12,10 +12,10 @@ import subprocess
 import pytest
 import torch
 
-from conf.contract import RunSpec, SpecError
+from memsweep.conf.contract import RunSpec, SpecError
+from memsweep.worker.classify import classify_failure
+from memsweep.worker.counters import LiveTensorTracker
 from tests.data.loads import MEMSWEEP, search_events
-from worker.classify import classify_failure
-from worker.counters import LiveTensorTracker
 
 F32 = 4
 
@@ -142,7 +142,7 @@ def test_the_allocator_mode_finds_the_same_edge_whatever_the_process_state(tmp_p
 
 
 def test_the_process_mode_limits_the_whole_process(tmp_path, tiny):
-    from sweeper.process import execute
+    from memsweep.sweeper.process import execute
 
     result = execute(RunSpec(**{**tiny, "capacity_bytes": 2**30, "capacity_mode": "process"}), tmp_path / "run")
     record = json.loads((tmp_path / "run" / "record.json").read_text())

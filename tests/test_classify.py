@@ -5,8 +5,8 @@ wording of the source the table cites, with the sizes as c10's format_size print
 import pytest
 import torch
 
-from conf.contract import FAILURE_CLASSES, OOM_DETAIL_FIELDS
-from worker.classify import WORDINGS, classify_failure, parse_oom
+from memsweep.conf.contract import FAILURE_CLASSES, OOM_DETAIL_FIELDS
+from memsweep.worker.classify import WORDINGS, classify_failure, parse_oom
 
 GiB, MiB = 2**30, 2**20
 

@@ -6,10 +6,10 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.frontier import FRONTIER_SCHEMA
-from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA
+from memsweep.analysis.frontier import FRONTIER_SCHEMA
+from memsweep.analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA
+from memsweep.worker.environment import cpu_name
 from tests.data.loads import MEMSWEEP, TINY_CPU
-from worker.environment import cpu_name
 
 
 def run(cmd, cwd):

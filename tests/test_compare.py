@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.compare import EXIT_BAD_INPUT, EXIT_NOTHING_COMPARABLE, EXIT_OK, EXIT_REGRESSION, main
-from sweeper.cli import main as memsweep
+from memsweep.analysis.compare import EXIT_BAD_INPUT, EXIT_NOTHING_COMPARABLE, EXIT_OK, EXIT_REGRESSION, main
+from memsweep.sweeper.cli import main as memsweep
 from tests.data.loads import TINY_CPU
 
 TINY = ["sweep=none", "batch=4,8,16", "capacity=64MiB", *TINY_CPU, "hydra.callbacks.analyze.report=false"]
@@ -32,7 +32,7 @@ def sweeps(tmp_path_factory):
 
 
 def test_bfloat16_peak_is_half_the_float32_one_where_activations_dominate(sweeps, capsys):
-    from analysis.compare import compare
+    from memsweep.analysis.compare import compare
 
     f32, bf16 = sweeps
     result = compare([f32, bf16])
@@ -129,7 +129,7 @@ def test_bad_input_is_refused_naming_the_field(sweeps, tmp_path, capsys):
 
 
 def test_fail_above_zero_is_accepted_as_zero_percent():
-    from analysis.compare.gate import parse_threshold
+    from memsweep.analysis.compare.gate import parse_threshold
 
     for text in ("0", "0B", "0%"):
         t = parse_threshold(text)
@@ -170,8 +170,8 @@ def test_a_sweep_given_twice_is_noted_as_compared_with_itself(sweeps, capsys):
 def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_are_two_series():
     """DDP and FSDP runs of one size are two loads (parallel and world_size group them), never
     one series whose values mix the two."""
-    from analysis.compare.load import Sweep
-    from analysis.compare.match import series_of
+    from memsweep.analysis.compare.load import Sweep
+    from memsweep.analysis.compare.match import series_of
 
     base = dict(workload="mlp", mode="train", context=8, width=64, dtype="float32", device="cpu", world_size=2)
     runs = [dict(base, batch=b, parallel=p, run_id=f"{p}{b}") for p in ("ddp", "fsdp") for b in (1, 2)]

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 from omegaconf import OmegaConf
 
-import conf.contract as contract
-from analysis.estimate import ESTIMATE_COLUMNS
-from analysis.schemas import MODEL_STATE_COLUMNS
-from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, RUNS_SCHEMA
-from conf.contract import (
+import memsweep.conf.contract as contract
+from memsweep.analysis.estimate import ESTIMATE_COLUMNS
+from memsweep.analysis.schemas import MODEL_STATE_COLUMNS
+from memsweep.analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, RUNS_SCHEMA
+from memsweep.conf.contract import (
     CAPACITY_FIELDS,
     DEFAULT_ISOLATION,
     DEVICE_FIELDS,
@@ -135,9 +135,9 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
 
 
 def test_a_name_declared_with_two_scalar_types_gets_no_column_type():
-    """analysis.schemas types a column by its declarations: two that disagree are refused, and a
+    """memsweep.analysis.schemas types a column by its declarations: two that disagree are refused, and a
     list or mapping (an object, not a column: the phases' ``devices``) is no column type."""
-    from analysis.schemas import declared_types
+    from memsweep.analysis.schemas import declared_types
 
     with pytest.raises(TypeError, match="field width: declared both int64 and double"):
         declared_types({"width": int}, (contract.Field("width", float, "a width"),))
@@ -164,7 +164,7 @@ def test_phases_schema_columns_from_the_record_are_declared_with_their_types():
 
 
 def test_the_worker_writes_the_declared_record_fields():
-    from worker.measure import Recorder
+    from memsweep.worker.measure import Recorder
 
     written = Recorder(Path("/nonexistent/record.json"), None).data
     # oom_snapshot: at an OOM; world_size, parallel, global_batch: by worker/main.py once the spec is
@@ -196,7 +196,7 @@ class FakeCounters:
 
 
 def test_the_worker_writes_the_declared_phase_fields(tmp_path):
-    from worker.protocol import run_phase
+    from memsweep.worker.protocol import run_phase
 
     def refuse():
         raise MemoryError("can't allocate memory")
@@ -219,7 +219,7 @@ def test_the_worker_writes_the_declared_phase_fields(tmp_path):
 
 
 def test_the_counters_extra_fields_are_the_declared_ones():
-    from worker import counters
+    from memsweep.worker import counters
 
     assert tuple(counters.NO_EXTRA) == EXTRA_COUNTERS
     assert tuple(counters.NO_PEAK_SPLIT) == PEAK_SPLIT_FIELDS
@@ -228,7 +228,7 @@ def test_the_counters_extra_fields_are_the_declared_ones():
 def test_the_result_envelope_has_the_declared_fields(tmp_path, tiny):
     """A finished worker's run directory without result.json (its orchestrator died) is finalized
     by execute without starting a worker: the envelope written is the declared one, in order."""
-    from sweeper.process import execute
+    from memsweep.sweeper.process import execute
 
     spec = RunSpec.from_dict(tiny)
     run_dir = tmp_path / "run"
@@ -265,7 +265,7 @@ def test_read_run_tells_damage_from_a_newer_memsweep(tmp_path):
 
 
 def test_one_peak_compared_with_the_capacity():
-    from analysis.report import basis
+    from memsweep.analysis.report import basis
 
     assert peak_counters("cpu") == ("max_memory_allocated", "max_memory_reserved")
     assert peak_counters("cuda") == ("max_memory_reserved", "max_memory_allocated")

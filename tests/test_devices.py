@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, coerce_table, phase_rows
-from conf.contract import DEVICE_COUNTERS, PER_DEVICE_EXTRAS, Run, RunSpec, SpecError
-from sweeper.pool import gpu_slots, lease, placement
-from sweeper.process import RunDirError, check_resumable
+from memsweep.analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, coerce_table, phase_rows
+from memsweep.conf.contract import DEVICE_COUNTERS, PER_DEVICE_EXTRAS, Run, RunSpec, SpecError
+from memsweep.sweeper.pool import gpu_slots, lease, placement
+from memsweep.sweeper.process import RunDirError, check_resumable
+from memsweep.worker.counters import CudaCounters, MultiDeviceCounters, allocator_limit, cuda_capacity, make_counters
+from memsweep.worker.protocol import run_phase
 from tests.data.loads import MEMSWEEP
-from worker.counters import CudaCounters, MultiDeviceCounters, allocator_limit, cuda_capacity, make_counters
-from worker.protocol import run_phase
 
 MiB = 2**20
 BASE = dict(batch=2, context=8, width=16)
@@ -56,7 +56,7 @@ def test_bad_devices_names_the_field_and_what_is_accepted(fields, message):
 def test_spec_from_config_reads_devices_and_checks_the_visible_gpus(monkeypatch):
     from hydra import compose, initialize_config_module
 
-    from sweeper.spec import spec_from_config
+    from memsweep.sweeper.spec import spec_from_config
 
     fake = {
         "requested": "cuda",
@@ -70,7 +70,7 @@ def test_spec_from_config_reads_devices_and_checks_the_visible_gpus(monkeypatch)
         "device_count": 2,
     }
     monkeypatch.setenv("MEMSWEEP_PROBE_cuda", json.dumps(fake))
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="memsweep.conf", version_base="1.3"):
         assert compose(config_name="config").devices == 1  # the baseline
         spec = spec_from_config(compose(config_name="config", overrides=["device=cuda", "devices=2"]))
         assert (spec.device, spec.devices) == ("cuda:0", 2)
@@ -373,7 +373,7 @@ def test_a_corrupt_devices_entry_is_null_not_zero():
 
 
 def test_a_user_workload_is_told_how_many_devices_it_has():
-    from worker.workloads import build_workload
+    from memsweep.worker.workloads import build_workload
 
     user = {"name": "user", "model": {"_target_": "mymodels.build"}, "inputs": {"_target_": "mymodels.inputs"}}
     spec = RunSpec.from_dict({**BASE, "device": "cuda:0", "devices": 2, "workload": user})
@@ -383,8 +383,8 @@ def test_a_user_workload_is_told_how_many_devices_it_has():
 
 
 def test_runs_on_one_and_on_two_devices_are_separate_frontiers():
-    from analysis.frontier import frontier_table
-    from analysis.tables import RUNS_SCHEMA, run_row
+    from memsweep.analysis.frontier import frontier_table
+    from memsweep.analysis.tables import RUNS_SCHEMA, run_row
 
     runs = []
     for i, (batch, devices, outcome) in enumerate([(4, 1, "ok"), (8, 1, "oom"), (4, 2, "ok"), (8, 2, "ok")]):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conf.contract import RunSpec, SpecError
-from sweeper.process import execute
+from memsweep.conf.contract import RunSpec, SpecError
+from memsweep.sweeper.process import execute
 from tests.data.loads import MEMSWEEP, search_events
 
 HERE = Path(__file__).resolve().parent
@@ -193,7 +193,7 @@ def test_the_split_follows_the_storage_not_its_address():
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from worker.counters import FakeLiveTensorTracker
+    from memsweep.worker.counters import FakeLiveTensorTracker
 
     tracker = FakeLiveTensorTracker()
     with FakeTensorMode(), tracker:
@@ -241,8 +241,8 @@ def test_module_to_on_fake_modules_converts_like_module_to(monkeypatch):
     from torch import nn
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-    from worker.counters import FakeLiveTensorTracker, LiveTensorTracker
-    from worker.counters.fake import install_fake_module_apply
+    from memsweep.worker.counters import FakeLiveTensorTracker, LiveTensorTracker
+    from memsweep.worker.counters.fake import install_fake_module_apply
 
     def cast(tracker):
         model = nn.Sequential(nn.Embedding(64, 16), nn.Linear(16, 64))
@@ -280,8 +280,8 @@ PREDICT_LOAD = ["workload=mlp", "workload.depth=2", "mode=train", "context=16", 
 def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
     import io
 
-    from sweeper.cli import predict_command as predict
-    from sweeper.predict import Predictor
+    from memsweep.sweeper.cli import predict_command as predict
+    from memsweep.sweeper.predict import Predictor
 
     base = RunSpec.from_dict(dict(BASE, batch=5, mode="train", workload=MLP))
     probe = Predictor(base, "batch", 10**12, tmp_path / "probe", "forkserver")
@@ -333,7 +333,7 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
 
 
 def test_predict_refuses_a_missing_capacity_and_an_unknown_axis(tmp_path, capsys):
-    from sweeper.cli import predict_command as predict
+    from memsweep.sweeper.cli import predict_command as predict
 
     assert predict(PREDICT_LOAD + [f"results_dir={tmp_path}"]) == 2
     assert predict(PREDICT_LOAD + ["capacity=1GB", "--axis", "dtype", f"results_dir={tmp_path}"]) == 2
@@ -345,8 +345,8 @@ def test_analysis_labels_predictions_and_keeps_them_out_of_the_frontier(runs, tm
 
     import pyarrow as pa
 
-    from analysis.frontier import frontier_table
-    from analysis.tables import build_tables
+    from memsweep.analysis.frontier import frontier_table
+    from memsweep.analysis.tables import build_tables
 
     sweep = tmp_path / "sweep"  # mlp_train measured at batch 3, predicted at batch 3 and (relabelled) 4
     shutil.copytree(runs[("mlp_train", "measured")]["dir"], sweep / "m3")
@@ -372,7 +372,7 @@ def test_analysis_labels_predictions_and_keeps_them_out_of_the_frontier(runs, tm
     "seed, edge, most_runs", [(37, 37, 2), (36, 37, 8), (38, 37, 3), (500, 37, 12), (1, 37, 12), (10, 1, 8), (10, 0, 3)]
 )
 def test_a_seeded_search_finds_the_exact_edge(strategy, seed, edge, most_runs):
-    from sweeper.search import FrontierSearch, Lattice, run_search
+    from memsweep.sweeper.search import FrontierSearch, Lattice, run_search
 
     capacity = 1000 + 100 * edge + 50  # peak(x) = 1000 + 100 x: x fits iff x <= edge
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from test_dry_run import run_dry_worker  # noqa: E402  (the same real-process helper)
 
-from conf.contract import RunSpec, SpecError
+from memsweep.conf.contract import RunSpec, SpecError
 from tests.data.loads import MEMSWEEP
 
 BASE = dict(context=16, width=32, dtype="float32", warmup=1, repeats=1, timeout_s=300, threads=1, dry_run=True)
@@ -68,7 +68,7 @@ def _ok(run: dict) -> dict:
 
 # ----- the rounding --------------------------------------------------------------------------
 def test_cuda_block_bytes_rounds_up_to_512():
-    from worker.counters import cuda_block_bytes
+    from memsweep.worker.counters import cuda_block_bytes
 
     assert [cuda_block_bytes(n) for n in (0, 1, 511, 512, 513, 1024, 4 * 10**6 + 1)] == [
         0,
@@ -88,7 +88,7 @@ def test_the_tracker_counts_cuda_storages_only_in_512_byte_blocks():
     nothing more, a host tensor nothing (it is not in the CUDA allocator's counters)."""
     import torch
 
-    from worker.counters import FakeLiveTensorTracker, fake_mode
+    from memsweep.worker.counters import FakeLiveTensorTracker, fake_mode
 
     tracker = FakeLiveTensorTracker(device_type="cuda", block_bytes=512)
     with fake_mode("cuda"), tracker:
@@ -111,7 +111,7 @@ def test_a_host_constant_moved_to_cuda_in_inference_mode_stays_fake():
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
 
-    from worker.counters import FakeLiveTensorTracker, fake_mode
+    from memsweep.worker.counters import FakeLiveTensorTracker, fake_mode
 
     tracker = FakeLiveTensorTracker(device_type="cuda", block_bytes=512)
     with fake_mode("cuda"), tracker, torch.inference_mode():
@@ -175,8 +175,8 @@ def _transformer_parameter_sizes(load: dict) -> list[int]:
     """Bytes of each parameter tensor of the transformer workload (built on the meta device)."""
     import torch
 
-    from worker.models import Transformer
-    from worker.workloads import transformer_dims
+    from memsweep.worker.models import Transformer
+    from memsweep.worker.workloads import transformer_dims
 
     with torch.device("meta"):
         model = Transformer(**transformer_dims(RunSpec.from_dict(dict(load, device="cpu"))))
@@ -226,13 +226,13 @@ def test_mlp_train_on_cuda_completes_with_a_cuda_build_and_is_refused_cleanly_on
 def test_a_cuda_dry_run_spec_needs_no_gpu_but_a_valid_device(monkeypatch):
     from hydra import compose, initialize_config_module
 
-    from sweeper import spec as spec_module
+    from memsweep.sweeper import spec as spec_module
 
     def no_probe(device):
         raise AssertionError(f"a CUDA dry run must not probe {device}")
 
     monkeypatch.setattr(spec_module, "probe_device", no_probe)
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="memsweep.conf", version_base="1.3"):
         for device, resolved in (("cuda", "cuda:0"), ("cuda:3", "cuda:3")):
             spec = spec_module.spec_from_config(
                 compose(
@@ -293,8 +293,8 @@ def test_predict_for_a_cuda_device_on_the_cpu(tmp_path):
     b2's 384 B of rounding, it does not, and the predicted edge is batch 4."""
     import io
 
-    from sweeper.cli import predict_command as predict
-    from sweeper.predict import Predictor
+    from memsweep.sweeper.cli import predict_command as predict
+    from memsweep.sweeper.predict import Predictor
 
     base = dict(BASE, batch=5, mode="inference", workload={"name": "mlp", "depth": 1})
     cpu = Predictor(RunSpec.from_dict(dict(base, device="cpu")), "batch", 10**12, tmp_path / "cpu", "forkserver")
@@ -324,7 +324,7 @@ def test_predict_for_a_cuda_device_on_the_cpu(tmp_path):
 
 
 def test_predict_on_cuda_still_requires_a_capacity(tmp_path, capsys):
-    from sweeper.cli import predict_command as predict
+    from memsweep.sweeper.cli import predict_command as predict
 
     assert predict(PREDICT_LOAD + ["device=cuda", f"results_dir={tmp_path}"]) == 2
     assert "capacity" in capsys.readouterr().err

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conf.contract import RunSpec
-from sweeper.process import execute
+from memsweep.conf.contract import RunSpec
+from memsweep.sweeper.process import execute
 from tests.data.loads import TINY_HF_GPT2, TINY_HF_LLAMA, TINY_LLAMA_OVERRIDES
 from tests.data.optional import HAS_PEFT, needs_transformers
 
@@ -187,8 +187,8 @@ def test_the_answers_given_to_transformers_are_its_own_on_memsweeps_inputs(monke
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import masking_utils, modeling_utils
 
-    from worker.counters import dry_run_unsupported
-    from worker.workloads.hf_dry import TracingBranch, install
+    from memsweep.worker.counters import dry_run_unsupported
+    from memsweep.worker.workloads.hf_dry import TracingBranch, install
 
     _keep(monkeypatch, masking_utils, "find_packed_sequence_indices", "_ignore_causal_mask_sdpa", "is_tracing")
     _keep(monkeypatch, modeling_utils, "is_tracing")
@@ -222,9 +222,9 @@ def test_predict_over_cards_gives_each_card_its_edge_and_the_estimators_figures(
     edge is the predicted one (max_fit's peak fits, min_miss's does not), the dry runs are
     shared, and the estimator's weights + gradients + optimizer states equal the dry run's at
     the optimizer step."""
-    import sweeper.predict_cards as pc
-    from analysis.cards import Card
-    from sweeper.cli import main
+    import memsweep.sweeper.predict_cards as pc
+    from memsweep.analysis.cards import Card
+    from memsweep.sweeper.cli import main
 
     cards = (Card("pretend 1 MiB", "", "", 2**20, "", ""), Card("pretend 3 MiB", "", "", 3 * 2**20, "", ""))
     monkeypatch.setattr(pc, "CARDS", cards)

@@ -5,7 +5,7 @@ load a fit (conf.contract.predicted_outcome)."""
 import json
 import subprocess
 
-from conf.contract import RESULT_FILE
+from memsweep.conf.contract import RESULT_FILE
 from tests.data.loads import MEMSWEEP, search_events
 
 # The mlp at context=8 width=16 predicts tens of KiB at batch 1: 4 KiB is below every value.
@@ -63,7 +63,7 @@ def test_memsweep_run_of_a_dry_run_exits_with_its_verdict_and_writes_it_in_resul
 def test_a_card_whose_dry_run_failed_prints_dashes_never_none():
     """``memsweep predict --cards``: a missing figure is ``-`` (no Python ``None``), aligned under
     the head; a found edge prints its values (``?`` when not exact)."""
-    from sweeper.predict_cards import CARD_TABLE_HEAD, card_table_row
+    from memsweep.sweeper.predict_cards import CARD_TABLE_HEAD, card_table_row
 
     failed = {
         "card": "NVIDIA T4",

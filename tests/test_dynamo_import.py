@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conf.contract import RunSpec, needs_dynamo
+from memsweep.conf.contract import RunSpec, needs_dynamo
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSFORMER = {"name": "transformer", "layers": 1, "hidden": 16, "heads": 2, "vocab": 64}
@@ -18,10 +18,10 @@ TRANSFORMER = {"name": "transformer", "layers": 1, "hidden": 16, "heads": 2, "vo
 # reports whether torch._dynamo was imported at all. PATCH=1 makes needs_dynamo say no.
 SCRIPT = """
 import json, sys
-import worker.main as m
-import worker.measure
+import memsweep.worker.main as m
+import memsweep.worker.measure as measure
 if sys.argv[2] == "1":
-    worker.measure.needs_dynamo = lambda spec: False
+    measure.needs_dynamo = lambda spec: False
 code = m.main([sys.argv[1]])
 print(json.dumps({"code": code, "dynamo": "torch._dynamo" in sys.modules}))
 """

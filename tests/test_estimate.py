@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from analysis import estimate as E
-from analysis.estimate.cli import main as estimate_main
-from conf.contract import GB, GiB, RunSpec, SpecError
+from memsweep.analysis import estimate as E
+from memsweep.analysis.estimate.cli import main as estimate_main
+from memsweep.conf.contract import GB, GiB, RunSpec, SpecError
 from tests.data.loads import MEMSWEEP
 
 LLAMA2_7B = {
@@ -412,8 +412,8 @@ def test_a_dry_run_row_has_no_estimate_error(tmp_path, dry_run, error):
     (source predicted, its peak a prediction on fake tensors) it is null, never a verified 0.0."""
     from pathlib import Path
 
-    from analysis.tables import run_row
-    from conf.contract import Run
+    from memsweep.analysis.tables import run_row
+    from memsweep.conf.contract import Run
 
     spec = {"batch": 1, "device": "cpu", "dry_run": dry_run, "estimate": E.Breakdown(weights=1000).to_dict()}
     phase = {"name": "model_load", "status": "ok", "max_memory_allocated": 1000}

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import analysis.estimate as E
-from conf.contract import RunSpec
-from sweeper.process import execute
+import memsweep.analysis.estimate as E
+from memsweep.conf.contract import RunSpec
+from memsweep.sweeper.process import execute
 from tests.data.optional import needs_transformers
 from tests.data.published_configs import MIXTRAL_8X7B, PUBLISHED
 
@@ -110,7 +110,7 @@ def test_the_parser_refuses_unknown_layer_kinds_and_model_types():
 
 
 def test_cli_parser_fallback_refuses_mixtral(tmp_path, capsys):
-    from analysis.estimate.cli import main
+    from memsweep.analysis.estimate.cli import main
 
     (tmp_path / "config.json").write_text(json.dumps(MIXTRAL_8X7B))
     assert main(["--config", str(tmp_path), "--count-with", "parser"]) == 2

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-import analysis.estimate as E
-from analysis.estimate.finetune import base_formats, lora_settings
-from analysis.estimate.hf_load import estimate_hf_load
-from conf.contract import RunSpec
+import memsweep.analysis.estimate as E
+from memsweep.analysis.estimate.finetune import base_formats, lora_settings
+from memsweep.analysis.estimate.hf_load import estimate_hf_load
+from memsweep.conf.contract import RunSpec
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 160, 2, 4, 2, 256
 CONFIG = {

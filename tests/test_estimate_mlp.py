@@ -1,15 +1,15 @@
 """The mlp estimate against measurements: in-process (the worker's own CPU tracker, exact to
-the byte) and in real worker processes (``python -m worker SPEC.json``, within 5%)."""
+the byte) and in real worker processes (``python -m memsweep.worker SPEC.json``, within 5%)."""
 
 import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from analysis.estimate import estimate_for_spec, mlp_phases
-from analysis.tables import build_tables
-from conf.contract import RECORD_FILE, SPEC_FILE, RunSpec, write_json_atomic
-from sweeper.spec import spec_from_config, with_estimate
+from memsweep.analysis.estimate import estimate_for_spec, mlp_phases
+from memsweep.analysis.tables import build_tables
+from memsweep.conf.contract import RECORD_FILE, SPEC_FILE, RunSpec, write_json_atomic
+from memsweep.sweeper.spec import spec_from_config, with_estimate
 from tests.data.loads import run_worker
 
 # (mode, dtype, batch, context, width, workload params): small loads, several shapes. Each
@@ -124,9 +124,9 @@ def test_replay_matches_tracker_in_process():
 
     import torch
 
-    from worker.counters import LiveTensorTracker
-    from worker.plan import plan
-    from worker.workloads import build_workload
+    from memsweep.worker.counters import LiveTensorTracker
+    from memsweep.worker.plan import plan
+    from memsweep.worker.workloads import build_workload
 
     rng = random.Random(1)
     for _ in range(12):

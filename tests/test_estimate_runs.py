@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-import analysis.estimate as E
-from analysis.tables import build_tables
-from conf.contract import SPEC_FILE, RunSpec, write_json_atomic
-from sweeper.spec import with_estimate
+import memsweep.analysis.estimate as E
+from memsweep.analysis.tables import build_tables
+from memsweep.conf.contract import SPEC_FILE, RunSpec, write_json_atomic
+from memsweep.sweeper.spec import with_estimate
 from tests.data.loads import run_worker
 from tests.data.optional import HAS_PEFT, HAS_TRANSFORMERS, needs_peft, needs_transformers
 
@@ -47,8 +47,8 @@ def test_transformer_workload_parameters_equal_the_worker_model(workload):
     """The estimator's description of memsweep's transformer has the worker model's parameters."""
     import torch
 
-    from worker.models import Transformer
-    from worker.workloads.transformer import transformer_dims
+    from memsweep.worker.models import Transformer
+    from memsweep.worker.workloads.transformer import transformer_dims
 
     spec = _spec(workload)
     with torch.device("meta"):

@@ -9,7 +9,7 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from conf.contract import INFERENCE_PHASES
+from memsweep.conf.contract import INFERENCE_PHASES
 from tests.data.loads import MEMSWEEP, SMALLEST_CPU
 
 # (fault kind, phase) -> expected outcome. OOMs are injected as torch.OutOfMemoryError in each phase.

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conf.contract import RunSpec, SpecError
-from sweeper.spec import spec_from_config
+from memsweep.conf.contract import RunSpec, SpecError
+from memsweep.sweeper.spec import spec_from_config
+from memsweep.worker.workloads import build_workload
 from tests.data.loads import MEMSWEEP
 from tests.data.optional import needs_bnb, needs_peft
-from worker.workloads import build_workload
 
 HIDDEN, HEADS, KV_HEADS, LAYERS, VOCAB = 64, 4, 2, 2, 256
 OVERRIDES = {
@@ -210,7 +210,7 @@ def test_a_checkpoint_run_counts_its_weights_in_model_load(checkpoint, tmp_path)
     """The weights from_pretrained maps from safetensors are counted at the end of model_load
     (no operator made them): the measured peak holds at least the checkpoint's tensor bytes, and
     a capacity below them is an OOM of model_load."""
-    from sweeper.process import execute
+    from memsweep.sweeper.process import execute
 
     directory, state = checkpoint
     weights = sum(v.numel() * v.element_size() for v in state.values())
@@ -253,9 +253,9 @@ def test_qlora_4bit_base_trains_only_the_adapters(checkpoint):
 def test_user_optimizer_factory_builds_the_optimizer():
     workload = {
         "name": "user",
-        "model": {"_target_": "conf.examples.convnet.build_model", "blocks": 1, "classes": 4},
-        "inputs": {"_target_": "conf.examples.convnet.make_inputs", "classes": 4},
-        "optimizer": {"_target_": "conf.examples.convnet.make_optimizer", "momentum": 0.5},
+        "model": {"_target_": "memsweep.conf.examples.convnet.build_model", "blocks": 1, "classes": 4},
+        "inputs": {"_target_": "memsweep.conf.examples.convnet.make_inputs", "classes": 4},
+        "optimizer": {"_target_": "memsweep.conf.examples.convnet.make_optimizer", "momentum": 0.5},
     }
     spec = RunSpec.from_dict({**BASE, "context": 8, "width": 8, "mode": "train", "workload": workload})
     w = build_workload(spec, torch.device("cpu"))
@@ -267,7 +267,7 @@ def test_user_optimizer_factory_builds_the_optimizer():
     # one momentum buffer per parameter, the parameters' bytes (SGD with momentum's state)
     params = sum(p.numel() * p.element_size() for p in w.model.parameters())
     assert w.optimizer_state_bytes()["optimizer_state_bytes"] == params
-    assert w.model_info()["optimizer"] == "conf.examples.convnet.make_optimizer -> SGD"
+    assert w.model_info()["optimizer"] == "memsweep.conf.examples.convnet.make_optimizer -> SGD"
     with pytest.raises(SpecError) as err:
         RunSpec.from_dict({**BASE, "mode": "inference", "workload": workload})
     assert err.value.field == "workload.optimizer"

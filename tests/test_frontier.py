@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.fit import crossing
-from conf.contract import SpecError
-from sweeper.search import FrontierSearch, Lattice, Reading, fit_peak, peak_band, run_search
-from sweeper.search.peaks import MAX_GRANULARITY
+from memsweep.analysis.fit import crossing
+from memsweep.conf.contract import SpecError
+from memsweep.sweeper.search import FrontierSearch, Lattice, Reading, fit_peak, peak_band, run_search
+from memsweep.sweeper.search.peaks import MAX_GRANULARITY
 
 MiB = 2**20
 CAP = 1024 * MiB

@@ -6,7 +6,7 @@ from functools import cache
 
 import pytest
 
-from sweeper.search.bracket import next_offset
+from memsweep.sweeper.search.bracket import next_offset
 
 FLAGS = [(False, False), (False, True), (True, False), (True, True)]
 

@@ -3,11 +3,11 @@ FSDP), on made-up runs: the edge's direction, its columns and the words that sho
 
 import pytest
 
-from analysis.frontier import FRONTIER_SCHEMA, frontier_table
-from analysis.outputs import format_frontier
-from analysis.tables import RUNS_SCHEMA, coerce_table
-from conf.contract import AXES, AXIS_DIRECTIONS, DIRECTIONS, PARALLELS, SpecError, axis_direction
-from sweeper.search.lattice import check_search_axis
+from memsweep.analysis.frontier import FRONTIER_SCHEMA, frontier_table
+from memsweep.analysis.outputs import format_frontier
+from memsweep.analysis.tables import RUNS_SCHEMA, coerce_table
+from memsweep.conf.contract import AXES, AXIS_DIRECTIONS, DIRECTIONS, PARALLELS, SpecError, axis_direction
+from memsweep.sweeper.search.lattice import check_search_axis
 
 BASE = dict(
     sweep_dir="s",
@@ -128,11 +128,11 @@ def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_never_read_alike():
     failure ended the run) and the report's summary card; a one-process run shows no world_size=1."""
     from pathlib import Path
 
-    from analysis.labels import load_words
-    from analysis.report import build_report, parse_margin
-    from analysis.tables import PHASES_SCHEMA
-    from conf.contract import RunSpec
-    from sweeper.job import outcome_line
+    from memsweep.analysis.labels import load_words
+    from memsweep.analysis.report import build_report, parse_margin
+    from memsweep.analysis.tables import PHASES_SCHEMA
+    from memsweep.conf.contract import RunSpec
+    from memsweep.sweeper.job import outcome_line
 
     runs = [
         dict(BASE, sweep_dir=p, run_id=f"b{b}", run_dir=f"{p}/{b}", batch=b, parallel=p, world_size=2, outcome="ok")

@@ -14,8 +14,8 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from conf.contract import RunSpec, read_json
-from sweeper.process import execute
+from memsweep.conf.contract import RunSpec, read_json
+from memsweep.sweeper.process import execute
 from tests.data.loads import MEMSWEEP, TINY_CPU, search_events
 
 LOAD = ["capacity=64MiB", *TINY_CPU]

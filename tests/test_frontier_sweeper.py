@@ -7,11 +7,11 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from conf.contract import RunSpec, SpecError, run_peak, write_json_atomic
-from sweeper.errors import InputRefused
-from sweeper.frontier_runs import RunIndex, launcher_slots, oom_said, spec_key
-from sweeper.frontier_settings import check_sweep_choice
-from sweeper.frontier_sweeper import FrontierSweeperImpl
+from memsweep.conf.contract import RunSpec, SpecError, run_peak, write_json_atomic
+from memsweep.sweeper.errors import InputRefused
+from memsweep.sweeper.frontier_runs import RunIndex, launcher_slots, oom_said, spec_key
+from memsweep.sweeper.frontier_settings import check_sweep_choice
+from memsweep.sweeper.frontier_sweeper import FrontierSweeperImpl
 from tests.data.loads import search_events
 
 CAP = 64 * 2**20
@@ -287,7 +287,7 @@ def test_bad_settings_name_the_field(tmp_path, settings, field):
 
 
 def test_an_unknown_setting_is_refused_naming_the_key_and_the_accepted_ones(tmp_path):
-    from sweeper.errors import InputRefused
+    from memsweep.sweeper.errors import InputRefused
 
     with pytest.raises(InputRefused) as info:  # sweeper.cli: exit 2, not Hydra's TypeError and exit 1
         make(tmp_path, edge_at(1), bogus=1)
@@ -337,7 +337,7 @@ def test_run_index_skips_hidden_and_unfinished_runs(tmp_path):
 def test_frontier_table_carries_the_search_columns(tmp_path):
     import io
 
-    from analysis.cli import analyze
+    from memsweep.analysis.cli import analyze
 
     # batch: exact edge; context: the lower bound already fails (one value run, still a row)
     oracle = lambda spec: "error" if spec.context >= 128 else edge_at(64 * 300)(spec)  # noqa: E731
@@ -410,7 +410,7 @@ def test_light_probes_then_the_full_protocol_at_the_edge(tmp_path, monkeypatch, 
 def test_frontier_table_marks_the_full_protocol_row_of_a_light_search(tmp_path, monkeypatch):
     import io
 
-    from analysis.cli import analyze
+    from memsweep.analysis.cli import analyze
 
     monkeypatch.setattr(__import__(__name__), "spec_of", spec_of_with_policy)
     impl = make(tmp_path, light_aware(64 * 300, 64 * 280), lower=1, upper=1024, confirm=0, light=True)
@@ -433,7 +433,7 @@ def test_light_confirmations_are_fresh_runs_and_every_output_agrees(tmp_path, mo
     """After light probes, ``confirm`` re-runs each edge value in new processes beyond the
     verification (none with confirm=0): the console, search.jsonl and frontier.parquet say the
     same about stability."""
-    from analysis.cli import analyze
+    from memsweep.analysis.cli import analyze
 
     monkeypatch.setattr(__import__(__name__), "spec_of", spec_of_with_policy)
     impl = make(tmp_path, light_aware(64 * 300, 64 * 300), lower=1, upper=1024, confirm=confirm, light=True)

@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from analysis.report.phases import decomposition, state_label
-from conf.contract import classify_run, phase_peak
-from worker.counters import allocator_limit, backend_warning, memory_fraction_for
-from worker.environment import bf16_supported
-from worker.snapshot import bounded_pickle, dump_snapshot, enable_history, save_oom_then_dump
+from memsweep.analysis.report.phases import decomposition, state_label
+from memsweep.conf.contract import classify_run, phase_peak
+from memsweep.worker.counters import allocator_limit, backend_warning, memory_fraction_for
+from memsweep.worker.environment import bf16_supported
+from memsweep.worker.snapshot import bounded_pickle, dump_snapshot, enable_history, save_oom_then_dump
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -259,7 +259,7 @@ def test_the_real_wheels_give_hydra_to_an_interpreter_without_it(tmp_path):
         "import hydra, omegaconf, antlr4\n"
         f"assert all(m.__file__.startswith({str(tmp_path / 'site')!r}) for m in (hydra, omegaconf, antlr4))\n"
         "from hydra import compose, initialize_config_module\n"
-        "with initialize_config_module(config_module='conf', version_base='1.3'):\n"
+        "with initialize_config_module(config_module='memsweep.conf', version_base='1.3'):\n"
         "    cfg = compose(config_name='config')\n"
         "assert 'capacity' in cfg and 'capacity_mode' in cfg, cfg\n"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conf.contract import RUN_EXIT
+from memsweep.conf.contract import RUN_EXIT
 from tests.data.loads import MEMSWEEP
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -10,10 +10,10 @@ import json
 import pytest
 import torch
 
-from conf.contract import RunSpec
+from memsweep.conf.contract import RunSpec
+from memsweep.worker.workloads import DependencyMissing, build_workload
 from tests.data.loads import TINY_HF_GPT2, TINY_HF_LLAMA
 from tests.data.optional import needs_transformers
-from worker.workloads import DependencyMissing, build_workload
 
 
 def _workload(workload, **kw):

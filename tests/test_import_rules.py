@@ -33,7 +33,7 @@ FORBIDDEN = {
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:
     """(line, absolute module name) of every import in ``path``, relative ones resolved."""
-    package = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    package = ("memsweep", *path.relative_to(ROOT).with_suffix("").parts[:-1])
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -47,6 +47,12 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+def layer(name: str) -> str:
+    """The top of an import name as the layers are named: ``memsweep.worker.x`` -> ``worker``."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "memsweep" and len(parts) > 1 else parts[0]
+
+
 def sources(top: str) -> list[Path]:
     return sorted((ROOT / top).rglob("*.py"))
 
@@ -58,7 +64,7 @@ def test_layer_imports_nothing_forbidden(top):
         f"{path.relative_to(ROOT)}:{line}: {name}"
         for path in sources(top)
         for line, name in imported_modules(path)
-        if name.split(".")[0] in FORBIDDEN[top]
+        if layer(name) in FORBIDDEN[top]
     ]
     assert not bad, f"{top}/ must not import {', '.join(sorted(FORBIDDEN[top]))}:\n" + "\n".join(bad)
 
@@ -70,27 +76,40 @@ def test_the_contract_imports_the_standard_library_only():
         f"{path.relative_to(ROOT)}:{line}: {name}"
         for path in paths
         for line, name in imported_modules(path)
-        if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith("conf.contract")
+        if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith("memsweep.conf.contract")
     ]
     assert not bad, "conf/contract imports beyond the standard library:\n" + "\n".join(bad)
 
 
 def test_the_worker_is_imported_by_nobody_but_itself():
-    """The sweeper starts the worker as a process (``python -m worker``); the analysis reads its
+    """The sweeper starts the worker as a process (``python -m memsweep.worker``); the analysis reads its
     files. Neither imports it: what they share is in conf.contract."""
     bad = [
         f"{path.relative_to(ROOT)}:{line}: {name}"
         for top in ("sweeper", "analysis", "hydra_plugins", "conf")
         for path in sources(top)
         for line, name in imported_modules(path)
-        if name.split(".")[0] == "worker"
+        if layer(name) == "worker"
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_memsweep_is_imported_by_its_one_name_only():
+    """Every import of memsweep's own modules, in the product and the tests, is ``memsweep.*``: a bare
+    ``worker``, ``conf``, ``sweeper`` or ``analysis`` would be a user's package of that name."""
+    bare = {"worker", "conf", "sweeper", "analysis"}
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in sorted(ROOT.glob("*.py")) + [p for top in (*bare, "hydra_plugins", "tests") for p in sources(top)]
+        for line, name in imported_modules(path)
+        if name.split(".")[0] in bare
     ]
     assert not bad, "\n".join(bad)
 
 
 def test_sweeper_cli_analysis_and_contract_leave_torch_unimported():
     code = (
-        "import sys; import sweeper.cli, analysis.tables, conf.contract; "
+        "import sys; import memsweep.sweeper.cli, memsweep.analysis.tables, memsweep.conf.contract; "
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
@@ -106,7 +125,7 @@ COMMAND_LINE = {
     "analysis/estimate/cli.py": "memsweep estimate",
     "analysis/compare/cli.py": "memsweep compare (its exit statuses are the regression gate's answer)",
     "worker/main.py": "the worker process's command lines",
-    "worker/__main__.py": "python -m worker",
+    "worker/__main__.py": "python -m memsweep.worker",
     "worker/forkserver.py": "the fork server process: its 'ready' line is the handshake its client reads",
 }
 EXIT_NAMES = {"exit", "quit", "SystemExit"}

@@ -7,10 +7,10 @@ check the same numbers a run records, without a process per case.
 import pytest
 import torch
 
-from conf.contract import RunSpec
-from worker.counters import LiveTensorTracker
-from worker.models import KVCache, Transformer
-from worker.workloads import DependencyMissing, build_workload, default_loss, make_optimizer
+from memsweep.conf.contract import RunSpec
+from memsweep.worker.counters import LiveTensorTracker
+from memsweep.worker.models import KVCache, Transformer
+from memsweep.worker.workloads import DependencyMissing, build_workload, default_loss, make_optimizer
 
 TINY_LM = dict(layers=2, hidden=32, heads=4, kv_heads=2, head_dim=8, ffn_hidden=64, vocab=128)
 
@@ -202,9 +202,9 @@ def test_user_workload_example_runs_every_train_sub_phase():
             eval_batch=3,
             workload={
                 "name": "user",
-                "model": {"_target_": "conf.examples.convnet.build_model", "blocks": 2},
-                "inputs": {"_target_": "conf.examples.convnet.make_inputs"},
-                "loss": {"_target_": "conf.examples.convnet.loss"},
+                "model": {"_target_": "memsweep.conf.examples.convnet.build_model", "blocks": 2},
+                "inputs": {"_target_": "memsweep.conf.examples.convnet.make_inputs"},
+                "loss": {"_target_": "memsweep.conf.examples.convnet.loss"},
             },
         )
     )
@@ -227,8 +227,8 @@ def test_user_workload_with_a_bad_target_names_the_field():
             width=4,
             workload={
                 "name": "user",
-                "model": {"_target_": "conf.examples.convnet.nothing_here"},
-                "inputs": {"_target_": "conf.examples.convnet.make_inputs"},
+                "model": {"_target_": "memsweep.conf.examples.convnet.nothing_here"},
+                "inputs": {"_target_": "memsweep.conf.examples.convnet.make_inputs"},
             },
         )
     )

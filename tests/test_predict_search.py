@@ -5,9 +5,9 @@ peak, and bad input refused in words before any dry run."""
 import io
 import json
 
-from sweeper.cli import predict_command as predict
-from sweeper.frontier_settings import FrontierSweeperConf
-from sweeper.search import FrontierSearch, Lattice, run_search
+from memsweep.sweeper.cli import predict_command as predict
+from memsweep.sweeper.frontier_settings import FrontierSweeperConf
+from memsweep.sweeper.search import FrontierSearch, Lattice, run_search
 
 # eval_batch at small values: the training step's peak is larger than the eval's, so the peak is
 # flat (a plateau) until the eval's grows past it
@@ -71,7 +71,7 @@ def test_predict_refuses_bad_input_in_words(tmp_path, capsys):
 
 
 def test_predict_help_names_every_searchable_axis_and_the_strategy():
-    from sweeper.search import SEARCH_AXES
+    from memsweep.sweeper.search import SEARCH_AXES
 
     out = io.StringIO()
     assert predict(["--help"], out=out) == 0

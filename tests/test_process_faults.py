@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conf.contract import (
+from memsweep.conf.contract import (
     FORKSERVER_KILL_REQUEST,
     FORKSERVER_NO_PRELOAD,
     LAUNCHER_WORKER_LOST,
@@ -31,12 +31,12 @@ from conf.contract import (
     remove_stale_temps,
     write_json_atomic,
 )
-from sweeper.forkserver_client import SOCKET_DIR_PREFIX, run_request
-from sweeper.forkserver_wait import AnswerOverdue, PeerStopped, read_answer
-from sweeper.kept_runs import HANDOVER_S, wait_for_kept_run
-from sweeper.liveness import POLL_S, is_process, wait_for_old_worker
-from sweeper.owner import OWNER_ENV, owner_gone, session_id
-from sweeper.process import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, execute, worker_env
+from memsweep.sweeper.forkserver_client import SOCKET_DIR_PREFIX, run_request
+from memsweep.sweeper.forkserver_wait import AnswerOverdue, PeerStopped, read_answer
+from memsweep.sweeper.kept_runs import HANDOVER_S, wait_for_kept_run
+from memsweep.sweeper.liveness import POLL_S, is_process, wait_for_old_worker
+from memsweep.sweeper.owner import OWNER_ENV, owner_gone, session_id
+from memsweep.sweeper.process import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, execute, worker_env
 from tests.data.loads import MEMSWEEP, SMALLEST_CPU
 
 HANG = "fault={phase:warm_forward,kind:hang}"
@@ -205,7 +205,7 @@ def test_the_fork_server_stopped_mid_sweep_costs_no_more_than_the_poll(tmp_path,
     """execute() with isolation=forkserver: a stopped module server is replaced, the run retried: ok."""
     first = tmp_path / "r1"
     assert execute(RunSpec.from_dict(tiny), first)["outcome"] == "ok"
-    servers = [p for p in _children(os.getpid()) if "worker.forkserver" in _cmdline(p)]
+    servers = [p for p in _children(os.getpid()) if "memsweep.worker.forkserver" in _cmdline(p)]
     assert servers
     for pid in servers:
         os.kill(pid, signal.SIGSTOP)
@@ -342,7 +342,7 @@ def test_killing_one_joblib_worker_loses_no_run(tmp_path, isolation):
     """Both runs in flight (the killed worker's and the one loky kills with the pool) go on
     under the sweep's fork server, are taken over, and run once. isolation=forkserver (the
     default): forked from the server, which imported torch. isolation=spawn: a new interpreter
-    (``python -m worker SPEC``) started by the server's handler: it imports torch itself, the
+    (``python -m memsweep.worker SPEC``) started by the server's handler: it imports torch itself, the
     server never does."""
     proc, out, before, seen = _kill_one_loky_worker_mid_run(tmp_path, f"isolation={isolation}")
     assert proc.returncode == 0, out[-3000:]
@@ -363,7 +363,7 @@ def test_killing_one_joblib_worker_loses_no_run(tmp_path, isolation):
         assert result["timed_out"] is True and result["error_type"] == "SIGKILL"
     assert (tmp_path / "s" / "report.html").exists()
     for lineage in seen.values():
-        assert "worker.forkserver" in lineage["server_cmd"], lineage
+        assert "memsweep.worker.forkserver" in lineage["server_cmd"], lineage
         assert lineage["torch"]["worker"], lineage
         if isolation == "spawn":  # exec'd: a new interpreter, nothing of the server's image
             # (/proc/PID/environ is the environment given to execve: a forked worker shows the server's)
@@ -371,7 +371,7 @@ def test_killing_one_joblib_worker_loses_no_run(tmp_path, isolation):
             assert "-m worker " in lineage["cmd"] and "forkserver" not in lineage["cmd"], lineage
             assert not lineage["torch"]["server"], "the server imported no torch: the worker did, itself"
         else:  # forked: the server's image, torch imported once by the server
-            assert "worker.forkserver" in lineage["cmd"] and lineage["torch"]["server"], lineage
+            assert "memsweep.worker.forkserver" in lineage["cmd"] and lineage["torch"]["server"], lineage
 
 
 CLIENT = """
@@ -400,10 +400,13 @@ def _locked(path: Path) -> bool:
 
 @contextlib.contextmanager
 def _started_server(sock: str, *options: str):
-    """A fork server (``python -m worker.forkserver SOCK [OWNER --no-preload]``) that said ready;
+    """A fork server (``python -m memsweep.worker.forkserver SOCK [OWNER --no-preload]``) that said ready;
     killed and reaped on the way out."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "worker.forkserver", sock, *options], env=worker_env(), stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "memsweep.worker.forkserver", sock, *options],
+        env=worker_env(),
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert server.stdout.readline().strip() == "ready"
@@ -451,7 +454,7 @@ def test_a_forked_run_outlives_its_killed_client_with_its_lease(tmp_path, tiny):
 
 def test_a_spawned_run_from_the_server_is_a_new_interpreter_that_inherits_nothing(tmp_path, tiny):
     """isolation=spawn through a server started without torch (--no-preload): the handler execs
-    ``python -m worker SPEC`` in the run directory with exactly the request's environment (plus
+    ``python -m memsweep.worker SPEC`` in the run directory with exactly the request's environment (plus
     the handler as the parent to die with), no descriptor of the server's (its sockets), SIGINT
     not ignored (the server ignores it; the worker's Python installs its own handler only when it
     is not), and the worker imports torch itself; the server never does."""
@@ -469,7 +472,7 @@ def test_a_spawned_run_from_the_server_is_a_new_interpreter_that_inherits_nothin
             record = _wait(lambda: _read(run_dir / "record.json"), 120, "the run's record")
             _wait(lambda: _maps_torch(pid), 120, "the worker's own import of torch")
             assert record["pid"] == pid and _ppid(pid) == handler and _ppid(handler) == server.pid
-            assert _cmdline(pid).split() == [sys.executable, "-m", "worker", str(run_dir / "spec.json")]
+            assert _cmdline(pid).split() == [sys.executable, "-m", "memsweep.worker", str(run_dir / "spec.json")]
             assert os.readlink(f"/proc/{pid}/cwd") == str(run_dir)
             environ = dict(v.split("=", 1) for v in open(f"/proc/{pid}/environ").read().split("\0") if v)
             assert environ == {**env, "MEMSWEEP_PARENT_PID": str(handler)}
@@ -494,7 +497,7 @@ def test_a_run_stopped_with_its_launcher_worker_is_recorded_lost_and_run_again(t
     """A run left in flight that no handler kept (its worker died with a launcher worker that was
     its parent: a launcher worker's own fork server, or a spawn without the sweep's server) is a
     crash of the launcher's worker, not of the load; the next launch sets it aside and runs it."""
-    from sweeper.lost_workers import mark_lost
+    from memsweep.sweeper.lost_workers import mark_lost
 
     spec = RunSpec.from_dict(tiny)
     run_dir = _spec_dir(tmp_path, "r", tiny)
@@ -518,7 +521,7 @@ def test_runs_left_in_flight_are_watched_together_not_one_after_another(tmp_path
     """Three runs whose workers died and whose handlers wrote nothing, one whose handler kept it
     and one whose worker outlived its launcher worker: the wait for them all is bounded once
     (DYING_S + HANDOVER_S), not once per run. Time is a fake clock that only sleep() advances."""
-    from sweeper import lost_workers
+    from memsweep.sweeper import lost_workers
 
     clock = {"now": 0.0}
     fake_time = types.SimpleNamespace(
@@ -618,7 +621,7 @@ def test_a_shared_server_whose_directory_is_gone_is_not_waited_for(tmp_path, mon
     """MEMSWEEP_FORKSERVER names a live owner (this process) but a socket directory its owner
     removed with the server: the client starts a server of its own at once instead of waiting
     SHARED_WAIT_S (300 s) for a socket that will never come."""
-    from sweeper.forkserver_client import SHARED_WAIT_S, shared_name
+    from memsweep.sweeper.forkserver_client import SHARED_WAIT_S, shared_name
 
     gone = tmp_path / "memsweep-fs-gone" / "sock"
     monkeypatch.setenv(SHARED_FORKSERVER_ENV, shared_name(str(gone)))
@@ -636,7 +639,7 @@ def test_a_shared_server_whose_directory_is_gone_is_not_waited_for(tmp_path, mon
 def test_an_exit_status_that_breaks_the_schema_is_ignored_and_said(tmp_path, caplog):
     """exit_status.json is checked against the published schema (document_problems): a field of
     the wrong type makes it no status at all (logged), a valid one is read as written."""
-    from sweeper.kept_runs import read_exit_status
+    from memsweep.sweeper.kept_runs import read_exit_status
 
     good = {"schema_version": 1, "ended": True, "returncode": 0, "timed_out": False, "wall_s": 1.5}
     write_json_atomic(tmp_path / "exit_status.json", good)
@@ -651,7 +654,7 @@ def test_a_resume_does_not_wait_for_a_kept_run_whose_handler_is_gone(tmp_path, c
     """exit_status.json says ended: false, but its handler (and worker) are gone (they died with the
     sweep's fork server): no wait, no warning that the handler 'wrote no exit status'. HANDOVER_S is
     made long, so that waiting it out could not pass for the immediate answer on a loaded machine."""
-    monkeypatch.setattr("sweeper.kept_runs.HANDOVER_S", 60.0)
+    monkeypatch.setattr("memsweep.sweeper.kept_runs.HANDOVER_S", 60.0)
     gone = subprocess.Popen(["true"])
     identity = process_identity(gone.pid)
     gone.wait()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conf.contract import RunSpec, SpecError
+from memsweep.conf.contract import RunSpec, SpecError
 from tests.data.loads import MEMSWEEP
 
 WIDTH, HIDDEN, DEPTH = 64, 128, 2
@@ -45,7 +45,10 @@ def run_worker(run_dir: Path, **fields) -> tuple[int, dict]:
     (run_dir / "spec.json").write_text(json.dumps({**LOAD, **fields}))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run(
-        [sys.executable, "-m", "worker", str(run_dir / "spec.json")], env=env, timeout=HANG_S, capture_output=True
+        [sys.executable, "-m", "memsweep.worker", str(run_dir / "spec.json")],
+        env=env,
+        timeout=HANG_S,
+        capture_output=True,
     )
     return proc.returncode, json.loads((run_dir / "record.json").read_text())
 
@@ -94,7 +97,7 @@ def test_an_fsdp_rank_holds_its_shard_of_the_parameters_after_model_load(ddp_fsd
 
 
 def test_the_run_peak_is_the_fullest_rank(ddp_fsdp):
-    from conf.contract import run_peak
+    from memsweep.conf.contract import run_peak
 
     for _, record in ddp_fsdp.values():
         per_rank = [r["max_memory_allocated"] for r in record["ranks"]]

@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from analysis.outputs import summary_text, write_tables
-from analysis.tables import build_tables
-from conf.contract import RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, RunSpec
+from memsweep.analysis.outputs import summary_text, write_tables
+from memsweep.analysis.tables import build_tables
+from memsweep.conf.contract import RECORD_FILE, RESULT_FILE, SCHEMA_VERSION, RunSpec
 
 MiB = 2**20
 
@@ -22,7 +22,7 @@ def sweep(tmp_path_factory):
     4096 x 8 x 16 x 4 B = 2 MiB, pass the capacity, so the capacity tracker refuses them)."""
     from conftest import TINY
 
-    from sweeper.process import execute
+    from memsweep.sweeper.process import execute
 
     root = tmp_path_factory.mktemp("sweep")
     for name, batch in (("ok", 2), ("oom", 4096)):

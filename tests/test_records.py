@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conf.contract import (
+from memsweep.conf.contract import (
     SCHEMA_VERSION,
     RecordError,
     RunSpec,

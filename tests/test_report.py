@@ -10,7 +10,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from analysis.report import gib, pct
+from memsweep.analysis.report import gib, pct
 from tests.data.loads import MEMSWEEP, TINY_CPU
 
 # Tiny loads: at 8 MiB, batch 16 fits and batch 32 runs out of memory (measured: ~5 s a run).
@@ -47,7 +47,7 @@ def test_sweep_ends_with_the_report_path_and_shows_progress(sweep):
 
 
 def test_progress_is_quiet_when_stdout_is_not_a_terminal():
-    from sweeper.callbacks import Progress
+    from memsweep.sweeper.callbacks import Progress
 
     os.environ.pop("MEMSWEEP_PROGRESS", None)
     assert Progress.enabled() is sys.stdout.isatty()

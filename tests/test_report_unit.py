@@ -7,9 +7,9 @@ import math
 import pyarrow as pa
 import pytest
 
-from analysis import cards
-from analysis.frontier import frontier_table
-from analysis.report import (
+from memsweep.analysis import cards
+from memsweep.analysis.frontier import frontier_table
+from memsweep.analysis.report import (
     ReportExists,
     build_report,
     crossing,
@@ -19,8 +19,8 @@ from analysis.report import (
     peak_increments,
     write_report,
 )
-from analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA, coerce_table
-from conf.contract import GiB, SpecError
+from memsweep.analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA, coerce_table
+from memsweep.conf.contract import GiB, SpecError
 
 MiB = 2**20
 
@@ -115,7 +115,7 @@ def report_of(runs, phases, margin=None, extra_columns=None, frontier_extra=None
 
 
 def markdown(report):
-    from analysis.doc import to_markdown
+    from memsweep.analysis.doc import to_markdown
 
     return to_markdown(report.doc, "plots")
 
@@ -286,7 +286,7 @@ def test_card_catalog_is_in_bytes_with_sources():
 
 
 def test_report_is_never_overwritten_and_the_sweep_end_picks_a_new_name(tmp_path, capsys):
-    from sweeper.callbacks import write_sweep_report
+    from memsweep.sweeper.callbacks import write_sweep_report
 
     runs, phases = make(str(tmp_path), [(8, "ok", 400 * MiB, 300 * MiB), (16, "oom", 2 * GiB, GiB)])
     r, p, f = tables(runs, phases)
@@ -386,7 +386,7 @@ def test_the_answer_comes_first_with_the_edge_the_recommended_value_and_its_head
 
 
 def test_doubling_sweeps_get_a_log2_axis_and_close_values_do_not():
-    from analysis.plots import doubling
+    from memsweep.analysis.plots import doubling
 
     assert doubling([4, 8, 16, 32]) and not doubling([80, 81, 82]) and not doubling(["float32", "bfloat16"])
 
@@ -526,7 +526,7 @@ def test_first_crossing_refuses_a_non_positive_level_and_the_falling_side():
     """A peak reaches a capacity by rising: a fit that bends down far past its points (tiny negative
     square term) gives no crossing where it falls back through a level, and a level of 0 or less
     (a margin not below the capacity) is refused."""
-    from analysis.fit import Polynomial, first_crossing
+    from memsweep.analysis.fit import Polynomial, first_crossing
 
     p = Polynomial(1e6, 1000.0, -1e-9)  # rises to its vertex at x = 5e11, then falls
     assert first_crossing(p, 2e6) == pytest.approx(1000.0, rel=1e-9)
@@ -633,7 +633,7 @@ def test_no_unmeasured_limit_is_offered_where_it_was_run_or_without_the_runs_ove
 def test_largest_under_floors_the_crossing_to_multiples_of_the_step():
     """peak = 500000 + 80000 x crosses 3600000 B at x = 38.75: 38 on the integers, 32 on the
     multiples of 8, 0 where even the first multiple is above the level, None where it is never reached."""
-    from analysis.report.fit import largest_under
+    from memsweep.analysis.report.fit import largest_under
 
     coeffs = [80_000.0, 500_000.0]
     assert largest_under(coeffs, 3_600_000) == 38
@@ -648,7 +648,7 @@ def test_a_run_whose_record_could_not_be_read_is_counted_and_named_apart_never_m
     outcome. The report counts it apart from the outcomes, names it with its problem, never calls
     it unfinished nor counts it among the measured runs; a damaged record with an outcome (crash)
     stays a measured run."""
-    from analysis.report.stats import record_unread
+    from memsweep.analysis.report.stats import record_unread
 
     runs, phases = make("s", [(4, "ok", 100 * MiB, 90 * MiB), (8, "ok", 150 * MiB, 120 * MiB)])
     problem = "record s/1/record.json: schema_version 2 is newer than this memsweep reads (1); upgrade memsweep"
@@ -678,7 +678,7 @@ def test_a_frontier_search_floors_the_fits_limits_to_its_multiple_of(tmp_path, p
     protocol) take their search's lattice too."""
     import json
 
-    from conf.contract import AXES, SEARCH_LOG
+    from memsweep.conf.contract import AXES, SEARCH_LOG
 
     _, (runs, phases) = _linear_sweep(str(tmp_path), (8, 16, 40, 48), oom_at=48)
     base = {"batch": None, "context": 128, "width": 256, "dtype": "float32"}

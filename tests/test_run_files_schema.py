@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from conf.contract import record as contract_record
-from conf.contract import vocabulary
+from memsweep.conf.contract import record as contract_record
+from memsweep.conf.contract import vocabulary
 
 jsonschema = pytest.importorskip(
     "jsonschema", reason="jsonschema is not installed: install memsweep's test extra (pip install -e '.[test]')"
@@ -165,7 +165,7 @@ def test_each_enum_of_the_schema_is_its_vocabulary_constant():
 
 
 def test_byte_fields_are_int64_and_never_negative_but_for_differences():
-    from analysis.schemas import INT64_RANGE
+    from memsweep.analysis.schemas import INT64_RANGE
 
     signed = []
     for where, name, schema in declarations():
@@ -208,8 +208,8 @@ def dotted(path: tuple) -> str:
     ],
 )
 def test_a_real_runs_files_validate_and_a_wrong_type_does_not(tmp_path, tiny, mode, fault, outcome, workload):
-    from conf.contract import RunSpec
-    from sweeper.process import execute
+    from memsweep.conf.contract import RunSpec
+    from memsweep.sweeper.process import execute
 
     spec = RunSpec.from_dict(dict(tiny, mode=mode, fault=fault, workload=workload or tiny["workload"]))
     execute(spec, tmp_path / "run")

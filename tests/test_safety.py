@@ -4,8 +4,8 @@ import json
 import re
 from pathlib import Path
 
-from analysis.cli import analyze
-from conf.contract import SCHEMA_VERSION
+from memsweep.analysis.cli import analyze
+from memsweep.conf.contract import SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [p for d in ("worker", "sweeper", "analysis", "hydra_plugins") for p in (ROOT / d).rglob("*.py")]

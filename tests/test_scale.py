@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from conf.contract import LEASE_LOCKS_ENV, SpecError
-from sweeper.pool import core_slots, lease, placement
+from memsweep.conf.contract import LEASE_LOCKS_ENV, SpecError
+from memsweep.sweeper.pool import core_slots, lease, placement
 from tests.data.loads import MEMSWEEP, TINY_CPU
 
 EDGE = ["batch=4,64", "capacity=8MiB", *TINY_CPU, "sweep=none"]
@@ -160,7 +160,7 @@ def test_cluster_configs_compose(cluster, target, monkeypatch):
     from hydra import compose, initialize_config_module
 
     monkeypatch.setenv("MEMSWEEP_PARTITION", "a100")
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="memsweep.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"+cluster={cluster}"], return_hydra_config=True)
     assert cfg.hydra.launcher._target_.endswith(target)
     assert cfg.pool == "gpus" and cfg.hydra.launcher.tasks_per_node == 1
@@ -171,8 +171,8 @@ def test_cluster_configs_compose(cluster, target, monkeypatch):
 CLIENT = """
 import json, sys
 from pathlib import Path
-import sweeper.process as p
-from conf.contract import RunSpec
+import memsweep.sweeper.process as p
+from memsweep.conf.contract import RunSpec
 spec = RunSpec.from_dict(json.loads(sys.argv[2]))
 result = p.execute(spec, Path(sys.argv[1]), isolation="forkserver")
 print(json.dumps({"outcome": result["outcome"], "shared": p._FORKSERVER.shared,
@@ -204,7 +204,7 @@ def run_client(run_dir: Path) -> dict:
 
 @pytest.fixture
 def shared_server(monkeypatch):
-    from sweeper import process
+    from memsweep.sweeper import process
 
     monkeypatch.setenv(process.SHARED_FORKSERVER_ENV, "")  # restored after the test
     process.share_fork_server("forkserver")
@@ -219,7 +219,7 @@ def test_launcher_workers_fork_their_runs_from_the_sweeps_one_server(tmp_path, s
 def test_a_client_whose_shared_server_is_gone_starts_its_own(tmp_path, monkeypatch):
     import socket
 
-    from sweeper import process
+    from memsweep.sweeper import process
 
     owner = subprocess.Popen(["true"])
     owner.wait()  # the owner of the named server has exited
@@ -273,7 +273,7 @@ def _alive(pid: int) -> bool:
 @pytest.fixture
 def own_server(monkeypatch):
     """A fork server of this test's own, not started yet (and no shared one)."""
-    from sweeper import process
+    from memsweep.sweeper import process
 
     monkeypatch.setenv(process.SHARED_FORKSERVER_ENV, "")
     server = process.ForkServer()
@@ -289,8 +289,8 @@ def test_timeout_counts_from_the_fork_not_from_the_servers_start(tmp_path, own_s
     The server's start is made longer than timeout_s on every machine (a sitecustomize that
     sleeps before the server imports anything), rather than hoping torch's import outlasts the
     timeout here; timeout_s itself leaves the tiny run (a tenth of a second) a wide margin."""
-    from conf.contract import RunSpec
-    from sweeper.process import execute
+    from memsweep.conf.contract import RunSpec
+    from memsweep.sweeper.process import execute
 
     timeout_s = 5.0
     slow = tmp_path / "slow_start"
@@ -313,8 +313,8 @@ def test_a_run_whose_fork_server_dies_runs_again_from_a_new_one(tmp_path, own_se
     """The server killed mid-run (the OOM killer's choice, say): not the load's crash. The
     attempt is set aside and the run starts again from a new server (here it hangs again and
     times out, a deterministic second attempt)."""
-    from conf.contract import RunSpec
-    from sweeper.process import execute
+    from memsweep.conf.contract import RunSpec
+    from memsweep.sweeper.process import execute
 
     hang = dict(TINY, timeout_s=3, fault={"phase": "model_load", "kind": "hang"})
     record = tmp_path / "run" / "record.json"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conf.contract import RunSpec, SpecError
-from sweeper.inputs import check_task_ranks
-from worker.slurm import PORT_BASE, PORT_SPAN, expand_nodelist, slurm_rendezvous
+from memsweep.conf.contract import RunSpec, SpecError
+from memsweep.sweeper.inputs import check_task_ranks
+from memsweep.worker.slurm import PORT_BASE, PORT_SPAN, expand_nodelist, slurm_rendezvous
 
 TASK = {
     "SLURM_JOB_ID": "123456",
@@ -129,7 +129,7 @@ def test_the_slurm_cluster_config_asks_for_the_runs_nodes_and_tasks():
     from hydra import compose, initialize_config_module
 
     overrides = ["+cluster=slurm", "mode=train", "parallel=fsdp", "world_size=8", "nodes=2", "tasks_per_node=4"]
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="memsweep.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
         default = compose(config_name="config", overrides=["+cluster=slurm"], return_hydra_config=True)
     launcher = cfg.hydra.launcher
@@ -158,8 +158,8 @@ def test_ranks_as_tasks_need_the_slurm_launcher():
 def test_the_sweeper_and_the_worker_refuse_the_same_task_ranks(fields, monkeypatch):
     """One rule (conf.contract.ranks_are_tasks): outside a SLURM task and without the SLURM
     launcher, the sweeper refuses exactly the specs whose rendezvous the worker refuses."""
-    from conf.contract import ranks_are_tasks
-    from worker.ranks import task_rendezvous
+    from memsweep.conf.contract import ranks_are_tasks
+    from memsweep.worker.ranks import task_rendezvous
 
     for name in [k for k in os.environ if k.startswith("SLURM_")]:
         monkeypatch.delenv(name)
@@ -207,7 +207,7 @@ def test_two_tasks_of_one_machine_are_the_two_ranks_of_one_run(tmp_path):
     }
     tasks = [
         subprocess.Popen(
-            [sys.executable, "-m", "worker", str(spec)],
+            [sys.executable, "-m", "memsweep.worker", str(spec)],
             env={**base, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -3,9 +3,9 @@
 import pytest
 from hydra import compose, initialize_config_module
 
-from conf.contract import RunSpec, SpecError
-from sweeper.ovat import launch_order, plan_conditions
-from sweeper.spec import probe_device, spec_from_config
+from memsweep.conf.contract import RunSpec, SpecError
+from memsweep.sweeper.ovat import launch_order, plan_conditions
+from memsweep.sweeper.spec import probe_device, spec_from_config
 
 BASE = {"batch": 8, "context": 128, "width": 256, "dtype": "float32"}
 
@@ -45,7 +45,7 @@ def test_launch_order_is_largest_first_ties_in_the_given_order():
     ],
 )
 def test_sweep_configs_change_one_variable_each(name, axes):
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="memsweep.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"sweep={name}"])
     assert set(cfg.sweep.axes) == axes
     for axis in axes:  # the baseline is one of the values swept
@@ -70,7 +70,7 @@ def test_bfloat16_refused_where_the_device_lacks_it(monkeypatch):
     }
     monkeypatch.setenv("MEMSWEEP_PROBE_cuda_0", json.dumps(fake))
     assert probe_device("cuda:0")["device_name"] == "Tesla T4"
-    with initialize_config_module(config_module="conf", version_base="1.3"):
+    with initialize_config_module(config_module="memsweep.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=["device=cuda:0", "dtype=bfloat16"])
         with pytest.raises(SpecError, match="invalid dtype='bfloat16'.*float32, float16"):
             spec_from_config(cfg)
@@ -87,9 +87,9 @@ def test_bfloat16_refused_where_the_device_lacks_it(monkeypatch):
 def test_submitit_local_launches_at_most_the_pool_size_at_once():
     from omegaconf import OmegaConf
 
-    from conf.contract import RunSpec
-    from sweeper.ovat import OvatSweeperImpl
-    from sweeper.pool import core_slots
+    from memsweep.conf.contract import RunSpec
+    from memsweep.sweeper.ovat import OvatSweeperImpl
+    from memsweep.sweeper.pool import core_slots
 
     impl = OvatSweeperImpl()
     spec = RunSpec(batch=1, context=8, width=16, device="cpu")

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conf.contract import (
+from memsweep.conf.contract import (
     COUNTERS,
     STEP_SUB_PHASES,
     USER_STEP_SUB_PHASES,
@@ -22,7 +22,7 @@ from conf.contract import (
     SpecError,
     sub_phase_names,
 )
-from sweeper.process import execute
+from memsweep.sweeper.process import execute
 from tests.data.loads import MEMSWEEP
 
 MODULE = "memsweep_user_step_example"
@@ -150,7 +150,7 @@ def test_the_users_step_runs_as_one_sub_phase_and_the_record_says_so(runs):
 
 
 def test_the_users_step_reaches_the_runs_table(runs, root):
-    from analysis.tables import build_tables
+    from memsweep.analysis.tables import build_tables
 
     runs_table, phases_table, _ = build_tables([root / "sweep"])
     by_dir = {row["run_dir"].rsplit("/", 1)[-1]: row for row in runs_table.to_pylist()}
@@ -189,7 +189,7 @@ def test_a_dry_run_predicts_the_users_step(runs):
     ],
 )
 def test_a_bad_train_step_is_found_by_the_workers_check(root, monkeypatch, step, kwargs, field, words):
-    from worker.workloads.user import check_user_targets
+    from memsweep.worker.workloads.user import check_user_targets
 
     monkeypatch.setattr(sys, "path", list(sys.path))  # check_user_targets puts workload.path first
     answer = check_user_targets(_workload(root, step, **kwargs))
@@ -253,7 +253,7 @@ def test_no_torch_optimizer_means_no_optimizer_state_bytes_not_zero(held):
     without state yet reads 0 bytes."""
     import torch
 
-    from worker.workloads.base import Workload
+    from memsweep.worker.workloads.base import Workload
 
     class Held:  # the three methods read only what the workload holds
         optimizer_items = Workload.optimizer_items

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conf.contract import DEVICE_COUNTERS as COUNTERS
-from conf.contract import STEP_SUB_PHASES, RunSpec
-from sweeper.process import execute
+from memsweep.conf.contract import DEVICE_COUNTERS as COUNTERS
+from memsweep.conf.contract import STEP_SUB_PHASES, RunSpec
+from memsweep.sweeper.process import execute
 from tests.data.loads import MEMSWEEP, TINY_HF_LLAMA
 from tests.data.optional import HAS_TRANSFORMERS, needs_transformers
 
@@ -207,7 +207,7 @@ def test_hf_llama_generate_in_a_worker(runs):
 def test_user_workload_through_the_memsweep_command(runs):
     result, record = runs["user"]
     assert result["outcome"] == "ok", result
-    assert record["spec"]["workload"]["model"]["_target_"] == "conf.examples.convnet.build_model"
+    assert record["spec"]["workload"]["model"]["_target_"] == "memsweep.conf.examples.convnet.build_model"
     assert _names(record)[-1] == "eval" and "cold_step.backward" in _names(record)
     # conv weights and biases of two blocks of 4 channels (3 blocks), then Linear(4, 10)
     params = (3 * 4 * 9 + 4) + 2 * (4 * 4 * 9 + 4) + (4 * 10 + 10)
@@ -216,7 +216,7 @@ def test_user_workload_through_the_memsweep_command(runs):
 
 
 def test_analysis_tables_read_sub_phases_and_options(runs):
-    from analysis.tables import build_tables
+    from memsweep.analysis.tables import build_tables
 
     runs_table, phases, problems = build_tables([runs["_root"]])
     rows = {Path(r["run_dir"]).name: r for r in runs_table.to_pylist()}
@@ -232,7 +232,7 @@ def test_analysis_tables_read_sub_phases_and_options(runs):
 def test_fork_server_outlives_the_threads_that_started_runs(runs):
     """The runs above started from pool threads, now gone: the fork server (PR_SET_PDEATHSIG is
     per thread) must still serve the next run instead of resetting its connection."""
-    from sweeper import process
+    from memsweep.sweeper import process
 
     if process.execute.__defaults__ and "forkserver" not in process.execute.__defaults__:
         pytest.skip("execute() does not default to the fork server")

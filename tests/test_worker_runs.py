@@ -5,9 +5,9 @@ import signal
 
 import pytest
 
-from conf.contract import DEVICE_COUNTERS as COUNTERS
-from conf.contract import INFERENCE_PHASES, TRAIN_PHASES, RunSpec
-from sweeper.process import RunDirError, execute
+from memsweep.conf.contract import DEVICE_COUNTERS as COUNTERS
+from memsweep.conf.contract import INFERENCE_PHASES, TRAIN_PHASES, RunSpec
+from memsweep.sweeper.process import RunDirError, execute
 
 
 def _record(run_dir):

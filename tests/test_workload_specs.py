@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conf.contract import (
+from memsweep.conf.contract import (
     GENERATE_PHASES,
     TRAIN_PHASES,
     RunSpec,
@@ -138,14 +138,14 @@ def compose():
     from hydra import initialize_config_module
 
     def _compose(*overrides):
-        with initialize_config_module(config_module="conf", version_base="1.3"):
+        with initialize_config_module(config_module="memsweep.conf", version_base="1.3"):
             return hydra_compose(config_name="config", overrides=["device=cpu", *overrides])
 
     return _compose
 
 
 def test_config_groups_compose_into_valid_specs(compose, monkeypatch, tmp_path):
-    from sweeper.spec import spec_from_config
+    from memsweep.sweeper.spec import spec_from_config
 
     spec = spec_from_config(compose("workload=transformer", "mode=generate", "new_tokens=8", "kv_cache=static"))
     assert spec.workload["name"] == "transformer" and spec.workload["hidden"] is None
@@ -172,7 +172,7 @@ def test_config_groups_compose_into_valid_specs(compose, monkeypatch, tmp_path):
     )
     monkeypatch.chdir(tmp_path)
     spec = spec_from_config(compose("workload=user_convnet"))
-    assert spec.workload["model"]["_target_"] == "conf.examples.convnet.build_model"
+    assert spec.workload["model"]["_target_"] == "memsweep.conf.examples.convnet.build_model"
     assert spec.workload["path"] == [str(tmp_path)]  # the worker imports from where memsweep runs
     spec = spec_from_config(
         compose("workload=hf", "workload.config=LlamaConfig", "+workload.overrides.num_hidden_layers=2")
@@ -183,7 +183,7 @@ def test_config_groups_compose_into_valid_specs(compose, monkeypatch, tmp_path):
 def test_missing_optional_packages_are_named_before_any_worker(compose, monkeypatch):
     import importlib.util
 
-    from sweeper.spec import spec_from_config
+    from memsweep.sweeper.spec import spec_from_config
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
@@ -228,8 +228,8 @@ def test_varying_an_axis_the_load_ignores_is_refused_naming_the_field(fields, ax
 
 def test_the_runs_table_names_the_optimizer_that_ran():
     """A user factory's target, not the spec's unused default optimizer (adamw)."""
-    from analysis.tables import run_row
-    from conf.contract import Run, run_optimizer
+    from memsweep.analysis.tables import run_row
+    from memsweep.conf.contract import Run, run_optimizer
 
     factory = _spec(mode="train", workload={**USER, "optimizer": {"_target_": "a.make"}}).to_dict()
     plain = _spec(mode="train", optimizer="sgd").to_dict()
@@ -240,7 +240,7 @@ def test_the_runs_table_names_the_optimizer_that_ran():
 
 
 def test_the_console_line_leaves_out_a_width_the_load_ignores(tmp_path):
-    from sweeper.job import outcome_line
+    from memsweep.sweeper.job import outcome_line
 
     result = {"outcome": "ok", "failed_phase": None, "wall_s": 1.0}
     assert " width=32 " in outcome_line(_spec(), tmp_path, result)
@@ -254,10 +254,10 @@ def test_the_console_line_leaves_out_a_width_the_load_ignores(tmp_path):
 def test_a_table_row_names_the_width_only_where_the_load_reads_it(tmp_path, workload, named):
     """The frontier's fixed load and the report's title (``load_words`` on a runs-table row, whose
     workload is a name and its params JSON text) follow ``axis_ignored``, like the console line."""
-    from analysis.labels import load_words
-    from analysis.tables import run_row
-    from conf.contract import Run, axis_ignored
-    from sweeper.job import outcome_line
+    from memsweep.analysis.labels import load_words
+    from memsweep.analysis.tables import run_row
+    from memsweep.conf.contract import Run, axis_ignored
+    from memsweep.sweeper.job import outcome_line
 
     spec = _spec() if workload is None else _spec(workload=workload)
     row = run_row(Run(tmp_path / "0", spec.to_dict(), record={}), tmp_path)

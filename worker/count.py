@@ -1,4 +1,4 @@
-"""``python -m worker --count-params PATH [PATH ...]``: a local config's parameters, counted
+"""``python -m memsweep.worker --count-params PATH [PATH ...]``: a local config's parameters, counted
 by the library that defines the model.
 
 Each config (a ``config.json`` or a directory holding one; never downloaded) is turned into

@@ -1,6 +1,6 @@
 """The device a run asks for, and the run's environment: versions, device, allocator, host.
 
-``python -m worker --probe DEVICE`` (``probe``) and ``--env DEVICE`` (``env_report``, seed 003's
+``python -m memsweep.worker --probe DEVICE`` (``probe``) and ``--env DEVICE`` (``env_report``, seed 003's
 environment report) answer from here, in a short process of their own, so that the sweeper's
 process never initialises CUDA.
 
@@ -15,7 +15,7 @@ import os
 import platform
 import socket
 
-from conf.contract import ISOLATION_ENV, ISOLATION_SPAWN, first_line, meminfo_bytes
+from memsweep.conf.contract import ISOLATION_ENV, ISOLATION_SPAWN, first_line, meminfo_bytes
 
 
 def resolve_device(requested: str):

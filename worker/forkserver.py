@@ -1,4 +1,4 @@
-"""memsweep's fork server: ``python -m worker.forkserver SOCKET [PARENT [--no-preload]]``.
+"""memsweep's fork server: ``python -m memsweep.worker.forkserver SOCKET [PARENT [--no-preload]]``.
 
 The server imports torch (and what the worker needs) once, never touches a device, and
 serves one request per connection on a Unix socket: a JSON line ``{"spec", "stdout",
@@ -12,7 +12,7 @@ worker's pid and its own, which the client watches) at once and ``{"returncode":
 the worker has ended (negative: killed by that signal, as subprocess reports it).
 
 ``isolation=spawn`` (``"isolation": "spawn"`` in the request): the handler starts a new
-interpreter, ``python -m worker SPEC`` (``worker.launch.spawn``), instead of forking: the run
+interpreter, ``python -m memsweep.worker SPEC`` (``worker.launch.spawn``), instead of forking: the run
 inherits nothing of the server and imports torch itself, and everything else (answers, lease,
 timeout, exit status) is the same. A server started for spawned runs (``--no-preload``,
 ``conf.contract.FORKSERVER_NO_PRELOAD``) imports torch only if asked to fork one.
@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 
-from conf.contract import (
+from memsweep.conf.contract import (
     EXIT_STATUS_FILE,
     FORKSERVER_KILL_REQUEST,
     FORKSERVER_NO_PRELOAD,

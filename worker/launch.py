@@ -3,7 +3,7 @@
 ``isolation=forkserver``: ``run`` is called in the forked child; the server has imported torch
 (never touching a device), so every run is still a fresh process, with its own CUDA context
 and caching allocator, that skips the import. ``isolation=spawn``: ``spawn`` starts a new
-interpreter, ``python -m worker SPEC``, exactly as ``sweeper.launch.run_spawn`` does: it
+interpreter, ``python -m memsweep.worker SPEC``, exactly as ``sweeper.launch.run_spawn`` does: it
 inherits nothing of the server (no module, no descriptor, no ignored signal) and imports torch
 itself; only its parent is the server's handler instead of the launcher's worker.
 """
@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 
-from conf.contract import PARENT_ENV, WORKER_COMMAND
+from memsweep.conf.contract import PARENT_ENV, WORKER_COMMAND
 
 from .main import main
 
@@ -51,7 +51,7 @@ def run(spec_path: str, stdout_path: str, stderr_path: str, env: dict, parent: i
 def spawn(spec_path: str, stdout_path: str, stderr_path: str, env: dict, parent: int) -> subprocess.Popen:
     """Start the worker in a new interpreter (``isolation=spawn``), from a fork-server handler.
 
-    The same process as ``sweeper.launch.run_spawn`` starts: ``python -m worker SPEC``
+    The same process as ``sweeper.launch.run_spawn`` starts: ``python -m memsweep.worker SPEC``
     (``conf.contract.WORKER_COMMAND``) in a session of its own, in the run directory, stdin
     from /dev/null, stdout and stderr into the given files (truncated), every other descriptor
     closed, and every signal at its default disposition: subprocess restores SIGPIPE and

@@ -1,4 +1,4 @@
-"""The worker process: ``python -m worker SPEC.json`` measures one condition.
+"""The worker process: ``python -m memsweep.worker SPEC.json`` measures one condition.
 
 The worker's command line; the work is done by
 
@@ -15,12 +15,12 @@ The run stops at the first failed phase.
 Exit codes: 0 ok, 2 PyTorch or the asked-for device (or dtype on it) unavailable, nothing
 measured; 3 a phase ran out of memory; 4 a phase raised another error; 5 bad spec.
 
-``python -m worker --probe DEVICE`` prints a JSON description of DEVICE (``auto``
+``python -m memsweep.worker --probe DEVICE`` prints a JSON description of DEVICE (``auto``
 resolves to cuda:0 when a GPU is visible, else cpu) and exits; the sweeper uses it so
-that its own process never initialises CUDA. ``python -m worker --env DEVICE`` prints seed
-003's environment report of DEVICE. ``python -m worker --count-params PATH ...`` counts the
+that its own process never initialises CUDA. ``python -m memsweep.worker --env DEVICE`` prints seed
+003's environment report of DEVICE. ``python -m memsweep.worker --count-params PATH ...`` counts the
 parameters of local configs with transformers on the meta device (``count.py``).
-``python -m worker --check-user WORKLOAD_JSON`` imports a user workload's ``train_step`` and
+``python -m memsweep.worker --check-user WORKLOAD_JSON`` imports a user workload's ``train_step`` and
 checks its call (``workloads.user.check_user_targets``), for the sweeper.
 
 This module imports no torch: ``measure`` imports it, and records its absence.
@@ -33,7 +33,7 @@ import os
 import sys
 from pathlib import Path
 
-from conf.contract import (
+from memsweep.conf.contract import (
     EXIT_BAD_SPEC,
     EXIT_OK,
     EXIT_UNAVAILABLE,
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK if answer.get("ok") else EXIT_BAD_SPEC
     if len(argv) != 1:
         print(
-            "usage: python -m worker SPEC.json | --probe DEVICE | --env DEVICE | --count-params PATH [PATH ...] "
-            "| --check-user WORKLOAD_JSON",
+            "usage: python -m memsweep.worker SPEC.json | --probe DEVICE | --env DEVICE "
+            "| --count-params PATH [PATH ...] | --check-user WORKLOAD_JSON",
             file=sys.stderr,
         )
         return EXIT_BAD_SPEC

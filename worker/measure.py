@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conf.contract import (
+from memsweep.conf.contract import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_OOM,

@@ -24,7 +24,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from conf.contract import (
+from memsweep.conf.contract import (
     AFTER_PHASES,
     GENERATE_SUB_PHASES,
     INFERENCE_PHASES,

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from conf.contract import PER_DEVICE_EXTRAS, SUB_PHASE_FIELDS
+from memsweep.conf.contract import PER_DEVICE_EXTRAS, SUB_PHASE_FIELDS
 
 from .classify import classify_failure, parse_oom
 

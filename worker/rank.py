@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from conf.contract import RunSpec
+from memsweep.conf.contract import RunSpec
 
 from .lifecycle import die_with_parent
 from .measure import Recorder, measure, run_shape

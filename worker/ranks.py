@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from conf.contract import (
+from memsweep.conf.contract import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_OOM,

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Mapping
 
-from conf.contract import SpecError
+from memsweep.conf.contract import SpecError
 
 PORT_BASE = 20000
 """The lowest ``MASTER_PORT`` derived from a job id (above the usual ephemeral-port floor of

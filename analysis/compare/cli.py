@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from conf.contract import SpecError
+from memsweep.conf.contract import SpecError
 
 from ..report import ReportExists, report_paths
 from ..tables import repeated_dirs

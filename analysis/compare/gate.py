@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from conf.contract import SpecError, parse_size
+from memsweep.conf.contract import SpecError, parse_size
 
 from .match import Comparison
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from conf.contract import AXES, device_kind_of, peak_counters
+from memsweep.conf.contract import AXES, device_kind_of, peak_counters
 
 from ..frontier import SPREAD, order_key
 from ..labels import load_words

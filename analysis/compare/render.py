@@ -5,7 +5,7 @@ Sizes: raw bytes, differences in bytes and percent of the baseline; GiB = 2^30 B
 
 from __future__ import annotations
 
-from conf.contract import gib
+from memsweep.conf.contract import gib
 
 from ..doc import Doc, Image
 from .gate import Regression, Threshold

@@ -13,7 +13,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from conf.contract import version_tuple
+from memsweep.conf.contract import version_tuple
 
 BNB_8BIT_BLOCK = 256
 """Values per fp32 absmax of the 8-bit optimizer states in current bitsandbytes (block-wise

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from conf.contract import ESTIMATE_KEYS, GB, GiB
+from memsweep.conf.contract import ESTIMATE_KEYS, GB, GiB
 
 COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "kv_cache", "temporaries")
 """The estimated components, in print order. ``temporaries`` are short-lived buffers at the

@@ -23,7 +23,7 @@ import sys
 from fractions import Fraction
 from typing import Any
 
-from conf.contract import GB, GiB
+from memsweep.conf.contract import GB, GiB
 
 from .activations import RECOMPUTE, transformer_layer_activation_bytes
 from .breakdown import Breakdown

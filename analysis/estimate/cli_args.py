@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from conf.contract import RunSpec, validate_workload
+from memsweep.conf.contract import RunSpec, validate_workload
 
 from .activations import ActivationSettings
 
@@ -47,7 +47,7 @@ def device_arg(text: str) -> str:
         argparse.ArgumentTypeError: anything else (``auto`` too: an estimate names its device),
             with the values accepted; argparse prints it naming ``--device`` and exits 2.
     """
-    from conf.contract import SpecError, validate_device
+    from memsweep.conf.contract import SpecError, validate_device
 
     try:
         if validate_device(text) != "auto":
@@ -91,7 +91,7 @@ def check_applicable(args: argparse.Namespace) -> None:
     Raises:
         UsageError: naming the option and what it applies to.
     """
-    from conf.contract import lora_settings_without_rank
+    from memsweep.conf.contract import lora_settings_without_rank
 
     from .errors import UsageError
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conf.contract import GiB
+from memsweep.conf.contract import GiB
 
 from .breakdown import Breakdown
 from .workloads import PhaseEstimate

@@ -1,7 +1,7 @@
 """Model descriptions counted by the library that defines the model.
 
 ``memsweep estimate --config DIR`` describes a model by building it: the worker entry
-``python -m worker --count-params DIR`` (``worker/count.py``) builds the config's causal LM
+``python -m memsweep.worker --count-params DIR`` (``worker/count.py``) builds the config's causal LM
 with transformers on the meta device and prints its tensors; this module starts that
 process (``conf.contract.ask_worker``; the analysis never imports torch) and turns its
 answer into a ``TransformerConfig`` whose ``tensors()`` are the model's own. Without
@@ -15,7 +15,7 @@ import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
 
-from conf.contract.ask import ask_worker
+from memsweep.conf.contract.ask import ask_worker
 
 from .hf_config import load_hf_config
 from .kv_cache import resolve_head_dim

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from conf.contract import RunSpec
+from memsweep.conf.contract import RunSpec
 
 from .activations import run_activations
 from .breakdown import Breakdown

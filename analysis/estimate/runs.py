@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from conf.contract import RunSpec
+from memsweep.conf.contract import RunSpec
 
 from .activations import run_activations
 from .breakdown import Breakdown

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from conf.contract import CUDA_BLOCK_BYTES
+from memsweep.conf.contract import CUDA_BLOCK_BYTES
 
 from .breakdown import COMPONENTS, Breakdown, ceil_div, check_int
 from .formats import DTYPE_BYTES

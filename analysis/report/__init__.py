@@ -43,7 +43,7 @@ Modules, in the order the data flows:
 
 from __future__ import annotations
 
-from conf.contract import AXES, gib
+from memsweep.conf.contract import AXES, gib
 
 from .build import Report, build_report
 from .cli import main

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from conf.contract import SpecError
+from memsweep.conf.contract import SpecError
 
 from ..cli import add_sweep_dir_args, parse_sweep_dir_args
 from .margin import DEFAULT_MARGIN, parse_margin

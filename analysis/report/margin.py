@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from conf.contract import SpecError, device_kind_of, gib, parse_size, peak_counters
+from memsweep.conf.contract import SpecError, device_kind_of, gib, parse_size, peak_counters
 
 DEFAULT_MARGIN = "10%"
 """The margin when none is given (``--margin``, ``hydra.callbacks.analyze.margin``): 10 % of the capacity."""

@@ -9,7 +9,7 @@ figure come from the run. Shown when some run is a DDP/FSDP run; nothing otherwi
 
 from __future__ import annotations
 
-from conf.contract import gib
+from memsweep.conf.contract import gib
 
 from ..doc import Doc
 from .fmt import nbytes

@@ -5,7 +5,7 @@ Everything here reads phase rows (analysis.tables.PHASES_SCHEMA as dicts); sizes
 
 from __future__ import annotations
 
-from conf.contract import COLD_PHASES
+from memsweep.conf.contract import COLD_PHASES
 
 COLD_WARM_FLAG = 1.2
 """A cold peak (first pass, step or generation) above this many times the warm one is called out."""

@@ -8,7 +8,7 @@ capacity and the capacity minus the margin.
 
 from __future__ import annotations
 
-from conf.contract import gib
+from memsweep.conf.contract import gib
 
 from ..doc import Doc, Image
 from ..frontier import direction_words

@@ -5,7 +5,7 @@ Everything here is computed from the observed counters or from formulas; sizes i
 
 from __future__ import annotations
 
-from conf.contract import gib
+from memsweep.conf.contract import gib
 
 from .. import cards as cards_mod
 from ..doc import Doc, Image

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 
-from conf.contract import AXES, gib, predicted_outcome
+from memsweep.conf.contract import AXES, gib, predicted_outcome
 
 from .. import cards as cards_mod
 from ..doc import Doc

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from conf.contract import AXES, gib
+from memsweep.conf.contract import AXES, gib
 
 from ..doc import Doc, Image
 from ..frontier import direction_words

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from conf.contract import gib
+from memsweep.conf.contract import gib
 
 from ..doc import Doc
 from ..frontier import direction_words

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conf.contract import PEAK_CATEGORIES, PEAK_CATEGORY_WORDS, PEAK_SPLIT_FIELDS
+from memsweep.conf.contract import PEAK_CATEGORIES, PEAK_CATEGORY_WORDS, PEAK_SPLIT_FIELDS
 
 from ..doc import Doc, Image
 from ..estimate import PARALLEL_ZERO_STAGE, mlp_phases_for_spec

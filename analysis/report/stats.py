@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conf.contract import AXES, gib
+from memsweep.conf.contract import AXES, gib
 
 from ..frontier import IDENTITY, ROW_KEY, differing, direction_words, edge_columns, order_key, search_results
 from ..labels import load_words

@@ -1,4 +1,4 @@
-"""Ask the worker a question in a separate process: ``python -m worker FLAG ARGS...``.
+"""Ask the worker a question in a separate process: ``python -m memsweep.worker FLAG ARGS...``.
 
 The sweeper (``--probe``, ``--env``) and the analysis (``--count-params``) never import torch
 themselves; they start the worker and read the JSON object it prints on its last stdout line.
@@ -13,7 +13,7 @@ import sys
 
 
 def ask_worker(flag: str, *args: str, timeout: float = 300) -> dict:
-    """``python -m worker FLAG ARGS...`` in a separate process: its answer, the JSON object on
+    """``python -m memsweep.worker FLAG ARGS...`` in a separate process: its answer, the JSON object on
     its last stdout line (whatever its exit status).
 
     Args:
@@ -29,7 +29,7 @@ def ask_worker(flag: str, *args: str, timeout: float = 300) -> dict:
         subprocess.TimeoutExpired: it ran past ``timeout``.
     """
     proc = subprocess.run(
-        [sys.executable, "-m", "worker", flag, *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "memsweep.worker", flag, *args], capture_output=True, text=True, timeout=timeout
     )
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -320,14 +320,14 @@ SOURCES = ("measured", "predicted")
 # ---- how a run is started ---------------------------------------------------------------
 
 ISOLATION_SPAWN = "spawn"
-"""Isolation by a new interpreter per run (``python -m worker SPEC``)."""
+"""Isolation by a new interpreter per run (``python -m memsweep.worker SPEC``)."""
 
-WORKER_COMMAND = ("-m", "worker")
+WORKER_COMMAND = ("-m", "memsweep.worker")
 """The interpreter's arguments before the spec's path that start a spawned worker
 (``ISOLATION_SPAWN``): ``sys.executable -m worker SPEC`` (``sweeper.launch``, ``worker.launch``)."""
 
 FORKSERVER_NO_PRELOAD = "--no-preload"
-"""The fork server's third argument (``python -m worker.forkserver SOCKET PARENT --no-preload``)
+"""The fork server's third argument (``python -m memsweep.worker.forkserver SOCKET PARENT --no-preload``)
 for a server that imports torch only when a run is to be forked: one started for
 ``ISOLATION_SPAWN``, whose runs are new interpreters that import torch themselves."""
 
@@ -347,7 +347,7 @@ DEFAULT_ISOLATION = ISOLATION_FORKSERVER
 
 ISOLATION_ENV = "MEMSWEEP_ISOLATION"
 """Environment variable through which the sweeper tells the worker how it was started; a worker
-started without it (by hand, ``python -m worker SPEC``) was started as ``ISOLATION_SPAWN``."""
+started without it (by hand, ``python -m memsweep.worker SPEC``) was started as ``ISOLATION_SPAWN``."""
 
 LEASE_LOCKS_ENV = "MEMSWEEP_LEASE_LOCKS"
 """Environment variable naming the lock files of a run's device lease (``sweeper.pool``; paths

@@ -6,9 +6,9 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 
-from sweeper.frontier_settings import FrontierSweeperConf
-from sweeper.frontier_sweeper import FrontierSweeperImpl
-from sweeper.ovat import OvatSweeperConf, OvatSweeperImpl
+from memsweep.sweeper.frontier_settings import FrontierSweeperConf
+from memsweep.sweeper.frontier_sweeper import FrontierSweeperImpl
+from memsweep.sweeper.ovat import OvatSweeperConf, OvatSweeperImpl
 
 
 class _Delegating(Sweeper):

@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from conf.contract import AXIS_DIRECTIONS, NUMERIC_AXES, SpecError
-from conf.contract import OUTCOMES as RUN_OUTCOMES
+from memsweep.conf.contract import AXIS_DIRECTIONS, NUMERIC_AXES, SpecError
+from memsweep.conf.contract import OUTCOMES as RUN_OUTCOMES
 
 SEARCH_AXES = NUMERIC_AXES  # the axes a search can walk: the numeric ones (conf.contract)
 # Outcomes that stop the search: never read as an OOM nor as a success. Every run outcome

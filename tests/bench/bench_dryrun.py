@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from conf.contract import PEAK_SPLIT_FIELDS, RunSpec, bytes_text
-from sweeper.process import execute
+from memsweep.conf.contract import PEAK_SPLIT_FIELDS, RunSpec, bytes_text
+from memsweep.sweeper.process import execute
 from tests.bench.bench_frontier import REAL_LOAD, REAL_RANGE
 
 BASE = dict(context=64, width=128, device="cpu", warmup=1, repeats=1, timeout_s=1800, threads=1)
@@ -129,7 +129,7 @@ def llama_vs_estimator(root: Path) -> dict:
     """The Llama-2-7B dry run's split at the optimizer step's peak against the estimator
     (analysis.estimate.estimate_transformer, pure bf16 AdamW: states in the parameter dtype as
     torch.optim.AdamW's zeros_like, no fp32 master copy, no ZeRO)."""
-    from analysis.estimate import estimate_transformer, parse_hf_config
+    from memsweep.analysis.estimate import estimate_transformer, parse_hf_config
 
     record, wall = run(root, "llama2-7b", LLAMA2_7B)
     model = record["model"] or {}

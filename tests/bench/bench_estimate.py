@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from analysis.estimate import COMPONENTS, mlp_phases  # noqa: E402
-from conf.contract import RECORD_FILE, RunSpec, read_json  # noqa: E402
-from sweeper.process import execute  # noqa: E402
-from sweeper.spec import with_estimate  # noqa: E402
+from memsweep.analysis.estimate import COMPONENTS, mlp_phases  # noqa: E402
+from memsweep.conf.contract import RECORD_FILE, RunSpec, read_json  # noqa: E402
+from memsweep.sweeper.process import execute  # noqa: E402
+from memsweep.sweeper.spec import with_estimate  # noqa: E402
 
 DEVICE = os.environ.get("MEMSWEEP_BENCH_DEVICE", "cpu")
 JOBS = int(os.environ.get("MEMSWEEP_BENCH_JOBS", "2"))

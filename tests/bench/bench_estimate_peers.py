@@ -4,7 +4,7 @@ downloaded). Part of ``make bench BENCH=estimate`` (``bench_estimate.main`` call
 
 Accounting of each, as their source states it:
 
-* memsweep: transformers' causal LM built on the meta device (``python -m worker
+* memsweep: transformers' causal LM built on the meta device (``python -m memsweep.worker
   --count-params``), tied weights once; mixed-precision AdamW = 2 (bf16 weights) + 2 (bf16
   gradients) + 4 (fp32 master) + 8 (m, v) = 16 B/param (ZeRO paper); ZeRO stage 2 partitions
   gradients and optimizer states (2P + 14P/N), stage 3 also the weights (16P/N).
@@ -31,8 +31,8 @@ import json
 import tempfile
 from pathlib import Path
 
-import analysis.estimate as E
-from conf.contract import GiB
+import memsweep.analysis.estimate as E
+from memsweep.conf.contract import GiB
 from tests.data.published_configs import PUBLISHED
 
 DEVICES = 8

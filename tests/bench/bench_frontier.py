@@ -55,8 +55,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conf.contract import GiB  # noqa: E402
-from sweeper.search import FrontierSearch, Lattice, run_search  # noqa: E402
+from memsweep.conf.contract import GiB  # noqa: E402
+from memsweep.sweeper.search import FrontierSearch, Lattice, run_search  # noqa: E402
 from tests.bench.frontier_cli import frontier_sweep  # noqa: E402
 
 CAPACITY = 80 * GiB

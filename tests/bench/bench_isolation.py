@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from conf.contract import RunSpec
-from sweeper.process import execute
+from memsweep.conf.contract import RunSpec
+from memsweep.sweeper.process import execute
 from tests.data.loads import MEMSWEEP
 
 N = 20

@@ -30,10 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from analysis.tables import build_tables  # noqa: E402
-from conf.contract import RunSpec  # noqa: E402
-from sweeper.process import execute  # noqa: E402
-from sweeper.spec import with_estimate  # noqa: E402
+from memsweep.analysis.tables import build_tables  # noqa: E402
+from memsweep.conf.contract import RunSpec  # noqa: E402
+from memsweep.sweeper.process import execute  # noqa: E402
+from memsweep.sweeper.spec import with_estimate  # noqa: E402
 
 WORKLOAD = {"name": "transformer", "layers": 2, "vocab": 2048}
 LOAD = {

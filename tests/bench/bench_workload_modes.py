@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from conf.contract import RunSpec
-from sweeper.process import execute
+from memsweep.conf.contract import RunSpec
+from memsweep.sweeper.process import execute
 
 GPT2_SMALL = {
     "name": "transformer",

@@ -56,7 +56,7 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def build(load: dict):
-    from worker.models import MLP
+    from memsweep.worker.models import MLP
 
     torch.manual_seed(0)
     return MLP(load["width"], 4 * load["width"], load["depth"], "gelu")
@@ -177,7 +177,7 @@ def main(argv: list[str]) -> int:
         import lightning.pytorch  # noqa: F401  (imports before the limit, as in the worker)
     else:
         import accelerate  # noqa: F401
-    from worker.counters import apply_cpu_process_capacity
+    from memsweep.worker.counters import apply_cpu_process_capacity
 
     torch.ones(64, 64) @ torch.ones(64, 64)  # the intra-op thread pool starts before the limit
     apply_cpu_process_capacity(load["capacity_bytes"])

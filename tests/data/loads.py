@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conf.contract import SEARCH_LOG, SPEC_FILE
-from sweeper.process import worker_env
+from memsweep.conf.contract import SEARCH_LOG, SPEC_FILE
+from memsweep.sweeper.process import worker_env
 
 TINY_CPU = ["context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
 """Hydra overrides of a tiny mlp load on the CPU (a run takes seconds); add batch and capacity."""
@@ -41,14 +41,14 @@ TINY_HF_GPT2 = {
 
 
 def run_worker(run_dir: Path, timeout: float) -> subprocess.CompletedProcess:
-    """Run ``python -m worker run_dir/spec.json`` in ``run_dir`` as the sweeper starts a worker
+    """Run ``python -m memsweep.worker run_dir/spec.json`` in ``run_dir`` as the sweeper starts a worker
     (``sweeper.process.worker_env``), output captured as text.
 
     Args: run_dir: a directory holding the spec file; timeout: seconds before
     ``subprocess.TimeoutExpired``. Returns: the finished process (its record is in run_dir).
     """
     return subprocess.run(
-        [sys.executable, "-m", "worker", str(run_dir / SPEC_FILE)],
+        [sys.executable, "-m", "memsweep.worker", str(run_dir / SPEC_FILE)],
         cwd=run_dir,
         env=worker_env(),
         capture_output=True,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from conf.contract import EXTRA_COUNTERS, PEAK_SPLIT_FIELDS
+from memsweep.conf.contract import EXTRA_COUNTERS, PEAK_SPLIT_FIELDS
 
 # The extra counters of a phase record (``extra()``), null where a backend has none (never 0).
 NO_EXTRA = dict.fromkeys(EXTRA_COUNTERS)

@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import (
 )
 from torch.utils._pytree import tree_leaves
 
-from conf.contract import proc_kb_field, proc_kb_fields
+from memsweep.conf.contract import proc_kb_field, proc_kb_fields
 
 from .base import NO_EXTRA, NO_PEAK_SPLIT
 

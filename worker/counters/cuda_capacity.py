@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from conf.contract import DEVICE_NOT_FREE_BYTES
+from memsweep.conf.contract import DEVICE_NOT_FREE_BYTES
 
 from .cuda import outside_allocator
 

@@ -21,7 +21,7 @@ import torch
 from torch.nn.modules.module import register_module_parameter_registration_hook
 from torch.utils._pytree import tree_leaves
 
-from conf.contract import CUDA_BLOCK_BYTES, PEAK_CATEGORIES
+from memsweep.conf.contract import CUDA_BLOCK_BYTES, PEAK_CATEGORIES
 
 from .base import NO_EXTRA
 from .cpu import LiveTensorTracker

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from conf.contract import RunSpec
+from memsweep.conf.contract import RunSpec
 
 from .base import DTYPES, Workload
 from .errors import DependencyMissing

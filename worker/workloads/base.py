@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from conf.contract import RunSpec
+from memsweep.conf.contract import RunSpec
 
 from .compile import compile_model, compiler_missing
 from .errors import DependencyMissing

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from conf.contract import hf_config_kind, version_tuple
+from memsweep.conf.contract import hf_config_kind, version_tuple
 
 from . import hf_dry
 from .errors import DependencyMissing

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from conf.contract import RunSpec
+from memsweep.conf.contract import RunSpec
 
 from ..models import KVCache, Transformer
 from .base import Workload

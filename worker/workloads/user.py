@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from conf.contract import SpecError
+from memsweep.conf.contract import SpecError
 
 from .base import Workload
 from .losses import default_loss
@@ -112,7 +112,7 @@ def check_train_step(fn: Any, kwargs: dict, path: str) -> None:
 
 
 def check_user_targets(workload: dict) -> dict:
-    """Import a user workload's ``train_step`` and check it (``python -m worker --check-user``,
+    """Import a user workload's ``train_step`` and check it (``python -m memsweep.worker --check-user``,
     asked by the sweeper before any worker starts: its own process never imports the user's code).
 
     Args:
