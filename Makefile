@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: install run test lint format bench gpu-check gpu-wheels clean
+.PHONY: install run test lint format docs bench gpu-check gpu-wheels clean
 # Say which PyTorch build the venv holds (CPU-only is named as such; never a GPU claim).
 SAY_BUILD := import torch; b = ("CUDA " + torch.version.cuda) if torch.version.cuda else ("ROCm " + torch.version.hip) if torch.version.hip else "CPU-only"; print(f"memsweep: PyTorch {torch.__version__}, a {b} build, in $(VENV)")
 
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[test,hf,lora,lint]"
+	$(PY) -m pip install --quiet -e ".[test,hf,lora,lint,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -45,6 +45,11 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# The documentation site (sources in docs/, mkdocs.yml): built strictly (a broken link or reference
+# fails), its reference tables generated from the code by docs/hooks.py, into build/site (ignored).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 # Benchmarks print measured ratios side by side (not timed tests). BENCH=name limits to one.
 bench: $(STAMP)
