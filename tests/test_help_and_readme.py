@@ -1,7 +1,9 @@
 """Everything a user is shown how to type answers without a traceback and with a documented exit
-status: every subcommand's --help, and every command of the README's code blocks, shrunk
-(tiny loads, a small capacity, paths under the test's directory). Commands a machine without
-a GPU or SLURM cannot run are refused in one line (exit 2), which is a documented answer too."""
+status: every subcommand's --help, and every command of the README's ``bash`` code blocks, shrunk
+(tiny loads, a small capacity, paths under the test's directory, the sweep directories they name
+made first). Commands a machine without a GPU or SLURM cannot run are refused in one line (exit 2),
+which is a documented answer too. The documentation pages' commands are run the same way by
+tests/test_docs.py, with the functions of this module."""
 
 import re
 import shlex
@@ -40,18 +42,34 @@ def test_every_help_answers(tmp_path, argv):
     assert proc.returncode == 0 and proc.stdout.strip()
 
 
-def readme_commands() -> list[list[str]]:
-    """The memsweep commands of the README's code blocks (continuation lines joined)."""
-    text = README.read_text().replace("\\\n", " ")
+# A fenced code block: its indentation, its language and its text (until a fence at that indentation).
+FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)[^\n]*\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
+SHELL_LANGS = ("bash", "sh", "shell")
+
+
+def doc_commands(path: Path) -> list[list[str]]:
+    """The memsweep commands of a Markdown file's shell code blocks (continuation lines joined,
+    comments and environment assignments dropped): each as its arguments after ``memsweep``."""
     out = []
-    for block in re.findall(r"```bash\n(.*?)```|\n\n((?:    .*\n)+)", text, flags=re.S):
-        for line in "".join(block).splitlines():
+    for block in FENCE.finditer(path.read_text()):
+        if block["lang"] not in SHELL_LANGS:
+            continue
+        for line in block["body"].replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].strip()
             if re.match(r"^(\S+=\S+\s+)*(\.venv/bin/)?memsweep \w", line):
                 words = shlex.split(line)
                 start = next(i for i, w in enumerate(words) if "=" not in w and w.split("/")[-1] == "memsweep")
                 out.append(words[start + 1 :])
     return out
+
+
+def readme_commands() -> list[list[str]]:
+    """The memsweep commands of the README's code blocks."""
+    return doc_commands(README)
+
+
+# Placeholders the pages write for a sweep directory; each is given one of the made sweeps.
+SWEEP_PLACEHOLDERS = ("SWEEP_DIR", "SWEEP_A", "SWEEP_B", "BASELINE", "CANDIDATE")
 
 
 def shrink(args: list[str], root: Path, sweep_dirs: list[Path]) -> list[str]:
@@ -63,13 +81,16 @@ def shrink(args: list[str], root: Path, sweep_dirs: list[Path]) -> list[str]:
         key = word.split("=", 1)[0]
         if command in ("run", "sweep", "predict") and key in SHRINK:
             continue
-        if command in ("analyze", "report") and (word.startswith("results/") or word == "SWEEP_DIR"):
+        if command in ("analyze", "report", "compare") and (word.startswith("results/") or word in SWEEP_PLACEHOLDERS):
             word = str(next(dirs))
         elif word.startswith("/tmp/"):
             word = str(root / "out" / word[len("/tmp/") :])
         shrunk.append(word)
     if command in ("run", "sweep", "predict"):
-        if command == "predict":
+        cards = command == "predict" and any(w.startswith("--cards") for w in shrunk)
+        if cards:  # each card's own total is the capacity: the search is bounded instead
+            shrunk = [w for w in shrunk if not w.startswith("capacity=")] + ["--upper", "64"]
+        elif command == "predict":
             shrunk = [w for w in shrunk if not w.startswith("capacity=")] + ["capacity=4MiB"]
         shrunk += [f"{k}={v}" for k, v in SHRINK.items() if not (command == "predict" and k == "capacity")]
         if any(w == "workload=transformer" for w in shrunk):
@@ -78,33 +99,53 @@ def shrink(args: list[str], root: Path, sweep_dirs: list[Path]) -> list[str]:
     return [command, *shrunk]
 
 
-def test_readme_lists_commands_of_every_subcommand():
-    assert {c[0] for c in readme_commands()} >= set(SUBCOMMANDS)
+def test_readme_shows_the_five_tasks_each_as_one_command():
+    """Largest batch (the frontier sweeper), a card you lack (predict --cards), a CI gate (compare
+    --fail-above), your own model (a user workload), a cluster sweep (+cluster=slurm)."""
+    commands = [" ".join(c) for c in readme_commands()]
+    for task in ("sweep hydra/sweeper=frontier", "predict ", "compare ", "workload=user", "+cluster=slurm"):
+        assert any(task in c for c in commands), task
+    assert any("--cards" in c for c in commands) and any("--fail-above" in c for c in commands)
 
 
-def test_every_readme_command_answers_without_a_traceback(tmp_path):
+def test_the_readme_is_short():
+    assert len(README.read_bytes()) <= 10_000
+
+
+def make_sweeps(root: Path, n: int = 2) -> list[Path]:
+    """``n`` small finished sweep directories under ``root``, for the commands that read sweeps."""
     made = []
-    for i in range(2):  # sweep directories for the analyze and report examples
-        made.append(tmp_path / f"made{i}")
+    for i in range(n):
+        made.append(root / f"made{i}")
         proc = subprocess.run(
             [
                 MEMSWEEP,
                 "sweep",
                 "sweep=none",
                 "batch=1,2",
-                *shrink(["run"], tmp_path, [])[1:],
+                *shrink(["run"], root, [])[1:],
                 f"hydra.sweep.dir={made[-1]}",
             ],
-            cwd=tmp_path,
+            cwd=root,
             capture_output=True,
             text=True,
             timeout=300,
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
+    return made
+
+
+def failing_commands(commands: list[list[str]], root: Path, made: list[Path]) -> list[tuple]:
+    """Run each command shrunk; (argv, exit status, stderr's end) of those that printed a traceback
+    or exited with a status the docs do not give."""
     failures = []
-    for n, args in enumerate(readme_commands()):
-        argv = shrink(args, tmp_path / f"c{n}", made)
-        proc = subprocess.run([MEMSWEEP, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    for n, args in enumerate(commands):
+        argv = shrink(args, root / f"c{n}", made)
+        proc = subprocess.run([MEMSWEEP, *argv], cwd=root, capture_output=True, text=True, timeout=600)
         if "Traceback (most recent call last)" in proc.stdout + proc.stderr or proc.returncode not in DOCUMENTED:
             failures.append((argv, proc.returncode, proc.stderr[-1500:]))
-    assert not failures, failures
+    return failures
+
+
+def test_every_readme_command_answers_without_a_traceback(tmp_path):
+    assert not failing_commands(readme_commands(), tmp_path, make_sweeps(tmp_path))
