@@ -135,7 +135,8 @@ def field_comments(cls: type) -> dict[str, str]:
     import inspect
 
     source = inspect.getsource(cls).splitlines()
-    out = {}
+    out: dict[str, str] = {}
+    prev: tuple[str, int] | None = None  # the field a comment-less field's comment block belongs to
     for node in ast.parse("\n".join(source)).body[0].body:  # type: ignore[attr-defined]
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             above = []
@@ -145,7 +146,11 @@ def field_comments(cls: type) -> dict[str, str]:
                 i -= 1
             line = source[node.lineno - 1]
             inline = line.split("#", 1)[1].strip() if "#" in line and "'#'" not in line else ""
-            out[node.target.id] = " ".join([*above, inline]).strip()
+            doc = " ".join([*above, inline]).strip()
+            if not doc and prev is not None and prev[1] == node.lineno - 1:  # under the same comment
+                doc = f"with `{prev[0]}` (the comment above it)"
+            out[node.target.id] = doc
+            prev = (node.target.id if not doc.startswith("with `") else prev[0], node.end_lineno or node.lineno)
     return out
 
 
