@@ -141,12 +141,14 @@ def target_path(function: str | Callable, field: str = "model") -> tuple[str, st
         if not sep or not all(p.isidentifier() for p in parts):
             raise ValueError(f"{field}={function!r}: expected 'pkg.module:function' (a module the worker imports)")
         return f"{module}.{name}", None
-    module, qualname = getattr(function, "__module__", None), getattr(function, "__qualname__", None)
+    owner: str | None = getattr(function, "__module__", None)
+    qualname: str | None = getattr(function, "__qualname__", None)
+    module = owner or ""
     how = (
         "define it at the top level of a .py module (beside your notebook or script) and pass it, or "
         "'module:function': the worker imports it by name in its own process"
     )
-    if not callable(function) or not module or not qualname:
+    if not callable(function) or not owner or not qualname:
         raise ValueError(f"{field}={function!r}: not a function; {how}")
     if qualname == "<lambda>" or "." in qualname:
         raise ValueError(
@@ -283,7 +285,7 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
 def run_exit_code(result: Mapping[str, Any]) -> int:
     """``memsweep run``'s exit status for a run's result envelope: its outcome's (``RUN_EXIT``; a dry
     run's verdict, ``predicted_outcome``, when it has one), 1 for an outcome it does not know."""
-    return RUN_EXIT.get(result.get("predicted_outcome") or result.get("outcome"), 1)
+    return RUN_EXIT.get(str(result.get("predicted_outcome") or result.get("outcome")), 1)
 
 
 def refusal(exc: BaseException) -> Exception:
@@ -655,18 +657,29 @@ def frontier(
         SpecError: bad input (an axis the search cannot walk, settings it refuses).
         ValueError: a user function that cannot be imported by name.
     """
-    import pyarrow.parquet as pq
-
     search = {"axis": axis, "lower": lower, "upper": upper, "multiple_of": multiple_of, "confirm": confirm}
     given = {f"hydra.sweeper.{k}": v for k, v in search.items() if v is not None}
     functions = dict(model=model, inputs=inputs, loss=loss, optimizer=optimizer, train_step=train_step)
     argv = ["hydra/sweeper=frontier", *settings_overrides(given, lists=False)]
     result = _sweep(argv + load_overrides(settings, overrides, functions, lists=False), sweep_dir, progress)
+    return frontier_result(axis, result)
+
+
+def frontier_result(axis: str, result: SweepResult) -> FrontierResult:
+    """The ``FrontierResult`` of ``axis`` in a frontier sweep: its row of ``frontier.parquet``
+    (read with pyarrow: integers stay ``int``), the one the search filled, of the full protocol
+    when light probes made a row of their own.
+
+    Raises:
+        RuntimeError: the table has no row of ``axis``.
+    """
+    import pyarrow.parquet as pq
+
     rows = [r for r in pq.read_table(result.tables.directory / "frontier.parquet").to_pylist() if r["axis"] == axis]
     searched = [r for r in rows if r.get("search_status") is not None] or rows
     if not searched:
         raise RuntimeError(f"{result.sweep_dir}: frontier.parquet has no row of {axis}")
-    row = max(searched, key=lambda r: (r.get("warmup") or 0, r.get("repeats") or 0))  # the full protocol's
+    row = max(searched, key=lambda r: (r.get("warmup") or 0, r.get("repeats") or 0))
     counter = peak_counters(device_kind_of(None, row.get("device")))[0]
     load = {k: v for k, v in row.items() if k in _identity() and v is not None and k != "sweep_dir"}
     return FrontierResult(
@@ -824,7 +837,7 @@ def estimate_argv(parser: Any, options: Mapping[str, Any]) -> list[str]:
     Raises:
         SpecError: an option the command does not have (field ``option``).
     """
-    actions = {}
+    actions: dict[tuple[str, Any], Any] = {}
     for action in parser._actions:  # argparse's public surface has no mapping of destinations
         if action.option_strings:
             actions.setdefault((action.dest, action.const if action.nargs == 0 else None), action)
