@@ -323,11 +323,23 @@ def test_progress_bar_shown_or_not(results, capsys):
     assert "1/1" not in capsys.readouterr().err
 
 
-def test_docs_example_runs(tmp_path):
-    text = (ROOT / "docs" / "api.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert blocks, "docs/api.md has no python example"
-    for code in blocks:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
+def api_examples() -> list[tuple[str, str]]:
+    """(file, code) of every python block of README.md and docs/*.md that imports memsweep."""
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for code in re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S):
+            if "import memsweep" in code:
+                found.append((doc.relative_to(ROOT).as_posix(), textwrap.dedent(code)))
+    return found
+
+
+def test_the_worked_example_is_found():
+    assert "docs/api.md" in {name for name, _ in api_examples()}
+
+
+@pytest.mark.parametrize("name, code", api_examples(), ids=lambda v: v if v.endswith(".md") else "")
+def test_docs_examples_run(name, code, tmp_path):
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, f"{name}: " + out.stderr[-3000:]
+    if name == "docs/api.md":
         assert "max_ok=" in out.stdout and "predicted: max_fit=" in out.stdout
