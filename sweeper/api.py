@@ -177,14 +177,20 @@ def import_root(module: Any) -> str | None:
     return str(path.parents[depth - 1]) if depth else str(path)
 
 
-def user_overrides(functions: Mapping[str, Any]) -> list[str]:
+def user_overrides(functions: Mapping[str, Any], kwargs: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     """The overrides of a user workload given by its functions (``USER_FUNCTIONS``; None: not
-    given): ``workload=user``, each function's ``_target_``, and ``workload.path`` (the working
-    directory, then each function object's package root) so that the worker imports them.
+    given): ``workload=user``, each function's ``_target_`` with its keyword arguments, and
+    ``workload.path`` (the working directory, then each function object's package root) so that the
+    worker imports them.
+
+    Args:
+        functions: name (``model``...) -> ``"pkg.module:function"``, a function, or None.
+        kwargs: name -> the keyword arguments the worker calls that function with.
 
     Raises:
         ValueError: a function that cannot be imported by name (``target_path``), or ``model`` without
             ``inputs`` (or the reverse).
+        SpecError: a keyword argument's value that cannot be written as an override.
     """
     given = {k: v for k, v in functions.items() if v is not None}
     if not given:
@@ -195,7 +201,8 @@ def user_overrides(functions: Mapping[str, Any]) -> list[str]:
     for name in USER_FUNCTIONS:
         if name in given:
             target, root = target_path(given[name], name)
-            out.append(f"workload.{name}={{_target_:{target}}}")
+            extra = (f"{k}:{override_value(v)}" for k, v in (kwargs or {}).get(name, {}).items())
+            out.append(f"workload.{name}={{" + ",".join([f"_target_:{target}", *extra]) + "}")
             if root is not None and root not in path:
                 path.append(root)
     return out + ["workload.path=[" + ",".join(override_value(p) for p in path) + "]"]
@@ -204,10 +211,21 @@ def user_overrides(functions: Mapping[str, Any]) -> list[str]:
 def load_overrides(
     settings: Mapping[str, Any], overrides: Sequence[str], functions: Mapping[str, Any], lists: bool
 ) -> list[str]:
-    """All overrides of a call: the user workload's, the keyword settings', then ``overrides``."""
+    """All overrides of a call: the user workload's, the keyword settings', then ``overrides``. With
+    user functions, ``workload={"model": {"hidden": 4}}`` gives ``model`` its keyword arguments.
+
+    Raises:
+        SpecError: ``overrides`` given as one string, a setting that cannot be written as an override.
+        ValueError: user functions that cannot be imported by name (``user_overrides``).
+    """
     if isinstance(overrides, str):
         raise SpecError("overrides", overrides, "a list of overrides, e.g. ['batch=2', 'device=cpu']")
-    return [*user_overrides(functions), *settings_overrides(settings, lists), *overrides]
+    workload, kwargs = settings.get("workload"), {}
+    if any(v is not None for v in functions.values()) and isinstance(workload, Mapping):
+        kwargs = {k: v for k, v in workload.items() if k in USER_FUNCTIONS and isinstance(v, Mapping)}
+        rest = {k: v for k, v in workload.items() if k not in kwargs}
+        settings = {k: v for k, v in settings.items() if k != "workload"} | ({"workload": rest} if rest else {})
+    return [*user_overrides(functions, kwargs), *settings_overrides(settings, lists), *overrides]
 
 
 # -- Hydra runs and multiruns (memsweep run, memsweep sweep) --------------------------------------

@@ -194,6 +194,9 @@ def test_refusals_from_inside_hydra_are_spec_errors(results):
     with pytest.raises(SpecError) as info:  # the task's refusal (InputRefused inside Hydra)
         memsweep.run(results_dir=str(results), progress=False, **{**LOAD, "batch": 0})
     assert info.value.field == "batch"
+    with pytest.raises(SpecError) as info:  # a user workload without its functions
+        memsweep.run(results_dir=str(results), progress=False, workload="user")
+    assert info.value.field == "workload.model"
     with pytest.raises(SpecError) as info:  # an override Hydra cannot apply
         memsweep.run(results_dir=str(results), progress=False, bacth=2)
     assert info.value.field == "overrides" and "bacth" in str(info.value)
@@ -292,10 +295,15 @@ def test_user_functions_by_name_and_as_objects(tmp_path, monkeypatch):
     from userpkg import models  # type: ignore[import-not-found]
 
     as_object = memsweep.run(
-        model=models.build, inputs=models.make_inputs, results_dir=str(tmp_path), progress=False, **load
+        model=models.build,
+        inputs=models.make_inputs,
+        workload={"model": {"hidden": 4}},  # the model function's keyword arguments
+        results_dir=str(tmp_path),
+        progress=False,
+        **load,
     )
-    assert as_object.outcome == "ok" and as_object.record["model"]["parameters"] == USER_PARAMETERS
-    assert as_object.spec["workload"]["model"] == {"_target_": "userpkg.models.build"}
+    assert as_object.outcome == "ok" and as_object.record["model"]["parameters"] == 16 * 4 + 4 + 4 * 3 + 3
+    assert as_object.spec["workload"]["model"] == {"_target_": "userpkg.models.build", "hidden": 4}
     assert str(tmp_path / "elsewhere") in as_object.spec["workload"]["path"]
 
 
