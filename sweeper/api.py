@@ -96,7 +96,7 @@ def override_value(value: Any) -> str:
 
 def settings_overrides(settings: Mapping[str, Any], lists: bool, prefix: str = "") -> list[str]:
     """Hydra overrides of keyword settings: ``key=value``, a dict's items as ``key.sub=value``, a
-    list or tuple as a sweep ``key=a,b`` (``lists``) .
+    list or tuple as a sweep ``key=a,b`` (``lists``).
 
     Args:
         settings: setting -> value.
