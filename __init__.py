@@ -11,7 +11,29 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__: list[str] = []
+__all__ = [
+    "CompareResult",
+    "EstimateResult",
+    "FrontierResult",
+    "PredictResult",
+    "RunResult",
+    "SpecError",
+    "SweepResult",
+    "Tables",
+    "compare",
+    "estimate",
+    "frontier",
+    "load_tables",
+    "predict",
+    "run",
+    "sweep",
+]
+"""The API's names (``memsweep.sweeper.api.__all__``, checked equal by tests/test_api.py)."""
+
+
+def __dir__() -> list[str]:
+    """The module's names, the API's included (for completion in a notebook)."""
+    return sorted([*globals(), *__all__])
 
 
 def __getattr__(name: str) -> Any:

@@ -22,6 +22,8 @@ from omegaconf import DictConfig
 from memsweep.analysis.labels import SHOWN_WHEN_SET, load_words
 from memsweep.conf.contract import AXES
 
+from .progress import observer
+
 log = logging.getLogger("memsweep")
 
 
@@ -120,7 +122,8 @@ def planned_jobs(config: DictConfig) -> int | None:
 class Progress(Callback):
     """One line per job start and end while a sweep runs: jobs done and left, the condition,
     the outcome, the elapsed time. Quiet when stdout is not a terminal (logs, CI, pipes);
-    ``MEMSWEEP_PROGRESS=1`` forces it on, ``=0`` off.
+    ``MEMSWEEP_PROGRESS=1`` forces it on, ``=0`` off. Inside a call of the Python API the lines
+    go to its observer instead (``sweeper.progress``: a bar, or nothing).
 
     Jobs done are counted from the run directories holding a result.json, so the count holds
     with launchers that run jobs in other processes (joblib, submitit) and on resumed sweeps.
@@ -157,6 +160,9 @@ class Progress(Callback):
         if self.total is not None:
             os.environ["MEMSWEEP_PROGRESS_TOTAL"] = str(self.total)  # for launchers' worker processes
         os.environ["MEMSWEEP_PROGRESS_T0"] = str(time.time())
+        watching = observer()
+        if watching is not None:  # an API call: its bar, and the sweep directory Hydra chose
+            watching.multirun_start(str(config.hydra.sweep.dir), self.total)
 
     def _counts(self, config: DictConfig) -> str:
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -193,7 +199,10 @@ class Progress(Callback):
             config: the job's config.
             kwargs: Hydra's other arguments (unused).
         """
-        if self.enabled():
+        watching = observer()
+        if watching is not None:  # an API call shows its own bar (or nothing)
+            watching.job_start(self._condition(config))
+        elif self.enabled():
             print(
                 f"memsweep: [{self._counts(config)}] running {self._condition(config)} · elapsed {self._elapsed()}",
                 flush=True,
@@ -209,12 +218,16 @@ class Progress(Callback):
             kwargs: Hydra's other arguments (unused).
         """
         self.done += 1
-        if not self.enabled():
+        watching = observer()
+        if watching is None and not self.enabled():
             return
         outcome = "failed"
         value = getattr(job_return, "_return_value", None)
         if isinstance(value, dict) and value.get("outcome"):
             outcome = value["outcome"] + (f" in {value['failed_phase']}" if value.get("failed_phase") else "")
+        if watching is not None:
+            watching.job_end(self._condition(config), outcome)
+            return
         print(
             f"memsweep: [{self._counts(config)}] {self._condition(config)} -> {outcome} · elapsed {self._elapsed()}",
             flush=True,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from pathlib import Path
 from typing import TextIO
 
 from memsweep.conf.contract import (
@@ -38,7 +37,6 @@ from memsweep.conf.contract import (
     PEAK_CATEGORIES,
     PEAK_CATEGORY_WORDS,
     PREDICT_EXIT,
-    RUN_EXIT,
     SpecError,
     bytes_text,
     validate_device,
@@ -48,45 +46,18 @@ USAGE = __doc__
 
 
 def _hydra_main(argv: list[str], multirun: bool) -> int:
-    import hydra
-    from omegaconf import DictConfig
-
+    """``memsweep run`` / ``memsweep sweep``: ``sweeper.api.hydra_jobs``, its refusals printed and
+    turned into the exit status (the module's docstring)."""
+    from .api import hydra_jobs, run_exit_code
     from .errors import InputRefused
-    from .job import run_condition
-    from .process import RunDirError, check_run_dir_free
+    from .process import RunDirError
 
-    new_run_dir = True  # the default run directory is a new, timestamped one
-    existed: Path | None = None  # the deepest folder of a given hydra.run.dir that exists already
-    if not multirun:
-        for arg in argv:  # refuse before Hydra writes anything into an existing run directory
-            if arg.startswith("hydra.run.dir="):
-                run_dir = Path(arg.split("=", 1)[1])
-                new_run_dir = not run_dir.exists()
-                existed = next(p for p in (run_dir.absolute(), *run_dir.absolute().parents) if p.exists())
-                try:
-                    check_run_dir_free(run_dir)
-                except RunDirError as exc:
-                    print(f"memsweep run: {exc}", file=sys.stderr)
-                    return 1
-
-    results: list[dict] = []
     try:
-        check_output_args(argv)
-    except SpecError as exc:
-        print(f"memsweep: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-
-    @hydra.main(version_base="1.3", config_path="pkg://memsweep.conf", config_name="config")
-    def _main(cfg: DictConfig) -> dict:
-        result = run_condition(cfg, new_run_dir=new_run_dir, existed=existed)
-        results.append(result)
-        return result
-
-    given = multirun and hydra_command(argv)  # `memsweep sweep --cfg job`: Hydra shows the config, nothing runs
-    sys.argv = ["memsweep"] + (["--multirun"] if multirun and not given else []) + argv
-    try:
-        _main()
-    except InputRefused as exc:  # a sweeper refused its settings or overrides before any run
+        jobs = hydra_jobs(argv, multirun)
+    except RunDirError as exc:  # a given hydra.run.dir holds a run: refused before Hydra wrote anything
+        print(f"memsweep run: {exc}", file=sys.stderr)
+        return 1
+    except (SpecError, InputRefused) as exc:  # an output directory, or a sweeper's or the task's refusal
         print(f"memsweep: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except SystemExit as exc:  # Hydra exits 1 after printing a job's error
@@ -100,8 +71,8 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERRUPTED
-    if not multirun and results:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
-        return RUN_EXIT.get(results[-1].get("predicted_outcome") or results[-1].get("outcome"), 1)
+    if not multirun and jobs:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
+        return run_exit_code(jobs[-1].result)
     return 0
 
 
@@ -331,9 +302,9 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
     for item in blind_spots(predictor.device):
         print(f"    - {item}", file=out)
     print("  Keep a margin for these, or measure the edge: memsweep sweep ... capacity=SIZE", file=out)
-    if edge["error"] is not None:
-        return PREDICT_EXIT["error"]
-    return PREDICT_EXIT["edge"] if edge["max_fit"] is not None else PREDICT_EXIT["nothing_fits"]
+    from .api import predict_exit_code
+
+    return predict_exit_code(edge)
 
 
 def card_names(args: list[str]) -> list[str] | None:

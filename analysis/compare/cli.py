@@ -10,8 +10,8 @@ from memsweep.conf.contract import SpecError
 
 from ..report import ReportExists, report_paths
 from ..tables import repeated_dirs
-from .compare import compare, write_doc
-from .gate import parse_threshold
+from .compare import CompareResult, compare, write_doc
+from .gate import Threshold, parse_threshold
 from .load import EmptySweep, SweepNotFound
 from .render import document, text
 
@@ -89,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"memsweep compare: error: --out: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         print(f"memsweep: comparison -> {html_}  (and {md})")
+    return exit_code(result, threshold)
+
+
+def exit_code(result: CompareResult, threshold: Threshold | None) -> int:
+    """``memsweep compare``'s exit status for a comparison: EXIT_OK without a gate or when no peak
+    grew beyond it, EXIT_NOTHING_COMPARABLE when the gate had nothing to check, else EXIT_REGRESSION."""
     if threshold is None:
         return EXIT_OK
     if not any(c.rows for c in result.comparisons):

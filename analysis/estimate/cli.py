@@ -38,7 +38,7 @@ from .training import OPTIMIZERS, training_state, zero_partition
 from .transformer import estimate_transformer
 from .workloads import ACTIVATION_SAVES_OUTPUT, PhaseEstimate, estimate_mlp, mlp_phases
 
-__all__ = ["RESERVE_UNITS", "build_parser", "format_phases", "main", "run"]
+__all__ = ["RESERVE_UNITS", "build_parser", "estimate_load", "format_phases", "main", "run"]
 
 RESERVE_UNITS = {"reserve_gib": GiB, "reserve_gb": GB}
 """Bytes per unit of the reserve options: ``--reserve-gib`` (2^30 B), ``--reserve-gb`` (10^9 B)."""
@@ -386,22 +386,21 @@ def _workload(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseEstim
     return b, title, phases
 
 
-def run(args: argparse.Namespace, out=None) -> int:
-    """Estimate the load that ``args`` describe and print it: the table, or JSON in bytes.
+def estimate_load(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseEstimate]]:
+    """Estimate the load that ``args`` describe (``memsweep estimate`` and ``memsweep.estimate``).
 
     Args:
         args: ``build_parser()``'s parsed options.
-        out: where to print (default ``sys.stdout``).
 
     Returns:
-        0.
+        (the breakdown in bytes, reserve included; what was estimated, one line; a workload
+        estimate's phases, or []).
 
     Raises:
         UsageError: options that do not describe one load.
         ValueError: a value the estimator rejects (``analysis.estimate``'s modules).
         FileNotFoundError: a ``--config`` that does not exist.
     """
-    out = out or sys.stdout
     sources = [s for s in ("parameters", "config", "workload") if getattr(args, s) is not None]
     if len(sources) > 1:
         raise UsageError("give one model description: --parameters, --config or --workload")
@@ -430,8 +429,25 @@ def run(args: argparse.Namespace, out=None) -> int:
             "nothing to estimate: give --parameters N with --bits/--format, --config PATH, "
             "--workload mlp, or --kv-tokens with the cache's dimensions"
         )
-    b = b.replace(reserve=_reserve(args))
-    print(estimate_text(b, title, phases, json_output=args.json, decimals=args.decimals), file=out)
+    return b.replace(reserve=_reserve(args)), title, phases
+
+
+def run(args: argparse.Namespace, out=None) -> int:
+    """Estimate the load that ``args`` describe (``estimate_load``) and print it: the table, or
+    JSON in bytes.
+
+    Args:
+        args: ``build_parser()``'s parsed options.
+        out: where to print (default ``sys.stdout``).
+
+    Returns:
+        0.
+
+    Raises:
+        UsageError, ValueError, FileNotFoundError: as ``estimate_load``.
+    """
+    b, title, phases = estimate_load(args)
+    print(estimate_text(b, title, phases, json_output=args.json, decimals=args.decimals), file=out or sys.stdout)
     return 0
 
 

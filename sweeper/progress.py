@@ -1,0 +1,105 @@
+"""What a Python caller of the API sees of the runs it started: a progress bar, or nothing.
+
+The command line's progress is ``sweeper.callbacks.Progress``, a Hydra callback that prints one
+line per job start and end. A call of the Python API (``memsweep.run``, ``memsweep.sweep``...)
+runs the same Hydra callbacks in its own process; while it runs, an ``Observer`` is installed
+here (``observing``), and ``Progress`` hands it what it would have printed: the observer shows a
+bar (tqdm's ``tqdm.auto``: a widget in a notebook, a text bar on a terminal) or nothing
+(``progress=False``), and keeps the sweep directory Hydra chose. Jobs that a launcher runs in
+other processes (joblib, submitit) have no observer there and print ``Progress``'s lines as on
+the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+class Observer:
+    """The progress of one API call, fed by ``sweeper.callbacks.Progress``.
+
+    Args:
+        bar: show a progress bar (tqdm); False: show nothing.
+        total: the jobs planned when the caller knows them (1 for one run); a sweep's plan,
+            when it can be known up front, replaces it (``multirun_start``).
+
+    Attributes:
+        sweep_dir: the sweep directory of the multirun (absolute), once it started; else None.
+        done: the jobs ended so far.
+    """
+
+    def __init__(self, bar: bool, total: int | None = None) -> None:
+        self.show = bar
+        self.total = total
+        self.sweep_dir: Path | None = None
+        self.done = 0
+        self._bar: Any = None
+
+    def _tqdm(self) -> Any:
+        """The bar, made on first use (tqdm imported only then); None when not shown."""
+        if self.show and self._bar is None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=self.total, desc="memsweep", unit="run", dynamic_ncols=True)
+        return self._bar
+
+    def multirun_start(self, sweep_dir: str, total: int | None) -> None:
+        """A sweep started in ``sweep_dir`` with ``total`` planned jobs (None: not known up front)."""
+        self.sweep_dir = Path(sweep_dir).absolute()
+        if total is not None:
+            self.total = total
+            if self._bar is not None:
+                self._bar.reset(total=total)
+
+    def job_start(self, condition: str) -> None:
+        """A job started: its condition (``job N: batch=2 ...``) is shown beside the bar."""
+        condition = condition.removeprefix("job ?: ")  # one run: no job number
+        bar = self._tqdm()
+        if bar is not None:
+            bar.set_postfix_str(f"running {condition}", refresh=True)
+
+    def job_end(self, condition: str, outcome: str) -> None:
+        """A job ended with ``outcome`` (``ok``, ``oom in cold_forward``, ``failed``...)."""
+        condition = condition.removeprefix("job ?: ")
+        self.done += 1
+        bar = self._tqdm()
+        if bar is not None:
+            bar.set_postfix_str(f"{condition} -> {outcome}", refresh=False)
+            bar.update(1)
+
+    def close(self) -> None:
+        """Close the bar (it stays on screen)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+_OBSERVER: Observer | None = None
+
+
+def observer() -> Observer | None:
+    """The observer of the API call running in this process, or None (the command line)."""
+    return _OBSERVER
+
+
+@contextlib.contextmanager
+def observing(bar: bool, total: int | None = None) -> Iterator[Observer]:
+    """Install an ``Observer`` for the duration of one API call (the previous one is restored).
+
+    Args:
+        bar: show a progress bar; False: nothing.
+        total: the jobs planned, when known (1 for one run).
+
+    Yields:
+        The observer.
+    """
+    global _OBSERVER
+    previous, _OBSERVER = _OBSERVER, Observer(bar, total)
+    try:
+        yield _OBSERVER
+    finally:
+        _OBSERVER.close()
+        _OBSERVER = previous
