@@ -77,76 +77,108 @@ def _handle(conn: socket.socket, request: dict, server: int) -> None:
     ``LEASE_TAKEOVER_S``, the run is killed with its client and no status is written."""
     die_with_parent(server)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    handler = os.getpid()
-    spec, stdout, stderr, env = request["spec"], request["stdout"], request["stderr"], request["env"]
     t0 = time.monotonic()
-    if request.get("isolation") == ISOLATION_SPAWN:  # a new interpreter, as the client would start it
-        spawned = spawn(spec, stdout, stderr, env, parent=handler)  # referenced until it is reaped below
-        pid = spawned.pid
-    else:
-        pid = os.fork()
-        if pid == 0:
-            conn.close()
-            run(spec, stdout, stderr, env, parent=handler)
-            os._exit(70)  # run() never returns
+    pid = _start_worker(conn, request)
     conn.sendall((json.dumps({"pid": pid, "handler": os.getpid()}) + "\n").encode())
-    client = peer_pid(conn)
-    ended, gone, lock = threading.Event(), threading.Event(), threading.Lock()
     timeout_s = request.get("timeout_s")
     if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool):
         timeout_s = None  # an older client: a run dies with its client
-    timed_out, abandoned = threading.Event(), threading.Event()
-    held: list[int] = []  # the lease's lock files, open and locked until this handler exits
-
-    def kill() -> None:  # with `lock` held and the worker not yet reaped: its pid is still its own
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def watch_client() -> None:
-        # End of file before the worker has ended = the client died (the run is kept); a
-        # KILL_REQUEST line first = the client was interrupted and asks for the run to die with it.
-        said = bytearray()
-        try:
-            while chunk := conn.recv(4096):
-                said.extend(chunk)
-        except OSError:
-            pass
-        with lock:
-            if ended.is_set():
-                return
-            gone.set()
-            if KILL_REQUEST in said.splitlines():
-                abandoned.set()
-                kill()
-                return
-            if timeout_s is None or not _take_lease(request["env"].get(LEASE_LOCKS_ENV), held):
-                abandoned.set()
-                kill()
-                return
-            _write_status(request, pid, client, ended=False)  # said at once: the sweeper must not run it again
-        if not ended.wait(max(0.0, t0 + timeout_s - time.monotonic())):
-            with lock:
-                if not ended.is_set():
-                    timed_out.set()
-                    kill()
-
-    threading.Thread(target=watch_client, daemon=True).start()
+    watch = _Watch(conn, request, pid, t0, timeout_s)
+    threading.Thread(target=watch.client, daemon=True).start()
     os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped
-    with lock:
-        ended.set()
+    with watch.lock:
+        watch.ended.set()
     _, status = os.waitpid(pid, 0)
     wall_s = time.monotonic() - t0
     returncode = os.waitstatus_to_exitcode(status)
     try:
         conn.sendall((json.dumps({"returncode": returncode}) + "\n").encode())
     except OSError:
-        gone.set()
-    if gone.is_set() and timeout_s is not None and not abandoned.is_set():
+        watch.gone.set()
+    if watch.gone.is_set() and timeout_s is not None and not watch.abandoned.is_set():
         _write_status(
-            request, pid, client, ended=True, returncode=returncode, timed_out=timed_out.is_set(), wall_s=wall_s
+            request,
+            pid,
+            watch.peer,
+            ended=True,
+            returncode=returncode,
+            timed_out=watch.timed_out.is_set(),
+            wall_s=wall_s,
         )
+
+
+_KEEP: list[object] = []  # a spawned worker's Popen, referenced until the handler reaps it
+
+
+def _start_worker(conn: socket.socket, request: dict) -> int:
+    """Fork the worker (``worker.launch.run`` in the child) or spawn it (``"isolation": "spawn"``);
+    returns its pid."""
+    handler = os.getpid()
+    spec, stdout, stderr, env = request["spec"], request["stdout"], request["stderr"], request["env"]
+    if request.get("isolation") == ISOLATION_SPAWN:  # a new interpreter, as the client would start it
+        spawned = spawn(spec, stdout, stderr, env, parent=handler)
+        _KEEP.append(spawned)
+        return spawned.pid
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        run(spec, stdout, stderr, env, parent=handler)
+        os._exit(70)  # run() never returns
+    return pid
+
+
+class _Watch:
+    """The handler's watch on its client while the worker runs (``client`` runs in a thread).
+
+    Args:
+        conn: the client's connection.
+        request: the run's request.
+        pid: the worker's pid (its process group's).
+        t0: ``time.monotonic()`` at the fork (seconds).
+        timeout_s: the run's bound (seconds), or None: the run dies with its client.
+    """
+
+    def __init__(self, conn: socket.socket, request: dict, pid: int, t0: float, timeout_s: float | None) -> None:
+        self.conn, self.request, self.pid, self.t0, self.timeout_s = conn, request, pid, t0, timeout_s
+        self.peer = peer_pid(conn)
+        self.ended, self.gone, self.lock = threading.Event(), threading.Event(), threading.Lock()
+        self.timed_out, self.abandoned = threading.Event(), threading.Event()
+        self.held: list[int] = []  # the lease's lock files, open and locked until this handler exits
+
+    def kill(self) -> None:
+        """Kill the worker's group; call with ``lock`` held and the worker not yet reaped."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def client(self) -> None:
+        """End of file before the worker has ended = the client died (the run is kept); a
+        KILL_REQUEST line first = the client was interrupted and asks for the run to die with it."""
+        said = bytearray()
+        try:
+            while chunk := self.conn.recv(4096):
+                said.extend(chunk)
+        except OSError:
+            pass
+        with self.lock:
+            if self.ended.is_set():
+                return
+            self.gone.set()
+            if KILL_REQUEST in said.splitlines():
+                self.abandoned.set()
+                self.kill()
+                return
+            if self.timeout_s is None or not _take_lease(self.request["env"].get(LEASE_LOCKS_ENV), self.held):
+                self.abandoned.set()
+                self.kill()
+                return
+            _write_status(self.request, self.pid, self.peer, ended=False)  # said at once: not to be run again
+        if not self.ended.wait(max(0.0, self.t0 + self.timeout_s - time.monotonic())):
+            with self.lock:
+                if not self.ended.is_set():
+                    self.timed_out.set()
+                    self.kill()
 
 
 def _write_status(request: dict, pid: int, client: int | None, ended: bool, **status: object) -> None:

@@ -68,6 +68,22 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     die_with_parent(parent_from_env(os.environ.get(PARENT_ENV)))
+    code = _query(argv)
+    if code is not None:
+        return code
+    if len(argv) != 1:
+        print(
+            "usage: python -m memsweep.worker SPEC.json | --probe DEVICE | --env DEVICE "
+            "| --count-params PATH [PATH ...] | --check-user WORKLOAD_JSON",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_SPEC
+    return _run(Path(argv[0]))
+
+
+def _query(argv: list[str]) -> int | None:
+    """Answer ``--probe``, ``--env``, ``--count-params`` or ``--check-user`` (JSON on stdout) and
+    return the exit code; None when ``argv`` is none of them."""
     if len(argv) == 2 and argv[0] == "--probe":
         info = probe(argv[1])
         print(json.dumps(info))
@@ -88,14 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         answer = check_user_targets(json.loads(argv[1]))
         print(json.dumps(answer, default=str))
         return EXIT_OK if answer.get("ok") else EXIT_BAD_SPEC
-    if len(argv) != 1:
-        print(
-            "usage: python -m memsweep.worker SPEC.json | --probe DEVICE | --env DEVICE "
-            "| --count-params PATH [PATH ...] | --check-user WORKLOAD_JSON",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_SPEC
-    spec_path = Path(argv[0])
+    return None
+
+
+def _run(spec_path: Path) -> int:
+    """Measure the run of ``spec_path`` (its record.json beside it); returns the exit code."""
     rec = Recorder(spec_path.parent / RECORD_FILE, None)
     try:
         raw = read_json(spec_path, "spec")

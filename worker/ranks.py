@@ -42,7 +42,7 @@ import multiprocessing.connection
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -316,10 +316,37 @@ def measure_ranks(spec: RunSpec, rec: Recorder) -> int:
         local = list(context.processes)
     paths = [ranks_dir / f"rank_{r}.json" for r in range(spec.world_size)]
     stopped: set[int] = set()
+    procs_now = _wait_ranks(rec, local, task is not None, paths, stopped, run_dir)
+    rendezvous.unlink(missing_ok=True)
+    records = [_read(path) for path in paths]
+    ranks = _rank_entries(records, procs_now(records), stopped, run_dir)
+    root = root_cause(ranks)
+    rec.data.update(merge(records, ranks, root))
+    rec.data["current_phase"] = None
+    return _finish_ranks(rec, root)
+
+
+def _wait_ranks(
+    rec: Recorder, local: list, tasks: bool, paths: list[Path], stopped: set[int], run_dir: Path
+) -> Callable[[list[dict]], list]:
+    """Wait for every rank to end, merging their records into ``rec`` as they come; stop the
+    local ranks once one failed (their indices into ``stopped``).
+
+    Args:
+        rec: the run's recorder.
+        local: this process's rank processes.
+        tasks: the ranks are SLURM tasks (only rank 0 is local; the others are read from records).
+        paths: every rank's record, by rank.
+        stopped: filled with the ranks this process stopped.
+        run_dir: the run directory.
+
+    Returns:
+        The function from the rank records to the rank processes (local, and remote ones).
+    """
     gave_up_at: float | None = None
 
     def procs_now(records: list[dict]) -> list:
-        if task is None:
+        if not tasks:
             return local
         late = gave_up_at is not None and time.monotonic() > gave_up_at
         return local + [_Remote(r, late) for r in records[1:]]
@@ -340,12 +367,12 @@ def measure_ranks(spec: RunSpec, rec: Recorder) -> int:
         rec.save()
     for p in local:
         p.join()
-    rendezvous.unlink(missing_ok=True)
-    records = [_read(path) for path in paths]
-    ranks = _rank_entries(records, procs_now(records), stopped, run_dir)
-    root = root_cause(ranks)
-    rec.data.update(merge(records, ranks, root))
-    rec.data["current_phase"] = None
+    return procs_now
+
+
+def _finish_ranks(rec: Recorder, root: dict | None) -> int:
+    """Finish the merged record by the root cause ``root`` (None: every rank succeeded); a
+    crashed rank's signal kills this process once the record is saved."""
     if root is None:
         return rec.finish("ok", EXIT_OK)
     where = f" in {root['failed_phase']}" if root.get("failed_phase") else ""
