@@ -1,6 +1,6 @@
 """The device a run asks for, and the run's environment: versions, device, allocator, host.
 
-``python -m memsweep.worker --probe DEVICE`` (``probe``) and ``--env DEVICE`` (``env_report``, seed 003's
+``python -m memsweep.worker --probe DEVICE`` (``probe``) and ``--env DEVICE`` (``env_report``, the
 environment report) answer from here, in a short process of their own, so that the sweeper's
 process never initialises CUDA.
 
@@ -196,7 +196,7 @@ def probe(requested: str) -> dict:
 
 
 def env_report(requested: str) -> dict:
-    """Seed 003's environment report for a device: probe() plus environment() when it is there.
+    """The environment report of a device: probe() plus environment() when it is there.
 
     Args:
         requested: a device string (see ``resolve_device``).

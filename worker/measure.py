@@ -1,6 +1,6 @@
 """One run measured: the record (``Recorder``) and the orchestration of a run (``measure``):
 set-up (device, counters, capacity), the workload, then every phase of the plan under the
-seed-003 protocol.
+per-phase protocol (``worker.protocol``).
 
 The record (record.json beside the spec) is rewritten atomically before every phase (its
 ``current_phase`` names the phase about to run) and after it, so a process killed mid-run
@@ -215,7 +215,7 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
 def _prepare_process(torch: Any, spec: RunSpec) -> None:
     """Import ``torch._dynamo`` when the run needs it, and take the sweeper's lease of CPU cores."""
     if needs_dynamo(spec):
-        # PyTorch would import it lazily (see needs_dynamo): seconds and ~70 MB of host memory
+        # PyTorch would import it lazily (see needs_dynamo): time and host memory
         # that belong to no phase (and, on the CPU, before the capacity limit), so they are spent
         # here. Free when the fork server imported it already.
         import torch._dynamo  # noqa: F401
@@ -373,7 +373,7 @@ class _DynamoWatch:
     def __init__(self, rec: Recorder) -> None:
         self.rec = rec
         self.loaded = "torch._dynamo" in sys.modules
-        # On the CPU, memory_reserved is the resident set, which counts imported code: ~65 MiB more
+        # On the CPU, memory_reserved is the resident set, which counts imported code: more
         # with Dynamo (a train run, or a fork server that had imported it for an earlier run).
         rec.data["environment"]["torch_dynamo_imported"] = self.loaded
 

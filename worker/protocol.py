@@ -1,5 +1,4 @@
-"""The per-phase protocol of seed 003 (``seeds/003_*.txt``), and the faults memsweep's own
-tests inject into it.
+"""The per-phase measurement protocol, and the faults memsweep's own tests inject into it.
 
 Each phase (and sub-phase) of a run:
 

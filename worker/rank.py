@@ -1,25 +1,16 @@
 """One rank of a DDP or FSDP run (spec ``parallel``): its process group, its device, its model
 wrapping, and the barriers that line its phases up with the other ranks'.
 
-A rank is a process of its own, forked by ``worker/ranks.py`` for one run. It runs the same
-``worker.measure.measure`` as a one-process run (the seed-003 protocol, its own counters, its own
-emulated capacity, its own record ``ranks/rank_N.json``), with a ``RankHooks`` that
+A rank is a process forked by ``worker/ranks.py``. It runs ``worker.measure.measure`` as a
+one-process run does (its own counters, capacity and record ``ranks/rank_N.json``) with a
+``RankHooks`` that picks its device (``cpu`` with gloo, or ``cuda:<local rank>`` with nccl),
+joins the process group once the capacity is applied (a ``file://`` rendezvous in the run
+directory, ``env://`` for SLURM tasks; collectives bounded by ``COLLECTIVE_TIMEOUT_S``), wraps
+the model at the end of ``model_load`` (``DistributedDataParallel``, or FSDP2 ``fully_shard`` on
+each block then the root) and waits at a barrier before every phase.
 
-* picks its device: ``cpu`` (backend gloo) or ``cuda:<local rank>`` (backend nccl, one leased GPU
-  per rank: ``CUDA_VISIBLE_DEVICES`` lists them; the local rank is the rank, or a SLURM task's
-  ``SLURM_LOCALID``, or 0 when such a task sees one GPU);
-* joins the run's process group (``torch.distributed.init_process_group`` with a ``file://``
-  rendezvous in the run directory, so concurrent runs never race for a port; ``env://`` when the
-  ranks are SLURM tasks, ``worker/slurm.py``) once the capacity is applied, with every collective
-  bounded by ``COLLECTIVE_TIMEOUT_S``;
-* wraps the model at the end of ``model_load``: ``DistributedDataParallel``, or FSDP2
-  ``fully_shard`` on each block of ``model.blocks`` then on the root (the optimizer is then
-  built on the sharded parameters);
-* waits at a barrier before every phase (before its counters are read and its peaks reset), so
-  that phase N starts on every rank after phase N-1 ended on every rank.
-
-References: https://pytorch.org/docs/stable/distributed.html (init_process_group, barrier,
-timeouts), https://pytorch.org/docs/stable/notes/ddp.html,
+References: https://pytorch.org/docs/stable/distributed.html,
+https://pytorch.org/docs/stable/notes/ddp.html,
 https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html.
 """
 

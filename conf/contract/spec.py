@@ -463,7 +463,7 @@ class RunSpec:
 def needs_dynamo(spec: RunSpec) -> bool:
     """Tell whether a run of ``spec`` may import ``torch._dynamo`` lazily, inside a measured phase.
 
-    That import costs seconds of CPU and ~70 MB of host memory, so the worker imports it before
+    That import takes CPU time and host memory, so the worker imports it before
     its first phase (``worker.measure.measure``) when this says True, and the fork server may as
     well import it once for every run (the sweeper's client tells it, ``sweeper.process``).
 

@@ -2,17 +2,15 @@
 
 An emulated capacity (spec ``capacity``) is applied with
 torch.cuda.set_per_process_memory_fraction(fraction, device) (torch/cuda/memory.py). The caching
-allocator then refuses an allocation that would take it past
+allocator then refuses an allocation past
 ``allowed_memory_maximum = static_cast<size_t>(fraction * static_cast<double>(total))``
-(c10/cuda/CUDACachingAllocator.cpp, ``setMemoryFraction``): a floor of a double product, so a
-fraction computed as ``limit / total`` can land 1 B under ``limit``; ``memory_fraction_for``
-rounds it up instead.
+(c10/cuda/CUDACachingAllocator.cpp, ``setMemoryFraction``); ``memory_fraction_for`` rounds the
+fraction up so that the floor is not 1 B under the limit.
 
-The fraction caps only what the caching allocator reserves. The CUDA context (about 0.5 GiB on
-Hopper), cuBLAS/cuDNN handles, lazily loaded kernels and NCCL buffers live outside it, so a card of
-``capacity`` bytes gives the allocator ``capacity`` minus that footprint. The footprint is
-measured once the context exists (total - free - reserved, ``cuda.outside_allocator``) and the
-fraction is computed for ``capacity - footprint``; the record's ``capacity`` gives both fractions.
+The fraction caps only what the caching allocator reserves; the CUDA context, library handles,
+lazily loaded kernels and NCCL buffers live outside it. The footprint outside is measured once
+the context exists (total - free - reserved, ``cuda.outside_allocator``) and the fraction is
+computed for ``capacity - footprint``; the record's ``capacity`` gives both fractions.
 """
 
 from __future__ import annotations
