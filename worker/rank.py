@@ -30,6 +30,7 @@ from torch import nn
 
 from memsweep.conf.contract import RunSpec
 
+from .environment import ResolvedDevice
 from .lifecycle import die_with_parent
 from .measure import Recorder, measure, run_shape
 from .ranks import RANKS_DIR
@@ -82,7 +83,7 @@ class RankHooks:
         self.local_rank = rank if local_rank is None else local_rank
         self.device: torch.device | None = None
 
-    def resolve(self) -> tuple[torch.device, str | None]:
+    def resolve(self) -> ResolvedDevice:
         """The rank's device and why it is unavailable (None when it is).
 
         Returns:
@@ -95,17 +96,18 @@ class RankHooks:
                 # the ranks share the cores the run may use instead of each taking all of them
                 cores = len(os.sched_getaffinity(0))
                 torch.set_num_threads(max(1, cores // self.spec.world_size))
-            return self.device, None
+            return ResolvedDevice(self.device, None)
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         bound = self.spec.tasks_per_node is not None and n == 1  # a SLURM task bound to its own GPU
         index = 0 if bound else self.local_rank
         if n < self.spec.ranks_per_node and not bound:
-            return torch.device("cuda", index), (
-                f"{self.spec.ranks_per_node} rank(s) on this machine: one GPU per rank asked, {n} visible"
+            return ResolvedDevice(
+                torch.device("cuda", index),
+                f"{self.spec.ranks_per_node} rank(s) on this machine: one GPU per rank asked, {n} visible",
             )
         self.device = torch.device("cuda", index)
         torch.cuda.set_device(self.device)
-        return self.device, None
+        return ResolvedDevice(self.device, None)
 
     def start(self, counters: Any) -> None:
         """Join the run's process group (gloo on the CPU, nccl on CUDA), collectives bounded.

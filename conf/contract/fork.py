@@ -43,6 +43,12 @@ class ForkRequest:
     def from_json(cls, doc: object) -> ForkRequest:
         """The request of a decoded JSON line.
 
+        Args:
+            doc: the line, decoded (``json.loads``).
+
+        Returns:
+            The request.
+
         Raises:
             ValueError: ``doc`` is not an object with every field, of its type (a positive,
                 finite ``timeout_s``).
