@@ -7,7 +7,7 @@ first rank that fails stops the others (SIGTERM, SIGKILL after ``ABORT_GRACE_S``
 the root cause: a signal memsweep did not send (``crash``; the worker then dies by it), else an
 OOM, else an error; a rank memsweep stopped is ``aborted``. The merged record is rank 0's with
 ``ranks``, ``failed_rank``, ``peak_rank`` and, per phase, the root-cause rank's entry with every
-rank's (``conf.contract.RANK_FIELDS``, ``PHASE_RANK_FIELDS``). For ranks as SLURM tasks, rank 0's
+rank's (``conf.contract.record.RANK_FIELDS``, ``PHASE_RANK_FIELDS``). For ranks as SLURM tasks, rank 0's
 task merges the records the others write (``MERGE_WAIT_S``); other tasks run ``task_rank``.
 
 See the docs' page on parallel runs for the full account.
