@@ -210,9 +210,10 @@ def test_the_worker_writes_the_declared_phase_fields(tmp_path):
         tmp_path / RECORD_FILE,
         {"parent": "cold_step", "sub_phase": "forward", "step": 0, "micro_step": 0},
         after=lambda: {"gradient_bytes": 8, "kv_cache_bytes": 4, "kv_cache_tokens": 2},
-    )
-    oom = run_phase(FakeCounters(), "cold_forward", refuse, 1, None, tmp_path / RECORD_FILE)
-    oom.pop("_exception")
+    ).record
+    refused = run_phase(FakeCounters(), "cold_forward", refuse, 1, None, tmp_path / RECORD_FILE)
+    assert isinstance(refused.error, MemoryError)
+    oom = refused.record
     assert oom["status"] == "oom"
     for phase in (ok, oom):
         assert set(phase) <= set(field_names(PHASE_FIELDS)), set(phase) - set(field_names(PHASE_FIELDS))

@@ -217,7 +217,7 @@ def test_per_device_readings_land_per_device_and_main_counters_are_device_0(tmp_
         d0.allocate(7 * MiB), d1.allocate(5 * MiB)
         d0.allocate(-4 * MiB), d1.allocate(-5 * MiB)
 
-    phase = run_phase(counters, "cold_forward", body, 1, None, tmp_path / "record.json")
+    phase = run_phase(counters, "cold_forward", body, 1, None, tmp_path / "record.json").record
     assert phase["status"] == "ok"
     first, second = phase["devices"]
     assert first == {
@@ -258,7 +258,7 @@ def test_a_failing_phase_still_records_every_device(tmp_path):
         d1.allocate(3 * MiB)
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 1)")
 
-    phase = run_phase(MultiDeviceCounters([d0, d1]), "cold_forward", body, 1, None, tmp_path / "r.json")
+    phase = run_phase(MultiDeviceCounters([d0, d1]), "cold_forward", body, 1, None, tmp_path / "r.json").record
     assert phase["status"] == "oom"
     assert [d["device_index"] for d in phase["devices"]] == [0, 1]
     assert phase["devices"][1]["max_memory_allocated"] == 3 * MiB
@@ -266,7 +266,7 @@ def test_a_failing_phase_still_records_every_device(tmp_path):
 
 
 def test_single_device_counters_record_devices_null(tmp_path):
-    phase = run_phase(FakeDevice(0), "inputs", lambda: None, 1, None, tmp_path / "r.json")
+    phase = run_phase(FakeDevice(0), "inputs", lambda: None, 1, None, tmp_path / "r.json").record
     assert "devices" in phase and phase["devices"] is None
 
 
@@ -297,7 +297,7 @@ def test_the_real_cuda_counters_read_each_device_by_its_index(tmp_path):
     api = FakeAllocatorApi()
     for d in counters.per_device():
         d._api = api
-    phase = run_phase(counters, "inputs", lambda: None, 1, None, tmp_path / "r.json")
+    phase = run_phase(counters, "inputs", lambda: None, 1, None, tmp_path / "r.json").record
     assert [(d["device_index"], d["max_memory_allocated"], d["max_memory_reserved"]) for d in phase["devices"]] == [
         (0, 3000, 4000),
         (1, 6000, 8000),

@@ -1,20 +1,17 @@
 """Failure classification: is this exception an out-of-memory, and what does its message say?
 
-A table (``WORDINGS``), one row per wording of a backend or library, each with its class and
-the source it was read from, in the spirit of accelerate's ``utils/memory.py`` (a short list of
-message fragments) but with the numbers the message carries parsed out (``parse_oom``). Three
-classes (``conf.contract.FAILURE_CLASSES``):
+``WORDINGS`` is a table, one row per wording of a backend or library, each with its class and
+the source it was read from; ``parse_oom`` parses the sizes a message carries. The classes
+(``conf.contract.FAILURE_CLASSES``):
 
 * ``oom``: the allocator says it could not serve a request (the run's outcome ``oom``);
-* ``memory_suspect``: a failure that usually means memory but does not say so (a library that
-  could not get its workspace and reports something else); the run stays an ``error``, marked,
-  and the frontier sweeper can be told to read it as an OOM (``hydra.sweeper.suspect``);
+* ``memory_suspect``: a failure that usually means memory but does not say so; the run stays
+  an ``error``, marked (the frontier sweeper can be told to read it as an OOM);
 * ``error``: anything else, resource errors that are not memory capacity included.
 
-No torch import: the exception type is matched by name so that this module also runs where
-torch is missing. Sizes in messages are written by c10's ``format_size`` ("N bytes", or
-"%.2f KiB|MiB|GiB" in powers of 1024): a parsed size is exact in bytes, else accurate to half
-a unit of its last printed digit (0.005 GiB = 5.4 MB). Tested in tests/test_classify.py.
+No torch import: the exception type is matched by name. Sizes are written by c10's
+``format_size`` ("N bytes", or "%.2f KiB|MiB|GiB" in powers of 1024): a parsed size is exact in
+bytes, else accurate to half a unit of its last printed digit.
 """
 
 from __future__ import annotations

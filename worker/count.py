@@ -1,20 +1,14 @@
 """``python -m memsweep.worker --count-params PATH [PATH ...]``: a local config's parameters, counted
 by the library that defines the model.
 
-Each config (a ``config.json`` or a directory holding one; never downloaded) is turned into
-its ``transformers`` config class (``AutoConfig.for_model(model_type, **json)``) and its
-causal LM is built with ``AutoModelForCausalLM.from_config`` under ``torch.device("meta")``
-and ``transformers.initialization.no_init_weights`` (where that exists): shapes and dtypes,
-no storage, no initialisation, a fraction of a second per model once transformers is
-imported. The analysis process never imports torch (tests/test_import_rules.py), so
-``memsweep estimate --config`` asks this entry through a subprocess
-(``conf.contract.ask_worker``) and reads the JSON object it prints on its last line:
-``{"counts": [one object per PATH]}``, each the result of ``count_config`` or
-``{"path": ..., "error": ...}``.
-
-transformers is optional and imported here, lazily: without it the answer is
-``{"counts": [], "error": "transformers is not installed ..."}`` and the caller falls back to
-memsweep's formula parser.
+Each config (a ``config.json`` or a directory holding one; never downloaded) becomes its
+``transformers`` config class (``AutoConfig.for_model``) and its causal LM is built with
+``AutoModelForCausalLM.from_config`` on the meta device, without initialisation. The analysis
+process never imports torch, so ``memsweep estimate --config`` asks this entry through a
+subprocess (``conf.contract.ask_worker``) and reads the JSON object printed on its last line:
+``{"counts": [one object per PATH]}``, each ``count_config``'s result or
+``{"path": ..., "error": ...}``. Without transformers (optional, imported lazily) the answer is
+``{"counts": [], "error": ...}``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The device a run asks for, and the run's environment: versions, device, allocator, host.
 
-``python -m memsweep.worker --probe DEVICE`` (``probe``) and ``--env DEVICE`` (``env_report``, seed 003's
+``python -m memsweep.worker --probe DEVICE`` (``probe``) and ``--env DEVICE`` (``env_report``, the
 environment report) answer from here, in a short process of their own, so that the sweeper's
 process never initialises CUDA.
 
@@ -14,19 +14,35 @@ from __future__ import annotations
 import os
 import platform
 import socket
+from typing import Any, NamedTuple
 
 from memsweep.conf.contract import ISOLATION_ENV, ISOLATION_SPAWN, first_line, meminfo_bytes
 
 
-def resolve_device(requested: str):
+class ResolvedDevice(NamedTuple):
+    """A device asked for (``resolve_device``, ``worker.rank.RankHooks.resolve``)."""
+
+    device: Any  # torch.device (torch is imported inside the functions)
+    reason: str | None  # why it is unavailable; None when it is there
+
+
+class DeviceMemory(NamedTuple):
+    """A device's memory (``device_memory``): bytes, None when unreadable."""
+
+    total: int | None
+    free: int | None
+    name: str | None  # the device's (or the CPU's) model name, None when unknown
+
+
+def resolve_device(requested: str) -> ResolvedDevice:
     """The device of ``requested`` and why it is unavailable; imports torch.
 
     Args:
         requested: ``auto`` (cuda:0 when a GPU is visible, else cpu), ``cpu``, ``cuda`` or ``cuda:N``.
 
     Returns:
-        (torch.device, None) when the device is there (``cuda`` resolved to ``cuda:0``), else
-        (torch.device, a reason (str)).
+        The device and None when it is there (``cuda`` resolved to ``cuda:0``), else the device
+        and a reason.
 
     Raises:
         RuntimeError: ``requested`` is not a device string torch.device accepts.
@@ -38,12 +54,12 @@ def resolve_device(requested: str):
     device = torch.device(requested)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            return device, "no CUDA/ROCm device is visible to this PyTorch build"
+            return ResolvedDevice(device, "no CUDA/ROCm device is visible to this PyTorch build")
         index = device.index if device.index is not None else 0
         if index >= torch.cuda.device_count():
-            return device, f"{requested}: only {torch.cuda.device_count()} device(s) visible"
+            return ResolvedDevice(device, f"{requested}: only {torch.cuda.device_count()} device(s) visible")
         device = torch.device("cuda", index)
-    return device, None
+    return ResolvedDevice(device, None)
 
 
 def bf16_supported(device) -> bool:
@@ -66,8 +82,8 @@ def bf16_supported(device) -> bool:
     return bool(torch.cuda.get_device_properties(index).major >= 8)
 
 
-def device_memory(device) -> tuple[int | None, int | None, str | None]:
-    """(total_memory, free_memory, device_name) for ``device``, memory in bytes.
+def device_memory(device) -> DeviceMemory:
+    """Total and free memory (bytes) and the name of ``device``.
 
     CUDA: torch.cuda.mem_get_info (PyTorch doc; creates the CUDA context) and
     torch.cuda.get_device_name. CPU: MemTotal and MemAvailable of /proc/meminfo (None when
@@ -77,8 +93,8 @@ def device_memory(device) -> tuple[int | None, int | None, str | None]:
 
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
-        return int(total), int(free), torch.cuda.get_device_name(device)
-    return meminfo_bytes("MemTotal"), meminfo_bytes("MemAvailable"), cpu_name()
+        return DeviceMemory(int(total), int(free), torch.cuda.get_device_name(device))
+    return DeviceMemory(meminfo_bytes("MemTotal"), meminfo_bytes("MemAvailable"), cpu_name())
 
 
 def cpu_name(path: str = "/proc/cpuinfo") -> str | None:
@@ -196,7 +212,7 @@ def probe(requested: str) -> dict:
 
 
 def env_report(requested: str) -> dict:
-    """Seed 003's environment report for a device: probe() plus environment() when it is there.
+    """The environment report of a device: probe() plus environment() when it is there.
 
     Args:
         requested: a device string (see ``resolve_device``).

@@ -1,32 +1,16 @@
 """memsweep's fork server: ``python -m memsweep.worker.forkserver SOCKET [PARENT [--no-preload]]``.
 
-The server imports torch (and what the worker needs) once, never touches a device, and
-serves one request per connection on a Unix socket: a JSON line ``{"spec", "stdout",
-"stderr", "env", "dynamo", "timeout_s", "isolation"}``. It imports ``torch._dynamo`` (as long again as torch itself)
-only when the first request whose run needs it comes (``dynamo``: the client's
-``conf.contract.needs_dynamo``), so that it is ready sooner and a CPU inference sweep never
-pays that import. For each request, a handler
-process forks the worker (so every run is still a new process, with its own CUDA context
-and caching allocator, created after the fork), answers ``{"pid": ..., "handler": ...}`` (the
-worker's pid and its own, which the client watches) at once and ``{"returncode": ...}`` when
-the worker has ended (negative: killed by that signal, as subprocess reports it).
+The server imports torch (and what the worker needs) once, never touches a device, and serves
+one request per connection on a Unix socket (``conf.contract.fork.ForkRequest``, one JSON line).
+It imports ``torch._dynamo`` only when the first request whose run needs it comes. For each
+request a handler process forks the worker (every run is still a new process, its CUDA context
+created after the fork) or, for ``isolation=spawn``, starts ``python -m memsweep.worker SPEC``;
+it answers ``ForkStarted`` at once and ``ForkEnded`` when the worker has ended.
 
-``isolation=spawn`` (``"isolation": "spawn"`` in the request): the handler starts a new
-interpreter, ``python -m memsweep.worker SPEC`` (``worker.launch.spawn``), instead of forking: the run
-inherits nothing of the server and imports torch itself, and everything else (answers, lease,
-timeout, exit status) is the same. A server started for spawned runs (``--no-preload``,
-``conf.contract.FORKSERVER_NO_PRELOAD``) imports torch only if asked to fork one.
-
-Why not ``multiprocessing``'s forkserver: it re-imports the caller's ``__main__`` and start
-method in every child, which breaks under launchers that have their own (joblib's loky).
-
-Death propagates down (Linux PR_SET_PDEATHSIG): orchestrator -> server -> handler -> worker.
-One server may serve several client processes (the joblib/loky workers of one sweep, see
-``sweeper.process.share_fork_server``). A run belongs to the orchestrator (it dies with it), not
-to the client that asked for it: a handler whose client goes away before the worker has ended
-(a launcher worker killed) keeps the run, bounded by its ``timeout_s``, and writes its exit
-status into the run directory (``conf.contract.EXIT_STATUS_FILE``), where the sweeper that
-launches the job again takes the run over instead of running it twice (``sweeper.process``).
+Death propagates down (Linux PR_SET_PDEATHSIG): orchestrator -> server -> handler -> worker. A
+run belongs to the orchestrator, not to the client that asked for it: a handler whose client
+goes away keeps the run, bounded by its ``timeout_s``, and writes its exit status into the run
+directory (``conf.contract.EXIT_STATUS_FILE``) for the sweeper that takes the run over.
 """
 
 from __future__ import annotations
@@ -51,6 +35,7 @@ from memsweep.conf.contract import (
     process_identity,
     write_json_atomic,
 )
+from memsweep.conf.contract.fork import ForkEnded, ForkRequest, ForkStarted, KeptExit
 
 from .launch import run, spawn
 from .lifecycle import die_with_parent  # stdlib-only at import: torch is imported in serve()
@@ -63,109 +48,128 @@ LEASE_TAKEOVER_S = 5.0
 the dead client's locks are released as it exits, within milliseconds)."""
 
 
-def _handle(conn: socket.socket, request: dict, server: int) -> None:
+def _handle(conn: socket.socket, request: ForkRequest, server: int) -> None:
     """In the handler process: fork the worker (or, for ``"isolation": "spawn"``, start it as a new
     interpreter, ``worker.launch.spawn``), report its pid and then its exit status.
     ``server``: the server's pid, which this handler dies with.
 
     A client that goes away before the worker has ended (a launcher worker killed: loky kills
-    the pool's surviving workers too) does not take the run with it when its request names the
-    run's ``timeout_s``: the handler takes the run's device lease over (``LEASE_LOCKS_ENV``),
-    kills the run at ``timeout_s`` from its fork, as the client would have, and writes its exit
-    status into the run directory (``EXIT_STATUS_FILE``) for the sweeper that takes the run
-    over. Without ``timeout_s`` (an older client), or when the lease cannot be taken over within
-    ``LEASE_TAKEOVER_S``, the run is killed with its client and no status is written."""
+    the pool's surviving workers too) does not take the run with it: the handler takes the run's
+    device lease over (``LEASE_LOCKS_ENV``), kills the run at ``timeout_s`` from its fork, as the
+    client would have, and writes its exit status into the run directory (``EXIT_STATUS_FILE``)
+    for the sweeper that takes the run over. When the lease cannot be taken over within
+    ``LEASE_TAKEOVER_S``, or the client asked for it (``KILL_REQUEST``), the run is killed with
+    its client and no status is written."""
     die_with_parent(server)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    handler = os.getpid()
-    spec, stdout, stderr, env = request["spec"], request["stdout"], request["stderr"], request["env"]
     t0 = time.monotonic()
-    if request.get("isolation") == ISOLATION_SPAWN:  # a new interpreter, as the client would start it
-        spawned = spawn(spec, stdout, stderr, env, parent=handler)  # referenced until it is reaped below
-        pid = spawned.pid
-    else:
-        pid = os.fork()
-        if pid == 0:
-            conn.close()
-            run(spec, stdout, stderr, env, parent=handler)
-            os._exit(70)  # run() never returns
-    conn.sendall((json.dumps({"pid": pid, "handler": os.getpid()}) + "\n").encode())
-    client = peer_pid(conn)
-    ended, gone, lock = threading.Event(), threading.Event(), threading.Lock()
-    timeout_s = request.get("timeout_s")
-    if not isinstance(timeout_s, (int, float)) or isinstance(timeout_s, bool):
-        timeout_s = None  # an older client: a run dies with its client
-    timed_out, abandoned = threading.Event(), threading.Event()
-    held: list[int] = []  # the lease's lock files, open and locked until this handler exits
-
-    def kill() -> None:  # with `lock` held and the worker not yet reaped: its pid is still its own
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def watch_client() -> None:
-        # End of file before the worker has ended = the client died (the run is kept); a
-        # KILL_REQUEST line first = the client was interrupted and asks for the run to die with it.
-        said = bytearray()
-        try:
-            while chunk := conn.recv(4096):
-                said.extend(chunk)
-        except OSError:
-            pass
-        with lock:
-            if ended.is_set():
-                return
-            gone.set()
-            if KILL_REQUEST in said.splitlines():
-                abandoned.set()
-                kill()
-                return
-            if timeout_s is None or not _take_lease(request["env"].get(LEASE_LOCKS_ENV), held):
-                abandoned.set()
-                kill()
-                return
-            _write_status(request, pid, client, ended=False)  # said at once: the sweeper must not run it again
-        if not ended.wait(max(0.0, t0 + timeout_s - time.monotonic())):
-            with lock:
-                if not ended.is_set():
-                    timed_out.set()
-                    kill()
-
-    threading.Thread(target=watch_client, daemon=True).start()
+    pid = _start_worker(conn, request)
+    conn.sendall(ForkStarted(pid, os.getpid()).to_line())
+    watch = _Watch(conn, request, pid, t0)
+    threading.Thread(target=watch.client, daemon=True).start()
     os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped
-    with lock:
-        ended.set()
+    with watch.lock:
+        watch.ended.set()
     _, status = os.waitpid(pid, 0)
     wall_s = time.monotonic() - t0
     returncode = os.waitstatus_to_exitcode(status)
     try:
-        conn.sendall((json.dumps({"returncode": returncode}) + "\n").encode())
+        conn.sendall(ForkEnded(returncode).to_line())
     except OSError:
-        gone.set()
-    if gone.is_set() and timeout_s is not None and not abandoned.is_set():
-        _write_status(
-            request, pid, client, ended=True, returncode=returncode, timed_out=timed_out.is_set(), wall_s=wall_s
-        )
+        watch.gone.set()
+    if watch.gone.is_set() and not watch.abandoned.is_set():
+        _write_status(request, pid, watch.peer, KeptExit(returncode, watch.timed_out.is_set(), wall_s))
 
 
-def _write_status(request: dict, pid: int, client: int | None, ended: bool, **status: object) -> None:
+_KEEP: list[object] = []  # a spawned worker's Popen, referenced until the handler reaps it
+
+
+def _start_worker(conn: socket.socket, request: ForkRequest) -> int:
+    """Fork the worker (``worker.launch.run`` in the child) or spawn it (``"isolation": "spawn"``);
+    returns its pid."""
+    handler = os.getpid()
+    spec, stdout, stderr, env = request.spec, request.stdout, request.stderr, request.env
+    if request.isolation == ISOLATION_SPAWN:  # a new interpreter, as the client would start it
+        spawned = spawn(spec, stdout, stderr, env, parent=handler)
+        _KEEP.append(spawned)
+        return spawned.pid
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        run(spec, stdout, stderr, env, parent=handler)
+        os._exit(70)  # run() never returns
+    return pid
+
+
+class _Watch:
+    """The handler's watch on its client while the worker runs (``client`` runs in a thread).
+
+    Args:
+        conn: the client's connection.
+        request: the run's request.
+        pid: the worker's pid (its process group's).
+        t0: ``time.monotonic()`` at the fork (seconds).
+    """
+
+    def __init__(self, conn: socket.socket, request: ForkRequest, pid: int, t0: float) -> None:
+        self.conn, self.request, self.pid, self.t0 = conn, request, pid, t0
+        self.peer = peer_pid(conn)
+        self.ended, self.gone, self.lock = threading.Event(), threading.Event(), threading.Lock()
+        self.timed_out, self.abandoned = threading.Event(), threading.Event()
+        self.held: list[int] = []  # the lease's lock files, open and locked until this handler exits
+
+    def kill(self) -> None:
+        """Kill the worker's group; call with ``lock`` held and the worker not yet reaped."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def client(self) -> None:
+        """End of file before the worker has ended = the client died (the run is kept); a
+        KILL_REQUEST line first = the client was interrupted and asks for the run to die with it."""
+        said = bytearray()
+        try:
+            while chunk := self.conn.recv(4096):
+                said.extend(chunk)
+        except OSError:
+            pass
+        with self.lock:
+            if self.ended.is_set():
+                return
+            self.gone.set()
+            if KILL_REQUEST in said.splitlines():
+                self.abandoned.set()
+                self.kill()
+                return
+            if not _take_lease(self.request.env.get(LEASE_LOCKS_ENV), self.held):
+                self.abandoned.set()
+                self.kill()
+                return
+            _write_status(self.request, self.pid, self.peer, None)  # said at once: not to be run again
+        if not self.ended.wait(max(0.0, self.t0 + self.request.timeout_s - time.monotonic())):
+            with self.lock:
+                if not self.ended.is_set():
+                    self.timed_out.set()
+                    self.kill()
+
+
+def _write_status(request: ForkRequest, pid: int, client: int | None, kept: KeptExit | None) -> None:
     """Write a kept run's ``EXIT_STATUS_FILE`` (EXIT_STATUS_FIELDS) beside its spec.json.
 
     Args:
         request: the run's request (its ``spec`` path names the run directory).
         pid: the worker's pid.
         client: the pid of the process that asked for the run and went away, or None (unknown).
-        ended: whether the worker has ended.
-        status: ``returncode``, ``timed_out`` and ``wall_s`` (seconds since the fork) once it ended;
-            each null while it runs (not known yet).
+        kept: how the worker ended; None while it runs (``ended`` false, its fields null: not
+            known yet).
     """
     doc = {
         "schema_version": SCHEMA_VERSION,
-        "ended": ended,
-        "returncode": status.get("returncode"),
-        "timed_out": status.get("timed_out"),  # null until the worker has ended, as returncode and wall_s
-        "wall_s": status.get("wall_s"),
+        "ended": kept is not None,
+        "returncode": None if kept is None else kept.returncode,
+        "timed_out": None if kept is None else kept.timed_out,  # null until the worker has ended
+        "wall_s": None if kept is None else kept.wall_s,
         "worker_pid": pid,
         "handler_pid": os.getpid(),
         "handler_identity": process_identity(),
@@ -173,7 +177,7 @@ def _write_status(request: dict, pid: int, client: int | None, ended: bool, **st
         "orchestrator) went away before the run ended; its fork-server handler kept the run to its end or its "
         "timeout_s, or until the handler itself died with the sweep's fork server",
     }
-    write_json_atomic(os.path.join(os.path.dirname(request["spec"]), EXIT_STATUS_FILE), doc)
+    write_json_atomic(os.path.join(os.path.dirname(request.spec), EXIT_STATUS_FILE), doc)
 
 
 def _take_lease(paths: str | None, held: list[int]) -> bool:
@@ -250,11 +254,11 @@ def serve(path: str, parent: int | None = None, preload: bool = True) -> None:
         try:  # a client sends its request as soon as it connects
             conn.settimeout(REQUEST_TIMEOUT_S)
             with conn.makefile("r") as reader:  # closed, so that conn.close() below frees the socket
-                request = json.loads(reader.readline())
+                request = ForkRequest.from_json(json.loads(reader.readline()))
             conn.settimeout(None)
-            if request.get("isolation") != ISOLATION_SPAWN:  # once, for this fork and every later one
-                _preload(dynamo=request.get("dynamo", True))
-        except (OSError, ValueError):  # a client that hung up or sent garbage: not a run
+            if request.isolation != ISOLATION_SPAWN:  # once, for this fork and every later one
+                _preload(dynamo=request.dynamo)
+        except (OSError, ValueError):  # a client that hung up or sent garbage (ValueError): not a run
             conn.close()
             continue
         if os.fork() == 0:

@@ -1,27 +1,15 @@
 """The worker process: ``python -m memsweep.worker SPEC.json`` measures one condition.
 
-The worker's command line; the work is done by
-
-* ``plan.py``: the phases of a run, in order (``PhaseStep``);
-* ``protocol.py``: the per-phase protocol of seed 003 (``run_phase``);
-* ``measure.py``: the record (``Recorder``) and the run's orchestration (``measure``);
-* ``environment.py``: the device, the run's environment, ``--probe`` and ``--env``;
-* ``counters/`` and ``workloads/``: the memory counters by device kind, the workloads.
-
-The record (record.json beside the spec) is rewritten atomically before every phase and
-after it, so a process killed mid-run leaves its complete phases and the phase it died in.
-The run stops at the first failed phase.
+The work is done by ``plan.py``, ``protocol.py`` (``run_phase``), ``measure.py`` (``measure``),
+``environment.py``, ``counters/`` and ``workloads/``.
 
 Exit codes: 0 ok, 2 PyTorch or the asked-for device (or dtype on it) unavailable, nothing
 measured; 3 a phase ran out of memory; 4 a phase raised another error; 5 bad spec.
 
-``python -m memsweep.worker --probe DEVICE`` prints a JSON description of DEVICE (``auto``
-resolves to cuda:0 when a GPU is visible, else cpu) and exits; the sweeper uses it so
-that its own process never initialises CUDA. ``python -m memsweep.worker --env DEVICE`` prints seed
-003's environment report of DEVICE. ``python -m memsweep.worker --count-params PATH ...`` counts the
-parameters of local configs with transformers on the meta device (``count.py``).
-``python -m memsweep.worker --check-user WORKLOAD_JSON`` imports a user workload's ``train_step`` and
-checks its call (``workloads.user.check_user_targets``), for the sweeper.
+``--probe DEVICE`` prints a JSON description of DEVICE (``auto``: cuda:0 when a GPU is visible,
+else cpu), so that the sweeper's own process never initialises CUDA; ``--env DEVICE`` prints the
+environment report of DEVICE; ``--count-params PATH ...`` counts the parameters of local configs
+(``count.py``); ``--check-user WORKLOAD_JSON`` checks a user workload's ``train_step`` call.
 
 This module imports no torch: ``measure`` imports it, and records its absence.
 """
@@ -68,6 +56,22 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     die_with_parent(parent_from_env(os.environ.get(PARENT_ENV)))
+    code = _query(argv)
+    if code is not None:
+        return code
+    if len(argv) != 1:
+        print(
+            "usage: python -m memsweep.worker SPEC.json | --probe DEVICE | --env DEVICE "
+            "| --count-params PATH [PATH ...] | --check-user WORKLOAD_JSON",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_SPEC
+    return _run(Path(argv[0]))
+
+
+def _query(argv: list[str]) -> int | None:
+    """Answer ``--probe``, ``--env``, ``--count-params`` or ``--check-user`` (JSON on stdout) and
+    return the exit code; None when ``argv`` is none of them."""
     if len(argv) == 2 and argv[0] == "--probe":
         info = probe(argv[1])
         print(json.dumps(info))
@@ -88,14 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         answer = check_user_targets(json.loads(argv[1]))
         print(json.dumps(answer, default=str))
         return EXIT_OK if answer.get("ok") else EXIT_BAD_SPEC
-    if len(argv) != 1:
-        print(
-            "usage: python -m memsweep.worker SPEC.json | --probe DEVICE | --env DEVICE "
-            "| --count-params PATH [PATH ...] | --check-user WORKLOAD_JSON",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_SPEC
-    spec_path = Path(argv[0])
+    return None
+
+
+def _run(spec_path: Path) -> int:
+    """Measure the run of ``spec_path`` (its record.json beside it); returns the exit code."""
     rec = Recorder(spec_path.parent / RECORD_FILE, None)
     try:
         raw = read_json(spec_path, "spec")

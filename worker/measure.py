@@ -1,6 +1,6 @@
 """One run measured: the record (``Recorder``) and the orchestration of a run (``measure``):
 set-up (device, counters, capacity), the workload, then every phase of the plan under the
-seed-003 protocol.
+per-phase protocol (``worker.protocol``).
 
 The record (record.json beside the spec) is rewritten atomically before every phase (its
 ``current_phase`` names the phase about to run) and after it, so a process killed mid-run
@@ -18,7 +18,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from memsweep.conf.contract import (
     EXIT_ERROR,
@@ -34,7 +34,7 @@ from memsweep.conf.contract import (
 
 from .environment import bf16_supported, device_memory, environment, resolve_device
 from .plan import MODEL_LOAD, plan
-from .protocol import run_phase
+from .protocol import PhaseResult, run_phase
 from .snapshot import enable_history, save_oom_then_dump
 
 if TYPE_CHECKING:  # imports torch
@@ -161,6 +161,15 @@ def _ballast_bytes() -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
+class _SetUp(NamedTuple):
+    """A run's set-up, once it succeeded: what the phases read and what a failure needs."""
+
+    counters: Any  # the Counters protocol (worker.counters)
+    dry_counters: Any  # the DryRunCounters of a dry run, else None
+    snapshot_off: dict | None  # the record's oom_snapshot when history could not start, or None
+    ballast: bytes  # MEMSWEEP_BALLAST_BYTES of touched memory, held while the run's frame lives
+
+
 def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
     """Run every phase of ``spec``, recording each in ``rec``; torch is imported here.
 
@@ -182,19 +191,6 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
         return rec.finish(
             "error", EXIT_UNAVAILABLE, error_type="TorchUnavailable", message=f"PyTorch is not installed: {exc}"
         )
-    from .counters import (
-        CpuCounters,
-        DeviceNotFree,
-        DryRunCounters,
-        apply_cpu_allocator_capacity,
-        apply_cpu_process_capacity,
-        cuda_capacity,
-        dry_run_unsupported,
-        fake_cuda_autograd_available,
-        make_counters,
-    )
-    from .workloads import DependencyMissing, build_workload
-
     if torch.cuda.is_initialized():  # isolation: nothing may have touched a device before this run
         return rec.finish(
             "error",
@@ -203,8 +199,23 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
             error_type="IsolationError",
             message="a CUDA context existed before the worker started",
         )
+    _prepare_process(torch, spec)
+    device = _device(torch, spec, rec, rank)
+    if isinstance(device, int):
+        return device
+    setup = _set_up(torch, spec, rec, rank, device)
+    if isinstance(setup, int):
+        return setup
+    workload = _build(spec, device, rec, rank, setup.dry_counters)
+    if isinstance(workload, int):
+        return workload
+    return _run_phases(torch, spec, rec, rank, workload, setup)
+
+
+def _prepare_process(torch: Any, spec: RunSpec) -> None:
+    """Import ``torch._dynamo`` when the run needs it, and take the sweeper's lease of CPU cores."""
     if needs_dynamo(spec):
-        # PyTorch would import it lazily (see needs_dynamo): seconds and ~70 MB of host memory
+        # PyTorch would import it lazily (see needs_dynamo): time and host memory
         # that belong to no phase (and, on the CPU, before the capacity limit), so they are spent
         # here. Free when the fork server imported it already.
         import torch._dynamo  # noqa: F401
@@ -213,22 +224,28 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
         os.sched_setaffinity(0, {int(c) for c in cores.split(",")})
         if not spec.threads:
             torch.set_num_threads(len(cores.split(",")))
+
+
+def _device(torch: Any, spec: RunSpec, rec: Recorder, rank: RankHooks | None) -> Any:
+    """The run's ``torch.device``, or the exit code of a run that cannot have it (recorded)."""
+    from .counters import fake_cuda_autograd_available
+
+    reason: str | None = None
     if spec.dry_run:  # fake tensors of the spec's device (cpu or cuda:N): nothing is asked of it
-        device, reason = torch.device(spec.device), None
-        if device.type == "cuda" and spec.mode == "train":
-            if not fake_cuda_autograd_available():
-                rec.data.update(device=str(device), device_kind=device.type, device_index=device.index)
-                return rec.finish(
-                    "error",
-                    EXIT_UNAVAILABLE,
-                    error_type="DryRunUnsupported",
-                    message=(
-                        f"dry run: mode=train on {device} records an autograd graph on fake CUDA tensors, whose "
-                        f"backward pass needs a PyTorch built with CUDA (no GPU needed); this one "
-                        f"({torch.__version__}) is CPU-only (pytorch/pytorch#92627). Inference and generate "
-                        f"dry runs on {device} work here; device=cpu predicts train mode on the CPU"
-                    ),
-                )
+        device = torch.device(spec.device)
+        if device.type == "cuda" and spec.mode == "train" and not fake_cuda_autograd_available():
+            rec.data.update(device=str(device), device_kind=device.type, device_index=device.index)
+            return rec.finish(
+                "error",
+                EXIT_UNAVAILABLE,
+                error_type="DryRunUnsupported",
+                message=(
+                    f"dry run: mode=train on {device} records an autograd graph on fake CUDA tensors, whose "
+                    f"backward pass needs a PyTorch built with CUDA (no GPU needed); this one "
+                    f"({torch.__version__}) is CPU-only (pytorch/pytorch#92627). Inference and generate "
+                    f"dry runs on {device} work here; device=cpu predicts train mode on the CPU"
+                ),
+            )
     else:
         device, reason = resolve_device(spec.device) if rank is None else rank.resolve()
     if not reason and spec.devices > 1 and device.index + spec.devices > torch.cuda.device_count():
@@ -245,44 +262,22 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
             error_type="DtypeUnsupported",
             message=f"{device} does not support bfloat16 natively",
         )
-    try:  # set-up: a failure here is an error of the run, attributed to no phase
+    return device
+
+
+def _set_up(torch: Any, spec: RunSpec, rec: Recorder, rank: RankHooks | None, device: Any) -> _SetUp | int:
+    """The counters, the device's memory, the capacity and the OOM snapshot, recorded; a failure
+    here is an error of the run attributed to no phase (its exit code is returned)."""
+    from .counters import DeviceNotFree, DryRunCounters, make_counters
+
+    try:
         if spec.threads:
             torch.set_num_threads(spec.threads)
         dry_counters = DryRunCounters(device) if spec.dry_run else None
         counters = dry_counters if dry_counters is not None else make_counters(device, spec.devices)
         counters.start()
-        memory = None
-        total: int | None
-        free: int | None
-        if dry_counters is not None:  # a prediction: nothing of the host's (nor the device's) memory belongs
-            total = free = None
-            rec.data["prediction_rounding"] = dry_counters.rounding
-        else:
-            memory = device_memory(device)
-            total, free, _ = memory
-        rec.data.update(
-            device=str(device),
-            device_kind=device.type,
-            counter_sources=counters.sources,
-            device_index=device.index if device.type == "cuda" else None,
-            device_total_memory=total,
-            device_free_memory_start=free,
-            environment=environment(device, dry_run=spec.dry_run, memory=memory),
-        )
-        if dry_counters is not None and device.type == "cuda":
-            rec.data["environment"]["fake_cuda_guard"] = dry_counters.cuda_guard
-        capacity = {"capacity_method": "device total_memory"}
-        if spec.dry_run:
-            capacity = {"capacity_method": "none (dry run: fake tensors use no memory; nothing is limited)"}
-        elif device.type == "cuda":  # the footprint outside the allocator, then the capacity on every device
-            capacity = cuda_capacity(counters, spec.capacity_bytes, rec.data["environment"].get("allocator_backend"))
-        elif spec.capacity_bytes is not None:
-            if spec.capacity_mode == "process":
-                torch.ones(64, 64) @ torch.ones(64, 64)  # start the intra-op thread pool before the limit
-                capacity = apply_cpu_process_capacity(spec.capacity_bytes)
-            else:
-                assert isinstance(counters, CpuCounters)  # make_counters: the CPU
-                capacity = apply_cpu_allocator_capacity(counters, spec.capacity_bytes)
+        total = _record_device(spec, rec, device, counters, dry_counters)
+        capacity = _apply_capacity(torch, spec, rec, device, counters)
         if rank is not None:  # the run's process group, once this rank's capacity holds
             rank.start(counters)
         rec.data.update(
@@ -301,8 +296,62 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
     except Exception as exc:  # noqa: BLE001
         traceback.print_exc()
         return rec.finish("error", EXIT_ERROR, phase="setup", exc=exc)
+    return _SetUp(counters, dry_counters, snapshot_off, ballast)
 
-    try:  # imports the spec needs (transformers, bitsandbytes, the user's modules): no phase yet
+
+def _record_device(spec: RunSpec, rec: Recorder, device: Any, counters: Any, dry_counters: Any) -> int | None:
+    """Record the device, its counters' sources, its memory and its environment.
+
+    Returns:
+        The device's total memory (bytes), or None in a dry run (nothing of it belongs).
+    """
+    memory = None
+    total: int | None
+    free: int | None
+    if dry_counters is not None:  # a prediction: nothing of the host's (nor the device's) memory belongs
+        total = free = None
+        rec.data["prediction_rounding"] = dry_counters.rounding
+    else:
+        memory = device_memory(device)
+        total, free, _ = memory
+    rec.data.update(
+        device=str(device),
+        device_kind=device.type,
+        counter_sources=counters.sources,
+        device_index=device.index if device.type == "cuda" else None,
+        device_total_memory=total,
+        device_free_memory_start=free,
+        environment=environment(device, dry_run=spec.dry_run, memory=memory),
+    )
+    if dry_counters is not None and device.type == "cuda":
+        rec.data["environment"]["fake_cuda_guard"] = dry_counters.cuda_guard
+    return total
+
+
+def _apply_capacity(torch: Any, spec: RunSpec, rec: Recorder, device: Any, counters: Any) -> dict:
+    """Apply the spec's capacity to the device (or the CPU process) and return the record's
+    ``capacity`` (how it is held)."""
+    from .counters import CpuCounters, apply_cpu_allocator_capacity, apply_cpu_process_capacity, cuda_capacity
+
+    if spec.dry_run:
+        return {"capacity_method": "none (dry run: fake tensors use no memory; nothing is limited)"}
+    if device.type == "cuda":  # the footprint outside the allocator, then the capacity on every device
+        return cuda_capacity(counters, spec.capacity_bytes, rec.data["environment"].get("allocator_backend"))
+    if spec.capacity_bytes is None:
+        return {"capacity_method": "device total_memory"}
+    if spec.capacity_mode == "process":
+        torch.ones(64, 64) @ torch.ones(64, 64)  # start the intra-op thread pool before the limit
+        return apply_cpu_process_capacity(spec.capacity_bytes)
+    assert isinstance(counters, CpuCounters)  # make_counters: the CPU
+    return apply_cpu_allocator_capacity(counters, spec.capacity_bytes)
+
+
+def _build(spec: RunSpec, device: Any, rec: Recorder, rank: RankHooks | None, dry_counters: Any) -> Any:
+    """Build and prepare the workload (imports the spec needs: transformers, bitsandbytes, the
+    user's modules; no phase yet), or return the exit code of a failure (recorded)."""
+    from .workloads import DependencyMissing, build_workload
+
+    try:
         workload = build_workload(spec, device, rec.path.parent)
         workload.prepare()
         if rank is not None:
@@ -314,17 +363,25 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
     except Exception as exc:  # noqa: BLE001
         traceback.print_exc()
         return rec.finish("error", EXIT_ERROR, phase="setup", exc=exc)
+    return workload
 
-    dynamo_loaded = "torch._dynamo" in sys.modules
-    # On the CPU, memory_reserved is the resident set, which counts imported code: ~65 MiB more
-    # with Dynamo (a train run, or a fork server that had imported it for an earlier run).
-    rec.data["environment"]["torch_dynamo_imported"] = dynamo_loaded
 
-    def late_import(until: str) -> None:  # needs_dynamo said no, wrongly: say so in the record
-        nonlocal dynamo_loaded
-        if not dynamo_loaded and "torch._dynamo" in sys.modules:
-            dynamo_loaded = True
-            rec.data["environment"]["imported_during_phases"] = f"torch._dynamo (before {until})"
+class _DynamoWatch:
+    """Notes in the record whether ``torch._dynamo`` was imported before the phases, and warns
+    when a phase imported it (``needs_dynamo`` said no, wrongly)."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.loaded = "torch._dynamo" in sys.modules
+        # On the CPU, memory_reserved is the resident set, which counts imported code: more
+        # with Dynamo (a train run, or a fork server that had imported it for an earlier run).
+        rec.data["environment"]["torch_dynamo_imported"] = self.loaded
+
+    def check(self, until: str) -> None:
+        """Record and warn if Dynamo was imported since the last check (before phase ``until``)."""
+        if not self.loaded and "torch._dynamo" in sys.modules:
+            self.loaded = True
+            self.rec.data["environment"]["imported_during_phases"] = f"torch._dynamo (before {until})"
             print(
                 f"memsweep worker: warning: torch._dynamo was imported inside a phase before {until} "
                 f"(conf.contract.needs_dynamo missed this run); its host memory is in that phase's "
@@ -332,34 +389,49 @@ def measure(spec: RunSpec, rec: Recorder, rank: RankHooks | None = None) -> int:
                 file=sys.stderr,
             )
 
+
+def _run_phases(torch: Any, spec: RunSpec, rec: Recorder, rank: RankHooks | None, workload: Any, setup: _SetUp) -> int:
+    """Run the plan's phases in order, record.json saved before and after each; stop at the first
+    failed phase. Returns the worker's exit code."""
+    dynamo = _DynamoWatch(rec)
     for step in plan(spec, workload):
         name = step.name
-        late_import(name)
+        dynamo.check(name)
         rec.data["current_phase"] = name
         rec.save()
         if rank is not None:  # every rank ended the previous phase: this one starts together
             rank.barrier()
-        phase = run_phase(counters, name, step.body, step.iterations, spec.fault, rec.path, step.meta, step.after)
-        failure = phase.pop("_exception", None)
-        rec.data["phases"].append(phase)
-        if failure is not None:
-            traceback.print_exception(type(failure), failure, failure.__traceback__, file=sys.stderr)
-            unsupported = (
-                dry_run_unsupported(failure, dry_counters.where(workload.model)) if dry_counters is not None else None
-            )
-            if unsupported:
-                phase.update(status="error", error_type="DryRunUnsupported", error_message=unsupported)
-                return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported", message=unsupported)
-            code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
-            if phase["status"] == "oom" and spec.snapshot_on_oom and snapshot_off is None:
-                finish = functools.partial(rec.finish, "oom", code, phase=name, exc=failure)
-                return save_oom_then_dump(rec, finish, rec.path.parent, torch.cuda.memory)
-            return rec.finish(phase["status"], code, phase=name, exc=failure)
+        result = run_phase(
+            setup.counters, name, step.body, step.iterations, spec.fault, rec.path, step.meta, step.after
+        )
+        rec.data["phases"].append(result.record)
+        if result.error is not None:
+            return _phase_failed(torch, spec, rec, workload, setup, result)
         if name == MODEL_LOAD:
             rec.data["model"] = workload.model_info()
         if step.release is not None:
             step.release()
         rec.data["current_phase"] = None
         rec.save()
-    late_import("the end")
+    dynamo.check("the end")
     return rec.finish("ok", EXIT_OK)
+
+
+def _phase_failed(torch: Any, spec: RunSpec, rec: Recorder, workload: Any, setup: _SetUp, result: PhaseResult) -> int:
+    """Finish the record of a run whose phase ``result`` failed (a dry run's unsupported
+    operator, an OOM with its snapshot, or an error); returns the worker's exit code."""
+    from .counters import dry_run_unsupported
+
+    failure, phase, name = result.error, result.record, result.record["name"]
+    assert failure is not None
+    traceback.print_exception(type(failure), failure, failure.__traceback__, file=sys.stderr)
+    dry = setup.dry_counters
+    unsupported = dry_run_unsupported(failure, dry.where(workload.model)) if dry is not None else None
+    if unsupported:
+        phase.update(status="error", error_type="DryRunUnsupported", error_message=unsupported)
+        return rec.finish("error", EXIT_ERROR, phase=name, error_type="DryRunUnsupported", message=unsupported)
+    code = EXIT_OOM if phase["status"] == "oom" else EXIT_ERROR
+    if phase["status"] == "oom" and spec.snapshot_on_oom and setup.snapshot_off is None:
+        finish = functools.partial(rec.finish, "oom", code, phase=name, exc=failure)
+        return save_oom_then_dump(rec, finish, rec.path.parent, torch.cuda.memory)
+    return rec.finish(phase["status"], code, phase=name, exc=failure)

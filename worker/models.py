@@ -1,6 +1,6 @@
 """The built-in models, in plain PyTorch, with random weights (nothing is downloaded).
 
-``MLP``: the seed's small dense network. ``Transformer``: a decoder-only language model
+``MLP``: a small dense network. ``Transformer``: a decoder-only language model
 (embedding, ``layers`` pre-norm blocks of attention + feed-forward, a final norm, a
 vocabulary head) with grouped-query attention, rotary position embedding and a KV cache
 (``KVCache``) for generation.

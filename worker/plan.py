@@ -1,19 +1,16 @@
 """The phase plan of a run: which phases (and sub-phases) run, in order, and what each one calls.
 
-Phases, in order (seed 003, "IteraGPU"): ``model_load``, ``inputs``, then
+Phases, in order: ``model_load``, ``inputs``, then
 
 * inference: ``cold_forward``, ``warmup``, ``warm_forward`` (under torch.inference_mode);
-* train: the first step ``cold_step``, ``warmup`` (whole steps), then ``repeats`` steps
-  ``warm_step``, each step split into the sub-phases ``forward``, ``loss``, ``backward``
-  (once per micro-step) and ``optimizer_step``, recorded as ``cold_step.forward``, ...; a user
-  workload's own ``workload.train_step`` is one sub-phase ``user_step`` per step instead;
-* generate: ``cold_generate``, ``warmup`` (whole generations), ``repeats`` generations
-  ``warm_generate``, each split into ``prefill`` and ``decode``;
+* train: ``cold_step``, ``warmup`` (whole steps), ``repeats`` steps ``warm_step``, each split
+  into ``forward``, ``loss``, ``backward`` (once per micro-step) and ``optimizer_step``
+  (``cold_step.forward``, ...); a user's ``workload.train_step`` is one ``user_step`` instead;
+* generate: ``cold_generate``, ``warmup``, ``repeats`` ``warm_generate``, each split into
+  ``prefill`` and ``decode``;
 
-then, when asked, ``eval`` (train mode) and ``export``. A sub-phase's record also names its
-``parent`` (cold_step, ...), ``sub_phase``, ``step`` (0-based, within the parent) and
-``micro_step``; these are null on the other phases.
-
+then, when asked, ``eval`` (train mode) and ``export``. A sub-phase's record names its
+``parent``, ``sub_phase``, ``step`` (0-based) and ``micro_step``; null on the other phases.
 The names come from ``conf.contract`` (the contract's phase tuples), never spelled here.
 """
 

@@ -1,25 +1,16 @@
 """One rank of a DDP or FSDP run (spec ``parallel``): its process group, its device, its model
 wrapping, and the barriers that line its phases up with the other ranks'.
 
-A rank is a process of its own, forked by ``worker/ranks.py`` for one run. It runs the same
-``worker.measure.measure`` as a one-process run (the seed-003 protocol, its own counters, its own
-emulated capacity, its own record ``ranks/rank_N.json``), with a ``RankHooks`` that
+A rank is a process forked by ``worker/ranks.py``. It runs ``worker.measure.measure`` as a
+one-process run does (its own counters, capacity and record ``ranks/rank_N.json``) with a
+``RankHooks`` that picks its device (``cpu`` with gloo, or ``cuda:<local rank>`` with nccl),
+joins the process group once the capacity is applied (a ``file://`` rendezvous in the run
+directory, ``env://`` for SLURM tasks; collectives bounded by ``COLLECTIVE_TIMEOUT_S``), wraps
+the model at the end of ``model_load`` (``DistributedDataParallel``, or FSDP2 ``fully_shard`` on
+each block then the root) and waits at a barrier before every phase.
 
-* picks its device: ``cpu`` (backend gloo) or ``cuda:<local rank>`` (backend nccl, one leased GPU
-  per rank: ``CUDA_VISIBLE_DEVICES`` lists them; the local rank is the rank, or a SLURM task's
-  ``SLURM_LOCALID``, or 0 when such a task sees one GPU);
-* joins the run's process group (``torch.distributed.init_process_group`` with a ``file://``
-  rendezvous in the run directory, so concurrent runs never race for a port; ``env://`` when the
-  ranks are SLURM tasks, ``worker/slurm.py``) once the capacity is applied, with every collective
-  bounded by ``COLLECTIVE_TIMEOUT_S``;
-* wraps the model at the end of ``model_load``: ``DistributedDataParallel``, or FSDP2
-  ``fully_shard`` on each block of ``model.blocks`` then on the root (the optimizer is then
-  built on the sharded parameters);
-* waits at a barrier before every phase (before its counters are read and its peaks reset), so
-  that phase N starts on every rank after phase N-1 ended on every rank.
-
-References: https://pytorch.org/docs/stable/distributed.html (init_process_group, barrier,
-timeouts), https://pytorch.org/docs/stable/notes/ddp.html,
+References: https://pytorch.org/docs/stable/distributed.html,
+https://pytorch.org/docs/stable/notes/ddp.html,
 https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html.
 """
 
@@ -39,6 +30,7 @@ from torch import nn
 
 from memsweep.conf.contract import RunSpec
 
+from .environment import ResolvedDevice
 from .lifecycle import die_with_parent
 from .measure import Recorder, measure, run_shape
 from .ranks import RANKS_DIR
@@ -91,7 +83,7 @@ class RankHooks:
         self.local_rank = rank if local_rank is None else local_rank
         self.device: torch.device | None = None
 
-    def resolve(self) -> tuple[torch.device, str | None]:
+    def resolve(self) -> ResolvedDevice:
         """The rank's device and why it is unavailable (None when it is).
 
         Returns:
@@ -104,17 +96,18 @@ class RankHooks:
                 # the ranks share the cores the run may use instead of each taking all of them
                 cores = len(os.sched_getaffinity(0))
                 torch.set_num_threads(max(1, cores // self.spec.world_size))
-            return self.device, None
+            return ResolvedDevice(self.device, None)
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         bound = self.spec.tasks_per_node is not None and n == 1  # a SLURM task bound to its own GPU
         index = 0 if bound else self.local_rank
         if n < self.spec.ranks_per_node and not bound:
-            return torch.device("cuda", index), (
-                f"{self.spec.ranks_per_node} rank(s) on this machine: one GPU per rank asked, {n} visible"
+            return ResolvedDevice(
+                torch.device("cuda", index),
+                f"{self.spec.ranks_per_node} rank(s) on this machine: one GPU per rank asked, {n} visible",
             )
         self.device = torch.device("cuda", index)
         torch.cuda.set_device(self.device)
-        return self.device, None
+        return ResolvedDevice(self.device, None)
 
     def start(self, counters: Any) -> None:
         """Join the run's process group (gloo on the CPU, nccl on CUDA), collectives bounded.

@@ -1,37 +1,16 @@
 """A DDP or FSDP run (spec ``parallel``): ``world_size`` rank processes started for this run,
 watched, stopped together, and their records merged into the run's one record.json.
 
-The worker process of the run is the launcher: it forks the ranks with PyTorch's own launcher
-machinery (``torch.multiprocessing.start_processes``, start method ``fork``: the worker has
-imported torch and never touched a device, so each rank still creates its own CUDA context and
-caching allocator), then waits on their sentinels. Each rank (``worker/rank.py``) writes its own
-record, ``ranks/rank_N.json``, under the seed-003 protocol.
+The run's worker forks the ranks (``torch.multiprocessing.start_processes``, start method
+``fork``) and waits on them; each rank (``worker/rank.py``) writes ``ranks/rank_N.json``. The
+first rank that fails stops the others (SIGTERM, SIGKILL after ``ABORT_GRACE_S``). The outcome is
+the root cause: a signal memsweep did not send (``crash``; the worker then dies by it), else an
+OOM, else an error; a rank memsweep stopped is ``aborted``. The merged record is rank 0's with
+``ranks``, ``failed_rank``, ``peak_rank`` and, per phase, the root-cause rank's entry with every
+rank's (``conf.contract.record.RANK_FIELDS``, ``PHASE_RANK_FIELDS``). For ranks as SLURM tasks, rank 0's
+task merges the records the others write (``MERGE_WAIT_S``); other tasks run ``task_rank``.
 
-Failures: the first rank that exits with a failure (an OOM, an error, a signal) stops the run;
-every other rank still running is sent SIGTERM, then SIGKILL after ``ABORT_GRACE_S``, so no
-rank waits on a dead peer and no process outlives its run. The run's outcome is the root cause:
-a rank killed by a signal memsweep did not send (``crash``), else a rank that ran out of memory
-(``oom``), else a rank's error; a rank stopped by memsweep is ``aborted`` in ``ranks``. A crash
-makes the launcher leave its record incomplete and die by the same signal, so the sweeper reads
-a crash as for a one-process run.
-
-The merged record: the top-level fields of rank 0's record (device, counters' sources,
-capacity, environment, model; ``world_size``, ``parallel`` and ``global_batch`` as every record
-has them, ``worker.measure.run_shape``) with ``ranks``
-(``conf.contract.RANK_FIELDS``), ``failed_rank`` and ``peak_rank``; ``phases`` in order, each
-the root-cause rank's entry (rank 0's when the run did not fail) with ``rank`` (whose counters
-these are), ``peak_rank`` and ``ranks`` (``conf.contract.PHASE_RANK_FIELDS``, one per rank that
-recorded the phase): ``conf.contract.phase_peak`` takes the fullest rank.
-
-Ranks as SLURM tasks (spec ``tasks_per_node``, ``+cluster=slurm``): every task of the job runs
-the worker once and is one rank (``worker/slurm.py`` maps SLURM's environment to the ``env://``
-rendezvous). Each task forks its one rank the same way; the task of rank 0 owns record.json and
-merges every rank's record, reading the others' ``ranks/rank_N.json`` from the run directory
-(a shared file system) until each is complete or ``MERGE_WAIT_S`` after its own rank ended; a
-rank that never completed its record is a ``crash``. Tasks of other ranks write only their rank's
-files (``task_rank``). A task cannot stop a rank on another node: a failed rank's peers fail at
-their next collective (bounded by ``worker.rank.COLLECTIVE_TIMEOUT_S``).
-
+See the docs' page on parallel runs for the full account.
 References: https://pytorch.org/docs/stable/multiprocessing.html (start_processes).
 """
 
@@ -42,7 +21,7 @@ import multiprocessing.connection
 import os
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -316,10 +295,37 @@ def measure_ranks(spec: RunSpec, rec: Recorder) -> int:
         local = list(context.processes)
     paths = [ranks_dir / f"rank_{r}.json" for r in range(spec.world_size)]
     stopped: set[int] = set()
+    procs_now = _wait_ranks(rec, local, task is not None, paths, stopped, run_dir)
+    rendezvous.unlink(missing_ok=True)
+    records = [_read(path) for path in paths]
+    ranks = _rank_entries(records, procs_now(records), stopped, run_dir)
+    root = root_cause(ranks)
+    rec.data.update(merge(records, ranks, root))
+    rec.data["current_phase"] = None
+    return _finish_ranks(rec, root)
+
+
+def _wait_ranks(
+    rec: Recorder, local: list, tasks: bool, paths: list[Path], stopped: set[int], run_dir: Path
+) -> Callable[[list[dict]], list]:
+    """Wait for every rank to end, merging their records into ``rec`` as they come; stop the
+    local ranks once one failed (their indices into ``stopped``).
+
+    Args:
+        rec: the run's recorder.
+        local: this process's rank processes.
+        tasks: the ranks are SLURM tasks (only rank 0 is local; the others are read from records).
+        paths: every rank's record, by rank.
+        stopped: filled with the ranks this process stopped.
+        run_dir: the run directory.
+
+    Returns:
+        The function from the rank records to the rank processes (local, and remote ones).
+    """
     gave_up_at: float | None = None
 
     def procs_now(records: list[dict]) -> list:
-        if task is None:
+        if not tasks:
             return local
         late = gave_up_at is not None and time.monotonic() > gave_up_at
         return local + [_Remote(r, late) for r in records[1:]]
@@ -340,12 +346,12 @@ def measure_ranks(spec: RunSpec, rec: Recorder) -> int:
         rec.save()
     for p in local:
         p.join()
-    rendezvous.unlink(missing_ok=True)
-    records = [_read(path) for path in paths]
-    ranks = _rank_entries(records, procs_now(records), stopped, run_dir)
-    root = root_cause(ranks)
-    rec.data.update(merge(records, ranks, root))
-    rec.data["current_phase"] = None
+    return procs_now
+
+
+def _finish_ranks(rec: Recorder, root: dict | None) -> int:
+    """Finish the merged record by the root cause ``root`` (None: every rank succeeded); a
+    crashed rank's signal kills this process once the record is saved."""
     if root is None:
         return rec.finish("ok", EXIT_OK)
     where = f" in {root['failed_phase']}" if root.get("failed_phase") else ""

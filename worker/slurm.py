@@ -1,16 +1,11 @@
 """A run whose ranks are SLURM tasks (spec ``nodes`` / ``tasks_per_node``): SLURM's environment ->
 torch.distributed's ``env://`` rendezvous.
 
-Under ``srun`` (or a submitit_slurm job with ``nodes`` x ``tasks_per_node`` tasks) every task
-runs the worker once; each is one rank. SLURM names the task (``SLURM_PROCID``, ``SLURM_LOCALID``,
-``SLURM_NODEID``), the job's size (``SLURM_NTASKS``) and its nodes (``SLURM_JOB_NODELIST``,
-compressed: ``gpu[01-03,07]``). torch.distributed's ``env://`` rendezvous reads ``MASTER_ADDR``,
-``MASTER_PORT``, ``RANK`` and ``WORLD_SIZE`` (``LOCAL_RANK`` by convention, as torchrun sets it):
-``MASTER_ADDR`` is the first host of the nodelist, where rank 0 runs (SLURM numbers tasks node by
-node under its default block distribution), expanded by ``scontrol show hostnames`` when that is
-installed, else by ``expand_nodelist`` here; ``MASTER_PORT`` is derived from the job id so every
-task of a job computes the same port without talking to the others. A ``MASTER_ADDR`` or
-``MASTER_PORT`` already in the environment wins (a site's own launcher, or a test).
+Every task runs the worker once and is one rank. From ``SLURM_PROCID``, ``SLURM_LOCALID``,
+``SLURM_NTASKS`` and ``SLURM_JOB_NODELIST`` (compressed, ``gpu[01-03,07]``) this module sets
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` (the nodelist's first host, expanded by
+``scontrol show hostnames`` or ``expand_nodelist``) and ``MASTER_PORT`` (derived from the job id,
+the same in every task). A ``MASTER_ADDR`` or ``MASTER_PORT`` already set wins.
 
 Standard library only. References: https://slurm.schedmd.com/srun.html (OUTPUT ENVIRONMENT
 VARIABLES), https://slurm.schedmd.com/scontrol.html (show hostnames),

@@ -1,21 +1,15 @@
 """The CUDA allocator snapshot of an OOM run (spec ``snapshot_on_oom``), taken so that it never
 costs the measurement.
 
-* The history is recorded with Python stacks only: ``_record_memory_history(enabled="all",
-  context="all", stacks="python", max_entries=SNAPSHOT_MAX_ENTRIES)`` (torch/cuda/memory.py; the
-  keywords ``context``, ``stacks`` and ``max_entries`` of ``_record_memory_history_impl`` exist in
-  PyTorch 2.1 through 2.13). ``stacks="all"``, the default, unwinds and later symbolizes C++
-  frames at every allocation, which can raise or hang (pytorch#123408).
-* Enabling it is guarded on its own (``enable_history``): a failure (pytorch#128131) is noted in
-  the record's ``oom_snapshot`` and on stderr, and the run goes on, measured.
-* At an OOM the record (outcome ``oom``, the OOM phase) is saved before any dump
-  (``save_oom_then_dump``), marked ``pending`` so that a worker that dies or hangs while dumping
-  still leaves its outcome (conf.contract.classify_run keeps a pending snapshot's outcome).
-* The snapshot (torch.cuda.memory._snapshot) is bounded in memory before any file is written:
-  its traces keep their most recent entries so that the pickle stays under SNAPSHOT_MAX_BYTES;
-  the file is written atomically (temporary file, then rename), never above the limit.
+* The history is recorded with Python stacks only (``_record_memory_history(enabled="all",
+  context="all", stacks="python", max_entries=SNAPSHOT_MAX_ENTRIES)``, torch/cuda/memory.py);
+  C++ stacks can raise or hang (pytorch#123408).
+* Enabling it is guarded on its own (``enable_history``): a failure is noted in the record's
+  ``oom_snapshot`` and the run goes on.
+* At an OOM the record is saved before any dump (``save_oom_then_dump``), marked ``pending``.
+* The snapshot is bounded under SNAPSHOT_MAX_BYTES before any file is written, atomically.
 
-The module imports no torch at the top: callers pass ``torch.cuda.memory`` (tests pass a fake).
+No torch import at the top: callers pass ``torch.cuda.memory`` (tests pass a fake).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The contract between memsweep's processes: conf -> sweeper -> worker -> record file -> analysis.
 
 Standard library only, so that the sweeper (Hydra, no torch), the worker (torch, no Hydra)
-and the analysis (pandas, no torch) all import it without pulling in each other's
-dependencies. Modules, by job:
+and the analysis (pandas, no torch) all import it. Modules, by job:
 
 * ``vocabulary``: the field's names (axes, dtypes, modes, phases, outcomes, options, isolation);
 * ``units``: bytes, GB and GiB, size texts;
@@ -10,22 +9,22 @@ dependencies. Modules, by job:
 * ``checks``, ``workload``, ``spec``: the run spec and its validation;
 * ``record``: the record's and the result envelope's fields, declared once, the JSON files;
 * ``rundir``: the one reader of a run directory and the one definition of the run's peak;
-* ``exits``: exit statuses; ``host``: /proc readers.
+* ``fork``: the fork server's messages; ``exits``: exit statuses; ``host``: /proc readers.
 
-Callers import ``from conf.contract import X`` (or from a submodule).
+This package exports what other packages use; the rest is imported from its submodule.
 """
 
 from .attribution import (
     ALL_VARIABLES,
-    ATTRIBUTIONS,
     failure_words,
     oom_attribution,
-    phase_key,
     phase_variables,
     planned_phases,
-    scales_with,
 )
-from .errors import NewerSchemaError, RecordError, SpecError
+from .errors import (
+    RecordError,
+    SpecError,
+)
 from .exits import (
     EXIT_BAD_INPUT,
     EXIT_BAD_SPEC,
@@ -37,7 +36,10 @@ from .exits import (
     PREDICT_EXIT,
     RUN_EXIT,
 )
-from .finetune import COMPILE_MODES, LORA_RANK_SETTINGS, QUANTIZATIONS, lora_settings_without_rank, version_tuple
+from .finetune import (
+    lora_settings_without_rank,
+    version_tuple,
+)
 from .host import (
     STOPPED_STATES,
     boot_id,
@@ -49,24 +51,23 @@ from .host import (
     process_identity,
     process_state,
 )
-from .parallel import MAX_WORLD_SIZE, ranks_are_tasks
+from .parallel import (
+    ranks_are_tasks,
+)
 from .record import (
     CAPACITY_FIELDS,
     DEVICE_FIELDS,
     DEVICE_NOT_FREE_BYTES,
     ENVIRONMENT_FIELDS,
-    EXIT_STATUS_FIELDS,
     EXIT_STATUS_FILE,
     EXTRA_COUNTERS,
     FAILURE_CLASSES,
-    FILE_KINDS,
     MODEL_FIELDS,
     OOM_DETAIL_FIELDS,
     PER_DEVICE_EXTRAS,
     PHASE_COUNTERS,
     PHASE_FIELDS,
     PHASE_RANK_FIELDS,
-    RANK_FIELDS,
     RECORD_FIELDS,
     RECORD_FILE,
     RESULT_FIELDS,
@@ -87,28 +88,32 @@ from .record import (
     write_json_atomic,
 )
 from .rundir import (
-    CPU_PEAK_COUNTERS,
-    CUDA_PEAK_COUNTERS,
     Run,
     device_kind_of,
     find_run_dirs,
     peak_counters,
     phase_peak,
     predicted_outcome,
-    read_file,
     read_run,
     read_spec,
     record_phases,
     run_peak,
     try_read,
 )
-from .spec import MAX_DEVICES, RunSpec, needs_dynamo, validate_device, validate_estimate
-from .units import GB, SIZE_UNITS, GiB, bytes_text, gib, parse_size
+from .spec import (
+    RunSpec,
+    needs_dynamo,
+    validate_device,
+)
+from .units import (
+    GB,
+    GiB,
+    bytes_text,
+    gib,
+    parse_size,
+)
 from .vocabulary import (
-    ACTIVATIONS,
     AFTER_PHASES,
-    ALL_PHASES,
-    ATTENTIONS,
     AXES,
     AXIS_DIRECTIONS,
     CAPACITY_MODES,
@@ -118,19 +123,13 @@ from .vocabulary import (
     DEFAULT_ISOLATION,
     DEVICE_COUNTERS,
     DIRECTIONS,
-    DRY_RUN_WORKLOADS,
     DTYPE_BYTES,
-    DTYPES,
-    DYNAMO_FREE_WORKLOADS,
     ESTIMATE_KEYS,
-    FAULT_KINDS,
-    FFN_KINDS,
     FORK_SERVER_LOST,
     FORKSERVER_KILL_REQUEST,
     FORKSERVER_NO_PRELOAD,
     GENERATE_PHASES,
     GENERATE_SUB_PHASES,
-    GENERATE_WORKLOADS,
     INFERENCE_PHASES,
     INTEGER_AXES,
     ISOLATION_ENV,
@@ -141,11 +140,8 @@ from .vocabulary import (
     LAUNCHER_WORKER_LOST,
     LEASE_LOCKS_ENV,
     MODES,
-    NORMS,
     NUMERIC_AXES,
-    OPTIMIZERS,
     OUTCOMES,
-    PARALLEL_WORKLOADS,
     PARALLELS,
     PARENT_ENV,
     PARENT_PHASES,
@@ -154,24 +150,17 @@ from .vocabulary import (
     PEAK_COUNTERS,
     PEAK_SPLIT_FIELDS,
     PHASE_SIZE_VARIABLES,
-    PRECISIONS,
     SOURCES,
     STEP_SUB_PHASES,
-    STEP_VARIABLES,
     TRAIN_PHASES,
-    TRAIN_STEP_KINDS,
     USER_STEP_SUB_PHASES,
     USER_TRAIN_PHASES,
     WARM_PHASES,
-    WIDTH_WORKLOADS,
     WORKER_COMMAND,
-    WORKER_OUTCOMES,
-    WORKLOADS,
     axis_direction,
     sub_phase_names,
 )
 from .workload import (
-    WORKLOAD_PARAMS,
     axis_ignored,
     check_axis_read,
     hf_config_kind,
@@ -182,44 +171,28 @@ from .workload import (
 
 __all__ = [
     "FAILURE_CLASSES",
-    "COMPILE_MODES",
-    "QUANTIZATIONS",
     "ALL_VARIABLES",
-    "ATTRIBUTIONS",
     "PHASE_SIZE_VARIABLES",
-    "STEP_VARIABLES",
     "failure_words",
     "oom_attribution",
-    "phase_key",
     "phase_variables",
     "planned_phases",
-    "scales_with",
-    "ACTIVATIONS",
     "AFTER_PHASES",
-    "ALL_PHASES",
     "AXIS_DIRECTIONS",
-    "ATTENTIONS",
     "AXES",
     "CAPACITY_FIELDS",
     "CAPACITY_MODES",
     "COLD_PHASES",
     "COUNTERS",
-    "CPU_PEAK_COUNTERS",
     "CUDA_BLOCK_BYTES",
-    "CUDA_PEAK_COUNTERS",
     "DEFAULT_ISOLATION",
     "DEVICE_COUNTERS",
     "DIRECTIONS",
     "DEVICE_FIELDS",
     "PHASE_RANK_FIELDS",
-    "RANK_FIELDS",
     "DEVICE_NOT_FREE_BYTES",
-    "DRY_RUN_WORKLOADS",
-    "DTYPES",
     "DTYPE_BYTES",
-    "DYNAMO_FREE_WORKLOADS",
     "ENVIRONMENT_FIELDS",
-    "EXIT_STATUS_FIELDS",
     "EXIT_STATUS_FILE",
     "ESTIMATE_KEYS",
     "EXIT_BAD_INPUT",
@@ -230,15 +203,10 @@ __all__ = [
     "EXIT_OOM",
     "EXIT_UNAVAILABLE",
     "EXTRA_COUNTERS",
-    "FAULT_KINDS",
-    "FFN_KINDS",
-    "FILE_KINDS",
     "FORK_SERVER_LOST",
     "GB",
     "GENERATE_PHASES",
     "GENERATE_SUB_PHASES",
-    "GENERATE_WORKLOADS",
-    "WIDTH_WORKLOADS",
     "INFERENCE_PHASES",
     "ISOLATIONS",
     "ISOLATION_ENV",
@@ -246,19 +214,14 @@ __all__ = [
     "ISOLATION_SPAWN",
     "KV_CACHES",
     "LAUNCHER_WORKER_LOST",
-    "MAX_DEVICES",
-    "MAX_WORLD_SIZE",
     "ranks_are_tasks",
     "MODEL_FIELDS",
     "MODES",
-    "NORMS",
     "INTEGER_AXES",
     "NUMERIC_AXES",
     "PARALLELS",
-    "PARALLEL_WORKLOADS",
     "OOM_DETAIL_FIELDS",
     "PER_DEVICE_EXTRAS",
-    "OPTIMIZERS",
     "OUTCOMES",
     "LEASE_LOCKS_ENV",
     "PARENT_ENV",
@@ -272,7 +235,6 @@ __all__ = [
     "PEAK_SPLIT_FIELDS",
     "PHASE_COUNTERS",
     "PHASE_FIELDS",
-    "PRECISIONS",
     "RECORD_FIELDS",
     "RECORD_FILE",
     "RESULT_FIELDS",
@@ -282,7 +244,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "SEARCH_LOG",
     "SIZE_FIELDS",
-    "SIZE_UNITS",
     "SOURCES",
     "SPEC_FILE",
     "STDERR_FILE",
@@ -291,16 +252,11 @@ __all__ = [
     "STEP_SUB_PHASES",
     "SUB_PHASE_FIELDS",
     "TRAIN_PHASES",
-    "TRAIN_STEP_KINDS",
     "USER_STEP_SUB_PHASES",
     "USER_TRAIN_PHASES",
     "WARM_PHASES",
-    "WORKER_OUTCOMES",
-    "WORKLOADS",
-    "WORKLOAD_PARAMS",
     "Field",
     "GiB",
-    "NewerSchemaError",
     "RecordError",
     "Run",
     "RunSpec",
@@ -326,7 +282,6 @@ __all__ = [
     "proc_kb_fields",
     "process_identity",
     "process_state",
-    "read_file",
     "read_json",
     "read_run",
     "read_spec",
@@ -336,14 +291,12 @@ __all__ = [
     "sub_phase_names",
     "try_read",
     "validate_device",
-    "validate_estimate",
     "validate_workload",
     "check_axis_read",
     "axis_ignored",
     "width_ignored",
     "run_optimizer",
     "version_tuple",
-    "LORA_RANK_SETTINGS",
     "lora_settings_without_rank",
     "remove_stale_temps",
     "write_json_atomic",

@@ -154,22 +154,12 @@ def check_run_options(spec: Any) -> None:
     Raises:
         SpecError: naming the field that cannot apply.
     """
-    compile_mode = spec.compile
-    if compile_mode != "false":
-        if spec.mode == "generate":
-            raise SpecError(
-                "compile",
-                compile_mode,
-                "false with mode=generate (each decoded token changes the cache's shape: a recompilation); "
-                "compile applies to mode=inference or train",
-            )
-        if spec.dry_run:
-            raise SpecError("compile", compile_mode, "false with dry_run=true (fake tensors are not compiled)")
-    w = spec.workload
+    _check_compile(spec)
     if spec.workload_name == "user":
         _check_user_options(spec)
     if spec.workload_name != "hf":
         return
+    w = spec.workload
     if w["lora_rank"] is not None and spec.mode != "train":
         raise SpecError(
             "workload.lora_rank",
@@ -177,20 +167,7 @@ def check_run_options(spec: Any) -> None:
             f"null with mode={spec.mode} (LoRA adapters are what trains: mode=train)",
         )
     if w["quantization"] is not None:
-        if w["pretrained"] is None:
-            raise SpecError(
-                "workload.quantization",
-                w["quantization"],
-                "null without workload.pretrained (transformers quantizes a checkpoint as from_pretrained loads it)",
-            )
-        if spec.mode == "train" and w["lora_rank"] is None:
-            raise SpecError(
-                "workload.quantization",
-                w["quantization"],
-                "null in mode=train without workload.lora_rank (4-bit weights do not train; QLoRA trains adapters)",
-            )
-        if spec.precision != "pure":
-            raise SpecError("precision", spec.precision, "pure with workload.quantization (dtype is the compute dtype)")
+        _check_quantization(spec)
     if spec.dry_run:
         if w["quantization"] is not None:
             raise SpecError(
@@ -203,6 +180,42 @@ def check_run_options(spec: Any) -> None:
             raise SpecError(
                 "workload.pretrained", w["pretrained"], "null with dry_run=true (dry runs build from a config)"
             )
+
+
+def _check_compile(spec: Any) -> None:
+    """``compile``: false with mode=generate or a dry run. Raises SpecError naming it."""
+    compile_mode = spec.compile
+    if compile_mode == "false":
+        return
+    if spec.mode == "generate":
+        raise SpecError(
+            "compile",
+            compile_mode,
+            "false with mode=generate (each decoded token changes the cache's shape: a recompilation); "
+            "compile applies to mode=inference or train",
+        )
+    if spec.dry_run:
+        raise SpecError("compile", compile_mode, "false with dry_run=true (fake tensors are not compiled)")
+
+
+def _check_quantization(spec: Any) -> None:
+    """A set ``workload.quantization``: needs ``workload.pretrained``, LoRA in mode=train and
+    ``precision=pure``. Raises SpecError naming the field."""
+    w = spec.workload
+    if w["pretrained"] is None:
+        raise SpecError(
+            "workload.quantization",
+            w["quantization"],
+            "null without workload.pretrained (transformers quantizes a checkpoint as from_pretrained loads it)",
+        )
+    if spec.mode == "train" and w["lora_rank"] is None:
+        raise SpecError(
+            "workload.quantization",
+            w["quantization"],
+            "null in mode=train without workload.lora_rank (4-bit weights do not train; QLoRA trains adapters)",
+        )
+    if spec.precision != "pure":
+        raise SpecError("precision", spec.precision, "pure with workload.quantization (dtype is the compute dtype)")
 
 
 def _check_user_options(spec: Any) -> None:

@@ -6,24 +6,12 @@ Files of one run directory::
     record.json   run record, written by the worker (atomically, after every phase)
     result.json   result envelope, written by the sweeper once the worker process ended
     stdout.log / stderr.log   the worker's output streams
-    exit_status.json   only when the client that asked for a forked run was gone before it ended
-                  (a launcher worker killed): the worker's exit status, from its handler
+    exit_status.json   the worker's exit status from its handler, if its client went away
 
-The fields of record.json, result.json and exit_status.json, and of the objects they nest, are
-declared once, in the JSON Schema beside this module (``SCHEMA_FILE``, run_files.schema.json, draft
-2020-12): published, so that other tools and languages validate these files or generate readers
-from it, and read here into the ``*_FIELDS`` tables (``Field``: name, JSON type of a present value,
-description), in the schema's order, which is the order of the Parquet columns taken from them;
-a writer may write a file's keys in another order. Every field but ``schema_version`` (an integer
-from 1 to SCHEMA_VERSION, required) may be null. All memory figures are integers in bytes (``"unit":
-"bytes"``, 0 to 2^63 - 1 but for three differences); a missing measurement is ``None`` (JSON
-``null``), never ``0``. A string field whose values are a vocabulary constant lists them in its
-``enum``. ``document_problems`` checks a document against the schema (readers: conf.contract.rundir).
-analysis/tables.py's Parquet schemas are checked against these declarations (tests/test_contract.py);
-the schema against the tables, the vocabulary and a real run (tests/test_run_files_schema.py).
-
-To add a field: one property in its ``$defs`` entry of the schema, where its column belongs (a field
-several objects carry: one entry of a group such as ``failure`` or ``counter``, ``$ref``-ed).
+Their fields are declared once, in the JSON Schema beside this module (``SCHEMA_FILE``,
+run_files.schema.json, draft 2020-12), read here into the ``*_FIELDS`` tables (``Field``: name,
+JSON type, description) in the schema's order. Every field but ``schema_version`` may be null;
+memory figures are integers in bytes, a missing one null, never 0 (``document_problems`` checks).
 """
 
 from __future__ import annotations
@@ -187,8 +175,8 @@ CAPACITY_FIELDS = schema_fields("capacity")
 
 DEVICE_NOT_FREE_BYTES = 2 * 2**30
 """A CUDA run whose device already has more than this many bytes in use outside its caching
-allocator once its context exists (total - free - reserved: its own context and handles take
-about 0.5 GiB on Hopper) is flagged ``device_not_free``: another process holds memory there."""
+allocator once its context exists (total - free - reserved, its own context and handles
+included) is flagged ``device_not_free``: another process holds memory there."""
 
 MODEL_FIELDS = schema_fields("model")
 """Fields of record.json's ``model`` (sizes by construction, not counters)."""

@@ -205,6 +205,35 @@ class RunSpec:
         if self.device == "auto":
             raise SpecError("device", self.device, "a resolved device (cpu or cuda:N) in a run spec")
         object.__setattr__(self, "workload", validate_workload(self.workload))
+        self._check_capacity()
+        int_in_range("warmup", self.warmup, 0, 10**6)
+        positive_int("repeats", self.repeats, 10**6)
+        if (
+            isinstance(self.timeout_s, bool)
+            or not isinstance(self.timeout_s, (int, float))
+            or not 0 < self.timeout_s <= 7 * 24 * 3600
+        ):
+            raise SpecError("timeout_s", self.timeout_s, "a number of seconds in (0, 604800]")
+        int_in_range("seed", self.seed, 0, 2**63 - 1)
+        if self.threads is not None:
+            positive_int("threads", self.threads, 1024)
+        self._check_fault()
+        self._check_mode_options()
+        object.__setattr__(self, "compile", normalise_compile(self.compile))
+        check_run_options(self)
+        self._check_workload_shape()
+        self._check_dry_run()
+        self._check_snapshot()
+        self._check_devices()
+        check_parallel(self)
+        object.__setattr__(self, "estimate", validate_estimate(self.estimate))
+        if self.estimate_missing_reason is not None and not isinstance(self.estimate_missing_reason, str):
+            raise SpecError("estimate_missing_reason", self.estimate_missing_reason, "null or a text")
+        if self.schema_version != SCHEMA_VERSION:
+            raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
+
+    def _check_capacity(self) -> None:
+        """``capacity_bytes`` (a size) and ``capacity_mode`` (process: a measured CPU run only)."""
         if self.capacity_bytes is not None:
             parse_size(self.capacity_bytes)
         choice("capacity_mode", self.capacity_mode, CAPACITY_MODES)
@@ -217,31 +246,22 @@ class RunSpec:
                 "(torch.cuda.set_per_process_memory_fraction), a dry run limits nothing",
             )
         check_process_capacity(self.capacity_mode, self.capacity_bytes)
-        int_in_range("warmup", self.warmup, 0, 10**6)
-        positive_int("repeats", self.repeats, 10**6)
-        if (
-            isinstance(self.timeout_s, bool)
-            or not isinstance(self.timeout_s, (int, float))
-            or not 0 < self.timeout_s <= 7 * 24 * 3600
-        ):
-            raise SpecError("timeout_s", self.timeout_s, "a number of seconds in (0, 604800]")
-        int_in_range("seed", self.seed, 0, 2**63 - 1)
-        if self.threads is not None:
-            positive_int("threads", self.threads, 1024)
-        if self.fault is not None:
-            if not isinstance(self.fault, Mapping) or not {"phase", "kind"} <= set(self.fault) <= {
-                "phase",
-                "kind",
-                "rank",
-            }:
-                raise SpecError("fault", self.fault, "null or {phase: <phase>, kind: <kind>[, rank: <rank>]}")
-            choice("fault.phase", self.fault["phase"], ALL_PHASES)
-            choice("fault.kind", self.fault["kind"], FAULT_KINDS)
-        self._check_mode_options()
-        object.__setattr__(self, "compile", normalise_compile(self.compile))
-        check_run_options(self)
-        self._check_workload_shape()
-        self._check_dry_run()
+
+    def _check_fault(self) -> None:
+        """``fault``: null or ``{phase, kind[, rank]}`` of known phases and kinds."""
+        if self.fault is None:
+            return
+        if not isinstance(self.fault, Mapping) or not {"phase", "kind"} <= set(self.fault) <= {
+            "phase",
+            "kind",
+            "rank",
+        }:
+            raise SpecError("fault", self.fault, "null or {phase: <phase>, kind: <kind>[, rank: <rank>]}")
+        choice("fault.phase", self.fault["phase"], ALL_PHASES)
+        choice("fault.kind", self.fault["kind"], FAULT_KINDS)
+
+    def _check_snapshot(self) -> None:
+        """``snapshot_on_oom``: a bool; true only on a CUDA device in a measured run."""
         if not isinstance(self.snapshot_on_oom, bool):
             raise SpecError("snapshot_on_oom", self.snapshot_on_oom, "true or false")
         if self.snapshot_on_oom and (not self.device.startswith("cuda") or self.dry_run):
@@ -250,13 +270,6 @@ class RunSpec:
                 self.snapshot_on_oom,
                 "false here: memory snapshots record the CUDA caching allocator (a cuda device, not a dry run)",
             )
-        self._check_devices()
-        check_parallel(self)
-        object.__setattr__(self, "estimate", validate_estimate(self.estimate))
-        if self.estimate_missing_reason is not None and not isinstance(self.estimate_missing_reason, str):
-            raise SpecError("estimate_missing_reason", self.estimate_missing_reason, "null or a text")
-        if self.schema_version != SCHEMA_VERSION:
-            raise SpecError("schema_version", self.schema_version, str(SCHEMA_VERSION))
 
     def _check_devices(self) -> None:
         """``devices``: an int >= 1; more than 1 only on a CUDA device, and then the run's device
@@ -450,7 +463,7 @@ class RunSpec:
 def needs_dynamo(spec: RunSpec) -> bool:
     """Tell whether a run of ``spec`` may import ``torch._dynamo`` lazily, inside a measured phase.
 
-    That import costs seconds of CPU and ~70 MB of host memory, so the worker imports it before
+    That import takes CPU time and host memory, so the worker imports it before
     its first phase (``worker.measure.measure``) when this says True, and the fork server may as
     well import it once for every run (the sweeper's client tells it, ``sweeper.process``).
 

@@ -298,7 +298,7 @@ def run_optimizer(spec: Mapping[str, Any]) -> str | None:
     spec's ``optimizer``.
 
     Args:
-        spec: a spec.json's content (``RunSpec.to_dict``), possibly from an older memsweep.
+        spec: a spec.json's content (``RunSpec.to_dict``); a key may be missing.
 
     Returns:
         The factory's dotted path, the spec's optimizer name, or None when the spec has neither.

@@ -3,26 +3,15 @@
 Every counter returns an integer number of bytes, or ``None`` when it cannot be read; every
 kind follows one protocol, ``Counters`` (``base.py``):
 
-* ``cuda.py``: CUDA (and ROCm builds, which reuse ``torch.cuda``): the caching allocator's
-  counters (``CudaCounters``; ``MultiDeviceCounters`` for a run on several devices) and the
-  memory outside the allocator (``outside_allocator``);
-* ``cuda_capacity.py``: the CUDA capacity (torch.cuda.set_per_process_memory_fraction for the
-  capacity minus the footprint outside the allocator, rounded up: ``memory_fraction_for``);
-* ``cpu.py``: CPU: "allocated" = live tensor storage bytes (``LiveTensorTracker``, a
-  ``TorchDispatchMode``), "reserved" = the process resident set (/proc/self/status VmRSS,
-  VmHWM) (``CpuCounters``), and the CPU capacities;
-* ``dryrun.py`` and ``fake.py``: dry run (spec ``dry_run``, ``DryRunCounters``): the same
-  tracker on fake tensors gives the *predicted* allocated bytes, each phase's predicted peak
-  split into parameters, gradients, optimizer states and activations/temporaries
-  (``conf.contract.PEAK_CATEGORIES``, the categories of ``torch.distributed._tools.mem_tracker``).
-  These fields are null on real runs.
+* ``cuda.py``: CUDA and ROCm (``CudaCounters``, ``MultiDeviceCounters``, ``outside_allocator``);
+* ``cuda_capacity.py``: the CUDA capacity (``cuda_capacity``, ``memory_fraction_for``);
+* ``cpu.py``: CPU: live tensor storage bytes as "allocated", the resident set as "reserved"
+  (``CpuCounters``), and the CPU capacities;
+* ``dryrun.py`` and ``fake.py``: dry runs (``DryRunCounters``): predicted allocated bytes on
+  fake tensors, each phase's peak split into ``conf.contract.PEAK_CATEGORIES``.
 
-Extra counters, read at the end of every phase (``extra()``), null where the backend has
-none: ``num_alloc_retries``, ``num_ooms``, ``inactive_split_bytes``, ``device_free_memory``,
-``device_total_memory``, ``outside_allocator_bytes`` (see ``cuda.py`` and ``cpu.py`` for their sources).
-
-A CPU figure is labelled as such in the record (``counter_sources``) and is never a GPU
-measurement.
+``extra()`` gives the extra counters at the end of every phase (``conf.contract.EXTRA_COUNTERS``),
+null where the backend has none. A CPU figure is labelled as such (``counter_sources``).
 """
 
 from __future__ import annotations

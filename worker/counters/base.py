@@ -18,7 +18,7 @@ NO_PEAK_SPLIT = dict.fromkeys(PEAK_SPLIT_FIELDS)  # a measured run has no split:
 
 
 class Counters(Protocol):
-    """The memory counters of one run, read by the seed-003 phase protocol (``run_phase``).
+    """The memory counters of one run, read by the per-phase protocol (``run_phase``).
 
     The four counters carry PyTorch's names and meanings (PyTorch docs:
     torch.cuda.memory_allocated, memory_reserved, max_memory_allocated, max_memory_reserved):

@@ -1,20 +1,15 @@
 """CPU counters: live tensor storage bytes (a dispatch-mode tracker) and the process resident set.
 
-There is no allocator with counters on the CPU, so
-
-* "allocated" = bytes of live tensor storages, tracked by a ``TorchDispatchMode`` that
-  sees every tensor an operator returns and a weakref finalizer on its storage that
-  subtracts it when freed (the method of ``torch.distributed._tools.mem_tracker``);
-* "reserved" = the process resident set, ``VmRSS`` of /proc/self/status, its peak
-  ``VmHWM``, reset by writing ``5`` to /proc/self/clear_refs (Linux proc(5)).
+* "allocated" = bytes of live tensor storages, tracked by a ``TorchDispatchMode`` that sees
+  every tensor an operator returns, and a weakref finalizer on its storage that subtracts it
+  when freed (the method of ``torch.distributed._tools.mem_tracker``);
+* "reserved" = the process resident set, ``VmRSS`` of /proc/self/status, its peak ``VmHWM``,
+  reset by writing ``5`` to /proc/self/clear_refs (Linux proc(5)).
 
 ``extra()``'s ``device_free_memory`` / ``device_total_memory`` are MemAvailable / MemTotal of
-/proc/meminfo. A CPU figure is labelled as such in the record (``counter_sources``) and is
-never a GPU measurement.
-
-The CPU capacities: ``apply_cpu_allocator_capacity`` (``capacity_mode=allocator``, the
-tracker refuses what would pass the capacity) and ``apply_cpu_process_capacity``
-(``capacity_mode=process``, RLIMIT_DATA).
+/proc/meminfo. The CPU capacities: ``apply_cpu_allocator_capacity`` (``capacity_mode=allocator``:
+the tracker refuses what would pass the capacity) and ``apply_cpu_process_capacity``
+(``capacity_mode=process``, RLIMIT_DATA). A CPU figure is never a GPU measurement.
 """
 
 from __future__ import annotations

@@ -4,22 +4,13 @@ Read through the device-generic ``torch.accelerator`` functions where this PyTor
 ``torch.cuda`` otherwise (PyTorch docs: torch.cuda.memory_allocated, memory_reserved,
 max_memory_allocated, max_memory_reserved, reset_peak_memory_stats, synchronize).
 
-Extra counters, read at the end of every phase (``extra()``), null where the backend has
-none: ``num_alloc_retries``, ``num_ooms`` and ``inactive_split_bytes`` (current) from
-``torch.cuda.memory_stats`` (cumulative since the process started, except the last), and
-``device_free_memory`` / ``device_total_memory`` from ``torch.cuda.mem_get_info``, which also
-see memory used outside PyTorch's allocator (CUDA context, other processes).
+``extra()``: ``num_alloc_retries``, ``num_ooms`` and ``inactive_split_bytes`` from
+``torch.cuda.memory_stats``; ``device_free_memory`` / ``device_total_memory`` from
+``torch.cuda.mem_get_info``; ``outside_allocator_bytes`` = total - free - memory_reserved (the
+CUDA context, library handles, kernels, other processes). Null where the backend has none.
 
-Several devices per run (spec ``devices`` > 1, CUDA only): ``MultiDeviceCounters`` wraps one
-``CudaCounters`` per device; its main counters are cuda:0's and ``per_device()`` gives each
-device's counters, recorded per phase in the ``devices`` list.
-
-``outside_allocator_bytes`` (``extra()``, and ``outside_allocator`` at set-up): device memory in
-use outside this process's caching allocator, total - free (torch.cuda.mem_get_info, which calls
-cudaMemGetInfo: the whole device's view) - memory_reserved (the allocator's own segments): the CUDA
-context, library handles, lazily loaded kernels, and any other process on the device.
-
-The CUDA capacities are in ``cuda_capacity.py``.
+``MultiDeviceCounters`` (spec ``devices`` > 1) wraps one ``CudaCounters`` per device: its main
+counters are cuda:0's, ``per_device()`` gives each device's. The capacities: ``cuda_capacity.py``.
 """
 
 from __future__ import annotations

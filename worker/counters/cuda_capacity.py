@@ -2,17 +2,15 @@
 
 An emulated capacity (spec ``capacity``) is applied with
 torch.cuda.set_per_process_memory_fraction(fraction, device) (torch/cuda/memory.py). The caching
-allocator then refuses an allocation that would take it past
+allocator then refuses an allocation past
 ``allowed_memory_maximum = static_cast<size_t>(fraction * static_cast<double>(total))``
-(c10/cuda/CUDACachingAllocator.cpp, ``setMemoryFraction``): a floor of a double product, so a
-fraction computed as ``limit / total`` can land 1 B under ``limit``; ``memory_fraction_for``
-rounds it up instead.
+(c10/cuda/CUDACachingAllocator.cpp, ``setMemoryFraction``); ``memory_fraction_for`` rounds the
+fraction up so that the floor is not 1 B under the limit.
 
-The fraction caps only what the caching allocator reserves. The CUDA context (about 0.5 GiB on
-Hopper), cuBLAS/cuDNN handles, lazily loaded kernels and NCCL buffers live outside it, so a card of
-``capacity`` bytes gives the allocator ``capacity`` minus that footprint. The footprint is
-measured once the context exists (total - free - reserved, ``cuda.outside_allocator``) and the
-fraction is computed for ``capacity - footprint``; the record's ``capacity`` gives both fractions.
+The fraction caps only what the caching allocator reserves; the CUDA context, library handles,
+lazily loaded kernels and NCCL buffers live outside it. The footprint outside is measured once
+the context exists (total - free - reserved, ``cuda.outside_allocator``) and the fraction is
+computed for ``capacity - footprint``; the record's ``capacity`` gives both fractions.
 """
 
 from __future__ import annotations
@@ -91,6 +89,35 @@ def backend_warning(backend: str | None) -> str | None:
     )
 
 
+def _cap_device(index: int, capacity_bytes: int, total: int, free: int, outside: int | None) -> float:
+    """Cap cuda:``index``'s allocator at ``capacity_bytes`` minus the memory ``outside`` it (bytes).
+
+    Returns:
+        The memory fraction applied (torch.cuda.set_per_process_memory_fraction).
+
+    Raises:
+        ValueError: ``capacity_bytes`` exceeds ``total``.
+        DeviceNotFree: the capacity is not larger than ``outside``, or the allocator's share
+            exceeds ``free``.
+    """
+    if capacity_bytes > total:
+        raise ValueError(f"capacity {capacity_bytes} B exceeds the device's total_memory {total} B")
+    limit = capacity_bytes - max(outside or 0, 0)
+    if limit <= 0:
+        raise DeviceNotFree(
+            f"cuda:{index}: capacity {capacity_bytes} B is not larger than the memory used "
+            f"outside the allocator ({outside} B)"
+        )
+    if limit > free:
+        raise DeviceNotFree(
+            f"cuda:{index}: the allocator's share of the capacity ({limit} B) exceeds the "
+            f"device's free memory ({free} B): another process holds it"
+        )
+    fraction = memory_fraction_for(limit, total)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
+    return fraction
+
+
 def cuda_capacity(counters, capacity_bytes: int | None, backend: str | None = None) -> dict:
     """Measure the footprint outside the allocator and apply the run's capacity on every device.
 
@@ -130,24 +157,28 @@ def cuda_capacity(counters, capacity_bytes: int | None, backend: str | None = No
             busy.append(f"cuda:{device_counters.index}: {outside} B in use outside this run's allocator at the start")
         if capacity_bytes is None:
             continue
-        if capacity_bytes > total:
-            raise ValueError(f"capacity {capacity_bytes} B exceeds the device's total_memory {total} B")
-        limit = capacity_bytes - max(outside or 0, 0)
-        if limit <= 0:
-            raise DeviceNotFree(
-                f"cuda:{device_counters.index}: capacity {capacity_bytes} B is not larger than the memory used "
-                f"outside the allocator ({outside} B)"
-            )
-        if limit > free:
-            raise DeviceNotFree(
-                f"cuda:{device_counters.index}: the allocator's share of the capacity ({limit} B) exceeds the "
-                f"device's free memory ({free} B): another process holds it"
-            )
-        fraction = memory_fraction_for(limit, total)
-        torch.cuda.set_per_process_memory_fraction(fraction, device_counters.index)
+        fraction = _cap_device(device_counters.index, capacity_bytes, total, free, outside)
         fractions.append(fraction)
         limits.append(allocator_limit(fraction, total))
         nominal = nominal if nominal is not None else capacity_bytes / total
+    out = _capacity_record(capacity_bytes, len(devices), fractions, limits, nominal, outside_all, busy, backend)
+    for flag in (out["device_not_free"], out["allocator_backend_warning"]):
+        if flag:
+            print(f"memsweep worker: warning: {flag}", file=sys.stderr)
+    return out
+
+
+def _capacity_record(
+    capacity_bytes: int | None,
+    n_devices: int,
+    fractions: list[float],
+    limits: list[int],
+    nominal: float | None,
+    outside_all: list[int | None],
+    busy: list[str],
+    backend: str | None,
+) -> dict[str, Any]:
+    """``cuda_capacity``'s record from what it measured and applied on each device (bytes)."""
     known = [v for v in outside_all if v is not None]
     out: dict[str, Any] = {
         "capacity_method": "device total_memory",
@@ -159,14 +190,11 @@ def cuda_capacity(counters, capacity_bytes: int | None, backend: str | None = No
         out.update(
             capacity_mode="allocator",
             capacity_method="torch.cuda.set_per_process_memory_fraction, for capacity minus the memory outside "
-            "the allocator" + (" (every device)" if len(devices) > 1 else ""),
+            "the allocator" + (" (every device)" if n_devices > 1 else ""),
             memory_fraction=fractions[0],
             memory_fraction_nominal=nominal,
             allocator_limit_bytes=limits[0],
         )
-        if len(devices) > 1:
+        if n_devices > 1:
             out["memory_fractions"] = fractions
-    for flag in (out["device_not_free"], out["allocator_backend_warning"]):
-        if flag:
-            print(f"memsweep worker: warning: {flag}", file=sys.stderr)
     return out

@@ -114,7 +114,8 @@ class FakeLiveTensorTracker(LiveTensorTracker):
             out = func.decompose(*args, **(kwargs or {}))
         else:
             out = func(*args, **(kwargs or {}))
-        fix = REAL_STORAGE_BYTES.get(getattr(func, "_schema", None) and func._schema.name)
+        schema = getattr(func, "_schema", None)
+        fix = REAL_STORAGE_BYTES.get(schema.name) if schema else None
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self._track(t, fix(args, kwargs or {}, t) if fix is not None else None)

@@ -1,30 +1,17 @@
 """Workloads: a model, its inputs and its loss, and the bodies of every phase of every mode.
 
-``Workload`` (``base.py``) holds what is common to all workloads (precision, optimizer, the
-training step's sub-phases, evaluation, export, generation with a KV cache); each subclass
-supplies the model-specific hooks: ``build_model``, ``make_inputs``, ``call``, ``loss_fn`` and,
-for generation, ``prefill`` / ``decode``.
-
-Built-in workloads (random weights, nothing is downloaded), one module each:
-
-* ``mlp`` (``mlp.py``), the seed's small dense network: inputs x (batch, context, width);
-  ``depth`` blocks Linear(width -> hidden) -> activation -> Linear(hidden -> width); training
-  loss: mean squared error against a random target of the same shape.
-* ``transformer`` (``transformer.py``): the decoder-only LM of ``worker.models`` on token ids
-  (batch, context); loss: next-token cross-entropy on float32 logits (batch * context, vocab).
-* ``hf`` (``hf.py``): a ``transformers`` causal LM built from a config
-  (``pip install 'memsweep[hf]'``); same inputs and loss as ``transformer``.
-* ``user`` (``user.py``): the user's own functions, named by dotted path (``_target_``, as in
-  Hydra): ``model(load, **kwargs) -> nn.Module``, ``inputs(load, **kwargs) -> (inputs, target)``
-  and optionally ``loss(output, target, **kwargs) -> scalar tensor``; ``load`` is a ``Load``.
-
-Losses are in ``losses.py``, optimizers in ``optimizers.py``. The worker imports torch and the
-standard library only; ``transformers`` (hf), ``bitsandbytes`` (optimizer=adamw8bit) and the
-user's modules are imported by ``prepare``, before the first phase, only when the spec asks for
-them.
+``Workload`` (``base.py``) holds what is common (precision, optimizer, the training step's
+sub-phases, evaluation, export, generation with a KV cache); a subclass supplies
+``build_model``, ``make_inputs``, ``call``, ``loss_fn`` and, for generation, ``prefill`` /
+``decode``. Built-in workloads (random weights, nothing downloaded): ``mlp`` (a dense network on
+x (batch, context, width), MSE loss), ``transformer`` (the decoder-only LM of ``worker.models``
+on token ids (batch, context), next-token cross-entropy), ``hf`` (a ``transformers`` causal LM
+built from a config) and ``user`` (the user's own ``model``, ``inputs`` and ``loss`` functions
+named by ``_target_``). Optional packages (transformers, bitsandbytes, the user's modules) are
+imported by ``prepare``, before the first phase, only when the spec asks for them.
 
 To add a workload: a ``Workload`` subclass in its own module, its name in ``WORKLOAD_CLASSES``
-(and its parameters in ``conf.contract``' spec validation, its config in conf/workload/).
+(its parameters in ``conf.contract``'s spec validation, its config in conf/workload/).
 """
 
 from __future__ import annotations

@@ -70,8 +70,8 @@ class Workload:
     """
 
     name = "?"
-    # True: build in float32 on the host, then move and cast (the mlp keeps the seed's loading,
-    # so model_load briefly holds both copies); False: build directly on the device in its dtype.
+    # True: build in float32 on the host, then move and cast (the mlp's loading:
+    # model_load briefly holds both copies); False: build directly on the device in its dtype.
     build_on_host = False
 
     def __init__(self, spec: RunSpec, device: torch.device, run_dir: Path | None = None):
@@ -287,7 +287,7 @@ class Workload:
 
     def step_optimizer(self) -> None:
         """The optimizer step; the last loss is released after it (``del loss`` at the end of
-        the step, as in the seed's loop; a next micro-step's loss replaces the previous one)."""
+        the step; a next micro-step's loss replaces the previous one)."""
         optimizer = self._built_optimizer()
         if self.scaler is not None:
             self.scaler.step(optimizer)

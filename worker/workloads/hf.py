@@ -118,12 +118,12 @@ class HfWorkload(TokenWorkload):
 
     def call(self, inputs):
         """Logits (batch, context, vocab) of ids (batch, context), without a cache."""
-        return self.model(input_ids=inputs, use_cache=False).logits
+        return self._built_model()(input_ids=inputs, use_cache=False).logits
 
     @functools.cached_property
     def _forward_params(self):
         """The model's forward() parameters, read once (not once per decoded token)."""
-        return inspect.signature(self.model.forward).parameters
+        return inspect.signature(self._built_model().forward).parameters
 
     def _step(self, ids, cache):
         kwargs = {"input_ids": ids, "use_cache": True}
@@ -131,7 +131,7 @@ class HfWorkload(TokenWorkload):
             kwargs["cache" if "cache" in self._forward_params else "past_key_values"] = cache
         if "logits_to_keep" in self._forward_params:
             kwargs["logits_to_keep"] = 1
-        out = self.model(**kwargs)
+        out = self._built_model()(**kwargs)
         new_cache = out.get("cache") if out.get("cache") is not None else out.get("past_key_values")
         return out.logits[:, -1:], new_cache
 

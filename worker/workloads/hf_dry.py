@@ -1,26 +1,14 @@
 """Dry runs of the ``hf`` workload: make ``transformers`` take, on fake tensors, the branches it
 takes on memsweep's real inputs, or refuse.
 
-``transformers`` treats a fake tensor as a traced one (``transformers.utils.import_utils.is_tracing``
-is True for ``torch._subclasses.FakeTensor``) and then skips the checks that read tensor values,
-taking the branch a compiler needs: for instance a full boolean causal mask passed to
-``scaled_dot_product_attention`` instead of ``is_causal=True``, which changes the kernel and the
-bytes it saves for backward. The real run of the same spec reads the values and takes the other
-branch. Where memsweep knows the answer from its own inputs, the dry run gives it:
-
-* ``masking_utils.find_packed_sequence_indices``: memsweep passes no ``position_ids``; the model's
-  own are one ``arange`` per row (one sequence per row, not packed), for which the real function
-  returns None. Answered None for fake position ids.
-* ``masking_utils._ignore_causal_mask_sdpa`` with a tensor ``q_offset`` (a StaticCache): memsweep
-  decodes one token at a time (``q_length == 1``) and prefills on an empty cache
-  (``q_offset == 0``), with no padding mask; a fake ``q_offset`` is read as 0, which gives the
-  real answer in both cases (transformers 5.x, ``masking_utils.py``).
-
-Any other place of ``masking_utils`` or of the model's own module that asks ``is_tracing`` about a
-fake tensor ends the dry run with ``TracingBranch`` (a ``DryRunUnsupported`` outcome naming that
-function and the module being run), never a number from a branch the real run does not take.
-``modeling_utils.PreTrainedModel.warn_if_padding_and_no_attention_mask`` is left as it is: its
-tracing branch only skips a warning.
+``transformers`` treats a fake tensor as a traced one (``is_tracing``) and takes the branch a
+compiler needs (a full boolean causal mask instead of ``is_causal=True``, for instance), which
+changes the kernel and the bytes it saves. Where memsweep knows the answer from its own inputs
+the dry run gives it: ``masking_utils.find_packed_sequence_indices`` is None (one sequence per
+row), and a fake ``q_offset`` of ``_ignore_causal_mask_sdpa`` is read as 0 (prefill on an empty
+cache, decode one token). Any other ``is_tracing`` question about a fake tensor ends the dry run
+with ``TracingBranch`` (a ``DryRunUnsupported`` outcome naming the function and module), never a
+number from a branch the real run does not take.
 
 Only dry-run worker processes call ``install`` (a dry run is a throwaway process).
 """

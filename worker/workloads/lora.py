@@ -1,17 +1,15 @@
 """LoRA adapters through peft on an hf model (workload ``lora_rank`` ...), and QLoRA's preparation
 of a 4-bit base.
 
-Only the adapters train: ``peft.get_peft_model`` freezes every base parameter and adds, to each
-targeted ``nn.Linear`` (in -> out), ``lora_A`` (r x in) and ``lora_B`` (out x r), so r * (in + out)
-trainable parameters per adapted Linear (Hu et al. 2021, LoRA, arXiv:2106.09685, Sec. 4.1). With a
-4-bit base (QLoRA, Dettmers et al. 2023, arXiv:2305.14314) ``peft.prepare_model_for_kbit_training``
-runs first, as peft documents for k-bit training: it freezes the base and upcasts the parameters
-that are not quantized (norms, embeddings, head) from float16/bfloat16 to float32.
+``peft.get_peft_model`` freezes every base parameter and adds, to each targeted ``nn.Linear``
+(in -> out), ``lora_A`` (r x in) and ``lora_B`` (out x r): r * (in + out) trainable parameters
+per adapted Linear (Hu et al. 2021, arXiv:2106.09685, Sec. 4.1). With a 4-bit base (QLoRA,
+Dettmers et al. 2023, arXiv:2305.14314) ``peft.prepare_model_for_kbit_training`` runs first: it
+freezes the base and upcasts the parameters that are not quantized to float32.
 
 Sources: https://huggingface.co/docs/peft/package_reference/lora (``LoraConfig``),
 https://huggingface.co/docs/peft/package_reference/peft_model (``get_nb_trainable_parameters``),
 https://huggingface.co/docs/peft/developer_guides/quantization (k-bit training).
-
 peft is optional: imported here, inside the worker, only for a spec with ``lora_rank``.
 """
 

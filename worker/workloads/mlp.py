@@ -11,10 +11,10 @@ from .base import Workload
 
 
 class MlpWorkload(Workload):
-    """The seed's dense network (``worker.models.MLP``): ``depth`` blocks Linear(width -> hidden)
+    """A small dense network (``worker.models.MLP``): ``depth`` blocks Linear(width -> hidden)
     -> activation -> Linear(hidden -> width), hidden = 4 * width unless given.
 
-    Built in float32 on the host, then moved and cast (the seed's loading: model_load briefly
+    Built in float32 on the host, then moved and cast (model_load briefly
     holds both copies). Inputs x and target (batch, context, width) ~ N(0, 1) in the parameter
     dtype; loss: mean squared error (torch.nn.functional.mse_loss).
     """

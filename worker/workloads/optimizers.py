@@ -25,7 +25,7 @@ def make_optimizer(name: str, params, foreach: bool | None = None) -> torch.opti
     adamw and sgd (Adafactor's foreach step reads a value, which fake tensors cannot give).
 
     Args:
-        name: one of ``conf.contract.OPTIMIZERS``.
+        name: one of ``conf.contract.vocabulary.OPTIMIZERS``.
         params: the parameters to optimize (an iterable of tensors).
         foreach: see above.
 

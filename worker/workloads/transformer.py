@@ -77,11 +77,11 @@ class TransformerWorkload(TokenWorkload):
         """(logits (batch, 1, vocab) of the last prompt position, a new KVCache) for ids (batch, context)."""
         capacity = self.spec.context + self.spec.new_tokens
         cache = KVCache(self.dims["layers"], self.spec.kv_cache, capacity)
-        return self.model(ids, cache, 0, last_only=True), cache
+        return self._built_model()(ids, cache, 0, last_only=True), cache
 
     def decode(self, token, cache, position):
         """(logits (batch, 1, vocab), the cache) for one token (batch, 1) at ``position``."""
-        return self.model(token, cache, position, last_only=True), cache
+        return self._built_model()(token, cache, position, last_only=True), cache
 
     def cache_tensors(self, cache):
         """The KVCache's key and value tensors."""

@@ -267,10 +267,10 @@ class UserWorkload(Workload):
     def call(self, inputs):
         """``model(**inputs)`` for a dict, ``model(*inputs)`` for a tuple or list, else ``model(inputs)``."""
         if isinstance(inputs, dict):
-            return self.model(**inputs)
+            return self._built_model()(**inputs)
         if isinstance(inputs, (tuple, list)):
-            return self.model(*inputs)
-        return self.model(inputs)
+            return self._built_model()(*inputs)
+        return self._built_model()(inputs)
 
     def loss_fn(self, output, target):
         """The user's loss (``workload.loss``), or ``default_loss``."""
