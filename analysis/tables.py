@@ -149,6 +149,103 @@ CAPACITY_COLUMNS = recorded_columns(CAPACITY_FIELDS, "capacity_mode")  # _capaci
 MODEL_COLUMNS = recorded_columns(MODEL_FIELDS, "compile", "optimizer")  # the spec's mode options
 
 
+def _load_columns(run: Run, sweep_dir: Path) -> dict:
+    """The runs-table columns that name the run and its load: ids, the spec's axes and workload,
+    the device and the capacity."""
+    spec, record = run.spec, _dict(run.record)
+    capacity = _dict(record.get("capacity"))
+    workload = _dict(spec.get("workload"))
+    return {
+        "sweep_dir": str(sweep_dir),
+        "run_id": str(run.run_dir.relative_to(sweep_dir))
+        if run.run_dir.is_relative_to(sweep_dir)
+        else str(run.run_dir),
+        "run_dir": str(run.run_dir),
+        **{k: spec.get(k) for k in ("mode", *AXES, "warmup", "repeats", "seed", "device")},
+        "workload": workload.get("name"),
+        "workload_params": json.dumps({k: v for k, v in workload.items() if k != "name"}, sort_keys=True, default=str)
+        if workload
+        else None,
+        "device_kind": record.get("device_kind"),
+        "device_total_memory": as_int(record.get("device_total_memory")),
+        "capacity_bytes": _capacity(run),
+        **{k: capacity.get(k) for k in CAPACITY_COLUMNS},
+        "capacity_mode": _capacity_mode(record),
+    }
+
+
+def _outcome_columns(record: dict, result: dict, phases: list[dict]) -> dict:
+    """The runs-table columns of the outcome: the failing phase's OOM details and failure class, and
+    result.json's outcome, error, exit and timing."""
+    failed = next((p for p in phases if p.get("status") in ("oom", "error")), {})
+    return {
+        **{name: as_int(failed.get(name)) if failed.get("status") == "oom" else None for name in OOM_DETAIL_FIELDS},
+        "oom_operator": failed.get("oom_operator") if failed.get("status") == "oom" else None,
+        "failure_class": failed.get("failure_class") or (failed.get("status") if failed else None),
+        "failure_wording": failed.get("failure_wording"),
+        "outcome": result.get("outcome"),
+        "failed_phase": result.get("failed_phase"),
+        "error_type": result.get("error_type"),
+        "error_message": result.get("error_message"),
+        "returncode": as_int(result.get("returncode")),
+        "signal": as_int(result.get("signal")),
+        "timed_out": result.get("timed_out"),
+        "wall_s": result.get("wall_s"),
+        "worker_pid": as_int(result.get("worker_pid")) or as_int(record.get("pid")),
+        "n_phases": len(phases),
+    }
+
+
+def _peak_columns(run: Run, record: dict, result: dict, phases: list[dict]) -> dict:
+    """The runs-table columns of the peaks (bytes; null when no phase has one): over all, completed,
+    cold and warm phases, the counters' sources, and a dry run's verdict."""
+    sources = _dict(record.get("counter_sources"))
+    return {
+        "max_memory_allocated": phase_peak(phases, "max_memory_allocated"),
+        "max_memory_reserved": phase_peak(phases, "max_memory_reserved"),
+        **{
+            f"completed_{c}": phase_peak([p for p in phases if p.get("status") == "ok"], c)
+            for c in ("max_memory_allocated", "max_memory_reserved")
+        },
+        "cold_max_memory_allocated": phase_peak(phases, "max_memory_allocated", COLD_PHASES),
+        "cold_max_memory_reserved": phase_peak(phases, "max_memory_reserved", COLD_PHASES),
+        "warm_max_memory_allocated": phase_peak(phases, "max_memory_allocated", WARM_PHASES),
+        "warm_max_memory_reserved": phase_peak(phases, "max_memory_reserved", WARM_PHASES),
+        "source_allocated": sources.get("max_memory_allocated"),
+        "source_reserved": sources.get("max_memory_reserved"),
+        "source": _source(run),
+        "predicted_outcome": predicted_outcome(result.get("outcome"), run_peak(record)[0], _capacity(run))
+        if _source(run) == "predicted"
+        else None,
+    }
+
+
+def _setup_columns(run: Run, result: dict, phases: list[dict]) -> dict:
+    """The runs-table columns of the environment, what could not be read, the spec's options and
+    model, and the parallel layout."""
+    spec, record = run.spec, _dict(run.record)
+    env, model = _dict(record.get("environment")), _dict(record.get("model"))
+    return {
+        **{k: env.get(k) for k in ENVIRONMENT_COLUMNS},  # (coerce_table nulls a wrong type)
+        "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
+        "started_at": record.get("started_at"),
+        "schema_version": as_int(record.get("schema_version")),
+        "record_problem": "; ".join(run.problems) or result.get("record_problem"),
+        **{name: spec.get(name) for name in OPTIONS},
+        "optimizer": run_optimizer(spec),  # a user factory's target, not the spec's unused default
+        "train_step": record.get("train_step"),
+        **{k: model.get(k) for k in MODEL_COLUMNS},
+        "devices": as_int(spec.get("devices", 1)),
+        "max_outside_allocator_bytes": phase_peak(phases, "outside_allocator_bytes"),
+        "parallel": spec.get("parallel", "none"),
+        "world_size": as_int(spec.get("world_size", 1)),
+        "reshard_after_forward": spec.get("reshard_after_forward"),
+        "global_batch": as_int(record.get("global_batch")),
+        "peak_rank": as_int(record.get("peak_rank")),
+        "failed_rank": as_int(record.get("failed_rank")),
+    }
+
+
 def run_row(run: Run, sweep_dir: Path) -> dict:
     """One row of the runs table (``RUNS_SCHEMA``) from what a run directory holds.
 
@@ -172,73 +269,11 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     spec, record = run.spec, _dict(run.record)
     result = _dict(_outcome(run))
     phases = record_phases(record)
-    failed = next((p for p in phases if p.get("status") in ("oom", "error")), {})
-    env, capacity, model = (_dict(record.get(k)) for k in ("environment", "capacity", "model"))
-    sources = _dict(record.get("counter_sources"))
-    workload = _dict(spec.get("workload"))
     row = {
-        "sweep_dir": str(sweep_dir),
-        "run_id": str(run.run_dir.relative_to(sweep_dir))
-        if run.run_dir.is_relative_to(sweep_dir)
-        else str(run.run_dir),
-        "run_dir": str(run.run_dir),
-        **{k: spec.get(k) for k in ("mode", *AXES, "warmup", "repeats", "seed", "device")},
-        "workload": workload.get("name"),
-        "workload_params": json.dumps({k: v for k, v in workload.items() if k != "name"}, sort_keys=True, default=str)
-        if workload
-        else None,
-        "device_kind": record.get("device_kind"),
-        "device_total_memory": as_int(record.get("device_total_memory")),
-        "capacity_bytes": _capacity(run),
-        **{k: capacity.get(k) for k in CAPACITY_COLUMNS},
-        "capacity_mode": _capacity_mode(record),
-        **{name: as_int(failed.get(name)) if failed.get("status") == "oom" else None for name in OOM_DETAIL_FIELDS},
-        "oom_operator": failed.get("oom_operator") if failed.get("status") == "oom" else None,
-        "failure_class": failed.get("failure_class") or (failed.get("status") if failed else None),
-        "failure_wording": failed.get("failure_wording"),
-        "outcome": result.get("outcome"),
-        "failed_phase": result.get("failed_phase"),
-        "error_type": result.get("error_type"),
-        "error_message": result.get("error_message"),
-        "returncode": as_int(result.get("returncode")),
-        "signal": as_int(result.get("signal")),
-        "timed_out": result.get("timed_out"),
-        "wall_s": result.get("wall_s"),
-        "worker_pid": as_int(result.get("worker_pid")) or as_int(record.get("pid")),
-        "n_phases": len(phases),
-        "max_memory_allocated": phase_peak(phases, "max_memory_allocated"),
-        "max_memory_reserved": phase_peak(phases, "max_memory_reserved"),
-        **{
-            f"completed_{c}": phase_peak([p for p in phases if p.get("status") == "ok"], c)
-            for c in ("max_memory_allocated", "max_memory_reserved")
-        },
-        "cold_max_memory_allocated": phase_peak(phases, "max_memory_allocated", COLD_PHASES),
-        "cold_max_memory_reserved": phase_peak(phases, "max_memory_reserved", COLD_PHASES),
-        "warm_max_memory_allocated": phase_peak(phases, "max_memory_allocated", WARM_PHASES),
-        "warm_max_memory_reserved": phase_peak(phases, "max_memory_reserved", WARM_PHASES),
-        "source_allocated": sources.get("max_memory_allocated"),
-        "source_reserved": sources.get("max_memory_reserved"),
-        "source": _source(run),
-        "predicted_outcome": predicted_outcome(result.get("outcome"), run_peak(record)[0], _capacity(run))
-        if _source(run) == "predicted"
-        else None,
-        **{k: env.get(k) for k in ENVIRONMENT_COLUMNS},  # (coerce_table nulls a wrong type)
-        "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
-        "started_at": record.get("started_at"),
-        "schema_version": as_int(record.get("schema_version")),
-        "record_problem": "; ".join(run.problems) or result.get("record_problem"),
-        **{name: spec.get(name) for name in OPTIONS},
-        "optimizer": run_optimizer(spec),  # a user factory's target, not the spec's unused default
-        "train_step": record.get("train_step"),
-        **{k: model.get(k) for k in MODEL_COLUMNS},
-        "devices": as_int(spec.get("devices", 1)),
-        "max_outside_allocator_bytes": phase_peak(phases, "outside_allocator_bytes"),
-        "parallel": spec.get("parallel", "none"),
-        "world_size": as_int(spec.get("world_size", 1)),
-        "reshard_after_forward": spec.get("reshard_after_forward"),
-        "global_batch": as_int(record.get("global_batch")),
-        "peak_rank": as_int(record.get("peak_rank")),
-        "failed_rank": as_int(record.get("failed_rank")),
+        **_load_columns(run, sweep_dir),
+        **_outcome_columns(record, result, phases),
+        **_peak_columns(run, record, result, phases),
+        **_setup_columns(run, result, phases),
     }
     # a DDP/FSDP run's estimate per rank, as its max_memory_allocated is the fullest rank's
     estimate = rank_estimate(spec.get("estimate"), row["parallel"], row["world_size"])

@@ -169,12 +169,7 @@ def build_report(
     policy = policy or parse_margin(None)
     rows = _rows(runs_table, phases_table)
     runs, predicted = rows.runs, rows.predicted
-    enrich_runs(runs, rows.phases)
-    axes = [analyse_axis(row, runs, policy) for row in frontier_table.to_pylist()]
-    tell_loads_apart(axes)
-    if len({a.sweep_dir for a in axes}) > 1:
-        for a in axes:
-            a.show_dir = True
+    axes = _axes(frontier_table, rows, policy)
     # the estimator's columns, when it filled any (a column of nulls is no estimate)
     est_cols = [c for c in runs_table.column_names if c.startswith("est_") and any(r.get(c) is not None for r in runs)]
     kinds = sorted({r["kind"] for r in runs})
@@ -192,6 +187,35 @@ def build_report(
         if predicted:
             predicted_section(doc, predicted)
         return report
+    _sections(doc, rows, axes, policy, est_cols, kinds, plots)
+    raw_section(doc, rows.all_runs, axes, sweep_dirs, analysis_files)
+    return report
+
+
+def _axes(frontier_table: pa.Table, rows: _Rows, policy: MarginPolicy) -> list[AxisResult]:
+    """One result per frontier row; the measured runs are enriched (``stats.enrich_runs``) in place.
+    Loads that would carry the same title are told apart, and the sweep directory is named when
+    there are several."""
+    enrich_runs(rows.runs, rows.phases)
+    axes = [analyse_axis(row, rows.runs, policy) for row in frontier_table.to_pylist()]
+    tell_loads_apart(axes)
+    if len({a.sweep_dir for a in axes}) > 1:
+        for a in axes:
+            a.show_dir = True
+    return axes
+
+
+def _sections(
+    doc: Doc,
+    rows: _Rows,
+    axes: list[AxisResult],
+    policy: MarginPolicy,
+    est_cols: list[str],
+    kinds: list[str],
+    plots,
+) -> None:
+    """The sections of a report with measured runs, from the summary card to the dry runs."""
+    runs, predicted = rows.runs, rows.predicted
     summary_card(doc, runs, axes, policy, rows.unread)
     observed_section(doc, runs, rows.phases, axes, plots)
     loading_section(doc, runs, rows.phases)
@@ -203,5 +227,3 @@ def build_report(
         comparable_section(doc, axes)
     if predicted:
         predicted_section(doc, predicted)
-    raw_section(doc, rows.all_runs, axes, sweep_dirs, analysis_files)
-    return report

@@ -17,7 +17,6 @@ from .phases import OBSERVED_COUNTERPART, PART_NAMES, decomposition
 from .split import split_section
 from .stats import AxisResult, ValueStat
 
-
 MARGIN_HEADER = [
     "sweep",
     "edge",
@@ -236,7 +235,14 @@ def _estimate_errors(doc: Doc, a: AxisResult) -> None:
             if err is None and est is not None and obs:
                 err = (est - obs) / obs
             rows.append(
-                [s.value, nbytes(est), gib(est), nbytes(obs), gib(obs), f"{err * 100:+.1f} %" if err is not None else None]
+                [
+                    s.value,
+                    nbytes(est),
+                    gib(est),
+                    nbytes(obs),
+                    gib(obs),
+                    f"{err * 100:+.1f} %" if err is not None else None,
+                ]
             )
     doc.table(
         [a.axis, "estimated peak B", "GiB", "observed max_memory_allocated B", "GiB", "estimate error"],

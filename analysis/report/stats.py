@@ -364,7 +364,10 @@ def _rejection(res: AxisResult, s: ValueStat, limit: int) -> str | None:
     assert cap is not None  # _no_margin_reason returned None
     if not s.all_ok:
         if s.outcomes:
-            return f"{axis_label(res.axis, s.value)} is not a candidate: {s.status} (only values whose every run ran ok are)"
+            return (
+                f"{axis_label(res.axis, s.value)} is not a candidate: {s.status} "
+                "(only values whose every run ran ok are)"
+            )
         return ""
     if s.used is None:
         return f"{axis_label(res.axis, s.value)} ran ok but its peak was not recorded"
@@ -444,7 +447,13 @@ def _recommend_notes(res: AxisResult, first_oom) -> None:
     assert cap is not None
     oom_stat = res.stat(first_oom) if first_oom is not None else None
     process_mode = res.frontier.get("capacity_mode") == "process"  # allocator mode caps the counted bytes exactly
-    if res.kind == "cpu" and process_mode and oom_stat is not None and oom_stat.used is not None and oom_stat.used < cap:
+    if (
+        res.kind == "cpu"
+        and process_mode
+        and oom_stat is not None
+        and oom_stat.used is not None
+        and oom_stat.used < cap
+    ):
         res.notes.append(
             "on the CPU with capacity_mode=process this margin is optimistic: the emulated capacity "
             "limits the whole heap "
