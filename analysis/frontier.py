@@ -1,30 +1,16 @@
 """The success/OOM frontier of each swept variable, everything else fixed.
 
-For an axis (batch, context, width, eval_batch, or dtype ordered by bytes per element) and a group
-of runs identical in every other load field: ``max_ok`` is the largest value that ran (outcome
-``ok``), ``min_oom`` the smallest that ran out of memory (``oom``). Only ``oom`` says "does not
-fit": ``error``, ``crash`` and ``timeout`` runs are counted apart and are never either side. That
-reads an axis whose load grows with its value; an axis whose load per rank shrinks as it grows
-(``world_size`` under FSDP: ``conf.contract.AXIS_DIRECTIONS``) has its successes above the edge and
-its OOMs below, and its row says so (``direction`` decreasing) with ``min_ok`` (the smallest value
-that ran) and ``max_oom`` (the largest that ran out of memory) instead; neighbours and monotonic are
-read the same way, mirrored. ``exact`` when the two are neighbours among the values run and the
-results are monotonic (every ok below every oom); a non-monotonic group is flagged, never smoothed
-away; ``stable`` is false when one value had both ok and oom runs, true when some value ran (ok or
-oom) more than once without that, and null when none did (nothing was re-run, so nothing was
-checked: an ovat sweep runs each value once).
-
-An OOM is a point of an axis only when the phase that failed scales with that axis
-(``conf.contract.oom_attribution``, ``PHASE_SIZE_VARIABLES``): a training run that runs out of
-memory in ``eval`` is no ``min_oom`` of ``batch``; when every phase that scales with the axis ran
-ok before that failure it counts for ``max_ok`` (with the peak of its completed phases), and the
-row names the phase and the variable that failed (``n_oom_elsewhere``, ``not_reached``).
-
-Where the frontier sweeper (``hydra/sweeper=frontier``) searched an axis, its ``result``
-lines in the sweep directory's ``search.jsonl`` add the search's columns (``strategy``,
-``runs_used``, ``upper_reached``, ``stopped_by``, ``search_status``) to that row, which
-exists even when the search ran a single value; ``exact`` then means neighbours on the
-search's lattice (``min_oom - max_ok == multiple_of``), not only among the values run.
+For an axis and a group of runs identical in every other load field: ``max_ok`` is the largest
+value that ran ``ok``, ``min_oom`` the smallest that ran out of memory (``oom``); ``error``,
+``crash`` and ``timeout`` are never either side. On an axis whose load per rank shrinks as it grows
+(``world_size`` under FSDP, ``conf.contract.AXIS_DIRECTIONS``) the row says ``direction``
+decreasing and gives ``min_ok`` and ``max_oom`` instead. ``exact``: the two are neighbours among
+the values run (on the search's lattice when the frontier sweeper searched) and the results are
+monotonic; a non-monotonic group is flagged, never smoothed; ``stable`` is null when no value ran
+twice. An OOM is a point of an axis only when the phase that failed scales with that axis
+(``conf.contract.oom_attribution``); others are counted in ``n_oom_elsewhere``. The frontier
+sweeper's ``search.jsonl`` adds its columns (``strategy``, ``runs_used``, ``upper_reached``,
+``stopped_by``, ``search_status``) to the row it searched.
 """
 
 from __future__ import annotations
