@@ -32,7 +32,7 @@ def assumed_section(doc: Doc, kinds: list[str], policy: MarginPolicy) -> None:
     items = [
         f"Margin policy: {policy.describe()}. The margin must cover what these runs did not: longer "
         "inputs, other batch sizes, evaluation or export phases, another library version, other users "
-        "of the device. It is a policy, not a measurement (seed 003: no margin percentage is universal)."
+        "of the device. It is a policy, not a measurement (no margin percentage is universal)."
     ]
     for k in kinds:
         items.append(BASIS_TEXT.get(k, BASIS_TEXT["cuda"]))
