@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -387,8 +387,8 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
 class _Edge(NamedTuple):
     """The edge of one group of runs along an axis (``_group_edge``)."""
 
-    fit: object  # the value that fits at the edge (max_ok; min_ok on a decreasing axis), or None
-    miss: object  # the value that ran out of memory at the edge (min_oom; max_oom), or None
+    fit: Any  # the value that fits at the edge (max_ok; min_ok on a decreasing axis), or None
+    miss: Any  # the value that ran out of memory at the edge (min_oom; max_oom), or None
     monotonic: bool
     stable: bool | None  # None: no value ran twice
     exact: bool  # neighbours among the values run, monotonic and not unstable

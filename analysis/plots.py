@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -72,7 +73,7 @@ def _legend_below(ax, ncol: int = 2) -> None:
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False)
 
 
-_CURVE_STYLE = {"color": "#9467bd", "linewidth": 1, "alpha": 0.8}
+_CURVE_STYLE: dict[str, Any] = {"color": "#9467bd", "linewidth": 1, "alpha": 0.8}
 """How the fitted peak is drawn."""
 
 
@@ -253,7 +254,7 @@ def phases_plot(
     bottom = [0.0] * len(values)
     cmap = plt.get_cmap("tab20" if len(phases) > 10 else "tab10")
     for j, phase in enumerate(phases):
-        heights = [0.0 if inc[j] is None else inc[j] / unit for inc in increments]
+        heights = [0.0 if (v := inc[j]) is None else v / unit for inc in increments]
         ax.bar(xs, heights, bottom=bottom, color=cmap(j % cmap.N), label=phase, edgecolor="white", linewidth=0.5)
         bottom = [b + h for b, h in zip(bottom, heights)]
     for x, top, outcome in zip(xs, bottom, outcomes):
@@ -303,8 +304,9 @@ def fit_plot(
     for name, x in crossings.items():
         if x:
             ax.axvline(x, color="#7f7f7f", linestyle="--", linewidth=0.8)
-            if (limits or {}).get(name) is not None:
-                ax.annotate(f"{name}: largest {limits[name]}", (x, 0), rotation=90, fontsize=7, va="bottom", ha="right")
+            limit = (limits or {}).get(name)
+            if limit is not None:
+                ax.annotate(f"{name}: largest {limit}", (x, 0), rotation=90, fontsize=7, va="bottom", ha="right")
     ax.set_xlabel(x_label)
     ax.set_ylabel(f"{y_label}, {unit_name}")
     ax.set_title(f"{y_label} vs {x_label}: quadratic fit", fontsize=10)

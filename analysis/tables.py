@@ -89,6 +89,17 @@ def load_run(run_dir: Path) -> Run | None:
     return run
 
 
+def _spec(run: Run) -> dict:
+    """The run's spec as read.
+
+    Raises:
+        ValueError: the spec could not be read (``load_run`` leaves such a run out).
+    """
+    if run.spec is None:
+        raise ValueError(f"{run.run_dir}: spec.json could not be read")
+    return run.spec
+
+
 def _dict(value) -> dict:
     """A mapping field of a record, or {} when it is missing or of another type (corrupt)."""
     return value if isinstance(value, dict) else {}
@@ -152,7 +163,7 @@ MODEL_COLUMNS = recorded_columns(MODEL_FIELDS, "compile", "optimizer")  # the sp
 def _load_columns(run: Run, sweep_dir: Path) -> dict:
     """The runs-table columns that name the run and its load: ids, the spec's axes and workload,
     the device and the capacity."""
-    spec, record = run.spec, _dict(run.record)
+    spec, record = _spec(run), _dict(run.record)
     capacity = _dict(record.get("capacity"))
     workload = _dict(spec.get("workload"))
     return {
@@ -223,7 +234,7 @@ def _peak_columns(run: Run, record: dict, result: dict, phases: list[dict]) -> d
 def _setup_columns(run: Run, result: dict, phases: list[dict]) -> dict:
     """The runs-table columns of the environment, what could not be read, the spec's options and
     model, and the parallel layout."""
-    spec, record = run.spec, _dict(run.record)
+    spec, record = _spec(run), _dict(run.record)
     env, model = _dict(record.get("environment")), _dict(record.get("model"))
     return {
         **{k: env.get(k) for k in ENVIRONMENT_COLUMNS},  # (coerce_table nulls a wrong type)
@@ -266,7 +277,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     Returns:
         column -> value; values of a wrong type are nulled later by ``coerce_table``.
     """
-    spec, record = run.spec, _dict(run.record)
+    spec, record = _spec(run), _dict(run.record)
     result = _dict(_outcome(run))
     phases = record_phases(record)
     row = {
@@ -287,7 +298,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
 
 def _capacity(run: Run) -> int | None:
     """The run's capacity in bytes: the record's, else the spec's (runs table ``capacity_bytes``)."""
-    return as_int(_dict(run.record).get("capacity_bytes")) or as_int(run.spec.get("capacity_bytes"))
+    return as_int(_dict(run.record).get("capacity_bytes")) or as_int(_spec(run).get("capacity_bytes"))
 
 
 def _capacity_mode(record: dict) -> str | None:
@@ -304,7 +315,7 @@ def _capacity_mode(record: dict) -> str | None:
 
 
 def _source(run: Run) -> str:
-    return _dict(run.record).get("source") or ("predicted" if run.spec.get("dry_run") else "measured")
+    return _dict(run.record).get("source") or ("predicted" if _spec(run).get("dry_run") else "measured")
 
 
 def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
@@ -321,13 +332,13 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
         column -> value, one dict per phase.
     """
     rows = []
-    source = _source(run)
+    source, spec = _source(run), _spec(run)
     for index, p in enumerate(record_phases(run.record)):
         rows.append(
             {
                 "sweep_dir": str(sweep_dir),
                 "run_id": run_id,
-                **{k: run.spec.get(k) for k in (*AXES, "mode", "device")},
+                **{k: spec.get(k) for k in (*AXES, "mode", "device")},
                 "phase": p.get("name"),
                 "phase_index": index,
                 "status": p.get("status"),

@@ -173,7 +173,7 @@ def _phase_counters(sweep: Sweep, run: dict) -> dict[str, dict]:
     for p in sweep.phases:
         if p.get("sweep_dir") != run.get("sweep_dir") or p.get("run_id") != run.get("run_id"):
             continue
-        cur = out.setdefault(p.get("phase"), {"_index": p.get("phase_index") or 0})
+        cur = out.setdefault(str(p.get("phase")), {"_index": p.get("phase_index") or 0})
         for c in COUNTERS:
             v = p.get(c)
             if v is not None:
@@ -243,7 +243,7 @@ def _compare_value(cmp: Comparison, base: Series, other: Series, v) -> None:
     peaks = [c for c in COUNTERS if c.startswith("max_")]
     cmp.rows.append(Row(v, "run peak", {c: a.get(c) for c in peaks}, {c: b.get(c) for c in peaks}))
     pa_, pb = _phase_counters(base.sweep, a), _phase_counters(other.sweep, b)
-    for name in sorted(set(pa_) | set(pb), key=lambda n: (pa_.get(n) or pb.get(n))["_index"]):
+    for name in sorted(set(pa_) | set(pb), key=lambda n: (pa_[n] if n in pa_ else pb[n])["_index"]):
         if name not in pa_ or name not in pb:
             cmp.not_comparable.append(
                 f"{where} phase {name}: recorded only in {base.sweep.label if name in pa_ else other.sweep.label}"

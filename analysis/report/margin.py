@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, overload
 
 from memsweep.conf.contract import SpecError, device_kind_of, gib, parse_size, peak_counters
 
@@ -37,6 +37,12 @@ class MarginPolicy:
     fixed_bytes: int | None = None
     default: bool = False
 
+    @overload
+    def bytes_for(self, capacity: int) -> int: ...
+
+    @overload
+    def bytes_for(self, capacity: None) -> int | None: ...
+
     def bytes_for(self, capacity: int | None) -> int | None:
         """The margin in bytes for a device of ``capacity`` bytes.
 
@@ -49,7 +55,7 @@ class MarginPolicy:
         """
         if self.fixed_bytes is not None:
             return self.fixed_bytes
-        if capacity is None:
+        if capacity is None or self.fraction is None:
             return None
         return int(math.ceil(self.fraction * capacity))
 

@@ -151,8 +151,9 @@ def answer_lines(a: AxisResult, policy: MarginPolicy) -> list[str]:
     else:
         out.append(f"**No value of {ax} ran ok and none ran out of memory**: see the outcomes (observed).")
     cap = a.capacity
-    if a.recommended is not None:
-        used = a.stat(a.recommended).used
+    st = a.stat(a.recommended)
+    if a.recommended is not None and st is not None and st.used is not None and cap is not None:
+        used = st.used
         out.append(
             f"Recommended: **{axis_label(ax, a.recommended)}** under the margin {policy.short()} "
             f"({nbytes(a.margin_bytes)} B kept free, assumed): peak {counter} {_size(used)}, headroom "

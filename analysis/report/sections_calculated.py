@@ -215,7 +215,7 @@ def _edge_estimate(doc: Doc, a: AxisResult, r: dict, comps: list[str]) -> None:
         ["component (calculated)", "bytes", "GiB", "share of estimated peak", "observed counterpart"],
         rows + [peak_row],
     )
-    dominant = max(((c, r.get(c)) for c in comps if r.get(c) is not None), key=lambda t: t[1], default=None)
+    dominant = max(((c, v) for c in comps if (v := r.get(c)) is not None), key=lambda t: t[1], default=None)
     if dominant:
         doc.p(
             f"Largest estimated component: **{dominant[0][len('est_') : -len('_bytes')]}** "
@@ -276,13 +276,24 @@ def _cards(doc: Doc, axes: list[AxisResult], policy: MarginPolicy, plots) -> Non
         _cards_table(doc, a, a.by_load(ok), policy)
 
 
+def _peak(s: ValueStat) -> int:
+    """The peak of a value that ran ok (``ValueStat.used``, bytes).
+
+    Raises:
+        ValueError: the value has no recorded peak (the cards take only values with one).
+    """
+    if s.used is None:
+        raise ValueError(f"value {s.value} has no recorded peak")
+    return s.used
+
+
 def _cards_image(doc: Doc, i: int, a: AxisResult, ok: list[ValueStat], policy: MarginPolicy, plots) -> None:
     """The card catalog against the values ``ok`` of ``a`` that ran ok, as a picture (figure ``i``)."""
     grid = [
         [
             "fits"
-            if cards_mod.holds(card, s.used, policy.bytes_for(card.reported_bytes))
-            else ("tight" if s.used <= card.reported_bytes else "no")
+            if cards_mod.holds(card, _peak(s), policy.bytes_for(card.reported_bytes))
+            else ("tight" if _peak(s) <= card.reported_bytes else "no")
             for s in ok
         ]
         for card in cards_mod.CARDS
@@ -309,10 +320,10 @@ def _largest_fitting(a: AxisResult, loaded: list[ValueStat], card: cards_mod.Car
     """The measured value of ``a`` needing the most memory that ``card`` holds with ``margin`` bytes
     left, in words; ``loaded`` holds the values that ran ok, least memory first."""
     top = loaded[-1]
-    fitting = [s for s in loaded if cards_mod.holds(card, s.used, margin)]
+    fitting = [s for s in loaded if cards_mod.holds(card, _peak(s), margin)]
     best = fitting[-1] if fitting else None
     if best is None:
-        return f"none of the measured values ({a.light_end} needs {gib(loaded[0].used + margin)} GiB with the margin)"
+        return f"none of the measured values ({a.light_end} needs {gib(_peak(loaded[0]) + margin)} GiB with the margin)"
     if best is top:
         beyond = "smaller" if a.decreasing else "larger"
         return (
@@ -337,7 +348,7 @@ def _cards_table(doc: Doc, a: AxisResult, loaded: list[ValueStat], policy: Margi
                 nbytes(card.reported_bytes),
                 gib(card.reported_bytes),
                 nbytes(m),
-                "yes" if top.used + m <= card.reported_bytes else "no",
+                "yes" if _peak(top) + m <= card.reported_bytes else "no",
                 _largest_fitting(a, loaded, card, m),
             ]
         )

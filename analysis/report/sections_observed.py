@@ -40,7 +40,7 @@ columns the table shows (the others are compared by ``memsweep compare``)."""
 
 def _env_rows(runs: list[dict]) -> list[list]:
     """One row per distinct environment (sweep, device, versions, host) of ``runs``."""
-    seen = OrderedDict()
+    seen: OrderedDict[tuple, dict] = OrderedDict()
     for r in runs:
         key = tuple(r.get(k) for k in _ENV_KEY)
         seen.setdefault(key, r)
@@ -147,6 +147,13 @@ def _values_table(doc: Doc, a: AxisResult) -> None:
     )
 
 
+def _stable_words(stable: bool | None) -> str:
+    """A frontier row's ``stable`` in words."""
+    if stable is None:
+        return "not checked (no value was run twice; the frontier sweeper's confirm re-runs the edge)"
+    return "yes" if stable else "NO"
+
+
 def _facts(a: AxisResult) -> list[str]:
     """The frontier of ``a`` in words: max_ok/min_oom, exact, monotonic, stable, the run counts
     and what the frontier sweeper's search says about it."""
@@ -157,14 +164,12 @@ def _facts(a: AxisResult) -> list[str]:
         f"exact: {'yes' if f.get('exact') else 'no'} (neighbours among the values run"
         + (", on the search's lattice" if f.get("strategy") else "")
         + ")",
-        f"monotonic: {'yes' if f.get('monotonic') else 'NO'}; stable: "
-        + {True: "yes", False: "NO"}.get(
-            f.get("stable"), "not checked (no value was run twice; the frontier sweeper's confirm re-runs the edge)"
-        ),
+        f"monotonic: {'yes' if f.get('monotonic') else 'NO'}; stable: " + _stable_words(f.get("stable")),
         f"runs: {f.get('n_runs')} (ok {f.get('n_ok')}, oom {f.get('n_oom')}, other {f.get('n_other')})",
     ]
-    if direction_words(f):  # world_size: the edge is not read "larger is harder"
-        facts[0] = direction_words(f) if f.get("direction") == "decreasing" else f"{facts[0]}; {direction_words(f)}"
+    words = direction_words(f)
+    if words:  # world_size: the edge is not read "larger is harder"
+        facts[0] = words if f.get("direction") == "decreasing" else f"{facts[0]}; {words}"
     if f.get("n_oom_elsewhere"):
         facts.append(
             f"{f['n_oom_elsewhere']} run(s) ran out of memory in a phase whose size does not follow {a.axis} "

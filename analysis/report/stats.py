@@ -319,8 +319,8 @@ def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResul
         if capacity is not None and result.used_at_edge is not None:
             result.margin_at_edge = capacity - result.used_at_edge
     result.step = _lattice_step(row)
-    ok = [(s.value, s.used) for s in stats if s.all_ok and s.used is not None]
-    result.fit = fit_axis(axis, [x for x, _ in ok], [y for _, y in ok])
+    fitted = [(s.value, s.used) for s in stats if s.all_ok and s.used is not None]
+    result.fit = fit_axis(axis, [x for x, _ in fitted], [y for _, y in fitted])
     if result.fit is not None:
         result.limits = capacity_limits(result.fit["coeffs"], capacity, margin_bytes, result.step)
     _recommend(result, policy)
