@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, overload
+from typing import Any
 
 from memsweep.conf.contract import SpecError, device_kind_of, gib, parse_size, peak_counters
 
@@ -36,12 +36,6 @@ class MarginPolicy:
     fraction: Fraction | None = None
     fixed_bytes: int | None = None
     default: bool = False
-
-    @overload
-    def bytes_for(self, capacity: int) -> int: ...
-
-    @overload
-    def bytes_for(self, capacity: None) -> int | None: ...
 
     def bytes_for(self, capacity: int | None) -> int | None:
         """The margin in bytes for a device of ``capacity`` bytes.

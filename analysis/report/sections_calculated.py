@@ -287,12 +287,24 @@ def _peak(s: ValueStat) -> int:
     return s.used
 
 
+def _card_margin(policy: MarginPolicy, card: cards_mod.Card) -> int:
+    """The margin in bytes the policy keeps free on ``card`` (of its reported total).
+
+    Raises:
+        ValueError: the policy gives no bytes for that total (a policy has a fraction or bytes).
+    """
+    margin = policy.bytes_for(card.reported_bytes)
+    if margin is None:
+        raise ValueError(f"margin policy {policy.describe()} gives no bytes for {card.name}")
+    return margin
+
+
 def _cards_image(doc: Doc, i: int, a: AxisResult, ok: list[ValueStat], policy: MarginPolicy, plots) -> None:
     """The card catalog against the values ``ok`` of ``a`` that ran ok, as a picture (figure ``i``)."""
     grid = [
         [
             "fits"
-            if cards_mod.holds(card, _peak(s), policy.bytes_for(card.reported_bytes))
+            if cards_mod.holds(card, _peak(s), _card_margin(policy, card))
             else ("tight" if _peak(s) <= card.reported_bytes else "no")
             for s in ok
         ]
@@ -340,7 +352,7 @@ def _cards_table(doc: Doc, a: AxisResult, loaded: list[ValueStat], policy: Margi
     top = loaded[-1]
     rows = []
     for card in cards_mod.CARDS:
-        m = policy.bytes_for(card.reported_bytes)
+        m = _card_margin(policy, card)
         rows.append(
             [
                 card.name,
