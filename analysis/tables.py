@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -378,7 +379,29 @@ def _devices(value) -> list[dict] | None:
     ]
 
 
-def unique_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[str]]:
+class UniqueDirs(NamedTuple):
+    """Directories given, each once (``unique_dirs``)."""
+
+    dirs: list[Path]  # in the order given, a repeated one left out
+    notes: list[str]  # one per directory left out, naming it and the one kept
+
+
+class RepeatedDirs(NamedTuple):
+    """Directories given, each once, and those given again (``repeated_dirs``)."""
+
+    kept: list[Path]  # in the order given, a repeated one left out
+    repeats: list[tuple[Path, Path]]  # (the one kept, the repeat) per directory left out
+
+
+class Tables(NamedTuple):
+    """The runs and phases tables of some sweep directories (``build_tables``)."""
+
+    runs: pa.Table  # RUNS_SCHEMA
+    phases: pa.Table  # PHASES_SCHEMA
+    problems: list[str]  # met reading them, and the notes of what was read once, one line each
+
+
+def unique_dirs(sweep_dirs: Iterable[Path]) -> UniqueDirs:
     """The sweep directories given, each directory once: two that resolve to the same path
     (``c32`` and ``./c32/``, a path given twice) are one sweep, read once.
 
@@ -390,10 +413,12 @@ def unique_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[str]]:
         left out, naming it and the one kept).
     """
     kept, repeats = repeated_dirs(sweep_dirs)
-    return kept, [f"{d.resolve()} was given twice ({first}, {d}): its runs are read once" for first, d in repeats]
+    return UniqueDirs(
+        kept, [f"{d.resolve()} was given twice ({first}, {d}): its runs are read once" for first, d in repeats]
+    )
 
 
-def repeated_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[tuple[Path, Path]]]:
+def repeated_dirs(sweep_dirs: Iterable[Path]) -> RepeatedDirs:
     """The directories given, each once, and those given again: two that resolve to the same path
     (``c32`` and ``./c32/``) are one directory.
 
@@ -411,10 +436,10 @@ def repeated_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[tuple[Pa
         first = kept.setdefault(d.resolve(), d)
         if first is not d:
             repeats.append((first, d))
-    return list(kept.values()), repeats
+    return RepeatedDirs(list(kept.values()), repeats)
 
 
-def build_tables(sweep_dirs: Iterable[Path]) -> tuple[pa.Table, pa.Table, list[str]]:
+def build_tables(sweep_dirs: Iterable[Path]) -> Tables:
     """(runs, phases, problems) for every run under ``sweep_dirs``.
 
     Each directory is read once (``unique_dirs``) and each run directory gives one row, under the
@@ -446,4 +471,4 @@ def build_tables(sweep_dirs: Iterable[Path]) -> tuple[pa.Table, pa.Table, list[s
             row = run_row(run, sweep_dir)
             runs.append(row)
             phases.extend(phase_rows(run, row["run_id"], sweep_dir))
-    return coerce_table(runs, RUNS_SCHEMA), coerce_table(phases, PHASES_SCHEMA), problems
+    return Tables(coerce_table(runs, RUNS_SCHEMA), coerce_table(phases, PHASES_SCHEMA), problems)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from memsweep.conf.contract import AXES, device_kind_of, peak_counters
 
@@ -259,7 +260,15 @@ def _values(sweep: Sweep, key: str) -> list[str]:
     return vals
 
 
-def differences(sweeps: list[Sweep], axes: list[str]) -> list[tuple[str, str, list[str]]]:
+class Difference(NamedTuple):
+    """A spec or environment field whose values are not the same in every sweep."""
+
+    kind: str  # ``spec`` or ``environment``
+    field: str
+    values: list[str]  # in each sweep, baseline first
+
+
+def differences(sweeps: list[Sweep], axes: list[str]) -> list[Difference]:
     """What differs between the sweeps, field by field.
 
     Args:
@@ -277,5 +286,5 @@ def differences(sweeps: list[Sweep], axes: list[str]) -> list[tuple[str, str, li
                 continue
             per = [", ".join(_values(s, f)) for s in sweeps]
             if len(set(per)) > 1:
-                out.append((kind, f, per))
+                out.append(Difference(kind, f, per))
     return out

@@ -10,7 +10,7 @@ from memsweep.conf.contract import gib
 from ..doc import Doc, Image
 from .gate import Regression, Threshold
 from .load import Sweep
-from .match import COUNTERS, Comparison
+from .match import COUNTERS, Comparison, Difference
 
 
 def _pct(row, counter: str) -> str:
@@ -40,7 +40,7 @@ def _sweeps_lines(sweeps: list[Sweep]) -> list[str]:
 
 def text(
     sweeps: list[Sweep],
-    diffs: list[tuple[str, str, list[str]]],
+    diffs: list[Difference],
     comparisons: list[Comparison],
     threshold: Threshold | None,
     failed: list[Regression],
@@ -158,7 +158,7 @@ def _comparison_tables(doc: Doc, i: int, c: Comparison, plots) -> None:
 
 def document(
     sweeps: list[Sweep],
-    diffs: list[tuple[str, str, list[str]]],
+    diffs: list[Difference],
     comparisons: list[Comparison],
     threshold: Threshold | None,
     failed: list[Regression],

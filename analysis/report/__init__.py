@@ -25,7 +25,16 @@ from .fmt import nbytes, pct
 from .margin import BASIS_TEXT, DEFAULT_MARGIN, MarginPolicy, basis, device_kind, parse_margin
 from .phases import COLD_WARM_FLAG, OBSERVED_COUNTERPART, PART_NAMES, decomposition, peak_increments, phase_order
 from .stats import AxisResult, ValueStat, analyse_axis
-from .write import ReportExists, SweepDirNotFound, find_analysis_files, report_for_dirs, report_paths, write_report
+from .write import (
+    ReportExists,
+    ReportPaths,
+    SweepDirNotFound,
+    WrittenReport,
+    find_analysis_files,
+    report_for_dirs,
+    report_paths,
+    write_report,
+)
 
 __all__ = [
     "AXES",
@@ -38,8 +47,10 @@ __all__ = [
     "MarginPolicy",
     "Report",
     "ReportExists",
+    "ReportPaths",
     "SweepDirNotFound",
     "ValueStat",
+    "WrittenReport",
     "analyse_axis",
     "basis",
     "build_report",
