@@ -244,7 +244,8 @@ def _compare_value(cmp: Comparison, base: Series, other: Series, v) -> None:
     peaks = [c for c in COUNTERS if c.startswith("max_")]
     cmp.rows.append(Row(v, "run peak", {c: a.get(c) for c in peaks}, {c: b.get(c) for c in peaks}))
     pa_, pb = _phase_counters(base.sweep, a), _phase_counters(other.sweep, b)
-    for name in sorted(set(pa_) | set(pb), key=lambda n: (pa_[n] if n in pa_ else pb[n])["_index"]):
+    # in phase order; at an equal index the baseline's phases first (a stable sort, not a set's order)
+    for name in sorted(dict.fromkeys([*pa_, *pb]), key=lambda n: (pa_[n] if n in pa_ else pb[n])["_index"]):
         if name not in pa_ or name not in pb:
             cmp.not_comparable.append(
                 f"{where} phase {name}: recorded only in {base.sweep.label if name in pa_ else other.sweep.label}"
