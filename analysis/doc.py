@@ -207,6 +207,55 @@ def _figure(img: Image, attrs: str = "") -> str:
     )
 
 
+def _table_html(headers: list, rows: list[list], note: str | None) -> list[str]:
+    """A table as HTML lines: numeric columns marked for right alignment, its note below."""
+    numeric = [_numeric_column(rows, i) for i in range(len(headers))]
+    parts = ["<table><thead><tr>" + "".join(f"<th>{_inline(h)}</th>" for h in headers) + "</tr></thead><tbody>"]
+    for row in rows:
+        parts.append(
+            "<tr>"
+            + "".join(
+                f'<td class="num">{_inline(c)}</td>' if numeric[i] else f"<td>{_inline(c)}</td>"
+                for i, c in enumerate(row)
+            )
+            + "</tr>"
+        )
+    parts.append("</tbody></table>")
+    if note:
+        parts.append(f'<p class="tnote">{_inline(note)}</p>')
+    return parts
+
+
+def _block_html(block: tuple) -> list[str]:
+    """One block of a ``Doc`` (heading, paragraph, list, table, note, image, answer) as HTML lines."""
+    kind = block[0]
+    if kind == "h":
+        level = min(block[1] + 1, 6)
+        anchor = re.sub(r"[^a-z0-9]+", "-", block[2].lower()).strip("-")
+        return [f'<h{level} id="{anchor}">{_inline(block[2])}</h{level}>']
+    if kind == "p":
+        return [f"<p>{_inline(block[1])}</p>"]
+    if kind == "ul":
+        return ["<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in block[1]) + "</ul>"]
+    if kind == "table":
+        return _table_html(block[1], block[2], block[3])
+    if kind == "note":
+        cls = "warning" if block[1] == "warning" else "note"
+        label = "Warning:" if cls == "warning" else "Note:"
+        return [f'<div class="{cls}"><strong>{label}</strong> {_inline(block[2])}</div>']
+    if kind == "img":
+        return [_figure(block[1])]
+    if kind == "answer":
+        items = "".join(f"<li>{_inline(i)}</li>" for i in block[1])
+        return [
+            '<section id="answer" class="answer"><div class="answer-text"><h2 id="answer-heading">Answer</h2>'
+            f"<ul>{items}</ul></div>"
+            + (_figure(block[2], 'id="main-plot"') if block[2] is not None else "")
+            + "</section>"
+        ]
+    return []
+
+
 def to_html(doc: Doc, footer: str = "") -> str:
     """The document as one self-contained HTML page: CSS inline, plots as data: URIs, no
     external resource, and a script that writes into the page whether every plot decoded.
@@ -232,48 +281,7 @@ def to_html(doc: Doc, footer: str = "") -> str:
         f"<h1>{_inline(doc.title)}</h1>",
     ]
     for block in doc.blocks:
-        kind = block[0]
-        if kind == "h":
-            level = min(block[1] + 1, 6)
-            anchor = re.sub(r"[^a-z0-9]+", "-", block[2].lower()).strip("-")
-            parts.append(f'<h{level} id="{anchor}">{_inline(block[2])}</h{level}>')
-        elif kind == "p":
-            parts.append(f"<p>{_inline(block[1])}</p>")
-        elif kind == "ul":
-            parts.append("<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in block[1]) + "</ul>")
-        elif kind == "table":
-            _, headers, rows, note = block
-            numeric = [_numeric_column(rows, i) for i in range(len(headers))]
-            parts.append(
-                "<table><thead><tr>" + "".join(f"<th>{_inline(h)}</th>" for h in headers) + "</tr></thead><tbody>"
-            )
-            for row in rows:
-                parts.append(
-                    "<tr>"
-                    + "".join(
-                        f'<td class="num">{_inline(c)}</td>' if numeric[i] else f"<td>{_inline(c)}</td>"
-                        for i, c in enumerate(row)
-                    )
-                    + "</tr>"
-                )
-            parts.append("</tbody></table>")
-            if note:
-                parts.append(f'<p class="tnote">{_inline(note)}</p>')
-        elif kind == "note":
-            cls = "warning" if block[1] == "warning" else "note"
-            label = "Warning:" if cls == "warning" else "Note:"
-            parts.append(f'<div class="{cls}"><strong>{label}</strong> {_inline(block[2])}</div>')
-        elif kind == "img":
-            img = block[1]
-            parts.append(_figure(img))
-        elif kind == "answer":
-            items = "".join(f"<li>{_inline(i)}</li>" for i in block[1])
-            parts.append(
-                '<section id="answer" class="answer"><div class="answer-text"><h2 id="answer-heading">Answer</h2>'
-                f"<ul>{items}</ul></div>"
-                + (_figure(block[2], 'id="main-plot"') if block[2] is not None else "")
-                + "</section>"
-            )
+        parts += _block_html(block)
     parts.append(
         f'<footer>{_inline(footer)}<br><span id="self-check">plots not checked (scripts disabled)</span></footer>'
     )

@@ -1,36 +1,23 @@
 """The success/OOM frontier of each swept variable, everything else fixed.
 
-For an axis (batch, context, width, eval_batch, or dtype ordered by bytes per element) and a group
-of runs identical in every other load field: ``max_ok`` is the largest value that ran (outcome
-``ok``), ``min_oom`` the smallest that ran out of memory (``oom``). Only ``oom`` says "does not
-fit": ``error``, ``crash`` and ``timeout`` runs are counted apart and are never either side. That
-reads an axis whose load grows with its value; an axis whose load per rank shrinks as it grows
-(``world_size`` under FSDP: ``conf.contract.AXIS_DIRECTIONS``) has its successes above the edge and
-its OOMs below, and its row says so (``direction`` decreasing) with ``min_ok`` (the smallest value
-that ran) and ``max_oom`` (the largest that ran out of memory) instead; neighbours and monotonic are
-read the same way, mirrored. ``exact`` when the two are neighbours among the values run and the
-results are monotonic (every ok below every oom); a non-monotonic group is flagged, never smoothed
-away; ``stable`` is false when one value had both ok and oom runs, true when some value ran (ok or
-oom) more than once without that, and null when none did (nothing was re-run, so nothing was
-checked: an ovat sweep runs each value once).
-
-An OOM is a point of an axis only when the phase that failed scales with that axis
-(``conf.contract.oom_attribution``, ``PHASE_SIZE_VARIABLES``): a training run that runs out of
-memory in ``eval`` is no ``min_oom`` of ``batch``; when every phase that scales with the axis ran
-ok before that failure it counts for ``max_ok`` (with the peak of its completed phases), and the
-row names the phase and the variable that failed (``n_oom_elsewhere``, ``not_reached``).
-
-Where the frontier sweeper (``hydra/sweeper=frontier``) searched an axis, its ``result``
-lines in the sweep directory's ``search.jsonl`` add the search's columns (``strategy``,
-``runs_used``, ``upper_reached``, ``stopped_by``, ``search_status``) to that row, which
-exists even when the search ran a single value; ``exact`` then means neighbours on the
-search's lattice (``min_oom - max_ok == multiple_of``), not only among the values run.
+For an axis and a group of runs identical in every other load field: ``max_ok`` is the largest
+value that ran ``ok``, ``min_oom`` the smallest that ran out of memory (``oom``); ``error``,
+``crash`` and ``timeout`` are never either side. On an axis whose load per rank shrinks as it grows
+(``world_size`` under FSDP, ``conf.contract.AXIS_DIRECTIONS``) the row says ``direction``
+decreasing and gives ``min_ok`` and ``max_oom`` instead. ``exact``: the two are neighbours among
+the values run (on the search's lattice when the frontier sweeper searched) and the results are
+monotonic; a non-monotonic group is flagged, never smoothed; ``stable`` is null when no value ran
+twice. An OOM is a point of an axis only when the phase that failed scales with that axis
+(``conf.contract.oom_attribution``); others are counted in ``n_oom_elsewhere``. The frontier
+sweeper's ``search.jsonl`` adds its columns (``strategy``, ``runs_used``, ``upper_reached``,
+``stopped_by``, ``search_status``) to the row it searched.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -371,7 +358,7 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
         Rows with the columns of ``FRONTIER_SCHEMA``; values of ``dtype`` are ordered by their
         size in bytes and given as labels only.
     """
-    rows = []
+    rows: list[dict] = []
     if "source" in runs.columns:  # a dry run's prediction is never a point of a measured frontier
         runs = runs[runs["source"] != "predicted"]
     if "run_dir" in runs.columns:  # one run directory is one observation, never a re-run of itself
@@ -384,7 +371,6 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     for axis in AXES:
         keys = [k for k in IDENTITY if k != axis]
         for key, group in runs.groupby(keys, dropna=False, sort=True):
-            values = sorted(group[axis].dropna().unique(), key=lambda v: order_key(axis, v))
             fixed = dict(zip(keys, key))
             # plain values, as search.jsonl holds them (a missing group key is NaN here, null there)
             row_key = tuple(axis if k == "axis" else _scalar(fixed.get(k)) for k in ROW_KEY)
@@ -392,70 +378,94 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
                 row_key + (_scalar(fixed.get("warmup")), _scalar(fixed.get("repeats"))),
                 searched.get(row_key + (None, None)),
             )
-            if not values or (len(values) < 2 and search is None):
-                continue
-            # what each run reads as, beside the group (a column inserted into its 100+ would fragment it)
-            reads = pd.Series([_reads(axis, r) for r in group.to_dict("records")], index=group.index, dtype=object)
-            rank = {v: i for i, v in enumerate(values)}
-            by_value = {v: set(reads[group[axis] == v]) for v in values}
-            ok = [v for v in values if "ok" in by_value[v]]
-            oom = [v for v in values if "oom" in by_value[v]]
-            direction = axis_direction(axis, _scalar(fixed.get("parallel")))
-            fit, miss, monotonic, gap = _edge([rank[v] for v in ok], [rank[v] for v in oom], direction)
-            fit, miss = (None if i is None else values[i] for i in (fit, miss))
-            rerun = (group.loc[reads.isin(["ok", "oom"]), axis].value_counts() > 1).any()
-            stable = not any({"ok", "oom"} <= s for s in by_value.values()) if rerun else None
-            exact = bool(ok and oom and monotonic and stable is not False and gap == 1)
-            peak = {}
-            if fit is not None:
-                at = group[(group[axis] == fit) & (reads == "ok")]
-                peak = {c: _fit_peak(at, c) for c in ("max_memory_allocated", "max_memory_reserved")}
-            elsewhere = elsewhere_words(axis, group, miss is None)
-            numeric = axis in INTEGER_AXES
-            down = direction == "decreasing"
-            max_ok, min_oom = (None, None) if down else (fit, miss)
-            edge_of = edge_columns(direction)[0]
-            rows.append(
-                {
-                    **{k: fixed.get(k) for k in ("sweep_dir", "workload", "mode", "device", "capacity_bytes", *AXES)},
-                    "axis": axis,
-                    "values": ",".join(str(v) for v in values),
-                    "n_runs": len(group),
-                    "n_ok": int((group["outcome"] == "ok").sum()),
-                    "n_oom": int((group["outcome"] == "oom").sum()),
-                    "n_other": int((~group["outcome"].isin(["ok", "oom"])).sum()),
-                    "n_memory_suspect": int((group["failure_class"] == "memory_suspect").sum())
-                    if "failure_class" in group.columns
-                    else None,
-                    **elsewhere,
-                    "direction": direction,
-                    "max_ok": int(max_ok) if numeric and max_ok is not None else None,
-                    "min_oom": int(min_oom) if numeric and min_oom is not None else None,
-                    "max_ok_label": None if max_ok is None else str(max_ok),
-                    "min_oom_label": None if min_oom is None else str(min_oom),
-                    "min_ok": int(fit) if down and fit is not None else None,
-                    "max_oom": int(miss) if down and miss is not None else None,
-                    "exact": exact,
-                    "monotonic": monotonic,
-                    "stable": stable,
-                    **{f"{edge_of}_{c}": v for c, v in peak.items()},
-                    **{
-                        k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k])
-                        for k in ("warmup", "repeats", "devices")
-                    },
-                    **{k: _scalar(fixed.get(k)) for k in LOAD_DETAIL},
-                }
-            )
-            if search is not None:
-                rows[-1].update(
-                    strategy=search.get("strategy"),
-                    runs_used=search.get("runs_used"),
-                    upper_reached=search.get("upper_reached"),
-                    stopped_by=search.get("stopped_by"),
-                    search_status=search.get("status"),
-                    exact=bool(search.get("exact")) and monotonic and stable is not False,
-                )
+            row = _group_row(axis, fixed, group, search)
+            if row is not None:
+                rows.append(row)
     return rows
+
+
+class _Edge(NamedTuple):
+    """The edge of one group of runs along an axis (``_group_edge``)."""
+
+    fit: Any  # the value that fits at the edge (max_ok; min_ok on a decreasing axis), or None
+    miss: Any  # the value that ran out of memory at the edge (min_oom; max_oom), or None
+    monotonic: bool
+    stable: bool | None  # None: no value ran twice
+    exact: bool  # neighbours among the values run, monotonic and not unstable
+    peak: dict  # counter -> bytes, the peaks of the ok runs at ``fit``
+
+
+def _group_edge(axis: str, group: pd.DataFrame, values: list, direction: str) -> _Edge:
+    """Read the edge of ``group`` along ``axis``: what each run reads as (``_reads``), the values that
+    fit and ran out of memory, and whether they are neighbours, monotonic and stable."""
+    # what each run reads as, beside the group (a column inserted into its 100+ would fragment it)
+    reads = pd.Series([_reads(axis, r) for r in group.to_dict("records")], index=group.index, dtype=object)
+    rank = {v: i for i, v in enumerate(values)}
+    by_value = {v: set(reads[group[axis] == v]) for v in values}
+    ok = [v for v in values if "ok" in by_value[v]]
+    oom = [v for v in values if "oom" in by_value[v]]
+    fit, miss, monotonic, gap = _edge([rank[v] for v in ok], [rank[v] for v in oom], direction)
+    fit, miss = (None if i is None else values[i] for i in (fit, miss))
+    rerun = (group.loc[reads.isin(["ok", "oom"]), axis].value_counts() > 1).any()
+    stable = not any({"ok", "oom"} <= s for s in by_value.values()) if rerun else None
+    exact = bool(ok and oom and monotonic and stable is not False and gap == 1)
+    peak = {}
+    if fit is not None:
+        at = group[(group[axis] == fit) & (reads == "ok")]
+        peak = {c: _fit_peak(at, c) for c in ("max_memory_allocated", "max_memory_reserved")}
+    return _Edge(fit, miss, monotonic, stable, exact, peak)
+
+
+def _group_row(axis: str, fixed: dict, group: pd.DataFrame, search: dict | None) -> dict | None:
+    """The frontier row (``FRONTIER_SCHEMA``) of one group of runs equal but for ``axis`` (``fixed``:
+    their other identity fields), with its search's columns when ``search`` (a ``result`` line of
+    ``search.jsonl``) is given; None when the group has fewer than two values and no search."""
+    values = sorted(group[axis].dropna().unique(), key=lambda v: order_key(axis, v))
+    if not values or (len(values) < 2 and search is None):
+        return None
+    direction = axis_direction(axis, _scalar(fixed.get("parallel")))
+    e = _group_edge(axis, group, values, direction)
+    fit, miss = e.fit, e.miss
+    numeric = axis in INTEGER_AXES
+    down = direction == "decreasing"
+    max_ok, min_oom = (None, None) if down else (fit, miss)
+    edge_of = edge_columns(direction)[0]
+    row = {
+        **{k: fixed.get(k) for k in ("sweep_dir", "workload", "mode", "device", "capacity_bytes", *AXES)},
+        "axis": axis,
+        "values": ",".join(str(v) for v in values),
+        "n_runs": len(group),
+        "n_ok": int((group["outcome"] == "ok").sum()),
+        "n_oom": int((group["outcome"] == "oom").sum()),
+        "n_other": int((~group["outcome"].isin(["ok", "oom"])).sum()),
+        "n_memory_suspect": int((group["failure_class"] == "memory_suspect").sum())
+        if "failure_class" in group.columns
+        else None,
+        **elsewhere_words(axis, group, miss is None),
+        "direction": direction,
+        "max_ok": int(max_ok) if numeric and max_ok is not None else None,
+        "min_oom": int(min_oom) if numeric and min_oom is not None else None,
+        "max_ok_label": None if max_ok is None else str(max_ok),
+        "min_oom_label": None if min_oom is None else str(min_oom),
+        "min_ok": int(fit) if down and fit is not None else None,
+        "max_oom": int(miss) if down and miss is not None else None,
+        "exact": e.exact,
+        "monotonic": e.monotonic,
+        "stable": e.stable,
+        **{f"{edge_of}_{c}": v for c, v in e.peak.items()},
+        **{k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k]) for k in ("warmup", "repeats", "devices")},
+        **{k: _scalar(fixed.get(k)) for k in LOAD_DETAIL},
+    }
+    if search is not None:
+        row.update(
+            strategy=search.get("strategy"),
+            runs_used=search.get("runs_used"),
+            upper_reached=search.get("upper_reached"),
+            stopped_by=search.get("stopped_by"),
+            search_status=search.get("status"),
+            exact=bool(search.get("exact")) and e.monotonic and e.stable is not False,
+        )
+    return row
 
 
 def frontier_table(runs: pa.Table) -> pa.Table:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -105,7 +106,14 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
     return "\n".join(lines)
 
 
-def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> tuple[dict[str, pa.Table], list[str]]:
+class Written(NamedTuple):
+    """The tables ``write_tables`` wrote."""
+
+    tables: dict[str, pa.Table]  # ``OUTPUTS`` name -> table
+    problems: list[str]  # met reading the runs, one line each
+
+
+def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> Written:
     """Read every run under ``sweep_dirs`` and write the three Parquet tables into ``out_dir``.
 
     Args:
@@ -133,7 +141,7 @@ def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> tuple[dict[str, p
             raise OutputExists(f"{existing[0]} already exists: memsweep never overwrites a result; use --out NEW_DIR")
         for name, table in tables.items():
             write_parquet_atomic(table, out_dir / name)
-    return tables, problems
+    return Written(tables, problems)
 
 
 def summary_text(tables: dict[str, pa.Table], problems: list[str], out_dir: Path) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -72,6 +73,104 @@ def _legend_below(ax, ncol: int = 2) -> None:
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=ncol, frameon=False)
 
 
+_CURVE_STYLE: dict[str, Any] = {"color": "#9467bd", "linewidth": 1, "alpha": 0.8}
+"""How the fitted peak is drawn."""
+
+
+def _draw_points(ax, xs: list, points: list[dict], unit: int, used_label: str, other_label: str) -> None:
+    """The peaks of ``points`` (``axis_plot``'s) in ``unit`` bytes: the ok runs joined (both counters),
+    the others as red crosses."""
+    used, other = _scaled([p["used"] for p in points], unit), _scaled([p["other"] for p in points], unit)
+    ok = [p["outcome"] == "ok" for p in points]
+    ok_x = [x for x, k in zip(xs, ok) if k]
+    ax.plot(ok_x, [u for u, k in zip(used, ok) if k], "o-", color="#1f77b4", label=f"{used_label}, ok runs")
+    if any(not math.isnan(o) for o in other):
+        ax.plot(
+            ok_x,
+            [o for o, k in zip(other, ok) if k],
+            "s--",
+            color="#2ca02c",
+            fillstyle="none",
+            label=f"{other_label}, ok",
+        )
+    bad = [(x, u) for x, u, k in zip(xs, used, ok) if not k]
+    if bad:
+        ax.plot(
+            [x for x, _ in bad],
+            [u for _, u in bad],
+            "x",
+            color="#d62728",
+            markersize=9,
+            markeredgewidth=2,
+            linestyle="none",
+            label="did not complete (partial peak)",
+        )
+
+
+def _draw_levels(
+    ax,
+    axis: str,
+    capacity: int | None,
+    margin: int | None,
+    unit: int,
+    short: str,
+    crossings: dict[str, float | None] | None,
+    limits: dict[str, int | None] | None,
+) -> None:
+    """The capacity and capacity - margin lines (bytes, drawn in ``unit``, named ``short``), and where
+    the fitted curve crosses each, labelled with the largest value of ``axis`` within it."""
+    if capacity:
+        ax.axhline(capacity / unit, color="#d62728", linewidth=1.5, label=f"capacity {capacity / unit:.3f} {short}")
+        if margin and margin < capacity:  # a margin not below the capacity leaves no level to draw
+            ax.axhline(
+                (capacity - margin) / unit,
+                color="#ff7f0e",
+                linestyle=":",
+                linewidth=1.5,
+                label=f"capacity - margin {(capacity - margin) / unit:.3f} {short}",
+            )
+    levels = {"capacity": capacity, "capacity - margin": (capacity - margin) if capacity and margin else None}
+    for name, x in (crossings or {}).items():
+        level = levels.get(name)
+        if x and level:
+            ax.plot([x], [level / unit], "D", color="#9467bd", markersize=6, linestyle="none")
+            limit = (limits or {}).get(name)
+            if limit is None:
+                continue
+            ax.annotate(
+                f"fit: largest {axis} within: {limit}",
+                (x, level / unit),
+                textcoords="offset points",
+                xytext=(-6, 6 if name == "capacity" else -12),
+                ha="right",
+                fontsize=7,
+                color="#9467bd",
+            )
+
+
+def _draw_frontier(ax, values: list, xs: list, max_ok, min_oom, edge_names: tuple[str, str]) -> None:
+    """The frontier as vertical bands at ``max_ok`` and ``min_oom`` (named ``edge_names``), where run."""
+    pos = dict(zip(values, xs))
+    if max_ok is not None and max_ok in pos:
+        ax.axvline(pos[max_ok], color="#2ca02c", alpha=0.35, linewidth=6, label=f"{edge_names[0]} = {max_ok}")
+    if min_oom is not None and min_oom in pos:
+        ax.axvline(pos[min_oom], color="#d62728", alpha=0.25, linewidth=6, label=f"{edge_names[1]} = {min_oom}")
+
+
+def _label_axes(ax, axis: str, values: list, xs: list, numeric: bool, unit_name: str, title: str) -> None:
+    """Ticks at the values run (a log2 axis for a doubling sweep), labels, title and grid."""
+    if numeric and doubling(values):
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([str(v) for v in values])
+    ax.minorticks_off()
+    ax.set_xlabel(axis + (" (log2 axis)" if numeric and doubling(values) else ""))
+    ax.set_ylabel(unit_name)
+    ax.set_ylim(bottom=0)
+    ax.set_title(title or f"peak memory vs {axis}", fontsize=10)
+    ax.grid(True, alpha=0.3)
+
+
 def axis_plot(
     axis: str,
     points: list[dict],
@@ -119,82 +218,12 @@ def axis_plot(
     xs, numeric = _positions(values)
     fig, ax = plt.subplots(figsize=figsize)
     unit, unit_name = _unit(capacity, *[p["used"] for p in points], *[p["other"] for p in points])
-    short = unit_name.split()[0]
-    used, other = _scaled([p["used"] for p in points], unit), _scaled([p["other"] for p in points], unit)
-    ok = [p["outcome"] == "ok" for p in points]
-    ok_x = [x for x, k in zip(xs, ok) if k]
-    ax.plot(ok_x, [u for u, k in zip(used, ok) if k], "o-", color="#1f77b4", label=f"{used_label}, ok runs")
-    if any(not math.isnan(o) for o in other):
-        ax.plot(
-            ok_x,
-            [o for o, k in zip(other, ok) if k],
-            "s--",
-            color="#2ca02c",
-            fillstyle="none",
-            label=f"{other_label}, ok",
-        )
-    bad = [(x, u) for x, u, k in zip(xs, used, ok) if not k]
-    if bad:
-        ax.plot(
-            [x for x, _ in bad],
-            [u for _, u in bad],
-            "x",
-            color="#d62728",
-            markersize=9,
-            markeredgewidth=2,
-            linestyle="none",
-            label="did not complete (partial peak)",
-        )
+    _draw_points(ax, xs, points, unit, used_label, other_label)
     if curve is not None and len(curve[0]):
-        ax.plot(
-            list(curve[0]),
-            [y / unit for y in curve[1]],
-            "-",
-            color="#9467bd",
-            linewidth=1,
-            alpha=0.8,
-            label="fitted peak (calculated)",
-        )
-    if capacity:
-        ax.axhline(capacity / unit, color="#d62728", linewidth=1.5, label=f"capacity {capacity / unit:.3f} {short}")
-        if margin and margin < capacity:  # a margin not below the capacity leaves no level to draw
-            ax.axhline(
-                (capacity - margin) / unit,
-                color="#ff7f0e",
-                linestyle=":",
-                linewidth=1.5,
-                label=f"capacity - margin {(capacity - margin) / unit:.3f} {short}",
-            )
-    levels = {"capacity": capacity, "capacity - margin": (capacity - margin) if capacity and margin else None}
-    for name, x in (crossings or {}).items():
-        if x and levels.get(name):
-            ax.plot([x], [levels[name] / unit], "D", color="#9467bd", markersize=6, linestyle="none")
-            if (limits or {}).get(name) is None:
-                continue
-            ax.annotate(
-                f"fit: largest {axis} within: {limits[name]}",
-                (x, levels[name] / unit),
-                textcoords="offset points",
-                xytext=(-6, 6 if name == "capacity" else -12),
-                ha="right",
-                fontsize=7,
-                color="#9467bd",
-            )
-    pos = dict(zip(values, xs))
-    if max_ok is not None and max_ok in pos:
-        ax.axvline(pos[max_ok], color="#2ca02c", alpha=0.35, linewidth=6, label=f"{edge_names[0]} = {max_ok}")
-    if min_oom is not None and min_oom in pos:
-        ax.axvline(pos[min_oom], color="#d62728", alpha=0.25, linewidth=6, label=f"{edge_names[1]} = {min_oom}")
-    if numeric and doubling(values):
-        ax.set_xscale("log", base=2)
-    ax.set_xticks(xs)
-    ax.set_xticklabels([str(v) for v in values])
-    ax.minorticks_off()
-    ax.set_xlabel(axis + (" (log2 axis)" if numeric and doubling(values) else ""))
-    ax.set_ylabel(unit_name)
-    ax.set_ylim(bottom=0)
-    ax.set_title(title or f"peak memory vs {axis}", fontsize=10)
-    ax.grid(True, alpha=0.3)
+        ax.plot(list(curve[0]), [y / unit for y in curve[1]], "-", **_CURVE_STYLE, label="fitted peak (calculated)")
+    _draw_levels(ax, axis, capacity, margin, unit, unit_name.split()[0], crossings, limits)
+    _draw_frontier(ax, values, xs, max_ok, min_oom, edge_names)
+    _label_axes(ax, axis, values, xs, numeric, unit_name, title)
     _legend_below(ax)
     return _png(fig)
 
@@ -225,7 +254,7 @@ def phases_plot(
     bottom = [0.0] * len(values)
     cmap = plt.get_cmap("tab20" if len(phases) > 10 else "tab10")
     for j, phase in enumerate(phases):
-        heights = [0.0 if inc[j] is None else inc[j] / unit for inc in increments]
+        heights = [0.0 if (v := inc[j]) is None else v / unit for inc in increments]
         ax.bar(xs, heights, bottom=bottom, color=cmap(j % cmap.N), label=phase, edgecolor="white", linewidth=0.5)
         bottom = [b + h for b, h in zip(bottom, heights)]
     for x, top, outcome in zip(xs, bottom, outcomes):
@@ -275,8 +304,9 @@ def fit_plot(
     for name, x in crossings.items():
         if x:
             ax.axvline(x, color="#7f7f7f", linestyle="--", linewidth=0.8)
-            if (limits or {}).get(name) is not None:
-                ax.annotate(f"{name}: largest {limits[name]}", (x, 0), rotation=90, fontsize=7, va="bottom", ha="right")
+            limit = (limits or {}).get(name)
+            if limit is not None:
+                ax.annotate(f"{name}: largest {limit}", (x, 0), rotation=90, fontsize=7, va="bottom", ha="right")
     ax.set_xlabel(x_label)
     ax.set_ylabel(f"{y_label}, {unit_name}")
     ax.set_title(f"{y_label} vs {x_label}: quadratic fit", fontsize=10)

@@ -334,7 +334,8 @@ PHASES_SCHEMA = table_schema(
     "peak_rank",
     ("ranks", RANK_TYPE),
 )
-"""One row per run and phase; counters in bytes as recorded by the worker (seed 003 protocol).
+"""One row per run and phase; counters in bytes as recorded by the worker (per phase: synchronize,
+reset the peaks, run, read).
 A sub-phase of a training step or a generation (``phase`` = ``cold_step.backward``) also has
 ``parent`` (cold_step), ``sub_phase`` (backward), ``step`` and ``micro_step``. ``source``:
 measured, or predicted (a dry run). ``predicted_parameter_bytes``, ``predicted_gradient_bytes``,

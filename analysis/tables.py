@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -89,6 +90,17 @@ def load_run(run_dir: Path) -> Run | None:
     return run
 
 
+def _spec(run: Run) -> dict:
+    """The run's spec as read.
+
+    Raises:
+        ValueError: the spec could not be read (``load_run`` leaves such a run out).
+    """
+    if run.spec is None:
+        raise ValueError(f"{run.run_dir}: spec.json could not be read")
+    return run.spec
+
+
 def _dict(value) -> dict:
     """A mapping field of a record, or {} when it is missing or of another type (corrupt)."""
     return value if isinstance(value, dict) else {}
@@ -149,6 +161,103 @@ CAPACITY_COLUMNS = recorded_columns(CAPACITY_FIELDS, "capacity_mode")  # _capaci
 MODEL_COLUMNS = recorded_columns(MODEL_FIELDS, "compile", "optimizer")  # the spec's mode options
 
 
+def _load_columns(run: Run, sweep_dir: Path) -> dict:
+    """The runs-table columns that name the run and its load: ids, the spec's axes and workload,
+    the device and the capacity."""
+    spec, record = _spec(run), _dict(run.record)
+    capacity = _dict(record.get("capacity"))
+    workload = _dict(spec.get("workload"))
+    return {
+        "sweep_dir": str(sweep_dir),
+        "run_id": str(run.run_dir.relative_to(sweep_dir))
+        if run.run_dir.is_relative_to(sweep_dir)
+        else str(run.run_dir),
+        "run_dir": str(run.run_dir),
+        **{k: spec.get(k) for k in ("mode", *AXES, "warmup", "repeats", "seed", "device")},
+        "workload": workload.get("name"),
+        "workload_params": json.dumps({k: v for k, v in workload.items() if k != "name"}, sort_keys=True, default=str)
+        if workload
+        else None,
+        "device_kind": record.get("device_kind"),
+        "device_total_memory": as_int(record.get("device_total_memory")),
+        "capacity_bytes": _capacity(run),
+        **{k: capacity.get(k) for k in CAPACITY_COLUMNS},
+        "capacity_mode": _capacity_mode(record),
+    }
+
+
+def _outcome_columns(record: dict, result: dict, phases: list[dict]) -> dict:
+    """The runs-table columns of the outcome: the failing phase's OOM details and failure class, and
+    result.json's outcome, error, exit and timing."""
+    failed = next((p for p in phases if p.get("status") in ("oom", "error")), {})
+    return {
+        **{name: as_int(failed.get(name)) if failed.get("status") == "oom" else None for name in OOM_DETAIL_FIELDS},
+        "oom_operator": failed.get("oom_operator") if failed.get("status") == "oom" else None,
+        "failure_class": failed.get("failure_class") or (failed.get("status") if failed else None),
+        "failure_wording": failed.get("failure_wording"),
+        "outcome": result.get("outcome"),
+        "failed_phase": result.get("failed_phase"),
+        "error_type": result.get("error_type"),
+        "error_message": result.get("error_message"),
+        "returncode": as_int(result.get("returncode")),
+        "signal": as_int(result.get("signal")),
+        "timed_out": result.get("timed_out"),
+        "wall_s": result.get("wall_s"),
+        "worker_pid": as_int(result.get("worker_pid")) or as_int(record.get("pid")),
+        "n_phases": len(phases),
+    }
+
+
+def _peak_columns(run: Run, record: dict, result: dict, phases: list[dict]) -> dict:
+    """The runs-table columns of the peaks (bytes; null when no phase has one): over all, completed,
+    cold and warm phases, the counters' sources, and a dry run's verdict."""
+    sources = _dict(record.get("counter_sources"))
+    return {
+        "max_memory_allocated": phase_peak(phases, "max_memory_allocated"),
+        "max_memory_reserved": phase_peak(phases, "max_memory_reserved"),
+        **{
+            f"completed_{c}": phase_peak([p for p in phases if p.get("status") == "ok"], c)
+            for c in ("max_memory_allocated", "max_memory_reserved")
+        },
+        "cold_max_memory_allocated": phase_peak(phases, "max_memory_allocated", COLD_PHASES),
+        "cold_max_memory_reserved": phase_peak(phases, "max_memory_reserved", COLD_PHASES),
+        "warm_max_memory_allocated": phase_peak(phases, "max_memory_allocated", WARM_PHASES),
+        "warm_max_memory_reserved": phase_peak(phases, "max_memory_reserved", WARM_PHASES),
+        "source_allocated": sources.get("max_memory_allocated"),
+        "source_reserved": sources.get("max_memory_reserved"),
+        "source": _source(run),
+        "predicted_outcome": predicted_outcome(result.get("outcome"), run_peak(record)[0], _capacity(run))
+        if _source(run) == "predicted"
+        else None,
+    }
+
+
+def _setup_columns(run: Run, result: dict, phases: list[dict]) -> dict:
+    """The runs-table columns of the environment, what could not be read, the spec's options and
+    model, and the parallel layout."""
+    spec, record = _spec(run), _dict(run.record)
+    env, model = _dict(record.get("environment")), _dict(record.get("model"))
+    return {
+        **{k: env.get(k) for k in ENVIRONMENT_COLUMNS},  # (coerce_table nulls a wrong type)
+        "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
+        "started_at": record.get("started_at"),
+        "schema_version": as_int(record.get("schema_version")),
+        "record_problem": "; ".join(run.problems) or result.get("record_problem"),
+        **{name: spec.get(name) for name in OPTIONS},
+        "optimizer": run_optimizer(spec),  # a user factory's target, not the spec's unused default
+        "train_step": record.get("train_step"),
+        **{k: model.get(k) for k in MODEL_COLUMNS},
+        "devices": as_int(spec.get("devices", 1)),
+        "max_outside_allocator_bytes": phase_peak(phases, "outside_allocator_bytes"),
+        "parallel": spec.get("parallel", "none"),
+        "world_size": as_int(spec.get("world_size", 1)),
+        "reshard_after_forward": spec.get("reshard_after_forward"),
+        "global_batch": as_int(record.get("global_batch")),
+        "peak_rank": as_int(record.get("peak_rank")),
+        "failed_rank": as_int(record.get("failed_rank")),
+    }
+
+
 def run_row(run: Run, sweep_dir: Path) -> dict:
     """One row of the runs table (``RUNS_SCHEMA``) from what a run directory holds.
 
@@ -169,76 +278,14 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     Returns:
         column -> value; values of a wrong type are nulled later by ``coerce_table``.
     """
-    spec, record = run.spec, _dict(run.record)
+    spec, record = _spec(run), _dict(run.record)
     result = _dict(_outcome(run))
     phases = record_phases(record)
-    failed = next((p for p in phases if p.get("status") in ("oom", "error")), {})
-    env, capacity, model = (_dict(record.get(k)) for k in ("environment", "capacity", "model"))
-    sources = _dict(record.get("counter_sources"))
-    workload = _dict(spec.get("workload"))
     row = {
-        "sweep_dir": str(sweep_dir),
-        "run_id": str(run.run_dir.relative_to(sweep_dir))
-        if run.run_dir.is_relative_to(sweep_dir)
-        else str(run.run_dir),
-        "run_dir": str(run.run_dir),
-        **{k: spec.get(k) for k in ("mode", *AXES, "warmup", "repeats", "seed", "device")},
-        "workload": workload.get("name"),
-        "workload_params": json.dumps({k: v for k, v in workload.items() if k != "name"}, sort_keys=True, default=str)
-        if workload
-        else None,
-        "device_kind": record.get("device_kind"),
-        "device_total_memory": as_int(record.get("device_total_memory")),
-        "capacity_bytes": _capacity(run),
-        **{k: capacity.get(k) for k in CAPACITY_COLUMNS},
-        "capacity_mode": _capacity_mode(record),
-        **{name: as_int(failed.get(name)) if failed.get("status") == "oom" else None for name in OOM_DETAIL_FIELDS},
-        "oom_operator": failed.get("oom_operator") if failed.get("status") == "oom" else None,
-        "failure_class": failed.get("failure_class") or (failed.get("status") if failed else None),
-        "failure_wording": failed.get("failure_wording"),
-        "outcome": result.get("outcome"),
-        "failed_phase": result.get("failed_phase"),
-        "error_type": result.get("error_type"),
-        "error_message": result.get("error_message"),
-        "returncode": as_int(result.get("returncode")),
-        "signal": as_int(result.get("signal")),
-        "timed_out": result.get("timed_out"),
-        "wall_s": result.get("wall_s"),
-        "worker_pid": as_int(result.get("worker_pid")) or as_int(record.get("pid")),
-        "n_phases": len(phases),
-        "max_memory_allocated": phase_peak(phases, "max_memory_allocated"),
-        "max_memory_reserved": phase_peak(phases, "max_memory_reserved"),
-        **{
-            f"completed_{c}": phase_peak([p for p in phases if p.get("status") == "ok"], c)
-            for c in ("max_memory_allocated", "max_memory_reserved")
-        },
-        "cold_max_memory_allocated": phase_peak(phases, "max_memory_allocated", COLD_PHASES),
-        "cold_max_memory_reserved": phase_peak(phases, "max_memory_reserved", COLD_PHASES),
-        "warm_max_memory_allocated": phase_peak(phases, "max_memory_allocated", WARM_PHASES),
-        "warm_max_memory_reserved": phase_peak(phases, "max_memory_reserved", WARM_PHASES),
-        "source_allocated": sources.get("max_memory_allocated"),
-        "source_reserved": sources.get("max_memory_reserved"),
-        "source": _source(run),
-        "predicted_outcome": predicted_outcome(result.get("outcome"), run_peak(record)[0], _capacity(run))
-        if _source(run) == "predicted"
-        else None,
-        **{k: env.get(k) for k in ENVIRONMENT_COLUMNS},  # (coerce_table nulls a wrong type)
-        "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
-        "started_at": record.get("started_at"),
-        "schema_version": as_int(record.get("schema_version")),
-        "record_problem": "; ".join(run.problems) or result.get("record_problem"),
-        **{name: spec.get(name) for name in OPTIONS},
-        "optimizer": run_optimizer(spec),  # a user factory's target, not the spec's unused default
-        "train_step": record.get("train_step"),
-        **{k: model.get(k) for k in MODEL_COLUMNS},
-        "devices": as_int(spec.get("devices", 1)),
-        "max_outside_allocator_bytes": phase_peak(phases, "outside_allocator_bytes"),
-        "parallel": spec.get("parallel", "none"),
-        "world_size": as_int(spec.get("world_size", 1)),
-        "reshard_after_forward": spec.get("reshard_after_forward"),
-        "global_batch": as_int(record.get("global_batch")),
-        "peak_rank": as_int(record.get("peak_rank")),
-        "failed_rank": as_int(record.get("failed_rank")),
+        **_load_columns(run, sweep_dir),
+        **_outcome_columns(record, result, phases),
+        **_peak_columns(run, record, result, phases),
+        **_setup_columns(run, result, phases),
     }
     # a DDP/FSDP run's estimate per rank, as its max_memory_allocated is the fullest rank's
     estimate = rank_estimate(spec.get("estimate"), row["parallel"], row["world_size"])
@@ -252,7 +299,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
 
 def _capacity(run: Run) -> int | None:
     """The run's capacity in bytes: the record's, else the spec's (runs table ``capacity_bytes``)."""
-    return as_int(_dict(run.record).get("capacity_bytes")) or as_int(run.spec.get("capacity_bytes"))
+    return as_int(_dict(run.record).get("capacity_bytes")) or as_int(_spec(run).get("capacity_bytes"))
 
 
 def _capacity_mode(record: dict) -> str | None:
@@ -269,7 +316,7 @@ def _capacity_mode(record: dict) -> str | None:
 
 
 def _source(run: Run) -> str:
-    return _dict(run.record).get("source") or ("predicted" if run.spec.get("dry_run") else "measured")
+    return _dict(run.record).get("source") or ("predicted" if _spec(run).get("dry_run") else "measured")
 
 
 def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
@@ -286,13 +333,13 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
         column -> value, one dict per phase.
     """
     rows = []
-    source = _source(run)
+    source, spec = _source(run), _spec(run)
     for index, p in enumerate(record_phases(run.record)):
         rows.append(
             {
                 "sweep_dir": str(sweep_dir),
                 "run_id": run_id,
-                **{k: run.spec.get(k) for k in (*AXES, "mode", "device")},
+                **{k: spec.get(k) for k in (*AXES, "mode", "device")},
                 "phase": p.get("name"),
                 "phase_index": index,
                 "status": p.get("status"),
@@ -332,7 +379,29 @@ def _devices(value) -> list[dict] | None:
     ]
 
 
-def unique_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[str]]:
+class UniqueDirs(NamedTuple):
+    """Directories given, each once (``unique_dirs``)."""
+
+    dirs: list[Path]  # in the order given, a repeated one left out
+    notes: list[str]  # one per directory left out, naming it and the one kept
+
+
+class RepeatedDirs(NamedTuple):
+    """Directories given, each once, and those given again (``repeated_dirs``)."""
+
+    kept: list[Path]  # in the order given, a repeated one left out
+    repeats: list[tuple[Path, Path]]  # (the one kept, the repeat) per directory left out
+
+
+class Tables(NamedTuple):
+    """The runs and phases tables of some sweep directories (``build_tables``)."""
+
+    runs: pa.Table  # RUNS_SCHEMA
+    phases: pa.Table  # PHASES_SCHEMA
+    problems: list[str]  # met reading them, and the notes of what was read once, one line each
+
+
+def unique_dirs(sweep_dirs: Iterable[Path]) -> UniqueDirs:
     """The sweep directories given, each directory once: two that resolve to the same path
     (``c32`` and ``./c32/``, a path given twice) are one sweep, read once.
 
@@ -344,10 +413,12 @@ def unique_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[str]]:
         left out, naming it and the one kept).
     """
     kept, repeats = repeated_dirs(sweep_dirs)
-    return kept, [f"{d.resolve()} was given twice ({first}, {d}): its runs are read once" for first, d in repeats]
+    return UniqueDirs(
+        kept, [f"{d.resolve()} was given twice ({first}, {d}): its runs are read once" for first, d in repeats]
+    )
 
 
-def repeated_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[tuple[Path, Path]]]:
+def repeated_dirs(sweep_dirs: Iterable[Path]) -> RepeatedDirs:
     """The directories given, each once, and those given again: two that resolve to the same path
     (``c32`` and ``./c32/``) are one directory.
 
@@ -365,10 +436,10 @@ def repeated_dirs(sweep_dirs: Iterable[Path]) -> tuple[list[Path], list[tuple[Pa
         first = kept.setdefault(d.resolve(), d)
         if first is not d:
             repeats.append((first, d))
-    return list(kept.values()), repeats
+    return RepeatedDirs(list(kept.values()), repeats)
 
 
-def build_tables(sweep_dirs: Iterable[Path]) -> tuple[pa.Table, pa.Table, list[str]]:
+def build_tables(sweep_dirs: Iterable[Path]) -> Tables:
     """(runs, phases, problems) for every run under ``sweep_dirs``.
 
     Each directory is read once (``unique_dirs``) and each run directory gives one row, under the
@@ -400,4 +471,4 @@ def build_tables(sweep_dirs: Iterable[Path]) -> tuple[pa.Table, pa.Table, list[s
             row = run_row(run, sweep_dir)
             runs.append(row)
             phases.extend(phase_rows(run, row["run_id"], sweep_dir))
-    return coerce_table(runs, RUNS_SCHEMA), coerce_table(phases, PHASES_SCHEMA), problems
+    return Tables(coerce_table(runs, RUNS_SCHEMA), coerce_table(phases, PHASES_SCHEMA), problems)

@@ -18,7 +18,7 @@ from .cli import EXIT_BAD_INPUT, EXIT_NOTHING_COMPARABLE, EXIT_OK, EXIT_REGRESSI
 from .compare import CompareResult, compare, write_doc
 from .gate import Regression, Threshold, parse_threshold, regressions
 from .load import Sweep, SweepNotFound, load_sweep
-from .match import COUNTERS, Comparison, Row, Series, compare_series, differences, series_of
+from .match import COUNTERS, Comparison, Difference, Row, Series, compare_series, differences, series_of
 
 __all__ = [
     "COUNTERS",
@@ -28,6 +28,7 @@ __all__ = [
     "EXIT_REGRESSION",
     "CompareResult",
     "Comparison",
+    "Difference",
     "Regression",
     "Row",
     "Series",

@@ -26,6 +26,54 @@ EXIT_NOTHING_COMPARABLE = 3
 """--fail-above was given but nothing could be compared: the gate checked nothing."""
 
 
+class _BadInput(Exception):
+    """The arguments cannot be compared; the message is printed after ``memsweep compare: error:``."""
+
+
+def _threshold(args: argparse.Namespace) -> Threshold | None:
+    """Check the parsed arguments (two sweeps at least, the threshold's form, no existing output) and
+    note a directory given twice, on stderr.
+
+    Returns:
+        The --fail-above threshold; None when not given.
+
+    Raises:
+        _BadInput: fewer than two sweeps, a bad threshold, or an output that exists.
+    """
+    if len(args.sweep_dirs) < 2:
+        raise _BadInput("sweep_dirs: give a baseline and at least one sweep to compare")
+    try:
+        threshold = parse_threshold(args.fail_above) if args.fail_above is not None else None
+    except SpecError as exc:
+        raise _BadInput(str(exc)) from exc
+    if args.out is not None:
+        existing = [p for p in report_paths(args.out, "compare") if p.exists()]
+        if existing:
+            raise _BadInput(f"--out: {existing[0]} already exists (never overwritten)")
+    for first, again in repeated_dirs(args.sweep_dirs)[1]:
+        print(
+            f"memsweep compare: note: {again.resolve()} was given twice ({first}, {again}): it is compared with "
+            "itself (its differences are 0 by construction, not two measurements)",
+            file=sys.stderr,
+        )
+    return threshold
+
+
+def _write(result: CompareResult, threshold: Threshold | None, out: Path) -> bool:
+    """Write compare.md, its plots and compare.html into ``out`` and print where; False (the message
+    printed) when one exists."""
+    from . import plot
+
+    doc = document(result.sweeps, result.differences, result.comparisons, threshold, result.regressions, plot)
+    try:
+        md, html_ = write_doc(doc, out)
+    except ReportExists as exc:
+        print(f"memsweep compare: error: --out: {exc}", file=sys.stderr)
+        return False
+    print(f"memsweep: comparison -> {html_}  (and {md})")
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """``memsweep compare BASELINE OTHER [OTHER ...] [--fail-above 5%|64MiB] [--out DIR]``.
 
@@ -54,41 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=None, help="write compare.md (plots in compare_plots/) and compare.html here"
     )
     args = parser.parse_args(argv)
-    if len(args.sweep_dirs) < 2:
-        print("memsweep compare: error: sweep_dirs: give a baseline and at least one sweep to compare", file=sys.stderr)
-        return EXIT_BAD_INPUT
     try:
-        threshold = parse_threshold(args.fail_above) if args.fail_above is not None else None
-    except SpecError as exc:
-        print(f"memsweep compare: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if args.out is not None:
-        existing = [p for p in report_paths(args.out, "compare") if p.exists()]
-        if existing:
-            print(f"memsweep compare: error: --out: {existing[0]} already exists (never overwritten)", file=sys.stderr)
-            return EXIT_BAD_INPUT
-    for first, again in repeated_dirs(args.sweep_dirs)[1]:
-        print(
-            f"memsweep compare: note: {again.resolve()} was given twice ({first}, {again}): it is compared with "
-            "itself (its differences are 0 by construction, not two measurements)",
-            file=sys.stderr,
-        )
-    try:
+        threshold = _threshold(args)
         result = compare(args.sweep_dirs, threshold)
-    except (SweepNotFound, EmptySweep) as exc:
+    except (_BadInput, SweepNotFound, EmptySweep) as exc:
         print(f"memsweep compare: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(text(result.sweeps, result.differences, result.comparisons, threshold, result.regressions))
-    if args.out is not None:
-        from . import plot
-
-        doc = document(result.sweeps, result.differences, result.comparisons, threshold, result.regressions, plot)
-        try:
-            md, html_ = write_doc(doc, args.out)
-        except ReportExists as exc:
-            print(f"memsweep compare: error: --out: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        print(f"memsweep: comparison -> {html_}  (and {md})")
+    if args.out is not None and not _write(result, threshold, args.out):
+        return EXIT_BAD_INPUT
     return exit_code(result, threshold)
 
 

@@ -9,7 +9,7 @@ from ..doc import Doc, to_html, to_markdown
 from ..report import ReportExists, report_paths
 from .gate import Regression, Threshold, regressions
 from .load import Sweep, load_sweep
-from .match import Comparison, compare_series, differences, series_of
+from .match import Comparison, Difference, compare_series, differences, series_of
 
 
 @dataclass
@@ -24,7 +24,7 @@ class CompareResult:
     """
 
     sweeps: list[Sweep]
-    differences: list[tuple[str, str, list[str]]]
+    differences: list[Difference]
     comparisons: list[Comparison]
     regressions: list[Regression]
 

@@ -32,7 +32,11 @@ class Threshold:
 
     def allowed(self, base: int) -> float:
         """The growth allowed above a baseline peak of ``base`` bytes (bytes)."""
-        return float(self.fraction * base) if self.fraction is not None else float(self.bytes)
+        if self.fraction is not None:
+            return float(self.fraction * base)
+        if self.bytes is None:
+            raise ValueError(f"threshold {self.text!r} has neither a fraction nor bytes")
+        return float(self.bytes)
 
 
 def parse_threshold(text: str) -> Threshold:
@@ -94,6 +98,8 @@ def regressions(comparisons: list[Comparison], threshold: Threshold) -> list[Reg
     """
     out = []
     for c in comparisons:
+        if c.other is None:  # nothing paired, no row
+            continue
         for row in c.rows:
             if row.phase != "run peak":
                 continue

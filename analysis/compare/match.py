@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from memsweep.conf.contract import AXES, device_kind_of, peak_counters
 
@@ -173,7 +174,7 @@ def _phase_counters(sweep: Sweep, run: dict) -> dict[str, dict]:
     for p in sweep.phases:
         if p.get("sweep_dir") != run.get("sweep_dir") or p.get("run_id") != run.get("run_id"):
             continue
-        cur = out.setdefault(p.get("phase"), {"_index": p.get("phase_index") or 0})
+        cur = out.setdefault(str(p.get("phase")), {"_index": p.get("phase_index") or 0})
         for c in COUNTERS:
             v = p.get(c)
             if v is not None:
@@ -214,44 +215,43 @@ def compare_series(base: Series, candidates: list[Series]) -> Comparison:
         return cmp
     values = sorted(set(base.by_value) | set(other.by_value), key=lambda v: order_key(base.axis, v))
     for v in values:
-        where = f"{base.axis}={v}"
-        if v not in base.by_value or v not in other.by_value:
-            missing = base.sweep.label if v not in base.by_value else other.sweep.label
-            cmp.not_comparable.append(f"{where}: not run in {missing}")
-            continue
-        a, b = _run_of(base.by_value[v], gate), _run_of(other.by_value[v], gate)
-        if a is None or b is None:
-            outcomes = {
-                s.label: ", ".join(sorted({str(r.get("outcome")) for r in rs}))
-                for s, rs in ((base.sweep, base.by_value[v]), (other.sweep, other.by_value[v]))
-            }
-            cmp.not_comparable.append(
-                f"{where}: no run ok in both ({'; '.join(f'{k}: {o}' for k, o in outcomes.items())}); a run that "
-                "did not complete has a partial peak, not the memory the load needs"
-            )
-            continue
-        cmp.rows.append(
-            Row(
-                v,
-                "run peak",
-                {c: a.get(c) for c in COUNTERS if c.startswith("max_")},
-                {c: b.get(c) for c in COUNTERS if c.startswith("max_")},
-            )
-        )
-        pa_, pb = _phase_counters(base.sweep, a), _phase_counters(other.sweep, b)
-        for name in sorted(set(pa_) | set(pb), key=lambda n: (pa_.get(n) or pb.get(n))["_index"]):
-            if name not in pa_ or name not in pb:
-                cmp.not_comparable.append(
-                    f"{where} phase {name}: recorded only in {base.sweep.label if name in pa_ else other.sweep.label}"
-                )
-                continue
-            cmp.rows.append(
-                Row(v, name, {c: pa_[name].get(c) for c in COUNTERS}, {c: pb[name].get(c) for c in COUNTERS})
-            )
+        _compare_value(cmp, base, other, v)
     if not cmp.rows:
         cmp.comparable = False
         cmp.not_comparable.append(f"{base.title}: no value ran ok in both sweeps")
     return cmp
+
+
+def _compare_value(cmp: Comparison, base: Series, other: Series, v) -> None:
+    """Append to ``cmp`` the rows of value ``v`` (the run peak, then each phase recorded in both), or
+    why it is not comparable (not run in one sweep, no run ok in both, a phase recorded in one)."""
+    where = f"{base.axis}={v}"
+    if v not in base.by_value or v not in other.by_value:
+        missing = base.sweep.label if v not in base.by_value else other.sweep.label
+        cmp.not_comparable.append(f"{where}: not run in {missing}")
+        return
+    a, b = _run_of(base.by_value[v], cmp.gate_counter), _run_of(other.by_value[v], cmp.gate_counter)
+    if a is None or b is None:
+        outcomes = {
+            s.label: ", ".join(sorted({str(r.get("outcome")) for r in rs}))
+            for s, rs in ((base.sweep, base.by_value[v]), (other.sweep, other.by_value[v]))
+        }
+        cmp.not_comparable.append(
+            f"{where}: no run ok in both ({'; '.join(f'{k}: {o}' for k, o in outcomes.items())}); a run that "
+            "did not complete has a partial peak, not the memory the load needs"
+        )
+        return
+    peaks = [c for c in COUNTERS if c.startswith("max_")]
+    cmp.rows.append(Row(v, "run peak", {c: a.get(c) for c in peaks}, {c: b.get(c) for c in peaks}))
+    pa_, pb = _phase_counters(base.sweep, a), _phase_counters(other.sweep, b)
+    # in phase order; at an equal index the baseline's phases first (a stable sort, not a set's order)
+    for name in sorted(dict.fromkeys([*pa_, *pb]), key=lambda n: (pa_[n] if n in pa_ else pb[n])["_index"]):
+        if name not in pa_ or name not in pb:
+            cmp.not_comparable.append(
+                f"{where} phase {name}: recorded only in {base.sweep.label if name in pa_ else other.sweep.label}"
+            )
+            continue
+        cmp.rows.append(Row(v, name, {c: pa_[name].get(c) for c in COUNTERS}, {c: pb[name].get(c) for c in COUNTERS}))
 
 
 def _values(sweep: Sweep, key: str) -> list[str]:
@@ -261,7 +261,15 @@ def _values(sweep: Sweep, key: str) -> list[str]:
     return vals
 
 
-def differences(sweeps: list[Sweep], axes: list[str]) -> list[tuple[str, str, list[str]]]:
+class Difference(NamedTuple):
+    """A spec or environment field whose values are not the same in every sweep."""
+
+    kind: str  # ``spec`` or ``environment``
+    field: str
+    values: list[str]  # in each sweep, baseline first
+
+
+def differences(sweeps: list[Sweep], axes: list[str]) -> list[Difference]:
     """What differs between the sweeps, field by field.
 
     Args:
@@ -279,5 +287,5 @@ def differences(sweeps: list[Sweep], axes: list[str]) -> list[tuple[str, str, li
                 continue
             per = [", ".join(_values(s, f)) for s in sweeps]
             if len(set(per)) > 1:
-                out.append((kind, f, per))
+                out.append(Difference(kind, f, per))
     return out

@@ -10,7 +10,7 @@ from memsweep.conf.contract import gib
 from ..doc import Doc, Image
 from .gate import Regression, Threshold
 from .load import Sweep
-from .match import COUNTERS, Comparison
+from .match import COUNTERS, Comparison, Difference
 
 
 def _pct(row, counter: str) -> str:
@@ -40,7 +40,7 @@ def _sweeps_lines(sweeps: list[Sweep]) -> list[str]:
 
 def text(
     sweeps: list[Sweep],
-    diffs: list[tuple[str, str, list[str]]],
+    diffs: list[Difference],
     comparisons: list[Comparison],
     threshold: Threshold | None,
     failed: list[Regression],
@@ -108,9 +108,57 @@ def verdict(comparisons: list[Comparison], threshold: Threshold | None, failed: 
     return f"gate --fail-above {threshold.text}: passed ({n} value(s) compared, no peak grew beyond it)"
 
 
+def _comparison_tables(doc: Doc, i: int, c: Comparison, plots) -> None:
+    """One pair of series (figure ``i``): the four counters' plot, the run peaks of the gate's counter
+    side by side, then per value and phase the four counters."""
+    assert c.other is not None
+    a, b = c.base.sweep.label, c.other.sweep.label
+    doc.h(1, f"{c.title}: {a} -> {b}")
+    doc.image(
+        Image(
+            f"counters{i}_{c.base.axis}.png",
+            plots.counters_plot([c.base, c.other], f"{c.title}: the four counters, {a} and {b}"),
+            f"The four counters against {c.base.axis} for {a} and {b} (observed; ok runs joined, a run that "
+            "did not complete is a cross with its partial value).",
+        )
+    )
+    g = c.gate_counter
+    doc.table(
+        [c.base.axis, f"{a} peak {g} B", f"{b} peak B", "diff B", "diff %", f"{b} / {a}", f"{b} GiB"],
+        [
+            [
+                row.value,
+                row.base.get(g),
+                row.other.get(g),
+                row.diff(g),
+                _pct(row, g),
+                f"{row.ratio(g):.3f}" if row.ratio(g) else None,
+                gib(row.other.get(g)),
+            ]
+            for row in c.rows
+            if row.phase == "run peak"
+        ],
+        note=f"The run's peak of `{g}`, the counter compared with the capacity on this device (the gate's).",
+    )
+    headers = [c.base.axis, "phase"]
+    for k in COUNTERS:
+        headers += [f"{k} {a} B", f"{b} B", "diff B", "%"]
+    doc.table(
+        headers,
+        [
+            [row.value, row.phase]
+            + [x for k in COUNTERS for x in (row.base.get(k), row.other.get(k), row.diff(k), _pct(row, k))]
+            for row in c.rows
+            if row.phase != "run peak"
+        ],
+        note="Per value and phase: the four counters in both sweeps, their difference in bytes and in % of "
+        "the baseline.",
+    )
+
+
 def document(
     sweeps: list[Sweep],
-    diffs: list[tuple[str, str, list[str]]],
+    diffs: list[Difference],
     comparisons: list[Comparison],
     threshold: Threshold | None,
     failed: list[Regression],
@@ -136,48 +184,7 @@ def document(
     for i, c in enumerate(comparisons):
         if c.other is None or not c.rows:
             continue
-        a, b = c.base.sweep.label, c.other.sweep.label
-        doc.h(1, f"{c.title}: {a} -> {b}")
-        doc.image(
-            Image(
-                f"counters{i}_{c.base.axis}.png",
-                plots.counters_plot([c.base, c.other], f"{c.title}: the four counters, {a} and {b}"),
-                f"The four counters against {c.base.axis} for {a} and {b} (observed; ok runs joined, a run that "
-                "did not complete is a cross with its partial value).",
-            )
-        )
-        g = c.gate_counter
-        doc.table(
-            [c.base.axis, f"{a} peak {g} B", f"{b} peak B", "diff B", "diff %", f"{b} / {a}", f"{b} GiB"],
-            [
-                [
-                    row.value,
-                    row.base.get(g),
-                    row.other.get(g),
-                    row.diff(g),
-                    _pct(row, g),
-                    f"{row.ratio(g):.3f}" if row.ratio(g) else None,
-                    gib(row.other.get(g)),
-                ]
-                for row in c.rows
-                if row.phase == "run peak"
-            ],
-            note=f"The run's peak of `{g}`, the counter compared with the capacity on this device (the gate's).",
-        )
-        headers = [c.base.axis, "phase"]
-        for k in COUNTERS:
-            headers += [f"{k} {a} B", f"{b} B", "diff B", "%"]
-        doc.table(
-            headers,
-            [
-                [row.value, row.phase]
-                + [x for k in COUNTERS for x in (row.base.get(k), row.other.get(k), row.diff(k), _pct(row, k))]
-                for row in c.rows
-                if row.phase != "run peak"
-            ],
-            note="Per value and phase: the four counters in both sweeps, their difference in bytes and in % of "
-            "the baseline.",
-        )
+        _comparison_tables(doc, i, c, plots)
     doc.h(1, "Not comparable")
     reasons = [line for c in comparisons for line in c.not_comparable]
     doc.ul(reasons or ["nothing: every value and phase of the paired sweeps lined up"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -53,6 +54,87 @@ class _NoPlots:
         return lambda *args, **kwargs: b""
 
 
+class _Rows(NamedTuple):
+    """The rows of the analysis tables, kept apart by what they are."""
+
+    all_runs: list[dict]  # every run row, dry runs and unread records included
+    runs: list[dict]  # the measured runs whose record was read
+    predicted: list[dict]  # the dry runs (source "predicted")
+    unread: list[dict]  # runs whose record could not be read
+    phases: list[dict]  # the measured phase rows
+    predicted_phases: list[dict]  # the dry runs' phase rows
+
+
+def _rows(runs_table: pa.Table, phases_table: pa.Table) -> _Rows:
+    """Split the tables' rows: a dry run (source "predicted": fake tensors, nothing measured) is never
+    an observation, and a run whose record could not be read is neither measured nor unfinished."""
+    all_runs = runs_table.to_pylist()
+    predicted = [r for r in all_runs if r.get("source") == "predicted"]
+    runs = [r for r in all_runs if r.get("source") != "predicted"]
+    unread = [r for r in runs if record_unread(r)]
+    runs = [r for r in runs if not record_unread(r)]
+    all_phases = phases_table.to_pylist()
+    phases = [p for p in all_phases if p.get("source") != "predicted"]
+    predicted_phases = [p for p in all_phases if p.get("source") == "predicted"]
+    return _Rows(all_runs, runs, predicted, unread, phases, predicted_phases)
+
+
+def _title(all_runs: list[dict]) -> str:
+    """The report's title: its workloads, modes and devices."""
+    if not all_runs:
+        return "memsweep report: no runs"
+    devices = sorted({str(r.get("device")) for r in all_runs})
+    workloads = sorted({str(r.get("workload")) for r in all_runs})
+    modes = sorted({str(r.get("mode")) for r in all_runs})
+    return f"memsweep report: {', '.join(workloads)} · {', '.join(modes)} · {', '.join(devices)}"
+
+
+def _plural(n: int, word: str) -> str:
+    """``n`` and ``word``, with an s unless ``n`` is 1."""
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _intro(doc: Doc, rows: _Rows, sweep_dirs: list[Path] | None, notes: list[str], kinds: list[str]) -> None:
+    """The paragraph after the answer (when generated, from what) and its notes: what was read once,
+    unread records, dry runs, CPU counters."""
+    runs, predicted, unread = rows.runs, rows.predicted, rows.unread
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    doc.p(
+        f"Generated {now} from {_plural(len(runs), 'measured run')}"
+        + (f" and {_plural(len(predicted), 'dry run')} (predicted)" if predicted else "")
+        + (f" ({unread_text(len(unread))}, not counted)" if unread else "")
+        + " in "
+        + ", ".join(f"`{d}`" for d in (sweep_dirs or sorted({r["sweep_dir"] for r in rows.all_runs})))
+        + ". "
+        "Sections keep apart what was **observed** (the counters of the runs), what was **calculated** "
+        "from it (margins, fits, estimates, other cards) and what is **assumed** (the margin policy and "
+        "the catalog's figures). Sizes: raw bytes (B) beside GiB = 2^30 B."
+    )
+    if notes:
+        doc.note("info", "Read once: " + "; ".join(notes) + ".")
+    if unread:
+        doc.note(
+            "warning",
+            f"{unread_text(len(unread))}: nothing of them is known here (no outcome, no counter), "
+            "so they are left out of every figure below: "
+            + "; ".join(f"`{r.get('run_id')}` ({r.get('record_problem')})" for r in unread)
+            + ".",
+        )
+    if predicted:
+        doc.note(
+            "warning",
+            f"{dry_runs_text(len(predicted))}: predictions on fake tensors, nothing was measured. "
+            "They are left out of every observed figure, frontier and margin below, and shown "
+            'apart under "Predicted (dry runs)".',
+        )
+    if "cpu" in kinds:
+        doc.note(
+            "warning",
+            "CPU runs: `allocated` = live tensor bytes tracked by the worker, `reserved` = the "
+            "process resident set. This is not a GPU measurement.",
+        )
+
+
 def build_report(
     runs_table: pa.Table,
     phases_table: pa.Table,
@@ -84,75 +166,19 @@ def build_report(
     from .. import plots as plot_mod
 
     plots = plot_mod if render_plots else _NoPlots()
-
     policy = policy or parse_margin(None)
-    all_runs, frontier = runs_table.to_pylist(), frontier_table.to_pylist()
-    # A dry run (source "predicted": fake tensors, nothing measured) is never an observation:
-    # it is kept out of every observed figure and shown apart, labelled predicted.
-    predicted = [r for r in all_runs if r.get("source") == "predicted"]
-    runs = [r for r in all_runs if r.get("source") != "predicted"]
-    # a run whose record could not be read (a newer memsweep's) is named apart: neither measured nor unfinished
-    unread = [r for r in runs if record_unread(r)]
-    runs = [r for r in runs if not record_unread(r)]
-    all_phases = phases_table.to_pylist()
-    phases = [p for p in all_phases if p.get("source") != "predicted"]
-    predicted_phases = [p for p in all_phases if p.get("source") == "predicted"]
-    enrich_runs(runs, phases)
-    axes = [analyse_axis(row, runs, policy) for row in frontier]
-    tell_loads_apart(axes)
-    if len({a.sweep_dir for a in axes}) > 1:
-        for a in axes:
-            a.show_dir = True
+    rows = _rows(runs_table, phases_table)
+    runs, predicted = rows.runs, rows.predicted
+    axes = _axes(frontier_table, rows, policy)
     # the estimator's columns, when it filled any (a column of nulls is no estimate)
     est_cols = [c for c in runs_table.column_names if c.startswith("est_") and any(r.get(c) is not None for r in runs)]
     kinds = sorted({r["kind"] for r in runs})
-    devices = sorted({str(r.get("device")) for r in all_runs})
-    workloads = sorted({str(r.get("workload")) for r in all_runs})
-    modes = sorted({str(r.get("mode")) for r in all_runs})
-    title = (
-        f"memsweep report: {', '.join(workloads)} · {', '.join(modes)} · {', '.join(devices)}"
-        if all_runs
-        else "memsweep report: no runs"
-    )
-    doc = Doc(title)
+    notes = list(notes or [])
+    doc = Doc(_title(rows.all_runs))
     if runs:
         answer_section(doc, axes, policy, plots)
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    doc.p(
-        f"Generated {now} from {len(runs)} measured run{'s' if len(runs) != 1 else ''}"
-        + (f" and {len(predicted)} dry run{'s' if len(predicted) != 1 else ''} (predicted)" if predicted else "")
-        + (f" ({unread_text(len(unread))}, not counted)" if unread else "")
-        + " in "
-        + ", ".join(f"`{d}`" for d in (sweep_dirs or sorted({r["sweep_dir"] for r in all_runs})))
-        + ". "
-        "Sections keep apart what was **observed** (the counters of the runs), what was **calculated** "
-        "from it (margins, fits, estimates, other cards) and what is **assumed** (the margin policy and "
-        "the catalog's figures). Sizes: raw bytes (B) beside GiB = 2^30 B."
-    )
-    notes = list(notes or [])
-    if notes:
-        doc.note("info", "Read once: " + "; ".join(notes) + ".")
-    if unread:
-        doc.note(
-            "warning",
-            f"{unread_text(len(unread))}: nothing of them is known here (no outcome, no counter), "
-            "so they are left out of every figure below: "
-            + "; ".join(f"`{r.get('run_id')}` ({r.get('record_problem')})" for r in unread)
-            + ".",
-        )
-    if predicted:
-        doc.note(
-            "warning",
-            f"{dry_runs_text(len(predicted))}: predictions on fake tensors, nothing was measured. "
-            "They are left out of every observed figure, frontier and margin below, and shown "
-            'apart under "Predicted (dry runs)".',
-        )
-    if "cpu" in kinds:
-        doc.note(
-            "warning",
-            "CPU runs: `allocated` = live tensor bytes tracked by the worker, `reserved` = the "
-            "process resident set. This is not a GPU measurement.",
-        )
+    _intro(doc, rows, sweep_dirs, notes, kinds)
+    report = Report(doc, axes, policy, runs, bool(est_cols), predicted, notes, rows.unread)
     if not runs:
         doc.p(
             "No measured run was found: nothing observed to report."
@@ -160,12 +186,40 @@ def build_report(
         )
         if predicted:
             predicted_section(doc, predicted)
-        return Report(doc, axes, policy, runs, bool(est_cols), predicted, notes, unread)
+        return report
+    _sections(doc, rows, axes, policy, est_cols, kinds, plots)
+    raw_section(doc, rows.all_runs, axes, sweep_dirs, analysis_files)
+    return report
 
-    summary_card(doc, runs, axes, policy, unread)
-    observed_section(doc, runs, phases, axes, plots)
-    loading_section(doc, runs, phases)
-    calculated_section(doc, axes, policy, est_cols, plots, predicted, predicted_phases)
+
+def _axes(frontier_table: pa.Table, rows: _Rows, policy: MarginPolicy) -> list[AxisResult]:
+    """One result per frontier row; the measured runs are enriched (``stats.enrich_runs``) in place.
+    Loads that would carry the same title are told apart, and the sweep directory is named when
+    there are several."""
+    enrich_runs(rows.runs, rows.phases)
+    axes = [analyse_axis(row, rows.runs, policy) for row in frontier_table.to_pylist()]
+    tell_loads_apart(axes)
+    if len({a.sweep_dir for a in axes}) > 1:
+        for a in axes:
+            a.show_dir = True
+    return axes
+
+
+def _sections(
+    doc: Doc,
+    rows: _Rows,
+    axes: list[AxisResult],
+    policy: MarginPolicy,
+    est_cols: list[str],
+    kinds: list[str],
+    plots,
+) -> None:
+    """The sections of a report with measured runs, from the summary card to the dry runs."""
+    runs, predicted = rows.runs, rows.predicted
+    summary_card(doc, runs, axes, policy, rows.unread)
+    observed_section(doc, runs, rows.phases, axes, plots)
+    loading_section(doc, runs, rows.phases)
+    calculated_section(doc, axes, policy, est_cols, plots, predicted, rows.predicted_phases)
     model_states_section(doc, runs)
     assumed_section(doc, kinds, policy)
     decision_section(doc, axes, policy)
@@ -173,5 +227,3 @@ def build_report(
         comparable_section(doc, axes)
     if predicted:
         predicted_section(doc, predicted)
-    raw_section(doc, all_runs, axes, sweep_dirs, analysis_files)
-    return Report(doc, axes, policy, runs, bool(est_cols), predicted, notes, unread)

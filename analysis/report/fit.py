@@ -167,5 +167,5 @@ def capacity_limits(
         ``{"capacity": v, "capacity - margin": v}`` with the keys of ``capacity_crossings`` (the
         same levels, the same keys left out), v as ``largest_under`` gives it.
     """
-    levels = {"capacity": capacity, "capacity - margin": (capacity or 0) - (margin_bytes or 0)}
+    levels = {"capacity": capacity or 0, "capacity - margin": (capacity or 0) - (margin_bytes or 0)}
     return {k: largest_under(coeffs, levels[k], step) for k in capacity_crossings(coeffs, capacity, margin_bytes)}

@@ -49,7 +49,7 @@ class MarginPolicy:
         """
         if self.fixed_bytes is not None:
             return self.fixed_bytes
-        if capacity is None:
+        if capacity is None or self.fraction is None:
             return None
         return int(math.ceil(self.fraction * capacity))
 

@@ -16,7 +16,27 @@ from .fmt import nbytes
 
 
 def _ratio(value: float | None) -> str | None:
+    """A ratio printed to four decimals; None when missing."""
     return None if value is None else f"{value:.4f}"
+
+
+def _row(r: dict) -> list:
+    """The table's row of one DDP/FSDP run: estimated, recorded and allocator figures (bytes)."""
+    est = r.get("estimated_model_states_bytes")
+    return [
+        r.get("run_id"),
+        r.get("parallel"),
+        r.get("world_size"),
+        r.get("model_states_zero_stage"),
+        nbytes(est),
+        gib(est),
+        nbytes(r.get("model_states_bytes")),
+        _ratio(r.get("model_states_ratio")),
+        nbytes(r.get("model_states_allocated_bytes")),
+        _ratio(r.get("model_states_allocated_ratio")),
+        nbytes(r.get("max_memory_allocated")),
+        gib(r.get("max_memory_allocated")),
+    ]
 
 
 def model_states_section(doc: Doc, runs: list[dict]) -> None:
@@ -44,25 +64,7 @@ def model_states_section(doc: Doc, runs: list[dict]) -> None:
         "optimizer step less what the inputs added: the model states plus what the wrapper keeps "
         "beside them (DDP's gradient buckets; FSDP's device mesh)."
     )
-    table = []
-    for r in rows:
-        est = r.get("estimated_model_states_bytes")
-        table.append(
-            [
-                r.get("run_id"),
-                r.get("parallel"),
-                r.get("world_size"),
-                r.get("model_states_zero_stage"),
-                nbytes(est),
-                gib(est),
-                nbytes(r.get("model_states_bytes")),
-                _ratio(r.get("model_states_ratio")),
-                nbytes(r.get("model_states_allocated_bytes")),
-                _ratio(r.get("model_states_allocated_ratio")),
-                nbytes(r.get("max_memory_allocated")),
-                gib(r.get("max_memory_allocated")),
-            ]
-        )
+    table = [_row(r) for r in rows]
     doc.table(
         [
             "run",

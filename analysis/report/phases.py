@@ -26,7 +26,8 @@ def phase_order(phases: list[dict]) -> list[str]:
         name = p.get("phase")
         if name is None:
             continue
-        idx = p.get("phase_index") if p.get("phase_index") is not None else 10**6
+        index = p.get("phase_index")
+        idx: int = index if index is not None else 10**6
         first[name] = min(first.get(name, idx), idx)
     return sorted(first, key=lambda n: (first[n], n))
 
@@ -49,7 +50,7 @@ def peak_increments(run_phases: list[dict], order: list[str], counter: str) -> l
     for p in run_phases:
         if p.get(counter) is not None:
             peaks[p["phase"]] = max(peaks.get(p["phase"], p[counter]), p[counter])
-    running, out = 0, []
+    running, out = 0, []  # type: int, list[int | None]
     for name in order:
         if name not in peaks:
             out.append(None)
@@ -150,7 +151,7 @@ def decomposition(run_phases: list[dict], peak: int | None, mode: str | None = N
     for name, v in parts:
         if v is not None:
             out.append((name, v))
-    if live is not None:
+    if live is not None and peak_phase is not None:
         if live - known > 0:
             out.append(("other live bytes when the peak's phase began", live - known))
         out.append((f"{PART_NAMES['transient']} in {peak_phase['phase']}", peak - live))

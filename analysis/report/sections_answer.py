@@ -39,6 +39,24 @@ def axis_fit(a: AxisResult) -> tuple[dict | None, dict[str, float | None]]:
     return fit, crossings
 
 
+def _curve(fit: dict | None, crossings: dict) -> tuple[list[float], list[float]] | None:
+    """The fitted curve drawn: ``CURVE_POINTS`` points from the smallest value fitted to the largest, or
+    to a crossing of the capacity up to 4 times beyond it; spaced geometrically over a range of 4x or
+    more. None without a fit or a range."""
+    if fit is None:
+        return None
+    lo = min(fit["xs"])
+    hi = max([max(fit["xs"])] + [x for x in crossings.values() if x and x < 4 * max(fit["xs"])])
+    if hi <= lo:
+        return None
+    geometric = lo > 0 and hi / lo >= 4
+    xs = [
+        lo * (hi / lo) ** (i / (CURVE_POINTS - 1)) if geometric else lo + (hi - lo) * i / (CURVE_POINTS - 1)
+        for i in range(CURVE_POINTS)
+    ]
+    return xs, [evaluate(fit["coeffs"], x) for x in xs]
+
+
 def axis_image(a: AxisResult, plots, name: str, figsize: tuple[float, float] = (7.5, 4.6), other: bool = True) -> Image:
     """The main plot of an axis: its peaks (ok runs joined, failed runs as unjoined markers),
     the fitted curve and its crossings, capacity and capacity minus the margin, the frontier.
@@ -67,17 +85,7 @@ def axis_image(a: AxisResult, plots, name: str, figsize: tuple[float, float] = (
         for s in a.values
     ]
     fit, crossings = axis_fit(a)
-    curve = None
-    if fit is not None:
-        lo = min(fit["xs"])
-        hi = max([max(fit["xs"])] + [x for x in crossings.values() if x and x < 4 * max(fit["xs"])])
-        if hi > lo:
-            geometric = lo > 0 and hi / lo >= 4
-            xs = [
-                lo * (hi / lo) ** (i / (CURVE_POINTS - 1)) if geometric else lo + (hi - lo) * i / (CURVE_POINTS - 1)
-                for i in range(CURVE_POINTS)
-            ]
-            curve = (xs, [evaluate(fit["coeffs"], x) for x in xs])
+    curve = _curve(fit, crossings)
     png = plots.axis_plot(
         a.axis,
         points,
@@ -143,8 +151,9 @@ def answer_lines(a: AxisResult, policy: MarginPolicy) -> list[str]:
     else:
         out.append(f"**No value of {ax} ran ok and none ran out of memory**: see the outcomes (observed).")
     cap = a.capacity
-    if a.recommended is not None:
-        used = a.stat(a.recommended).used
+    st = a.stat(a.recommended)
+    if a.recommended is not None and st is not None and st.used is not None and cap is not None:
+        used = st.used
         out.append(
             f"Recommended: **{axis_label(ax, a.recommended)}** under the margin {policy.short()} "
             f"({nbytes(a.margin_bytes)} B kept free, assumed): peak {counter} {_size(used)}, headroom "

@@ -32,7 +32,7 @@ def assumed_section(doc: Doc, kinds: list[str], policy: MarginPolicy) -> None:
     items = [
         f"Margin policy: {policy.describe()}. The margin must cover what these runs did not: longer "
         "inputs, other batch sizes, evaluation or export phases, another library version, other users "
-        "of the device. It is a policy, not a measurement (seed 003: no margin percentage is universal)."
+        "of the device. It is a policy, not a measurement (no margin percentage is universal)."
     ]
     for k in kinds:
         items.append(BASIS_TEXT.get(k, BASIS_TEXT["cuda"]))
@@ -122,55 +122,61 @@ def comparable_section(doc: Doc, axes: list[AxisResult]) -> None:
         if len({m.sweep_dir for m in members}) < 2:
             continue
         any_shown = True
-        doc.p(f"{members[0].load_title}, workload {key[1]}, mode {key[2]}:")
-        rows = []
-        for m in members:
-            r = m.runs[0] if m.runs else {}
-            rows.append(
-                [
-                    m.sweep_dir,
-                    r.get("device"),
-                    r.get("device_name"),
-                    r.get("torch"),
-                    nbytes(m.capacity),
-                    gib(m.capacity),
-                    None if m.edge is None else f"{m.edge_names[0]} {m.edge}",
-                    None if m.miss is None else f"{m.edge_names[1]} {m.miss}",
-                    f"`{m.used_counter}`",
-                    nbytes(m.used_at_edge),
-                    gib(m.used_at_edge),
-                    pct(m.margin_at_edge, m.capacity),
-                    m.recommended,
-                ]
-            )
-        doc.table(
-            [
-                "sweep",
-                "device",
-                "name",
-                "torch",
-                "capacity B",
-                "GiB",
-                "fits (max_ok; min_ok if decreasing)",
-                "out of memory (min_oom; max_oom)",
-                "peak counter",
-                "peak at that edge B",
-                "GiB",
-                "margin %",
-                "chosen",
-            ],
-            rows,
-        )
-        values = sorted({s.value for m in members for s in m.values}, key=lambda v: order_key(key[0], v))
-        doc.table(
-            [key[0]] + [f"{m.sweep_dir} peak GiB" for m in members],
-            [
-                [v] + [(lambda s: f"{gib(s.used)} ({s.status})" if s else "not run")(m.stat(v)) for m in members]
-                for v in values
-            ],
-        )
+        _comparable_group(doc, key, members)
     if not any_shown:
         doc.p("No load appears in more than one sweep directory.")
+
+
+COMPARABLE_HEADER = [
+    "sweep",
+    "device",
+    "name",
+    "torch",
+    "capacity B",
+    "GiB",
+    "fits (max_ok; min_ok if decreasing)",
+    "out of memory (min_oom; max_oom)",
+    "peak counter",
+    "peak at that edge B",
+    "GiB",
+    "margin %",
+    "chosen",
+]
+"""The columns of the table of one load across sweep directories."""
+
+
+def _comparable_row(m: AxisResult) -> list:
+    """One sweep's row of a comparable load: device, capacity, edge, peak there, margin, chosen value."""
+    r = m.runs[0] if m.runs else {}
+    return [
+        m.sweep_dir,
+        r.get("device"),
+        r.get("device_name"),
+        r.get("torch"),
+        nbytes(m.capacity),
+        gib(m.capacity),
+        None if m.edge is None else f"{m.edge_names[0]} {m.edge}",
+        None if m.miss is None else f"{m.edge_names[1]} {m.miss}",
+        f"`{m.used_counter}`",
+        nbytes(m.used_at_edge),
+        gib(m.used_at_edge),
+        pct(m.margin_at_edge, m.capacity),
+        m.recommended,
+    ]
+
+
+def _comparable_group(doc: Doc, key: tuple, members: list[AxisResult]) -> None:
+    """One load in several sweep directories: a row per sweep, then the peak of each at every value run."""
+    doc.p(f"{members[0].load_title}, workload {key[1]}, mode {key[2]}:")
+    doc.table(COMPARABLE_HEADER, [_comparable_row(m) for m in members])
+    values = sorted({s.value for m in members for s in m.values}, key=lambda v: order_key(key[0], v))
+    doc.table(
+        [key[0]] + [f"{m.sweep_dir} peak GiB" for m in members],
+        [
+            [v] + [(lambda s: f"{gib(s.used)} ({s.status})" if s else "not run")(m.stat(v)) for m in members]
+            for v in values
+        ],
+    )
 
 
 def predicted_verdict(row: dict) -> str:

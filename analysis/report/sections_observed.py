@@ -40,7 +40,7 @@ columns the table shows (the others are compared by ``memsweep compare``)."""
 
 def _env_rows(runs: list[dict]) -> list[list]:
     """One row per distinct environment (sweep, device, versions, host) of ``runs``."""
-    seen = OrderedDict()
+    seen: OrderedDict[tuple, dict] = OrderedDict()
     for r in runs:
         key = tuple(r.get(k) for k in _ENV_KEY)
         seen.setdefault(key, r)
@@ -81,6 +81,20 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
         _env_rows(runs),
     )
     doc.p("Allocator settings: " + "; ".join(sorted({alloc_text(r) for r in runs})) + ".")
+    _runs_table(doc, runs)
+    order = phase_order(phases)
+    if not axes:
+        doc.p("No frontier: no variable was swept over two or more values.")
+    for i, a in enumerate(axes):
+        doc.h(2, f"{a.title}")
+        _values_table(doc, a)
+        _frontier_facts(doc, a)
+        doc.image(axis_image(a, plots, f"axis{i}_{a.axis}.png"))
+        _phases_section(doc, a, order, plots, i)
+
+
+def _runs_table(doc: Doc, runs: list[dict]) -> None:
+    """The "Runs and outcomes" table: one row per run, its axes, outcome, failed phase and error."""
     doc.h(2, "Runs and outcomes")
     several = len({r["sweep_dir"] for r in runs}) > 1
     doc.table(
@@ -101,94 +115,110 @@ def observed_section(doc: Doc, runs: list[dict], phases: list[dict], axes: list[
         note="Only `oom` means 'does not fit'; an error, crash or timeout is neither a success nor an OOM."
         + ("" if several else f" Run directories are under `{runs[0]['sweep_dir']}`."),
     )
-    order = phase_order(phases)
-    if not axes:
-        doc.p("No frontier: no variable was swept over two or more values.")
-    for i, a in enumerate(axes):
-        doc.h(2, f"{a.title}")
-        used_c, other_c = basis(a.kind)
-        cpu = a.kind == "cpu"
-        headers = [a.axis, "runs", "outcome", "failed phase", f"peak {used_c} B", "GiB", f"peak {other_c} B", "GiB"]
-        if cpu:
-            headers += ["reserved above start B", "GiB"]
-        rows = []
-        for s in a.values:
-            row = [
-                s.value,
-                len(s.runs),
-                s.status,
-                ", ".join(s.failed_phases) or None,
-                nbytes(s.used),
-                gib(s.used),
-                nbytes(s.other),
-                gib(s.other),
-            ]
-            if cpu:
-                row += [nbytes(s.above_start), gib(s.above_start)]
-            rows.append(row)
-        doc.table(
-            headers,
-            rows,
-            note="A run that did not complete shows its partial peak, before the failure: "
-            "not the memory the full run would need.",
-        )
-        f = a.frontier
-        facts = [
-            f"`max_ok` = {a.max_ok if a.max_ok is not None else 'none'} (largest value that ran), "
-            f"`min_oom` = {a.min_oom if a.min_oom is not None else 'none'} (smallest that ran out of memory)",
-            f"exact: {'yes' if f.get('exact') else 'no'} (neighbours among the values run"
-            + (", on the search's lattice" if f.get("strategy") else "")
-            + ")",
-            f"monotonic: {'yes' if f.get('monotonic') else 'NO'}; stable: "
-            + {True: "yes", False: "NO"}.get(
-                f.get("stable"), "not checked (no value was run twice; the frontier sweeper's confirm re-runs the edge)"
-            ),
-            f"runs: {f.get('n_runs')} (ok {f.get('n_ok')}, oom {f.get('n_oom')}, other {f.get('n_other')})",
+
+
+def _values_table(doc: Doc, a: AxisResult) -> None:
+    """One row per value of axis ``a``: runs, outcome, failed phases and both peaks (bytes, GiB)."""
+    used_c, other_c = basis(a.kind)
+    cpu = a.kind == "cpu"
+    headers = [a.axis, "runs", "outcome", "failed phase", f"peak {used_c} B", "GiB", f"peak {other_c} B", "GiB"]
+    if cpu:
+        headers += ["reserved above start B", "GiB"]
+    rows = []
+    for s in a.values:
+        row = [
+            s.value,
+            len(s.runs),
+            s.status,
+            ", ".join(s.failed_phases) or None,
+            nbytes(s.used),
+            gib(s.used),
+            nbytes(s.other),
+            gib(s.other),
         ]
-        if direction_words(f):  # world_size: the edge is not read "larger is harder"
-            facts[0] = direction_words(f) if f.get("direction") == "decreasing" else f"{facts[0]}; {direction_words(f)}"
-        if f.get("n_oom_elsewhere"):
-            facts.append(
-                f"{f['n_oom_elsewhere']} run(s) ran out of memory in a phase whose size does not follow {a.axis} "
-                f"({f.get('oom_elsewhere_phases')}, set by {f.get('oom_elsewhere_variables')}): not points of "
-                f"this frontier; a run whose every phase that scales with {a.axis} ran ok before it counts for `max_ok`"
-            )
-        if f.get("n_memory_suspect"):
-            facts.append(
-                f"{f['n_memory_suspect']} run(s) failed with an error that probably means memory but does not say "
-                "so (`failure_class` memory_suspect: a library that could not get its workspace); counted neither "
-                "as ok nor as out of memory (the frontier sweeper's `hydra.sweeper.suspect=oom` reads them as OOMs)"
-            )
-        if f.get("strategy"):
-            facts.append(
-                f"searched by the frontier sweeper: strategy {f['strategy']}, {f.get('runs_used')} runs"
-                + (f", status {f['search_status']}" if f.get("search_status") else "")
-            )
-        if f.get("upper_reached"):
-            facts.append(
-                f"edge not found below the upper bound: every value up to {a.max_ok} fit; the edge lies above it"
-            )
-        if f.get("stopped_by"):
-            facts.append(
-                f"the search stopped on a run that ended with `{f['stopped_by']}`"
-                + (f" at {a.axis}={f['stop_value']}" if f.get("stop_value") is not None else "")
-                + ": not an OOM, the edge is unknown above it"
-            )
-        doc.ul(facts)
-        if f.get("not_reached"):
-            doc.note("warning", f"{f['not_reached']}.")
-        if a.edge is None:
-            doc.note(
-                "warning",
-                f"no value of {a.axis} ran ok: the {a.light_end} value tried already needs too much, or "
-                "the runs failed for another reason (see outcomes).",
-            )
-        if not f.get("monotonic", True) or f.get("stable") is False:
-            doc.note(
-                "warning", "results are not monotonic or not stable here; they are shown as measured, not smoothed."
-            )
-        doc.image(axis_image(a, plots, f"axis{i}_{a.axis}.png"))
-        _phases_section(doc, a, order, plots, i)
+        if cpu:
+            row += [nbytes(s.above_start), gib(s.above_start)]
+        rows.append(row)
+    doc.table(
+        headers,
+        rows,
+        note="A run that did not complete shows its partial peak, before the failure: "
+        "not the memory the full run would need.",
+    )
+
+
+def _stable_words(stable: bool | None) -> str:
+    """A frontier row's ``stable`` in words."""
+    if stable is None:
+        return "not checked (no value was run twice; the frontier sweeper's confirm re-runs the edge)"
+    return "yes" if stable else "NO"
+
+
+def _facts(a: AxisResult) -> list[str]:
+    """The frontier of ``a`` in words: max_ok/min_oom, exact, monotonic, stable, the run counts
+    and what the frontier sweeper's search says about it."""
+    f = a.frontier
+    facts = [
+        f"`max_ok` = {a.max_ok if a.max_ok is not None else 'none'} (largest value that ran), "
+        f"`min_oom` = {a.min_oom if a.min_oom is not None else 'none'} (smallest that ran out of memory)",
+        f"exact: {'yes' if f.get('exact') else 'no'} (neighbours among the values run"
+        + (", on the search's lattice" if f.get("strategy") else "")
+        + ")",
+        f"monotonic: {'yes' if f.get('monotonic') else 'NO'}; stable: " + _stable_words(f.get("stable")),
+        f"runs: {f.get('n_runs')} (ok {f.get('n_ok')}, oom {f.get('n_oom')}, other {f.get('n_other')})",
+    ]
+    words = direction_words(f)
+    if words:  # world_size: the edge is not read "larger is harder"
+        facts[0] = words if f.get("direction") == "decreasing" else f"{facts[0]}; {words}"
+    if f.get("n_oom_elsewhere"):
+        facts.append(
+            f"{f['n_oom_elsewhere']} run(s) ran out of memory in a phase whose size does not follow {a.axis} "
+            f"({f.get('oom_elsewhere_phases')}, set by {f.get('oom_elsewhere_variables')}): not points of "
+            f"this frontier; a run whose every phase that scales with {a.axis} ran ok before it counts for `max_ok`"
+        )
+    if f.get("n_memory_suspect"):
+        facts.append(
+            f"{f['n_memory_suspect']} run(s) failed with an error that probably means memory but does not say "
+            "so (`failure_class` memory_suspect: a library that could not get its workspace); counted neither "
+            "as ok nor as out of memory (the frontier sweeper's `hydra.sweeper.suspect=oom` reads them as OOMs)"
+        )
+    return facts + _search_facts(a)
+
+
+def _search_facts(a: AxisResult) -> list[str]:
+    """What the frontier sweeper's search of ``a`` says: its strategy, an upper bound reached, a stop."""
+    f, facts = a.frontier, []
+    if f.get("strategy"):
+        facts.append(
+            f"searched by the frontier sweeper: strategy {f['strategy']}, {f.get('runs_used')} runs"
+            + (f", status {f['search_status']}" if f.get("search_status") else "")
+        )
+    if f.get("upper_reached"):
+        facts.append(f"edge not found below the upper bound: every value up to {a.max_ok} fit; the edge lies above it")
+    if f.get("stopped_by"):
+        facts.append(
+            f"the search stopped on a run that ended with `{f['stopped_by']}`"
+            + (f" at {a.axis}={f['stop_value']}" if f.get("stop_value") is not None else "")
+            + ": not an OOM, the edge is unknown above it"
+        )
+    return facts
+
+
+def _frontier_facts(doc: Doc, a: AxisResult) -> None:
+    """The frontier facts of ``a`` as a list, then its warnings (not reached, nothing ran ok, not
+    monotonic or not stable)."""
+    f = a.frontier
+    doc.ul(_facts(a))
+    if f.get("not_reached"):
+        doc.note("warning", f"{f['not_reached']}.")
+    if a.edge is None:
+        doc.note(
+            "warning",
+            f"no value of {a.axis} ran ok: the {a.light_end} value tried already needs too much, or "
+            "the runs failed for another reason (see outcomes).",
+        )
+    if not f.get("monotonic", True) or f.get("stable") is False:
+        doc.note("warning", "results are not monotonic or not stable here; they are shown as measured, not smoothed.")
 
 
 def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) -> None:
@@ -207,7 +237,26 @@ def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) ->
         status = {p["phase"]: p.get("status") for p in r["_phases"]}
         rows.append([s.value] + [status.get(n, "not run") for n in present])
     doc.table([a.axis] + present, rows, note="Status of each phase (one run per value: an ok one where there is one).")
-    # cold vs warm, side by side
+    _cold_warm(doc, a, run_of, used_c)
+    _outside_allocator(doc, a, run_of)
+    values = [s.value for s in a.values]
+    increments = [peak_increments(run_of[v]["_phases"], present, used_c) for v in values]
+    outcomes = [run_of[v].get("outcome") or "unfinished" for v in values]
+    doc.image(
+        Image(
+            f"phases{i}_{a.axis}.png",
+            plots.phases_plot(a.axis, values, present, increments, outcomes, a.capacity, used_c),
+            f"Stacked phases: each segment is how much that phase raised the run's peak `{used_c}` above "
+            "every phase before it; the bar's height is the run's peak (observed).",
+        )
+    )
+    if a.stat(a.edge) is not None:
+        _edge_parts(doc, a, run_of[a.edge])
+
+
+def _cold_warm(doc: Doc, a: AxisResult, run_of: dict, used_c: str) -> None:
+    """The cold peak beside the warm one per value of ``a`` (counter ``used_c``), flagging a cold
+    peak above ``COLD_WARM_FLAG`` times the warm one; ``run_of``: value -> the run shown."""
     cw_rows, flagged = [], []
     cold_key, warm_key = f"cold_{used_c}", f"warm_{used_c}"
     for s in a.values:
@@ -235,35 +284,24 @@ def _phases_section(doc: Doc, a: AxisResult, order: list[str], plots, i: int) ->
         )
     else:
         doc.p(f"No cold peak above {COLD_WARM_FLAG:g} x its warm peak.")
-    _outside_allocator(doc, a, run_of)
-    values = [s.value for s in a.values]
-    increments = [peak_increments(run_of[v]["_phases"], present, used_c) for v in values]
-    outcomes = [run_of[v].get("outcome") or "unfinished" for v in values]
-    doc.image(
-        Image(
-            f"phases{i}_{a.axis}.png",
-            plots.phases_plot(a.axis, values, present, increments, outcomes, a.capacity, used_c),
-            f"Stacked phases: each segment is how much that phase raised the run's peak `{used_c}` above "
-            "every phase before it; the bar's height is the run's peak (observed).",
-        )
+
+
+def _edge_parts(doc: Doc, a: AxisResult, r: dict) -> None:
+    """What the peak of run ``r`` at the edge of ``a`` (max_ok; min_ok on a decreasing axis) consists of."""
+    parts = decomposition(r["_phases"], r.get("max_memory_allocated"), r.get("mode"))
+    if not parts:
+        return
+    peak = r.get("max_memory_allocated")
+    doc.p(
+        f"What the peak `max_memory_allocated` of the {a.edge_names[0]} {axis_label(a.axis, a.edge)} run "
+        "consists of "
+        "(observed: differences of the counters between phases):"
     )
-    # what the peak consists of, at the edge (max_ok; min_ok on a decreasing axis)
-    st = a.stat(a.edge)
-    if st is not None:
-        r = run_of[a.edge]
-        parts = decomposition(r["_phases"], r.get("max_memory_allocated"), r.get("mode"))
-        if parts:
-            peak = r.get("max_memory_allocated")
-            doc.p(
-                f"What the peak `max_memory_allocated` of the {a.edge_names[0]} {axis_label(a.axis, a.edge)} run "
-                "consists of "
-                "(observed: differences of the counters between phases):"
-            )
-            doc.table(
-                ["part", "bytes", "GiB", "share of peak"],
-                [[n, nbytes(v), gib(v), pct(v, peak)] for n, v in parts]
-                + [["peak max_memory_allocated", nbytes(peak), gib(peak), pct(peak, peak)]],
-            )
+    doc.table(
+        ["part", "bytes", "GiB", "share of peak"],
+        [[n, nbytes(v), gib(v), pct(v, peak)] for n, v in parts]
+        + [["peak max_memory_allocated", nbytes(peak), gib(peak), pct(peak, peak)]],
+    )
 
 
 def _outside_allocator(doc: Doc, a: AxisResult, run_of: dict) -> None:

@@ -135,41 +135,24 @@ def weights_rows(runs: list[dict], axes: list[AxisResult]) -> list[list[str]]:
     return rows
 
 
-def summary_card(
-    doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy, unread: list[dict] | None = None
-) -> None:
-    """Append the "Summary card" section: load, environment, capacity, outcomes, frontier, margin
-    at the edge (max_ok; min_ok on a decreasing axis) and chosen value per axis, then the four
-    counters of the run at each edge.
+def _environment_text(r: dict) -> str:
+    """The device, PyTorch, Python and CUDA/HIP versions of a run as printed."""
+    return (
+        f"{_text(r.get('device'))} ({_text(r.get('device_name'))}), "
+        f"torch {_text(r.get('torch'))}, python {_text(r.get('python'))}"
+        + (f", CUDA {r['cuda']}" if r.get("cuda") else "")
+        + (f", HIP {r['hip']}" if r.get("hip") else "")
+    )
 
-    Args:
-        doc: the document appended to.
-        runs: the measured run rows, enriched by ``stats.enrich_runs``.
-        axes: the axis results (``stats.analyse_axis``).
-        policy: the margin policy.
-        unread: the runs whose record could not be read (``stats.record_unread``): counted and named
-            apart, in no other figure.
-    """
-    unread = unread or []
-    doc.h(1, "Summary card")
+
+def _observed_rows(runs: list[dict], unread: list[dict]) -> list[list[str]]:
+    """The card's observed rows: load, environment, allocator, capacity, outcomes, failed phases and
+    the runs whose record could not be read."""
     outcomes = Counter(r.get("outcome") or "unfinished" for r in runs)
     failed = Counter((r.get("failed_phase"), r.get("outcome")) for r in runs if r.get("failed_phase"))
     rows = [
         ["load (observed)", "; ".join(sorted({_load_text(r) for r in runs}))],
-        [
-            "environment (observed)",
-            "; ".join(
-                sorted(
-                    {
-                        f"{_text(r.get('device'))} ({_text(r.get('device_name'))}), "
-                        f"torch {_text(r.get('torch'))}, python {_text(r.get('python'))}"
-                        + (f", CUDA {r['cuda']}" if r.get("cuda") else "")
-                        + (f", HIP {r['hip']}" if r.get("hip") else "")
-                        for r in runs
-                    }
-                )
-            ),
-        ],
+        ["environment (observed)", "; ".join(sorted({_environment_text(r) for r in runs}))],
         ["allocator settings (observed)", "; ".join(sorted({alloc_text(r) for r in runs}))],
         ["capacity (observed)", "; ".join(sorted({_capacity_text(r) for r in runs}))],
         [
@@ -196,90 +179,108 @@ def summary_card(
                 ),
             ]
         )
+    return rows
+
+
+def _axis_rows(a: AxisResult, of: str) -> list[list[str]]:
+    """The card's rows of one axis: its edge (observed), the margin there and the chosen value
+    (calculated); ``of`` names the load when the card holds several."""
+    st = a.stat(a.edge)
+    rows = []
+    margin_row = [
+        f"margin at {a.edge_names[0]} {a.axis}{of} (calculated)",
+        f"{nbytes(a.margin_at_edge)} B ({gib(a.margin_at_edge)} GiB, {pct(a.margin_at_edge, a.capacity)} of capacity)",
+    ]
+    if a.decreasing:  # world_size under FSDP: fits above the edge
+        rows.append([f"{a.axis} edge{of} (observed)", str(direction_words(a.frontier))])
+        if a.edge is not None and st is not None:
+            rows.append(
+                [
+                    f"{a.heavy_end} {a.axis} that ran{of} (observed)",
+                    f"{axis_label(a.axis, a.edge)}: peak `{a.used_counter}` {nbytes(a.used_at_edge)} B "
+                    f"({gib(a.used_at_edge)} GiB)",
+                ]
+            )
+            rows.append(margin_row)
+    elif a.max_ok is not None and st is not None:
+        value = (
+            f"{axis_label(a.axis, a.max_ok)}: peak `{a.used_counter}` {nbytes(a.used_at_edge)} B "
+            f"({gib(a.used_at_edge)} GiB); smallest that ran out of memory: "
+            f"{a.min_oom if a.min_oom is not None else 'none'}"
+        )
+        if not a.frontier.get("monotonic", True):
+            value += " (not monotonic: this load ran out of memory below a value that ran)"
+        if a.frontier.get("not_reached"):
+            value += f" ({a.frontier['not_reached']})"
+        rows.append([f"largest {a.axis} that ran{of} (observed)", value])
+        rows.append(margin_row)
+    else:
+        rows.append([f"largest {a.axis} that ran{of} (observed)", "none of the values ran ok"])
+    rows.append(
+        [
+            f"chosen {a.axis}{of} (calculated under the assumed margin)",
+            (axis_label(a.axis, a.recommended) if a.recommended is not None else "none")
+            + (f"; {note}" if (note := unmeasured_limit_note(a)) else ""),
+        ]
+    )
+    return rows
+
+
+def _counter_row(name: str, value: int | None, source: object) -> list:
+    """One row of the four-counter table: name, bytes, GiB, where the figure came from."""
+    return [name, nbytes(value), gib(value), source]
+
+
+def _edge_counters(doc: Doc, a: AxisResult) -> None:
+    """Append the four counters of the ok run at the edge of ``a`` (nothing when there is none)."""
+    st = a.stat(a.edge)
+    if st is None:
+        return
+    run = max((r for r in st.runs if r.get("outcome") == "ok"), key=lambda r: r["used"] or 0, default=None)
+    if run is None:
+        return
+    doc.p(
+        f"Four counters of the {a.edge_names[0]} {axis_label(a.axis, a.edge)} run (`{run['run_id']}`, observed; "
+        "current values at the end of its last phase, peaks over all its phases):"
+    )
+    last = run.get("_last_phase") or {}
+    current = "current value of the counter below"
+    doc.table(
+        ["counter", "bytes", "GiB", "source"],
+        [
+            _counter_row("memory_allocated", last.get("memory_allocated"), current),
+            _counter_row("memory_reserved", last.get("memory_reserved"), current),
+            _counter_row("max_memory_allocated", run.get("max_memory_allocated"), run.get("source_allocated")),
+            _counter_row("max_memory_reserved", run.get("max_memory_reserved"), run.get("source_reserved")),
+        ],
+    )
+
+
+def summary_card(
+    doc: Doc, runs: list[dict], axes: list[AxisResult], policy: MarginPolicy, unread: list[dict] | None = None
+) -> None:
+    """Append the "Summary card" section: load, environment, capacity, outcomes, frontier, margin
+    at the edge (max_ok; min_ok on a decreasing axis) and chosen value per axis, then the four
+    counters of the run at each edge.
+
+    Args:
+        doc: the document appended to.
+        runs: the measured run rows, enriched by ``stats.enrich_runs``.
+        axes: the axis results (``stats.analyse_axis``).
+        policy: the margin policy.
+        unread: the runs whose record could not be read (``stats.record_unread``): counted and named
+            apart, in no other figure.
+    """
+    unread = unread or []
+    doc.h(1, "Summary card")
+    rows = _observed_rows(runs, unread)
     rows += weights_rows(runs, axes)
     # one load per frontier row: each value below is of that load alone, never across loads
     several = len(axes) > 1
     for a in axes:
-        of = f", {a.title}" if several else ""
-        st = a.stat(a.edge)
-        margin_row = [
-            f"margin at {a.edge_names[0]} {a.axis}{of} (calculated)",
-            f"{nbytes(a.margin_at_edge)} B ({gib(a.margin_at_edge)} GiB, "
-            f"{pct(a.margin_at_edge, a.capacity)} of capacity)",
-        ]
-        if a.decreasing:  # world_size under FSDP: fits above the edge
-            rows.append([f"{a.axis} edge{of} (observed)", str(direction_words(a.frontier))])
-            if a.edge is not None and st is not None:
-                rows.append(
-                    [
-                        f"{a.heavy_end} {a.axis} that ran{of} (observed)",
-                        f"{axis_label(a.axis, a.edge)}: peak `{a.used_counter}` {nbytes(a.used_at_edge)} B "
-                        f"({gib(a.used_at_edge)} GiB)",
-                    ]
-                )
-                rows.append(margin_row)
-        elif a.max_ok is not None and st is not None:
-            value = (
-                f"{axis_label(a.axis, a.max_ok)}: peak `{a.used_counter}` {nbytes(a.used_at_edge)} B "
-                f"({gib(a.used_at_edge)} GiB); smallest that ran out of memory: "
-                f"{a.min_oom if a.min_oom is not None else 'none'}"
-            )
-            if not a.frontier.get("monotonic", True):
-                value += " (not monotonic: this load ran out of memory below a value that ran)"
-            if a.frontier.get("not_reached"):
-                value += f" ({a.frontier['not_reached']})"
-            rows.append([f"largest {a.axis} that ran{of} (observed)", value])
-            rows.append(margin_row)
-        else:
-            rows.append([f"largest {a.axis} that ran{of} (observed)", "none of the values ran ok"])
-        rows.append(
-            [
-                f"chosen {a.axis}{of} (calculated under the assumed margin)",
-                (axis_label(a.axis, a.recommended) if a.recommended is not None else "none")
-                + (f"; {note}" if (note := unmeasured_limit_note(a)) else ""),
-            ]
-        )
+        rows += _axis_rows(a, f", {a.title}" if several else "")
     rows.append(["margin policy (assumed)", policy.describe()])
     doc.table(["item", "value"], rows)
     # the four counters of each run at the edge (max_ok; min_ok on a decreasing axis)
     for a in axes:
-        st = a.stat(a.edge)
-        if st is None:
-            continue
-        run = max((r for r in st.runs if r.get("outcome") == "ok"), key=lambda r: r["used"] or 0, default=None)
-        if run is None:
-            continue
-        doc.p(
-            f"Four counters of the {a.edge_names[0]} {axis_label(a.axis, a.edge)} run (`{run['run_id']}`, observed; "
-            "current values at the end of its last phase, peaks over all its phases):"
-        )
-        last = run.get("_last_phase") or {}
-        doc.table(
-            ["counter", "bytes", "GiB", "source"],
-            [
-                [
-                    "memory_allocated",
-                    nbytes(last.get("memory_allocated")),
-                    gib(last.get("memory_allocated")),
-                    "current value of the counter below",
-                ],
-                [
-                    "memory_reserved",
-                    nbytes(last.get("memory_reserved")),
-                    gib(last.get("memory_reserved")),
-                    "current value of the counter below",
-                ],
-                [
-                    "max_memory_allocated",
-                    nbytes(run.get("max_memory_allocated")),
-                    gib(run.get("max_memory_allocated")),
-                    run.get("source_allocated"),
-                ],
-                [
-                    "max_memory_reserved",
-                    nbytes(run.get("max_memory_reserved")),
-                    gib(run.get("max_memory_reserved")),
-                    run.get("source_reserved"),
-                ],
-            ],
-        )
+        _edge_counters(doc, a)

@@ -12,6 +12,7 @@ for a DDP/FSDP run). Bytes throughout.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from memsweep.conf.contract import PEAK_CATEGORIES, PEAK_CATEGORY_WORDS, PEAK_SPLIT_FIELDS
 
@@ -87,7 +88,7 @@ def _from_dry_run(a: AxisResult, value, predicted: list[dict], predicted_phases:
         if not rows:
             continue
         names = list(dict.fromkeys(p["phase"] for p in rows))
-        best = {}
+        best: dict[str, dict] = {}
         for p in rows:  # a phase recorded several times: the row of its largest peak
             peak = p.get("max_memory_allocated") or 0
             if p["phase"] not in best or peak > (best[p["phase"]].get("max_memory_allocated") or 0):
@@ -107,7 +108,7 @@ def _from_replay(run: dict, value) -> Split | None:
         return None
     if phases is None:
         return None
-    best = {}
+    best: dict[str, Any] = {}
     for p in phases:
         if p.name not in best or p.peak > best[p.name].peak:
             best[p.name] = p

@@ -319,8 +319,8 @@ def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResul
         if capacity is not None and result.used_at_edge is not None:
             result.margin_at_edge = capacity - result.used_at_edge
     result.step = _lattice_step(row)
-    ok = [(s.value, s.used) for s in stats if s.all_ok and s.used is not None]
-    result.fit = fit_axis(axis, [x for x, _ in ok], [y for _, y in ok])
+    fitted = [(s.value, s.used) for s in stats if s.all_ok and s.used is not None]
+    result.fit = fit_axis(axis, [x for x, _ in fitted], [y for _, y in fitted])
     if result.fit is not None:
         result.limits = capacity_limits(result.fit["coeffs"], capacity, margin_bytes, result.step)
     _recommend(result, policy)
@@ -341,66 +341,95 @@ def _lattice_step(row: dict) -> int:
     return step if isinstance(step, int) and step > 0 else 1
 
 
-def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
-    """Choose the largest value that ran ok (every run of it), lies below the smallest value
-    that ran out of memory, and whose peak leaves at least the margin; write out why."""
-    axis, cap, margin = res.axis, res.capacity, res.margin_bytes
-    counter = f"`{res.used_counter}`"
-    rank = {s.value: i for i, s in enumerate(res.values)}
-    first_oom = next((s.value for s in res.values if "oom" in s.outcomes), None)
+def _no_margin_reason(res: AxisResult, policy: MarginPolicy) -> str | None:
+    """Why no value of ``res`` can be recommended before looking at its values (no capacity, a
+    decreasing axis, a margin not below the capacity); None when the values decide."""
+    cap, margin = res.capacity, res.margin_bytes
     if cap is None or margin is None:
-        res.reason = "no capacity is recorded for these runs, so no margin can be computed"
-        return
-    if res.decreasing:  # the margin walk below reads "larger is harder"
-        res.reason = f"no value is recommended: {direction_words(res.frontier)}; choose it by the devices you have"
-        return
+        return "no capacity is recorded for these runs, so no margin can be computed"
+    if res.decreasing:  # the margin walk reads "larger is harder"
+        return f"no value is recommended: {direction_words(res.frontier)}; choose it by the devices you have"
     if margin_leaves_nothing(cap, margin):
-        res.reason = (
+        return (
             f"the margin {margin} B ({policy.short()}) is not below the capacity {cap} B ({gib(cap)} GiB): "
             "no peak can leave it; give a --margin smaller than the capacity"
         )
+    return None
+
+
+def _rejection(res: AxisResult, s: ValueStat, limit: int) -> str | None:
+    """Why value ``s`` of ``res`` is not the recommendation (not every run ok, no peak recorded,
+    a peak above ``limit`` bytes); "" for a value without runs; None for a candidate."""
+    cap, margin, counter = res.capacity, res.margin_bytes, f"`{res.used_counter}`"
+    assert cap is not None  # _no_margin_reason returned None
+    if not s.all_ok:
+        if s.outcomes:
+            return (
+                f"{axis_label(res.axis, s.value)} is not a candidate: {s.status} "
+                "(only values whose every run ran ok are)"
+            )
+        return ""
+    if s.used is None:
+        return f"{axis_label(res.axis, s.value)} ran ok but its peak was not recorded"
+    if s.used > limit:
+        return (
+            f"{axis_label(res.axis, s.value)} ran ok but its peak {counter} {s.used} B "
+            f"({gib(s.used)} GiB) leaves {cap - s.used} B ({pct(cap - s.used, cap)}) of the "
+            f"capacity, less than the margin {margin} B"
+        )
+    return None
+
+
+def _chosen_reason(res: AxisResult, s: ValueStat, policy: MarginPolicy, first_oom, rejected: list[str]) -> str:
+    """Why ``s`` is the recommended value of ``res``, and what the larger values did."""
+    axis, cap, margin = res.axis, res.capacity, res.margin_bytes
+    assert cap is not None and s.used is not None
+    above = []
+    if first_oom is not None:
+        st = res.stat(first_oom)
+        where = f" in {', '.join(st.failed_phases)}" if st and st.failed_phases else ""
+        above.append(f"{axis_label(axis, first_oom)} ran out of memory{where}")
+    reason = (
+        f"{axis_label(axis, s.value)}: the largest value whose every run ran ok "
+        f"({s.outcomes['ok']} run{'s' if s.outcomes['ok'] > 1 else ''}) and whose measured "
+        f"peak `{res.used_counter}` {s.used} B ({gib(s.used)} GiB) leaves {cap - s.used} B "
+        f"({pct(cap - s.used, cap)}) of the capacity {cap} B, at least the margin "
+        f"{margin} B ({policy.short()})."
+    )
+    if rejected or above:
+        reason += " Larger values: " + "; ".join(above + rejected[::-1]) + "."
+    return reason
+
+
+def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
+    """Choose the largest value that ran ok (every run of it), lies below the smallest value
+    that ran out of memory, and whose peak leaves at least the margin; write out why.
+
+    Args:
+        res: the axis result; ``recommended``, ``reason`` and ``notes`` are set in place.
+        policy: the margin policy (its short form is quoted in the reason).
+    """
+    res.reason = _no_margin_reason(res, policy) or ""
+    if res.reason:
         return
-    limit = cap - margin
-    rejected = []
+    cap, margin = res.capacity, res.margin_bytes
+    assert cap is not None and margin is not None
+    rank = {s.value: i for i, s in enumerate(res.values)}
+    first_oom = next((s.value for s in res.values if "oom" in s.outcomes), None)
+    rejected: list[str] = []
     for s in reversed(res.values):
         if first_oom is not None and rank[s.value] >= rank[first_oom]:
             continue
-        if not s.all_ok:
-            if s.outcomes:
-                rejected.append(
-                    f"{axis_label(axis, s.value)} is not a candidate: {s.status} "
-                    f"(only values whose every run ran ok are)"
-                )
-            continue
-        if s.used is None:
-            rejected.append(f"{axis_label(axis, s.value)} ran ok but its peak was not recorded")
-            continue
-        if s.used > limit:
-            rejected.append(
-                f"{axis_label(axis, s.value)} ran ok but its peak {counter} {s.used} B "
-                f"({gib(s.used)} GiB) leaves {cap - s.used} B ({pct(cap - s.used, cap)}) of the "
-                f"capacity, less than the margin {margin} B"
-            )
-            continue
-        res.recommended = s.value
-        above = []
-        if first_oom is not None:
-            st = res.stat(first_oom)
-            where = f" in {', '.join(st.failed_phases)}" if st and st.failed_phases else ""
-            above.append(f"{axis_label(axis, first_oom)} ran out of memory{where}")
-        res.reason = (
-            f"{axis_label(axis, s.value)}: the largest value whose every run ran ok "
-            f"({s.outcomes['ok']} run{'s' if s.outcomes['ok'] > 1 else ''}) and whose measured "
-            f"peak {counter} {s.used} B ({gib(s.used)} GiB) leaves {cap - s.used} B "
-            f"({pct(cap - s.used, cap)}) of the capacity {cap} B, at least the margin "
-            f"{margin} B ({policy.short()})."
-        )
-        if rejected or above:
-            res.reason += " Larger values: " + "; ".join(above + rejected[::-1]) + "."
-        break
+        why = _rejection(res, s, cap - margin)
+        if why is None:
+            res.recommended = s.value
+            res.reason = _chosen_reason(res, s, policy, first_oom, rejected)
+            break
+        if why:
+            rejected.append(why)
     else:
         if not any(s.all_ok for s in res.values):
-            res.reason = f"no value of {axis} ran ok (every run of it), so none can be recommended"
+            res.reason = f"no value of {res.axis} ran ok (every run of it), so none can be recommended"
             return
         res.reason = (
             f"no value leaves the margin {margin} B ({policy.short()}) below the capacity "
@@ -408,6 +437,14 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
             + (": " + "; ".join(rejected[::-1]) if rejected else "")
             + ". Measure smaller values, or use a device with more memory."
         )
+    _recommend_notes(res, first_oom)
+
+
+def _recommend_notes(res: AxisResult, first_oom) -> None:
+    """Append to ``res.notes`` what qualifies the recommendation: an optimistic CPU process-mode
+    margin, results not monotonic, an unstable edge, a dtype axis."""
+    axis, cap = res.axis, res.capacity
+    assert cap is not None
     oom_stat = res.stat(first_oom) if first_oom is not None else None
     process_mode = res.frontier.get("capacity_mode") == "process"  # allocator mode caps the counted bytes exactly
     if (

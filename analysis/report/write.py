@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from ..doc import to_html, to_markdown
 from ..frontier import frontier_table
@@ -42,14 +43,30 @@ class SweepDirNotFound(FileNotFoundError):
         self.path = Path(path)
 
 
-def report_paths(out_dir: Path, name: str = "report") -> tuple[Path, Path, Path]:
+class ReportPaths(NamedTuple):
+    """The paths of a report (``report_paths``)."""
+
+    md: Path  # <name>.md
+    html: Path  # <name>.html
+    plots: Path  # the plot directory <name>_plots
+
+
+class WrittenReport(NamedTuple):
+    """A report and where ``report_for_dirs`` wrote it."""
+
+    report: Report
+    md: Path
+    html: Path
+
+
+def report_paths(out_dir: Path, name: str = "report") -> ReportPaths:
     """The paths a report named ``name`` takes in ``out_dir``.
 
     Returns:
-        (``<name>.md``, ``<name>.html``, the plot directory ``<name>_plots``).
+        ``<name>.md``, ``<name>.html`` and the plot directory ``<name>_plots``.
     """
     out_dir = Path(out_dir)
-    return out_dir / f"{name}.md", out_dir / f"{name}.html", out_dir / f"{name}_plots"
+    return ReportPaths(out_dir / f"{name}.md", out_dir / f"{name}.html", out_dir / f"{name}_plots")
 
 
 def _link_new(data: bytes, path: Path) -> None:
@@ -123,7 +140,7 @@ def find_analysis_files(sweep_dir: Path) -> list[Path]:
 
 def report_for_dirs(
     sweep_dirs: list[Path], out_dir: Path, margin: str | None = None, name: str = "report"
-) -> tuple[Report, Path, Path]:
+) -> WrittenReport:
     """Build the tables from the run records of ``sweep_dirs`` (as ``memsweep analyze`` does),
     then write the report into ``out_dir``.
 
@@ -156,4 +173,4 @@ def report_for_dirs(
     files = [f for d in sweep_dirs for f in find_analysis_files(Path(d))]
     report = build_report(runs, phases, frontier, policy, sweep_dirs, files, notes=notes)
     md, html_ = write_report(report, out_dir, name)
-    return report, md, html_
+    return WrittenReport(report, md, html_)
