@@ -30,7 +30,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from memsweep.conf.contract import (
     EXIT_BAD_INPUT,
@@ -43,6 +43,9 @@ from memsweep.conf.contract import (
     bytes_text,
     validate_device,
 )
+
+if TYPE_CHECKING:
+    from .predict import Prediction
 
 USAGE = __doc__
 
@@ -253,48 +256,16 @@ def _predict_error(exc: SpecError) -> str:
     return str(exc)
 
 
-def predict_command(argv: list[str], out: TextIO | None = None) -> int:
-    """``memsweep predict``: the predicted edge of an axis from dry runs (``sweeper.predict``).
+def _print_edge(prediction: Prediction, axis: str, out: TextIO) -> None:
+    """Print ``memsweep predict``'s predicted edge and the tensor bytes per phase at it.
 
     Args:
-        argv: the command's arguments (overrides, ``capacity=SIZE``, ``--axis AXIS``).
-        out: where the answer is printed (errors go to stderr); None: the current ``sys.stdout``
-            (looked up at the call, not at import).
-
-    Returns:
-        The exit status (``conf.contract.PREDICT_EXIT``): 0 edge found, 3 nothing fits, 4 a dry
-        run failed, 2 bad input.
+        prediction: ``predict_edge``'s answer.
+        axis: the axis searched.
+        out: where it is printed.
     """
-    out = out if out is not None else sys.stdout
-    from .predict import blind_spots, predict_edge
-
-    if any(a in ("-h", "--help") for a in argv):
-        print(_predict_usage(), file=out)
-        return 0
-    cards = [a for a in argv if a == "--cards" or a.startswith("--cards=")]
-    if cards:
-        return _predict_cards_command([a for a in argv if a not in cards], cards, out)
-    try:
-        overrides, axis, capacity, upper = _parse_predict_args(argv)
-        prediction = predict_edge(overrides, axis, capacity, axis_field="--axis", upper=upper)
-    except SpecError as exc:  # bad input, or a load the dry run refuses (e.g. a workload it cannot fake)
-        print(f"memsweep predict: error: {_predict_error(exc)}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     predictor, edge, summary = prediction.predictor, prediction.edge, prediction.summary
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
-    print(
-        f"memsweep predict: {axis} at capacity {bytes_text(prediction.capacity_bytes)}, {len(predictor.runs)} "
-        f"dry runs (fake tensors, no device), in {prediction.out_dir}",
-        file=out,
-    )
-    if predictor.device.startswith("cuda"):
-        print(
-            f"  a PREDICTION for a CUDA device ({predictor.device}) made on this machine with fake CUDA tensors "
-            f"(no GPU used); tensor bytes counted as the CUDA caching allocator counts them, each storage "
-            f"rounded up to 512 B blocks: the predicted peak is torch.cuda.max_memory_allocated's, not "
-            f"max_memory_reserved's",
-            file=out,
-        )
     if edge["error"] is not None:
         err = edge["error"]
         print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
@@ -326,6 +297,50 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
             )
             print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
         print(f"  largest phase peak: {bytes_text(at['peak'])}", file=out)
+
+
+def predict_command(argv: list[str], out: TextIO | None = None) -> int:
+    """``memsweep predict``: the predicted edge of an axis from dry runs (``sweeper.predict``).
+
+    Args:
+        argv: the command's arguments (overrides, ``capacity=SIZE``, ``--axis AXIS``).
+        out: where the answer is printed (errors go to stderr); None: the current ``sys.stdout``
+            (looked up at the call, not at import).
+
+    Returns:
+        The exit status (``conf.contract.PREDICT_EXIT``): 0 edge found, 3 nothing fits, 4 a dry
+        run failed, 2 bad input.
+    """
+    out = out if out is not None else sys.stdout
+    from .predict import blind_spots, predict_edge
+
+    if any(a in ("-h", "--help") for a in argv):
+        print(_predict_usage(), file=out)
+        return 0
+    cards = [a for a in argv if a == "--cards" or a.startswith("--cards=")]
+    if cards:
+        return _predict_cards_command([a for a in argv if a not in cards], cards, out)
+    try:
+        overrides, axis, capacity, upper = _parse_predict_args(argv)
+        prediction = predict_edge(overrides, axis, capacity, axis_field="--axis", upper=upper)
+    except SpecError as exc:  # bad input, or a load the dry run refuses (e.g. a workload it cannot fake)
+        print(f"memsweep predict: error: {_predict_error(exc)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    predictor, edge, summary = prediction.predictor, prediction.edge, prediction.summary
+    print(
+        f"memsweep predict: {axis} at capacity {bytes_text(prediction.capacity_bytes)}, {len(predictor.runs)} "
+        f"dry runs (fake tensors, no device), in {prediction.out_dir}",
+        file=out,
+    )
+    if predictor.device.startswith("cuda"):
+        print(
+            f"  a PREDICTION for a CUDA device ({predictor.device}) made on this machine with fake CUDA tensors "
+            f"(no GPU used); tensor bytes counted as the CUDA caching allocator counts them, each storage "
+            f"rounded up to 512 B blocks: the predicted peak is torch.cuda.max_memory_allocated's, not "
+            f"max_memory_reserved's",
+            file=out,
+        )
+    _print_edge(prediction, axis, out)
     _print_split(summary, axis, out)
     print("  This is a prediction of live tensor bytes, not a measurement. It cannot see:", file=out)
     for item in blind_spots(predictor.device):

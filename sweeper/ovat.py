@@ -279,13 +279,11 @@ class OvatSweeperImpl:
         Raises:
             InputRefused: bad input (a setting, an override, the baseline, a condition's config,
                 a sweep with nothing to run, a directory holding another sweep), before any
-                worker starts; ``sweeper.cli`` prints it and
-                exits 2.
+                worker starts; ``sweeper.cli`` prints it and exits 2.
             Exception: whatever a launched job raised in the orchestrator (re-raised by
                 ``JobReturn.return_value``).
         """
         from .inputs import check_sweep_config
-        from .lost_workers import launch_surviving
         from .process import share_fork_server
         from .spec import checked_spec, launch_settings
 
@@ -325,6 +323,24 @@ class OvatSweeperImpl:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         log.info("ovat sweep: %d conditions -> %s", len(batches), sweep_dir)
+        return self.launch_all(sweep_dir, batches, specs)
+
+    def launch_all(self, sweep_dir: Path, batches: list, specs: list) -> list[Sequence[Any]]:
+        """Launch the conditions in chunks of ``max_batch_size`` (or of the pool's size).
+
+        Args:
+            sweep_dir: the sweep's directory (job ``n`` runs in ``sweep_dir/n``).
+            batches: each condition's overrides, in launch order.
+            specs: each condition's RunSpec, in the same order.
+
+        Returns:
+            The launcher's JobReturn lists, one per chunk.
+
+        Raises:
+            Exception: whatever a launched job raised (``JobReturn.return_value``).
+        """
+        from .lost_workers import launch_surviving
+
         size = self.max_batch_size or self.local_bound(specs) or len(batches) or 1
         returns: list[Sequence[Any]] = []
         for start in range(0, len(batches), size):

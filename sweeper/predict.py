@@ -372,6 +372,24 @@ def predict_edge(
     base, isolation, out_dir = compose_load(overrides, axis, axis_field)
     predictor = Predictor(base, axis, capacity_bytes, out_dir, isolation, upper=upper)
     edge = predictor.search(getattr(base, axis))
+    summary = predict_summary(base, axis, capacity_bytes, predictor, edge)
+    write_json_atomic(out_dir / "predict.json", summary)
+    return Prediction(axis, capacity_bytes, out_dir, predictor, edge, summary)
+
+
+def predict_summary(base: RunSpec, axis: str, capacity_bytes: int, predictor: Predictor, edge: dict) -> dict:
+    """What predict.json holds: the predicted edge, the dry runs, the breakdown at the edge.
+
+    Args:
+        base: the load.
+        axis: batch, context or width.
+        capacity_bytes: the capacity predicted against (bytes).
+        predictor: the dry runs made.
+        edge: ``Predictor.search``'s answer.
+
+    Returns:
+        The summary (JSON-ready; bytes as integers).
+    """
     at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
     # nothing fits: the split of the smallest value, to show what does not fit
     split_value = edge["max_fit"] if at is not None else edge["min_miss"]
@@ -402,5 +420,4 @@ def predict_edge(
         "device": predictor.device,
         "prediction_rounding": rounding,
     }
-    write_json_atomic(out_dir / "predict.json", summary)
-    return Prediction(axis, capacity_bytes, out_dir, predictor, edge, summary)
+    return summary

@@ -88,6 +88,31 @@ def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
     return 0 if edge is None else edge
 
 
+def card_row(card: Card, predictor: Predictor, edge: dict, fixed: int | None, estimator_edge: int | None) -> dict:
+    """One card's row of predict_cards.json.
+
+    Args:
+        card: the card.
+        predictor: its dry runs.
+        edge: ``Predictor.search``'s answer on the card's capacity.
+        fixed: the estimator's weights + gradients + optimizer states (bytes), or None.
+        estimator_edge: the estimator's batch edge (``_estimator_edge``), or None.
+
+    Returns:
+        The row (``predict_cards``'s ``"cards"``).
+    """
+    at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
+    return {
+        "card": card.name,
+        "capacity_bytes": card.reported_bytes,
+        **{k: edge[k] for k in ("max_fit", "min_miss", "exact")},
+        "peak_bytes": at["peak"] if at else None,
+        "error": edge["error"]["error_message"] if edge["error"] else None,
+        "estimator_fixed_bytes": fixed,
+        "estimator_edge": estimator_edge,
+    }
+
+
 def predict_cards(
     overrides: list[str], axis: str, names: list[str] | None = None, axis_field: str = "axis", upper: int | None = None
 ) -> dict:
@@ -128,18 +153,8 @@ def predict_cards(
             est = estimator_figures(base, record)
             if est is not None:
                 fixed = sum(est[k] or 0 for k in ("weights", "gradients", "optimizer_states"))
-        at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
-        rows.append(
-            {
-                "card": card.name,
-                "capacity_bytes": card.reported_bytes,
-                **{k: edge[k] for k in ("max_fit", "min_miss", "exact")},
-                "peak_bytes": at["peak"] if at else None,
-                "error": edge["error"]["error_message"] if edge["error"] else None,
-                "estimator_fixed_bytes": fixed,
-                "estimator_edge": _estimator_edge(base, record, card.reported_bytes) if axis == "batch" else None,
-            }
-        )
+        estimator_edge = _estimator_edge(base, record, card.reported_bytes) if axis == "batch" else None
+        rows.append(card_row(card, predictor, edge, fixed, estimator_edge))
         if edge["max_fit"] is not None:
             start = edge["max_fit"]
     summary = {
