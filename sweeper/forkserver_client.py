@@ -54,7 +54,7 @@ from .forkserver_wait import (
     read_answer,
     wait_until_ready,
 )
-from .launch import kill_process_group, worker_env
+from .launch import WorkerExit, kill_process_group, worker_env
 from .liveness import pid_exists
 
 log = logging.getLogger("memsweep")
@@ -298,8 +298,8 @@ class ForkServer:
 
     def run(
         self, run_dir: Path, env: dict, timeout_s: float, dynamo: bool = True, isolation: str = ISOLATION_FORKSERVER
-    ) -> tuple[int | None, bool, int, float]:
-        """Fork one worker; returns (returncode, timed_out, pid, wall seconds since it was forked).
+    ) -> WorkerExit:
+        """Fork one worker; returns its ``WorkerExit`` (wall seconds since it was forked).
         ``timeout_s`` counts from the fork too: waiting for the server to start is not the run's.
         ``dynamo``: the run needs torch._dynamo (``conf.contract.needs_dynamo``), which the
         server then imports before it forks (once: every later fork has it). ``isolation``:
@@ -327,7 +327,7 @@ class ForkServer:
                 _ask_kill(conn)
                 raise
 
-    def _wait(self, conn: socket.socket, path: str | None, run_dir: Path, timeout_s: float) -> tuple:
+    def _wait(self, conn: socket.socket, path: str | None, run_dir: Path, timeout_s: float) -> WorkerExit:
         """``run``'s wait on the server's answers, once the request is sent (the same returns and
         errors)."""
         buffer = bytearray()
@@ -357,7 +357,7 @@ class ForkServer:
         except AnswerOverdue as exc:  # killed at its timeout; its exit status never came
             log.warning("%s: %s after the run was killed at timeout_s=%s", run_dir, exc, timeout_s)
             self._lost(path, stuck=True)
-            return None, True, pid, time.monotonic() - t0
+            return WorkerExit(None, True, pid, time.monotonic() - t0)
         wall_s = time.monotonic() - t0
         if not line:
             kill_process_group(pid)
@@ -368,7 +368,7 @@ class ForkServer:
                 pid,
             )
         returncode = json.loads(line)["returncode"]
-        return returncode, timed_out, pid, wall_s
+        return WorkerExit(returncode, timed_out, pid, wall_s)
 
     def _lost(self, path: str | None, stuck: bool = False) -> None:
         """The server at ``path`` is gone: a shared one is never used again by this process (it

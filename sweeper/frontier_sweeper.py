@@ -236,7 +236,7 @@ class FrontierSweeperImpl:
             baseline: the spec of the other axes' values.
 
         Returns:
-            ``FrontierSearch.result()`` with the verification's and confirmations' fields
+            ``FrontierSearch.result()`` as a dict, with the verification's and confirmations' fields
             (runs_used, runs_reused, light, stable, confirm_outcomes...) and ``source``
             (``conf.contract.SOURCES``: ``predicted`` when the probes are dry runs, which are
             never confirmed: a dry run is deterministic, its re-run repeats the same prediction).
@@ -245,7 +245,7 @@ class FrontierSweeperImpl:
         extra = LIGHT if self.settings.light else []
         seed = self.dry_run_seed(axis, lattice, baseline) if self.settings.seed_from_dry_run else None
         search = self.run_search(axis, lattice, extra, "light probe" if self.settings.light else "probe", seed=seed)
-        result = search.result()
+        result = search.result().to_dict()
         runs_used, runs_reused = result["runs_used"], result["runs_reused"]
         if self.settings.light and not result["stopped_by"]:
             result, used, reused = self.verify_full(axis, lattice, result)
@@ -390,7 +390,7 @@ class FrontierSweeperImpl:
             sub.upper,
         )
         search = self.run_search(axis, sub, [], "probe")
-        again = search.result()
+        again = search.result().to_dict()
         again.update(
             verify_outcomes=result["verify_outcomes"],
             lower=lattice.lower,

@@ -217,14 +217,14 @@ class Predictor:
                 else:
                     search.observe(probe.value, Reading("ok" if r["fits"] else "oom", r["peak"], self.capacity))
         res = search.result()
-        nothing_fits = res["max_ok"] is None and res["min_oom"] == lattice.lower
+        nothing_fits = res.max_ok is None and res.min_oom == lattice.lower
         return {
-            "max_fit": res["max_ok"],
-            "min_miss": res["min_oom"],
+            "max_fit": res.max_ok,
+            "min_miss": res.min_oom,
             "error": error,
-            "exact": error is None and (res["exact"] or nothing_fits),
+            "exact": error is None and (res.exact or nothing_fits),
             "upper": lattice.upper,
-            "upper_reached": error is None and res["upper_reached"],
+            "upper_reached": error is None and res.upper_reached,
         }
 
 

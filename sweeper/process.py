@@ -48,7 +48,7 @@ from memsweep.conf.contract import (
 
 from .forkserver_client import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, shared_name, shared_server
 from .kept_runs import wait_for_kept_run
-from .launch import run_spawn, worker_env
+from .launch import WorkerExit, run_spawn, worker_env
 from .liveness import wait_for_old_worker
 from .owner import stop_if_orphaned
 
@@ -297,12 +297,12 @@ def share_fork_server(isolation: str) -> None:
     os.environ[SHARED_FORKSERVER_ENV] = shared_name(_FORKSERVER.path)
 
 
-def _run_forkserver(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int | None, bool, int, float]:
+def _run_forkserver(run_dir: Path, env: dict, spec: RunSpec) -> WorkerExit:
     """A fresh process forked from a server that imported torch once (worker/forkserver.py)."""
     return _FORKSERVER.run(run_dir, env, spec.timeout_s, needs_dynamo(spec))
 
 
-def _run_spawn(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int | None, bool, int, float]:
+def _run_spawn(run_dir: Path, env: dict, spec: RunSpec) -> WorkerExit:
     """A new interpreter (``python -m memsweep.worker SPEC``): started by a handler of the sweep's shared
     server when this process has one (``share_fork_server``; the run then outlives a killed
     launcher worker), else by this process (``sweeper.launch.run_spawn``)."""

@@ -85,7 +85,7 @@ from .lattice import (
     check_search_axis,
 )
 from .peaks import Band, fit_peak, peak_band
-from .state import FrontierSearch, Oracle, run_search
+from .state import FrontierSearch, Oracle, SearchResult, run_search
 from .strategies import STRATEGIES
 
 __all__ = [
@@ -101,6 +101,7 @@ __all__ = [
     "Pick",
     "Probe",
     "Reading",
+    "SearchResult",
     "check_search_axis",
     "fit_peak",
     "peak_band",

@@ -7,13 +7,62 @@ values; ``observe`` records what each run said (``Reading``: outcome, peak...); 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from memsweep.conf.contract import SpecError
 
 from . import strategies
 from .lattice import OUTCOMES, STOP_OUTCOMES, Lattice, Pick, Probe, Reading, check_search_axis
 from .strategies import STRATEGIES
+
+
+@dataclass
+class SearchResult:
+    """The answer of a search along one axis (values are lattice values that were run).
+
+    Attributes:
+        axis: batch, context or width.
+        strategy: model or bisect.
+        lower, upper, multiple_of: the lattice.
+        max_ok: the largest success, or None.
+        min_oom: the smallest OOM, or None.
+        exact: whether max_ok and min_oom are neighbours on the lattice (and monotonic).
+        monotonic: False when a success lies above an OOM.
+        upper_reached: no OOM and ``upper`` fits.
+        lower_fits: whether ``lower`` fits; None when it did not run.
+        stopped_by: None, or the error, crash or timeout that stopped the search.
+        stop_value: the value that stopped it, or None.
+        stop_message: what the stopping run said, or None.
+        runs_used: the probes run by the search, reused ones included.
+        runs_reused: the probes answered by a run already on disk.
+        rounds: the rounds proposed.
+        status: one line for people.
+    """
+
+    axis: str
+    strategy: str
+    lower: int
+    upper: int
+    multiple_of: int
+    max_ok: int | None
+    min_oom: int | None
+    exact: bool
+    monotonic: bool
+    upper_reached: bool
+    lower_fits: bool | None
+    stopped_by: str | None
+    stop_value: int | None
+    stop_message: str | None
+    runs_used: int
+    runs_reused: int
+    rounds: int
+    status: str
+
+    def to_dict(self) -> dict:
+        """The fields as a dict, in the order above (search.jsonl's ``result`` event)."""
+        return dataclasses.asdict(self)
 
 
 class FrontierSearch:
@@ -217,15 +266,11 @@ class FrontierSearch:
         return probe
 
     # ---- result ------------------------------------------------------------------------
-    def result(self) -> dict:
-        """The search's answer (values are lattice values that were run).
+    def result(self) -> SearchResult:
+        """The search's answer.
 
         Returns:
-            A dict with: axis, strategy, lower, upper, multiple_of (the lattice), max_ok
-            (largest success, or None), min_oom (smallest OOM, or None), exact, monotonic,
-            upper_reached, lower_fits, stopped_by (None or error|crash|timeout), stop_value,
-            stop_message, runs_used (probes run by the search, reused ones included),
-            runs_reused, rounds, status (one line for people).
+            The ``SearchResult`` of the probes observed so far.
         """
         L, U, m = self.lattice.lower, self.lattice.upper, self.lattice.step
         oks, ooms = self.values("ok"), self.values("oom")
@@ -250,26 +295,26 @@ class FrontierSearch:
             status = f"not monotonic: {self.axis}={max_ok} fits above {min_oom}, which does not"
         else:
             status = "not finished"
-        return {
-            "axis": self.axis,
-            "strategy": self.strategy,
-            "lower": L,
-            "upper": U,
-            "multiple_of": m,
-            "max_ok": max_ok,
-            "min_oom": min_oom,
-            "exact": exact,
-            "monotonic": bool(monotonic),
-            "upper_reached": upper_reached,
-            "lower_fits": lower_fits,
-            "stopped_by": stop.outcome if stop else None,
-            "stop_value": stop.value if stop else None,
-            "stop_message": stop.message if stop else None,
-            "runs_used": len(self.probes),
-            "runs_reused": sum(p.reused for p in self.probes),
-            "rounds": self.rounds,
-            "status": status,
-        }
+        return SearchResult(
+            axis=self.axis,
+            strategy=self.strategy,
+            lower=L,
+            upper=U,
+            multiple_of=m,
+            max_ok=max_ok,
+            min_oom=min_oom,
+            exact=exact,
+            monotonic=bool(monotonic),
+            upper_reached=upper_reached,
+            lower_fits=lower_fits,
+            stopped_by=stop.outcome if stop else None,
+            stop_value=stop.value if stop else None,
+            stop_message=stop.message if stop else None,
+            runs_used=len(self.probes),
+            runs_reused=sum(p.reused for p in self.probes),
+            rounds=self.rounds,
+            status=status,
+        )
 
 
 Oracle = Callable[[int], tuple]
@@ -278,7 +323,7 @@ item for an OOM, (bytes held, bytes asked) or None: a scripted stand-in for runn
 (tests, bench)."""
 
 
-def run_search(search: FrontierSearch, oracle: Oracle, slots: int = 1, max_rounds: int = 10_000) -> dict:
+def run_search(search: FrontierSearch, oracle: Oracle, slots: int = 1, max_rounds: int = 10_000) -> SearchResult:
     """Drive ``search`` to the end against ``oracle``.
 
     Args:
