@@ -30,7 +30,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from memsweep.conf.contract import (
     EXIT_BAD_INPUT,
@@ -104,7 +104,8 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
         )
         return EXIT_INTERRUPTED
     if not multirun and results:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
-        return RUN_EXIT.get(results[-1].get("predicted_outcome") or results[-1].get("outcome"), 1)
+        outcome = results[-1].get("predicted_outcome") or results[-1].get("outcome")
+        return RUN_EXIT.get(outcome, 1) if outcome is not None else 1
     return 0
 
 
@@ -214,9 +215,24 @@ Exit status: 0 an edge predicted, 3 nothing fits, 4 a dry run failed, 2 bad inpu
 PREDICT_OPTIONS = ("--axis AXIS", "--upper N", "--cards[=NAME,NAME]", "-h/--help")
 
 
-def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None, int | None]:
-    """(overrides, axis, capacity text or None, upper or None) of ``memsweep predict``'s arguments
-    (``--cards`` taken out).
+class PredictArgs(NamedTuple):
+    """``memsweep predict``'s arguments, parsed.
+
+    Attributes:
+        overrides: the load's overrides (key=value).
+        axis: the axis searched (``--axis``, default batch).
+        capacity: the ``capacity=`` text, or None.
+        upper: the largest value searched (``--upper``), or None.
+    """
+
+    overrides: list[str]
+    axis: str
+    capacity: str | None
+    upper: int | None
+
+
+def _parse_predict_args(argv: list[str]) -> PredictArgs:
+    """The ``PredictArgs`` of ``memsweep predict``'s arguments (``--cards`` taken out).
 
     Raises:
         SpecError: an axis a search cannot walk (field ``--axis``), an ``--upper`` that is not an
@@ -226,7 +242,10 @@ def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None, in
     from .predict import MAX_VALUE
     from .search import check_search_axis
 
-    axis, overrides, capacity, upper = "batch", [], None, None
+    axis: str | None = "batch"
+    overrides: list[str] = []
+    capacity: str | None = None
+    upper: int | None = None
     it = iter(argv)
     for arg in it:
         name, eq, given = arg.partition("=")
@@ -244,7 +263,7 @@ def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None, in
             capacity = given
         else:
             overrides.append(arg)
-    return overrides, check_search_axis(axis, "--axis"), capacity, upper
+    return PredictArgs(overrides, check_search_axis(axis, "--axis"), capacity, upper)
 
 
 def _predict_error(exc: SpecError) -> str:
@@ -296,7 +315,8 @@ def _print_edge(prediction: Prediction, axis: str, out: TextIO) -> None:
                 and not k.startswith("predicted_")
             )
             print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
-        print(f"  largest phase peak: {bytes_text(at['peak'])}", file=out)
+        if at is not None:  # the run at max_fit
+            print(f"  largest phase peak: {bytes_text(at['peak'])}", file=out)
 
 
 def predict_command(argv: list[str], out: TextIO | None = None) -> int:

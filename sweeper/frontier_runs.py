@@ -123,6 +123,8 @@ class RunIndex:
             except (RecordError, SpecError) as exc:
                 log.warning("resume: %s not reused (%s)", run_dir, exc)
                 continue
+            if spec is None:  # its spec.json went away since it was listed
+                continue
             self.add(spec_key(spec), run_dir)
 
     def add(self, key: str, run_dir: Path) -> None:

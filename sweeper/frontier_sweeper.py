@@ -34,6 +34,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
+from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
@@ -80,9 +81,10 @@ class FrontierSweeperImpl:
         except SpecError as exc:
             raise InputRefused(exc) from None
         self.axes_field = "hydra.sweeper.axes" if settings.get("axes") is not None else "hydra.sweeper.axis"
-        self.config: DictConfig | None = None
-        self.launcher = None
-        self.hydra_context: HydraContext | None = None
+        # set by setup(), which Hydra calls before sweep()
+        self.config: DictConfig
+        self.launcher: Launcher
+        self.hydra_context: HydraContext
         self.session = session_id()
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -127,7 +129,7 @@ class FrontierSweeperImpl:
                     override.input_line,
                     "a single value: the frontier sweeper chooses the values of hydra.sweeper.axis/axes itself",
                 )
-            fixed.append(override.input_line)
+            fixed.append(str(override.input_line))
         return fixed
 
     def compose(self, overrides: list[str]) -> RunSpec:
@@ -241,7 +243,8 @@ class FrontierSweeperImpl:
             (``conf.contract.SOURCES``: ``predicted`` when the probes are dry runs, which are
             never confirmed: a dry run is deterministic, its re-run repeats the same prediction).
         """
-        self.counter = self.capacity = None
+        self.counter: str | None = None  # the peak counter the probes read (search_reading)
+        self.capacity: int | None = None  # the capacity they report (bytes)
         extra = LIGHT if self.settings.light else []
         seed = self.dry_run_seed(axis, lattice, baseline) if self.settings.seed_from_dry_run else None
         search = self.run_search(axis, lattice, extra, "light probe" if self.settings.light else "probe", seed=seed)

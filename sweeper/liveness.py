@@ -73,7 +73,7 @@ def is_process(pid: int | None, identity: str | None, started_at: str | None = N
         identity, or started after ``started_at``); True otherwise (a live process that cannot
         be told apart is taken to be it).
     """
-    if not pid_exists(pid):
+    if pid is None or not pid_exists(pid):
         return False
     if identity is not None:
         return process_identity(pid) == identity  # None: /proc unreadable or the process just ended

@@ -284,7 +284,7 @@ def compose_config(overrides: list[str], fixed: tuple[str, ...] = ()) -> DictCon
         if override.is_sweep_override():
             raise SpecError(
                 override.get_key_element(),
-                override.input_line.split("=", 1)[-1],
+                str(override.input_line).split("=", 1)[-1],
                 "a single value: memsweep predict searches the --axis itself",
             )
     try:
@@ -293,7 +293,7 @@ def compose_config(overrides: list[str], fixed: tuple[str, ...] = ()) -> DictCon
     except (HydraException, OmegaConfBaseException) as exc:
         field = next((o.get_key_element() for o in parsed if o.get_key_element() in str(exc)), "overrides")
         value = next(
-            (o.input_line.split("=", 1)[-1] for o in parsed if o.get_key_element() == field), " ".join(overrides)
+            (str(o.input_line).split("=", 1)[-1] for o in parsed if o.get_key_element() == field), " ".join(overrides)
         )
         raise SpecError(field, value, f"an override of memsweep's config ({first_line(exc)})") from None
 

@@ -91,7 +91,7 @@ def _result(
     record, problem = try_read(run_dir, RECORD_FILE)
     outcome = classify_run(record, returncode, timed_out)
     failed_phase = error_type = error_message = None
-    if outcome in ("oom", "error"):
+    if outcome in ("oom", "error") and record is not None:  # classify_run reads both from a record
         failed_phase, error_type, error_message = (
             record.get("failed_phase"),
             record.get("error_type"),
@@ -293,8 +293,7 @@ def share_fork_server(isolation: str) -> None:
     (the server imports no torch). Either way a run belongs to this process's server, not to the
     launcher worker that asked for it, and outlives that worker (``worker.forkserver``). The
     server still dies with this process."""
-    _FORKSERVER.start(preload=isolation == ISOLATION_FORKSERVER)
-    os.environ[SHARED_FORKSERVER_ENV] = shared_name(_FORKSERVER.path)
+    os.environ[SHARED_FORKSERVER_ENV] = shared_name(_FORKSERVER.start(preload=isolation == ISOLATION_FORKSERVER))
 
 
 def _run_forkserver(run_dir: Path, env: dict, spec: RunSpec) -> WorkerExit:

@@ -112,14 +112,14 @@ def probe_device(device: str) -> dict:
 
 def _plain(cfg: Any) -> dict:
     """A composed config (DictConfig or mapping) as a plain dict, interpolations resolved."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        DictConfig = ()
+    from omegaconf import DictConfig, OmegaConf
+
+    from .plain import plain_dict
+
     if isinstance(cfg, DictConfig):  # drop the hydra node first: its job-time values are unset here
-        data = OmegaConf.to_container(cfg, resolve=False)
+        data = plain_dict(cfg, resolve=False)
         data.pop("hydra", None)
-        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+        return plain_dict(OmegaConf.create(data), resolve=True)
     data = dict(cfg)
     data.pop("hydra", None)
     return data
@@ -346,7 +346,7 @@ def check_user_step(workload: dict, timeout: float = 300) -> None:
 
     answer = _env_cached("MEMSWEEP_USER_STEP_" + hashlib.sha1(arg.encode()).hexdigest(), check)
     if not answer.get("ok"):
-        raise SpecError(answer.get("field") or "workload.train_step", answer.get("value"), answer.get("accepted"))
+        raise SpecError(answer.get("field") or "workload.train_step", answer.get("value"), str(answer.get("accepted")))
 
 
 def hf_count(workload: dict, timeout: float = 600) -> dict:

@@ -142,17 +142,22 @@ class FrontierSearch:
         floors = [
             p.peak for p in self.probes if p.outcome == "ok" and p.peak is not None and (hi is None or p.value < hi)
         ]
-        said = [p for p in self.probes if p.outcome == "oom" and p.oom_held is not None and p.oom_request is not None]
-        floors += [p.oom_held for p in said]
-        ceiling = min((p.oom_held + p.oom_request for p in said), default=None)
+        said = [
+            (p.oom_held, p.oom_request)
+            for p in self.probes
+            if p.outcome == "oom" and p.oom_held is not None and p.oom_request is not None
+        ]
+        floors += [held for held, _ in said]
+        ceiling = min((held + request for held, request in said), default=None)
         return max(floors, default=None), ceiling
 
     def stalled(self) -> bool:
         """Whether the last two rounds left more than half of the bracket (lo, hi) they started
         from: the model's guesses are not narrowing it as fast as bisection would."""
-        if len(self.gaps) < 3 or None in self.gaps[-3:]:
+        last, before = (self.gaps[-1], self.gaps[-3]) if len(self.gaps) >= 3 else (None, None)
+        if last is None or before is None or self.gaps[-2] is None:
             return False
-        return self.gaps[-1] > self.gaps[-3] / 2
+        return last > before / 2
 
     def tried(self) -> set[int]:
         """The values observed or pending (a set)."""
@@ -276,7 +281,7 @@ class FrontierSearch:
         oks, ooms = self.values("ok"), self.values("oom")
         max_ok = oks[-1] if oks else None
         min_oom = ooms[0] if ooms else None
-        monotonic = not (oks and ooms and max_ok > min_oom)
+        monotonic = not (max_ok is not None and min_oom is not None and max_ok > min_oom)
         exact = bool(monotonic and max_ok is not None and min_oom is not None and min_oom - max_ok == m)
         upper_reached = bool(not ooms and max_ok == U)
         lower_fits = True if L in oks else False if L in ooms else None

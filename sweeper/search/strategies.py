@@ -40,6 +40,9 @@ GALLOP = 4
 # First step down from an OOM the model did not expect: what this fraction of the capacity
 # is worth on the axis (unseen overheads are a few percent of the capacity).
 GALLOP_FIRST = 1 / 128
+# A round after the first needs a success below the smallest OOM (``first_round`` or
+# ``seed_round`` run until there is one, or the search is done).
+NO_SUCCESS = "frontier search on {} without a success below the smallest OOM"
 
 
 def seed_round(search: FrontierSearch) -> list[Pick]:
@@ -55,6 +58,8 @@ def seed_round(search: FrontierSearch) -> list[Pick]:
         bracket).
     """
     s, m = search.seed, search.lattice.step
+    if s is None:
+        return []
     done = {p.value: p.outcome for p in search.probes}
     if s not in done:
         return [
@@ -94,8 +99,13 @@ def bisect_round(search: FrontierSearch, slots: int) -> list[Pick]:
     Returns:
         Growth above the largest success until the first OOM, then the values that split
         the bracket.
+
+    Raises:
+        RuntimeError: no success below the smallest OOM (``propose`` does not call it then).
     """
     lo, hi = search.bracket()
+    if lo is None:
+        raise RuntimeError(NO_SUCCESS.format(search.axis))
     if hi is None:
         return growth(search.lattice, lo, slots)
     return split(search.lattice, lo, hi, slots, "")
@@ -110,8 +120,13 @@ def forced_round(search: FrontierSearch, slots: int) -> list[Pick]:
 
     Returns:
         Growth (no OOM yet) or the values that split the bracket, their reason saying why.
+
+    Raises:
+        RuntimeError: no success below the smallest OOM (``propose`` does not call it then).
     """
     lo, hi = search.bracket()
+    if lo is None:
+        raise RuntimeError(NO_SUCCESS.format(search.axis))
     if hi is None:
         return growth(search.lattice, lo, slots)
     return split(search.lattice, lo, hi, slots, ": two wrong predictions in a row")
@@ -148,8 +163,8 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
     quadratic = search.axis in QUADRATIC_AXES
     cap = search.capacity
     band = peak_band(points, quadratic) if len(distinct) >= 2 else None
-    if lo is None:  # propose starts with first_round or seed_round until a success is below the OOMs
-        raise RuntimeError(f"model round on {search.axis} without a success below the smallest OOM")
+    if lo is None:
+        raise RuntimeError(NO_SUCCESS.format(search.axis))
     if band is None or cap is None:
         plateau = len(distinct) < len({x for x, _ in raw})
         return one_success_round(search, slots, lo, hi, points, plateau)
