@@ -1,27 +1,7 @@
-"""The ``memsweep`` command.
+"""The ``memsweep`` command: parses the command line, runs the subcommand, prints, exits.
 
-    memsweep run [OVERRIDES]        measure one condition (Hydra run)
-    memsweep sweep [OVERRIDES]      one-variable-at-a-time sweep (Hydra multirun), then analyze
-    memsweep analyze DIR [DIR ...]  Parquet tables and the frontier of sweep directories
-    memsweep report DIR [DIR ...] [--out DIR] [--margin 10%|0.1|2GiB]
-                                    report.md + self-contained report.html: frontier, margin,
-                                    chosen setting, phases, estimate, other cards
-    memsweep compare BASELINE OTHER [...] [--fail-above 5%|64MiB] [--out DIR]
-                                    comparable loads side by side; exit 1 when a peak grew
-                                    beyond --fail-above, 3 when nothing was comparable
-    memsweep estimate [OPTIONS]     calculated memory of a load (weights, training state, KV cache...)
-    memsweep predict [OVERRIDES] capacity=SIZE [--axis batch] [--upper N]
-                                    predicted edge of an axis from dry runs (fake tensors, no device)
-    memsweep env [--device auto|cpu|cuda:N] [--json]
-                                    the environment report (device, driver, Python, PyTorch, CUDA/HIP,
-                                    allocator settings); exit 2 when PyTorch or the device is missing
-
-OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher=joblib``.
-
-Exit status of ``memsweep run``: 0 ok, 3 out of memory, 4 error, 6 crash, 7 timeout (the run's
-outcome), 2 bad input (nothing ran). ``memsweep sweep``: 0 when the sweep ran (its OOMs are
-its data), 2 bad input, 130 interrupted (resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
-fits, 4 a dry run failed, 2 bad input (``conf.contract.PREDICT_EXIT``).
+The only module of memsweep that prints or exits; every subcommand is a thin layer over the
+library (the Python API ``memsweep``, ``sweeper.predict``, the analysis).
 """
 
 from __future__ import annotations
@@ -47,7 +27,31 @@ from memsweep.conf.contract import (
 if TYPE_CHECKING:
     from .predict import Prediction
 
-USAGE = __doc__
+USAGE = """The ``memsweep`` command.
+
+    memsweep run [OVERRIDES]        measure one condition (Hydra run)
+    memsweep sweep [OVERRIDES]      one-variable-at-a-time sweep (Hydra multirun), then analyze
+    memsweep analyze DIR [DIR ...]  Parquet tables and the frontier of sweep directories
+    memsweep report DIR [DIR ...] [--out DIR] [--margin 10%|0.1|2GiB]
+                                    report.md + self-contained report.html: frontier, margin,
+                                    chosen setting, phases, estimate, other cards
+    memsweep compare BASELINE OTHER [...] [--fail-above 5%|64MiB] [--out DIR]
+                                    comparable loads side by side; exit 1 when a peak grew
+                                    beyond --fail-above, 3 when nothing was comparable
+    memsweep estimate [OPTIONS]     calculated memory of a load (weights, training state, KV cache...)
+    memsweep predict [OVERRIDES] capacity=SIZE [--axis batch] [--upper N]
+                                    predicted edge of an axis from dry runs (fake tensors, no device)
+    memsweep env [--device auto|cpu|cuda:N] [--json]
+                                    the environment report (device, driver, Python, PyTorch, CUDA/HIP,
+                                    allocator settings); exit 2 when PyTorch or the device is missing
+
+OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher=joblib``.
+
+Exit status of ``memsweep run``: 0 ok, 3 out of memory, 4 error, 6 crash, 7 timeout (the run's
+outcome), 2 bad input (nothing ran). ``memsweep sweep``: 0 when the sweep ran (its OOMs are
+its data), 2 bad input, 130 interrupted (resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
+fits, 4 a dry run failed, 2 bad input (``conf.contract.PREDICT_EXIT``).
+"""
 
 
 def _hydra_main(argv: list[str], multirun: bool) -> int:

@@ -1,22 +1,12 @@
-"""The client of the fork server (``worker/forkserver.py``, ``isolation=forkserver``): a server
-process that imported torch once and never touched a device forks one fresh worker per run.
-In a sweep with ``isolation=spawn`` the same server, without torch, has its handlers start each
-run's new interpreter (``python -m memsweep.worker SPEC``), so that a spawned run, too, belongs to the
-sweep's server and not to the launcher worker that asked for it.
+"""The client of the fork server (``worker/forkserver.py``): a server process that imported torch
+once and never touched a device forks one fresh worker per run (``isolation=forkserver``), or,
+without torch, has its handlers start each run's new interpreter (``isolation=spawn``).
 
-Every run is still a new process with its own CUDA context and allocator (the worker checks
-that no CUDA context exists when it starts). One server per orchestrator process, started
-lazily; a sweep's main process can share its server with the launcher's worker processes
-through ``MEMSWEEP_FORKSERVER`` (``sweeper.process.share_fork_server``).
-
-Protocol (one connection per run, newline-terminated JSON): the client sends the run's spec,
-stdout and stderr paths, environment, whether it needs torch._dynamo and its ``timeout_s``; the
-server answers the worker's pid (and its handler's), then its returncode once it has ended. A
-client that dies meanwhile (a launcher worker killed) does not take the run with it: the
-handler keeps it to its ``timeout_s`` and writes its exit status into the run directory
-(``conf.contract.EXIT_STATUS_FILE``, see ``worker.forkserver``). Every read is
-bounded (``sweeper.forkserver_wait``): a server or handler that stopped or wedged is a
-``ForkServerLost``, never a hang.
+One server per orchestrator process, started lazily; a sweep's main process shares its server
+with the launcher's worker processes through ``MEMSWEEP_FORKSERVER``
+(``sweeper.process.share_fork_server``). One connection per run, newline-terminated JSON
+(``run_request``); every read is bounded (``sweeper.forkserver_wait``): a server or handler
+that stopped or wedged is a ``ForkServerLost``, never a hang.
 """
 
 from __future__ import annotations
@@ -81,7 +71,7 @@ def remove_stale_socket_dirs(tmp: str | None = None) -> list[str]:
     gone (killed, so that it never removed its own): a server dies with its owner (PR_SET_PDEATHSIG),
     so nothing listens there any more. Only this user's directories named with an owner pid that no
     process has now (``os.kill(pid, 0)``: no such process) are removed; a live owner, another user's,
-    or a directory of the older unnamed form is left alone.
+    or a directory not named so is left alone.
 
     Args:
         tmp: the temporary directory (None: ``tempfile.gettempdir()``).

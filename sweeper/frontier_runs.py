@@ -3,21 +3,9 @@ directory holds (reused instead of run again), what a finished run says, and the
 of the others (``SweepRuns``).
 
 A probe's run directory is ``<axis>_<value>_<spec key>`` (a light probe's
-``<axis>_<value>_light_<spec key>``; a second run of the same condition, such as a
-confirmation, adds ``_<n>``); the spec key is a hash of the run's spec.json, so running the
-same sweep again in the same directory reuses the runs already there (those with a
-result.json), and several axes or a search and its confirmations share runs of the same
-condition.
-
-Peaks read by the model (``conf.contract.run_peak``, the one definition of a run's peak): the
-largest phase peak of the run, ``max_memory_reserved`` on CUDA (the per-process memory fraction caps what the caching
-allocator reserves) and ``max_memory_allocated`` on the CPU (the worker's live-tensor
-tracker). On the CPU with ``capacity_mode=allocator`` (the default) the capacity caps exactly
-these tracked bytes (``worker.counters.apply_cpu_allocator_capacity``), so the model and the
-runs count the same bytes; with ``capacity_mode=process`` the capacity limits the growth of the
-data segment (RLIMIT_DATA, ``worker.counters.apply_cpu_process_capacity``), and what malloc
-keeps beyond the tensors shows up as a lower effective threshold, which the search learns from
-its probes.
+``<axis>_<value>_light_<spec key>``; a second run of the same condition adds ``_<n>``); the
+spec key is a hash of the run's spec.json. The peak the model reads is
+``conf.contract.run_peak``: ``max_memory_reserved`` on CUDA, ``max_memory_allocated`` on the CPU.
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Adaptive frontier Sweeper for Hydra (``hydra/sweeper=frontier``): the logic behind the
 plugin class ``hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper``.
 
-Finds the exact success/OOM edge of one or more axes (batch, context, width), each with
-everything else at the baseline, every probe a fresh worker process launched through
-``self.launcher`` (basic, joblib, submitit_local, submitit_slurm: unchanged). The search
-itself is ``sweeper.search.FrontierSearch``; this module runs its probes, reads what
-they left (``sweeper.frontier_runs``), and writes down every decision.
-
-Files in the sweep directory:
-
-* one run directory per probe, named by its spec's key (``sweeper.frontier_runs``): the
-  same sweep again in the same directory (``hydra.sweep.dir=...``) **reuses** the runs
-  already there instead of re-running them, an attempt cut short with its orchestrator is
-  resumed in its own directory (``sweeper.process.execute``), a finished run is never
-  overwritten;
-* ``search.jsonl`` (``sweeper.frontier_log``): appended, one JSON object a line: ``start``
-  (settings), ``probe`` (value, why it was chosen, what the model predicted, outcome, peak,
-  run directory, reused or not), ``confirm`` and ``result`` (the answer of each axis);
-* ``frontier.parquet``: written at the end of the multirun by ``sweeper.callbacks``;
-  ``analysis.frontier`` adds the search's columns (strategy, runs_used, upper_reached,
-  stopped_by, search_status) from the ``result`` lines.
-
-Which peak the model reads (``conf.contract.run_peak``), and how it compares with the capacity:
-``sweeper.frontier_runs``. The settings (``hydra.sweeper.*``) and their checks:
-``sweeper.frontier_settings``.
+Finds the exact success/OOM edge of one or more axes (batch, context, width), everything else
+at the baseline, every probe a fresh worker process launched through ``self.launcher``. The
+search is ``sweeper.search.FrontierSearch``; this module runs its probes, reads what they left
+(``sweeper.frontier_runs``: one run directory per probe, reused by the same sweep run again),
+and writes every decision to ``search.jsonl`` (``sweeper.frontier_log``). The settings and
+their checks: ``sweeper.frontier_settings``.
 """
 
 from __future__ import annotations

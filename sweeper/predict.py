@@ -1,27 +1,15 @@
 """``memsweep predict [OVERRIDES] capacity=80GB [--axis batch]``: the predicted edge of an axis.
 
-A search of one axis (batch, context or width, everything else fixed) on dry runs only
-(``dry_run=true``: the worker runs every phase on fake tensors, ``FakeTensorMode``, and
-records the predicted live tensor bytes of each phase). Each dry run is a fresh worker
-process started through ``sweeper.process.execute`` (the fork server by default), a second
-or less for small models; nothing is allocated, so the load may be far larger than this
-machine. With ``device=cuda`` (or cuda:N) the dry runs run fake CUDA tensors on this machine,
-no GPU needed, and count each storage in the CUDA caching allocator's 512 B blocks
-(worker.counters.CUDA_BLOCK_BYTES): the prediction is of torch.cuda.max_memory_allocated;
-what it cannot see is listed in ``BLIND_SPOTS_CUDA``. The default device is cpu.
+A search of one axis (everything else fixed) on dry runs only (``dry_run=true``: every phase
+on fake tensors, the predicted live tensor bytes recorded), each a fresh worker process
+(``sweeper.process.execute``). With ``device=cuda`` the dry runs count each storage in the CUDA
+caching allocator's 512 B blocks, no GPU needed. A load fits when its largest predicted phase
+peak (bytes) is at most ``capacity``; the search is the frontier sweeper's ``model`` strategy
+with dry runs as its oracle (``Predictor.search``). The answer is a prediction of tensor bytes:
+what it cannot see is ``BLIND_SPOTS`` (``BLIND_SPOTS_CUDA``), printed with every answer.
 
-A load "fits" when the largest predicted phase peak (``max_memory_allocated`` of a dry run,
-bytes) is at most ``capacity``. Search: the frontier sweeper's ``model`` strategy
-(``sweeper.search.FrontierSearch``) with dry runs as its oracle, starting at the configured
-value: predicted peaks fitted against the axis aim the next dry run, bisection when a guess is
-wrong, down to neighbours (``Predictor.search``). At the edge it prints the predicted bytes of every phase
-and the split of the largest phase peak into parameters, gradients, optimizer states and
-activations/temporaries (the dry run's ``predicted_*_bytes``, conf.contract.PEAK_CATEGORIES).
-The answer is a prediction of *tensor bytes*; what it cannot see is listed in
-``BLIND_SPOTS`` and printed with every answer.
-
-This module is the library (``Predictor``, ``predict_edge``, which also writes predict.json);
-the command, its arguments and what it prints are ``sweeper.cli.predict_command``.
+This module is the library (``Predictor``, ``predict_edge``, which writes predict.json); the
+command and what it prints are ``sweeper.cli.predict_command``.
 """
 
 from __future__ import annotations

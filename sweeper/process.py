@@ -134,8 +134,8 @@ def _result(
 
 
 def stored_spec(run_dir: Path) -> RunSpec | None:
-    """The spec ``run_dir`` holds (spec.json; from_dict fills the fields a spec written before
-    them lacks: additive, defaults), or None when it holds none.
+    """The spec ``run_dir`` holds (spec.json, ``conf.contract.read_spec``), or None when it holds
+    none.
 
     Raises:
         RunDirError: an unreadable or invalid spec.json.

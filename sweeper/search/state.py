@@ -124,7 +124,7 @@ class FrontierSearch:
         return (oks[-1] if oks else None), hi
 
     def usable(self) -> tuple[int | None, int | None]:
-        """The usable capacity the probes bracket, in the peak counter's bytes (issue #16).
+        """The usable capacity the probes bracket, in the peak counter's bytes.
 
         A success bounds it from below by its peak; an OOM that said what it asked (R) with
         what was already held (A) bounds it from below by A (held, so it fitted) and from

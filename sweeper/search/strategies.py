@@ -1,20 +1,11 @@
-"""The strategies: which values a round of the search proposes (one small function each, in
-the spirit of Lightning's tuner), as ``Pick`` lists that ``FrontierSearch.propose`` turns
-into probes (skipping values tried already or outside the lattice).
+"""The strategies: which values a round of the search proposes (one small function each), as
+``Pick`` lists that ``FrontierSearch.propose`` turns into probes.
 
-* ``seed_round``: the predicted edge of a dry run and its neighbour.
-* ``first_round``: ``lower'``, then growth.
-* ``bisect_round`` (strategy ``bisect``): grow geometrically (x2) until the first OOM, then
-  split the bracket (``growth``, ``split``).
-* ``model_round`` (strategy ``model``): aim at where the band of the fitted peak
-  (``sweeper.search.peaks``) crosses the capacity, or, once an OOM said it held and asked
-  less than the capacity, at where it meets the bracket of the usable capacity
-  (``sweeper.search.bracket``), or gallop away from an OOM or a success the model did not
-  expect (``gallop_down``, ``gallop_up``); ``forced_round`` after two wrong predictions in a
-  row.
-
-The moves they are made of (``growth``, ``split``, ``fill``, ``pair``) are in
-``sweeper.search.moves``.
+``seed_round`` (a dry run's predicted edge), ``first_round``, ``bisect_round`` (strategy
+``bisect``: x2 growth, then bisection), ``model_round`` (strategy ``model``: where the band of
+the fitted peak crosses the capacity, ``one_success_round`` and ``band_round``, or the bracket
+of the usable capacity, ``sweeper.search.bracket``; ``gallop_down``/``gallop_up`` when the
+probes contradict the fit) and ``forced_round`` after two wrong predictions in a row.
 
 To add a strategy: write its round as ``(search, slots) -> list[Pick]`` here, add its name
 to ``STRATEGIES`` and dispatch to it in ``FrontierSearch.propose``.
