@@ -30,7 +30,6 @@ from memsweep.conf.contract import (
     failure_words,
     oom_attribution,
     planned_phases,
-    predicted_outcome,
     read_spec,
     run_peak,
     try_read,
@@ -191,11 +190,8 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: dict | None = None
     if (record or {}).get("source") == "predicted":
         # a dry run never runs out of memory: its verdict is its predicted peak against the capacity
         peak, _ = run_peak(record)
-        verdict = (  # result.json holds it (sweeper.process); recomputed for one written before it did
-            envelope["predicted_outcome"]
-            if "predicted_outcome" in envelope
-            else predicted_outcome(outcome, peak, capacity if isinstance(capacity, int) else None)
-        )
+        # result.json holds it (sweeper.process); a run without a readable result.json crashed
+        verdict = envelope.get("predicted_outcome", outcome)
         if verdict is None:
             verdict, message = "error", "a dry run without a capacity or a predicted peak: no verdict"
         elif verdict == "oom":
