@@ -288,27 +288,27 @@ def _print_edge(prediction: Prediction, axis: str, out: TextIO) -> None:
         out: where it is printed.
     """
     predictor, edge, summary = prediction.predictor, prediction.edge, prediction.summary
-    at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
-    if edge["error"] is not None:
-        err = edge["error"]
+    at = predictor.runs.get(edge.max_fit) if edge.max_fit is not None else None
+    if edge.error is not None:
+        err = edge.error
         print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
         print("  (a real run measures such a load: memsweep run / sweep)", file=out)
-    if edge["max_fit"] is None and edge["min_miss"] == 1:
+    if edge.max_fit is None and edge.min_miss == 1:
         print(f"  PREDICTED: nothing fits; {axis}=1 already needs {bytes_text(predictor.runs[1]['peak'])}", file=out)
-    if edge["upper_reached"]:
+    if edge.upper_reached:
         print(
-            f"  PREDICTED: edge not found below the upper bound: {axis}={edge['max_fit']} (--upper) fits; "
+            f"  PREDICTED: edge not found below the upper bound: {axis}={edge.max_fit} (--upper) fits; "
             "the edge lies above it (a larger --upper searches further)",
             file=out,
         )
-    elif edge["max_fit"] is not None:
-        exact = "exact" if edge["exact"] else "not exact"
+    elif edge.max_fit is not None:
+        exact = "exact" if edge.exact else "not exact"
         print(
-            f"  PREDICTED edge: max fit {axis}={edge['max_fit']}, min miss {axis}={edge['min_miss']} ({exact})",
+            f"  PREDICTED edge: max fit {axis}={edge.max_fit}, min miss {axis}={edge.min_miss} ({exact})",
             file=out,
         )
-    if edge["max_fit"] is not None:
-        print(f"  predicted tensor bytes at {axis}={edge['max_fit']}, per phase (peak / live at its end):", file=out)
+    if edge.max_fit is not None:
+        print(f"  predicted tensor bytes at {axis}={edge.max_fit}, per phase (peak / live at its end):", file=out)
         for row in summary["breakdown"]:
             extra = "".join(
                 f", {k} {v}"
@@ -370,9 +370,9 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
     for item in blind_spots(predictor.device):
         print(f"    - {item}", file=out)
     print("  Keep a margin for these, or measure the edge: memsweep sweep ... capacity=SIZE", file=out)
-    if edge["error"] is not None:
+    if edge.error is not None:
         return PREDICT_EXIT["error"]
-    return PREDICT_EXIT["edge"] if edge["max_fit"] is not None else PREDICT_EXIT["nothing_fits"]
+    return PREDICT_EXIT["edge"] if edge.max_fit is not None else PREDICT_EXIT["nothing_fits"]
 
 
 def card_names(args: list[str]) -> list[str] | None:

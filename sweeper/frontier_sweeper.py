@@ -36,7 +36,7 @@ from .frontier_settings import (
 )
 from .inputs import check_sweep_config
 from .owner import session_id
-from .predict import Predictor
+from .predict import PredictedEdge, Predictor
 from .process import share_fork_server
 from .search import STOP_OUTCOMES, FrontierSearch, Lattice
 from .spec import launch_settings, spec_from_config
@@ -277,19 +277,19 @@ class FrontierSweeperImpl:
         start = min(max(getattr(baseline, axis) or lattice.lower, lattice.lower), lattice.upper)
         try:
             edge = predictor.search(start, lattice)
-            error = edge["error"]
+            error = edge.error
             why = None if error is None else f"{error['error_type']}: {error['error_message']}"
             said = None if error is None else f"dry run at {axis}={error['value']} failed ({error['error_type']})"
         except SpecError as exc:  # a load the dry run refuses (export, fault, compile...): no prediction
-            edge = {"max_fit": None, "min_miss": None}
             why, said = f"SpecError: {exc}", f"the dry run refuses this load, no seed ({exc})"
+            edge = PredictedEdge(max_fit=None, min_miss=None, exact=False, upper=lattice.upper, upper_reached=False)
         self.search_log.write(
             {
                 "event": "dry_run",
                 "axis": axis,
                 "capacity_bytes": baseline.capacity_bytes,
-                "predicted_max_ok": edge["max_fit"],
-                "predicted_min_oom": edge["min_miss"],
+                "predicted_max_ok": edge.max_fit,
+                "predicted_min_oom": edge.min_miss,
                 "dry_runs": len(predictor.runs),
                 "dry_run_dir": str(predictor.out_dir),
                 "error": why,
@@ -298,8 +298,8 @@ class FrontierSweeperImpl:
         if said is not None:
             log.warning("seed_from_dry_run: %s: real probes only", said)
             return None
-        log.info("frontier dry runs (%d): predicted max_ok %s=%s", len(predictor.runs), axis, edge["max_fit"])
-        return edge["max_fit"]
+        log.info("frontier dry runs (%d): predicted max_ok %s=%s", len(predictor.runs), axis, edge.max_fit)
+        return edge.max_fit
 
     def run_search(
         self, axis: str, lattice: Lattice, extra: list[str], event: str, seed: int | None = None

@@ -70,6 +70,28 @@ def blind_spots(device: str) -> tuple[str, ...]:
     return BLIND_SPOTS_CUDA if device.startswith("cuda") else BLIND_SPOTS
 
 
+@dataclass
+class PredictedEdge:
+    """The edge of an axis that dry runs predict (``Predictor.search``).
+
+    Attributes:
+        max_fit: the largest value predicted to fit, or None.
+        min_miss: the smallest value predicted not to fit, or None.
+        exact: neighbours on the lattice (or nothing fits), and no dry run failed.
+        upper: the largest value searched.
+        upper_reached: ``upper`` fits: the edge lies above it.
+        error: the ``Predictor.run`` dict of the dry run that could not predict (it stops the
+            search), or None.
+    """
+
+    max_fit: int | None
+    min_miss: int | None
+    exact: bool
+    upper: int
+    upper_reached: bool
+    error: dict | None = None
+
+
 class Predictor:
     """Dry runs of one load at different values of ``axis``, each in its own directory.
 
@@ -167,7 +189,7 @@ class Predictor:
         result = execute(spec, run_dir, resume=True, isolation=self.isolation)
         return result, try_read(run_dir, RECORD_FILE)[0]
 
-    def search(self, start: int, lattice: Lattice | None = None) -> dict:
+    def search(self, start: int, lattice: Lattice | None = None) -> PredictedEdge:
         """The predicted edge of the axis.
 
         Driven by memsweep's frontier search (``sweeper.search.FrontierSearch``, strategy
@@ -182,12 +204,7 @@ class Predictor:
                 ``multiple_of`` in [its ``lower``, ``upper``], ``FrontierSweeperConf``).
 
         Returns:
-            {"max_fit" (largest value that fits, or None), "min_miss" (smallest that does
-            not, or None), "exact" (neighbours on the lattice, or nothing fits, and no
-            error), "upper" (the largest value searched), "upper_reached" (it fits: the
-            edge lies above it), "error" (the ``run`` dict of the dry run that could not
-            predict, which stops the search, or None)}. The search stops once the edge is
-            exact.
+            The ``PredictedEdge``; the search stops once the edge is exact.
 
         Raises:
             SpecError: a load the dry run refuses.
@@ -206,14 +223,14 @@ class Predictor:
                     search.observe(probe.value, Reading("ok" if r["fits"] else "oom", r["peak"], self.capacity))
         res = search.result()
         nothing_fits = res.max_ok is None and res.min_oom == lattice.lower
-        return {
-            "max_fit": res.max_ok,
-            "min_miss": res.min_oom,
-            "error": error,
-            "exact": error is None and (res.exact or nothing_fits),
-            "upper": lattice.upper,
-            "upper_reached": error is None and res.upper_reached,
-        }
+        return PredictedEdge(
+            max_fit=res.max_ok,
+            min_miss=res.min_oom,
+            exact=error is None and (res.exact or nothing_fits),
+            upper=lattice.upper,
+            upper_reached=error is None and res.upper_reached,
+            error=error,
+        )
 
 
 @dataclass
@@ -237,7 +254,7 @@ class Prediction:
     capacity_bytes: int
     out_dir: Path
     predictor: Predictor
-    edge: dict
+    edge: PredictedEdge
     summary: dict
 
 
@@ -365,7 +382,7 @@ def predict_edge(
     return Prediction(axis, capacity_bytes, out_dir, predictor, edge, summary)
 
 
-def predict_summary(base: RunSpec, axis: str, capacity_bytes: int, predictor: Predictor, edge: dict) -> dict:
+def predict_summary(base: RunSpec, axis: str, capacity_bytes: int, predictor: Predictor, edge: PredictedEdge) -> dict:
     """What predict.json holds: the predicted edge, the dry runs, the breakdown at the edge.
 
     Args:
@@ -378,10 +395,10 @@ def predict_summary(base: RunSpec, axis: str, capacity_bytes: int, predictor: Pr
     Returns:
         The summary (JSON-ready; bytes as integers).
     """
-    at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
+    at = predictor.runs.get(edge.max_fit) if edge.max_fit is not None else None
     # nothing fits: the split of the smallest value, to show what does not fit
-    split_value = edge["max_fit"] if at is not None else edge["min_miss"]
-    split_run = at or predictor.runs.get(split_value)
+    split_value = edge.max_fit if at is not None else edge.min_miss
+    split_run = at or (predictor.runs.get(split_value) if split_value is not None else None)
     rounding = next(
         (
             r["record"].get("prediction_rounding")
@@ -394,7 +411,11 @@ def predict_summary(base: RunSpec, axis: str, capacity_bytes: int, predictor: Pr
         "axis": axis,
         "capacity_bytes": capacity_bytes,
         "source": "predicted",
-        **{k: edge[k] for k in ("max_fit", "min_miss", "exact", "upper", "upper_reached")},
+        "max_fit": edge.max_fit,
+        "min_miss": edge.min_miss,
+        "exact": edge.exact,
+        "upper": edge.upper,
+        "upper_reached": edge.upper_reached,
         "dry_runs": len(predictor.runs),
         "runs": [
             {k: r[k] for k in ("value", "outcome", "peak", "fits", "error_type")}
