@@ -34,7 +34,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 # One formatter and linter (ruff, configured in pyproject.toml) and the type checker (mypy) on the
-# packages pyproject.toml lists. `make format` rewrites the files; `make lint` only checks (CI runs it).
+# packages of pyproject's [tool.mypy]. `make format` rewrites the files; `make lint` only checks (CI runs it).
 TYPECHECK := build/typecheck
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .

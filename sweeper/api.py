@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memsweep.conf.contract import (
     PREDICT_EXIT,
@@ -44,6 +44,9 @@ from memsweep.conf.contract import (
     run_peak,
     try_read,
 )
+
+if TYPE_CHECKING:
+    from .predict import PredictedEdge
 
 __all__ = [
     "CompareResult",
@@ -763,12 +766,12 @@ class PredictResult:
     summary: Mapping[str, Any]
 
 
-def predict_exit_code(edge: Mapping[str, Any]) -> int:
+def predict_exit_code(edge: PredictedEdge) -> int:
     """``memsweep predict``'s exit status for ``Predictor.search``'s answer (``PREDICT_EXIT``): a dry
     run failed, an edge predicted, or nothing fits."""
-    if edge["error"] is not None:
+    if edge.error is not None:
         return PREDICT_EXIT["error"]
-    return PREDICT_EXIT["edge"] if edge["max_fit"] is not None else PREDICT_EXIT["nothing_fits"]
+    return PREDICT_EXIT["edge"] if edge.max_fit is not None else PREDICT_EXIT["nothing_fits"]
 
 
 def predict(
@@ -809,19 +812,19 @@ def predict(
     functions = dict(model=model, inputs=inputs, loss=loss, optimizer=optimizer, train_step=train_step)
     argv = load_overrides(settings, overrides, functions, lists=False)
     p = predict_edge(argv, axis, str(capacity), upper=upper)
-    edge, at = p.edge, p.predictor.runs.get(p.edge["max_fit"]) if p.edge["max_fit"] is not None else None
+    edge, at = p.edge, p.predictor.runs.get(p.edge.max_fit) if p.edge.max_fit is not None else None
     return PredictResult(
         axis=p.axis,
         capacity_bytes=p.capacity_bytes,
         out_dir=Path(p.out_dir),
-        max_fit=edge["max_fit"],
-        min_miss=edge["min_miss"],
-        exact=edge["exact"],
-        upper=edge["upper"],
-        upper_reached=edge["upper_reached"],
+        max_fit=edge.max_fit,
+        min_miss=edge.min_miss,
+        exact=edge.exact,
+        upper=edge.upper,
+        upper_reached=edge.upper_reached,
         peak=at["peak"] if at else None,
         device=p.predictor.device,
-        error={k: v for k, v in edge["error"].items() if k != "record"} if edge["error"] else None,
+        error={k: v for k, v in edge.error.items() if k != "record"} if edge.error else None,
         exit_code=predict_exit_code(edge),
         blind_spots=tuple(blind_spots(p.predictor.device)),
         summary=p.summary,

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from memsweep.analysis.labels import SHOWN_WHEN_SET, load_words
 from memsweep.conf.contract import AXES
 
+from .plain import plain_dict
 from .progress import observer
 
 log = logging.getLogger("memsweep")
@@ -108,7 +109,7 @@ def planned_jobs(config: DictConfig) -> int | None:
         from memsweep.sweeper.ovat import plan_conditions
 
         axes_cfg = OmegaConf.select(config, "sweep.axes")
-        axes = dict(OmegaConf.to_container(axes_cfg, resolve=True)) if axes_cfg else {}
+        axes = plain_dict(axes_cfg, resolve=True) if axes_cfg else {}
         axes.update(sweeps)
         return len(plan_conditions(axes, {a: config.get(a) for a in AXES}))
     if target.endswith("BasicSweeper"):

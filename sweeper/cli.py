@@ -1,4 +1,33 @@
-"""The ``memsweep`` command.
+"""The ``memsweep`` command: parses the command line, runs the subcommand, prints, exits.
+
+The only module of memsweep that prints or exits; every subcommand is a thin layer over the
+library (the Python API ``memsweep``, ``sweeper.predict``, the analysis).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple, TextIO
+
+from memsweep.conf.contract import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    PEAK_CATEGORIES,
+    PEAK_CATEGORY_WORDS,
+    PREDICT_EXIT,
+    RUN_EXIT,
+    SpecError,
+    bytes_text,
+    validate_device,
+)
+
+if TYPE_CHECKING:
+    from .predict import Prediction
+
+USAGE = """The ``memsweep`` command.
 
     memsweep run [OVERRIDES]        measure one condition (Hydra run)
     memsweep sweep [OVERRIDES]      one-variable-at-a-time sweep (Hydra multirun), then analyze
@@ -23,26 +52,6 @@ outcome), 2 bad input (nothing ran). ``memsweep sweep``: 0 when the sweep ran (i
 its data), 2 bad input, 130 interrupted (resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
 fits, 4 a dry run failed, 2 bad input (``conf.contract.PREDICT_EXIT``).
 """
-
-from __future__ import annotations
-
-import importlib
-import os
-import sys
-from typing import TextIO
-
-from memsweep.conf.contract import (
-    EXIT_BAD_INPUT,
-    EXIT_INTERRUPTED,
-    PEAK_CATEGORIES,
-    PEAK_CATEGORY_WORDS,
-    PREDICT_EXIT,
-    SpecError,
-    bytes_text,
-    validate_device,
-)
-
-USAGE = __doc__
 
 
 def _hydra_main(argv: list[str], multirun: bool) -> int:
@@ -182,9 +191,24 @@ Exit status: 0 an edge predicted, 3 nothing fits, 4 a dry run failed, 2 bad inpu
 PREDICT_OPTIONS = ("--axis AXIS", "--upper N", "--cards[=NAME,NAME]", "-h/--help")
 
 
-def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None, int | None]:
-    """(overrides, axis, capacity text or None, upper or None) of ``memsweep predict``'s arguments
-    (``--cards`` taken out).
+class PredictArgs(NamedTuple):
+    """``memsweep predict``'s arguments, parsed.
+
+    Attributes:
+        overrides: the load's overrides (key=value).
+        axis: the axis searched (``--axis``, default batch).
+        capacity: the ``capacity=`` text, or None.
+        upper: the largest value searched (``--upper``), or None.
+    """
+
+    overrides: list[str]
+    axis: str
+    capacity: str | None
+    upper: int | None
+
+
+def _parse_predict_args(argv: list[str]) -> PredictArgs:
+    """The ``PredictArgs`` of ``memsweep predict``'s arguments (``--cards`` taken out).
 
     Raises:
         SpecError: an axis a search cannot walk (field ``--axis``), an ``--upper`` that is not an
@@ -194,7 +218,10 @@ def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None, in
     from .predict import MAX_VALUE
     from .search import check_search_axis
 
-    axis, overrides, capacity, upper = "batch", [], None, None
+    axis: str | None = "batch"
+    overrides: list[str] = []
+    capacity: str | None = None
+    upper: int | None = None
     it = iter(argv)
     for arg in it:
         name, eq, given = arg.partition("=")
@@ -212,7 +239,7 @@ def _parse_predict_args(argv: list[str]) -> tuple[list[str], str, str | None, in
             capacity = given
         else:
             overrides.append(arg)
-    return overrides, check_search_axis(axis, "--axis"), capacity, upper
+    return PredictArgs(overrides, check_search_axis(axis, "--axis"), capacity, upper)
 
 
 def _predict_error(exc: SpecError) -> str:
@@ -222,6 +249,50 @@ def _predict_error(exc: SpecError) -> str:
         options = ", ".join(PREDICT_OPTIONS)
         return f"unknown option {exc.value}; memsweep predict's options: {options} (overrides: key=value)"
     return str(exc)
+
+
+def _print_edge(prediction: Prediction, axis: str, out: TextIO) -> None:
+    """Print ``memsweep predict``'s predicted edge and the tensor bytes per phase at it.
+
+    Args:
+        prediction: ``predict_edge``'s answer.
+        axis: the axis searched.
+        out: where it is printed.
+    """
+    predictor, edge, summary = prediction.predictor, prediction.edge, prediction.summary
+    at = predictor.runs.get(edge.max_fit) if edge.max_fit is not None else None
+    if edge.error is not None:
+        err = edge.error
+        print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
+        print("  (a real run measures such a load: memsweep run / sweep)", file=out)
+    if edge.max_fit is None and edge.min_miss == 1:
+        print(f"  PREDICTED: nothing fits; {axis}=1 already needs {bytes_text(predictor.runs[1]['peak'])}", file=out)
+    if edge.upper_reached:
+        print(
+            f"  PREDICTED: edge not found below the upper bound: {axis}={edge.max_fit} (--upper) fits; "
+            "the edge lies above it (a larger --upper searches further)",
+            file=out,
+        )
+    elif edge.max_fit is not None:
+        exact = "exact" if edge.exact else "not exact"
+        print(
+            f"  PREDICTED edge: max fit {axis}={edge.max_fit}, min miss {axis}={edge.min_miss} ({exact})",
+            file=out,
+        )
+    if edge.max_fit is not None:
+        print(f"  predicted tensor bytes at {axis}={edge.max_fit}, per phase (peak / live at its end):", file=out)
+        for row in summary["breakdown"]:
+            extra = "".join(
+                f", {k} {v}"
+                for k, v in row.items()
+                if k.endswith("_bytes")
+                and v is not None
+                and k not in ("peak_bytes", "live_bytes")
+                and not k.startswith("predicted_")
+            )
+            print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
+        if at is not None:  # the run at max_fit
+            print(f"  largest phase peak: {bytes_text(at['peak'])}", file=out)
 
 
 def predict_command(argv: list[str], out: TextIO | None = None) -> int:
@@ -252,7 +323,6 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
         print(f"memsweep predict: error: {_predict_error(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     predictor, edge, summary = prediction.predictor, prediction.edge, prediction.summary
-    at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
     print(
         f"memsweep predict: {axis} at capacity {bytes_text(prediction.capacity_bytes)}, {len(predictor.runs)} "
         f"dry runs (fake tensors, no device), in {prediction.out_dir}",
@@ -266,37 +336,7 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
             f"max_memory_reserved's",
             file=out,
         )
-    if edge["error"] is not None:
-        err = edge["error"]
-        print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
-        print("  (a real run measures such a load: memsweep run / sweep)", file=out)
-    if edge["max_fit"] is None and edge["min_miss"] == 1:
-        print(f"  PREDICTED: nothing fits; {axis}=1 already needs {bytes_text(predictor.runs[1]['peak'])}", file=out)
-    if edge["upper_reached"]:
-        print(
-            f"  PREDICTED: edge not found below the upper bound: {axis}={edge['max_fit']} (--upper) fits; "
-            "the edge lies above it (a larger --upper searches further)",
-            file=out,
-        )
-    elif edge["max_fit"] is not None:
-        exact = "exact" if edge["exact"] else "not exact"
-        print(
-            f"  PREDICTED edge: max fit {axis}={edge['max_fit']}, min miss {axis}={edge['min_miss']} ({exact})",
-            file=out,
-        )
-    if edge["max_fit"] is not None:
-        print(f"  predicted tensor bytes at {axis}={edge['max_fit']}, per phase (peak / live at its end):", file=out)
-        for row in summary["breakdown"]:
-            extra = "".join(
-                f", {k} {v}"
-                for k, v in row.items()
-                if k.endswith("_bytes")
-                and v is not None
-                and k not in ("peak_bytes", "live_bytes")
-                and not k.startswith("predicted_")
-            )
-            print(f"    {row['phase']:<28} {row['peak_bytes']:>16} B {row['live_bytes']:>16} B{extra}", file=out)
-        print(f"  largest phase peak: {bytes_text(at['peak'])}", file=out)
+    _print_edge(prediction, axis, out)
     _print_split(summary, axis, out)
     print("  This is a prediction of live tensor bytes, not a measurement. It cannot see:", file=out)
     for item in blind_spots(predictor.device):

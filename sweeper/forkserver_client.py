@@ -1,22 +1,12 @@
-"""The client of the fork server (``worker/forkserver.py``, ``isolation=forkserver``): a server
-process that imported torch once and never touched a device forks one fresh worker per run.
-In a sweep with ``isolation=spawn`` the same server, without torch, has its handlers start each
-run's new interpreter (``python -m memsweep.worker SPEC``), so that a spawned run, too, belongs to the
-sweep's server and not to the launcher worker that asked for it.
+"""The client of the fork server (``worker/forkserver.py``): a server process that imported torch
+once and never touched a device forks one fresh worker per run (``isolation=forkserver``), or,
+without torch, has its handlers start each run's new interpreter (``isolation=spawn``).
 
-Every run is still a new process with its own CUDA context and allocator (the worker checks
-that no CUDA context exists when it starts). One server per orchestrator process, started
-lazily; a sweep's main process can share its server with the launcher's worker processes
-through ``MEMSWEEP_FORKSERVER`` (``sweeper.process.share_fork_server``).
-
-Protocol (one connection per run, newline-terminated JSON): the client sends the run's spec,
-stdout and stderr paths, environment, whether it needs torch._dynamo and its ``timeout_s``; the
-server answers the worker's pid (and its handler's), then its returncode once it has ended. A
-client that dies meanwhile (a launcher worker killed) does not take the run with it: the
-handler keeps it to its ``timeout_s`` and writes its exit status into the run directory
-(``conf.contract.EXIT_STATUS_FILE``, see ``worker.forkserver``). Every read is
-bounded (``sweeper.forkserver_wait``): a server or handler that stopped or wedged is a
-``ForkServerLost``, never a hang.
+One server per orchestrator process, started lazily; a sweep's main process shares its server
+with the launcher's worker processes through ``MEMSWEEP_FORKSERVER``
+(``sweeper.process.share_fork_server``). One connection per run, newline-terminated JSON
+(``run_request``); every read is bounded (``sweeper.forkserver_wait``): a server or handler
+that stopped or wedged is a ``ForkServerLost``, never a hang.
 """
 
 from __future__ import annotations
@@ -54,7 +44,7 @@ from .forkserver_wait import (
     read_answer,
     wait_until_ready,
 )
-from .launch import kill_process_group, worker_env
+from .launch import WorkerExit, kill_process_group, worker_env
 from .liveness import pid_exists
 
 log = logging.getLogger("memsweep")
@@ -81,7 +71,7 @@ def remove_stale_socket_dirs(tmp: str | None = None) -> list[str]:
     gone (killed, so that it never removed its own): a server dies with its owner (PR_SET_PDEATHSIG),
     so nothing listens there any more. Only this user's directories named with an owner pid that no
     process has now (``os.kill(pid, 0)``: no such process) are removed; a live owner, another user's,
-    or a directory of the older unnamed form is left alone.
+    or a directory not named so is left alone.
 
     Args:
         tmp: the temporary directory (None: ``tempfile.gettempdir()``).
@@ -90,7 +80,7 @@ def remove_stale_socket_dirs(tmp: str | None = None) -> list[str]:
         The paths removed.
     """
     tmp = tmp or tempfile.gettempdir()
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(tmp)
     except OSError:
@@ -170,7 +160,7 @@ class ForkServer:
         self.path: str | None = None
         self._dir: str | None = None  # this process's own server's socket directory, removed with it
         self.shared = False  # using another process's server (self.proc stays None)
-        self._ready: threading.Event | None = None
+        self._ready = threading.Event()  # replaced by each server started: set once it said ready
         self._said: dict = {}
         self._gone: set[str] = set()  # shared servers that went away (never used again)
         # Runs started from several threads (a thread pool, joblib's threading backend) must
@@ -178,21 +168,33 @@ class ForkServer:
         self._lock = threading.Lock()
         atexit.register(self.close)  # once: close() stops whichever server is current
 
-    def start(self, preload: bool = True) -> None:
-        """Start this process's server if it has none; returns at once (it imports torch meanwhile).
-        ``preload``: False for a server that starts spawned runs (``isolation=spawn``), which
-        imports torch only if asked to fork a run (``conf.contract.FORKSERVER_NO_PRELOAD``)."""
+    def start(self, preload: bool = True) -> str:
+        """Start this process's server if it has none; returns its socket path at once (it
+        imports torch meanwhile). ``preload``: False for a server that starts spawned runs
+        (``isolation=spawn``), which imports torch only if asked to fork a run
+        (``conf.contract.FORKSERVER_NO_PRELOAD``)."""
         with self._lock:
             if self.proc is None or self.proc.poll() is not None:
                 self._start_locked(preload)
+            return self._socket_path()
 
-    def _start_locked(self, preload: bool = True) -> None:
+    def _socket_path(self) -> str:
+        """The socket path of the server in use.
+
+        Raises:
+            RuntimeError: no server was started nor shared (``_start_locked`` sets it).
+        """
+        if self.path is None:
+            raise RuntimeError("memsweep fork server: no server started")
+        return self.path
+
+    def _start_locked(self, preload: bool = True) -> subprocess.Popen:
         self.shared = False
         if self._dir is None:  # the first server of this process: clear what killed owners left
             remove_stale_socket_dirs()
         self._remove_dir()  # a previous server of this process, gone or killed as stuck
         self._dir = tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{os.getpid()}-")
-        self.path = os.path.join(self._dir, "sock")
+        path = self.path = os.path.join(self._dir, "sock")
         env = worker_env()
         # The server dies with its parent through PR_SET_PDEATHSIG, which fires when the *thread*
         # that started it exits: a server started from a pool thread was killed with that
@@ -203,7 +205,7 @@ class ForkServer:
         def keeper() -> None:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "memsweep.worker.forkserver", self.path, str(os.getpid())]
+                    [sys.executable, "-m", "memsweep.worker.forkserver", path, str(os.getpid())]
                     + ([] if preload else [FORKSERVER_NO_PRELOAD]),
                     env=env,
                     stdin=subprocess.DEVNULL,
@@ -217,7 +219,7 @@ class ForkServer:
                 return
             said["proc"] = proc
             launched.set()
-            said["line"] = proc.stdout.readline().strip()
+            said["line"] = proc.stdout.readline().strip() if proc.stdout is not None else ""  # a pipe: never None
             ready.set()
             proc.wait()
 
@@ -225,33 +227,38 @@ class ForkServer:
         launched.wait()
         if "error" in said:
             raise said["error"]
-        self.proc, self._ready, self._said = said["proc"], ready, said
+        proc: subprocess.Popen = said["proc"]
+        self.proc, self._ready, self._said = proc, ready, said
         if os.environ.get(SHARED_FORKSERVER_ENV, "").startswith(shared_name("")):
             # this process shares its server (share_fork_server): name the new one to processes started from now
-            os.environ[SHARED_FORKSERVER_ENV] = shared_name(self.path)
+            os.environ[SHARED_FORKSERVER_ENV] = shared_name(path)
+        return proc
 
-    def _ensure(self, preload: bool) -> None:
+    def _ensure(self, preload: bool) -> str:
+        """A server ready to fork (a shared one, or this process's own); returns its socket path."""
         with self._lock:
-            self._ensure_locked(preload)
+            return self._ensure_locked(preload)
 
-    def _ensure_locked(self, preload: bool) -> None:
+    def _ensure_locked(self, preload: bool) -> str:
         if self.proc is None:
             shared = shared_server()
             if shared is not None and shared not in self._gone:
                 self.path, self.shared = shared, True
-                return
-        if self.proc is None or self.proc.poll() is not None:
-            self._start_locked(preload)
+                return shared
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            proc = self._start_locked(preload)
         try:
-            wait_until_ready(self._ready, self.proc, SHARED_WAIT_S)
+            wait_until_ready(self._ready, proc, SHARED_WAIT_S)
         except (PeerStopped, AnswerOverdue) as exc:
-            self.proc.kill()
-            self.proc.wait()
+            proc.kill()
+            proc.wait()
             raise ForkServerLost(f"{exc}; replaced by a new server", None) from None
         if self._said.get("line") != "ready":
             raise RuntimeError(
-                f"memsweep fork server did not start (said {self._said.get('line')!r}, exit {self.proc.poll()})"
+                f"memsweep fork server did not start (said {self._said.get('line')!r}, exit {proc.poll()})"
             )
+        return self._socket_path()
 
     def close(self) -> None:
         """Kill this process's own server, if it runs, and remove its socket directory (registered
@@ -271,12 +278,12 @@ class ForkServer:
             self._dir = None
 
     def _connect(self, preload: bool) -> socket.socket:
-        self._ensure(preload)
+        path = self._ensure(preload)
         deadline = time.monotonic() + SHARED_WAIT_S
         while True:
             conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
-                conn.connect(self.path)
+                conn.connect(path)
                 return conn
             except OSError as exc:
                 conn.close()
@@ -284,22 +291,22 @@ class ForkServer:
                     raise
                 if isinstance(exc, ConnectionRefusedError):  # its socket exists, nobody listens: it died
                     break
-                if not os.path.isdir(os.path.dirname(self.path)):  # its owner removed it with the server
+                if not os.path.isdir(os.path.dirname(path)):  # its owner removed it with the server
                     break
             # the shared server may still be importing torch (no socket yet): wait while its owner lives
-            if shared_server() != self.path or time.monotonic() > deadline:
+            if shared_server() != path or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        self._lost(self.path)  # the shared server is gone: start one of our own
-        self._ensure(preload)
+        self._lost(path)  # the shared server is gone: start one of our own
+        path = self._ensure(preload)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.connect(self.path)
+        conn.connect(path)
         return conn
 
     def run(
         self, run_dir: Path, env: dict, timeout_s: float, dynamo: bool = True, isolation: str = ISOLATION_FORKSERVER
-    ) -> tuple[int | None, bool, int, float]:
-        """Fork one worker; returns (returncode, timed_out, pid, wall seconds since it was forked).
+    ) -> WorkerExit:
+        """Fork one worker; returns its ``WorkerExit`` (wall seconds since it was forked).
         ``timeout_s`` counts from the fork too: waiting for the server to start is not the run's.
         ``dynamo``: the run needs torch._dynamo (``conf.contract.needs_dynamo``), which the
         server then imports before it forks (once: every later fork has it). ``isolation``:
@@ -327,7 +334,7 @@ class ForkServer:
                 _ask_kill(conn)
                 raise
 
-    def _wait(self, conn: socket.socket, path: str | None, run_dir: Path, timeout_s: float) -> tuple:
+    def _wait(self, conn: socket.socket, path: str | None, run_dir: Path, timeout_s: float) -> WorkerExit:
         """``run``'s wait on the server's answers, once the request is sent (the same returns and
         errors)."""
         buffer = bytearray()
@@ -357,7 +364,7 @@ class ForkServer:
         except AnswerOverdue as exc:  # killed at its timeout; its exit status never came
             log.warning("%s: %s after the run was killed at timeout_s=%s", run_dir, exc, timeout_s)
             self._lost(path, stuck=True)
-            return None, True, pid, time.monotonic() - t0
+            return WorkerExit(None, True, pid, time.monotonic() - t0)
         wall_s = time.monotonic() - t0
         if not line:
             kill_process_group(pid)
@@ -368,14 +375,14 @@ class ForkServer:
                 pid,
             )
         returncode = json.loads(line)["returncode"]
-        return returncode, timed_out, pid, wall_s
+        return WorkerExit(returncode, timed_out, pid, wall_s)
 
     def _lost(self, path: str | None, stuck: bool = False) -> None:
         """The server at ``path`` is gone: a shared one is never used again by this process (it
         starts its own); this process's own one is restarted by the next ``_ensure``, after
         being killed here when it is ``stuck`` (stopped or wedged, but alive)."""
         with self._lock:
-            if self.shared and self.path == path:
+            if self.shared and path is not None and self.path == path:
                 self._gone.add(path)
                 self.shared, self.path = False, None
             elif stuck and self.proc is not None and self.path == path:

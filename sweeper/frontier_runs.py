@@ -3,21 +3,9 @@ directory holds (reused instead of run again), what a finished run says, and the
 of the others (``SweepRuns``).
 
 A probe's run directory is ``<axis>_<value>_<spec key>`` (a light probe's
-``<axis>_<value>_light_<spec key>``; a second run of the same condition, such as a
-confirmation, adds ``_<n>``); the spec key is a hash of the run's spec.json, so running the
-same sweep again in the same directory reuses the runs already there (those with a
-result.json), and several axes or a search and its confirmations share runs of the same
-condition.
-
-Peaks read by the model (``conf.contract.run_peak``, the one definition of a run's peak): the
-largest phase peak of the run, ``max_memory_reserved`` on CUDA (the per-process memory fraction caps what the caching
-allocator reserves) and ``max_memory_allocated`` on the CPU (the worker's live-tensor
-tracker). On the CPU with ``capacity_mode=allocator`` (the default) the capacity caps exactly
-these tracked bytes (``worker.counters.apply_cpu_allocator_capacity``), so the model and the
-runs count the same bytes; with ``capacity_mode=process`` the capacity limits the growth of the
-data segment (RLIMIT_DATA, ``worker.counters.apply_cpu_process_capacity``), and what malloc
-keeps beyond the tensors shows up as a lower effective threshold, which the search learns from
-its probes.
+``<axis>_<value>_light_<spec key>``; a second run of the same condition adds ``_<n>``); the
+spec key is a hash of the run's spec.json. The peak the model reads is
+``conf.contract.run_peak``: ``max_memory_reserved`` on CUDA, ``max_memory_allocated`` on the CPU.
 """
 
 from __future__ import annotations
@@ -42,7 +30,6 @@ from memsweep.conf.contract import (
     failure_words,
     oom_attribution,
     planned_phases,
-    predicted_outcome,
     read_spec,
     run_peak,
     try_read,
@@ -123,6 +110,8 @@ class RunIndex:
             except (RecordError, SpecError) as exc:
                 log.warning("resume: %s not reused (%s)", run_dir, exc)
                 continue
+            if spec is None:  # its spec.json went away since it was listed
+                continue
             self.add(spec_key(spec), run_dir)
 
     def add(self, key: str, run_dir: Path) -> None:
@@ -201,11 +190,8 @@ def read_run(run_dir: Path, key: str, reused: bool, envelope: dict | None = None
     if (record or {}).get("source") == "predicted":
         # a dry run never runs out of memory: its verdict is its predicted peak against the capacity
         peak, _ = run_peak(record)
-        verdict = (  # result.json holds it (sweeper.process); recomputed for one written before it did
-            envelope["predicted_outcome"]
-            if "predicted_outcome" in envelope
-            else predicted_outcome(outcome, peak, capacity if isinstance(capacity, int) else None)
-        )
+        # result.json holds it (sweeper.process); a run without a readable result.json crashed
+        verdict = envelope.get("predicted_outcome", outcome)
         if verdict is None:
             verdict, message = "error", "a dry run without a capacity or a predicted peak: no verdict"
         elif verdict == "oom":

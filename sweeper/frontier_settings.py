@@ -15,6 +15,7 @@ from omegaconf import MISSING, OmegaConf
 
 from memsweep.conf.contract import SpecError
 
+from .plain import plain_dict
 from .search import SEARCH_AXES, STRATEGIES, Lattice, check_search_axis
 
 # The light probe policy: the cold step (or forward) and one warm one.
@@ -155,9 +156,7 @@ def frontier_conf(given: Mapping[str, Any]) -> FrontierSweeperConf:
         raise SpecError(f"hydra.sweeper.{unknown[0]}", given[unknown[0]], f"a key of the frontier sweeper: {keys}")
     settings = dict(given)
     bounds, axes = settings.get("bounds"), settings.get("axes")
-    settings["bounds"] = dict(
-        OmegaConf.to_container(bounds, resolve=True) if OmegaConf.is_config(bounds) else bounds or {}
-    )
+    settings["bounds"] = dict(plain_dict(bounds, resolve=True) if OmegaConf.is_config(bounds) else bounds or {})
     settings["axes"] = None if axes is None else list(axes)
     return FrontierSweeperConf(**settings)
 

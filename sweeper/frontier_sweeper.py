@@ -1,29 +1,12 @@
 """Adaptive frontier Sweeper for Hydra (``hydra/sweeper=frontier``): the logic behind the
 plugin class ``hydra_plugins.memsweep.memsweep_sweepers.FrontierSweeper``.
 
-Finds the exact success/OOM edge of one or more axes (batch, context, width), each with
-everything else at the baseline, every probe a fresh worker process launched through
-``self.launcher`` (basic, joblib, submitit_local, submitit_slurm: unchanged). The search
-itself is ``sweeper.search.FrontierSearch``; this module runs its probes, reads what
-they left (``sweeper.frontier_runs``), and writes down every decision.
-
-Files in the sweep directory:
-
-* one run directory per probe, named by its spec's key (``sweeper.frontier_runs``): the
-  same sweep again in the same directory (``hydra.sweep.dir=...``) **reuses** the runs
-  already there instead of re-running them, an attempt cut short with its orchestrator is
-  resumed in its own directory (``sweeper.process.execute``), a finished run is never
-  overwritten;
-* ``search.jsonl`` (``sweeper.frontier_log``): appended, one JSON object a line: ``start``
-  (settings), ``probe`` (value, why it was chosen, what the model predicted, outcome, peak,
-  run directory, reused or not), ``confirm`` and ``result`` (the answer of each axis);
-* ``frontier.parquet``: written at the end of the multirun by ``sweeper.callbacks``;
-  ``analysis.frontier`` adds the search's columns (strategy, runs_used, upper_reached,
-  stopped_by, search_status) from the ``result`` lines.
-
-Which peak the model reads (``conf.contract.run_peak``), and how it compares with the capacity:
-``sweeper.frontier_runs``. The settings (``hydra.sweeper.*``) and their checks:
-``sweeper.frontier_settings``.
+Finds the exact success/OOM edge of one or more axes (batch, context, width), everything else
+at the baseline, every probe a fresh worker process launched through ``self.launcher``. The
+search is ``sweeper.search.FrontierSearch``; this module runs its probes, reads what they left
+(``sweeper.frontier_runs``: one run directory per probe, reused by the same sweep run again),
+and writes every decision to ``search.jsonl`` (``sweeper.frontier_log``). The settings and
+their checks: ``sweeper.frontier_settings``.
 """
 
 from __future__ import annotations
@@ -34,6 +17,7 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
+from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
@@ -52,7 +36,7 @@ from .frontier_settings import (
 )
 from .inputs import check_sweep_config
 from .owner import session_id
-from .predict import Predictor
+from .predict import PredictedEdge, Predictor
 from .process import share_fork_server
 from .search import STOP_OUTCOMES, FrontierSearch, Lattice
 from .spec import launch_settings, spec_from_config
@@ -80,9 +64,10 @@ class FrontierSweeperImpl:
         except SpecError as exc:
             raise InputRefused(exc) from None
         self.axes_field = "hydra.sweeper.axes" if settings.get("axes") is not None else "hydra.sweeper.axis"
-        self.config: DictConfig | None = None
-        self.launcher = None
-        self.hydra_context: HydraContext | None = None
+        # set by setup(), which Hydra calls before sweep()
+        self.config: DictConfig
+        self.launcher: Launcher
+        self.hydra_context: HydraContext
         self.session = session_id()
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
@@ -127,7 +112,7 @@ class FrontierSweeperImpl:
                     override.input_line,
                     "a single value: the frontier sweeper chooses the values of hydra.sweeper.axis/axes itself",
                 )
-            fixed.append(override.input_line)
+            fixed.append(str(override.input_line))
         return fixed
 
     def compose(self, overrides: list[str]) -> RunSpec:
@@ -236,16 +221,17 @@ class FrontierSweeperImpl:
             baseline: the spec of the other axes' values.
 
         Returns:
-            ``FrontierSearch.result()`` with the verification's and confirmations' fields
+            ``FrontierSearch.result()`` as a dict, with the verification's and confirmations' fields
             (runs_used, runs_reused, light, stable, confirm_outcomes...) and ``source``
             (``conf.contract.SOURCES``: ``predicted`` when the probes are dry runs, which are
             never confirmed: a dry run is deterministic, its re-run repeats the same prediction).
         """
-        self.counter = self.capacity = None
+        self.counter: str | None = None  # the peak counter the probes read (search_reading)
+        self.capacity: int | None = None  # the capacity they report (bytes)
         extra = LIGHT if self.settings.light else []
         seed = self.dry_run_seed(axis, lattice, baseline) if self.settings.seed_from_dry_run else None
         search = self.run_search(axis, lattice, extra, "light probe" if self.settings.light else "probe", seed=seed)
-        result = search.result()
+        result = search.result().to_dict()
         runs_used, runs_reused = result["runs_used"], result["runs_reused"]
         if self.settings.light and not result["stopped_by"]:
             result, used, reused = self.verify_full(axis, lattice, result)
@@ -291,19 +277,19 @@ class FrontierSweeperImpl:
         start = min(max(getattr(baseline, axis) or lattice.lower, lattice.lower), lattice.upper)
         try:
             edge = predictor.search(start, lattice)
-            error = edge["error"]
+            error = edge.error
             why = None if error is None else f"{error['error_type']}: {error['error_message']}"
             said = None if error is None else f"dry run at {axis}={error['value']} failed ({error['error_type']})"
         except SpecError as exc:  # a load the dry run refuses (export, fault, compile...): no prediction
-            edge = {"max_fit": None, "min_miss": None}
             why, said = f"SpecError: {exc}", f"the dry run refuses this load, no seed ({exc})"
+            edge = PredictedEdge(max_fit=None, min_miss=None, exact=False, upper=lattice.upper, upper_reached=False)
         self.search_log.write(
             {
                 "event": "dry_run",
                 "axis": axis,
                 "capacity_bytes": baseline.capacity_bytes,
-                "predicted_max_ok": edge["max_fit"],
-                "predicted_min_oom": edge["min_miss"],
+                "predicted_max_ok": edge.max_fit,
+                "predicted_min_oom": edge.min_miss,
                 "dry_runs": len(predictor.runs),
                 "dry_run_dir": str(predictor.out_dir),
                 "error": why,
@@ -312,8 +298,8 @@ class FrontierSweeperImpl:
         if said is not None:
             log.warning("seed_from_dry_run: %s: real probes only", said)
             return None
-        log.info("frontier dry runs (%d): predicted max_ok %s=%s", len(predictor.runs), axis, edge["max_fit"])
-        return edge["max_fit"]
+        log.info("frontier dry runs (%d): predicted max_ok %s=%s", len(predictor.runs), axis, edge.max_fit)
+        return edge.max_fit
 
     def run_search(
         self, axis: str, lattice: Lattice, extra: list[str], event: str, seed: int | None = None
@@ -390,7 +376,7 @@ class FrontierSweeperImpl:
             sub.upper,
         )
         search = self.run_search(axis, sub, [], "probe")
-        again = search.result()
+        again = search.result().to_dict()
         again.update(
             verify_outcomes=result["verify_outcomes"],
             lower=lattice.lower,

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from memsweep.conf.contract import PARENT_ENV, SPEC_FILE, STDERR_FILE, STDOUT_FILE, WORKER_COMMAND, RunSpec
 
@@ -44,7 +45,24 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> tuple[int, bool, int, float]:
+class WorkerExit(NamedTuple):
+    """How a worker process ended.
+
+    Attributes:
+        returncode: its exit status; negative: the signal that ended it; None: unknown (its
+            handler never said, after it was killed at its timeout).
+        timed_out: whether it was killed at ``spec.timeout_s``.
+        pid: its process id.
+        wall_s: seconds from its start to its end.
+    """
+
+    returncode: int | None
+    timed_out: bool
+    pid: int
+    wall_s: float
+
+
+def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> WorkerExit:
     """Run one worker in a new interpreter: ``python -m memsweep.worker spec.json`` in its own session,
     its output in the run directory's stdout.log and stderr.log, killed (with its process
     group) after ``spec.timeout_s`` seconds. A sweep's spawned runs are started the same way by
@@ -58,8 +76,7 @@ def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> tuple[int, b
         spec: the run's spec (for its ``timeout_s``).
 
     Returns:
-        (returncode, timed_out, pid, wall seconds since the process started); a negative
-        returncode is the signal that ended it.
+        Its ``WorkerExit``.
     """
     timed_out = False
     with open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
@@ -79,7 +96,7 @@ def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> tuple[int, b
             timed_out = True
             kill_process_group(proc.pid)
             returncode = proc.wait()
-    return returncode, timed_out, proc.pid, time.monotonic() - t0
+    return WorkerExit(returncode, timed_out, proc.pid, time.monotonic() - t0)
 
 
 def kill_process_group(pid: int) -> None:

@@ -63,8 +63,7 @@ def is_process(pid: int | None, identity: str | None, started_at: str | None = N
 
     Args:
         pid: the process id.
-        identity: its ``process_identity`` when it was recorded; None when unknown (a record
-            written before memsweep recorded it).
+        identity: its ``process_identity`` when it was recorded; None when unknown.
         started_at: without an identity, the UTC ISO 8601 time the process wrote its record
             (record ``started_at``): a process that started later is not the writer.
 
@@ -73,7 +72,7 @@ def is_process(pid: int | None, identity: str | None, started_at: str | None = N
         identity, or started after ``started_at``); True otherwise (a live process that cannot
         be told apart is taken to be it).
     """
-    if not pid_exists(pid):
+    if pid is None or not pid_exists(pid):
         return False
     if identity is not None:
         return process_identity(pid) == identity  # None: /proc unreadable or the process just ended

@@ -1,26 +1,14 @@
 """A launcher worker lost mid-sweep costs no run that its fork server kept, and never the sweep.
 
-joblib's loky backend (``hydra/launcher=joblib``) reports a worker process that died (the OOM
-killer, ``kill -9``) by raising ``TerminatedWorkerError`` (a ``BrokenProcessPool``) from
-``Parallel.__call__``, which Hydra's joblib launcher lets through; loky then also kills the
-pool's other workers with all their descendants (``loky.backend.utils.kill_process_tree``,
-called by ``_ExecutorManagerThread.terminate_broken``), and the launcher returns no result for
-the batch.
+joblib's loky backend reports a worker process that died by raising ``TerminatedWorkerError``
+(a ``BrokenProcessPool``) and kills the pool's other workers. A run of a sweep is not their
+descendant (the sweep's fork server started it, and its handler keeps it).
 
-A run of a sweep is not a descendant of a launcher worker: the sweep's fork server, a child of
-the orchestrator, forked it (``isolation=forkserver``) or its handler started it as a new
-interpreter (``isolation=spawn``), and that handler keeps it when its launcher worker dies
-(``worker.forkserver``), to its end or its ``timeout_s``, writing its exit status into the run
-directory. Only a run started from a launcher worker's own fork server (the sweep's was gone)
-is the launcher worker's descendant and dies with it.
-
-``launch_surviving`` catches the loss; ``mark_lost`` leaves the kept runs alone and records
-every other run left in flight as a ``crash`` of the launcher's worker
-(``conf.contract.LAUNCHER_WORKER_LOST``, never the load's outcome); the batch is then launched
-once more in a fresh pool: finished runs are found, a kept run is waited for and taken over
-(its result built from its handler's exit status: it runs once), a run recorded lost is set
-aside into ``.attempts/N/`` and run again (``sweeper.process``). A batch lost twice keeps its
-lost records, for a resume to run again.
+``launch_surviving`` catches the loss; ``mark_lost`` records every run left in flight that was
+not kept as a ``crash`` of the launcher's worker (``conf.contract.LAUNCHER_WORKER_LOST``), and
+the batch is launched once more in a fresh pool: finished runs are found, kept runs taken over,
+lost ones set aside into ``.attempts/N/`` and run again. A batch lost twice keeps its lost
+records, for a resume to run again.
 """
 
 from __future__ import annotations

@@ -19,12 +19,14 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
+from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from memsweep.conf.contract import AXES, SPEC_FILE, SpecError, check_axis_read
 
 from .errors import InputRefused
+from .plain import plain_dict
 
 log = logging.getLogger("memsweep")
 
@@ -104,9 +106,10 @@ class OvatSweeperImpl:
     def __init__(self, max_batch_size: int | None = None, order: str = "largest_first") -> None:
         self.max_batch_size = max_batch_size
         self.order = order
-        self.config: DictConfig | None = None
-        self.launcher = None
-        self.hydra_context: HydraContext | None = None
+        # set by setup(), which Hydra calls before sweep()
+        self.config: DictConfig
+        self.launcher: Launcher
+        self.hydra_context: HydraContext
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         """Hydra's Sweeper.setup: keep the config and context, instantiate the launcher."""
@@ -130,24 +133,24 @@ class OvatSweeperImpl:
                     )
                 cli_axes[override.get_key_element()] = list(override.sweep_string_iterator())
             else:
-                fixed.append(override.input_line)
+                fixed.append(str(override.input_line))
         sweep = self.config.get("sweep")
         axes_cfg = sweep.get("axes") if sweep is not None else None
-        axes = dict(OmegaConf.to_container(axes_cfg, resolve=True)) if axes_cfg else {}
+        axes = plain_dict(axes_cfg, resolve=True) if axes_cfg else {}
         axes.update(cli_axes)
         baseline = {axis: self.config.get(axis) for axis in AXES}
         planned = plan_conditions(axes, baseline)
         self.planned = planned
         return [fixed + ([f"{axis}={value}"] if axis else []) for axis, value in planned]
 
-    def conditions(self, batches: list[list[str]]) -> list[dict]:
+    def conditions(self, batches: list[list[str]]) -> list[DictConfig]:
         """Each condition's config, for validation: the composed baseline with its one
         ``axis=value`` set, the value typed by Hydra's override parser, interpolations left for
         ``spec_from_config`` to resolve. The same config a full Hydra compose of the
         condition gives (the axes are plain top-level keys and every other override is already
         in the baseline), at a fraction of its cost (a compose takes about 0.4 s)."""
         parser = OverridesParser.create()
-        base = OmegaConf.to_container(self.config, resolve=False)
+        base = plain_dict(self.config, resolve=False)
         base.pop("hydra", None)
         out = []
         for overrides in batches:
@@ -181,7 +184,7 @@ class OvatSweeperImpl:
         """
         from .process import RunDirError, stored_spec
 
-        subdir = OmegaConf.to_container(self.config.hydra.sweep, resolve=False).get("subdir")
+        subdir = plain_dict(self.config.hydra.sweep, resolve=False).get("subdir")
         if subdir != "${hydra.job.num}" or not sweep_dir.is_dir():
             return batches, specs
         placed: dict[int, int] = {}  # condition -> the job number its directory has
@@ -279,13 +282,11 @@ class OvatSweeperImpl:
         Raises:
             InputRefused: bad input (a setting, an override, the baseline, a condition's config,
                 a sweep with nothing to run, a directory holding another sweep), before any
-                worker starts; ``sweeper.cli`` prints it and
-                exits 2.
+                worker starts; ``sweeper.cli`` prints it and exits 2.
             Exception: whatever a launched job raised in the orchestrator (re-raised by
                 ``JobReturn.return_value``).
         """
         from .inputs import check_sweep_config
-        from .lost_workers import launch_surviving
         from .process import share_fork_server
         from .spec import checked_spec, launch_settings
 
@@ -325,6 +326,24 @@ class OvatSweeperImpl:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         log.info("ovat sweep: %d conditions -> %s", len(batches), sweep_dir)
+        return self.launch_all(sweep_dir, batches, specs)
+
+    def launch_all(self, sweep_dir: Path, batches: list, specs: list) -> list[Sequence[Any]]:
+        """Launch the conditions in chunks of ``max_batch_size`` (or of the pool's size).
+
+        Args:
+            sweep_dir: the sweep's directory (job ``n`` runs in ``sweep_dir/n``).
+            batches: each condition's overrides, in launch order.
+            specs: each condition's RunSpec, in the same order.
+
+        Returns:
+            The launcher's JobReturn lists, one per chunk.
+
+        Raises:
+            Exception: whatever a launched job raised (``JobReturn.return_value``).
+        """
+        from .lost_workers import launch_surviving
+
         size = self.max_batch_size or self.local_bound(specs) or len(batches) or 1
         returns: list[Sequence[Any]] = []
         for start in range(0, len(batches), size):

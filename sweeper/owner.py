@@ -1,18 +1,12 @@
 """Who owns a sweep's processes: the orchestrator (the Hydra process that runs the sweeper).
 
-Everything memsweep starts dies with the process that started it: the fork server, its run
-handlers and their workers, and a spawned worker, through Linux PR_SET_PDEATHSIG
-(``worker/lifecycle.py``). A launcher's worker process (a joblib/loky worker, a
-``submitit_local`` job) is not memsweep's to start, and outlives a killed orchestrator: it is
-re-parented and would go on taking queued jobs with nobody watching. So the orchestrator
-names itself to them (``OwnProcesses``, a Hydra callback, sets ``MEMSWEEP_OWNER`` before the
-launcher starts), and each job first calls ``guard_launcher_worker``: a launcher worker whose
-orchestrator is gone exits at once, taking what it started with it (its runs die with their
-handler or with it, its own fork server with it), and a watchdog thread makes it exit within
-``OWNER_POLL_S`` of the orchestrator's death even in the middle of a job.
-
-A SLURM job (``SLURM_JOB_ID`` set), and a job on another host, belong to the scheduler: they
-are not guarded (``scancel`` stops them).
+Everything memsweep starts dies with the process that started it (PR_SET_PDEATHSIG,
+``worker/lifecycle.py``). A launcher's worker process (a joblib/loky worker, a
+``submitit_local`` job) outlives a killed orchestrator, so the orchestrator names itself to them
+(``OwnProcesses``, a Hydra callback, sets ``MEMSWEEP_OWNER``), and each job first calls
+``guard_launcher_worker``: a launcher worker whose orchestrator is gone exits at once, and a
+watchdog thread makes it exit within ``OWNER_POLL_S`` of the orchestrator's death even in the
+middle of a job. A SLURM job, and a job on another host, belong to the scheduler: not guarded.
 """
 
 from __future__ import annotations

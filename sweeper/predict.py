@@ -1,27 +1,15 @@
 """``memsweep predict [OVERRIDES] capacity=80GB [--axis batch]``: the predicted edge of an axis.
 
-A search of one axis (batch, context or width, everything else fixed) on dry runs only
-(``dry_run=true``: the worker runs every phase on fake tensors, ``FakeTensorMode``, and
-records the predicted live tensor bytes of each phase). Each dry run is a fresh worker
-process started through ``sweeper.process.execute`` (the fork server by default), a second
-or less for small models; nothing is allocated, so the load may be far larger than this
-machine. With ``device=cuda`` (or cuda:N) the dry runs run fake CUDA tensors on this machine,
-no GPU needed, and count each storage in the CUDA caching allocator's 512 B blocks
-(worker.counters.CUDA_BLOCK_BYTES): the prediction is of torch.cuda.max_memory_allocated;
-what it cannot see is listed in ``BLIND_SPOTS_CUDA``. The default device is cpu.
+A search of one axis (everything else fixed) on dry runs only (``dry_run=true``: every phase
+on fake tensors, the predicted live tensor bytes recorded), each a fresh worker process
+(``sweeper.process.execute``). With ``device=cuda`` the dry runs count each storage in the CUDA
+caching allocator's 512 B blocks, no GPU needed. A load fits when its largest predicted phase
+peak (bytes) is at most ``capacity``; the search is the frontier sweeper's ``model`` strategy
+with dry runs as its oracle (``Predictor.search``). The answer is a prediction of tensor bytes:
+what it cannot see is ``BLIND_SPOTS`` (``BLIND_SPOTS_CUDA``), printed with every answer.
 
-A load "fits" when the largest predicted phase peak (``max_memory_allocated`` of a dry run,
-bytes) is at most ``capacity``. Search: the frontier sweeper's ``model`` strategy
-(``sweeper.search.FrontierSearch``) with dry runs as its oracle, starting at the configured
-value: predicted peaks fitted against the axis aim the next dry run, bisection when a guess is
-wrong, down to neighbours (``Predictor.search``). At the edge it prints the predicted bytes of every phase
-and the split of the largest phase peak into parameters, gradients, optimizer states and
-activations/temporaries (the dry run's ``predicted_*_bytes``, conf.contract.PEAK_CATEGORIES).
-The answer is a prediction of *tensor bytes*; what it cannot see is listed in
-``BLIND_SPOTS`` and printed with every answer.
-
-This module is the library (``Predictor``, ``predict_edge``, which also writes predict.json);
-the command, its arguments and what it prints are ``sweeper.cli.predict_command``.
+This module is the library (``Predictor``, ``predict_edge``, which writes predict.json); the
+command and what it prints are ``sweeper.cli.predict_command``.
 """
 
 from __future__ import annotations
@@ -80,6 +68,28 @@ BLIND_SPOTS_CUDA = (
 def blind_spots(device: str) -> tuple[str, ...]:
     """What a dry run on ``device`` (cpu or cuda:N) cannot see: BLIND_SPOTS_CUDA or BLIND_SPOTS."""
     return BLIND_SPOTS_CUDA if device.startswith("cuda") else BLIND_SPOTS
+
+
+@dataclass
+class PredictedEdge:
+    """The edge of an axis that dry runs predict (``Predictor.search``).
+
+    Attributes:
+        max_fit: the largest value predicted to fit, or None.
+        min_miss: the smallest value predicted not to fit, or None.
+        exact: neighbours on the lattice (or nothing fits), and no dry run failed.
+        upper: the largest value searched.
+        upper_reached: ``upper`` fits: the edge lies above it.
+        error: the ``Predictor.run`` dict of the dry run that could not predict (it stops the
+            search), or None.
+    """
+
+    max_fit: int | None
+    min_miss: int | None
+    exact: bool
+    upper: int
+    upper_reached: bool
+    error: dict | None = None
 
 
 class Predictor:
@@ -179,7 +189,7 @@ class Predictor:
         result = execute(spec, run_dir, resume=True, isolation=self.isolation)
         return result, try_read(run_dir, RECORD_FILE)[0]
 
-    def search(self, start: int, lattice: Lattice | None = None) -> dict:
+    def search(self, start: int, lattice: Lattice | None = None) -> PredictedEdge:
         """The predicted edge of the axis.
 
         Driven by memsweep's frontier search (``sweeper.search.FrontierSearch``, strategy
@@ -194,12 +204,7 @@ class Predictor:
                 ``multiple_of`` in [its ``lower``, ``upper``], ``FrontierSweeperConf``).
 
         Returns:
-            {"max_fit" (largest value that fits, or None), "min_miss" (smallest that does
-            not, or None), "exact" (neighbours on the lattice, or nothing fits, and no
-            error), "upper" (the largest value searched), "upper_reached" (it fits: the
-            edge lies above it), "error" (the ``run`` dict of the dry run that could not
-            predict, which stops the search, or None)}. The search stops once the edge is
-            exact.
+            The ``PredictedEdge``; the search stops once the edge is exact.
 
         Raises:
             SpecError: a load the dry run refuses.
@@ -217,15 +222,15 @@ class Predictor:
                 else:
                     search.observe(probe.value, Reading("ok" if r["fits"] else "oom", r["peak"], self.capacity))
         res = search.result()
-        nothing_fits = res["max_ok"] is None and res["min_oom"] == lattice.lower
-        return {
-            "max_fit": res["max_ok"],
-            "min_miss": res["min_oom"],
-            "error": error,
-            "exact": error is None and (res["exact"] or nothing_fits),
-            "upper": lattice.upper,
-            "upper_reached": error is None and res["upper_reached"],
-        }
+        nothing_fits = res.max_ok is None and res.min_oom == lattice.lower
+        return PredictedEdge(
+            max_fit=res.max_ok,
+            min_miss=res.min_oom,
+            exact=error is None and (res.exact or nothing_fits),
+            upper=lattice.upper,
+            upper_reached=error is None and res.upper_reached,
+            error=error,
+        )
 
 
 @dataclass
@@ -249,7 +254,7 @@ class Prediction:
     capacity_bytes: int
     out_dir: Path
     predictor: Predictor
-    edge: dict
+    edge: PredictedEdge
     summary: dict
 
 
@@ -284,7 +289,7 @@ def compose_config(overrides: list[str], fixed: tuple[str, ...] = ()) -> DictCon
         if override.is_sweep_override():
             raise SpecError(
                 override.get_key_element(),
-                override.input_line.split("=", 1)[-1],
+                str(override.input_line).split("=", 1)[-1],
                 "a single value: memsweep predict searches the --axis itself",
             )
     try:
@@ -293,7 +298,7 @@ def compose_config(overrides: list[str], fixed: tuple[str, ...] = ()) -> DictCon
     except (HydraException, OmegaConfBaseException) as exc:
         field = next((o.get_key_element() for o in parsed if o.get_key_element() in str(exc)), "overrides")
         value = next(
-            (o.input_line.split("=", 1)[-1] for o in parsed if o.get_key_element() == field), " ".join(overrides)
+            (str(o.input_line).split("=", 1)[-1] for o in parsed if o.get_key_element() == field), " ".join(overrides)
         )
         raise SpecError(field, value, f"an override of memsweep's config ({first_line(exc)})") from None
 
@@ -372,10 +377,28 @@ def predict_edge(
     base, isolation, out_dir = compose_load(overrides, axis, axis_field)
     predictor = Predictor(base, axis, capacity_bytes, out_dir, isolation, upper=upper)
     edge = predictor.search(getattr(base, axis))
-    at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
+    summary = predict_summary(base, axis, capacity_bytes, predictor, edge)
+    write_json_atomic(out_dir / "predict.json", summary)
+    return Prediction(axis, capacity_bytes, out_dir, predictor, edge, summary)
+
+
+def predict_summary(base: RunSpec, axis: str, capacity_bytes: int, predictor: Predictor, edge: PredictedEdge) -> dict:
+    """What predict.json holds: the predicted edge, the dry runs, the breakdown at the edge.
+
+    Args:
+        base: the load.
+        axis: batch, context or width.
+        capacity_bytes: the capacity predicted against (bytes).
+        predictor: the dry runs made.
+        edge: ``Predictor.search``'s answer.
+
+    Returns:
+        The summary (JSON-ready; bytes as integers).
+    """
+    at = predictor.runs.get(edge.max_fit) if edge.max_fit is not None else None
     # nothing fits: the split of the smallest value, to show what does not fit
-    split_value = edge["max_fit"] if at is not None else edge["min_miss"]
-    split_run = at or predictor.runs.get(split_value)
+    split_value = edge.max_fit if at is not None else edge.min_miss
+    split_run = at or (predictor.runs.get(split_value) if split_value is not None else None)
     rounding = next(
         (
             r["record"].get("prediction_rounding")
@@ -388,7 +411,11 @@ def predict_edge(
         "axis": axis,
         "capacity_bytes": capacity_bytes,
         "source": "predicted",
-        **{k: edge[k] for k in ("max_fit", "min_miss", "exact", "upper", "upper_reached")},
+        "max_fit": edge.max_fit,
+        "min_miss": edge.min_miss,
+        "exact": edge.exact,
+        "upper": edge.upper,
+        "upper_reached": edge.upper_reached,
         "dry_runs": len(predictor.runs),
         "runs": [
             {k: r[k] for k in ("value", "outcome", "peak", "fits", "error_type")}
@@ -402,5 +429,4 @@ def predict_edge(
         "device": predictor.device,
         "prediction_rounding": rounding,
     }
-    write_json_atomic(out_dir / "predict.json", summary)
-    return Prediction(axis, capacity_bytes, out_dir, predictor, edge, summary)
+    return summary

@@ -19,7 +19,7 @@ from __future__ import annotations
 from memsweep.analysis.cards import CARDS, Card
 from memsweep.conf.contract import SpecError, write_json_atomic
 
-from .predict import Predictor, blind_spots, compose_load
+from .predict import PredictedEdge, Predictor, blind_spots, compose_load
 from .predict_parts import estimator_figures, hf_config
 from .search import check_search_axis
 
@@ -88,6 +88,35 @@ def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
     return 0 if edge is None else edge
 
 
+def card_row(
+    card: Card, predictor: Predictor, edge: PredictedEdge, fixed: int | None, estimator_edge: int | None
+) -> dict:
+    """One card's row of predict_cards.json.
+
+    Args:
+        card: the card.
+        predictor: its dry runs.
+        edge: ``Predictor.search``'s answer on the card's capacity.
+        fixed: the estimator's weights + gradients + optimizer states (bytes), or None.
+        estimator_edge: the estimator's batch edge (``_estimator_edge``), or None.
+
+    Returns:
+        The row (``predict_cards``'s ``"cards"``).
+    """
+    at = predictor.runs.get(edge.max_fit) if edge.max_fit is not None else None
+    return {
+        "card": card.name,
+        "capacity_bytes": card.reported_bytes,
+        "max_fit": edge.max_fit,
+        "min_miss": edge.min_miss,
+        "exact": edge.exact,
+        "peak_bytes": at["peak"] if at else None,
+        "error": edge.error["error_message"] if edge.error else None,
+        "estimator_fixed_bytes": fixed,
+        "estimator_edge": estimator_edge,
+    }
+
+
 def predict_cards(
     overrides: list[str], axis: str, names: list[str] | None = None, axis_field: str = "axis", upper: int | None = None
 ) -> dict:
@@ -128,20 +157,10 @@ def predict_cards(
             est = estimator_figures(base, record)
             if est is not None:
                 fixed = sum(est[k] or 0 for k in ("weights", "gradients", "optimizer_states"))
-        at = predictor.runs.get(edge["max_fit"]) if edge["max_fit"] is not None else None
-        rows.append(
-            {
-                "card": card.name,
-                "capacity_bytes": card.reported_bytes,
-                **{k: edge[k] for k in ("max_fit", "min_miss", "exact")},
-                "peak_bytes": at["peak"] if at else None,
-                "error": edge["error"]["error_message"] if edge["error"] else None,
-                "estimator_fixed_bytes": fixed,
-                "estimator_edge": _estimator_edge(base, record, card.reported_bytes) if axis == "batch" else None,
-            }
-        )
-        if edge["max_fit"] is not None:
-            start = edge["max_fit"]
+        estimator_edge = _estimator_edge(base, record, card.reported_bytes) if axis == "batch" else None
+        rows.append(card_row(card, predictor, edge, fixed, estimator_edge))
+        if edge.max_fit is not None:
+            start = edge.max_fit
     summary = {
         "axis": axis,
         "source": "predicted",

@@ -94,7 +94,7 @@ def estimator_figures(spec: RunSpec, record: dict | None) -> dict | None:
         est = estimate_hf_load(config, spec)
     except ValueError:
         return None
-    phases = {p["name"]: p for p in record.get("phases", [])}
+    phases = {p["name"]: p for p in (record or {}).get("phases", [])}
     name = "cold_step.optimizer_step" if spec.mode == "train" else next(reversed(phases), None)
     at = phases.get(name) or {}
     predicted = {

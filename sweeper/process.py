@@ -48,7 +48,7 @@ from memsweep.conf.contract import (
 
 from .forkserver_client import SHARED_FORKSERVER_ENV, ForkServer, ForkServerLost, shared_name, shared_server
 from .kept_runs import wait_for_kept_run
-from .launch import run_spawn, worker_env
+from .launch import WorkerExit, run_spawn, worker_env
 from .liveness import wait_for_old_worker
 from .owner import stop_if_orphaned
 
@@ -91,7 +91,7 @@ def _result(
     record, problem = try_read(run_dir, RECORD_FILE)
     outcome = classify_run(record, returncode, timed_out)
     failed_phase = error_type = error_message = None
-    if outcome in ("oom", "error"):
+    if outcome in ("oom", "error") and record is not None:  # classify_run reads both from a record
         failed_phase, error_type, error_message = (
             record.get("failed_phase"),
             record.get("error_type"),
@@ -134,8 +134,8 @@ def _result(
 
 
 def stored_spec(run_dir: Path) -> RunSpec | None:
-    """The spec ``run_dir`` holds (spec.json; from_dict fills the fields a spec written before
-    them lacks: additive, defaults), or None when it holds none.
+    """The spec ``run_dir`` holds (spec.json, ``conf.contract.read_spec``), or None when it holds
+    none.
 
     Raises:
         RunDirError: an unreadable or invalid spec.json.
@@ -293,16 +293,15 @@ def share_fork_server(isolation: str) -> None:
     (the server imports no torch). Either way a run belongs to this process's server, not to the
     launcher worker that asked for it, and outlives that worker (``worker.forkserver``). The
     server still dies with this process."""
-    _FORKSERVER.start(preload=isolation == ISOLATION_FORKSERVER)
-    os.environ[SHARED_FORKSERVER_ENV] = shared_name(_FORKSERVER.path)
+    os.environ[SHARED_FORKSERVER_ENV] = shared_name(_FORKSERVER.start(preload=isolation == ISOLATION_FORKSERVER))
 
 
-def _run_forkserver(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int | None, bool, int, float]:
+def _run_forkserver(run_dir: Path, env: dict, spec: RunSpec) -> WorkerExit:
     """A fresh process forked from a server that imported torch once (worker/forkserver.py)."""
     return _FORKSERVER.run(run_dir, env, spec.timeout_s, needs_dynamo(spec))
 
 
-def _run_spawn(run_dir: Path, env: dict, spec: RunSpec) -> tuple[int | None, bool, int, float]:
+def _run_spawn(run_dir: Path, env: dict, spec: RunSpec) -> WorkerExit:
     """A new interpreter (``python -m memsweep.worker SPEC``): started by a handler of the sweep's shared
     server when this process has one (``share_fork_server``; the run then outlives a killed
     launcher worker), else by this process (``sweeper.launch.run_spawn``)."""

@@ -112,14 +112,14 @@ def probe_device(device: str) -> dict:
 
 def _plain(cfg: Any) -> dict:
     """A composed config (DictConfig or mapping) as a plain dict, interpolations resolved."""
-    try:
-        from omegaconf import DictConfig, OmegaConf
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        DictConfig = ()
+    from omegaconf import DictConfig, OmegaConf
+
+    from .plain import plain_dict
+
     if isinstance(cfg, DictConfig):  # drop the hydra node first: its job-time values are unset here
-        data = OmegaConf.to_container(cfg, resolve=False)
+        data = plain_dict(cfg, resolve=False)
         data.pop("hydra", None)
-        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+        return plain_dict(OmegaConf.create(data), resolve=True)
     data = dict(cfg)
     data.pop("hydra", None)
     return data
@@ -253,6 +253,25 @@ def spec_from_config(cfg: Any) -> RunSpec:
     if spec.train_step == "user":
         check_user_step(spec.workload)
     spec = check_host_options(spec)  # a checkpoint directory, peft / bitsandbytes, a compiler
+    check_against_device(spec, info, capacity, capacity_bytes)
+    return with_estimate(spec)
+
+
+def check_against_device(spec: RunSpec, info: dict | None, capacity: Any, capacity_bytes: int | None) -> None:
+    """Check a spec against its device: bfloat16 support, the GPUs visible, an emulated capacity
+    within the device's total memory (on the CPU: within the machine's MemTotal).
+
+    Args:
+        spec: the spec.
+        info: ``probe_device``'s answer for a CUDA device; None when the device was not probed
+            (the CPU, a CUDA dry run).
+        capacity: the ``capacity`` field as given (named in the error).
+        capacity_bytes: ``capacity`` in bytes, or None (the device's own memory).
+
+    Raises:
+        SpecError: the first field the device refuses (dtype, devices, world_size or
+            tasks_per_node, capacity).
+    """
     if info is not None and info.get("device_kind") == "cuda":
         if spec.dtype == "bfloat16" and not info.get("bf16_supported"):
             raise SpecError("dtype", spec.dtype, f"a dtype {info.get('device_name')} supports: float32, float16")
@@ -278,7 +297,6 @@ def spec_from_config(cfg: Any) -> RunSpec:
                 f"at most this machine's memory on the CPU, MemTotal = "
                 f"{bytes_text(total)}; dry_run=true predicts any size",
             )
-    return with_estimate(spec)
 
 
 def with_estimate(spec: RunSpec) -> RunSpec:
@@ -328,7 +346,7 @@ def check_user_step(workload: dict, timeout: float = 300) -> None:
 
     answer = _env_cached("MEMSWEEP_USER_STEP_" + hashlib.sha1(arg.encode()).hexdigest(), check)
     if not answer.get("ok"):
-        raise SpecError(answer.get("field") or "workload.train_step", answer.get("value"), answer.get("accepted"))
+        raise SpecError(answer.get("field") or "workload.train_step", answer.get("value"), str(answer.get("accepted")))
 
 
 def hf_count(workload: dict, timeout: float = 600) -> dict:

@@ -21,6 +21,7 @@ from memsweep.conf.contract import SpecError
 
 from .errors import InputRefused
 from .inputs import launcher_class
+from .plain import plain_list
 
 log = logging.getLogger("memsweep")
 
@@ -65,7 +66,7 @@ def basic_sweep_jobs(config: DictConfig, config_loader: Any) -> list[list[str]]:
 
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
     arguments = [f"{k}={v}" for k, v in params.items()]
-    arguments += list(OmegaConf.to_container(config.hydra.overrides.task, resolve=False))
+    arguments += plain_list(config.hydra.overrides.task, resolve=False)
     parser = OverridesParser.create(config_loader=config_loader)
     batches = BasicSweeper.split_arguments(parser.parse_overrides(arguments), None)
     return [list(job) for batch in batches for job in batch]

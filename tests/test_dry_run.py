@@ -383,10 +383,10 @@ def test_a_seeded_search_finds_the_exact_edge(strategy, seed, edge, most_runs):
     search = FrontierSearch("batch", Lattice.make(1, 4096), strategy, seed=seed)
     result = run_search(search, oracle)
     if edge == 0:
-        assert result["max_ok"] is None and result["min_oom"] == 1
+        assert result.max_ok is None and result.min_oom == 1
     else:
-        assert result["max_ok"] == edge and result["min_oom"] == edge + 1
-    assert result["runs_used"] <= most_runs, result
+        assert result.max_ok == edge and result.min_oom == edge + 1
+    assert result.runs_used <= most_runs, result
 
 
 def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path):

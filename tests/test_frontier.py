@@ -99,8 +99,8 @@ def test_crossing_and_band():
 def test_all_probes_fit_reports_no_edge_below_the_upper_bound(strategy):
     s = search(strategy, 1, 4096)
     r = run_search(s, affine(0, 1))
-    assert r["upper_reached"] and r["max_ok"] == 4096 and r["min_oom"] is None and not r["exact"]
-    assert r["status"].startswith("edge not found below the upper bound") and tried(s, "oom") == set()
+    assert r.upper_reached and r.max_ok == 4096 and r.min_oom is None and not r.exact
+    assert r.status.startswith("edge not found below the upper bound") and tried(s, "oom") == set()
     assert 4096 in tried(s, "ok")
 
 
@@ -108,8 +108,8 @@ def test_all_probes_fit_reports_no_edge_below_the_upper_bound(strategy):
 def test_first_probe_out_of_memory_ends_at_once(strategy):
     s = search(strategy, 16, 4096)
     r = run_search(s, scripted({}, default="oom"))
-    assert r["runs_used"] == 1 and r["max_ok"] is None and r["min_oom"] == 16 and r["lower_fits"] is False
-    assert r["status"].startswith("lower bound does not fit") and not r["upper_reached"]
+    assert r.runs_used == 1 and r.max_ok is None and r.min_oom == 16 and r.lower_fits is False
+    assert r.status.startswith("lower bound does not fit") and not r.upper_reached
 
 
 @pytest.mark.parametrize("strategy", ["model", "bisect"])
@@ -118,10 +118,10 @@ def test_failure_mid_way_stops_the_axis_and_is_never_an_oom(strategy, failure):
     # fits up to 300, out of memory above; but 8 and above fail otherwise
     s = search(strategy, 1, 4096)
     r = run_search(s, scripted(lambda x: "ok" if x < 8 else failure if x <= 300 else "oom", peak=lambda x: x))
-    assert r["stopped_by"] == failure and r["stop_value"] >= 8
-    assert r["min_oom"] is None or r["min_oom"] > 300  # the failure is not an OOM
-    assert r["max_ok"] is not None and r["max_ok"] < 8  # nor a success
-    assert not r["exact"] and r["status"].startswith(f"stopped by {failure}")
+    assert r.stopped_by == failure and r.stop_value >= 8
+    assert r.min_oom is None or r.min_oom > 300  # the failure is not an OOM
+    assert r.max_ok is not None and r.max_ok < 8  # nor a success
+    assert not r.exact and r.status.startswith(f"stopped by {failure}")
     assert s.probes[-1].outcome == failure  # nothing ran after it
     assert s.propose() == []
 
@@ -129,7 +129,7 @@ def test_failure_mid_way_stops_the_axis_and_is_never_an_oom(strategy, failure):
 def test_failure_in_a_parallel_round_keeps_the_other_outcomes():
     s = search("bisect", 1, 4096)
     r = run_search(s, scripted(lambda x: "error" if x == 8 else "ok" if x < 100 else "oom"), slots=4)
-    assert r["stopped_by"] == "error" and r["stop_value"] == 8 and s.propose(4) == []
+    assert r.stopped_by == "error" and r.stop_value == 8 and s.propose(4) == []
 
 
 @pytest.mark.parametrize("strategy", ["model", "bisect"])
@@ -148,8 +148,8 @@ def test_non_monotonic_oracle_is_flagged_not_smoothed(strategy):
             s.observe(p.value, Reading("ok" if fits else "oom", 100 * p.value if fits else None, 10**9))
     r = s.result()
     assert hole is not None and any(v > hole for v in tried(s, "ok"))
-    assert r["max_ok"] in tried(s, "ok") and r["min_oom"] == hole
-    assert r["monotonic"] is False and r["exact"] is False and r["status"].startswith("not monotonic")
+    assert r.max_ok in tried(s, "ok") and r.min_oom == hole
+    assert r.monotonic is False and r.exact is False and r.status.startswith("not monotonic")
     lo, hi = s.bracket()
     assert (lo, hi) == (hole - 1, hole)  # the lowest edge is still pinned down exactly
 
@@ -160,28 +160,28 @@ def test_multiple_of_is_honoured(strategy, slots):
     s = search(strategy, 1, 10_000, multiple_of=8)
     r = run_search(s, affine(1000, 1000, cap=10**9, limit=1000 + 1000 * 4321), slots=slots)
     assert all(p.value % 8 == 0 for p in s.probes)
-    assert (r["max_ok"], r["min_oom"], r["exact"]) == (4320, 4328, True)
+    assert (r.max_ok, r.min_oom, r.exact) == (4320, 4328, True)
 
 
 @pytest.mark.parametrize("slots", [1, 2, 4])
 def test_parallel_rounds_split_the_bracket(slots):
     s = search("bisect", 1, 1024)
     r = run_search(s, affine(0, 1, cap=10**9, limit=700), slots=slots)
-    assert r["exact"] and r["max_ok"] == 700
+    assert r.exact and r.max_ok == 700
     rounds = {}
     for p in s.probes:
         rounds.setdefault(p.round, []).append(p.value)
     assert all(len(v) <= slots for v in rounds.values())
     if slots > 1:
-        assert r["rounds"] < run_search(search("bisect", 1, 1024), affine(0, 1, 10**9, 700))["rounds"]
+        assert r.rounds < run_search(search("bisect", 1, 1024), affine(0, 1, 10**9, 700)).rounds
 
 
 def test_model_reaches_an_affine_edge_in_four_runs_and_says_why():
     s = search("model", 1, 65536)
     r = run_search(s, affine(300 * MiB, 37_000))
     edge = (CAP - 300 * MiB) // 37_000
-    assert (r["max_ok"], r["min_oom"], r["exact"]) == (edge, edge + 1, True)
-    assert r["runs_used"] <= 4
+    assert (r.max_ok, r.min_oom, r.exact) == (edge, edge + 1, True)
+    assert r.runs_used <= 4
     assert all(p.reason for p in s.probes) and s.probes[-1].reason.startswith("model:")
     assert s.probes[-1].detail["capacity_bytes"] == CAP
 
@@ -191,10 +191,10 @@ def test_model_learns_a_capacity_the_probes_contradict():
     s = search("model", 1, 65536)
     r = run_search(s, affine(100 * MiB, 50_000, limit=int(0.9 * CAP)))
     edge = (int(0.9 * CAP) - 100 * MiB) // 50_000
-    assert (r["max_ok"], r["min_oom"]) == (edge, edge + 1) and r["exact"]
+    assert (r.max_ok, r.min_oom) == (edge, edge + 1) and r.exact
     assert any(p.expected == "ok" and p.outcome == "oom" for p in s.probes)
     bisect = run_search(search("bisect", 1, 65536), affine(100 * MiB, 50_000, limit=int(0.9 * CAP)))
-    assert r["runs_used"] < bisect["runs_used"]
+    assert r.runs_used < bisect.runs_used
 
 
 def pieces(a, b, limit, n=16, cap=CAP):
@@ -242,9 +242,9 @@ def test_an_oom_within_the_capacity_teaches_the_usable_capacity():
     edge = (limit - a) // b
     s = search()
     r = run_search(s, pieces(a, b, limit, n=64))
-    assert (r["max_ok"], r["min_oom"], r["exact"]) == (edge, edge + 1, True)
+    assert (r.max_ok, r.min_oom, r.exact) == (edge, edge + 1, True)
     unread = run_search(search(), affine(a, b, limit=limit))
-    assert r["runs_used"] < unread["runs_used"]
+    assert r.runs_used < unread.runs_used
     bracketed = [p for p in s.probes if "usable_bytes" in p.detail]
     assert bracketed and all(p.reason.startswith("model: usable capacity in [") for p in bracketed)
     floor, ceiling = bracketed[-1].detail["usable_bytes"]
@@ -261,7 +261,7 @@ def test_far_first_oom_the_model_narrows_its_candidates_without_a_far_bisection(
     edge = (limit - a) // b
     s = search()
     r = run_search(s, pieces(a, b, limit, n=254))
-    assert (r["max_ok"], r["min_oom"], r["exact"]) == (edge, edge + 1, True)
+    assert (r.max_ok, r.min_oom, r.exact) == (edge, edge + 1, True)
     narrowed = [p for p in s.probes if "candidates" in p.detail]
     assert len(narrowed) >= 3 and not any("did not halve" in p.reason for p in s.probes)
     counts = {}
@@ -271,7 +271,7 @@ def test_far_first_oom_the_model_narrows_its_candidates_without_a_far_bisection(
         counts[p.round] = last - first + 1
     rounds = sorted(counts)
     assert all(counts[r2] <= counts[r0] / 2 for r0, r2 in zip(rounds, rounds[2:]))
-    assert r["runs_used"] < run_search(search(), affine(a, b, limit=limit))["runs_used"]
+    assert r.runs_used < run_search(search(), affine(a, b, limit=limit)).runs_used
 
 
 def test_an_oom_past_the_capacity_changes_nothing():
@@ -291,7 +291,7 @@ def test_quadratic_axis_uses_the_square():
 
     s = search("model", 1, 65536, axis="context")
     r = run_search(s, oracle)
-    assert r["exact"] and r["runs_used"] <= 6
+    assert r.exact and r.runs_used <= 6
     assert any(p.detail.get("model") == "quadratic" for p in s.probes)
 
 
@@ -337,18 +337,18 @@ def test_monotone_oracles_end_exact_on_a_tried_pair(lat, edge, strategy, slots, 
     oks, ooms = tried(s, "ok"), tried(s, "oom")
     values = range(L.lower, L.upper + 1, L.step)
     true_ok = [v for v in values if v <= edge]
-    assert r["max_ok"] == (max(true_ok) if true_ok else None)
-    assert r["max_ok"] is None or r["max_ok"] in oks
-    assert r["min_oom"] is None or r["min_oom"] in ooms
+    assert r.max_ok == (max(true_ok) if true_ok else None)
+    assert r.max_ok is None or r.max_ok in oks
+    assert r.min_oom is None or r.min_oom in ooms
     if not true_ok:
-        assert r["status"].startswith("lower bound does not fit") and r["runs_used"] <= slots
+        assert r.status.startswith("lower bound does not fit") and r.runs_used <= slots
     elif max(true_ok) == L.upper:
-        assert r["upper_reached"] and r["min_oom"] is None
+        assert r.upper_reached and r.min_oom is None
     else:
-        assert r["exact"] and r["min_oom"] == r["max_ok"] + L.step
-    assert r["monotonic"] and r["stopped_by"] is None
+        assert r.exact and r.min_oom == r.max_ok + L.step
+    assert r.monotonic and r.stopped_by is None
     n = len(values)
-    assert r["runs_used"] <= slots * (3 * math.log2(n + 1) + 8)
+    assert r.runs_used <= slots * (3 * math.log2(n + 1) + 8)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -389,12 +389,12 @@ def test_what_ooms_say_never_costs_exactness(lat, edge, slots, a, b, hidden, n, 
     r = run_search(s, oracle, slots)
     values = range(L.lower, L.upper + 1, L.step)
     true_ok = [v for v in values if v <= edge]
-    assert r["max_ok"] == (max(true_ok) if true_ok else None)
-    assert r["max_ok"] is None or r["max_ok"] in tried(s, "ok")
-    assert r["min_oom"] is None or r["min_oom"] in tried(s, "oom")
+    assert r.max_ok == (max(true_ok) if true_ok else None)
+    assert r.max_ok is None or r.max_ok in tried(s, "ok")
+    assert r.min_oom is None or r.min_oom in tried(s, "oom")
     if true_ok and max(true_ok) < L.upper:
-        assert r["exact"] and r["min_oom"] == r["max_ok"] + L.step
-    assert r["runs_used"] <= slots * (3 * math.log2(len(values) + 1) + 8)
+        assert r.exact and r.min_oom == r.max_ok + L.step
+    assert r.runs_used <= slots * (3 * math.log2(len(values) + 1) + 8)
 
 
 @settings(max_examples=200, deadline=None)
@@ -421,11 +421,11 @@ def test_any_oracle_answers_with_tried_values(lat, strategy, slots, seed, p_oom)
     s = FrontierSearch("batch", Lattice.make(lower, lower + width, step), strategy)
     r = run_search(s, oracle, slots)
     assert s.done
-    assert r["max_ok"] is None or table[r["max_ok"]] == "ok"
-    assert r["min_oom"] is None or table[r["min_oom"]] == "oom"
-    if r["exact"]:
-        assert r["min_oom"] - r["max_ok"] == step and r["monotonic"]
-    assert r["monotonic"] == (r["max_ok"] is None or r["min_oom"] is None or r["max_ok"] < r["min_oom"])
+    assert r.max_ok is None or table[r.max_ok] == "ok"
+    assert r.min_oom is None or table[r.min_oom] == "oom"
+    if r.exact:
+        assert r.min_oom - r.max_ok == step and r.monotonic
+    assert r.monotonic == (r.max_ok is None or r.min_oom is None or r.max_ok < r.min_oom)
 
 
 # ----- what the search's log says: true reasons, the fit's real crossing ----------------------
@@ -433,7 +433,7 @@ def test_the_fit_crossing_logged_is_the_fits_not_the_clamped_upper_bound():
     a, b, cap = 529408, 81920, 16 * 2**20
     search = FrontierSearch("batch", Lattice.make(1, 64), "model")
     result = run_search(search, affine(a, b, cap))
-    assert result["upper_reached"]
+    assert result.upper_reached
     (aimed,) = [p for p in search.probes if "fit crosses" in p.reason]
     assert aimed.detail["predicted_crossing"] == pytest.approx((cap - a) / b, rel=1e-4)  # 198.3, not 65
     assert aimed.detail["past_bound"] is True and "beyond the upper bound 64" in aimed.reason
@@ -443,7 +443,7 @@ def test_the_fit_crossing_logged_is_the_fits_not_the_clamped_upper_bound():
 def test_probe_reasons_of_parallel_rounds_are_true():
     search = FrontierSearch("batch", Lattice.make(1, 65536), "bisect")
     result = run_search(search, affine(529408, 81920, 16 * 2**20), slots=3)
-    assert result["exact"]
+    assert result.exact
     growth = [p for p in search.probes if p.reason.startswith("growth")]
     assert len(growth) >= 4
     for p in growth:  # "growth xF from B": the value is F times B

@@ -7,7 +7,7 @@ import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 
-from memsweep.conf.contract import RunSpec, SpecError, run_peak, write_json_atomic
+from memsweep.conf.contract import RunSpec, SpecError, predicted_outcome, run_peak, write_json_atomic
 from memsweep.sweeper.errors import InputRefused
 from memsweep.sweeper.frontier_runs import RunIndex, launcher_slots, oom_said, spec_key
 from memsweep.sweeper.frontier_settings import check_sweep_choice
@@ -49,24 +49,26 @@ class ScriptedLauncher:
             if outcome == "oom" and self.said is not None:  # what the OOM said, as the worker records it
                 phase.update(status="oom", **self.said(spec))
             write_json_atomic(run_dir / "spec.json", spec.to_dict())
-            write_json_atomic(
-                run_dir / "record.json",
-                {
-                    "schema_version": 1,
-                    "complete": True,
-                    "outcome": outcome,
-                    "device_kind": "cpu",
-                    "capacity_bytes": CAP,
-                    "source": self.source,
-                    "phases": [phase],
-                },
-            )
+            record = {
+                "schema_version": 1,
+                "complete": True,
+                "outcome": outcome,
+                "device_kind": "cpu",
+                "capacity_bytes": CAP,
+                "source": self.source,
+                "phases": [phase],
+            }
+            write_json_atomic(run_dir / "record.json", record)
             envelope = {
                 "schema_version": 1,
                 "outcome": outcome,
                 "failed_phase": None,
                 "error_type": None,
                 "error_message": None if outcome == "ok" else f"scripted {outcome}",
+                # a dry run's verdict, as sweeper.process writes it
+                "predicted_outcome": (
+                    predicted_outcome(outcome, run_peak(record)[0], CAP) if self.source == "predicted" else None
+                ),
             }
             write_json_atomic(run_dir / "result.json", envelope)
             r = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)

@@ -24,9 +24,9 @@ def plateau_oracle(x):
 def test_a_plateau_does_not_send_the_model_far_past_the_edge():
     search = FrontierSearch("eval_batch", Lattice.make(1, 65536), "model", capacity=CAP, seed=1)
     result = run_search(search, plateau_oracle)
-    assert (result["max_ok"], result["min_oom"], result["exact"]) == (EDGE, EDGE + 1, True)
+    assert (result.max_ok, result.min_oom, result.exact) == (EDGE, EDGE + 1, True)
     # twice doubling past the plateau (7 values) and a bisection of (32, 64), not 20 runs
-    assert result["runs_used"] <= 12, [p.value for p in search.probes]
+    assert result.runs_used <= 12, [p.value for p in search.probes]
     assert max(p.value for p in search.probes) < 4 * EDGE
 
 

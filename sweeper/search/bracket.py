@@ -1,4 +1,4 @@
-"""The model strategy once an OOM said what it held and asked (issue #16): solve for the value
+"""The model strategy once an OOM said what it held and asked: solve for the value
 against the bracket of the usable capacity and the fitted load (``bracket_round``), and the
 candidate to probe among the values the edge may be (``next_offset``).
 
@@ -22,36 +22,15 @@ if TYPE_CHECKING:
 def bracket_round(
     search: FrontierSearch, band: Band, lo: int, top: int, slots: int, floor: int, ceiling: int
 ) -> list[Pick]:
-    """Strategy ``model`` once an OOM said what it asked and held: solve for the value against
-    the bracket of the usable capacity and the fitted load (issue #16).
+    """Strategy ``model`` once an OOM said what it held and asked: the fitted load against the
+    bracket of the usable capacity.
 
-    The usable capacity C is in [floor, ceiling) (``FrontierSearch.usable``): a success's peak
-    fitted, so C >= peak; an OOM held A, so C >= A, and could not get R more, so C < A + R.
-    The edge is the largest value whose peak is at most C: at least where the pessimistic fit
-    (``band.high``) reaches ``floor`` (every value up to there fits), at most where the
-    optimistic fit (``band.low``) reaches ``ceiling`` (every value past there does not). The
-    lattice values in between are the candidates [first, last], clipped to the runs' bracket
-    (lo, top); the model logs them (``candidates``) with the bracket (``usable_bytes``).
-
-    Which candidate: every one is as likely as the next (C uniform in its bracket meets an
-    affine load at any of them alike), so one probe at best halves them, and the search ends
-    only when the edge and the value above it have both run. Any split that keeps both sides
-    within the same powers of two costs the same expected runs (``next_offset``); among those
-    the highest, the likelier OOM, since an OOM tells more than a success: its A and A + R
-    narrow the bracket further (an OOM above the edge by less than one of its requests has
-    A + R below its own peak), where a success only says C >= its peak. On the synthetic loads
-    of tests/bench/bench_frontier.py (hidden 2 % and 20 %) this took the median from 7 to 6
-    runs. Each success raises the floor to its peak and each OOM lowers the ceiling to A + R
-    for the next round.
-
-    Progress guard: two rounds that neither halved the runs' bracket (lo, hi)
-    (``FrontierSearch.stalled``) nor the candidates (``halved``) force a bisection of
-    (lo, top), as does a fit that puts lo above the ceiling or the candidates outside
-    (lo, top): the model does not describe these runs.
-
-    With ``slots`` > 1 (probes run at once): the split points of the candidates, or with one
-    or two candidates the pair just below and just above where the central fit reaches the
-    bracket's middle, and fill values.
+    The usable capacity C is in [floor, ceiling) (``FrontierSearch.usable``). The edge lies
+    between where the pessimistic fit (``band.high``) reaches ``floor`` and where the optimistic
+    fit (``band.low``) reaches ``ceiling``; the lattice values in between, clipped to (lo, top),
+    are the candidates. One probe bisects them, leaning to the OOM side (``next_offset``); more
+    go to ``several_picks``. Two rounds that halved neither (lo, hi) nor the candidates, or a
+    fit that disagrees with the bracket, force a bisection of (lo, top).
 
     Args:
         search: the search.
@@ -59,25 +38,21 @@ def bracket_round(
         lo: the largest success below the smallest OOM.
         top: the smallest OOM.
         slots: how many values.
-        floor: the usable capacity is at least this (bytes).
-        ceiling: the usable capacity is below this (bytes; more than ``floor``).
+        floor, ceiling: the usable capacity is in [floor, ceiling) (bytes).
 
     Returns:
-        Up to ``slots`` values strictly inside (lo, top), the model, the bracket and the
-        candidates in their ``detail``; ``expected`` is the model's prediction only where it
-        is certain (a value the pessimistic fit keeps under the floor: ``ok``; one the
-        optimistic fit puts at or over the ceiling: ``oom``), else None; the pair's is the
-        central fit's.
+        Up to ``slots`` values strictly inside (lo, top), the model and the candidates in their
+        ``detail``; ``expected`` only where the model is certain (under the floor by the
+        pessimistic fit: ``ok``; at or over the ceiling by the optimistic fit: ``oom``).
     """
     lattice, m = search.lattice, search.lattice.step
     x_opt = crossing(band.low, ceiling, lo, top)
     if x_opt is None:  # the fit puts lo above the ceiling: it does not describe these runs
         return split(lattice, lo, top, slots, f": the fit disagrees with the usable capacity < {ceiling} B")
-    x_pess = min(crossing(band.high, floor, lo, top) or float(lo), x_opt)
-    middle = (floor + ceiling) / 2
+    x_pess, middle = min(crossing(band.high, floor, lo, top) or float(lo), x_opt), (floor + ceiling) / 2
     x_star = min(max(crossing(band.fit, middle, lo, top) or float(lo), x_pess), x_opt)
     first, last = max(lattice.down(x_pess), lo), min(lattice.down(x_opt), top - m)
-    bracket = f"usable capacity in [{floor}, {ceiling}) B (peaks of the successes, what the OOMs held and asked)"
+    bracket = usable_text(floor, ceiling)
     if last < first:  # cannot happen with a consistent model; bisect rather than trust it
         return split(lattice, lo, top, slots, f": {bracket}, but the fit puts the edge outside ({lo}, {top})")
     count = (last - first) // m + 1
@@ -103,6 +78,39 @@ def bracket_round(
             f"({count} values); bisect them, leaning to the OOM side"
         )
         return [Pick(v, why, expected, detail)]
+    return several_picks(search, band, (lo, first, last, top), (x_pess, x_star, x_opt), slots, (floor, ceiling), detail)
+
+
+def several_picks(
+    search: FrontierSearch,
+    band: Band,
+    span: tuple[int, int, int, int],
+    crossings: tuple[float, float, float],
+    slots: int,
+    usable: tuple[int, int],
+    detail: dict,
+) -> list[Pick]:
+    """``bracket_round`` with ``slots`` > 1: the split points of the candidates, or with one or
+    two candidates the pair around where the central fit reaches the bracket's middle.
+
+    Args:
+        search: the search.
+        band: the fitted peak (``peak_band``), bytes against the axis.
+        span: (lo, first, last, top): the runs' bracket and the candidates' ends (lattice values).
+        crossings: where the pessimistic, central and optimistic fits reach the bracket (values).
+        slots: how many values.
+        usable: (floor, ceiling) of the usable capacity (bytes).
+        detail: the model, logged with each value.
+
+    Returns:
+        Values strictly inside (lo, top).
+    """
+    lattice, m = search.lattice, search.lattice.step
+    lo, first, last, top = span
+    x_pess, x_star, x_opt = crossings
+    floor, ceiling = usable
+    middle = (floor + ceiling) / 2
+    bracket = usable_text(floor, ceiling)
     if last - first > m:  # too wide for a pair: split the predicted range
         why = (
             f"model: {bracket}; edge predicted in [{x_pess:.1f}, {x_opt:.1f}] ({band.kind} fit +- "
@@ -110,6 +118,7 @@ def bracket_round(
         )
         values = lattice.split(first, last + m, slots + 1)
         return [Pick(v, why, None, detail) for v in values if lo < v < top]
+    real = Crossings(band, middle, lo, top, f"beyond the smallest OOM {top}")
 
     def why_pair(side: str) -> str:
         return (
@@ -118,6 +127,11 @@ def bracket_round(
         )
 
     return pair(lattice, band, x_star, (lo, top, top), middle, why_pair, detail, slots)
+
+
+def usable_text(floor: int, ceiling: int) -> str:
+    """The bracket of the usable capacity (bytes), for a probe's reason."""
+    return f"usable capacity in [{floor}, {ceiling}) B (peaks of the successes, what the OOMs held and asked)"
 
 
 def halved(search: FrontierSearch, count: int) -> bool:

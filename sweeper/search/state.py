@@ -7,13 +7,62 @@ values; ``observe`` records what each run said (``Reading``: outcome, peak...); 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from memsweep.conf.contract import SpecError
 
 from . import strategies
 from .lattice import OUTCOMES, STOP_OUTCOMES, Lattice, Pick, Probe, Reading, check_search_axis
 from .strategies import STRATEGIES
+
+
+@dataclass
+class SearchResult:
+    """The answer of a search along one axis (values are lattice values that were run).
+
+    Attributes:
+        axis: batch, context or width.
+        strategy: model or bisect.
+        lower, upper, multiple_of: the lattice.
+        max_ok: the largest success, or None.
+        min_oom: the smallest OOM, or None.
+        exact: whether max_ok and min_oom are neighbours on the lattice (and monotonic).
+        monotonic: False when a success lies above an OOM.
+        upper_reached: no OOM and ``upper`` fits.
+        lower_fits: whether ``lower`` fits; None when it did not run.
+        stopped_by: None, or the error, crash or timeout that stopped the search.
+        stop_value: the value that stopped it, or None.
+        stop_message: what the stopping run said, or None.
+        runs_used: the probes run by the search, reused ones included.
+        runs_reused: the probes answered by a run already on disk.
+        rounds: the rounds proposed.
+        status: one line for people.
+    """
+
+    axis: str
+    strategy: str
+    lower: int
+    upper: int
+    multiple_of: int
+    max_ok: int | None
+    min_oom: int | None
+    exact: bool
+    monotonic: bool
+    upper_reached: bool
+    lower_fits: bool | None
+    stopped_by: str | None
+    stop_value: int | None
+    stop_message: str | None
+    runs_used: int
+    runs_reused: int
+    rounds: int
+    status: str
+
+    def to_dict(self) -> dict:
+        """The fields as a dict, in the order above (search.jsonl's ``result`` event)."""
+        return dataclasses.asdict(self)
 
 
 class FrontierSearch:
@@ -75,7 +124,7 @@ class FrontierSearch:
         return (oks[-1] if oks else None), hi
 
     def usable(self) -> tuple[int | None, int | None]:
-        """The usable capacity the probes bracket, in the peak counter's bytes (issue #16).
+        """The usable capacity the probes bracket, in the peak counter's bytes.
 
         A success bounds it from below by its peak; an OOM that said what it asked (R) with
         what was already held (A) bounds it from below by A (held, so it fitted) and from
@@ -93,17 +142,22 @@ class FrontierSearch:
         floors = [
             p.peak for p in self.probes if p.outcome == "ok" and p.peak is not None and (hi is None or p.value < hi)
         ]
-        said = [p for p in self.probes if p.outcome == "oom" and p.oom_held is not None and p.oom_request is not None]
-        floors += [p.oom_held for p in said]
-        ceiling = min((p.oom_held + p.oom_request for p in said), default=None)
+        said = [
+            (p.oom_held, p.oom_request)
+            for p in self.probes
+            if p.outcome == "oom" and p.oom_held is not None and p.oom_request is not None
+        ]
+        floors += [held for held, _ in said]
+        ceiling = min((held + request for held, request in said), default=None)
         return max(floors, default=None), ceiling
 
     def stalled(self) -> bool:
         """Whether the last two rounds left more than half of the bracket (lo, hi) they started
         from: the model's guesses are not narrowing it as fast as bisection would."""
-        if len(self.gaps) < 3 or None in self.gaps[-3:]:
+        last, before = (self.gaps[-1], self.gaps[-3]) if len(self.gaps) >= 3 else (None, None)
+        if last is None or before is None or self.gaps[-2] is None:
             return False
-        return self.gaps[-1] > self.gaps[-3] / 2
+        return last > before / 2
 
     def tried(self) -> set[int]:
         """The values observed or pending (a set)."""
@@ -217,21 +271,17 @@ class FrontierSearch:
         return probe
 
     # ---- result ------------------------------------------------------------------------
-    def result(self) -> dict:
-        """The search's answer (values are lattice values that were run).
+    def result(self) -> SearchResult:
+        """The search's answer.
 
         Returns:
-            A dict with: axis, strategy, lower, upper, multiple_of (the lattice), max_ok
-            (largest success, or None), min_oom (smallest OOM, or None), exact, monotonic,
-            upper_reached, lower_fits, stopped_by (None or error|crash|timeout), stop_value,
-            stop_message, runs_used (probes run by the search, reused ones included),
-            runs_reused, rounds, status (one line for people).
+            The ``SearchResult`` of the probes observed so far.
         """
         L, U, m = self.lattice.lower, self.lattice.upper, self.lattice.step
         oks, ooms = self.values("ok"), self.values("oom")
         max_ok = oks[-1] if oks else None
         min_oom = ooms[0] if ooms else None
-        monotonic = not (oks and ooms and max_ok > min_oom)
+        monotonic = not (max_ok is not None and min_oom is not None and max_ok > min_oom)
         exact = bool(monotonic and max_ok is not None and min_oom is not None and min_oom - max_ok == m)
         upper_reached = bool(not ooms and max_ok == U)
         lower_fits = True if L in oks else False if L in ooms else None
@@ -250,26 +300,26 @@ class FrontierSearch:
             status = f"not monotonic: {self.axis}={max_ok} fits above {min_oom}, which does not"
         else:
             status = "not finished"
-        return {
-            "axis": self.axis,
-            "strategy": self.strategy,
-            "lower": L,
-            "upper": U,
-            "multiple_of": m,
-            "max_ok": max_ok,
-            "min_oom": min_oom,
-            "exact": exact,
-            "monotonic": bool(monotonic),
-            "upper_reached": upper_reached,
-            "lower_fits": lower_fits,
-            "stopped_by": stop.outcome if stop else None,
-            "stop_value": stop.value if stop else None,
-            "stop_message": stop.message if stop else None,
-            "runs_used": len(self.probes),
-            "runs_reused": sum(p.reused for p in self.probes),
-            "rounds": self.rounds,
-            "status": status,
-        }
+        return SearchResult(
+            axis=self.axis,
+            strategy=self.strategy,
+            lower=L,
+            upper=U,
+            multiple_of=m,
+            max_ok=max_ok,
+            min_oom=min_oom,
+            exact=exact,
+            monotonic=bool(monotonic),
+            upper_reached=upper_reached,
+            lower_fits=lower_fits,
+            stopped_by=stop.outcome if stop else None,
+            stop_value=stop.value if stop else None,
+            stop_message=stop.message if stop else None,
+            runs_used=len(self.probes),
+            runs_reused=sum(p.reused for p in self.probes),
+            rounds=self.rounds,
+            status=status,
+        )
 
 
 Oracle = Callable[[int], tuple]
@@ -278,7 +328,7 @@ item for an OOM, (bytes held, bytes asked) or None: a scripted stand-in for runn
 (tests, bench)."""
 
 
-def run_search(search: FrontierSearch, oracle: Oracle, slots: int = 1, max_rounds: int = 10_000) -> dict:
+def run_search(search: FrontierSearch, oracle: Oracle, slots: int = 1, max_rounds: int = 10_000) -> SearchResult:
     """Drive ``search`` to the end against ``oracle``.
 
     Args:

@@ -1,20 +1,11 @@
-"""The strategies: which values a round of the search proposes (one small function each, in
-the spirit of Lightning's tuner), as ``Pick`` lists that ``FrontierSearch.propose`` turns
-into probes (skipping values tried already or outside the lattice).
+"""The strategies: which values a round of the search proposes (one small function each), as
+``Pick`` lists that ``FrontierSearch.propose`` turns into probes.
 
-* ``seed_round``: the predicted edge of a dry run and its neighbour.
-* ``first_round``: ``lower'``, then growth.
-* ``bisect_round`` (strategy ``bisect``): grow geometrically (x2) until the first OOM, then
-  split the bracket (``growth``, ``split``).
-* ``model_round`` (strategy ``model``): aim at where the band of the fitted peak
-  (``sweeper.search.peaks``) crosses the capacity, or, once an OOM said it held and asked
-  less than the capacity, at where it meets the bracket of the usable capacity
-  (``sweeper.search.bracket``), or gallop away from an OOM or a success the model did not
-  expect (``gallop_down``, ``gallop_up``); ``forced_round`` after two wrong predictions in a
-  row.
-
-The moves they are made of (``growth``, ``split``, ``fill``, ``pair``) are in
-``sweeper.search.moves``.
+``seed_round`` (a dry run's predicted edge), ``first_round``, ``bisect_round`` (strategy
+``bisect``: x2 growth, then bisection), ``model_round`` (strategy ``model``: where the band of
+the fitted peak crosses the capacity, ``one_success_round`` and ``band_round``, or the bracket
+of the usable capacity, ``sweeper.search.bracket``; ``gallop_down``/``gallop_up`` when the
+probes contradict the fit) and ``forced_round`` after two wrong predictions in a row.
 
 To add a strategy: write its round as ``(search, slots) -> list[Pick]`` here, add its name
 to ``STRATEGIES`` and dispatch to it in ``FrontierSearch.propose``.
@@ -29,7 +20,7 @@ from memsweep.analysis.fit import crossing
 from .bracket import bracket_round
 from .lattice import QUADRATIC_AXES, Pick
 from .moves import fill, growth, pair, split
-from .peaks import Crossings, peak_band, rising
+from .peaks import Band, Crossings, peak_band, rising
 
 if TYPE_CHECKING:
     from .state import FrontierSearch
@@ -40,6 +31,9 @@ GALLOP = 4
 # First step down from an OOM the model did not expect: what this fraction of the capacity
 # is worth on the axis (unseen overheads are a few percent of the capacity).
 GALLOP_FIRST = 1 / 128
+# A round after the first needs a success below the smallest OOM (``first_round`` or
+# ``seed_round`` run until there is one, or the search is done).
+NO_SUCCESS = "frontier search on {} without a success below the smallest OOM"
 
 
 def seed_round(search: FrontierSearch) -> list[Pick]:
@@ -55,6 +49,8 @@ def seed_round(search: FrontierSearch) -> list[Pick]:
         bracket).
     """
     s, m = search.seed, search.lattice.step
+    if s is None:
+        return []
     done = {p.value: p.outcome for p in search.probes}
     if s not in done:
         return [
@@ -94,8 +90,13 @@ def bisect_round(search: FrontierSearch, slots: int) -> list[Pick]:
     Returns:
         Growth above the largest success until the first OOM, then the values that split
         the bracket.
+
+    Raises:
+        RuntimeError: no success below the smallest OOM (``propose`` does not call it then).
     """
     lo, hi = search.bracket()
+    if lo is None:
+        raise RuntimeError(NO_SUCCESS.format(search.axis))
     if hi is None:
         return growth(search.lattice, lo, slots)
     return split(search.lattice, lo, hi, slots, "")
@@ -110,8 +111,13 @@ def forced_round(search: FrontierSearch, slots: int) -> list[Pick]:
 
     Returns:
         Growth (no OOM yet) or the values that split the bracket, their reason saying why.
+
+    Raises:
+        RuntimeError: no success below the smallest OOM (``propose`` does not call it then).
     """
     lo, hi = search.bracket()
+    if lo is None:
+        raise RuntimeError(NO_SUCCESS.format(search.axis))
     if hi is None:
         return growth(search.lattice, lo, slots)
     return split(search.lattice, lo, hi, slots, ": two wrong predictions in a row")
@@ -120,12 +126,8 @@ def forced_round(search: FrontierSearch, slots: int) -> list[Pick]:
 def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
     """Strategy ``model``: probe where the band of the fitted peak crosses the capacity.
 
-    With one success (or no capacity known yet): a value that must still fit if the peak is
-    at most proportional to the axis (to its square on ``QUADRATIC_AXES``), else growth or
-    bisection. With two or more: where the band crosses the capacity is where the edge must
-    be; one or two lattice values there: the pair just below and just above the central
-    prediction; more: its geometric split points. A success above the capacity or an OOM
-    under the pessimistic fit: ``gallop_up`` or ``gallop_down``.
+    With one success (or no capacity known yet): ``one_success_round``. With two or more:
+    ``band_round``, or ``bracket_round`` once an OOM held and asked at most the capacity.
 
     Args:
         search: the search; its successes' peaks (bytes) and ``capacity`` (bytes) make the
@@ -137,9 +139,10 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
         with the model's prediction (``expected``) for the pair at the edge and the model
         in their ``detail`` (fit coefficients and noise in bytes, predicted crossing and
         range).
+
+    Raises:
+        RuntimeError: no success below the smallest OOM (``propose`` does not call it then).
     """
-    lattice = search.lattice
-    U, m = lattice.upper, lattice.step
     lo, hi = search.bracket()
     raw = [
         (p.value, p.peak)
@@ -151,39 +154,12 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
     quadratic = search.axis in QUADRATIC_AXES
     cap = search.capacity
     band = peak_band(points, quadratic) if len(distinct) >= 2 else None
+    if lo is None:
+        raise RuntimeError(NO_SUCCESS.format(search.axis))
     if band is None or cap is None:
-        p_lo = max((p for x, p in points if x == lo), default=None)
-        if hi is None and len(distinct) < len({x for x, _ in raw}):
-            return growth(lattice, lo, slots)  # a plateau: the peak does not grow with the axis yet
-        if hi is None and p_lo and cap:
-            # peak(x) <= peak(lo) * (x/lo)^d for x >= lo when the load is a + b x (+ c x^2)
-            # with a, b, c >= 0 (d = 1 for batch, 2 for context/width): x2 must still fit.
-            power = 2 if quadratic else 1
-            guess = lattice.down(lo * (cap / p_lo) ** (1 / power))
-            x2 = min(max(guess, lo + m), U)
-            why = (
-                f"model: one success; peak({lo})={p_lo} B at most {'quadratic' if quadratic else 'proportional'}"
-                f" in {search.axis} puts capacity {cap} B at >= {guess}"
-            )
-            return [Pick(x2, why, None, {"bound": guess})] + growth(lattice, lo, slots - 1, start=x2)
-        if hi is None:
-            return growth(lattice, lo, slots)
-        floor, ceiling = search.usable()
-        if p_lo and floor is not None and ceiling is not None and floor > p_lo:
-            # an OOM held `floor` bytes, so at least that much is usable; the peak being at most
-            # proportional to the axis (as above), floor / peak(lo) times lo still fits
-            power = 2 if quadratic else 1
-            safe = lattice.down(lo * (floor / p_lo) ** (1 / power))
-            if lo < safe < hi:
-                why = (
-                    f"model: one success; an OOM held {floor} B, so that much is usable; peak({lo})={p_lo} B at "
-                    f"most {'quadratic' if quadratic else 'proportional'} in {search.axis} fits it at {safe}"
-                )
-                return [Pick(safe, why, None, {"usable_bytes": [floor, ceiling]})] + split(
-                    lattice, safe, hi, slots - 1, ""
-                )
-        return split(lattice, lo, hi, slots, ": one success is not enough to fit")
-    top = hi if hi is not None else U + m
+        plateau = len(distinct) < len({x for x, _ in raw})
+        return one_success_round(search, slots, lo, hi, points, plateau)
+    top = hi if hi is not None else search.lattice.upper + search.lattice.step
     lo_peak = max(p for _, p in points)
     if lo_peak > cap:
         return gallop_up(
@@ -194,6 +170,79 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
         # an OOM held and asked at most the capacity: memory the counter does not see takes
         # some; the edge is where the fitted load meets the usable capacity, not the nominal one
         return bracket_round(search, band, lo, top, slots, floor, ceiling)
+    return band_round(search, slots, band, cap, lo, hi, top)
+
+
+def one_success_round(
+    search: FrontierSearch, slots: int, lo: int, hi: int | None, points: list[tuple[int, int]], plateau: bool
+) -> list[Pick]:
+    """The model's round with one success (or no capacity known yet): a value that must still
+    fit if the peak is at most proportional to the axis (to its square on ``QUADRATIC_AXES``),
+    else growth or bisection.
+
+    Args:
+        search: the search.
+        slots: how many values.
+        lo: the largest success below the smallest OOM.
+        hi: the smallest OOM, or None.
+        points: the successes' (value, peak bytes), rising.
+        plateau: whether the peak did not grow with the axis yet (equal peaks at distinct values).
+
+    Returns:
+        The bound's value and growth, or the split points of (lo, hi).
+    """
+    lattice, cap = search.lattice, search.capacity
+    quadratic = search.axis in QUADRATIC_AXES
+    power = 2 if quadratic else 1
+    shape = "quadratic" if quadratic else "proportional"
+    p_lo = max((p for x, p in points if x == lo), default=None)
+    if hi is None and plateau:
+        return growth(lattice, lo, slots)
+    if hi is None and p_lo and cap:
+        # peak(x) <= peak(lo) * (x/lo)^d for x >= lo when the load is a + b x (+ c x^2)
+        # with a, b, c >= 0 (d = 1 for batch, 2 for context/width): x2 must still fit.
+        guess = lattice.down(lo * (cap / p_lo) ** (1 / power))
+        x2 = min(max(guess, lo + lattice.step), lattice.upper)
+        why = (
+            f"model: one success; peak({lo})={p_lo} B at most {shape}"
+            f" in {search.axis} puts capacity {cap} B at >= {guess}"
+        )
+        return [Pick(x2, why, None, {"bound": guess})] + growth(lattice, lo, slots - 1, start=x2)
+    if hi is None:
+        return growth(lattice, lo, slots)
+    floor, ceiling = search.usable()
+    if p_lo and floor is not None and ceiling is not None and floor > p_lo:
+        # an OOM held `floor` bytes, so at least that much is usable; the peak being at most
+        # proportional to the axis (as above), floor / peak(lo) times lo still fits
+        safe = lattice.down(lo * (floor / p_lo) ** (1 / power))
+        if lo < safe < hi:
+            why = (
+                f"model: one success; an OOM held {floor} B, so that much is usable; peak({lo})={p_lo} B at "
+                f"most {shape} in {search.axis} fits it at {safe}"
+            )
+            return [Pick(safe, why, None, {"usable_bytes": [floor, ceiling]})] + split(lattice, safe, hi, slots - 1, "")
+    return split(lattice, lo, hi, slots, ": one success is not enough to fit")
+
+
+def band_round(
+    search: FrontierSearch, slots: int, band: Band, cap: int, lo: int, hi: int | None, top: int
+) -> list[Pick]:
+    """The model's round with two or more successes: the pair around where the band crosses
+    the capacity, or its geometric split points; ``gallop_down`` or ``gallop_up`` when the
+    probes contradict the fit.
+
+    Args:
+        search: the search.
+        slots: how many values.
+        band: the fitted peak (``peak_band``), bytes against the axis.
+        cap: the capacity (bytes).
+        lo, hi: the largest success below the smallest OOM; the smallest OOM, or None.
+        top: ``hi``, or one step above the upper bound.
+
+    Returns:
+        The values to probe, the model in their ``detail``.
+    """
+    lattice, m = search.lattice, search.lattice.step
     if hi is not None and band.high(hi) <= cap:
         slope = (band.fit(hi) - band.fit(lo)) / (hi - lo)
         first = lattice.down(GALLOP_FIRST * cap / slope) if slope > 0 else m
@@ -205,10 +254,11 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
         )
     x_pess = crossing(band.high, cap, lo, top) or float(lo)
     x_star = min(max(crossing(band.fit, cap, lo, top) or float(lo), x_pess), x_opt)
-    first = max(lattice.down(x_pess), lo)
-    last = min(lattice.down(x_opt), top - m)
+    first, last = max(lattice.down(x_pess), lo), min(lattice.down(x_opt), top - m)
     # where the curves really cross (the ones above stop at `top`): logged, and said when past it
-    past = f"beyond the upper bound {U} (probes stop there)" if hi is None else f"beyond the smallest OOM {hi}"
+    past = (
+        f"beyond the upper bound {lattice.upper} (probes stop there)" if hi is None else f"beyond the smallest OOM {hi}"
+    )
     real = Crossings(band, cap, lo, top, past)
     detail = {
         "model": band.kind,

@@ -218,8 +218,8 @@ def run_memsweep(strategy: str, load: Load, slots: int = 1, said: bool = True) -
     search = FrontierSearch("context" if load.c else "batch", Lattice.make(LOWER, UPPER), strategy)
     result = run_search(search, load.oracle, slots=slots)
     edge = load.edge()
-    assert result["exact"] and result["max_ok"] == edge, (strategy, result, edge)
-    return {"runs": result["runs_used"], "rounds": result["rounds"], "exact": True, "ran_ok": True}
+    assert result.exact and result.max_ok == edge, (strategy, result, edge)
+    return {"runs": result.runs_used, "rounds": result.rounds, "exact": True, "ran_ok": True}
 
 
 def summarize(rows: list[dict], key: str = "runs") -> str:
