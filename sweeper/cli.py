@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from memsweep.conf.contract import (
@@ -18,7 +17,6 @@ from memsweep.conf.contract import (
     PEAK_CATEGORIES,
     PEAK_CATEGORY_WORDS,
     PREDICT_EXIT,
-    RUN_EXIT,
     SpecError,
     bytes_text,
     validate_device,
