@@ -368,7 +368,7 @@ def test_killing_one_joblib_worker_loses_no_run(tmp_path, isolation):
         if isolation == "spawn":  # exec'd: a new interpreter, nothing of the server's image
             # (/proc/PID/environ is the environment given to execve: a forked worker shows the server's)
             assert lineage["told_parent"] == lineage["handler"], "it dies with its handler, not a launcher worker"
-            assert "-m worker " in lineage["cmd"] and "forkserver" not in lineage["cmd"], lineage
+            assert "-m memsweep.worker " in lineage["cmd"] and "forkserver" not in lineage["cmd"], lineage
             assert not lineage["torch"]["server"], "the server imported no torch: the worker did, itself"
         else:  # forked: the server's image, torch imported once by the server
             assert "memsweep.worker.forkserver" in lineage["cmd"] and lineage["torch"]["server"], lineage
