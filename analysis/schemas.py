@@ -26,8 +26,7 @@ from memsweep.conf.contract import (
     Field,
     RunSpec,
 )
-
-from .estimate import ESTIMATE_COLUMNS
+from memsweep.estimate import ESTIMATE_COLUMNS
 
 # The record's phase fields (conf.contract.record, declared there): the counters, then, where the
 # backend or the phase has them (null otherwise), extra counters, sizes by construction (tensor

@@ -427,7 +427,7 @@ ANALYSIS_COMMANDS = {
     "analyze": "memsweep.analysis.cli",
     "report": "memsweep.analysis.report",
     "compare": "memsweep.analysis.compare",
-    "estimate": "memsweep.analysis.estimate.cli",
+    "estimate": "memsweep.estimate.cli",
 }
 """The subcommands the analysis package runs: command -> the module whose ``main(argv)`` runs it
 (imported when called: a Hydra run does not load pandas)."""

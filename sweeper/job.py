@@ -11,7 +11,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from memsweep.analysis.labels import load_words
 from memsweep.conf.contract import (
     RECORD_FILE,
     SPEC_FILE,
@@ -21,6 +20,7 @@ from memsweep.conf.contract import (
     run_peak,
     try_read,
 )
+from memsweep.estimate.labels import load_words
 
 from .errors import InputRefused
 from .owner import guard_launcher_worker

@@ -16,8 +16,8 @@ spots (``sweeper.predict.blind_spots``) are in the summary and printed with the 
 
 from __future__ import annotations
 
-from memsweep.analysis.cards import CARDS, Card
 from memsweep.conf.contract import SpecError, write_json_atomic
+from memsweep.estimate.cards import CARDS, Card
 
 from .predict import Predictor, blind_spots, compose_load
 from .predict_parts import estimator_figures, hf_config
@@ -76,7 +76,7 @@ def card_table_row(row: dict) -> str:
 def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
     """The estimator's batch edge of a train load on ``capacity`` bytes: 0 when batch 1 does
     not fit; None when not asked (another mode or workload, no config in the record)."""
-    from memsweep.analysis.estimate.hf_load import estimate_hf_batch_edge
+    from memsweep.estimate.hf_load import estimate_hf_batch_edge
 
     config = hf_config(base, record)
     if base.mode != "train" or config is None:

@@ -85,7 +85,7 @@ def estimator_figures(spec: RunSpec, record: dict | None) -> dict | None:
         in train mode, the last phase otherwise); or None for another workload, a record
         without the config, or a config the estimator cannot read.
     """
-    from memsweep.analysis.estimate.hf_load import estimate_hf_load
+    from memsweep.estimate.hf_load import estimate_hf_load
 
     config = hf_config(spec, record)
     if config is None:

@@ -288,7 +288,7 @@ def with_estimate(spec: RunSpec) -> RunSpec:
     An ``hf`` run's model is counted by transformers in a worker process (``hf_count``), once per
     distinct config and overrides: no torch is imported here.
     """
-    from memsweep.analysis.estimate import estimate_run
+    from memsweep.estimate import estimate_run
 
     count = hf_count(spec.workload) if spec.workload_name == "hf" else None
     estimate, reason = estimate_run(spec, count)

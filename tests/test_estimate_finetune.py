@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-import memsweep.analysis.estimate as E
-from memsweep.analysis.estimate.finetune import base_formats, lora_settings
-from memsweep.analysis.estimate.hf_load import estimate_hf_load
+import memsweep.estimate as E
 from memsweep.conf.contract import RunSpec
+from memsweep.estimate.finetune import base_formats, lora_settings
+from memsweep.estimate.hf_load import estimate_hf_load
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 160, 2, 4, 2, 256
 CONFIG = {

@@ -128,10 +128,10 @@ def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_never_read_alike():
     failure ended the run) and the report's summary card; a one-process run shows no world_size=1."""
     from pathlib import Path
 
-    from memsweep.analysis.labels import load_words
     from memsweep.analysis.report import build_report, parse_margin
     from memsweep.analysis.tables import PHASES_SCHEMA
     from memsweep.conf.contract import RunSpec
+    from memsweep.estimate.labels import load_words
     from memsweep.sweeper.job import outcome_line
 
     runs = [

@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass, field
 
 from memsweep.conf.contract import AXES, device_kind_of, peak_counters
+from memsweep.estimate.labels import load_words
 
 from ..frontier import SPREAD, order_key
-from ..labels import load_words
 from ..schemas import ENV_COLUMNS, OPTIONS
 from .load import Sweep
 

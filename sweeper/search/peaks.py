@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from memsweep.analysis.fit import Polynomial, crossing, fit_polynomial
+from memsweep.estimate.fit import Polynomial, crossing, fit_polynomial
 
 # Peaks may move in steps: the CUDA caching allocator reserves segments in multiples of
 # 2 MiB. The largest power of two dividing every measured peak, when at least

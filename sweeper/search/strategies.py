@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memsweep.analysis.fit import crossing
+from memsweep.estimate.fit import crossing
 
 from .bracket import bracket_round
 from .lattice import QUADRATIC_AXES, Pick

@@ -129,7 +129,7 @@ def llama_vs_estimator(root: Path) -> dict:
     """The Llama-2-7B dry run's split at the optimizer step's peak against the estimator
     (analysis.estimate.estimate_transformer, pure bf16 AdamW: states in the parameter dtype as
     torch.optim.AdamW's zeros_like, no fp32 master copy, no ZeRO)."""
-    from memsweep.analysis.estimate import estimate_transformer, parse_hf_config
+    from memsweep.estimate import estimate_transformer, parse_hf_config
 
     record, wall = run(root, "llama2-7b", LLAMA2_7B)
     model = record["model"] or {}
