@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from memsweep.conf.contract import CUDA_BLOCK_BYTES
@@ -110,6 +110,251 @@ ACTIVATION_SAVES_OUTPUT = {"relu": True, "tanh": True, "gelu": False, "silu": Fa
 and tanh save their output, gelu and silu their input."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _MlpLoad:
+    """The checked arguments of ``mlp_phases``: sizes are counts, ``elem`` bytes per value."""
+
+    rows: int  # batch x context
+    width: int
+    hidden: int
+    depth: int
+    elem: int
+    train: bool
+    device_kind: str  # "cpu" or "cuda"
+    foreach: bool
+    saves_output: bool
+    numels: tuple[int, ...]
+
+
+def _mlp_load(
+    batch: int,
+    context: int,
+    width: int,
+    dtype: str,
+    mode: str,
+    depth: int,
+    hidden: int | None,
+    activation: str,
+    device: str,
+    warmup: int,
+    repeats: int,
+    foreach: bool | None,
+) -> _MlpLoad:
+    """Check ``mlp_phases``'s arguments (in its order) and resolve its defaults.
+
+    Raises:
+        ValueError: as ``mlp_phases``.
+    """
+    for name, v in (("batch", batch), ("context", context), ("width", width), ("depth", depth)):
+        check_int(name, v, 1)
+    if dtype not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
+    if mode not in ("inference", "train"):
+        raise ValueError(f"mode must be inference or train, got {mode!r}")
+    if activation not in ACTIVATION_SAVES_OUTPUT:
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATION_SAVES_OUTPUT)}, got {activation!r}")
+    check_int("warmup", warmup)
+    check_int("repeats", repeats, 1)
+    hidden = 4 * width if hidden is None else check_int("hidden", hidden, 1)
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    return _MlpLoad(
+        rows=batch * context,
+        width=width,
+        hidden=hidden,
+        depth=depth,
+        elem=DTYPE_BYTES[dtype],
+        train=mode == "train",
+        device_kind=kind,
+        foreach=(kind == "cuda") if foreach is None else foreach,
+        saves_output=ACTIVATION_SAVES_OUTPUT[activation],
+        numels=tuple(math.prod(s) for s in mlp_param_shapes(width, hidden, depth)),
+    )
+
+
+class _MlpReplay:
+    """The storages the mlp workload's PyTorch ops create and free, replayed on a ``_Tape``
+    phase by phase (PyTorch eager mode, the storage bytes each operator returns).
+
+    A training step is the worker's four sub-phases: forward (``zero_grad`` first), loss,
+    backward, optimizer_step (the loss released at its end).
+    """
+
+    def __init__(self, load: _MlpLoad):
+        self.load = load
+        self.tape = _Tape(load.device_kind)
+        self.phases: list[PhaseEstimate] = []
+
+    def phase(self, name: str, iterations: int, body: Callable[[], None]) -> None:
+        """Run ``body`` as the protocol phase ``name`` (peak reset at its start) and record it."""
+        t = self.tape
+        t.reset_peak()
+        start = t.total
+        for _ in range(min(iterations, 2)):  # from the second iteration on, every one is the same
+            body()
+        at_peak = Breakdown(**{c: t.peak_cats[c] for c in COMPONENTS})
+        self.phases.append(PhaseEstimate(name, iterations, start, t.total, t.peak, at_peak))
+
+    def model_load(self) -> None:
+        """Each Linear's ``empty`` weight and bias in fp32 (the default dtype), in ``parameters()``
+        order, then ``.to(dtype)`` one at a time (new copy, old storage freed). On CUDA only the
+        device copies count (the model is built on the CPU and moved)."""
+        t, e = self.tape, self.load.elem
+        if self.load.device_kind == "cuda":
+            for i, n in enumerate(self.load.numels):
+                t.alloc(f"p{i}", n * e, "weights")
+            return
+        for i, n in enumerate(self.load.numels):
+            t.alloc(f"p{i}", n * 4, "weights")
+        if e != 4:
+            for i, n in enumerate(self.load.numels):
+                t.alloc(f"p{i}.to", n * e, "weights")
+                t.free(f"p{i}")
+                t.rename(f"p{i}.to", f"p{i}")
+
+    def inputs(self) -> None:
+        """x of (batch, context, width); in train mode also the target."""
+        s = self.load
+        self.tape.alloc("x", s.rows * s.width * s.elem, "activations")
+        if s.train:
+            self.tape.alloc("target", s.rows * s.width * s.elem, "activations")
+
+    def forward_inference(self) -> None:
+        """One ``inference_mode`` iteration: per block the first Linear's output (batch, context,
+        hidden), the activation's output, then the second Linear's output; nn.Sequential holds
+        the block input until the block returns."""
+        t, s = self.tape, self.load
+        block_in = "x"
+        for k in range(s.depth):
+            t.alloc("h", s.rows * s.hidden * s.elem, "activations")
+            t.alloc("g", s.rows * s.hidden * s.elem, "activations")
+            t.free("h")
+            t.alloc(f"out{k}", s.rows * s.width * s.elem, "activations")
+            t.free("g")
+            if block_in != "x":
+                t.free(block_in)
+            block_in = f"out{k}"
+        t.free(block_in)  # del y
+
+    def step_forward(self) -> None:
+        """``zero_grad(set_to_none=True)`` frees the gradients; forward keeps for backward, per
+        block, the first Linear's output (gelu/silu save their input), the activation output and
+        the block output."""
+        t, s = self.tape, self.load
+        for i in range(len(s.numels)):
+            if t.has(f"grad{i}"):
+                t.free(f"grad{i}")
+        for k in range(s.depth):
+            t.alloc(f"h{k}", s.rows * s.hidden * s.elem, "activations")
+            t.alloc(f"g{k}", s.rows * s.hidden * s.elem, "activations")
+            if s.saves_output:
+                t.free(f"h{k}")
+            t.alloc(f"out{k}", s.rows * s.width * s.elem, "activations")
+
+    def step_loss(self) -> None:
+        """``mse_loss`` returns a 0-dim loss whose storage holds (batch, context, width) values."""
+        self.tape.alloc("loss", self.load.rows * self.load.width * self.load.elem, "activations")
+
+    def step_backward(self) -> None:
+        """The grad seed (one value), the MSE gradient, then per block in reverse
+        ``_backward_block``; each saved tensor is freed once its node ran."""
+        t, s = self.tape, self.load
+        t.alloc("seed", s.elem, "temporaries")  # ones_like(loss)
+        t.alloc("grad_out", s.rows * s.width * s.elem, "temporaries")  # mse_loss_backward
+        t.free(f"out{s.depth - 1}")  # MseLossBackward releases y
+        for k in reversed(range(s.depth)):
+            self._backward_block(k)
+        t.free("seed")
+
+    def _backward_block(self, k: int) -> None:
+        """Block ``k``'s backward: per Linear the input gradient, weight and bias gradients."""
+        t, s = self.tape, self.load
+        p = 4 * k  # W1, b1, W2, b2 of block k
+        # second Linear: AddmmBackward0 -> grad of its input, weight, bias (sum)
+        t.alloc("grad_g", s.rows * s.hidden * s.elem, "temporaries")
+        t.alloc(f"grad{p + 2}", s.numels[p + 2] * s.elem, "gradients")
+        t.alloc(f"grad{p + 3}", s.numels[p + 3] * s.elem, "gradients")
+        t.free("grad_out")
+        if not s.saves_output:
+            t.free(f"g{k}")
+        # activation backward
+        t.alloc("grad_h", s.rows * s.hidden * s.elem, "temporaries")
+        t.free("grad_g")
+        t.free(f"g{k}" if s.saves_output else f"h{k}")
+        # first Linear
+        if k > 0:
+            t.alloc("grad_out", s.rows * s.width * s.elem, "temporaries")
+        t.alloc(f"grad{p}", s.numels[p] * s.elem, "gradients")
+        t.alloc(f"grad{p + 1}", s.numels[p + 1] * s.elem, "gradients")
+        t.free("grad_h")
+        if k > 0:
+            t.free(f"out{k - 1}")
+
+    def step_optimizer(self) -> None:
+        """``torch.optim.AdamW`` with its defaults: on the first step ``step`` (an fp32 scalar, on
+        the CPU), ``exp_avg`` and ``exp_avg_sq`` (param dtype) per parameter; then the update
+        (``_adamw_scratch``); the loss is released at the end (``del loss``)."""
+        t, s = self.tape, self.load
+        if not t.has("exp_avg0"):
+            for i, n in enumerate(s.numels):
+                if s.device_kind == "cpu":
+                    t.alloc(f"step{i}", 4, "optimizer_states")
+                t.alloc(f"exp_avg{i}", n * s.elem, "optimizer_states")
+                t.alloc(f"exp_avg_sq{i}", n * s.elem, "optimizer_states")
+        self._adamw_scratch()
+        t.free("loss")  # del loss
+
+    def _adamw_scratch(self) -> None:
+        """AdamW's update temporaries: with ``foreach`` (the CUDA default) one ``_foreach_sqrt``
+        over all parameters; single-tensor (the CPU default) two per parameter (``sqrt``, its
+        quotient) while the previous ``denom`` lives."""
+        t, s = self.tape, self.load
+        if s.foreach:
+            for i, n in enumerate(s.numels):
+                t.alloc(f"sqrt{i}", n * s.elem, "temporaries")
+            for i in range(len(s.numels)):
+                t.free(f"sqrt{i}")
+            return
+        for i, n in enumerate(s.numels):
+            t.alloc("sqrt", n * s.elem, "temporaries")
+            t.alloc("div", n * s.elem, "temporaries")
+            t.free("sqrt")
+            if i:
+                t.free("denom")
+            t.rename("div", "denom")
+        t.free("denom")
+
+    def sub_phases(self) -> tuple[tuple[str, Callable[[], None]], ...]:
+        """The sub-phases of a training step, in order, as the worker names them."""
+        return (
+            ("forward", self.step_forward),
+            ("loss", self.step_loss),
+            ("backward", self.step_backward),
+            ("optimizer_step", self.step_optimizer),
+        )
+
+    def train_step(self) -> None:
+        """One whole training step (warmup iterations)."""
+        for _, body in self.sub_phases():
+            body()
+
+    def run(self, warmup: int, repeats: int) -> list[PhaseEstimate]:
+        """Every protocol phase in order; returns ``phases``."""
+        self.phase("model_load", 1, self.model_load)
+        self.phase("inputs", 1, self.inputs)
+        if self.load.train:
+            for name, body in self.sub_phases():
+                self.phase(f"cold_step.{name}", 1, body)
+            self.phase("warmup", warmup, self.train_step)
+            for _ in range(repeats):
+                for name, body in self.sub_phases():
+                    self.phase(f"warm_step.{name}", 1, body)
+        else:
+            self.phase("cold_forward", 1, self.forward_inference)
+            self.phase("warmup", warmup, self.forward_inference)
+            self.phase("warm_forward", repeats, self.forward_inference)
+        return self.phases
+
+
 def mlp_phases(
     batch: int,
     context: int,
@@ -127,28 +372,8 @@ def mlp_phases(
 ) -> list[PhaseEstimate]:
     """Estimated counters of every phase of memsweep's mlp workload (worker/workloads/mlp.py).
 
-    A replay, allocation by allocation, of the storages the PyTorch ops of the workload
-    create and free, in order (PyTorch 2.13 eager mode; each rule below was read off the
-    worker's CPU tracker, which counts the storage bytes every operator returns):
-
-    * model_load: each Linear's ``empty`` weight and bias in fp32 (default dtype), in
-      ``parameters()`` order; then ``.to(dtype)`` converts them one at a time (new copy,
-      old storage freed). On CUDA only the device copies count (the model is built on the
-      CPU and moved).
-    * inputs: x (batch, context, width); in train mode also the target.
-    * inference iteration (``inference_mode``): per block the first Linear's output
-      (batch, context, hidden), the activation's output, then the second Linear's output;
-      nn.Sequential holds the block input until the block returns.
-    * train step: ``zero_grad(set_to_none=True)`` frees the gradients; forward keeps for
-      backward, per block, the first Linear's output (gelu/silu save their input) and the
-      activation output, and the block output; ``mse_loss`` returns a 0-dim loss whose
-      storage holds (batch, context, width) values; backward (grad seed of one value, the
-      MSE gradient, per Linear the input gradient, weight and bias gradients; each saved
-      tensor freed once its node ran); AdamW (``torch.optim.AdamW`` defaults): on the
-      first step ``step`` (fp32 scalar, on the CPU), ``exp_avg`` and ``exp_avg_sq``
-      (param dtype) per parameter; single-tensor update (CPU default) with two scratch
-      tensors per parameter (``sqrt``, its quotient) while the previous ``denom`` lives,
-      or, with ``foreach`` (the CUDA default), one ``_foreach_sqrt`` over all parameters.
+    A replay, allocation by allocation, of the storages the workload's PyTorch ops create
+    and free, in order (PyTorch eager mode; the rules are ``_MlpReplay``'s methods).
 
     Args:
         batch, context, width: input shape (batch, context, width).
@@ -157,7 +382,7 @@ def mlp_phases(
         depth, hidden (default 4 x width), activation: the workload's parameters.
         device: ``cpu`` (the worker's tracker) or ``cuda``/``cuda:N`` (the caching
             allocator: 512-byte rounding). The CUDA figures do not model kernel-internal
-            temporaries and cuBLAS workspaces and have not been checked on a GPU yet.
+            temporaries and cuBLAS workspaces.
         warmup, repeats: iterations of the warmup and warm phases.
         foreach: AdamW implementation; default as PyTorch's (foreach on CUDA, single-tensor
             on the CPU).
@@ -170,162 +395,8 @@ def mlp_phases(
     Raises:
         ValueError: a bad size, dtype, mode or activation.
     """
-    for name, v in (("batch", batch), ("context", context), ("width", width), ("depth", depth)):
-        check_int(name, v, 1)
-    if dtype not in ("float32", "float16", "bfloat16"):
-        raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
-    if mode not in ("inference", "train"):
-        raise ValueError(f"mode must be inference or train, got {mode!r}")
-    if activation not in ACTIVATION_SAVES_OUTPUT:
-        raise ValueError(f"activation must be one of {', '.join(ACTIVATION_SAVES_OUTPUT)}, got {activation!r}")
-    check_int("warmup", warmup)
-    check_int("repeats", repeats, 1)
-    hidden = 4 * width if hidden is None else check_int("hidden", hidden, 1)
-    kind = "cuda" if device.startswith("cuda") else "cpu"
-    foreach = (kind == "cuda") if foreach is None else foreach
-    e = DTYPE_BYTES[dtype]
-    A, W, H = batch * context, width, hidden
-    shapes = mlp_param_shapes(W, H, depth)
-    numels = [math.prod(s) for s in shapes]
-    t = _Tape(kind)
-    phases: list[PhaseEstimate] = []
-
-    def phase(name: str, iterations: int, body) -> None:
-        t.reset_peak()
-        start = t.total
-        for _ in range(min(iterations, 2)):  # from the second iteration on, every one is the same
-            body()
-        phases.append(
-            PhaseEstimate(
-                name, iterations, start, t.total, t.peak, Breakdown(**{c: t.peak_cats[c] for c in COMPONENTS})
-            )
-        )
-
-    def model_load() -> None:
-        if kind == "cuda":
-            for i, n in enumerate(numels):
-                t.alloc(f"p{i}", n * e, "weights")
-            return
-        for i, n in enumerate(numels):
-            t.alloc(f"p{i}", n * 4, "weights")
-        if e != 4:
-            for i, n in enumerate(numels):
-                t.alloc(f"p{i}.to", n * e, "weights")
-                t.free(f"p{i}")
-                t.rename(f"p{i}.to", f"p{i}")
-
-    def inputs() -> None:
-        t.alloc("x", A * W * e, "activations")
-        if mode == "train":
-            t.alloc("target", A * W * e, "activations")
-
-    def forward_inference() -> None:
-        block_in = "x"
-        for k in range(depth):
-            t.alloc("h", A * H * e, "activations")
-            t.alloc("g", A * H * e, "activations")
-            t.free("h")
-            t.alloc(f"out{k}", A * W * e, "activations")
-            t.free("g")
-            if block_in != "x":
-                t.free(block_in)
-            block_in = f"out{k}"
-        t.free(block_in)  # del y
-
-    saves_output = ACTIVATION_SAVES_OUTPUT[activation]
-
-    # The worker records a training step as four sub-phases (worker/plan.py):
-    # forward (zero_grad first), loss, backward, optimizer_step (the loss released at its end).
-    def step_forward() -> None:
-        for i in range(len(numels)):  # zero_grad(set_to_none=True)
-            if t.has(f"grad{i}"):
-                t.free(f"grad{i}")
-        for k in range(depth):  # forward, keeping what autograd saves
-            t.alloc(f"h{k}", A * H * e, "activations")
-            t.alloc(f"g{k}", A * H * e, "activations")
-            if saves_output:
-                t.free(f"h{k}")
-            t.alloc(f"out{k}", A * W * e, "activations")
-
-    def step_loss() -> None:
-        t.alloc("loss", A * W * e, "activations")  # mse_loss: 0-dim view of an A*W buffer
-
-    def step_backward() -> None:
-        t.alloc("seed", e, "temporaries")  # ones_like(loss)
-        t.alloc("grad_out", A * W * e, "temporaries")  # mse_loss_backward
-        t.free(f"out{depth - 1}")  # MseLossBackward releases y
-        for k in reversed(range(depth)):
-            p = 4 * k  # W1, b1, W2, b2 of block k
-            # second Linear: AddmmBackward0 -> grad of its input, weight, bias (sum)
-            t.alloc("grad_g", A * H * e, "temporaries")
-            t.alloc(f"grad{p + 2}", numels[p + 2] * e, "gradients")
-            t.alloc(f"grad{p + 3}", numels[p + 3] * e, "gradients")
-            t.free("grad_out")
-            if not saves_output:
-                t.free(f"g{k}")
-            # activation backward
-            t.alloc("grad_h", A * H * e, "temporaries")
-            t.free("grad_g")
-            t.free(f"g{k}" if saves_output else f"h{k}")
-            # first Linear
-            if k > 0:
-                t.alloc("grad_out", A * W * e, "temporaries")
-            t.alloc(f"grad{p}", numels[p] * e, "gradients")
-            t.alloc(f"grad{p + 1}", numels[p + 1] * e, "gradients")
-            t.free("grad_h")
-            if k > 0:
-                t.free(f"out{k - 1}")
-        t.free("seed")
-
-    def step_optimizer() -> None:  # AdamW step
-        first = not t.has("exp_avg0")
-        if first:
-            for i, n in enumerate(numels):
-                if kind == "cpu":
-                    t.alloc(f"step{i}", 4, "optimizer_states")
-                t.alloc(f"exp_avg{i}", n * e, "optimizer_states")
-                t.alloc(f"exp_avg_sq{i}", n * e, "optimizer_states")
-        if foreach:
-            for i, n in enumerate(numels):
-                t.alloc(f"sqrt{i}", n * e, "temporaries")
-            for i in range(len(numels)):
-                t.free(f"sqrt{i}")
-        else:
-            for i, n in enumerate(numels):
-                t.alloc("sqrt", n * e, "temporaries")
-                t.alloc("div", n * e, "temporaries")
-                t.free("sqrt")
-                if i:
-                    t.free("denom")
-                t.rename("div", "denom")
-            t.free("denom")
-        t.free("loss")  # del loss
-
-    sub_phases = (
-        ("forward", step_forward),
-        ("loss", step_loss),
-        ("backward", step_backward),
-        ("optimizer_step", step_optimizer),
-    )
-
-    def train_step() -> None:
-        for _, body in sub_phases:
-            body()
-
-    phase("model_load", 1, model_load)
-    phase("inputs", 1, inputs)
-    if mode == "train":
-        for name, body in sub_phases:
-            phase(f"cold_step.{name}", 1, body)
-        phase("warmup", warmup, train_step)
-        for _ in range(repeats):
-            for name, body in sub_phases:
-                phase(f"warm_step.{name}", 1, body)
-    else:
-        phase("cold_forward", 1, forward_inference)
-        phase("warmup", warmup, forward_inference)
-        phase("warm_forward", repeats, forward_inference)
-    return phases
+    load = _mlp_load(batch, context, width, dtype, mode, depth, hidden, activation, device, warmup, repeats, foreach)
+    return _MlpReplay(load).run(warmup, repeats)
 
 
 def run_peak(phases: Sequence[PhaseEstimate]) -> PhaseEstimate:
