@@ -9,10 +9,9 @@
     memsweep estimate --layers 32 --kv-heads 8 --head-dim 128 --kv-tokens 8192
     memsweep estimate --workload mlp --batch 8 --context 128 --width 256 --mode train
 
-Prints the breakdown (weights, gradients, optimizer states, activations, KV cache,
-temporaries) in bytes, GB (10^9 B) and GiB (2^30 B) in separate columns, the reserve (an
-assumption) and the total with it. A component that was not asked for is not in the sum,
-and the output says so. Standard library only (no torch). Exit status 2 on bad input.
+Prints the breakdown (weights, gradients, optimizer states, activations, KV cache, temporaries)
+in bytes, GB (10^9 B) and GiB (2^30 B) columns, the reserve (an assumption) and the total with it;
+a component not asked for is not in the sum, and the output says so. Exit status 2 on bad input.
 """
 
 from __future__ import annotations
@@ -85,7 +84,7 @@ def _model_options(p: argparse.ArgumentParser) -> None:
 def _weight_options(p: argparse.ArgumentParser) -> None:
     """The weights' storage: ``--bits`` or ``--format``, block scales, kept modules."""
     w = p.add_argument_group("weights")
-    w.add_argument("--bits", type=int, help="compact storage, BITS per parameter, no scales (seed 003)")
+    w.add_argument("--bits", type=int, help="compact storage, BITS per parameter, no scales")
     w.add_argument(
         "--format", dest="fmt", help="storage format with its scales: fp32, fp16, bf16, int8, nf4, fp4, int4"
     )
@@ -426,7 +425,7 @@ def run(args: argparse.Namespace, out=None) -> int:
 
     Raises:
         UsageError: options that do not describe one load.
-        ValueError: a value the estimator rejects (``analysis.estimate``'s modules).
+        ValueError: a value the estimator rejects (``memsweep.estimate``'s modules).
         FileNotFoundError: a ``--config`` that does not exist.
     """
     out = out or sys.stdout

@@ -3,7 +3,7 @@
 ``memsweep estimate --config DIR`` describes a model by building it: the worker entry
 ``python -m memsweep.worker --count-params DIR`` (``worker/count.py``) builds the config's causal LM
 with transformers on the meta device and prints its tensors; this module starts that
-process (``conf.contract.ask_worker``; the analysis never imports torch) and turns its
+process (``conf.contract.ask_worker``; the estimate never imports torch) and turns its
 answer into a ``TransformerConfig`` whose ``tensors()`` are the model's own. Without
 transformers (or torch) here, the formula parser (``hf_config.py``) is the fallback, and it
 refuses the configs it does not understand.

@@ -3,16 +3,13 @@
 A LoRA adapter on a ``Linear(in, out)`` adds ``A`` (r x in) and ``B`` (out x r): ``r * (in +
 out)`` trainable parameters (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language
 Models", Sec. 4.1; peft ``tuners/lora/layer.py``, ``LoraLayer.update_layer``, no bias by
-default). Only the adapters have gradients and optimizer states; the base is frozen and stays
-in its storage format: bf16/fp16/fp32, LLM.int8() or 4-bit NF4 with double quantization
-(Dettmers et al. 2023, "QLoRA", Sec. 3; ``formats.py``). The base's stored activations are
-still counted (backward passes through every layer to reach the adapters).
+default). Only the adapters have gradients and optimizer states; the base is frozen in its
+storage format: bf16/fp16/fp32, LLM.int8() or 4-bit NF4 with double quantization (Dettmers et
+al. 2023, "QLoRA", Sec. 3; ``formats``). The base's activations are still counted.
 
-Which modules are adapted: a list of module names, ``all-linear`` (peft: every Linear but the
-output layer), or, by default, peft's own default for the architecture
-(``PEFT_DEFAULT_TARGETS``, peft ``utils/constants.py``
-``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``: the attention's query and value
-projections for most decoders). Standard library only.
+Adapted modules: a list of module names, ``all-linear`` (peft: every Linear but the output
+layer), or peft's default for the architecture (``PEFT_DEFAULT_TARGETS``, from peft's
+``utils/constants.py`` ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ def gradient_bytes(parameters: int, grad_bytes: int = 2) -> int:
     """Parameter gradients: one value per trainable parameter, ``grad_bytes`` each.
 
     Gradients have the parameter's dtype in PyTorch autograd (``param.grad``), or fp32 when
-    a framework accumulates them in fp32. Source: PyTorch autograd docs; seed 002.
+    a framework accumulates them in fp32. Source: PyTorch autograd docs (``Tensor.grad``).
 
     Args:
         parameters: trainable parameter count.

@@ -21,8 +21,8 @@ from .formats import DTYPE_BYTES
 @dataclasses.dataclass(frozen=True)
 class PhaseEstimate:
     """Estimated counters of one protocol phase (bytes): ``memory_allocated`` at its start
-    and end, ``max_memory_allocated`` over it (the seed-003 protocol resets the peak at the
-    start, so the peak includes what was already allocated), and the breakdown at the peak.
+    and end, ``max_memory_allocated`` over it (the peak is reset at the phase's start, so it
+    includes what was already allocated), and the breakdown at the peak.
 
     Attributes:
         name: the phase (``model_load``, ``inputs``, ``cold_forward``, ``warmup``,

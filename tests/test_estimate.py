@@ -1,6 +1,6 @@
 """The estimator's formulas, against values computed by hand (in each test's docstring).
 
-No torch here: analysis/estimate/ is standard library only.
+No torch here: estimate/ is standard library only.
 """
 
 import json

@@ -1,4 +1,4 @@
-"""An hf run's estimate with LoRA adapters or a 4-bit base (analysis/estimate/finetune.py): the
+"""An hf run's estimate with LoRA adapters or a 4-bit base (estimate/finetune.py): the
 frozen base, fp32 adapters and the adapters' training state only, as the worker trains them
 (tests/test_finetune.py measures the same figures); never the full fine-tuning figures. Every
 expected value is derived here from the config's shapes and the rank; no worker runs."""
