@@ -267,7 +267,7 @@ def _with_adapter_activations(
     (``training_activations``, Korthikanti et al. 2022: an upper bound, since PyTorch does not
     keep a frozen Linear's input for a weight gradient), plus ``adapter_activation_bytes``."""
     acts, note = training_activations(model, activations, compute_bytes=compute_bytes)
-    tokens = activations.batch * activations.seq_len
+    tokens = (activations.batch or 0) * (activations.seq_len or 0)  # both set: activations.counted
     extra = adapter_activation_bytes(modules, lora.rank, tokens, compute_bytes, lora.adapter_bytes, lora.dropout)
     return b.replace(activations=acts + extra).with_note(
         note + f"; base activations as in full training (an upper bound for a frozen base), plus {extra} B "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 from .activations import NO_ACTIVATIONS, ActivationSettings, transformer_layer_activation_bytes
 from .breakdown import Breakdown, ceil_div
@@ -388,8 +388,9 @@ def training_activations(
     Raises:
         ValueError: as ``transformer_layer_activation_bytes`` (a missing batch or seq_len too).
     """
-    batch, seq_len, recompute = settings.batch, settings.seq_len, settings.recompute
-    kw = dict(
+    # a missing batch or seq_len is refused by transformer_layer_activation_bytes (ValueError)
+    batch, seq_len, recompute = cast(int, settings.batch), cast(int, settings.seq_len), settings.recompute
+    kw: dict[str, Any] = dict(
         kv_heads=model.kv_heads,
         head_dim=model.head_dim,
         ffn_hidden=model.active_ffn_hidden or model.ffn_hidden,

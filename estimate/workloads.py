@@ -191,7 +191,8 @@ class _MlpReplay:
         start = t.total
         for _ in range(min(iterations, 2)):  # from the second iteration on, every one is the same
             body()
-        at_peak = Breakdown(**{c: t.peak_cats[c] for c in COMPONENTS})
+        live: dict[str, Any] = {c: t.peak_cats[c] for c in COMPONENTS}
+        at_peak = Breakdown(**live)
         self.phases.append(PhaseEstimate(name, iterations, start, t.total, t.peak, at_peak))
 
     def model_load(self) -> None:
