@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 from filelock import FileLock
 
 from memsweep.conf.contract import gib
+from memsweep.estimator.labels import load_words
 
 from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
-from .labels import load_words
 from .tables import build_tables
 
 OUTPUTS = ("runs.parquet", "phases.parquet", "frontier.parquet")

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from memsweep.conf.contract import INFERENCE_PHASES, PHASE_RANK_FIELDS, STEP_SUB_PHASES, record_phases
+from memsweep.estimator import PARALLEL_ZERO_STAGE, estimated_model_states
 
-from .estimate import PARALLEL_ZERO_STAGE, estimated_model_states
 from .schemas import MODEL_STATE_COLUMNS, as_int
 
 INPUTS = INFERENCE_PHASES[1]

@@ -26,8 +26,7 @@ from memsweep.conf.contract import (
     Field,
     RunSpec,
 )
-
-from .estimate import ESTIMATE_COLUMNS
+from memsweep.estimator import ESTIMATE_COLUMNS
 
 # The record's phase fields (conf.contract.record, declared there): the counters, then, where the
 # backend or the phase has them (null otherwise), extra counters, sizes by construction (tensor
@@ -276,7 +275,7 @@ never run out of memory). Null for a measured run. ``train_step``: who ran a tra
 (conf.contract TRAIN_STEP_KINDS): ``memsweep`` (split into forward, loss, backward, optimizer_step) or
 ``user`` (the user's own ``workload.train_step``, one sub-phase ``user_step`` per step; the others have no
 row); null outside train mode and in records written before the field. ``est_*``: calculated before the run
-(the spec's estimate, analysis/estimate/; of one rank for a DDP/FSDP run, its model states partitioned at the
+(the spec's estimate, estimator/; of one rank for a DDP/FSDP run, its model states partitioned at the
 run's ZeRO stage: analysis.estimate.rank_estimate), never measured;
 ``estimate_error`` = (est_peak_bytes - max_memory_allocated) / max_memory_allocated, null on a
 predicted (dry-run) row;

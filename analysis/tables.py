@@ -43,8 +43,8 @@ from memsweep.conf.contract import (
     run_optimizer,
     run_peak,
 )
+from memsweep.estimator import estimate_columns, rank_estimate
 
-from .estimate import estimate_columns, rank_estimate
 from .ranks import model_state_columns, rank_rows
 from .schemas import (  # the schemas (analysis.schemas), also imported from here by callers
     COUNTERS,

@@ -1,22 +1,16 @@
 """memsweep's Python API: ``import memsweep``, then ``memsweep.run``, ``sweep``, ``frontier``,
-``predict``, ``estimate``, ``compare`` and ``load_tables``.
+``predict``, ``estimate``, ``compare`` and ``load_tables`` (docs/api.md).
 
-Each function does what the command of the same name does, through the same functions: a run or
-a sweep is a Hydra run or multirun of memsweep's config (``hydra_jobs``, which ``memsweep run`` and
-``memsweep sweep`` call too), every measured run a fresh worker process (never this one); predict is
-``sweeper.predict.predict_edge``, estimate ``analysis.estimate.cli.estimate_load``, compare
-``analysis.compare.compare``. Results are frozen dataclasses holding the numbers the files hold
-(bytes as integers, None where nothing was measured); bad input raises the refusal the command line
-turns into exit status 2: ``SpecError`` (a ``ValueError``) naming the setting, or
-``sweeper.process.RunDirError`` for a run directory that already holds a run.
+Each function does what the command of the same name does, through the same functions (``hydra_jobs``
+is what ``memsweep run`` and ``memsweep sweep`` call too); every measured run is a fresh worker
+process, never this one. Results are frozen dataclasses holding the numbers the files hold (bytes as
+integers, None where nothing was measured); bad input raises the refusal the command line turns into
+exit status 2 (``SpecError``, a ``ValueError`` naming the setting, or ``RunDirError``).
 
-Settings are keyword arguments, turned into Hydra overrides (``batch=2, capacity="256MiB"`` ->
-``batch=2 capacity=256MiB``; a dict names nested keys: ``workload={"depth": 2}`` ->
-``workload.depth=2``; a list sweeps: ``batch=[1, 2, 4]`` -> ``batch=1,2,4``), followed by
-``overrides=[...]`` as written on the command line. A user workload is given by its functions
-(``model=``, ``inputs=``, optionally ``loss=``, ``optimizer=``, ``train_step=``), each a
-``"pkg.module:function"`` string or an importable function; the worker imports it by name in its
-own process (nothing is pickled).
+Settings are keyword arguments turned into Hydra overrides (``batch=2`` -> ``batch=2``; a dict names
+nested keys, a list sweeps), then ``overrides=[...]`` as written on the command line. A user
+workload's functions (``model=``, ``inputs=``, ...) are ``"pkg.module:function"`` strings or
+importable functions, imported by name in the worker (nothing is pickled).
 """
 
 from __future__ import annotations
@@ -836,7 +830,7 @@ class EstimateResult:
     """The calculated memory of a load (``memsweep estimate``): an estimate, not a measurement.
 
     Attributes:
-        breakdown: bytes by component (``analysis.estimate.Breakdown``: ``weights``, ``gradients``,
+        breakdown: bytes by component (``estimator.Breakdown``: ``weights``, ``gradients``,
             ``optimizer_states``, ``activations``, ``kv_cache``, ``temporaries``; None where not
             estimated), ``reserve`` (an assumption), ``peak`` and ``total``.
         title: what was estimated, in one line.
@@ -882,7 +876,7 @@ def estimate_argv(parser: Any, options: Mapping[str, Any]) -> list[str]:
 
 def estimate(**options: Any) -> EstimateResult:
     """Calculate the memory of a load before anything runs (``memsweep estimate``'s options as
-    keywords, ``estimate_argv``; ``analysis.estimate.cli.estimate_load``). Standard library only.
+    keywords, ``estimate_argv``; ``estimator.cli.estimate_load``). Standard library only.
 
     Args:
         options: e.g. ``parameters=7_000_000_000, bits=16, train=True``, or ``workload="mlp",
@@ -897,9 +891,9 @@ def estimate(**options: Any) -> EstimateResult:
             value the estimator rejects.
         FileNotFoundError: a ``config`` that does not exist.
     """
-    from memsweep.analysis.estimate.cli import build_parser, estimate_load
-    from memsweep.analysis.estimate.cli_output import estimate_text
-    from memsweep.analysis.estimate.errors import UsageError
+    from memsweep.estimator.cli import build_parser, estimate_load
+    from memsweep.estimator.cli_output import estimate_text
+    from memsweep.estimator.errors import UsageError
 
     parser = build_parser()
 

@@ -19,8 +19,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from memsweep.analysis.labels import SHOWN_WHEN_SET, load_words
 from memsweep.conf.contract import AXES
+from memsweep.estimator.labels import SHOWN_WHEN_SET, load_words
 
 from .plain import plain_dict
 from .progress import observer

@@ -386,7 +386,7 @@ def _predict_cards_command(argv: list[str], cards: list[str], out) -> int:
         return EXIT_BAD_INPUT
     print(
         f"memsweep predict: PREDICTED edge of {axis} per card ({summary['device']}; each card's reported total, "
-        f"analysis/cards.py), {summary['dry_runs']} dry runs (fake tensors, no device), in {summary['out_dir']}",
+        f"estimator/cards.py), {summary['dry_runs']} dry runs (fake tensors, no device), in {summary['out_dir']}",
         file=out,
     )
     print(CARD_TABLE_HEAD, file=out)
@@ -396,7 +396,7 @@ def _predict_cards_command(argv: list[str], cards: list[str], out) -> int:
             print(f"    dry run failed: {r['error']}", file=out)
     print(
         "  GiB = 2^30 B. max fit: largest value whose largest predicted phase peak fits the card; ? = not exact. "
-        "estimator (calculated, analysis.estimate): weights + gradients + optimizer states, and its own edge "
+        "estimator (calculated, memsweep.estimator): weights + gradients + optimizer states, and its own edge "
         "(train along batch: Korthikanti et al. 2022 activations)",
         file=out,
     )
@@ -409,7 +409,7 @@ def _predict_cards_command(argv: list[str], cards: list[str], out) -> int:
 def _print_split(summary: dict, axis: str, out) -> None:
     """The split of the largest predicted phase peak at ``summary["split_value"]`` by category,
     then (hf loads) the dry run's parameters, gradients and optimizer states where all are live
-    next to the estimator's figures (calculated, analysis.estimate)."""
+    next to the estimator's figures (calculated, memsweep.estimator)."""
     split, est = summary.get("peak_split"), summary.get("estimator")
     if split is not None:
         print(
@@ -422,7 +422,7 @@ def _print_split(summary: dict, axis: str, out) -> None:
     if not est or est.get("phase") is None:
         return
     print(
-        f"  at the peak of {est['phase']}, dry run (predicted) vs estimator (calculated, analysis.estimate):", file=out
+        f"  at the peak of {est['phase']}, dry run (predicted) vs estimator (calculated, memsweep.estimator):", file=out
     )
     for key, label in (("weights", "parameters"), ("gradients", "gradients"), ("optimizer_states", "optimizer states")):
         dry, calc = est["predicted"].get(key), est.get(key)
@@ -436,7 +436,7 @@ ANALYSIS_COMMANDS = {
     "analyze": "memsweep.analysis.cli",
     "report": "memsweep.analysis.report",
     "compare": "memsweep.analysis.compare",
-    "estimate": "memsweep.analysis.estimate.cli",
+    "estimate": "memsweep.estimator.cli",
 }
 """The subcommands the analysis package runs: command -> the module whose ``main(argv)`` runs it
 (imported when called: a Hydra run does not load pandas)."""

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from memsweep.analysis.labels import load_words
 from memsweep.conf.contract import (
     RECORD_FILE,
     SPEC_FILE,
@@ -21,6 +20,7 @@ from memsweep.conf.contract import (
     run_peak,
     try_read,
 )
+from memsweep.estimator.labels import load_words
 
 from .errors import InputRefused
 from .owner import guard_launcher_worker
@@ -125,7 +125,7 @@ def run_rank_task(spec: RunSpec, run_dir: Path, rank: str) -> dict:
 
 
 def outcome_line(spec: RunSpec, run_dir: Path, result: dict, record: dict | None = None) -> str:
-    """The console line of one finished run: its load (``analysis.labels.load_words``: the axes, and
+    """The console line of one finished run: its load (``estimator.labels.load_words``: the axes, and
     workload, precision, parallel and world_size where not the default; no width where the load
     ignores it) and outcome, with the
     rank whose failure ended a DDP/FSDP run (record ``failed_rank``); for a dry run, its verdict

@@ -1,13 +1,13 @@
 """``memsweep predict [OVERRIDES] --cards [NAMES]``: the predicted edge of one load on every card.
 
-One load, the cards of ``analysis.cards.CARDS`` (or those named), one search of the axis per
+One load, the cards of ``estimator.cards.CARDS`` (or those named), one search of the axis per
 card on dry runs (``sweeper.predict.Predictor``), smallest card first. The cards share one
 directory of dry runs and their results (``Predictor``'s ``finished``): a value already run for
 a smaller card is judged against the next card's capacity, never run nor read again, and each
 search starts at the previous card's edge. The capacity of a card is its reported total
 (``Card.reported_bytes``: what its management tool reports, an upper bound of what a PyTorch
-process can use there; see analysis/cards.py). Beside each prediction, the estimator's figures (calculated,
-``analysis.estimate.hf_load``, hf loads): weights + gradients + optimizer states, and in train
+process can use there; see estimator/cards.py). Beside each prediction, the estimator's figures (calculated,
+``estimator.hf_load``, hf loads): weights + gradients + optimizer states, and in train
 mode along ``batch`` the estimator's own edge (Korthikanti et al. 2022 activations).
 
 Writes ``predict_cards.json`` beside the dry runs. A prediction of tensor bytes: its blind
@@ -16,8 +16,8 @@ spots (``sweeper.predict.blind_spots``) are in the summary and printed with the 
 
 from __future__ import annotations
 
-from memsweep.analysis.cards import CARDS, Card
 from memsweep.conf.contract import SpecError, write_json_atomic
+from memsweep.estimator.cards import CARDS, Card
 
 from .predict import PredictedEdge, Predictor, blind_spots, compose_load
 from .predict_parts import estimator_figures, hf_config
@@ -76,7 +76,7 @@ def card_table_row(row: dict) -> str:
 def _estimator_edge(base, record: dict | None, capacity: int) -> int | None:
     """The estimator's batch edge of a train load on ``capacity`` bytes: 0 when batch 1 does
     not fit; None when not asked (another mode or workload, no config in the record)."""
-    from memsweep.analysis.estimate.hf_load import estimate_hf_batch_edge
+    from memsweep.estimator.hf_load import estimate_hf_batch_edge
 
     config = hf_config(base, record)
     if base.mode != "train" or config is None:

@@ -1,6 +1,6 @@
 """What a predicted edge consists of (``memsweep predict``): the dry run's phases, the split of its
 largest peak by category (conf.contract.PEAK_CATEGORIES) and, for an hf load, the estimator's
-figures beside it (calculated, ``analysis.estimate``). All figures are bytes; every one is a
+figures beside it (calculated, ``memsweep.estimator``). All figures are bytes; every one is a
 prediction (fake tensors), never a measurement.
 """
 
@@ -71,7 +71,7 @@ def hf_config(spec: RunSpec, record: dict | None) -> dict | None:
 
 def estimator_figures(spec: RunSpec, record: dict | None) -> dict | None:
     """The estimator's weights, gradients and optimizer states of an hf load, to print beside a
-    dry run's split (calculated: ``analysis.estimate.hf_load.estimate_hf_load`` on the resolved
+    dry run's split (calculated: ``estimator.hf_load.estimate_hf_load`` on the resolved
     config the dry run recorded, ``model.hf_config``).
 
     Args:
@@ -85,7 +85,7 @@ def estimator_figures(spec: RunSpec, record: dict | None) -> dict | None:
         in train mode, the last phase otherwise); or None for another workload, a record
         without the config, or a config the estimator cannot read.
     """
-    from memsweep.analysis.estimate.hf_load import estimate_hf_load
+    from memsweep.estimator.hf_load import estimate_hf_load
 
     config = hf_config(spec, record)
     if config is None:

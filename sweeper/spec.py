@@ -300,13 +300,13 @@ def check_against_device(spec: RunSpec, info: dict | None, capacity: Any, capaci
 
 
 def with_estimate(spec: RunSpec) -> RunSpec:
-    """``spec`` with its ``estimate`` (analysis/estimate/, bytes by component) and
-    ``estimate_missing_reason`` filled in, for every workload (``analysis.estimate.estimate_run``).
+    """``spec`` with its ``estimate`` (estimator/, bytes by component) and
+    ``estimate_missing_reason`` filled in, for every workload (``estimator.estimate_run``).
 
     An ``hf`` run's model is counted by transformers in a worker process (``hf_count``), once per
     distinct config and overrides: no torch is imported here.
     """
-    from memsweep.analysis.estimate import estimate_run
+    from memsweep.estimator import estimate_run
 
     count = hf_count(spec.workload) if spec.workload_name == "hf" else None
     estimate, reason = estimate_run(spec, count)

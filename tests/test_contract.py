@@ -12,7 +12,6 @@ import pytest
 from omegaconf import OmegaConf
 
 import memsweep.conf.contract as contract
-from memsweep.analysis.estimate import ESTIMATE_COLUMNS
 from memsweep.analysis.schemas import MODEL_STATE_COLUMNS
 from memsweep.analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, RUNS_SCHEMA
 from memsweep.conf.contract import (
@@ -45,6 +44,7 @@ from memsweep.conf.contract import (
     run_peak,
     write_json_atomic,
 )
+from memsweep.estimator import ESTIMATE_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONTRACT = ROOT / "conf" / "contract"

@@ -1,7 +1,7 @@
 """Every public definition of the product code says what it does (design.md: Google-style
 docstrings with arguments, returns, units, errors and the source of a formula).
 
-Checked by syntax tree over worker, sweeper, analysis, conf and hydra_plugins: each public
+Checked by syntax tree over worker, sweeper, estimate, analysis, conf and hydra_plugins: each public
 module-level function and class, and each public method of a module-level class (a private
 class's methods included: they are called from elsewhere in the module), has a docstring.
 Names starting with ``_`` (dunders included: a class's docstring covers ``__init__``) and
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("worker", "sweeper", "analysis", "conf", "hydra_plugins")
+PACKAGES = ("worker", "sweeper", "estimator", "analysis", "conf", "hydra_plugins")
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 

@@ -223,7 +223,7 @@ def test_predict_over_cards_gives_each_card_its_edge_and_the_estimators_figures(
     shared, and the estimator's weights + gradients + optimizer states equal the dry run's at
     the optimizer step."""
     import memsweep.sweeper.predict_cards as pc
-    from memsweep.analysis.cards import Card
+    from memsweep.estimator.cards import Card
     from memsweep.sweeper.cli import main
 
     cards = (Card("pretend 1 MiB", "", "", 2**20, "", ""), Card("pretend 3 MiB", "", "", 3 * 2**20, "", ""))

@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from memsweep.analysis.estimate.activations import NO_ACTIVATIONS
-from memsweep.analysis.estimate.cli import main as estimate_main
-from memsweep.analysis.estimate.finetune import estimate_lora_run
-from memsweep.analysis.estimate.hf_config import parse_hf_config
-from memsweep.analysis.estimate.lora import LoraSettings
-from memsweep.analysis.estimate.training import ADAM_STEP_NOTE
 from memsweep.conf.contract import SpecError, lora_settings_without_rank
 from memsweep.conf.contract.finetune import HF_FINETUNE_DEFAULTS, check_hf_finetune
+from memsweep.estimator.activations import NO_ACTIVATIONS
+from memsweep.estimator.cli import main as estimate_main
+from memsweep.estimator.finetune import estimate_lora_run
+from memsweep.estimator.hf_config import parse_hf_config
+from memsweep.estimator.lora import LoraSettings
+from memsweep.estimator.training import ADAM_STEP_NOTE
 
 TINY = {
     "model_type": "llama",

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-import memsweep.analysis.estimate as E
+import memsweep.estimator as E
 from memsweep.conf.contract import RunSpec
 from memsweep.sweeper.process import execute
 from tests.data.optional import needs_transformers
@@ -110,7 +110,7 @@ def test_the_parser_refuses_unknown_layer_kinds_and_model_types():
 
 
 def test_cli_parser_fallback_refuses_mixtral(tmp_path, capsys):
-    from memsweep.analysis.estimate.cli import main
+    from memsweep.estimator.cli import main
 
     (tmp_path / "config.json").write_text(json.dumps(MIXTRAL_8X7B))
     assert main(["--config", str(tmp_path), "--count-with", "parser"]) == 2

@@ -1,4 +1,4 @@
-"""An hf run's estimate with LoRA adapters or a 4-bit base (analysis/estimate/finetune.py): the
+"""An hf run's estimate with LoRA adapters or a 4-bit base (estimator/finetune.py): the
 frozen base, fp32 adapters and the adapters' training state only, as the worker trains them
 (tests/test_finetune.py measures the same figures); never the full fine-tuning figures. Every
 expected value is derived here from the config's shapes and the rank; no worker runs."""
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-import memsweep.analysis.estimate as E
-from memsweep.analysis.estimate.finetune import base_formats, lora_settings
-from memsweep.analysis.estimate.hf_load import estimate_hf_load
+import memsweep.estimator as E
 from memsweep.conf.contract import RunSpec
+from memsweep.estimator.finetune import base_formats, lora_settings
+from memsweep.estimator.hf_load import estimate_hf_load
 
 HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, VOCAB = 64, 160, 2, 4, 2, 256
 CONFIG = {

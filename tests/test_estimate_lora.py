@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-import memsweep.analysis.estimate as E
-from memsweep.analysis.estimate.cli import main as estimate_main
+import memsweep.estimator as E
+from memsweep.estimator.cli import main as estimate_main
 from tests.data.optional import needs_peft
 
 # hidden 256, 4 heads of 64, 2 KV heads (GQA): q/o 256x256, k/v 128x256; MLP 688; 2 layers.

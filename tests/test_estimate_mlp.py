@@ -6,9 +6,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from memsweep.analysis.estimate import estimate_for_spec, mlp_phases
 from memsweep.analysis.tables import build_tables
 from memsweep.conf.contract import RECORD_FILE, SPEC_FILE, RunSpec, write_json_atomic
+from memsweep.estimator import estimate_for_spec, mlp_phases
 from memsweep.sweeper.spec import spec_from_config, with_estimate
 from tests.data.loads import run_worker
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import memsweep.analysis.estimate as E
+import memsweep.estimator as E
 from memsweep.analysis.tables import build_tables
 from memsweep.conf.contract import SPEC_FILE, RunSpec, write_json_atomic
 from memsweep.sweeper.spec import with_estimate

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memsweep.analysis.fit import crossing
 from memsweep.conf.contract import SpecError
+from memsweep.estimator.fit import crossing
 from memsweep.sweeper.search import FrontierSearch, Lattice, Reading, fit_peak, peak_band, run_search
 from memsweep.sweeper.search.peaks import MAX_GRANULARITY
 

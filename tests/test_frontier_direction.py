@@ -123,15 +123,15 @@ def test_the_frontier_of_a_small_sweep_raises_no_pandas_warning():
 
 
 def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_never_read_alike():
-    """The one load label (analysis.labels): a non-default parallel or precision is named, with
+    """The one load label (estimator.labels): a non-default parallel or precision is named, with
     world_size, in the frontier's fixed load column, the per-run console line (with the rank whose
     failure ended the run) and the report's summary card; a one-process run shows no world_size=1."""
     from pathlib import Path
 
-    from memsweep.analysis.labels import load_words
     from memsweep.analysis.report import build_report, parse_margin
     from memsweep.analysis.tables import PHASES_SCHEMA
     from memsweep.conf.contract import RunSpec
+    from memsweep.estimator.labels import load_words
     from memsweep.sweeper.job import outcome_line
 
     runs = [

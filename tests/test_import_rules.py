@@ -2,9 +2,12 @@
 
 Checked on the source of every module (imports inside functions included), by its syntax tree:
 
-* the worker imports no Hydra, omegaconf, pandas, pyarrow, sweeper or analysis;
-* the analysis never imports torch or the sweeper;
-* the sweeper never imports torch (it starts the worker as a process);
+* the worker imports no Hydra, omegaconf, pandas, pyarrow, sweeper, estimate or analysis;
+* the analysis never imports torch or the sweeper; it may import the estimate;
+* the sweeper never imports torch (it starts the worker as a process); it imports the estimate
+  before a run, and the analysis only in the modules of ``SWEEPER_USES_ANALYSIS``;
+* the estimator (estimator/) imports the standard library and the contract only: no torch,
+  Hydra, pandas, sweeper, worker or analysis;
 * the contract (conf/contract) imports the standard library only.
 
 And, in a fresh interpreter, importing the sweeper's CLI, the analysis tables and the contract
@@ -16,6 +19,7 @@ and an exit status.
 """
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +29,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 FORBIDDEN = {
-    "worker": {"hydra", "omegaconf", "pandas", "pyarrow", "sweeper", "analysis", "hydra_plugins"},
+    "worker": {"hydra", "omegaconf", "pandas", "pyarrow", "sweeper", "estimator", "analysis", "hydra_plugins"},
     "analysis": {"torch", "sweeper", "hydra_plugins"},
     "sweeper": {"torch"},
+    "estimator": {"torch", "hydra", "omegaconf", "pandas", "pyarrow", "sweeper", "worker", "analysis", "hydra_plugins"},
+}
+
+# The sweeper's modules that reach the analysis (an import, or a module name it imports when
+# called), and why; the rest of the sweeper uses the estimate and the contract only.
+SWEEPER_USES_ANALYSIS = {
+    "sweeper/callbacks.py": "a sweep's end (Hydra's on_multirun_end): the sweep's tables and its report",
+    "sweeper/cli.py": "memsweep analyze, report and compare run the analysis' command lines (ANALYSIS_COMMANDS)",
+    "sweeper/api.py": "the Python API's sweep, compare and load_tables return the analysis' tables and answers",
+    "sweeper/inputs.py": "the report margin of a sweep's end, checked before its first run (analysis.report)",
 }
 
 
@@ -69,6 +83,46 @@ def test_layer_imports_nothing_forbidden(top):
     assert not bad, f"{top}/ must not import {', '.join(sorted(FORBIDDEN[top]))}:\n" + "\n".join(bad)
 
 
+def analysis_references(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of every import of ``memsweep.analysis`` in ``path``, and of every string that
+    is such a module name (a module imported when called, ``importlib.import_module``)."""
+    out = [(line, name) for line, name in imported_modules(path) if layer(name) == "analysis"]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if re.fullmatch(r"memsweep\.analysis(\.\w+)*", node.value):
+                out.append((node.lineno, node.value))
+    return out
+
+
+def test_the_sweeper_reaches_the_analysis_only_where_listed():
+    """The sweeper runs the analysis at a sweep's end and dispatches its subcommands; what it uses
+    before a run (estimate, fit, cards, labels) is the estimate's, so the arrow sweeper -> analysis
+    exists only in the modules listed, each of which has it."""
+    found = {path.relative_to(ROOT).as_posix(): analysis_references(path) for path in sources("sweeper")}
+    bad = [
+        f"{rel}:{line}: {name}"
+        for rel, refs in found.items()
+        if rel not in SWEEPER_USES_ANALYSIS
+        for line, name in refs
+    ]
+    assert not bad, "the sweeper reaches the analysis outside SWEEPER_USES_ANALYSIS:\n" + "\n".join(bad)
+    stale = [rel for rel in SWEEPER_USES_ANALYSIS if not found.get(rel)]
+    assert not stale, f"listed in SWEEPER_USES_ANALYSIS but reaching no analysis module: {stale}"
+
+
+def test_the_estimate_imports_the_standard_library_and_the_contract_only():
+    paths = sources("estimator")
+    assert paths
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in paths
+        for line, name in imported_modules(path)
+        if name.split(".")[0] not in sys.stdlib_module_names
+        and not name.startswith(("memsweep.conf.contract", "memsweep.estimator"))
+    ]
+    assert not bad, "estimator/ imports beyond the standard library and conf.contract:\n" + "\n".join(bad)
+
+
 def test_the_contract_imports_the_standard_library_only():
     paths = sorted((ROOT / "conf" / "contract").glob("*.py"))
     assert paths
@@ -86,7 +140,7 @@ def test_the_worker_is_imported_by_nobody_but_itself():
     files. Neither imports it: what they share is in conf.contract."""
     bad = [
         f"{path.relative_to(ROOT)}:{line}: {name}"
-        for top in ("sweeper", "analysis", "hydra_plugins", "conf")
+        for top in ("sweeper", "estimator", "analysis", "hydra_plugins", "conf")
         for path in sources(top)
         for line, name in imported_modules(path)
         if layer(name) == "worker"
@@ -96,8 +150,8 @@ def test_the_worker_is_imported_by_nobody_but_itself():
 
 def test_memsweep_is_imported_by_its_one_name_only():
     """Every import of memsweep's own modules, in the product and the tests, is ``memsweep.*``: a bare
-    ``worker``, ``conf``, ``sweeper`` or ``analysis`` would be a user's package of that name."""
-    bare = {"worker", "conf", "sweeper", "analysis"}
+    ``worker``, ``conf``, ``sweeper``, ``estimate`` or ``analysis`` would be a user's package of that name."""
+    bare = {"worker", "conf", "sweeper", "estimator", "analysis"}
     bad = [
         f"{path.relative_to(ROOT)}:{line}: {name}"
         for path in sorted(ROOT.glob("*.py")) + [p for top in (*bare, "hydra_plugins", "tests") for p in sources(top)]
@@ -109,7 +163,8 @@ def test_memsweep_is_imported_by_its_one_name_only():
 
 def test_sweeper_cli_analysis_and_contract_leave_torch_unimported():
     code = (
-        "import sys; import memsweep.sweeper.cli, memsweep.analysis.tables, memsweep.conf.contract; "
+        "import sys; import memsweep.sweeper.cli, memsweep.estimator, memsweep.analysis.tables; "
+        "import memsweep.conf.contract; "
         "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
@@ -122,7 +177,7 @@ COMMAND_LINE = {
     "sweeper/callbacks.py": "Hydra's hooks into the terminal of a multirun: progress lines, the report's path",
     "analysis/cli.py": "memsweep analyze (also shown at a sweep's end)",
     "analysis/report/cli.py": "memsweep report",
-    "analysis/estimate/cli.py": "memsweep estimate",
+    "estimator/cli.py": "memsweep estimate",
     "analysis/compare/cli.py": "memsweep compare (its exit statuses are the regression gate's answer)",
     "worker/main.py": "the worker process's command lines",
     "worker/__main__.py": "python -m memsweep.worker",
@@ -159,7 +214,7 @@ def prints_and_exits(path: Path) -> list[tuple[int, str]]:
 def test_only_the_command_line_layer_prints_or_exits():
     bad = [
         f"{path.relative_to(ROOT)}:{line}: {what}"
-        for top in ("worker", "sweeper", "analysis", "conf", "hydra_plugins")
+        for top in ("worker", "sweeper", "estimator", "analysis", "conf", "hydra_plugins")
         for path in sources(top)
         if path.relative_to(ROOT).as_posix() not in COMMAND_LINE
         for line, what in prints_and_exits(path)

@@ -13,20 +13,20 @@ import pyarrow.parquet as pq
 import pytest
 
 from memsweep.analysis.doc import to_markdown
-from memsweep.analysis.estimate import (
-    ADAM_STEP_BYTES,
-    PARALLEL_ZERO_STAGE,
-    estimate_run,
-    transformer_workload_model,
-    zero_partition,
-)
-from memsweep.analysis.estimate.breakdown import ceil_div
 from memsweep.analysis.frontier import frontier_table
 from memsweep.analysis.ranks import model_state_columns
 from memsweep.analysis.report import build_report
 from memsweep.analysis.schemas import MODEL_STATE_COLUMNS
 from memsweep.analysis.tables import build_tables
 from memsweep.conf.contract import ISOLATION_SPAWN, RunSpec
+from memsweep.estimator import (
+    ADAM_STEP_BYTES,
+    PARALLEL_ZERO_STAGE,
+    estimate_run,
+    transformer_workload_model,
+    zero_partition,
+)
+from memsweep.estimator.breakdown import ceil_div
 from memsweep.sweeper.process import execute
 from memsweep.sweeper.spec import with_estimate
 

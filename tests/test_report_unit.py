@@ -7,7 +7,6 @@ import math
 import pyarrow as pa
 import pytest
 
-from memsweep.analysis import cards
 from memsweep.analysis.frontier import frontier_table
 from memsweep.analysis.report import (
     ReportExists,
@@ -21,6 +20,7 @@ from memsweep.analysis.report import (
 )
 from memsweep.analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA, coerce_table
 from memsweep.conf.contract import GiB, SpecError
+from memsweep.estimator import cards
 
 MiB = 2**20
 
@@ -526,7 +526,7 @@ def test_first_crossing_refuses_a_non_positive_level_and_the_falling_side():
     """A peak reaches a capacity by rising: a fit that bends down far past its points (tiny negative
     square term) gives no crossing where it falls back through a level, and a level of 0 or less
     (a margin not below the capacity) is refused."""
-    from memsweep.analysis.fit import Polynomial, first_crossing
+    from memsweep.estimator.fit import Polynomial, first_crossing
 
     p = Polynomial(1e6, 1000.0, -1e-9)  # rises to its vertex at x = 5e11, then falls
     assert first_crossing(p, 2e6) == pytest.approx(1000.0, rel=1e-9)

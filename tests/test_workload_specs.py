@@ -254,9 +254,9 @@ def test_the_console_line_leaves_out_a_width_the_load_ignores(tmp_path):
 def test_a_table_row_names_the_width_only_where_the_load_reads_it(tmp_path, workload, named):
     """The frontier's fixed load and the report's title (``load_words`` on a runs-table row, whose
     workload is a name and its params JSON text) follow ``axis_ignored``, like the console line."""
-    from memsweep.analysis.labels import load_words
     from memsweep.analysis.tables import run_row
     from memsweep.conf.contract import Run, axis_ignored
+    from memsweep.estimator.labels import load_words
     from memsweep.sweeper.job import outcome_line
 
     spec = _spec() if workload is None else _spec(workload=workload)

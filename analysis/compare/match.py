@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from memsweep.conf.contract import AXES, device_kind_of, peak_counters
+from memsweep.estimator.labels import load_words
 
 from ..frontier import SPREAD, order_key
-from ..labels import load_words
 from ..schemas import ENV_COLUMNS, OPTIONS
 from .load import Sweep
 

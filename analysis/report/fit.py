@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ..fit import Polynomial, first_crossing, fit_polynomial
+from memsweep.estimator.fit import Polynomial, first_crossing, fit_polynomial
 
 QUADRATIC_AXES = ("context", "width")
 """Axes whose peak grows with the square of the value (attention scores with the context,

@@ -6,8 +6,8 @@ Everything here is computed from the observed counters or from formulas; sizes i
 from __future__ import annotations
 
 from memsweep.conf.contract import gib
+from memsweep.estimator import cards as cards_mod
 
-from .. import cards as cards_mod
 from ..doc import Doc, Image
 from .fit import capacity_crossings
 from .fitted import limit_words

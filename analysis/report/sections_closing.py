@@ -9,8 +9,8 @@ from collections import OrderedDict
 from pathlib import Path
 
 from memsweep.conf.contract import AXES, gib, predicted_outcome
+from memsweep.estimator import cards as cards_mod
 
-from .. import cards as cards_mod
 from ..doc import Doc
 from ..frontier import order_key
 from .fitted import unmeasured_limit_note

@@ -9,10 +9,10 @@ import json
 from collections import Counter
 
 from memsweep.conf.contract import gib
+from memsweep.estimator.labels import load_words, set_fields
 
 from ..doc import Doc
 from ..frontier import direction_words
-from ..labels import load_words, set_fields
 from .fitted import unmeasured_limit_note
 from .fmt import axis_label, nbytes, pct, unread_text
 from .margin import MarginPolicy

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from memsweep.conf.contract import PEAK_CATEGORIES, PEAK_CATEGORY_WORDS, PEAK_SPLIT_FIELDS
+from memsweep.estimator import PARALLEL_ZERO_STAGE, mlp_phases_for_spec
 
 from ..doc import Doc, Image
-from ..estimate import PARALLEL_ZERO_STAGE, mlp_phases_for_spec
 from .fmt import axis_label, nbytes, workload_params
 from .stats import AxisResult
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memsweep.conf.contract import AXES, gib
+from memsweep.estimator.labels import load_words
 
 from ..frontier import IDENTITY, ROW_KEY, differing, direction_words, edge_columns, order_key, search_results
-from ..labels import load_words
 from .fit import capacity_limits, fit_axis
 from .fmt import axis_label, pct
 from .margin import MarginPolicy, basis, device_kind, margin_leaves_nothing

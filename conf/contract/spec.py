@@ -45,7 +45,7 @@ def validate_estimate(value: Any) -> dict | None:
     """Check a spec's ``estimate``: ``None`` or a mapping of ESTIMATE_KEYS to bytes.
 
     Args:
-        value: the estimate (analysis/estimate/ ``Breakdown.to_dict``): key -> bytes (int >= 0) or None.
+        value: the estimate (estimator/ ``Breakdown.to_dict``): key -> bytes (int >= 0) or None.
 
     Returns:
         A plain dict copy, or None.
@@ -120,7 +120,7 @@ class RunSpec:
     * ``kv_cache`` (generate): ``dynamic`` (grows with every token) | ``static`` (preallocated
       for context + new_tokens tokens at the prefill).
 
-    ``estimate`` is the calculated memory of this load (analysis/estimate/, bytes by
+    ``estimate`` is the calculated memory of this load (estimator/, bytes by
     component, see ESTIMATE_KEYS) or ``None``; the worker does not use it.
     ``estimate_missing_reason``: why ``estimate`` is null, or which components of the run it
     leaves out (e.g. inference activations), in words; ``None`` when it is complete.

@@ -312,7 +312,7 @@ ESTIMATE_KEYS = (
     "peak",
     "total",
 )
-"""Keys of a spec's ``estimate`` (analysis/estimate/ ``Breakdown.to_dict``): bytes or null."""
+"""Keys of a spec's ``estimate`` (estimator/ ``Breakdown.to_dict``): bytes or null."""
 
 SOURCES = ("measured", "predicted")
 """A record's ``source``: the counters of a real run, or a dry run's prediction on fake tensors."""

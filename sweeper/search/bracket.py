@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memsweep.analysis.fit import crossing
+from memsweep.estimator.fit import crossing
 
 from .lattice import Pick
 from .moves import pair, split

@@ -1,7 +1,7 @@
 """The model strategy's model of the peak against the axis: a least-squares fit of the
 successes' peaks (``fit_peak``) and the band the true peak lies in (``peak_band``).
 
-The fit itself is ``analysis.fit.fit_polynomial`` (shared with the report's context fit);
+The fit itself is ``estimator.fit.fit_polynomial`` (shared with the report's context fit);
 this module chooses the degree, averages repeated values, leaves out a plateau (``rising``),
 sizes the band from the peaks' resolution and the fit's residual, and says where the band's
 curves really reach a level (``Crossings``, for the search's log). Peaks are bytes.
@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from memsweep.analysis.fit import Polynomial, crossing, fit_polynomial
+from memsweep.estimator.fit import Polynomial, crossing, fit_polynomial
 
 # Peaks may move in steps: the CUDA caching allocator reserves segments in multiples of
 # 2 MiB. The largest power of two dividing every measured peak, when at least

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memsweep.analysis.fit import crossing
+from memsweep.estimator.fit import crossing
 
 from .bracket import bracket_round
 from .lattice import QUADRATIC_AXES, Pick

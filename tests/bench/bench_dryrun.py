@@ -1,6 +1,6 @@
 """Dry run (fake tensors) against the measured run of the same spec, per phase, with the split
 of each predicted peak by category; then a dry run of Llama-2-7B's shape in train mode against
-the estimator (analysis/estimate/); then the predicted edge of an mlp against the edge a
+the estimator (estimator/); then the predicted edge of an mlp against the edge a
 real frontier sweep measures at an emulated CPU capacity, with and without the dry-run seed.
 Real worker processes; ``make bench BENCH=dryrun`` (about 2 to 3 minutes on 2 cores).
 
@@ -127,9 +127,9 @@ def main() -> int:
 
 def llama_vs_estimator(root: Path) -> dict:
     """The Llama-2-7B dry run's split at the optimizer step's peak against the estimator
-    (analysis.estimate.estimate_transformer, pure bf16 AdamW: states in the parameter dtype as
+    (estimator.estimate_transformer, pure bf16 AdamW: states in the parameter dtype as
     torch.optim.AdamW's zeros_like, no fp32 master copy, no ZeRO)."""
-    from memsweep.analysis.estimate import estimate_transformer, parse_hf_config
+    from memsweep.estimator import estimate_transformer, parse_hf_config
 
     record, wall = run(root, "llama2-7b", LLAMA2_7B)
     model = record["model"] or {}

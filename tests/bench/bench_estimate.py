@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from memsweep.analysis.estimate import COMPONENTS, mlp_phases  # noqa: E402
 from memsweep.conf.contract import RECORD_FILE, RunSpec, read_json  # noqa: E402
+from memsweep.estimator import COMPONENTS, mlp_phases  # noqa: E402
 from memsweep.sweeper.process import execute  # noqa: E402
 from memsweep.sweeper.spec import with_estimate  # noqa: E402
 

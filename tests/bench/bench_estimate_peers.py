@@ -31,7 +31,7 @@ import json
 import tempfile
 from pathlib import Path
 
-import memsweep.analysis.estimate as E
+import memsweep.estimator as E
 from memsweep.conf.contract import GiB
 from tests.data.published_configs import PUBLISHED
 

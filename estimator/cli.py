@@ -9,10 +9,9 @@
     memsweep estimate --layers 32 --kv-heads 8 --head-dim 128 --kv-tokens 8192
     memsweep estimate --workload mlp --batch 8 --context 128 --width 256 --mode train
 
-Prints the breakdown (weights, gradients, optimizer states, activations, KV cache,
-temporaries) in bytes, GB (10^9 B) and GiB (2^30 B) in separate columns, the reserve (an
-assumption) and the total with it. A component that was not asked for is not in the sum,
-and the output says so. Standard library only (no torch). Exit status 2 on bad input.
+Prints the breakdown (weights, gradients, optimizer states, activations, KV cache, temporaries)
+in bytes, GB (10^9 B) and GiB (2^30 B) columns, the reserve (an assumption) and the total with it;
+a component not asked for is not in the sum, and the output says so. Exit status 2 on bad input.
 """
 
 from __future__ import annotations
@@ -54,6 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="memsweep estimate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    _model_options(p)
+    _weight_options(p)
+    _training_options(p)
+    add_lora_options(p)
+    _activation_options(p)
+    _kv_options(p)
+    _workload_options(p)
+    _output_options(p)
+    return p
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    """The model description: ``--parameters``, ``--config`` or ``--workload``."""
     m = p.add_argument_group("model (one of)")
     m.add_argument("--parameters", type=int, help="dense parameter count")
     m.add_argument(
@@ -68,8 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
         "process), parser (memsweep's formulas; refuses keys it does not model), auto (transformers if installed)",
     )
 
+
+def _weight_options(p: argparse.ArgumentParser) -> None:
+    """The weights' storage: ``--bits`` or ``--format``, block scales, kept modules."""
     w = p.add_argument_group("weights")
-    w.add_argument("--bits", type=int, help="compact storage, BITS per parameter, no scales (seed 003)")
+    w.add_argument("--bits", type=int, help="compact storage, BITS per parameter, no scales")
     w.add_argument(
         "--format", dest="fmt", help="storage format with its scales: fp32, fp16, bf16, int8, nf4, fp4, int4"
     )
@@ -83,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="COUNT parameters kept in FORMAT (e.g. bf16:262144000 for embeddings and lm_head)",
     )
 
+
+def _training_options(p: argparse.ArgumentParser) -> None:
+    """Gradients, optimizer states and ZeRO (``--train``)."""
     t = p.add_argument_group("training state (--train)")
     t.add_argument("--train", action="store_true", help="add gradients and optimizer states")
     t.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
@@ -105,8 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--devices", type=int, default=1, help="data-parallel devices for ZeRO")
 
-    add_lora_options(p)
 
+def _activation_options(p: argparse.ArgumentParser) -> None:
+    """Training activations of a described transformer (``--activations``)."""
     a = p.add_argument_group("activations (--activations: a transformer by Korthikanti et al. 2022)")
     a.add_argument(
         "--activations",
@@ -125,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--gated-mlp", action="store_true", help="SwiGLU-style MLP (three matrices)")
     a.add_argument("--act-bytes", type=int, default=2, help="bytes per activation value (default 2)")
 
+
+def _kv_options(p: argparse.ArgumentParser) -> None:
+    """The KV cache of a described transformer (``--kv-tokens``)."""
     k = p.add_argument_group("KV cache (--kv-tokens)")
     k.add_argument("--kv-tokens", type=int, help="tokens per sequence in the cache (prompt + generated)")
     k.add_argument("--sequences", type=int, help="sequences cached at once (default: --batch or 1)")
@@ -142,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         "after a decode step, and memsweep's generate mode measures), full (every token, as paged servers allocate)",
     )
 
+
+def _workload_options(p: argparse.ArgumentParser) -> None:
+    """The options of memsweep's own mlp workload (``--workload mlp``)."""
     x = p.add_argument_group("memsweep workload (--workload mlp)")
     x.add_argument("--context", type=int)
     x.add_argument("--width", type=int)
@@ -159,13 +184,15 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--warmup", type=int, help="default 3")
     x.add_argument("--repeats", type=int, help="default 5")
 
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """The reserve (an assumption) and the output's form."""
     o = p.add_argument_group("output")
     r = o.add_mutually_exclusive_group()
     r.add_argument("--reserve-gib", type=str, help="reserve (an assumption) in GiB = 2^30 B")
     r.add_argument("--reserve-gb", type=str, help="reserve (an assumption) in GB = 10^9 B")
     o.add_argument("--json", action="store_true", help="print JSON (bytes) instead of the table")
     o.add_argument("--decimals", type=int, default=2, help="decimals of the GB and GiB columns")
-    return p
 
 
 def _reserve(args: argparse.Namespace) -> int:
@@ -398,7 +425,7 @@ def estimate_load(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseE
 
     Raises:
         UsageError: options that do not describe one load.
-        ValueError: a value the estimator rejects (``analysis.estimate``'s modules).
+        ValueError: a value the estimator rejects (``memsweep.estimator``).
         FileNotFoundError: a ``--config`` that does not exist.
     """
     sources = [s for s in ("parameters", "config", "workload") if getattr(args, s) is not None]

@@ -189,7 +189,8 @@ class Breakdown:
         Raises:
             ValueError: a value that is not an integer >= 0 (or ``None`` for a component).
         """
-        return cls(**{n: data.get(n) for n in COMPONENTS}, reserve=data.get("reserve") or 0)
+        components: dict[str, Any] = {n: data.get(n) for n in COMPONENTS}
+        return cls(**components, reserve=data.get("reserve") or 0)
 
     def format(self, title: str | None = None, decimals: int = 2) -> str:
         """A text table: one row per estimated component, bytes, GB and GiB in separate columns.
@@ -268,7 +269,7 @@ def estimate_columns(
     def as_int(v: Any) -> int | None:  # a byte count that fits int64, else null (a corrupt spec)
         return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63 else None
 
-    row = {f"est_{n}_bytes": as_int(est.get(n)) for n in COMPONENTS}
+    row: dict[str, int | float | None] = {f"est_{n}_bytes": as_int(est.get(n)) for n in COMPONENTS}
     row["est_peak_bytes"] = as_int(est.get("peak"))
     measured = as_int(max_memory_allocated)
     row["estimate_error"] = (

@@ -1,55 +1,17 @@
-"""The estimator: memory calculated from a description of the load, before anything runs.
+"""memsweep's calculators: memory calculated from a description of a load, before anything runs.
 
-Standard library only (no torch, no pandas): the sweeper imports it to put the estimate of
-a run into its spec, and ``memsweep estimate`` (``analysis/estimate/cli.py``) runs it
-without PyTorch installed.
+Standard library and ``memsweep.conf.contract`` only (no torch, Hydra or pandas): the sweeper
+puts a run's estimate into its spec, ``memsweep estimate`` (``estimate.cli``) runs without
+PyTorch, and the analysis reads the same figures. Every figure is an integer number of bytes.
 
-Every figure is an integer number of **bytes**. Conversion happens only when printing,
-once, in separate columns: 1 GB = 10**9 B, 1 GiB = 2**30 B (NIST binary prefixes).
+An estimate is a ``Breakdown`` (``breakdown``): weights, gradients, optimizer_states,
+activations, kv_cache, temporaries (bytes, or ``None`` when not estimated), a planning
+``reserve`` and the totals. One module per topic, each citing the source of its formulas;
+``fit`` (least squares and root finding), ``cards`` (accelerator memory) and ``labels`` (the
+one-line name of a load) are the other calculators the sweeper and the analysis share.
 
-What this package calculates, module by module, and from which source:
-
-* ``formats``: weights by storage format (fp32, fp16/bf16, int8, 4-bit NF4/FP4 with
-  per-block scales, QLoRA double quantization, modules kept in another precision):
-  bitsandbytes docs, Dettmers et al. 2022 (LLM.int8(); 8-bit optimizers via block-wise
-  quantization), Dettmers et al. 2023 (QLoRA);
-* ``bnb``: bitsandbytes' 8-bit optimizer block and ``min_8bit_size``, from the installed
-  package (read without importing it) or its current defaults;
-* ``training``: gradients, the fp32 master copy of mixed precision, optimizer states
-  (AdamW, 8-bit AdamW, SGD with/without momentum, Adafactor) and ZeRO stages 1/2/3 over
-  N devices: Rajbhandari et al. 2020 (ZeRO), Loshchilov & Hutter 2019 (AdamW), Shazeer &
-  Stern 2018 (Adafactor), PyTorch torch.optim docs;
-* ``activations``: a decoder-only transformer's activations by Korthikanti et al. 2022
-  (``transformer_layer_activation_bytes``);
-* ``kv_cache``: 2 x layers x kv_heads x head_dim x tokens x bytes x sequences (Hugging
-  Face transformers docs, "KV cache strategies");
-* ``transformer``: a described decoder (dense or mixture of experts) and its whole estimate
-  (``estimate_transformer``);
-* ``lora``: LoRA / QLoRA fine-tuning: adapters of r x (in + out) parameters on the chosen
-  Linear modules (peft's defaults per architecture), their gradients and optimizer states, the
-  frozen base in its storage format: Hu et al. 2021 (LoRA), Dettmers et al. 2023 (QLoRA),
-  peft's source;
-* ``counted``: a local ``config.json`` counted by transformers itself, the model built on the
-  meta device in a worker process (``describe_config``; never downloads);
-* ``hf_config``: the formula parser, the fallback without transformers, which refuses the
-  config keys it does not model (``load_hf_config``);
-* ``workloads``: memsweep's built-in ``mlp`` workload, exactly (an allocation-by-allocation
-  replay of the PyTorch ops of ``worker/workloads/mlp.py``, see ``mlp_phases``), and the
-  estimate the sweeper puts into a RunSpec (``estimate_for_spec``);
-* ``parallel``: a DDP/FSDP run's estimate per rank (``rank_estimate``) and its model states
-  (``estimated_model_states``), the whole replica's partitioned at ZeRO stage 0 (ddp) or 3
-  (fsdp) over its ranks;
-* ``runs``: the estimate of a run of any workload, or the reason there is none
-  (``estimate_run``: mlp exactly, transformer and hf by the formulas, user not described);
-* ``breakdown``: the result every module returns, and its runs.parquet columns.
-
-Every estimate is a ``Breakdown``: weights, gradients, optimizer_states, activations,
-kv_cache, temporaries (each bytes, or ``None`` when it was not estimated, never a silent
-0), a planning ``reserve`` and the totals. What was calculated here stays apart from what
-the worker observed (the counters) and from what is assumed (the reserve).
-
-This ``__init__`` re-exports the public names of every module, so ``from analysis.estimate
-import X`` and ``analysis.estimate.X`` work for all of them.
+This ``__init__`` re-exports the public names of the estimator's modules, so
+``from memsweep.estimator import X`` works for all of them.
 """
 
 from __future__ import annotations

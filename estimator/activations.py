@@ -109,25 +109,12 @@ def transformer_layer_activation_bytes(
     """Bytes one decoder layer keeps for backward, by the per-tensor count of Korthikanti
     et al. 2022 (Sec. 4.1), generalised to GQA, gated MLPs, any activation width.
 
-    Counted (values of ``act_bytes`` bytes unless said; s seq, b batch, h hidden, a heads,
-    k kv_heads, d head_dim, f ffn_hidden):
-
-    * attention: QKV input sbh; Q sbad; K and V sbkd each; softmax output as^2b; with
-      dropout a 1-byte mask as^2b and the dropout output as^2b; output-projection input
-      sbad; with dropout a 1-byte mask sbh;
-    * MLP: input sbh; 4h-style: activation input sbf and second-linear input sbf; gated
-      (SwiGLU): gate sbf, up sbf, activation output sbf, product sbf; with dropout a 1-byte
-      mask sbh;
-    * two norms: their inputs, 2 x sbh.
-
-    With a = k, d = h/a, f = 4h, 2-byte values and dropout this is the paper's
-    ``sbh(34 + 5as/h)``.
-
-    ``fused_attention`` (FlashAttention: the s x s scores are never materialised) drops
-    every as^2b term and keeps the fp32 softmax log-sum-exp, 4 bytes x bas (Dao et al.
-    2022). ``recompute``: ``none``; ``selective`` (the paper's Sec. 5: the attention core
-    is recomputed, its as^2b terms are not stored: 34sbh per layer); ``full`` (only the
-    layer input, sbh values, is kept; Chen et al. 2016, the paper's 2sbhL).
+    The attention's tensors (``_attention_bytes``), the MLP's (``_mlp_bytes``) and the two
+    norms' inputs, 2 x sbh values (s seq, b batch, h hidden). With kv_heads = heads, head_dim
+    = hidden/heads, ffn_hidden = 4h, 2-byte values and dropout this is the paper's
+    ``sbh(34 + 5as/h)``. ``recompute``: ``none``; ``selective`` (the paper's Sec. 5: the
+    attention core is recomputed, its as^2b terms are not stored: 34sbh per layer); ``full``
+    (only the layer input, sbh values, is kept; Chen et al. 2016, the paper's 2sbhL).
 
     Args:
         seq: tokens per sequence (s).
@@ -159,13 +146,39 @@ def transformer_layer_activation_bytes(
     e = check_int("act_bytes", act_bytes, 1)
     if recompute == "full":
         return s * b * h * e
+    attn = _attention_bytes(s, b, h, a, k, d, e, dropout=dropout, fused=fused_attention, recompute=recompute)
+    norms = 2 * s * b * h * e
+    return attn + _mlp_bytes(s * b, h, f, e, gated=gated_mlp, dropout=dropout) + norms
+
+
+def _attention_bytes(
+    s: int, b: int, h: int, a: int, k: int, d: int, e: int, *, dropout: bool, fused: bool, recompute: str
+) -> int:
+    """Bytes the attention block keeps (Korthikanti et al. 2022, Sec. 4.1), values of ``e`` bytes.
+
+    QKV input sbh; Q sbad; K and V sbkd each; softmax output as^2b; with dropout a 1-byte
+    mask as^2b and the dropout output as^2b; output-projection input sbad; with dropout a
+    1-byte mask sbh (s seq, b batch, h hidden, a heads, k kv heads, d head dim). ``fused``
+    (FlashAttention: the s x s scores are never materialised) drops every as^2b term and
+    keeps the fp32 softmax log-sum-exp, 4 bytes x bas (Dao et al. 2022); ``recompute``
+    ``selective`` drops the as^2b terms too.
+    """
     sbh = s * b * h
     attn = (sbh + s * b * a * d + 2 * s * b * k * d + s * b * a * d) * e + (sbh if dropout else 0)
-    if fused_attention:
+    if fused:
         attn += 4 * b * a * s
     elif recompute == "none":
         scores = a * s * s * b
         attn += scores * e + ((scores + scores * e) if dropout else 0)
-    mlp = sbh * e + (4 if gated_mlp else 2) * s * b * f * e + (sbh if dropout else 0)
-    norms = 2 * sbh * e
-    return attn + mlp + norms
+    return attn
+
+
+def _mlp_bytes(tokens: int, h: int, f: int, e: int, *, gated: bool, dropout: bool) -> int:
+    """Bytes the MLP block keeps for ``tokens`` = sb tokens (Korthikanti et al. 2022, Sec. 4.1).
+
+    Input sbh; a 4h-style MLP: activation input sbf and second-linear input sbf; gated
+    (SwiGLU): gate sbf, up sbf, activation output sbf, product sbf; with dropout a 1-byte
+    mask sbh; values of ``e`` bytes (h hidden, f MLP hidden).
+    """
+    sbh = tokens * h
+    return sbh * e + (4 if gated else 2) * tokens * f * e + (sbh if dropout else 0)

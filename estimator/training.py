@@ -21,7 +21,7 @@ def gradient_bytes(parameters: int, grad_bytes: int = 2) -> int:
     """Parameter gradients: one value per trainable parameter, ``grad_bytes`` each.
 
     Gradients have the parameter's dtype in PyTorch autograd (``param.grad``), or fp32 when
-    a framework accumulates them in fp32. Source: PyTorch autograd docs; seed 002.
+    a framework accumulates them in fp32. Source: PyTorch autograd docs (``Tensor.grad``).
 
     Args:
         parameters: trainable parameter count.
@@ -75,9 +75,8 @@ def optimizer_state_bytes(
               shape (..., r, c) keeps a row vector and a column vector, prod(...) x (r + c)
               values; a 1-D tensor keeps its full second moment; no first moment.
               ``adafactor-momentum`` adds a full first moment (beta1 set). Needs ``shapes``.
-        state_bytes: bytes per state value: 4 for fp32 states (mixed precision; the seed's
-            "kept in fp32"), or the parameter's bytes (torch.optim creates its state with
-            ``zeros_like(param)``).
+        state_bytes: bytes per state value: 4 for fp32 states (mixed precision), or the
+            parameter's bytes (torch.optim creates its state with ``zeros_like(param)``).
         shapes: the parameter tensors' shapes; when given, the count is per tensor.
         bnb: the 8-bit settings; default ``bnb_settings()`` (the installed bitsandbytes, or
             its current defaults: block 256, min_8bit_size 4096).
@@ -100,30 +99,41 @@ def optimizer_state_bytes(
     if optimizer == "sgd-momentum":
         return n * state_bytes
     if optimizer == "adamw8bit":
-        bnb = bnb or bnb_settings()
-        total = 0
-        for size in sizes:
-            if shapes is not None and size < bnb.min_8bit_size:
-                total += 2 * size * 4
-            else:
-                total += 2 * (size + ceil_div(size, bnb.block) * 4)
-        return total
-    # Adafactor
+        return _adamw8bit_bytes(sizes, shapes is not None, bnb or bnb_settings())
     if shapes is None:
         raise ValueError(
             "Adafactor's factored state depends on each matrix's shape: give the "
             "parameter shapes (a config.json or a workload), not just a count"
         )
-    values = 0
-    for shape in shapes:
-        if len(shape) >= 2:
-            lead = math.prod(shape[:-2])
-            values += lead * (shape[-2] + shape[-1])
-        else:
-            values += math.prod(shape)
+    values = _adafactor_second_moment_values(shapes)
     if optimizer == "adafactor-momentum":
         values += n
     return values * state_bytes
+
+
+def _adamw8bit_bytes(sizes: Sequence[int], per_tensor: bool, bnb: BnbSettings) -> int:
+    """bitsandbytes' 8-bit AdamW states of tensors of ``sizes`` values: two 8-bit moments and
+    one fp32 absmax per block of ``bnb.block`` each; with ``per_tensor`` (real tensor sizes) a
+    tensor under ``bnb.min_8bit_size`` values keeps two fp32 moments (Dettmers et al. 2022)."""
+    total = 0
+    for size in sizes:
+        if per_tensor and size < bnb.min_8bit_size:
+            total += 2 * size * 4
+        else:
+            total += 2 * (size + ceil_div(size, bnb.block) * 4)
+    return total
+
+
+def _adafactor_second_moment_values(shapes: Sequence[Sequence[int]]) -> int:
+    """Values of Adafactor's factored second moment (Shazeer & Stern 2018): a tensor of shape
+    (..., r, c) keeps prod(...) x (r + c), a 1-D tensor its full second moment."""
+    values = 0
+    for shape in shapes:
+        if len(shape) >= 2:
+            values += math.prod(shape[:-2]) * (shape[-2] + shape[-1])
+        else:
+            values += math.prod(shape)
+    return values
 
 
 ADAM_STEP_BYTES = 4
@@ -180,10 +190,8 @@ def training_state(
             ``param_bytes`` (torch.optim's ``zeros_like(param)``).
         shapes: parameter shapes (needed by Adafactor, refines 8-bit AdamW).
         step_tensors: count Adam(W)'s per-tensor ``step`` in the optimizer states, 4 B per
-            parameter tensor (``len(shapes)``). torch/optim/adamw.py ``_init_group`` keeps it
-            as a 0-dim float32 tensor on the parameter's device when ``fused`` or
-            ``capturable``, else on the host: so it is device memory on the CPU, and not on
-            CUDA with the default AdamW (hence off by default).
+            parameter tensor (``len(shapes)``): device memory on the CPU, not on CUDA with
+            the default AdamW (``counts_step_tensors``), hence off by default.
 
     Returns:
         a Breakdown with ``gradients`` and ``optimizer_states`` set (others ``None``).
@@ -204,6 +212,26 @@ def training_state(
     if optimizer == "adamw8bit":
         bnb = bnb_settings()
         notes.append(f"8-bit states: blocks of {bnb.block} values, min_8bit_size {bnb.min_8bit_size} ({bnb.source})")
+    extra, extra_notes = _extra_state_bytes(parameters, optimizer, mixed_precision, shapes, step_tensors)
+    return Breakdown(
+        gradients=gradient_bytes(parameters, grad_bytes), optimizer_states=opt + extra, notes=(*notes, *extra_notes)
+    )
+
+
+def _extra_state_bytes(
+    parameters: int,
+    optimizer: str,
+    mixed_precision: bool,
+    shapes: Sequence[Sequence[int]] | None,
+    step_tensors: bool,
+) -> tuple[int, list[str]]:
+    """Adam(W)'s step tensors (when asked) and the fp32 master copy (mixed precision) that
+    ``training_state`` counts in the optimizer states: (bytes, a note for each).
+
+    Raises:
+        ValueError: ``step_tensors`` for Adam(W) without ``shapes``.
+    """
+    opt, notes = 0, []
     if step_tensors and optimizer in ("adamw", "adam"):
         if shapes is None:
             raise ValueError("step_tensors: give the parameter shapes (one step tensor per parameter tensor)")
@@ -218,7 +246,7 @@ def training_state(
             "optimizer states include the fp32 master copy of the weights (4 B/param, "
             "mixed precision; ZeRO's convention)"
         )
-    return Breakdown(gradients=gradient_bytes(parameters, grad_bytes), optimizer_states=opt, notes=tuple(notes))
+    return opt, notes
 
 
 def zero_partition(b: Breakdown, stage: int, devices: int) -> Breakdown:

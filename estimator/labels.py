@@ -36,7 +36,7 @@ def spec_default(name: str) -> Any:
         KeyError: ``name`` is no field of RunSpec.
     """
     f = {f.name: f for f in dataclasses.fields(RunSpec)}[name]
-    value = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+    value = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc, operator]
     return value.get("name") if isinstance(value, dict) else value
 
 

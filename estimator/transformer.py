@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any, NamedTuple, cast
 
 from .activations import NO_ACTIVATIONS, ActivationSettings, transformer_layer_activation_bytes
 from .breakdown import Breakdown, ceil_div
@@ -237,6 +238,16 @@ class TransformerConfig:
         return [layer_cached_tokens(tokens, w, convention, static_capacity) for w in self.windows()]
 
 
+class _TrainingOptions(NamedTuple):
+    """The training options of ``estimate_transformer``, as ``training_state`` takes them."""
+
+    optimizer: str
+    mixed_precision: bool
+    grad_bytes: int | None
+    state_bytes: int | None
+    step_tensors: bool
+
+
 def estimate_transformer(
     model: TransformerConfig,
     *,
@@ -258,43 +269,24 @@ def estimate_transformer(
     reserve: int = 0,
     step_tensors: bool = False,
 ) -> Breakdown:
-    """Estimate a described decoder-only transformer.
-
-    * weights: every tensor of ``model.tensors()`` in ``weight_format`` (a quantized format
-      quantizes the decoder Linear weights only; the rest stays in 16 bits);
-    * training (``train``): gradients + optimizer states (``training_state``, shapes
-      known), then ZeRO partitioning (``zero_partition``);
-    * activations (training, ``activations.counted``): ``training_activations``;
-    * KV cache (``kv_tokens``): per layer ``layer_cached_tokens`` (its window under
-      ``kv_convention``, static capacity) x ``cached_values_per_token`` (2 x kv_heads x
-      head_dim; MLA: its latent) x ``kv_bytes`` (default ``compute_bytes``) x
-      ``kv_sequences`` (default ``activations.batch`` or 1).
-
-    A mixture of experts: weights, gradients and optimizer states from the total
-    parameters (every expert is stored and trained); activations from what a token passes
-    through (``active_ffn_hidden``); the notes give total and active parameters.
-
-    Components not asked for stay ``None``. Inference activations are not estimated.
-    ``step_tensors``: Adam(W)'s per-tensor step in the optimizer states (see ``training_state``).
+    """Estimate a described decoder-only transformer: its weights and, as asked, training
+    state, training activations and KV cache; a component not asked for stays ``None``.
 
     Args:
-        model: the described transformer.
-        weight_format: storage of the weights (a ``StorageFormat`` or a name); with block
-            scales, the tensors that are not quantized are kept in bf16 (``compute_bytes``
-            2) or fp32.
-        compute_bytes: bytes per activation value (2: 16-bit, 4: fp32).
-        train: add gradients, optimizer states and (``activations.counted``) activations.
-        optimizer, mixed_precision, grad_bytes, state_bytes, step_tensors: as
-            ``training_state``; the gradient default is the weight's bytes,
-            ``ceil(bits / 8)``.
-        zero_stage, devices: as ``zero_partition`` (applied when ``train``).
+        model: the described transformer (a mixture of experts: every expert stored and
+            trained, activations from what a token passes through, ``active_ffn_hidden``).
+        weight_format: storage of the weights (a ``StorageFormat`` or a name): a quantized
+            format quantizes the decoder Linear weights only (``weights_from_shapes``).
+        compute_bytes: bytes per activation value: 2 (what a format leaves kept in bf16), 4 (fp32).
+        train: add ``training_state``, ``training_activations`` (``activations.counted``;
+            inference activations are not estimated), then ``zero_partition``.
+        optimizer, mixed_precision, grad_bytes, state_bytes, step_tensors, zero_stage,
+            devices: as ``training_state`` and ``zero_partition`` (gradients default to
+            the weight's bytes, ``ceil(bits / 8)``).
         activations: the training activations to count (``ActivationSettings``).
-        kv_tokens: tokens per sequence in the cache (prompt + generated), or ``None`` for no
-            KV cache.
-        kv_sequences: sequences cached at once; default ``activations.batch`` or 1.
-        kv_bytes: bytes per cached value; default ``compute_bytes``.
-        static_capacity: a static cache's preallocated length, or ``None``.
-        kv_convention: what a sliding layer's cache keeps (``kv_cache.KV_CONVENTIONS``).
+        kv_tokens, kv_sequences, kv_bytes, static_capacity, kv_convention: the KV cache as
+            ``kv_cache_estimate`` (None tokens: no cache; sequences default to
+            ``activations.batch`` or 1, bytes per value to ``compute_bytes``).
         reserve: the planning reserve, bytes (an assumption, not in ``peak``).
 
     Returns:
@@ -306,11 +298,27 @@ def estimate_transformer(
     """
     fmt = storage_format(weight_format) if isinstance(weight_format, str) else weight_format
     tensors = model.tensors()
+    b = _stored_weights(model, tensors, fmt, compute_bytes, reserve)
+    if train:
+        options = _TrainingOptions(optimizer, mixed_precision, grad_bytes, state_bytes, step_tensors)
+        b = _with_training(b, model, tensors, fmt, options, activations, compute_bytes)
+        b = zero_partition(b, zero_stage, devices)
+    if kv_tokens is not None:
+        seqs = kv_sequences if kv_sequences is not None else (activations.batch or 1)
+        kv, note = kv_cache_estimate(model, kv_tokens, seqs, kv_bytes or compute_bytes, static_capacity, kv_convention)
+        b = b.replace(kv_cache=kv).with_note(note)
+    return b
+
+
+def _stored_weights(
+    model: TransformerConfig, tensors: list[ParamTensor], fmt: StorageFormat, compute_bytes: int, reserve: int
+) -> Breakdown:
+    """The weights of ``tensors`` (``model``'s) stored in ``fmt`` (what it does not quantize in
+    bf16 when ``compute_bytes`` is 2, else fp32), with ``reserve`` and notes naming the model."""
     params = sum(t.numel for t in tensors)
     keep = "bf16" if compute_bytes == 2 else "fp32"
-    weights = weights_from_shapes(tensors, fmt, keep_format=keep)
     b = Breakdown(
-        weights=weights,
+        weights=weights_from_shapes(tensors, fmt, keep_format=keep),
         reserve=reserve,
         notes=(
             f"{model.model_type}: {params} parameters ({model.source}), {model.layers} layers, hidden "
@@ -323,27 +331,36 @@ def estimate_transformer(
             f"{params} parameters in total (weights, gradients, optimizer states), {model.active} active per token "
             "(activations)"
         )
-    if train:
-        param_bytes = max(1, ceil_div(fmt.bits, 8))
-        state = training_state(
-            params,
-            param_bytes=param_bytes,
-            optimizer=optimizer,
-            mixed_precision=mixed_precision,
-            grad_bytes=grad_bytes,
-            state_bytes=state_bytes,
-            shapes=[t.shape for t in tensors],
-            step_tensors=step_tensors,
-        )
-        b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states, notes=b.notes + state.notes)
-        if activations.counted:
-            acts, note = training_activations(model, activations, compute_bytes=compute_bytes)
-            b = b.replace(activations=acts).with_note(note)
-        b = zero_partition(b, zero_stage, devices)
-    if kv_tokens is not None:
-        seqs = kv_sequences if kv_sequences is not None else (activations.batch or 1)
-        kv, note = kv_cache_estimate(model, kv_tokens, seqs, kv_bytes or compute_bytes, static_capacity, kv_convention)
-        b = b.replace(kv_cache=kv).with_note(note)
+    return b
+
+
+def _with_training(
+    b: Breakdown,
+    model: TransformerConfig,
+    tensors: list[ParamTensor],
+    fmt: StorageFormat,
+    options: _TrainingOptions,
+    activations: ActivationSettings,
+    compute_bytes: int,
+) -> Breakdown:
+    """``b`` with the gradients and optimizer states of training every tensor (``training_state``)
+    and, when ``activations.counted``, the training activations, whole (before ZeRO).
+    The gradient default is the stored weight's bytes, ``ceil(bits / 8)``.
+    """
+    state = training_state(
+        sum(t.numel for t in tensors),
+        param_bytes=max(1, ceil_div(fmt.bits, 8)),
+        optimizer=options.optimizer,
+        mixed_precision=options.mixed_precision,
+        grad_bytes=options.grad_bytes,
+        state_bytes=options.state_bytes,
+        shapes=[t.shape for t in tensors],
+        step_tensors=options.step_tensors,
+    )
+    b = b.replace(gradients=state.gradients, optimizer_states=state.optimizer_states, notes=b.notes + state.notes)
+    if activations.counted:
+        acts, note = training_activations(model, activations, compute_bytes=compute_bytes)
+        b = b.replace(activations=acts).with_note(note)
     return b
 
 
@@ -371,8 +388,9 @@ def training_activations(
     Raises:
         ValueError: as ``transformer_layer_activation_bytes`` (a missing batch or seq_len too).
     """
-    batch, seq_len, recompute = settings.batch, settings.seq_len, settings.recompute
-    kw = dict(
+    # a missing batch or seq_len is refused by transformer_layer_activation_bytes (ValueError)
+    batch, seq_len, recompute = cast(int, settings.batch), cast(int, settings.seq_len), settings.recompute
+    kw: dict[str, Any] = dict(
         kv_heads=model.kv_heads,
         head_dim=model.head_dim,
         ffn_hidden=model.active_ffn_hidden or model.ffn_hidden,

@@ -3,16 +3,13 @@
 A LoRA adapter on a ``Linear(in, out)`` adds ``A`` (r x in) and ``B`` (out x r): ``r * (in +
 out)`` trainable parameters (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language
 Models", Sec. 4.1; peft ``tuners/lora/layer.py``, ``LoraLayer.update_layer``, no bias by
-default). Only the adapters have gradients and optimizer states; the base is frozen and stays
-in its storage format: bf16/fp16/fp32, LLM.int8() or 4-bit NF4 with double quantization
-(Dettmers et al. 2023, "QLoRA", Sec. 3; ``formats.py``). The base's stored activations are
-still counted (backward passes through every layer to reach the adapters).
+default). Only the adapters have gradients and optimizer states; the base is frozen in its
+storage format: bf16/fp16/fp32, LLM.int8() or 4-bit NF4 with double quantization (Dettmers et
+al. 2023, "QLoRA", Sec. 3; ``formats``). The base's activations are still counted.
 
-Which modules are adapted: a list of module names, ``all-linear`` (peft: every Linear but the
-output layer), or, by default, peft's own default for the architecture
-(``PEFT_DEFAULT_TARGETS``, peft ``utils/constants.py``
-``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``: the attention's query and value
-projections for most decoders). Standard library only.
+Adapted modules: a list of module names, ``all-linear`` (peft: every Linear but the output
+layer), or peft's default for the architecture (``PEFT_DEFAULT_TARGETS``, from peft's
+``utils/constants.py`` ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``).
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from .activations import NO_ACTIVATIONS, ActivationSettings
 from .breakdown import Breakdown, check_int
 from .formats import StorageFormat, storage_format, weights_from_shapes
 from .training import training_state
-from .transformer import LinearModule, TransformerConfig, training_activations
+from .transformer import LinearModule, ParamTensor, TransformerConfig, training_activations
 
 PEFT_DEFAULT_TARGETS = {
     "gpt2": ("c_attn",),
@@ -192,19 +189,10 @@ def estimate_lora(
 ) -> Breakdown:
     """LoRA / QLoRA fine-tuning of ``model``: frozen base + adapters, their training state.
 
-    * weights: the base in ``base_format`` (``weights_from_shapes``: a quantized format
-      quantizes the decoder Linear weights, the rest stays in ``keep_format``) + the adapters,
-      ``lora_parameters x adapter_bytes``;
-    * gradients: the adapters only, ``adapter_bytes`` each (the frozen base has none);
-    * optimizer states: ``training_state`` of the adapters (AdamW on fp32 adapters: 8 B per
-      adapter parameter, no master copy; 16-bit adapters get the fp32 master copy; with
-      ``step_tensors``, Adam's 4-byte step per adapter tensor, two per adapted module);
-    * activations (``activations.counted``): the base's, as in full training
-      (``training_activations``, Korthikanti et al. 2022: an upper bound, since PyTorch does
-      not keep a frozen Linear's input for a weight gradient) + ``adapter_activation_bytes``;
-    * temporaries (4-bit base): one Linear weight dequantized to the compute dtype, the
-      largest (bitsandbytes ``MatMul4Bit`` dequantizes the weight for each matmul, forward
-      and backward, one layer at a time). Not counted for int8.
+    Weights: the base in ``base_format`` (``weights_from_shapes``) + the adapters,
+    ``lora_parameters x adapter_bytes``. Gradients and optimizer states (``training_state``):
+    the adapters' only (the base is frozen); 16-bit adapters get the fp32 master copy.
+    Activations: ``_with_adapter_activations``; temporaries: ``_with_dequantized_weight``.
 
     Args:
         model: the described model (``counted.describe_config``).
@@ -218,8 +206,8 @@ def estimate_lora(
         keep_format: storage of the tensors a quantized ``base_format`` does not quantize
             (embeddings, ``lm_head``, norms); ``None``: bf16 when ``compute_bytes`` is 2, else
             fp32. peft's ``prepare_model_for_kbit_training`` upcasts them to fp32.
-        step_tensors: count Adam(W)'s per-tensor step in the optimizer states
-            (``training_state``: device memory on the CPU, host memory on CUDA).
+        step_tensors: count Adam(W)'s per-tensor step (two adapter tensors per adapted
+            module) in the optimizer states (``training_state``).
 
     Returns:
         a Breakdown (bytes) whose notes give the targets, the trainable count and the
@@ -231,49 +219,86 @@ def estimate_lora(
     fmt = storage_format(base_format) if isinstance(base_format, str) else base_format
     modules = lora_targets(model, lora.targets)
     trainable = lora_parameters(modules, lora.rank)
+    tensors = model.tensors()
+    keep = keep_format if keep_format is not None else ("bf16" if compute_bytes == 2 else "fp32")
+    weights = weights_from_shapes(tensors, fmt, keep_format=keep) + trainable * lora.adapter_bytes
+    state = _adapter_training_state(modules, lora, optimizer, step_tensors)
+    b = Breakdown(
+        weights=weights,
+        gradients=state.gradients,
+        optimizer_states=state.optimizer_states,
+        notes=_lora_notes(model, lora, fmt, modules, optimizer) + state.notes,
+    )
+    if activations.counted:
+        b = _with_adapter_activations(b, model, modules, lora, activations, compute_bytes)
+    if fmt.bits == 4 and fmt.block_size is not None:
+        b = _with_dequantized_weight(b, tensors, compute_bytes)
+    return b
+
+
+def _adapter_training_state(
+    modules: Sequence[LinearModule], lora: LoraSettings, optimizer: str, step_tensors: bool
+) -> Breakdown:
+    """Gradients and optimizer states of the adapters on ``modules`` (``training_state``): an
+    ``A`` (r x in) and a ``B`` (out x r) per module, ``lora.adapter_bytes`` values; 16-bit
+    adapters with the fp32 master copy."""
     adapter_shapes = [
         s for m in modules for _ in range(m.count) for s in ((lora.rank, m.in_features), (m.out_features, lora.rank))
     ]
-    tensors = model.tensors()
-    base = sum(t.numel for t in tensors)
-    keep = keep_format if keep_format is not None else ("bf16" if compute_bytes == 2 else "fp32")
-    weights = weights_from_shapes(tensors, fmt, keep_format=keep) + trainable * lora.adapter_bytes
-    state = training_state(
-        trainable,
+    return training_state(
+        lora_parameters(modules, lora.rank),
         param_bytes=lora.adapter_bytes,
         optimizer=optimizer,
         mixed_precision=lora.adapter_bytes < 4,
         shapes=adapter_shapes,
         step_tensors=step_tensors,
     )
+
+
+def _with_adapter_activations(
+    b: Breakdown,
+    model: TransformerConfig,
+    modules: Sequence[LinearModule],
+    lora: LoraSettings,
+    activations: ActivationSettings,
+    compute_bytes: int,
+) -> Breakdown:
+    """``b`` with the activations of LoRA training: the base's, as in full training
+    (``training_activations``, Korthikanti et al. 2022: an upper bound, since PyTorch does not
+    keep a frozen Linear's input for a weight gradient), plus ``adapter_activation_bytes``."""
+    acts, note = training_activations(model, activations, compute_bytes=compute_bytes)
+    tokens = (activations.batch or 0) * (activations.seq_len or 0)  # both set: activations.counted
+    extra = adapter_activation_bytes(modules, lora.rank, tokens, compute_bytes, lora.adapter_bytes, lora.dropout)
+    return b.replace(activations=acts + extra).with_note(
+        note + f"; base activations as in full training (an upper bound for a frozen base), plus {extra} B "
+        "kept by the adapters (peft's input cast, lora_A's output)"
+    )
+
+
+def _with_dequantized_weight(b: Breakdown, tensors: Sequence[ParamTensor], compute_bytes: int) -> Breakdown:
+    """``b`` with the temporaries of a 4-bit base: the largest quantized Linear weight
+    dequantized to ``compute_bytes`` values (bitsandbytes ``MatMul4Bit`` dequantizes the
+    weight for each matmul, forward and backward, one layer at a time). Not counted for int8."""
+    largest = max((t.numel for t in tensors if t.quantizable), default=0)
+    return b.replace(temporaries=largest * compute_bytes).with_note(
+        f"temporaries: the largest 4-bit weight dequantized to {compute_bytes}-byte values for its matmul "
+        "(bitsandbytes MatMul4Bit), one at a time"
+    )
+
+
+def _lora_notes(
+    model: TransformerConfig, lora: LoraSettings, fmt: StorageFormat, modules: Sequence[LinearModule], optimizer: str
+) -> tuple[str, ...]:
+    """The notes of ``estimate_lora``: the frozen base, the adapters and their targets, their dtype."""
+    base = model.parameters
+    trainable = lora_parameters(modules, lora.rank)
     alpha = 8 if lora.alpha is None else lora.alpha
     targets = ", ".join(f"{m.name} ({m.count} x {m.in_features}->{m.out_features})" for m in modules)
-    b = Breakdown(
-        weights=weights,
-        gradients=state.gradients,
-        optimizer_states=state.optimizer_states,
-        notes=(
-            f"{model.model_type}: {base} base parameters ({model.source}), frozen, stored in {fmt.name}"
-            + (" with double quantization" if fmt.double_quant else ""),
-            f"LoRA r={lora.rank}, alpha={alpha}, dropout={lora.dropout}: {trainable} trainable parameters "
-            f"({100 * trainable / base:.4f}% of the base) on {targets}; r x (in + out) each (Hu et al. 2021)",
-            f"adapters, their gradients and optimizer ({optimizer}) states in {lora.adapter_bytes}-byte values "
-            "(peft casts 16-bit adapters to fp32 by default)",
-        )
-        + state.notes,
+    return (
+        f"{model.model_type}: {base} base parameters ({model.source}), frozen, stored in {fmt.name}"
+        + (" with double quantization" if fmt.double_quant else ""),
+        f"LoRA r={lora.rank}, alpha={alpha}, dropout={lora.dropout}: {trainable} trainable parameters "
+        f"({100 * trainable / base:.4f}% of the base) on {targets}; r x (in + out) each (Hu et al. 2021)",
+        f"adapters, their gradients and optimizer ({optimizer}) states in {lora.adapter_bytes}-byte values "
+        "(peft casts 16-bit adapters to fp32 by default)",
     )
-    if activations.counted:
-        acts, note = training_activations(model, activations, compute_bytes=compute_bytes)
-        tokens = activations.batch * activations.seq_len
-        extra = adapter_activation_bytes(modules, lora.rank, tokens, compute_bytes, lora.adapter_bytes, lora.dropout)
-        b = b.replace(activations=acts + extra).with_note(
-            note + f"; base activations as in full training (an upper bound for a frozen base), plus {extra} B "
-            "kept by the adapters (peft's input cast, lora_A's output)"
-        )
-    if fmt.bits == 4 and fmt.block_size is not None:
-        largest = max((t.numel for t in tensors if t.quantizable), default=0)
-        b = b.replace(temporaries=largest * compute_bytes).with_note(
-            f"temporaries: the largest 4-bit weight dequantized to {compute_bytes}-byte values for its matmul "
-            "(bitsandbytes MatMul4Bit), one at a time"
-        )
-    return b

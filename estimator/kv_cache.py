@@ -121,9 +121,8 @@ def kv_cache_bytes(
     grouped-query attention (Ainslie et al. 2023) several query heads share one KV head.
     ``tokens`` is what one sequence keeps per layer (see ``cached_tokens``).
 
-    Example (seed 003): 32 layers x 8 KV heads x 128 x 8192 tokens x 2 bytes x 1 sequence
-    = 1_073_741_824 B = 1 GiB; 4 sequences = 4 GiB. Source: Hugging Face transformers docs
-    ("KV cache strategies").
+    Source: Hugging Face transformers docs ("KV cache strategies"). For example 32 layers x 8
+    KV heads x 128 x 8192 tokens x 2 bytes x 1 sequence = 1_073_741_824 B = 1 GiB.
 
     Args:
         layers: decoder layers.

@@ -76,7 +76,7 @@ def estimate_text(b: Breakdown, title: str, phases: list[PhaseEstimate], *, json
             "activations": "--activations",
             "kv_cache": "--kv-tokens",
         }
-        asks = [hints[n] for n in b.not_included if hints.get(n)]
+        asks = [hint for n in b.not_included if (hint := hints.get(n))]
         if asks:
             lines.append(f"Ask for them with {', '.join(asks)}; --workload mlp estimates a whole memsweep load.")
     if phases:

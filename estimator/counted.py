@@ -3,7 +3,7 @@
 ``memsweep estimate --config DIR`` describes a model by building it: the worker entry
 ``python -m memsweep.worker --count-params DIR`` (``worker/count.py``) builds the config's causal LM
 with transformers on the meta device and prints its tensors; this module starts that
-process (``conf.contract.ask_worker``; the analysis never imports torch) and turns its
+process (``conf.contract.ask_worker``; the estimate never imports torch) and turns its
 answer into a ``TransformerConfig`` whose ``tensors()`` are the model's own. Without
 transformers (or torch) here, the formula parser (``hf_config.py``) is the fallback, and it
 refuses the configs it does not understand.
@@ -95,25 +95,14 @@ def model_from_count(count: Mapping) -> TransformerConfig:
     hidden = _int(cfg, "hidden_size", "n_embd")
     heads = _int(cfg, "num_attention_heads", "n_head")
     vocab = _int(cfg, "vocab_size")
-    if None in (layers, hidden, heads, vocab):
+    if layers is None or hidden is None or heads is None or vocab is None:
         raise ValueError(f"{count.get('path')}: the resolved config has no layers/hidden/heads/vocab")
     head_dim = resolve_head_dim(hidden, heads, _int(cfg, "head_dim"))
-    kv_heads = _int(cfg, "num_key_value_heads") or heads
     kv_values = None
     if _int(cfg, "kv_lora_rank"):
         kv_values = cfg["kv_lora_rank"] + (_int(cfg, "qk_rope_head_dim") or 0)
-    tensors = tuple(
-        ParamTensor(f"{t['kind']}.{i}", tuple(t["shape"]), bool(t["quantizable"]))
-        for t in count["tensors"]
-        for i in range(t["count"])
-    )
     ffn = _int(cfg, "intermediate_size", "n_inner") or 4 * hidden
     experts = count.get("experts") or {}
-    active_ffn = None
-    if experts:
-        expert_ffn = _int(cfg, "moe_intermediate_size") or ffn
-        shared = (_int(cfg, "n_shared_experts") or 0) * expert_ffn + (_int(cfg, "shared_expert_intermediate_size") or 0)
-        active_ffn = experts["per_token"] * expert_ffn + shared
     types = count.get("layer_types")
     windows = count.get("layer_windows")
     return TransformerConfig(
@@ -121,7 +110,7 @@ def model_from_count(count: Mapping) -> TransformerConfig:
         layers=layers,
         hidden=hidden,
         heads=heads,
-        kv_heads=kv_heads,
+        kv_heads=_int(cfg, "num_key_value_heads") or heads,
         head_dim=head_dim,
         ffn_hidden=ffn,
         vocab=vocab,
@@ -132,17 +121,34 @@ def model_from_count(count: Mapping) -> TransformerConfig:
         layer_windows=tuple(windows) if windows and len(windows) == layers else None,
         kv_values_per_token=kv_values,
         dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
-        counted=tensors,
+        counted=_counted_tensors(count),
         experts=experts.get("num_experts", 0),
         experts_per_token=experts.get("per_token", 0),
         active_parameters=experts.get("active_parameters"),
-        active_ffn_hidden=active_ffn,
-        linears=tuple(
-            LinearModule(lin["name"], lin["in"], lin["out"], lin["count"]) for lin in count.get("linears") or []
-        )
+        active_ffn_hidden=_active_ffn_hidden(cfg, experts, ffn),
+        linears=tuple(LinearModule(x["name"], x["in"], x["out"], x["count"]) for x in count.get("linears") or [])
         or None,
         source=count["source"],
     )
+
+
+def _counted_tensors(count: Mapping) -> tuple[ParamTensor, ...]:
+    """The tensors of a ``count_config`` answer, one ParamTensor per tensor (``kind.i``)."""
+    return tuple(
+        ParamTensor(f"{t['kind']}.{i}", tuple(t["shape"]), bool(t["quantizable"]))
+        for t in count["tensors"]
+        for i in range(t["count"])
+    )
+
+
+def _active_ffn_hidden(cfg: Mapping, experts: Mapping, ffn: int) -> int | None:
+    """The MLP width one token passes through in a mixture of experts: top-k x the expert's
+    width (``moe_intermediate_size``), plus the shared experts'; None for a dense model."""
+    if not experts:
+        return None
+    expert_ffn = _int(cfg, "moe_intermediate_size") or ffn
+    shared = (_int(cfg, "n_shared_experts") or 0) * expert_ffn + (_int(cfg, "shared_expert_intermediate_size") or 0)
+    return experts["per_token"] * expert_ffn + shared
 
 
 def describe_config(path: str | Path, counter: str = "auto") -> TransformerConfig:

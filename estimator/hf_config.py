@@ -126,41 +126,11 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
             f"memsweep's formula parser does not model {what} (it knows dense {', '.join(PARSER_MODEL_TYPES)}); "
             "install transformers (pip install 'memsweep[hf]') to count the model itself"
         )
-    gpt2_like = model_type == "gpt2"
-    layers = _get(cfg, "num_hidden_layers", "n_layer", "num_layers")
-    hidden = _get(cfg, "hidden_size", "n_embd", "d_model")
-    heads = _get(cfg, "num_attention_heads", "n_head")
-    vocab = _get(cfg, "vocab_size")
-    missing = [
-        n
-        for n, v in (
-            ("num_hidden_layers", layers),
-            ("hidden_size", hidden),
-            ("num_attention_heads", heads),
-            ("vocab_size", vocab),
-        )
-        if v is None
-    ]
-    if missing:
-        raise ValueError(f"config has no {missing[0]} (nor its gpt2-style alias)")
-    head_dim = resolve_head_dim(hidden, heads, _get(cfg, "head_dim"))
-    kv_heads = _get(cfg, "num_key_value_heads", default=heads)
-    # what every architecture reads the same way
-    shape: dict[str, Any] = {
-        "model_type": model_type,
-        "layers": layers,
-        "hidden": hidden,
-        "heads": heads,
-        "kv_heads": kv_heads,
-        "head_dim": head_dim,
-        "vocab": vocab,
-        "tie_embeddings": bool(cfg.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT)),
-        "dtype": _get(cfg, "torch_dtype", "dtype"),
-    }
-    if gpt2_like:
+    shape = _common_shape(cfg, model_type)
+    if model_type == "gpt2":
         return TransformerConfig(
             **shape,
-            ffn_hidden=_get(cfg, "n_inner", "intermediate_size", default=4 * hidden),
+            ffn_hidden=_get(cfg, "n_inner", "intermediate_size", default=4 * shape["hidden"]),
             gated_mlp=False,
             learned_positions=_get(cfg, "n_positions", "max_position_embeddings", default=0),
             norm="layernorm",
@@ -168,13 +138,48 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
             o_bias=True,
             mlp_bias=True,
         )
+    return _gated_decoder(cfg, model_type, shape)
+
+
+def _common_shape(cfg: Mapping, model_type: str) -> dict[str, Any]:
+    """The fields of a TransformerConfig every architecture reads the same way (sizes, vocab,
+    tied embeddings, dtype), by their llama or gpt2-style keys.
+
+    Raises:
+        ValueError: a required key is missing, or hidden/heads do not divide without an
+            explicit ``head_dim``.
+    """
+    layers = _get(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _get(cfg, "hidden_size", "n_embd", "d_model")
+    heads = _get(cfg, "num_attention_heads", "n_head")
+    vocab = _get(cfg, "vocab_size")
+    required = (("num_hidden_layers", layers), ("hidden_size", hidden), ("num_attention_heads", heads))
+    missing = [n for n, v in (*required, ("vocab_size", vocab)) if v is None]
+    if missing:
+        raise ValueError(f"config has no {missing[0]} (nor its gpt2-style alias)")
+    return {
+        "model_type": model_type,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": _get(cfg, "num_key_value_heads", default=heads),
+        "head_dim": resolve_head_dim(hidden, heads, _get(cfg, "head_dim")),
+        "vocab": vocab,
+        "tie_embeddings": bool(cfg.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT)),
+        "dtype": _get(cfg, "torch_dtype", "dtype"),
+    }
+
+
+def _gated_decoder(cfg: Mapping, model_type: str, shape: dict[str, Any]) -> TransformerConfig:
+    """A llama-style decoder (RMSNorm, gated MLP) of ``shape``: its biases, per-head query/key
+    norms (qwen3, gemma3), extra norms (gemma2, gemma3) and sliding-window layers."""
     window = cfg.get("sliding_window")
     if cfg.get("use_sliding_window") is False:
         window = None
     attention_bias = bool(cfg.get("attention_bias", model_type == "qwen2"))
     return TransformerConfig(
         **shape,
-        ffn_hidden=_get(cfg, "intermediate_size", default=4 * hidden),
+        ffn_hidden=_get(cfg, "intermediate_size", default=4 * shape["hidden"]),
         gated_mlp=True,
         norm="rmsnorm",
         qkv_bias=attention_bias,
@@ -183,7 +188,7 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
         qk_norm=model_type in ("qwen3", "gemma3_text"),
         extra_layer_norms=2 if model_type in ("gemma2", "gemma3_text") else 0,
         sliding_window=window,
-        layer_types=_layer_types(cfg, model_type, layers) if window else None,
+        layer_types=_layer_types(cfg, model_type, shape["layers"]) if window else None,
     )
 
 

@@ -1,20 +1,17 @@
 """Least-squares polynomial fit of peak bytes against an axis, and where a curve reaches a level.
 
-The one implementation of both, used by the frontier search (``sweeper.search.peaks``: the
-model of the peak that aims the next probe) and by the report (``analysis.report``: the
-fitted curve of the peak against the context and where it crosses the capacity). Pure
-Python, no numpy. It lives in ``analysis`` because the sweeper may import the analysis and
-the analysis never imports the sweeper.
+The one implementation of both, used by the frontier search (``sweeper.search.peaks``) and by
+the report (``analysis.report``). Pure Python, no numpy.
 
 * ``fit_polynomial``: least squares of degree 1 or 2 through the normal equations, solved by
   Gaussian elimination with partial pivoting (``solve_least_squares``), on values mapped to
   [-1, 1] so that the equations stay well conditioned.
 * ``crossing``: where an increasing curve reaches a threshold inside an interval, by
-  bisection; ``first_crossing`` finds the smallest positive value where a polynomial rises
-  through a positive level with it, one monotone piece at a time.
+  bisection; ``first_crossing``: the smallest positive value where a polynomial rises through
+  a positive level, one monotone piece at a time.
 
-Units: the values of the axis are whatever it counts (batch items, tokens of context,
-features of width); peaks, levels and thresholds are bytes.
+Units: axis values are what the axis counts (batch items, tokens, features); peaks, levels
+and thresholds are bytes.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """The estimate of an ``hf`` run's fine-tuning options: LoRA adapters and a 4-bit base.
 
-What the worker does with the workload's ``lora_rank``, ``lora_alpha``, ``lora_dropout``,
-``lora_targets`` and ``quantization`` (``worker/workloads/lora.py``,
-``worker/workloads/pretrained.py``), described to the estimator:
-
-* the base is stored as the run stores it: in ``dtype`` (float32 under ``precision=autocast``);
-  with ``quantization`` (nf4/fp4), transformers' ``BitsAndBytesConfig(load_in_4bit=True,
-  bnb_4bit_quant_type=...)`` with bitsandbytes' defaults (blocks of 64 values, an fp32 absmax
-  per block, no double quantization) quantizes the decoder Linear weights and keeps the other
-  tensors in ``dtype``; in train mode peft's ``prepare_model_for_kbit_training`` then upcasts
-  those to fp32;
-* with ``lora_rank`` (train mode), ``lora.estimate_lora``: the frozen base, the adapters in fp32
-  (peft's ``get_peft_model(autocast_adapter_dtype=True)``, on a 16-bit base too), gradients and
-  optimizer states of the adapters only.
-
-Standard library only.
+The workload's ``lora_rank``, ``lora_alpha``, ``lora_dropout``, ``lora_targets`` and
+``quantization``, as the worker applies them (``worker/workloads/lora.py``,
+``worker/workloads/pretrained.py``), described to the estimator: the base in the run's
+``dtype`` (float32 under ``precision=autocast``), or with ``quantization`` (nf4/fp4) in
+bitsandbytes' 4-bit format with transformers' ``BitsAndBytesConfig`` defaults (blocks of 64
+values, an fp32 absmax per block, no double quantization), the other tensors in ``dtype`` and
+in train mode upcast to fp32 by peft's ``prepare_model_for_kbit_training``; with
+``lora_rank``, ``lora.estimate_lora`` (fp32 adapters: peft's ``autocast_adapter_dtype``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ optimizer states; Rajbhandari et al. 2020, Sec. 3.1)."""
 def rank_estimate(estimate: Mapping | None, parallel: str | None, world_size: int | None) -> dict | None:
     """What one process of a run holds, as the estimator calculates it: the spec's estimate, per rank.
 
-    The spec's ``estimate`` (``analysis.estimate.estimate_run``) describes one whole replica in
+    The spec's ``estimate`` (``estimate.runs.estimate_run``) describes one whole replica in
     the run's dtype and optimizer, at the spec's ``batch``. For a one-process run that is the
     run. For a DDP/FSDP run, ``zero_partition`` at ``PARALLEL_ZERO_STAGE[parallel]`` over
     ``world_size`` ranks gives each rank's share of the weights, gradients and optimizer states

@@ -1,25 +1,15 @@
 """A small catalog of common accelerator cards and their memory, in bytes, with sources.
 
-What a vendor's "GB" means
---------------------------
-The memory of these cards is built from DRAM chips whose sizes are powers of two, and the
-vendor's "16 GB", "24 GB", "40 GB", "80 GB" name binary sizes: 16 GiB, 24 GiB, 40 GiB, 80 GiB
-of physical memory (1 GiB = 2^30 B). Two cards are exceptions: the H200's "141 GB" and the
-MI300X's "192 GB" are marketing figures close to, but not exactly, the memory the driver
-reports. A card's usable memory is less than its physical memory:
-
-* ``reported_bytes`` below is the total that the vendor's management tool reports for the
-  card (``nvidia-smi`` ``memory.total`` in MiB, times 2^20; ``rocm-smi`` "VRAM Total Memory
-  (B)"), taken from public logs cited per card. On GDDR cards with ECC enabled (T4) the driver
-  keeps 6.25 % for the ECC bits (NVIDIA CUDA C Best Practices Guide), hence 15360 MiB of 16 GiB.
-* PyTorch's ``torch.cuda.get_device_properties(i).total_memory`` (CUDA's ``totalGlobalMem``)
-  is smaller still, by about 1.5-2 %: an A100-SXM4-40GB reports 42298834944 B there against
-  40960 MiB = 42949672960 B in nvidia-smi (deviceQuery log in bottlerocket-os/bottlerocket
-  PR #3873), a T4 15843721216 B against 15360 MiB. And the CUDA context (a few hundred MiB)
-  is outside ``memory_reserved``.
+A vendor's "16 GB", "24 GB", "40 GB", "80 GB" name binary sizes (16 GiB ... of DRAM, 1 GiB =
+2^30 B); the H200's "141 GB" and the MI300X's "192 GB" are marketing figures. ``reported_bytes``
+is the total the vendor's management tool reports (``nvidia-smi`` ``memory.total`` in MiB x
+2^20; ``rocm-smi`` "VRAM Total Memory (B)"), from the public logs cited per card; with ECC on
+GDDR cards (T4) the driver keeps 6.25 % for the ECC bits (NVIDIA CUDA C Best Practices
+Guide). PyTorch's ``torch.cuda.get_device_properties(i).total_memory`` is smaller still, and
+the CUDA context lies outside ``memory_reserved``.
 
 So ``reported_bytes`` is an upper bound of what a PyTorch process can reserve on the card; a
-check against it is a calculation, never a measurement on that card, and the report says so.
+check against it is a calculation, never a measurement on that card.
 """
 
 from __future__ import annotations
@@ -77,7 +67,7 @@ _CATALOG: tuple[Card, ...] = (
         "24 GiB physical (no ECC)",
         24576 * MiB,
         "nvidia-smi memory.total = 24576 MiB",
-        "noonghunna/club-3090 issue #1129 (nvidia-smi output)",
+        "github.com/noonghunna/club-3090/issues/1129 (nvidia-smi output)",
     ),
     Card(
         "NVIDIA RTX 4090",
@@ -85,7 +75,7 @@ _CATALOG: tuple[Card, ...] = (
         "24 GiB physical, less the driver's reservation",
         24564 * MiB,
         "nvidia-smi memory.total = 24564 MiB",
-        "RLinf/RLinf issue #255 (nvidia-smi output)",
+        "github.com/RLinf/RLinf/issues/255 (nvidia-smi output)",
     ),
     Card(
         "NVIDIA A100 40GB",

@@ -167,7 +167,7 @@ def storage_format(
 
 
 def compact_format(bits: int) -> StorageFormat:
-    """``bits`` per parameter, packed, no scales: the seed's "theoretical" uniform storage.
+    """``bits`` per parameter, packed, no scales: the theoretical uniform storage of ``bits`` bits.
 
     Args:
         bits: bits per stored value (>= 1); values are packed, ``ceil(n * bits / 8)`` bytes.
@@ -195,9 +195,8 @@ def weight_bytes(parameters: int, fmt: StorageFormat | str, kept: Mapping[str, i
     Returns:
         bytes (int). The quantized remainder is treated as one tensor (block scales over
         the whole count); with shapes, use ``weights_from_shapes`` for the per-tensor count.
-
-    Example: 7e9 params at 16 bits -> 14_000_000_000 B (seed 003). At 4 bits with 64-value
-    blocks of fp32 scales: 3.5e9 + 7e9/64*4 = 3_937_500_000 B.
+        For example 7e9 parameters at 16 bits: 14_000_000_000 B; at 4 bits with 64-value
+        blocks of fp32 scales: 3.5e9 + 7e9/64*4 = 3_937_500_000 B.
 
     Raises:
         ValueError: negative counts, or more kept than ``parameters``.

@@ -1,23 +1,15 @@
 """The estimate of one run of any workload, or the reason there is none.
 
 ``estimate_run`` is what the sweeper puts into a spec (``estimate``, and
-``estimate_missing_reason`` when the estimate is null or leaves a component out), so that
-runs.parquet shows, for every run, what was calculated next to what was measured:
+``estimate_missing_reason`` when the estimate is null or leaves a component out):
 
 * ``mlp``: the exact allocation replay (``workloads.estimate_for_spec``);
-* ``transformer`` (memsweep's decoder, ``worker/models.py``) and ``hf`` (a transformers causal
-  LM, described by transformers' own count on the meta device, ``counted.model_from_count``):
-  the formulas of ``transformer.py`` for the run's mode: weights in the run's dtype (fp32
-  under autocast; an hf ``quantization`` in 4 bits, ``finetune.base_formats``); an hf LoRA
-  training run: the frozen base, the adapters and their training state only
-  (``finetune.estimate_lora_run``); other training: gradients and optimizer states (``training_state``) and the
-  Korthikanti et al. 2022 activations (``training_activations``: no dropout, fused attention
-  for sdpa, full recomputation with checkpointing); generation: the KV cache of context +
-  new_tokens tokens per sequence (``kv_cache_estimate``). Inference and prefill activations
-  are not estimated (null, with the reason);
+* ``transformer`` (``worker/models.py``) and ``hf`` (transformers' own count,
+  ``counted.model_from_count``): the formulas of ``transformer`` for the run's mode (LoRA:
+  ``finetune.estimate_lora_run``; training: ``training_state`` and ``training_activations``;
+  generation: ``kv_cache_estimate`` over context + new_tokens); inference and prefill
+  activations are not estimated (null, with the reason);
 * ``user``: arbitrary user code, not described to the estimator: null, with the reason.
-
-Standard library only.
 """
 
 from __future__ import annotations
