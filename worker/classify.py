@@ -11,7 +11,9 @@ the source it was read from; ``parse_oom`` parses the sizes a message carries. T
 
 No torch import: the exception type is matched by name. Sizes are written by c10's
 ``format_size`` ("N bytes", or "%.2f KiB|MiB|GiB" in powers of 1024): a parsed size is exact in
-bytes, else accurate to half a unit of its last printed digit.
+bytes, else accurate to half a unit of its last printed digit. A printed figure that no record
+field holds (an unset limit printed as SIZE_MAX, an unsigned difference that wrapped) is null,
+with the reason in ``oom_null_reason``: a parsed figure never makes an OOM's record invalid.
 """
 
 from __future__ import annotations
