@@ -12,8 +12,8 @@ Standard library only (it runs before anything is installed). It
   peft and accelerate with their dependencies, every brought wheel whose distribution is not
   installed and whose tags fit this interpreter, pure or built for it); without them the fine-tuning
   parts skip, saying so;
-* gives the environment for the check's subprocesses (``child_env``): the repository and
-  ``SITE_DIR`` on PYTHONPATH.
+* gives the environment for the check's subprocesses (``child_env``): this checkout as
+  ``memsweep`` (a link in ``SITE_DIR``), the repository and ``SITE_DIR`` on PYTHONPATH.
 
 ``python tests/gpu_env.py`` prints the build line and what it installed, as JSON on its last line.
 """
@@ -237,10 +237,22 @@ def install_finetune(wheels: Path = WHEELS_DIR, site: Path = SITE_DIR, needed: t
     return installed
 
 
+def package_dir(site: Path = SITE_DIR) -> Path:
+    """A folder that makes this checkout importable as ``memsweep`` without installing it: it holds
+    one link, ``memsweep``, to the repository root (the package's root, pyproject's package-dir)."""
+    folder = site / "package"
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "memsweep"
+    if not link.exists():
+        link.symlink_to(ROOT, target_is_directory=True)
+    return folder
+
+
 def child_env(site: Path = SITE_DIR) -> dict:
-    """The environment of the check's subprocesses: the repository and ``site`` first on PYTHONPATH."""
+    """The environment of the check's subprocesses: this checkout as ``memsweep``
+    (``package_dir``), the repository (for ``tests``) and ``site`` first on PYTHONPATH."""
     env = dict(os.environ)
-    parts = [str(ROOT), str(site), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    parts = [str(package_dir(site)), str(ROOT), str(site), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["PYTHONUNBUFFERED"] = "1"
     return env
