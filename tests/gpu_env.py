@@ -13,7 +13,7 @@ Standard library only (it runs before anything is installed). It
   installed and whose tags fit this interpreter, pure or built for it); without them the fine-tuning
   parts skip, saying so;
 * gives the environment for the check's subprocesses (``child_env``): this checkout as
-  ``memsweep`` (a link in ``SITE_DIR``), the repository and ``SITE_DIR`` on PYTHONPATH.
+  ``memsweep`` (a link in the temporary directory), the repository and ``SITE_DIR`` on PYTHONPATH.
 
 ``python tests/gpu_env.py`` prints the build line and what it installed, as JSON on its last line.
 """
@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -237,12 +238,15 @@ def install_finetune(wheels: Path = WHEELS_DIR, site: Path = SITE_DIR, needed: t
     return installed
 
 
-def package_dir(site: Path = SITE_DIR) -> Path:
+def package_dir(base: Path | None = None) -> Path:
     """A folder that makes this checkout importable as ``memsweep`` without installing it: it holds
-    one link, ``memsweep``, to the repository root (the package's root, pyproject's package-dir)."""
-    folder = site / "package"
+    one link, ``memsweep``, to the repository root (the package's root, pyproject's package-dir).
+    Outside the checkout (``base``, else the temporary directory), so no copy of the tree loops."""
+    folder = base if base is not None else Path(tempfile.gettempdir()) / f"memsweep-package-{os.getuid()}"
     folder.mkdir(parents=True, exist_ok=True)
     link = folder / "memsweep"
+    if link.is_symlink() and link.resolve() != ROOT:
+        link.unlink()
     if not link.exists():
         link.symlink_to(ROOT, target_is_directory=True)
     return folder
@@ -252,7 +256,7 @@ def child_env(site: Path = SITE_DIR) -> dict:
     """The environment of the check's subprocesses: this checkout as ``memsweep``
     (``package_dir``), the repository (for ``tests``) and ``site`` first on PYTHONPATH."""
     env = dict(os.environ)
-    parts = [str(package_dir(site)), str(ROOT), str(site), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    parts = [str(package_dir()), str(ROOT), str(site), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -255,7 +255,7 @@ def test_the_real_wheels_give_hydra_to_an_interpreter_without_it(tmp_path):
 
     packages = site_module.getsitepackages()[0]
     after = (
-        f"sys.path.append({packages!r}); sys.path.insert(0, {str(gpu_env.package_dir(tmp_path / 'site'))!r})\n"
+        f"sys.path.append({packages!r}); sys.path.insert(0, {str(gpu_env.package_dir(tmp_path / 'package'))!r})\n"
         "import hydra, omegaconf, antlr4\n"
         f"assert all(m.__file__.startswith({str(tmp_path / 'site')!r}) for m in (hydra, omegaconf, antlr4))\n"
         "from hydra import compose, initialize_config_module\n"
