@@ -61,7 +61,9 @@ def test_batchnorm_at_batch_1_is_stepped_past_and_the_edge_found_above(bn_sweep)
     # the edge's two sides are real runs, read back from the run directories
     outcome = {}
     for spec_path in sweep_dir.glob("*/spec.json"):
-        outcome[read_json(spec_path, "spec")["batch"]] = read_json(spec_path.parent / "result.json", "result")["outcome"]
+        outcome[read_json(spec_path, "spec")["batch"]] = read_json(spec_path.parent / "result.json", "result")[
+            "outcome"
+        ]
     assert outcome[1] == "error" and outcome[result["max_ok"]] == "ok" and outcome[result["min_oom"]] == "oom"
     assert "stepped past errors" in result["status"] and "batch=1" in result["status"]
 
@@ -79,6 +81,7 @@ def test_the_error_is_named_in_the_frontier_and_the_report_and_never_counted(bn_
 
 def oracle(errors, limit=300):
     """Errors at ``errors`` (a set or a predicate), else ok up to ``limit`` (peak = value bytes), oom above."""
+
     def answer(x):
         if (x in errors) if isinstance(errors, (set, frozenset)) else errors(x):
             return "error", None, 1000

@@ -37,9 +37,7 @@ def affine(a, b, cap):
     [(264_704, 163_840, 0.1, 1), (30_000_000, 9_000, 0.1, 1), (1_000, 50_000, 0.25, 8), (100_000, 1_500, 0.5, 1)],
 )
 def test_the_margin_edge_is_a_measured_run_next_to_the_true_one(strategy, slots, a, b, fraction, step):
-    s = FrontierSearch(
-        "batch", Lattice.make(1, 65536, step), strategy, margin_of=margin_bytes(fraction)
-    )
+    s = FrontierSearch("batch", Lattice.make(1, 65536, step), strategy, margin_of=margin_bytes(fraction))
     r = run_search(s, affine(a, b, CAPACITY), slots=slots)
     level = CAPACITY - math.ceil(fraction * CAPACITY)
     true_edge = (level - a) // b // step * step

@@ -79,8 +79,7 @@ def margin_done(search: FrontierSearch) -> bool:
     bracket = margin_bracket(search)
     if bracket is None or bracket[1] is None:
         return True
-    a, b = bracket
-    m = search.lattice.step
+    a, b, m = bracket[0], bracket[1], search.lattice.step
     return not search.untried(search.lattice.lower if a is None else a + m, b - m)
 
 
@@ -97,26 +96,26 @@ def margin_round(search: FrontierSearch, slots: int) -> list[Pick]:
         both fit the model), their reason naming the level and the peaks aimed from.
     """
     bracket, level = margin_bracket(search), margin_level(search)
-    assert bracket is not None and bracket[1] is not None and level is not None
-    a, b = bracket
+    if bracket is None or bracket[1] is None or level is None:
+        return []
+    a, b = bracket[0], bracket[1]
     lattice, m = search.lattice, search.lattice.step
     peaks = dict(measured(search))
     low = lattice.lower - m if a is None else a  # exclusive lower end of the bracket
-    gap = b - low
-    search.margin_gaps.append(gap)
-    stalled = len(search.margin_gaps) >= 3 and gap > search.margin_gaps[-3] / 2
+    search.margin_gaps.append(b - low)
+    stalled = len(search.margin_gaps) >= 3 and b - low > search.margin_gaps[-3] / 2
     over = [v for v in sorted(peaks) if v >= b]
     start = (a, peaks[a]) if a is not None else (over[1], peaks[over[1]]) if len(over) > 1 else None
     if stalled or start is None or peaks[b] == start[1]:
-        why = " (two rounds did not halve it)" if stalled else ""
-        return split(lattice, low, b, slots, f": margin edge, peak({b})={peaks[b]} B above capacity - margin = {level} B{why}")
+        why = f": margin edge, peak({b})={peaks[b]} B above capacity - margin = {level} B"
+        return split(lattice, low, b, slots, why + (" (two rounds did not halve it)" if stalled else ""))
     x0, p0 = start
     guess = x0 + (level - p0) * (b - x0) / (peaks[b] - p0)
     v = min(max(lattice.down(guess), low + m), b - m)
     why = (
         f"margin edge: the line through peak({x0})={p0} B and peak({b})={peaks[b]} B reaches capacity - margin "
-        f"= {level} B at {search.axis}={guess:.1f}; probe just "
+        f"= {level} B at {search.axis}={guess:.1f}; probe "
     )
-    picks = [Pick(x, why + side, None, {"margin_level_bytes": level}) for x, side in ((v, "below"), (v + m, "above"))]
-    picks = [p for p in picks if low < p.value < b]
+    sides = ((v, "just below"), (v + m, "just above")) if lattice.down(guess) == v else ((v, f"next to {low}"),)
+    picks = [Pick(x, why + side, None, {"margin_level_bytes": level}) for x, side in sides if low < x < b]
     return picks + split(lattice, low, b, max(0, slots - len(picks)), ": margin edge")

@@ -241,7 +241,9 @@ class FrontierSearch:
         if self.edge_found():  # the capacity's edge is found: the margin's
             out = self._take(margin.margin_round(self, slots), slots)
             if not out:
-                raise RuntimeError(f"frontier search on {self.axis} stalled at margin bracket {margin.margin_bracket(self)}")
+                raise RuntimeError(
+                    f"frontier search on {self.axis} stalled at margin bracket {margin.margin_bracket(self)}"
+                )
             return out
         lo, hi = self.bracket()
         self.gaps.append(hi - lo if lo is not None and hi is not None else None)
@@ -267,9 +269,10 @@ class FrontierSearch:
     def _take(self, picks: list[Pick], slots: int) -> list[Probe]:
         """The first ``slots`` untried lattice values of ``picks``, now pending."""
         out, seen, errors = [], self.tried(), set(self.values("error"))
-        for value, reason, expected, detail in picks:
-            if value in errors:  # an error there, not memory: the next value past it
-                value, reason = self._past_error(value, seen), f"{reason}; {value} raised an error, so the next value"
+        for picked, reason, expected, detail in picks:
+            value: int | None = picked
+            if picked in errors:  # an error there, not memory: the next value past it
+                value, reason = self._past_error(picked, seen), f"{reason}; {picked} raised an error, so the next value"
             if value is None or value in seen or not self.lattice.lower <= value <= self.lattice.upper:
                 continue
             seen.add(value)
@@ -391,7 +394,9 @@ class FrontierSearch:
             status=status,
         )
 
-    def _status(self, max_ok: int | None, min_oom: int | None, exact: bool, monotonic: bool, upper_reached: bool) -> str:
+    def _status(
+        self, max_ok: int | None, min_oom: int | None, exact: bool, monotonic: bool, upper_reached: bool
+    ) -> str:
         """The search's answer in one line for people (``SearchResult.status``), naming the values
         whose errors it stepped past."""
         L, U, axis, stop = self.lattice.lower, self.lattice.upper, self.axis, self.stopped
