@@ -98,6 +98,7 @@ def test_the_report_recommends_the_measured_margin_edge(tmp_path, margin):
     above = axis.stat(axis.recommended + 1)
     assert above is not None  # the next lattice value up was measured:
     assert axis.recommended + 1 == axis.min_oom or (above.all_ok and above.used > level)  # over the margin, or OOM
+    assert f"measured it as the margin's edge: the next value, batch={axis.recommended + 1}," in axis.reason
     (row,) = [r for r in tables["frontier"].to_pylist() if r["axis"] == "batch"]
     assert row["margin_edge"] == axis.recommended
     md = (sweep_dir / "report.md").read_text()
