@@ -4,8 +4,9 @@
 ``seed_round`` (a dry run's predicted edge), ``first_round``, ``bisect_round`` (strategy
 ``bisect``: x2 growth, then bisection), ``model_round`` (strategy ``model``: where the band of
 the fitted peak crosses the capacity, ``one_success_round`` and ``band_round``, or the bracket
-of the usable capacity, ``sweeper.search.bracket``; ``gallop_down``/``gallop_up`` when the
-probes contradict the fit) and ``forced_round`` after two wrong predictions in a row.
+of the usable capacity, ``sweeper.search.bracket``; ``refit_round`` after an OOM the capacity
+explains but the fit did not expect, ``gallop_down``/``gallop_up`` when the probes contradict
+the fit otherwise) and ``forced_round`` after two wrong predictions in a row.
 
 To add a strategy: write its round as ``(search, slots) -> list[Pick]`` here, add its name
 to ``STRATEGIES`` and dispatch to it in ``FrontierSearch.propose``.
@@ -127,7 +128,8 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
     """Strategy ``model``: probe where the band of the fitted peak crosses the capacity.
 
     With one success (or no capacity known yet): ``one_success_round``. With two or more:
-    ``band_round``, or ``bracket_round`` once an OOM held and asked at most the capacity.
+    ``band_round``, or ``bracket_round`` once an OOM held and asked at most the capacity, or
+    ``refit_round`` after an OOM the fit did not expect that held and asked more than it.
 
     Args:
         search: the search; its successes' peaks (bytes) and ``capacity`` (bytes) make the
@@ -170,6 +172,9 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
         # an OOM held and asked at most the capacity: memory the counter does not see takes
         # some; the edge is where the fitted load meets the usable capacity, not the nominal one
         return bracket_round(search, band, lo, top, slots, floor, ceiling)
+    said = oom_said_over(search, hi, cap) if hi is not None and band.high(hi) <= cap else None
+    if hi is not None and said is not None:  # the capacity explains the OOM: the fit, not hidden memory, is wrong
+        return refit_round(search, lo, hi, slots, said)
     return band_round(search, slots, band, cap, lo, hi, top)
 
 
@@ -244,9 +249,6 @@ def band_round(
     """
     lattice, m = search.lattice, search.lattice.step
     if hi is not None and band.high(hi) <= cap:
-        said = oom_said_over(search, hi, cap)
-        if said is not None:  # the capacity explains the OOM: the fit, not hidden memory, is wrong
-            return refit_round(search, lo, hi, slots, said)
         slope = (band.fit(hi) - band.fit(lo)) / (hi - lo)
         first = lattice.down(GALLOP_FIRST * cap / slope) if slope > 0 else m
         return gallop_down(search, lo, hi, slots, max(first, m))
