@@ -393,7 +393,7 @@ def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path):
     """The frontier integration load (tests/test_frontier_integration.py: mlp inference at an
     emulated 64 MiB, lattice 352..448 step 32, edge between 384 and 416 on every machine: the
     allocator capacity counts the bytes the dry run predicts): the dry runs predict the edge, and
-    the real search needs only the two probes that bracket it."""
+    the real search needs only the two probes that bracket it, then one for the margin's edge."""
     import subprocess
 
     from test_frontier_integration import LOAD, RANGE
@@ -420,9 +420,12 @@ def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path):
     (dry,) = [e for e in events if e["event"] == "dry_run"]
     assert dry["error"] is None and 384 <= dry["predicted_max_ok"] < 416
     probes = [e for e in events if e["event"] == "probe"]
-    assert [p["value"] for p in probes] == [384, 416] and "dry run" in probes[0]["reason"]
+    # the edge in the first two probes; then the margin's edge (the default 10 %: 384's peak leaves less), 352
+    assert [p["value"] for p in probes] == [384, 416, 352] and "dry run" in probes[0]["reason"]
+    assert probes[2]["reason"].startswith("margin edge") or ": margin edge" in probes[2]["reason"]
     (result,) = [e for e in events if e["event"] == "result"]
-    assert (result["max_ok"], result["min_oom"], result["exact"], result["runs_used"]) == (384, 416, True, 2)
+    assert (result["max_ok"], result["min_oom"], result["exact"], result["runs_used"]) == (384, 416, True, 3)
+    assert result["margin_edge"] == 352
     assert not list(sweep_dir.glob("*/spec.json")) or all(
         not json.loads(p.read_text()).get("dry_run") for p in sweep_dir.glob("*/spec.json")
     )

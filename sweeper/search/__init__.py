@@ -25,10 +25,11 @@ from .lattice import (
     check_search_axis,
 )
 from .peaks import Band, fit_peak, peak_band
-from .state import FrontierSearch, Oracle, SearchResult, run_search
+from .state import ERRORS_IN_A_ROW, FrontierSearch, Oracle, SearchResult, run_search
 from .strategies import STRATEGIES
 
 __all__ = [
+    "ERRORS_IN_A_ROW",
     "OUTCOMES",
     "QUADRATIC_AXES",
     "SEARCH_AXES",
