@@ -184,7 +184,7 @@ class FrontierSweeperImpl:
             OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
         self.search_log = SearchLog(self.sweep_dir, self.session)
         # the report's margin (checked before any run, sweeper.inputs.check_report_margin): its edge is searched too
-        from memsweep.analysis.report.margin import parse_margin
+        from memsweep.estimator.margin import parse_margin
 
         self.margin_of = parse_margin(OmegaConf.select(self.config, "hydra.callbacks.analyze.margin")).bytes_for
         self.slots = launcher_slots(self.config, self.settings.parallel)

@@ -281,7 +281,7 @@ def check_report_margin(margin: Any) -> None:
         SpecError: field ``hydra.callbacks.analyze.margin``, a margin ``analysis.report``
             does not read.
     """
-    from memsweep.analysis.report import parse_margin
+    from memsweep.estimator.margin import parse_margin
 
     try:
         parse_margin(margin)

@@ -1,8 +1,7 @@
 """Failure classification: is this exception an out-of-memory, and what does its message say?
 
-``WORDINGS`` is a table, one row per wording of a backend or library, each with its class and
-the source it was read from; ``parse_oom`` parses the sizes a message carries. The classes
-(``conf.contract.FAILURE_CLASSES``):
+``WORDINGS``: one row per wording of a backend or library, with its class and source;
+``parse_oom`` parses the sizes a message carries. The classes (``conf.contract.FAILURE_CLASSES``):
 
 * ``oom``: the allocator says it could not serve a request (the run's outcome ``oom``);
 * ``memory_suspect``: a failure that usually means memory but does not say so; the run stays

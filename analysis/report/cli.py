@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from memsweep.conf.contract import SpecError
+from memsweep.estimator.margin import DEFAULT_MARGIN, parse_margin
 
 from ..cli import add_sweep_dir_args, parse_sweep_dir_args
-from .margin import DEFAULT_MARGIN, parse_margin
 from .write import ReportExists, SweepDirNotFound, report_for_dirs
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from memsweep.conf.contract import AXES, gib
+from memsweep.estimator.margin import basis
 
 from ..doc import Doc, Image
 from ..frontier import direction_words
 from ..schemas import ENV_COLUMNS
 from .fmt import axis_label, nbytes, pct
-from .margin import basis
 from .phases import COLD_WARM_FLAG, decomposition, peak_increments, phase_order
 from .sections_answer import axis_image
 from .sections_summary import alloc_text

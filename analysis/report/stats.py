@@ -14,11 +14,11 @@ from typing import Any
 
 from memsweep.conf.contract import AXES, gib
 from memsweep.estimator.labels import load_words
+from memsweep.estimator.margin import MarginPolicy, basis, device_kind, margin_leaves_nothing
 
 from ..frontier import IDENTITY, ROW_KEY, differing, direction_words, edge_columns, order_key, search_results
 from .fit import capacity_limits, fit_axis
 from .fmt import axis_label, pct
-from .margin import MarginPolicy, basis, device_kind, margin_leaves_nothing
 
 
 @dataclass
