@@ -47,7 +47,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 # The documentation site (sources in docs/, mkdocs.yml): built strictly (a broken link or reference
-# fails), its reference tables generated from the code by docs/hooks.py, into build/site (ignored).
+# fails), its reference tables generated from the code by docs/reference_hook.py, into build/site (ignored).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
