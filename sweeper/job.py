@@ -22,6 +22,7 @@ from memsweep.conf.contract import (
     try_read,
 )
 
+from .answer import run_answer
 from .errors import InputRefused
 from .owner import guard_launcher_worker
 from .pool import placement
@@ -39,7 +40,9 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     above it: up to ``existed`` (the deepest folder of a given ``hydra.run.dir`` that existed
     before the command), else up to ``results_dir``.
 
-    Returns the result envelope (see ``sweeper.process.execute``); a dry run's
+    A single ``memsweep run`` (not a dry run) also prints its answer (``sweeper.answer.run_answer``:
+    both peaks, the capacity, the headroom and the load). Returns the result envelope (see
+    ``sweeper.process.execute``); a dry run's
     ``predicted_outcome`` (``conf.contract.predicted_outcome``: ok, oom when the predicted peak
     is above the capacity, None without a capacity; written in result.json) is what
     ``memsweep run`` exits with.
@@ -84,8 +87,12 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
         log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])
         return result
     # read once: the line and a dry run's verdict, or the rank whose failure ended a DDP/FSDP run
-    record = try_read(run_dir, RECORD_FILE)[0] if spec.dry_run or spec.world_size > 1 else None
+    single = hydra_cfg.mode == RunMode.RUN
+    record = try_read(run_dir, RECORD_FILE)[0] if spec.dry_run or spec.world_size > 1 or single else None
     log.info("%s", outcome_line(spec, run_dir, result, record))
+    if single and not spec.dry_run:  # `memsweep run`: the peaks, the capacity, the headroom, the load
+        for line in run_answer(spec.to_dict(), record):
+            log.info("%s", line)
     cause = cause_line(run_dir, result)
     if cause is not None:
         log.error("%s", cause)

@@ -44,6 +44,8 @@ CASES = [
     (["capacity=12XB"], "KiB, MiB, GiB"),
     (["capacity=-1GB"], "invalid capacity='-1GB'"),
     (["capacity=0"], "invalid capacity=0"),
+    (["capacity=256"], "invalid capacity=256: expected a positive size with its unit, such as 256MiB"),
+    (["capacity=256"], "4096B"),
     (["capacity=1.3B"], "whole number of bytes"),
     (["warmup=-1"], "invalid warmup=-1"),
     (["repeats=0"], "invalid repeats=0"),
