@@ -304,11 +304,18 @@ def with_estimate(spec: RunSpec) -> RunSpec:
     ``estimate_missing_reason`` filled in, for every workload (``analysis.estimate.estimate_run``).
 
     An ``hf`` run's model is counted by transformers in a worker process (``hf_count``), once per
-    distinct config and overrides: no torch is imported here.
+    distinct config and overrides: no torch is imported here. That count also checks the hf
+    model (``sweeper.inputs.check_hf_model``).
+
+    Raises:
+        SpecError: an hf config that names no model, or a context above its positions.
     """
     from memsweep.analysis.estimate import estimate_run
 
+    from .inputs import check_hf_model
+
     count = hf_count(spec.workload) if spec.workload_name == "hf" else None
+    check_hf_model(spec, count)  # the config names a model, the context fits its positions
     estimate, reason = estimate_run(spec, count)
     return dataclasses.replace(
         spec, estimate=None if estimate is None else estimate.to_dict(), estimate_missing_reason=reason
