@@ -321,7 +321,8 @@ def check_hf_model(spec: Any, count: Mapping[str, Any] | None) -> None:
             config,
             f"a transformers config class (LlamaConfig), a model type (llama) or a config.json that exists ({words})",
         )
-    values = count.get("config") if isinstance(count.get("config"), Mapping) else {}
+    resolved = count.get("config")
+    values: Mapping[str, Any] = resolved if isinstance(resolved, Mapping) else {}
     limit = next((values[k] for k in POSITION_KEYS if isinstance(values.get(k), int)), None)
     needed = spec.context + (spec.new_tokens if spec.mode == "generate" else 0)
     if limit is not None and needed > limit:

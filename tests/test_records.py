@@ -41,7 +41,27 @@ def test_gb_and_gib_differ():
 
 @pytest.mark.parametrize(
     "garbage",
-    ["", "12XB", "GiB", "-1GB", "0", "0GiB", "1.3B", "2 gigs", "2gib", "1e9", "nan", True, -5, 0, "1,5GB", None, "4096", 4096, "256"],
+    [
+        "",
+        "12XB",
+        "GiB",
+        "-1GB",
+        "0",
+        "0GiB",
+        "1.3B",
+        "2 gigs",
+        "2gib",
+        "1e9",
+        "nan",
+        True,
+        -5,
+        0,
+        "1,5GB",
+        None,
+        "4096",
+        4096,
+        "256",
+    ],
 )
 def test_parse_size_rejects_garbage(garbage):
     with pytest.raises(SpecError) as err:

@@ -107,8 +107,8 @@ from .spec import (
 )
 from .units import (
     GB,
-    GiB,
     SIZE_FORMS,
+    GiB,
     bytes_text,
     check_bytes,
     gib,

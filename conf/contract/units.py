@@ -62,7 +62,10 @@ def bytes_text(value: int | None) -> str:
     return "null" if value is None else f"{value} B = {value / GB:.3f} GB = {value / GiB:.3f} GiB"
 
 
-SIZE_FORMS = "with its unit, such as 256MiB, 2GiB, 1500MB, 24GB or 4096B (units B, kB, MB, GB, TB = 10^3n; KiB, MiB, GiB, TiB = 2^10n)"
+SIZE_FORMS = (
+    "with its unit, such as 256MiB, 2GiB, 1500MB, 24GB or 4096B "
+    "(units B, kB, MB, GB, TB = 10^3n; KiB, MiB, GiB, TiB = 2^10n)"
+)
 """The size texts ``parse_size`` accepts, in words, for error messages (after "a size")."""
 
 

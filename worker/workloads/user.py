@@ -139,8 +139,12 @@ def check_factory(fn: Any, kwargs: dict, fn_name: str, path: str) -> None:
     args, form = FACTORY_FORMS[fn_name]
     field = f"workload.{fn_name}._target_"
     if fn_name in ("model", "loss") and inspect.isclass(fn) and issubclass(fn, nn.Module):
-        raise SpecError(field, path, f"{form}; {path} is the class {fn.__name__}, not a factory (wrap it: "
-                        f"def make(load, **kwargs): return {fn.__name__}(...))")
+        raise SpecError(
+            field,
+            path,
+            f"{form}; {path} is the class {fn.__name__}, not a factory (wrap it: "
+            f"def make(load, **kwargs): return {fn.__name__}(...))",
+        )
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a signature: the call itself will tell
