@@ -1,6 +1,6 @@
 """Hydra callbacks: analyze a sweep directory and write its report when the multirun ends (any
-sweeper, any launcher); show the sweep's progress while it runs (a line per finished job); give
-the sweep's exit status.
+sweeper, any launcher); show the sweep's progress while it runs (a line per finished job, and per
+dry run of a prediction); give the sweep's exit status.
 
 Part of the command-line layer: Hydra calls these hooks inside ``memsweep sweep``, and what
 they print (progress lines, the analysis summary, the report's path) is the command's output.
@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from memsweep.analysis.labels import SHOWN_WHEN_SET, load_words
 from memsweep.conf.contract import AXES, EXIT_ERROR, RESULT_FILE, find_run_dirs, try_read
 
+from .answer import size_words
 from .plain import plain_dict
 from .progress import counts_text, observer
 
@@ -262,3 +263,32 @@ class Progress(Callback):
             f"memsweep: [{self._counts(config)}] {self._condition(config)} -> {outcome} · elapsed {self._elapsed()}",
             flush=True,
         )
+
+
+def report_dry_run(n: int, value: str, result: dict, peak: int | None, verdict: str | None, capacity: int) -> None:
+    """Say on stderr that a dry run of ``memsweep predict`` (or of a search seeded from dry runs)
+    ended: its value, the predicted peak and verdict against the capacity. Silent inside a call of
+    the Python API (``observer``), whose caller reads the answer it returns.
+
+    Args:
+        n: the dry runs made so far, this one included.
+        value: the value run (``batch=64``).
+        result: its result envelope (``outcome``, ``wall_s``, ``failed_phase``).
+        peak: its predicted ``max_memory_allocated`` (bytes), or None.
+        verdict: ``conf.contract.predicted_outcome``'s (ok, oom, the worker's outcome).
+        capacity: the capacity predicted against (bytes).
+    """
+    if observer() is not None:
+        return
+    cap = size_words(capacity)
+    if verdict in ("ok", "oom") and peak is not None:
+        fit = "fits" if verdict == "ok" else "does not fit"
+        text = f"predicted max_memory_allocated {size_words(peak)}: {fit} in {cap}"
+    else:
+        where = f" in {result['failed_phase']}" if result.get("failed_phase") else ""
+        text = f"{result.get('outcome')}{where}: nothing predicted"
+    wall = result.get("wall_s")
+    took = f"{wall:.1f} s; " if isinstance(wall, (int, float)) else ""
+    print(
+        f"memsweep: dry run {n}: {value} -> {text} ({took}fake tensors, nothing measured)", file=sys.stderr, flush=True
+    )

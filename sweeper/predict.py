@@ -33,11 +33,11 @@ from memsweep.conf.contract import (
     write_json_atomic,
 )
 
+from .callbacks import report_dry_run
 from .frontier_settings import FrontierSweeperConf
 from .inputs import check_writable
 from .predict_parts import breakdown, estimator_figures, peak_split_at
 from .process import execute
-from .progress import report_dry_run
 from .search import FrontierSearch, Lattice, Reading, check_search_axis
 from .spec import launch_settings, spec_from_config
 

@@ -1,9 +1,9 @@
 """What a caller sees of the runs it started: a progress bar or nothing (the Python API), and the
-words of the command line's progress (``counts_text``, ``report_dry_run``).
+words of the command line's progress (``counts_text``).
 
 The command line's progress is ``sweeper.callbacks.Progress``, a Hydra callback that prints one
 line per finished job, with the jobs done and left and the time left (``counts_text``); ``memsweep
-predict`` says each dry run as it ends (``report_dry_run``). A call of the Python API
+predict`` says each dry run as it ends (``sweeper.callbacks.report_dry_run``). A call of the Python API
 (``memsweep.run``, ``memsweep.sweep``...) runs the same Hydra callbacks in its own process; while
 it runs, an ``Observer`` is installed here (``observing``), and ``Progress`` hands it what it would
 have printed: the observer shows a bar (tqdm's ``tqdm.auto``: a widget in a notebook, a text bar on
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,34 +138,3 @@ def counts_text(done: int, total: int | None, elapsed_s: float | None) -> str:
     left = time_left_s(elapsed_s, done, total) if elapsed_s is not None else None
     eta = "" if left is None else f", about {datetime.timedelta(seconds=round(left))} left"
     return f"{done}/{total} done, {max(total - done, 0)} left{eta}"
-
-
-def report_dry_run(n: int, value: str, result: dict, peak: int | None, verdict: str | None, capacity: int) -> None:
-    """Say on stderr that a dry run of ``memsweep predict`` (or of a search seeded from dry runs)
-    ended: its value, the predicted peak and verdict against the capacity. Silent inside a call of
-    the Python API (``observer``), whose caller reads the answer it returns.
-
-    Args:
-        n: the dry runs made so far, this one included.
-        value: the value run (``batch=64``).
-        result: its result envelope (``outcome``, ``wall_s``, ``failed_phase``).
-        peak: its predicted ``max_memory_allocated`` (bytes), or None.
-        verdict: ``conf.contract.predicted_outcome``'s (ok, oom, the worker's outcome).
-        capacity: the capacity predicted against (bytes).
-    """
-    from .answer import size_words
-
-    if observer() is not None:
-        return
-    cap = size_words(capacity)
-    if verdict in ("ok", "oom") and peak is not None:
-        fit = "fits" if verdict == "ok" else "does not fit"
-        text = f"predicted max_memory_allocated {size_words(peak)}: {fit} in {cap}"
-    else:
-        where = f" in {result['failed_phase']}" if result.get("failed_phase") else ""
-        text = f"{result.get('outcome')}{where}: nothing predicted"
-    wall = result.get("wall_s")
-    took = f"{wall:.1f} s; " if isinstance(wall, (int, float)) else ""
-    print(
-        f"memsweep: dry run {n}: {value} -> {text} ({took}fake tensors, nothing measured)", file=sys.stderr, flush=True
-    )

@@ -65,7 +65,12 @@ def test_bare_numbers_are_refused_on_the_command_line(tmp_path, argv, message):
 
 def _record(kind, alloc, resv, capacity):
     phases = [{"name": "cold_forward", "max_memory_allocated": alloc, "max_memory_reserved": resv}]
-    return {"device_kind": kind, "device": "cpu" if kind == "cpu" else "cuda:0", "capacity_bytes": capacity, "phases": phases}
+    return {
+        "device_kind": kind,
+        "device": "cpu" if kind == "cpu" else "cuda:0",
+        "capacity_bytes": capacity,
+        "phases": phases,
+    }
 
 
 def test_cpu_answer_is_labelled_cpu_and_its_headroom_is_on_the_allocated_peak():
@@ -105,7 +110,9 @@ def test_memsweep_run_prints_peaks_capacity_headroom_and_load(tmp_path):
     record = json.loads((tmp_path / "r" / "record.json").read_text())
     alloc = max(p["max_memory_allocated"] for p in record["phases"])
     assert f"max_memory_allocated {alloc} B (" in out and "not a GPU figure" in out
-    assert f"capacity {256 * MiB} B (0.250 GiB); headroom = capacity - max_memory_allocated = {256 * MiB - alloc} B" in out
+    assert (
+        f"capacity {256 * MiB} B (0.250 GiB); headroom = capacity - max_memory_allocated = {256 * MiB - alloc} B" in out
+    )
     assert "answered for: mode=inference dtype=float32 capacity=" in out
 
 
@@ -249,7 +256,7 @@ def test_progress_words_give_done_left_and_time_left():
 
 
 def test_each_dry_run_is_reported_as_it_ends(capsys):
-    from memsweep.sweeper.progress import report_dry_run
+    from memsweep.sweeper.callbacks import report_dry_run
 
     report_dry_run(2, "batch=64", {"outcome": "ok", "wall_s": 1.25}, 3 * MiB, "oom", 2 * MiB)
     line = capsys.readouterr().err.strip()
