@@ -116,6 +116,18 @@ def test_memsweep_run_prints_peaks_capacity_headroom_and_load(tmp_path):
     assert "answered for: mode=inference dtype=float32 capacity=" in out
 
 
+def test_the_api_run_result_gives_the_same_answer(tmp_path):
+    import memsweep
+
+    load = dict(context=8, width=16, workload={"depth": 2}, warmup=1, repeats=1, threads=1, device="cpu")
+    one = memsweep.run(batch=2, capacity="256MiB", results_dir=str(tmp_path), progress=False, **load)
+    lines = one.answer()
+    assert f"max_memory_allocated {one.max_memory_allocated} B (" in lines[0] and "the CPU" in lines[0]
+    assert f"= {256 * MiB - one.peak} B (" in lines[1] and one.peak_counter == "max_memory_allocated"
+    with pytest.raises(SpecError, match="capacity"):
+        memsweep.run(batch=2, capacity=256, results_dir=str(tmp_path), progress=False, **load)
+
+
 # -- model inputs before any worker --------------------------------------------------------------
 
 
