@@ -332,5 +332,5 @@ def check_hf_model(spec: Any, count: Mapping[str, Any] | None) -> None:
             "context",
             spec.context,
             f"at most the model's {key} = {limit} positions{also}; to measure a longer context, raise it with "
-            f"+workload.overrides.{key}=N",
+            f"+workload.overrides.{key}=N (a frontier search on context: hydra.sweeper.upper={limit} keeps within it)",
         )
