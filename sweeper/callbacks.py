@@ -97,6 +97,11 @@ ANSWERING_OUTCOMES = ("ok", "oom")
 """The outcomes that answer whether a load fits; an error, crash or timeout answers nothing."""
 
 
+SWEEPS_STARTED: list[Path] = []
+"""The sweep directories of the multiruns this process started (``Progress.on_multirun_start``, in
+the orchestrator, whatever the launcher): what ``sweep_exit_code`` reads once the multirun ends."""
+
+
 def sweep_exit_code(sweep_dirs: list[Path]) -> int:
     """``memsweep sweep``'s exit status once it ran: ``EXIT_ERROR`` (4) when its sweep directories
     hold runs and none of them ended ``ok`` or ``oom`` (every run an error, such as a failure in
@@ -104,8 +109,8 @@ def sweep_exit_code(sweep_dirs: list[Path]) -> int:
     else 0 (a sweep's OOMs are its data).
 
     Args:
-        sweep_dirs: the sweep directories of the jobs this process ran (none: 0, as a launcher's
-            jobs run in other processes).
+        sweep_dirs: the sweep directories of the multirun (``SWEEPS_STARTED``, and those of the
+            jobs this process ran); none: 0.
 
     Returns:
         0 or ``EXIT_ERROR``.
@@ -180,8 +185,8 @@ class Progress(Callback):
         return sys.stdout.isatty()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Hydra's start of the multirun: start the clock and count the planned jobs
-        (``planned_jobs``), both also put in the environment for launchers' worker processes
+        """Hydra's start of the multirun: note its sweep directory (``SWEEPS_STARTED``), start the
+        clock and count the planned jobs (``planned_jobs``), both also put in the environment for launchers' worker processes
         (``MEMSWEEP_PROGRESS_TOTAL``, ``MEMSWEEP_PROGRESS_T0``).
 
         Args:
@@ -189,6 +194,7 @@ class Progress(Callback):
             kwargs: Hydra's other arguments (unused).
         """
         self.started = time.monotonic()
+        SWEEPS_STARTED.append(Path(str(config.hydra.sweep.dir)).absolute())
         try:
             self.total = planned_jobs(config)
         except Exception:  # a plan we cannot replay: show no total rather than fail the sweep

@@ -81,9 +81,10 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
         return EXIT_INTERRUPTED
     if not multirun and jobs:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
         return run_exit_code(jobs[-1].result)
-    from .callbacks import sweep_exit_code  # 4 when no run of the sweep ended ok or oom
+    from .callbacks import SWEEPS_STARTED, sweep_exit_code  # 4 when no run of the sweep ended ok or oom
 
-    return sweep_exit_code([j.sweep_dir for j in jobs if j.sweep_dir is not None])
+    started, SWEEPS_STARTED[:] = list(SWEEPS_STARTED), []
+    return sweep_exit_code(started + [j.sweep_dir for j in jobs if j.sweep_dir is not None])
 
 
 def hydra_command(argv: list[str]) -> bool:

@@ -219,12 +219,16 @@ def test_a_sweep_without_an_ok_or_oom_run_exits_4(tmp_path, capsys):
     assert sweep_exit_code([]) == 0
 
 
-def test_a_sweep_whose_every_run_fails_in_setup_exits_non_zero(tmp_path):
+@pytest.mark.parametrize(
+    "launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]], ids=["basic", "joblib"]
+)
+def test_a_sweep_whose_every_run_fails_in_setup_exits_non_zero(tmp_path, launcher):
     proc = subprocess.run(
         [
             MEMSWEEP,
             "sweep",
             "sweep=none",
+            *launcher,
             "batch=1,2",
             "capacity=256MiB",
             *SMALLEST_CPU,

@@ -122,7 +122,8 @@ def test_submitit_local_finds_the_same_edge_two_probes_at_a_time(exhaustive, tmp
 def test_an_error_probe_stops_the_search_and_is_reported(tmp_path):
     sweep_dir = tmp_path / "fault"
     proc = sweep(sweep_dir, "fault={phase:cold_forward,kind:raise}", "hydra.sweeper.confirm=1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 4, proc.stderr[-3000:]  # no run ended ok or oom: nothing answered
+    assert "none of the 1 run(s) of this sweep ended ok or oom" in proc.stderr
     (result,) = search_events(sweep_dir, "result")
     assert result["stopped_by"] == "error" and result["stop_value"] == 352 and result["runs_used"] == 1
     assert result["max_ok"] is None and result["min_oom"] is None and "injected fault" in result["stop_message"]
