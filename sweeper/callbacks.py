@@ -186,8 +186,8 @@ class Progress(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Hydra's start of the multirun: note its sweep directory (``SWEEPS_STARTED``), start the
-        clock and count the planned jobs (``planned_jobs``), both also put in the environment for launchers' worker processes
-        (``MEMSWEEP_PROGRESS_TOTAL``, ``MEMSWEEP_PROGRESS_T0``).
+        clock and count the planned jobs (``planned_jobs``), both also put in the environment for
+        launchers' worker processes (``MEMSWEEP_PROGRESS_TOTAL``, ``MEMSWEEP_PROGRESS_T0``).
 
         Args:
             config: the multirun's config.
