@@ -47,7 +47,8 @@ OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher
 
 Exit status of ``memsweep run``: 0 ok, 3 out of memory, 4 error, 6 crash, 7 timeout (the run's
 outcome), 2 bad input (nothing ran). ``memsweep sweep``: 0 when the sweep ran (its OOMs are
-its data), 2 bad input, 130 interrupted (resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
+its data), 4 when no run ended ok or oom (every run an error, crash or timeout), 2 bad input, 130
+interrupted (resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
 fits, 4 a dry run failed, 2 bad input (``conf.contract.PREDICT_EXIT``).
 """
 
@@ -80,7 +81,10 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
         return EXIT_INTERRUPTED
     if not multirun and jobs:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
         return run_exit_code(jobs[-1].result)
-    return 0
+    from .callbacks import SWEEPS_STARTED, sweep_exit_code  # 4 when no run of the sweep ended ok or oom
+
+    started, SWEEPS_STARTED[:] = list(SWEEPS_STARTED), []
+    return sweep_exit_code(started + [j.sweep_dir for j in jobs if j.sweep_dir is not None])
 
 
 def hydra_command(argv: list[str]) -> bool:

@@ -291,7 +291,7 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
 
     out = io.StringIO()
     code = predict(
-        PREDICT_LOAD + ["batch=3", f"capacity={capacity}", "--axis", "batch", f"results_dir={tmp_path}"], out=out
+        PREDICT_LOAD + ["batch=3", f"capacity={capacity}B", "--axis", "batch", f"results_dir={tmp_path}"], out=out
     )
     text = out.getvalue()
     assert code == 0, text

@@ -20,7 +20,7 @@ from .errors import SpecError
 from .finetune import check_run_options, normalise_compile
 from .parallel import check_parallel
 from .record import SCHEMA_VERSION
-from .units import parse_size
+from .units import check_bytes
 from .vocabulary import (
     ALL_PHASES,
     CAPACITY_MODES,
@@ -235,7 +235,7 @@ class RunSpec:
     def _check_capacity(self) -> None:
         """``capacity_bytes`` (a size) and ``capacity_mode`` (process: a measured CPU run only)."""
         if self.capacity_bytes is not None:
-            parse_size(self.capacity_bytes)
+            check_bytes(self.capacity_bytes)
         choice("capacity_mode", self.capacity_mode, CAPACITY_MODES)
         if self.capacity_mode == "process" and (not self.device.startswith("cpu") or self.dry_run):
             raise SpecError(
