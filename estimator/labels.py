@@ -180,8 +180,7 @@ def verdict_words(load: Mapping, capacity_bytes: int | None, skip: Iterable[str]
         "precision=bf16-mixed", "optimizer=adamw", "checkpointing=true", "capacity=80GB"]``.
     """
     skipped = set(skip)
-    words = [f"mode={load.get('mode')}"]
-    words += [w for w in load_words({k: v for k, v in load.items() if k not in skipped}) if w.split("=")[0] not in skipped]
+    words = [f"mode={load.get('mode')}", *load_words({k: v for k, v in load.items() if k not in skipped})]
     if load.get("mode") == "train":
         words.append(f"optimizer={load.get('optimizer')}")
         words.append(f"checkpointing={json.dumps(bool(load.get('checkpointing')))}")

@@ -132,7 +132,8 @@ def predict_cards(
 
     Returns:
         {"axis", "source": "predicted", "device", "out_dir", "dry_runs", "blind_spots", "load"
-        (the load's spec as a dict), "cards": one row per card: "card", "capacity_bytes", "max_fit", "min_miss", "exact",
+        (the load's spec as a dict), "cards": one row per card: "card", "capacity_bytes", "max_fit",
+        "min_miss", "exact",
         "peak_bytes" (the largest predicted phase peak at max_fit), "error" (a failed dry run's
         message, or None), "estimator_fixed_bytes" (weights + gradients + optimizer states,
         calculated; None for a workload the estimator does not describe) and

@@ -93,7 +93,9 @@ def resolve_precision(precision: Any, mode: Any, dtype: Any, workload: Mapping |
     """
     if precision not in PRECISIONS:
         kind = {f"{p}-{k}": (d, r) for d, p in RECIPE_DTYPES.items() for r, k in RECIPE_KINDS.items()}
-        hint = f" ({precision} is dtype={kind[precision][0]} precision={kind[precision][1]})" if precision in kind else ""
+        hint = (
+            f" ({precision} is dtype={kind[precision][0]} precision={kind[precision][1]})" if precision in kind else ""
+        )
         raise SpecError("precision", precision, "one of " + ", ".join(PRECISIONS) + hint)
     if precision != "auto":
         return PRECISION_ALIASES.get(precision, precision)
