@@ -199,3 +199,34 @@ def test_predict_says_which_recipe_it_answered_for(tmp_path, capsys):
         ), line
         edges[recipe] = int(re.search(r"max fit batch=(\d+)", line).group(1))
     assert edges["bf16-true"] > edges["bf16-mixed"]
+
+
+@pytest.mark.parametrize(
+    "recipe, per_param", [("bf16-mixed", 16), ("16-mixed", 16), ("bf16-true", 8), ("16-true", 8), ("32-true", 16)]
+)
+def test_memsweep_estimate_takes_the_recipe_in_lightnings_words(recipe, per_param, capsys):
+    """``memsweep estimate --precision``: AdamW's model states per parameter (weights, gradients,
+    two states, mixed precision's fp32 master copy); the 16-bit default is the mixed recipe."""
+    from memsweep.estimator.cli import main as estimate_main
+
+    assert estimate_main(["--parameters", "1000", "--train", "--precision", recipe, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["estimate"]["peak"] == 1000 * per_param
+    if recipe == "bf16-mixed":
+        assert estimate_main(["--parameters", "1000", "--train", "--format", "bf16", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["estimate"]["peak"] == 1000 * per_param
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--parameters", "1000", "--train", "--format", "bf16"],
+        ["--parameters", "1000", "--train", "--no-mixed-precision"],
+        ["--parameters", "1000"],  # no --train
+        ["--workload", "mlp", "--mode", "train", "--batch", "2", "--context", "8", "--width", "16"],
+    ],
+)
+def test_memsweep_estimate_refuses_a_recipe_it_cannot_apply(args, capsys):
+    from memsweep.estimator.cli import main as estimate_main
+
+    assert estimate_main([*args, "--precision", "bf16-true"]) == 2
+    assert "--precision" in capsys.readouterr().err
