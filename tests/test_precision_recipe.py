@@ -230,3 +230,18 @@ def test_memsweep_estimate_refuses_a_recipe_it_cannot_apply(args, capsys):
 
     assert estimate_main([*args, "--precision", "bf16-true"]) == 2
     assert "--precision" in capsys.readouterr().err
+
+
+def test_a_training_dtype_sweep_is_one_frontier_row_though_auto_differs_by_dtype():
+    """precision=auto makes float32 pure and bfloat16 autocast in one training sweep of the dtype
+    axis: still one load along that axis, every dtype in its row."""
+    from memsweep.analysis.frontier import frontier_table
+    from memsweep.analysis.tables import RUNS_SCHEMA, coerce_table
+
+    base = dict(sweep_dir="s", workload="mlp", mode="train", device="cpu", batch=2, context=8, width=64)
+    runs = [
+        dict(base, run_id=d, run_dir=f"s/{d}", dtype=d, precision=p, outcome="ok", max_memory_allocated=m)
+        for d, p, m in (("float32", "pure", 400), ("bfloat16", "autocast", 300))
+    ]
+    rows = [r for r in frontier_table(coerce_table(runs, RUNS_SCHEMA)).to_pylist() if r["axis"] == "dtype"]
+    assert [(r["values"], r["n_runs"]) for r in rows] == [("bfloat16,float32", 2)]
