@@ -85,7 +85,7 @@ def resolve_precision(precision: Any, mode: Any, dtype: Any, workload: Mapping |
         workload: the run's workload settings (None: no LoRA, quantization or train_step).
 
     Returns:
-        ``pure`` or ``autocast`` (RESOLVED_PRECISIONS).
+        ``pure`` or ``autocast``: what a spec stores (spec.json, the record, the runs table).
 
     Raises:
         SpecError: ``precision`` not one of PRECISIONS (a Lightning name such as ``bf16-mixed``

@@ -71,9 +71,6 @@ gradients and optimizer states, compute under ``torch.autocast(dtype)``), ``mixe
 ``autocast``) or ``auto`` (``autocast`` for a training run in float16 or bfloat16, else ``pure``:
 ``conf.contract.spec.resolve_precision``)."""
 
-RESOLVED_PRECISIONS = ("pure", "autocast")
-"""``precision`` as a run spec stores it (spec.json, the record, the runs table): resolved."""
-
 PRECISION_ALIASES = {"mixed": "autocast"}
 """Other names of a resolved ``precision``."""
 
