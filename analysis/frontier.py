@@ -375,7 +375,8 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     for sweep_dir in runs["sweep_dir"].dropna().unique():
         searched.update(search_results(str(sweep_dir)))
     for axis in AXES:
-        keys = [k for k in IDENTITY if k != axis]
+        # precision=auto resolves with the dtype (autocast in 16 bits, pure in float32 for training)
+        keys = [k for k in IDENTITY if k != axis and not (axis == "dtype" and k == "precision")]
         for key, group in runs.groupby(keys, dropna=False, sort=True):
             fixed = dict(zip(keys, key))
             # plain values, as search.jsonl holds them (a missing group key is NaN here, null there)

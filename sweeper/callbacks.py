@@ -228,7 +228,7 @@ class Progress(Callback):
 
     @staticmethod
     def _condition(config: DictConfig) -> str:
-        load = {k: config.get(k) for k in (*AXES, *SHOWN_WHEN_SET, "world_size")}
+        load = {k: config.get(k) for k in (*AXES, *SHOWN_WHEN_SET, "world_size", "mode")}
         fields = [*load_words(load), *(f"{k}={config.get(k)}" for k in ("mode", "device") if config.get(k) is not None)]
         return f"job {config.hydra.job.get('num', '?')}: " + " ".join(fields)
 

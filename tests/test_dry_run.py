@@ -22,7 +22,9 @@ MLP = {"name": "mlp", "depth": 2}
 LOADS = {
     "mlp_inference": dict(BASE, batch=4, mode="inference", workload=MLP),
     "mlp_train": dict(BASE, batch=3, mode="train", workload=MLP),
-    "mlp_train_bf16_wide": dict(BASE, batch=2, width=48, dtype="bfloat16", mode="train", workload=MLP),
+    "mlp_train_bf16_wide": dict(
+        BASE, batch=2, width=48, dtype="bfloat16", precision="pure", mode="train", workload=MLP
+    ),
     "lm_inference": dict(BASE, batch=3, mode="inference", workload=LM),
     "lm_train": dict(BASE, batch=2, mode="train", workload=LM, micro_steps=2, eval_batch=3),
     "lm_generate": dict(BASE, batch=2, mode="generate", workload=LM, new_tokens=3),
