@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memsweep.conf.contract import GiB, device_kind_of, phase_peak, record_phases, run_peak
+from memsweep.estimator.labels import verdict_words
 
 
 def size_words(value: int | None) -> str:
@@ -18,26 +19,18 @@ def size_words(value: int | None) -> str:
 
 
 def load_terms(spec: Mapping[str, Any]) -> str:
-    """The load a verdict answered for, in the field's words: mode, dtype, in train mode the
-    precision recipe, optimizer and activation checkpointing, and the capacity.
+    """The load a verdict answered for, in the field's words (``estimator.labels.verdict_words``, the
+    words of every verdict line): mode, the axes, dtype, what is set, the precision recipe, in train
+    mode the optimizer and activation checkpointing, and the capacity.
 
     Args:
         spec: the run's spec (``RunSpec.to_dict()`` or spec.json).
 
     Returns:
-        e.g. ``"mode=train dtype=bfloat16 precision=pure optimizer=adamw checkpointing=false
-        capacity=268435456 B (0.250 GiB)"``; ``capacity=the device's own`` without one.
+        e.g. ``"mode=train batch=4 context=128 width=256 dtype=bfloat16 precision=bf16-mixed
+        optimizer=adamw checkpointing=false capacity=256MiB"``; ``capacity=device`` without one.
     """
-    words = [f"mode={spec.get('mode')}", f"dtype={spec.get('dtype')}"]
-    if spec.get("mode") == "train":
-        words += [
-            f"precision={spec.get('precision')}",
-            f"optimizer={spec.get('optimizer')}",
-            f"checkpointing={str(bool(spec.get('checkpointing'))).lower()}",
-        ]
-    capacity = spec.get("capacity_bytes")
-    words.append("capacity=the device's own" if capacity is None else f"capacity={size_words(capacity)}")
-    return " ".join(words)
+    return " ".join(verdict_words(spec, spec.get("capacity_bytes")))
 
 
 def run_answer(spec: Mapping[str, Any], record: Mapping[str, Any] | None) -> list[str]:

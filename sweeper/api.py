@@ -128,7 +128,7 @@ def target_path(function: str | Callable, field: str = "model") -> tuple[str, st
         field: the argument's name, for the messages.
 
     Raises:
-        ValueError: a string not of that form; a lambda, a function defined inside another one or
+        SpecError: a string not of that form; a lambda, a function defined inside another one or
             a method; a function defined in ``__main__`` (a notebook, the script run); one its
             module does not hold under its name. The message says how to make it importable.
     """
@@ -136,7 +136,7 @@ def target_path(function: str | Callable, field: str = "model") -> tuple[str, st
         module, sep, name = function.partition(":")
         parts = [*module.split("."), name]
         if not sep or not all(p.isidentifier() for p in parts):
-            raise ValueError(f"{field}={function!r}: expected 'pkg.module:function' (a module the worker imports)")
+            raise SpecError(field, function, "'pkg.module:function' (a module the worker imports)")
         return f"{module}.{name}", None
     owner: str | None = getattr(function, "__module__", None)
     qualname: str | None = getattr(function, "__qualname__", None)
@@ -146,20 +146,25 @@ def target_path(function: str | Callable, field: str = "model") -> tuple[str, st
         "'module:function': the worker imports it by name in its own process"
     )
     if not callable(function) or not owner or not qualname:
-        raise ValueError(f"{field}={function!r}: not a function; {how}")
+        raise SpecError(field, function, f"a function (not a function); {how}")
     if qualname == "<lambda>" or "." in qualname:
-        raise ValueError(
-            f"{field}: {qualname} of {module} cannot be imported by name (a lambda, a nested function "
-            f"or a method); {how}"
+        raise SpecError(
+            field,
+            function,
+            f"a function importable by name ({qualname} of {module} is a lambda, a nested function or a method); {how}",
         )
     if module == "__main__":
-        raise ValueError(
-            f"{field}: {qualname} is defined in __main__ (a notebook or the script run), which "
-            f"another process cannot import; {how}"
+        raise SpecError(
+            field,
+            function,
+            f"a function importable by name ({qualname} is defined in __main__, a notebook or the script run, "
+            f"which another process cannot import); {how}",
         )
     held = sys.modules.get(module)
     if held is None or getattr(held, qualname, None) is not function:
-        raise ValueError(f"{field}: {module}.{qualname} is not what {module} holds under that name; {how}")
+        raise SpecError(
+            field, function, f"a function its module holds under its name ({module}.{qualname} is not); {how}"
+        )
     return f"{module}.{qualname}", import_root(held)
 
 
@@ -185,7 +190,7 @@ def user_overrides(functions: Mapping[str, Any], kwargs: Mapping[str, Mapping[st
         kwargs: name -> the keyword arguments the worker calls that function with.
 
     Raises:
-        ValueError: a function that cannot be imported by name (``target_path``), or ``model`` without
+        SpecError: a function that cannot be imported by name (``target_path``), or ``model`` without
             ``inputs`` (or the reverse).
         SpecError: a keyword argument's value that cannot be written as an override.
     """
@@ -193,7 +198,11 @@ def user_overrides(functions: Mapping[str, Any], kwargs: Mapping[str, Mapping[st
     if not given:
         return []
     if "model" not in given or "inputs" not in given:
-        raise ValueError("a user workload needs model= and inputs= (and optionally loss=, optimizer=, train_step=)")
+        raise SpecError(
+            "model" if "model" not in given else "inputs",
+            None,
+            "a user workload needs model= and inputs= (and optionally loss=, optimizer=, train_step=)",
+        )
     out, path = ["workload=user"], [os.getcwd()]
     for name in USER_FUNCTIONS:
         if name in given:
@@ -470,7 +479,10 @@ def tables_dir(sweep_dir: Path) -> Path:
     candidates = [sweep_dir, *sorted((sweep_dir / "analysis").glob("*/"))]
     found = [d for d in candidates if all((d / name).is_file() for name in OUTPUTS)]
     if not found:
-        raise FileNotFoundError(f"{sweep_dir}: no {', '.join(OUTPUTS)} (write them: memsweep analyze {sweep_dir})")
+        raise FileNotFoundError(
+            f"{sweep_dir}: no {', '.join(OUTPUTS)} (a sweep directory's tables; `memsweep analyze {sweep_dir}` "
+            "writes them when it holds a sweep's runs)"
+        )
     return found[-1]
 
 
@@ -582,7 +594,7 @@ def run(
     Raises:
         SpecError: bad input, naming the setting (nothing ran).
         RunDirError: ``run_dir`` already holds a run.
-        ValueError: a user function that cannot be imported by name.
+        SpecError: a user function that cannot be imported by name.
     """
     functions = dict(model=model, inputs=inputs, loss=loss, optimizer=optimizer, train_step=train_step)
     argv = load_overrides(settings, overrides, functions, lists=False)
@@ -635,7 +647,7 @@ def sweep(
 
     Raises:
         SpecError: bad input, naming the setting (nothing ran).
-        ValueError: a user function that cannot be imported by name.
+        SpecError: a user function that cannot be imported by name.
     """
     functions = dict(model=model, inputs=inputs, loss=loss, optimizer=optimizer, train_step=train_step)
     return _sweep(load_overrides(settings, overrides, functions, lists=True), sweep_dir, progress)
@@ -677,7 +689,7 @@ def frontier(
 
     Raises:
         SpecError: bad input (an axis the search cannot walk, settings it refuses).
-        ValueError: a user function that cannot be imported by name.
+        SpecError: a user function that cannot be imported by name.
     """
     search = {"axis": axis, "lower": lower, "upper": upper, "multiple_of": multiple_of, "confirm": confirm}
     given = {f"hydra.sweeper.{k}": v for k, v in search.items() if v is not None}
@@ -805,7 +817,7 @@ def predict(
 
     Raises:
         SpecError: bad input (the axis, the capacity, ``upper``, the load).
-        ValueError: a user function that cannot be imported by name.
+        SpecError: a user function that cannot be imported by name.
     """
     from .predict import MAX_VALUE, blind_spots, predict_edge
 

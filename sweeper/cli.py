@@ -50,7 +50,7 @@ Exit status of ``memsweep run``: 0 ok, 3 out of memory, 4 error, 6 crash, 7 time
 outcome), 2 bad input (nothing ran). ``memsweep sweep``: 0 when the sweep ran (its OOMs are
 its data), 4 when no run ended ok or oom (every run an error, crash or timeout), 2 bad input, 130
 interrupted (resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
-fits, 4 a dry run failed, 2 bad input (``conf.contract.PREDICT_EXIT``).
+fits, 4 a dry run failed, 2 bad input (``memsweep.conf.contract.PREDICT_EXIT``).
 """
 
 
@@ -309,7 +309,7 @@ def predict_command(argv: list[str], out: TextIO | None = None) -> int:
             (looked up at the call, not at import).
 
     Returns:
-        The exit status (``conf.contract.PREDICT_EXIT``): 0 edge found, 3 nothing fits, 4 a dry
+        The exit status (``memsweep.conf.contract.PREDICT_EXIT``): 0 edge found, 3 nothing fits, 4 a dry
         run failed, 2 bad input.
     """
     out = out if out is not None else sys.stdout

@@ -81,7 +81,9 @@ def test_cpu_answer_is_labelled_cpu_and_its_headroom_is_on_the_allocated_peak():
     assert f"max_memory_allocated {100 * MiB} B (0.098 GiB)" in text
     assert f"max_memory_reserved {300 * MiB} B (0.293 GiB)" in text
     assert f"headroom = capacity - max_memory_allocated = {156 * MiB} B (0.152 GiB)" in text
-    assert "mode=train dtype=float32 precision=pure optimizer=adamw checkpointing=false" in text
+    # one name for the recipe, the field's (Lightning's 32-true), as on every verdict line
+    assert "precision=32-true optimizer=adamw checkpointing=false capacity=256MiB" in text
+    assert text.count("precision=") == 1 and "precision=pure" not in text
 
 
 def test_cuda_headroom_is_on_the_reserved_peak_and_can_be_negative():
@@ -89,7 +91,7 @@ def test_cuda_headroom_is_on_the_reserved_peak_and_can_be_negative():
     text = "\n".join(run_answer(spec, _record("cuda", 100 * MiB, 300 * MiB, 256 * MiB)))
     assert "peak on cuda" in text and "CPU" not in text
     assert f"headroom = capacity - max_memory_reserved = {-44 * MiB} B" in text and "above the capacity" in text
-    assert load_terms(spec) == "mode=inference dtype=bfloat16 capacity=the device's own"
+    assert load_terms(spec) == "mode=inference dtype=bfloat16 capacity=device"
 
 
 def test_a_run_without_a_record_says_so_never_zero():
@@ -113,7 +115,8 @@ def test_memsweep_run_prints_peaks_capacity_headroom_and_load(tmp_path):
     assert (
         f"capacity {256 * MiB} B (0.250 GiB); headroom = capacity - max_memory_allocated = {256 * MiB - alloc} B" in out
     )
-    assert "answered for: mode=inference dtype=float32 capacity=" in out
+    answered = next(line for line in out.splitlines() if "answered for: " in line)
+    assert "mode=inference batch=4 " in answered and "capacity=256MiB" in answered, answered
 
 
 def test_the_api_run_result_gives_the_same_answer(tmp_path):

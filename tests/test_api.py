@@ -250,7 +250,7 @@ _from_main.__module__ = "__main__"
     ],
 )
 def test_functions_that_cannot_be_imported_by_name_are_refused(function, words):
-    with pytest.raises(ValueError, match=re.escape(words)) as info:
+    with pytest.raises(memsweep.SpecError, match=re.escape(words)) as info:  # the API's one refusal
         memsweep.run(model=function, inputs="x:y", progress=False)
     assert "top level of a .py module" in str(info.value) or "pkg.module:function" in str(info.value)
 
@@ -272,7 +272,7 @@ def test_a_notebooks_function_is_refused_in_its_own_words(tmp_path):
 
 
 def test_model_without_inputs_is_refused():
-    with pytest.raises(ValueError, match="needs model= and inputs="):
+    with pytest.raises(memsweep.SpecError, match="needs model= and inputs="):
         memsweep.run(model="m:build", progress=False)
 
 
