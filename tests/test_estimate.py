@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from memsweep import estimate as E
+import memsweep.estimator as E
 from memsweep.conf.contract import GB, GiB, RunSpec, SpecError
 from memsweep.estimator.cli import main as estimate_main
 from tests.data.loads import MEMSWEEP
