@@ -13,7 +13,7 @@ import math
 from typing import Any, NamedTuple, cast
 
 from .activations import NO_ACTIVATIONS, ActivationSettings, transformer_layer_activation_bytes
-from .breakdown import Breakdown, ceil_div
+from .breakdown import Breakdown, ceil_div, check_int
 from .formats import StorageFormat, storage_format, weights_from_shapes
 from .kv_cache import layer_cached_tokens
 from .training import training_state, zero_partition
@@ -246,6 +246,26 @@ class TransformerConfig:
             ValueError: as ``layer_cached_tokens``.
         """
         return [layer_cached_tokens(tokens, w, convention, static_capacity) for w in self.windows()]
+
+    def with_sliding_window(self, window: int) -> TransformerConfig:
+        """This model with ``window`` as the window of its sliding layers (every layer when none
+        slides), in whichever per-layer description it carries (``cache_layers``,
+        ``layer_windows``, ``sliding_window``).
+
+        Args:
+            window: tokens a sliding layer keeps at most (>= 1).
+
+        Raises:
+            ValueError: a window < 1.
+        """
+        check_int("sliding_window", window, 1)
+        slides = [w is not None for w in self.windows()]
+        keep = slides if any(slides) else [True] * len(slides)
+        windows = tuple(window if k else None for k in keep)
+        if self.cache_layers is not None:
+            cache = tuple((v, w) for (v, _), w in zip(self.cache_layers, windows))
+            return dataclasses.replace(self, cache_layers=cache)
+        return dataclasses.replace(self, sliding_window=window, layer_windows=windows)
 
     def layer_values(self) -> list[int]:
         """Per layer (per cache layer with ``cache_layers``), the values one token adds."""
