@@ -66,6 +66,8 @@ def test_every_layout_equals_a_measured_cpu_generate_run(tmp_path):
         model = E.model_from_count(count)
         est = E.estimate_transformer(model, compute_bytes=4, kv_tokens=16 + 4, kv_sequences=2)
         assert est.kv_cache == decode["kv_cache_bytes"], name
+        attention = EAGER.get(name, "sdpa")
+        assert E.estimate_run(_spec(paths[name], attention), count)[0].kv_cache == est.kv_cache  # the sweeper's
         assert model.kv_layout.startswith(TINY_LAYOUTS[name][1]), (name, model.kv_layout)
         assert est.notes[-1].count(TINY_LAYOUTS[name][1]) == 1
     multi_query = E.model_from_count(counts[0])
