@@ -47,7 +47,7 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 
 # The documentation site (sources in docs/, mkdocs.yml): built strictly (a broken link or reference
-# fails), its reference tables generated from the code by docs/hooks.py, into build/site (ignored).
+# fails), its reference tables generated from the code by docs/reference_hook.py, into build/site (ignored).
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
@@ -66,14 +66,27 @@ gpu-check:
 
 # Here, with a package index: the wheels memsweep needs beside what a CUDA image has (hydra-core,
 # omegaconf, antlr4-python3-runtime; antlr4 4.9.3 is published as a source archive only, so its
-# pure-Python wheel is built here), for Python 3.12, into .gpu-wheels/ (a few hundred KB).
+# pure-Python wheel is built here), and those of the fine-tuning check (transformers with its
+# dependencies, which do not include torch; peft and accelerate without theirs, torch and what
+# transformers brings), for CPython 3.12 on x86-64 Linux, into .gpu-wheels/. What torch itself
+# depends on is there wherever torch is, so it is not brought. The folder travels with the working
+# tree, which may carry 64 MiB in all: its size is printed, and over 64 MiB the target fails.
 GPU_WHEELS := .gpu-wheels
+GPU_PIP := $(PYTHON) -m pip download --quiet --only-binary=:all: --python-version 3.12 --implementation cp \
+	--platform manylinux2014_x86_64 -d $(GPU_WHEELS)
+GPU_TORCH_DEPS := filelock fsspec jinja2 markupsafe mpmath networkx setuptools sympy typing_extensions
+GPU_WHEELS_MAX := 67108864
 gpu-wheels:
-	mkdir -p $(GPU_WHEELS)
-	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		--platform manylinux2014_x86_64 -d $(GPU_WHEELS) "hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4"
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(GPU_PIP) --no-deps "hydra-core>=1.3,<1.4" "omegaconf>=2.3,<2.4"
 	$(PYTHON) -m pip wheel --quiet --no-deps -w $(GPU_WHEELS) "antlr4-python3-runtime==4.9.3"
-	@du -sh $(GPU_WHEELS); ls $(GPU_WHEELS)
+	$(GPU_PIP) transformers psutil
+	$(GPU_PIP) --no-deps peft accelerate
+	cd $(GPU_WHEELS) && for d in $(GPU_TORCH_DEPS); do rm -f $$d-*.whl; done
+	@ls $(GPU_WHEELS)
+	@$(PYTHON) -c 'import pathlib, sys; n = sum(p.stat().st_size for p in pathlib.Path("$(GPU_WHEELS)").iterdir()); \
+		print(f"memsweep: $(GPU_WHEELS) holds {n} B ({n / 2**20:.1f} MiB) of the {$(GPU_WHEELS_MAX) // 2**20} MiB a carried folder may hold"); \
+		sys.exit(n > $(GPU_WHEELS_MAX))'
 
 clean:
 	rm -rf $(VENV) results multirun outputs .gpu-site

@@ -4,7 +4,8 @@ Reads every run under the sweep directories and writes ``runs.parquet``, ``phase
 and ``frontier.parquet`` (explicit schemas, raw bytes) into ``--out`` (default: the single
 sweep directory given), then prints the frontier table with sizes in GiB (2^30 bytes).
 An existing output file is never overwritten: the command refuses and exits 1; a missing sweep
-directory is bad input (exit 2).
+directory, or one that holds no run (no run directory with a spec.json under it), is bad input
+(exit 2), and nothing is written.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import TextIO
 
 import pyarrow as pa
+
+from memsweep.conf.contract import SPEC_FILE, find_run_dirs
 
 from .outputs import OutputExists, summary_text, write_tables
 
@@ -45,6 +48,28 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream: TextIO | None = None)
     return tables
 
 
+class NotASweep(ValueError):
+    """A directory given as a sweep holds no run: no run directory (one with a spec.json) under it."""
+
+
+def check_sweeps(sweep_dirs: list[Path]) -> None:
+    """Refuse a directory that exists but holds no sweep, before anything is read or written.
+
+    Args:
+        sweep_dirs: the directories given as sweeps (a missing one is left to the caller's own
+            error, ``FileNotFoundError``).
+
+    Raises:
+        NotASweep: an existing directory under which ``conf.contract.find_run_dirs`` finds no run.
+    """
+    for d in sweep_dirs:
+        if Path(d).is_dir() and not find_run_dirs([d]):
+            raise NotASweep(
+                f"{d} holds no sweep: no run directory (a folder with {SPEC_FILE}) under it; give a sweep "
+                "directory such as results/<sweep>/<time>/ (nothing was written)"
+            )
+
+
 def add_sweep_dir_args(parser: argparse.ArgumentParser, out_help: str) -> None:
     """SWEEP_DIR [SWEEP_DIR ...] and --out, as `memsweep analyze` and `memsweep report` take them."""
     parser.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR")
@@ -72,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         argv: the arguments after ``analyze``; None: ``sys.argv[1:]``.
 
     Returns:
-        The exit status: 0 written, 1 an output file existing, 2 a sweep directory missing
-        (message on stderr); argparse exits 2 itself on bad arguments.
+        The exit status: 0 written, 1 an output file existing, 2 a sweep directory missing or
+        holding no run (message on stderr, nothing written); argparse exits 2 itself on bad arguments.
     """
     parser = argparse.ArgumentParser(
         prog="memsweep analyze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -81,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     add_sweep_dir_args(parser, "directory for the Parquet files")
     args = parse_sweep_dir_args(parser, argv)
     try:
+        check_sweeps(args.sweep_dirs)
         analyze(args.sweep_dirs, args.out)
+    except NotASweep as exc:
+        print(f"memsweep analyze: {exc}", file=sys.stderr)
+        return 2
     except OutputExists as exc:
         print(f"memsweep analyze: {exc}", file=sys.stderr)
         return 1

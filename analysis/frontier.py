@@ -10,7 +10,7 @@ monotonic; a non-monotonic group is flagged, never smoothed; ``stable`` is null 
 twice. An OOM is a point of an axis only when the phase that failed scales with that axis
 (``conf.contract.oom_attribution``); others are counted in ``n_oom_elsewhere``. The frontier
 sweeper's ``search.jsonl`` adds its columns (``strategy``, ``runs_used``, ``upper_reached``,
-``stopped_by``, ``search_status``) to the row it searched.
+``stopped_by``, ``error_values``, ``margin_edge``, ``search_status``) to the row it searched.
 """
 
 from __future__ import annotations
@@ -87,6 +87,8 @@ FRONTIER_SCHEMA = table_schema(
     ("runs_used", pa.int64()),
     ("upper_reached", pa.bool_()),
     ("stopped_by", pa.string()),
+    ("error_values", pa.string()),
+    ("margin_edge", pa.int64()),
     ("search_status", pa.string()),
 )
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
@@ -106,8 +108,12 @@ and ``oom_elsewhere_variables`` name those phases and the variable that sets eac
 ``not_reached`` says in words that the axis' frontier was not reached when no OOM of the axis
 was seen but such OOMs were (null otherwise). ``n_memory_suspect``: runs among ``n_other`` whose error
 probably means memory but does not say so (runs table ``failure_class`` = memory_suspect; neither
-side of the frontier). The last five columns are
-null unless the frontier sweeper searched that axis (see the module docstring). ``warmup`` and
+side of the frontier). The last seven columns are
+null unless the frontier sweeper searched that axis (see the module docstring): ``error_values``
+lists the values whose run raised an error the search stepped past (the value's shape, not
+memory: a layer that refuses a batch of 1), null when none did; ``margin_edge`` is the largest
+value it ran ok whose measured peak leaves the report's margin below the capacity, null when
+none does or no margin edge was searched (dry runs, light probes). ``warmup`` and
 ``repeats``: the protocol of the row's runs (the frontier sweeper's light probes,
 ``hydra.sweeper.light``, form their own row next to the full-protocol one). ``devices``: devices
 per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and the mode options
@@ -369,7 +375,8 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     for sweep_dir in runs["sweep_dir"].dropna().unique():
         searched.update(search_results(str(sweep_dir)))
     for axis in AXES:
-        keys = [k for k in IDENTITY if k != axis]
+        # precision=auto resolves with the dtype (autocast in 16 bits, pure in float32 for training)
+        keys = [k for k in IDENTITY if k != axis and not (axis == "dtype" and k == "precision")]
         for key, group in runs.groupby(keys, dropna=False, sort=True):
             fixed = dict(zip(keys, key))
             # plain values, as search.jsonl holds them (a missing group key is NaN here, null there)
@@ -462,6 +469,8 @@ def _group_row(axis: str, fixed: dict, group: pd.DataFrame, search: dict | None)
             runs_used=search.get("runs_used"),
             upper_reached=search.get("upper_reached"),
             stopped_by=search.get("stopped_by"),
+            error_values=",".join(str(v) for v in search.get("error_values") or []) or None,
+            margin_edge=search.get("margin_edge"),
             search_status=search.get("status"),
             exact=bool(search.get("exact")) and e.monotonic and e.stable is not False,
         )

@@ -207,6 +207,7 @@ RUNS_SCHEMA = table_schema(
     "capacity_mode",
     *OOM_DETAIL_FIELDS,
     "oom_operator",
+    "oom_null_reason",
     "failure_class",
     "failure_wording",
     "outcome",
@@ -290,7 +291,8 @@ the start footprint), ``memory_fraction_nominal`` (capacity / total), ``allocato
 ``device_not_free`` and ``allocator_backend_warning``: the record's ``capacity`` (CUDA).
 ``oom_*_bytes`` (conf.contract.OOM_DETAIL_FIELDS) and ``oom_operator`` (the operator the CPU
 allocator capacity refused, a string): what the run's OOM said (its failed phase's fields; null
-when it did not say, or the run did not run out of memory). ``failure_class``: the
+when it did not say, or the run did not run out of memory); ``oom_null_reason``: why a figure the
+OOM printed is null (a limit not set, a figure no byte count holds). ``failure_class``: the
 failed phase's class (oom, memory_suspect or error; conf.contract.FAILURE_CLASSES; a record
 written before the field gives its phase's status), ``failure_wording``: the worker.classify
 wording its message matched. ``model_states_*``, ``estimated_model_states_bytes``: a DDP/FSDP
@@ -326,6 +328,7 @@ PHASES_SCHEMA = table_schema(
     *SIZES,
     *OOM_DETAIL,
     "oom_operator",
+    "oom_null_reason",
     "source",
     *PEAK_SPLIT_FIELDS,
     ("devices", DEVICE_TYPE),  # not the runs table's count of devices
@@ -349,7 +352,8 @@ those of cuda:0, the run's device. Null for a one-device run and for records wit
 or the rank whose failure ended the run), the rank with the largest ``max_memory_allocated``, and
 one struct per rank that recorded the phase (conf.contract.PHASE_RANK_FIELDS); null otherwise.
 ``oom_*_bytes`` and ``oom_operator``: what a phase's OOM said (bytes; the operator the CPU allocator
-capacity refused, a string), null when it did not say or the phase did not run out of memory.
+capacity refused, a string), null when it did not say or the phase did not run out of memory;
+``oom_null_reason``: why a figure it printed is null (a limit not set, a figure no byte count holds).
 ``dynamo_graphs_compiled``: graphs torch.compile's Dynamo compiled during the phase (a count, not
 bytes): above 0 in a cold phase of a ``compile`` run, where compilation belongs; above 0 in a warm
 phase means it recompiled and its peak includes compilation; null when Dynamo was not imported."""

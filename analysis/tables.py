@@ -193,6 +193,7 @@ def _outcome_columns(record: dict, result: dict, phases: list[dict]) -> dict:
     return {
         **{name: as_int(failed.get(name)) if failed.get("status") == "oom" else None for name in OOM_DETAIL_FIELDS},
         "oom_operator": failed.get("oom_operator") if failed.get("status") == "oom" else None,
+        "oom_null_reason": failed.get("oom_null_reason") if failed.get("status") == "oom" else None,
         "failure_class": failed.get("failure_class") or (failed.get("status") if failed else None),
         "failure_wording": failed.get("failure_wording"),
         "outcome": result.get("outcome"),
@@ -353,6 +354,7 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
                 **{k: p.get(k) for k in SUB_PHASE_FIELDS},
                 **{name: as_int(p.get(name)) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL},
                 "oom_operator": p.get("oom_operator"),
+                "oom_null_reason": p.get("oom_null_reason"),
                 "source": source,
                 **{name: as_int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},
                 "devices": _devices(p.get("devices")),

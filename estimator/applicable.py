@@ -46,6 +46,7 @@ RULES: dict[str, Rule] = {
     "keep": Rule(("parameters",), why="a config keeps embeddings, lm_head and norms in 16 bits itself"),
     "train": Rule(_FULL, why="full training of --parameters/--config; --lora-rank is one already, the mlp's is --mode"),
     "optimizer": Rule(("config", "lora", "parameters"), ("train", "lora_rank"), _MLP_WHY),
+    "precision": Rule(_FULL, ("train",), "the recipe of full training: it sets --format and the master copy"),
     "mixed": Rule(_FULL, ("train",), "the master copy of full training (LoRA adapters are fp32)"),
     "grad_bytes": Rule(_FULL, ("train",), "gradients of full training"),
     "state_bytes": Rule(_FULL, ("train",), "optimizer states of full training"),

@@ -32,8 +32,9 @@ from .counted import COUNTERS, CountUnavailable, describe_config
 from .errors import UsageError
 from .formats import DTYPE_FORMATS, StorageFormat, compact_format, storage_format, weight_bytes
 from .kv_cache import KV_CONVENTIONS, kv_cache_bytes, layer_cached_tokens, resolve_head_dim
+from .labels import recipe_word
 from .lora_cli import add_lora_options, lora_from_args
-from .training import OPTIMIZERS, training_state, zero_partition
+from .training import OPTIMIZERS, TRAINING_RECIPES, training_state, zero_partition
 from .transformer import estimate_transformer
 from .workloads import ACTIVATION_SAVES_OUTPUT, PhaseEstimate, estimate_mlp, mlp_phases
 
@@ -112,6 +113,13 @@ def _training_options(p: argparse.ArgumentParser) -> None:
         help="fp32 master copy and fp32 optimizer states (default for 16-bit weights)",
     )
     t.add_argument("--no-mixed-precision", dest="mixed", action="store_false")
+    t.add_argument(
+        "--precision",
+        choices=list(TRAINING_RECIPES),
+        help="the recipe in Lightning's words, for --parameters/--config: bf16-mixed, 16-mixed (fp32 master copy "
+        "and states), bf16-true, 16-true, 32-true (every value in the weights' format); sets --format and "
+        "--[no-]mixed-precision",
+    )
     t.add_argument("--grad-bytes", type=int, help="bytes per gradient value (default: the weight's)")
     t.add_argument(
         "--state-bytes",
@@ -207,6 +215,26 @@ def _reserve(args: argparse.Namespace) -> int:
                 raise UsageError(f"--{attr.replace('_', '-')} must be >= 0")
             return int(-(-value * unit // 1))
     return 0
+
+
+def _apply_recipe(args: argparse.Namespace) -> None:
+    """``--precision RECIPE``: the weights' format and mixed precision it names (``TRAINING_RECIPES``).
+
+    Raises:
+        UsageError: without --train, with --workload or --lora-rank, or beside --format, --bits or
+            --[no-]mixed-precision.
+    """
+    recipe = getattr(args, "precision", None)
+    if recipe is None:
+        return
+    if not args.train or args.workload or args.lora_rank is not None:
+        raise UsageError(
+            "--precision is the recipe of a full training estimate (--train with --parameters or --config); "
+            "--workload mlp's replay keeps every value in its --dtype (bf16-true with --dtype bfloat16)"
+        )
+    if args.fmt is not None or args.bits is not None or args.mixed is not None:
+        raise UsageError("give --precision or --format/--bits/--[no-]mixed-precision, not both")
+    args.fmt, args.mixed = TRAINING_RECIPES[recipe]
 
 
 def _weight_format(args: argparse.Namespace, default: str | None) -> StorageFormat:
@@ -410,6 +438,8 @@ def _workload(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseEstim
         f"mlp workload: batch={args.batch} context={args.context} width={args.width} depth={kw['depth']} "
         f"hidden={args.hidden or 4 * args.width} {kw['activation']} {kw['dtype']} {kw['mode']} on {kw['device']}"
     )
+    if kw["mode"] == "train":  # the replay's recipe, named (a run's default in 16 bits is mixed)
+        title += f", precision=pure ({recipe_word({'mode': 'train', 'dtype': kw['dtype'], 'precision': 'pure'})})"
     return b, title, phases
 
 
@@ -439,6 +469,7 @@ def estimate_load(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseE
         raise UsageError("--keep applies to --parameters (a config keeps embeddings, lm_head and norms in 16 bits)")
     check_applicable(args)
     check_options(args, vars(build_parser().parse_args([])))
+    _apply_recipe(args)
     phases: list[PhaseEstimate] = []
     if args.workload:
         b, title, phases = _workload(args)

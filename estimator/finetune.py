@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from memsweep.conf.contract.spec import resolve_precision
+
 from .activations import ActivationSettings
 from .breakdown import Breakdown
 from .formats import DTYPE_BYTES, DTYPE_FORMATS, StorageFormat, storage_format
@@ -73,8 +75,9 @@ def base_formats(data: Mapping) -> tuple[StorageFormat, StorageFormat]:
         ValueError: an unknown quantization.
     """
     dtype = data.get("dtype", "float32")
-    stored = storage_format("fp32" if data.get("precision", "pure") == "autocast" else DTYPE_FORMATS[dtype])
     workload = data.get("workload") or {}
+    precision = resolve_precision(data.get("precision", "auto"), data.get("mode", "inference"), dtype, workload)
+    stored = storage_format("fp32" if precision == "autocast" else DTYPE_FORMATS[dtype])
     quantization = workload.get("quantization")
     if quantization is None:
         return stored, stored

@@ -150,8 +150,12 @@ def estimate_run(spec: Any, count: Mapping | None = None) -> tuple[Breakdown | N
             return b, None
         options = ("precision", "optimizer", "checkpointing", "micro_steps", "eval_batch", "export")
         defaults = {f.name: f.default for f in dataclasses.fields(RunSpec) if f.name in options}
+        defaults["precision"] = "pure"  # a spec stores it resolved; the replay models pure
         changed = [f"{k}={data.get(k)}" for k in options if data.get(k, defaults[k]) != defaults[k]]
-        return None, f"mlp with {', '.join(changed)}: the exact replay models the default mode options only"
+        return (
+            None,
+            f"mlp with {', '.join(changed)}: the exact replay models precision=pure and the default mode options only",
+        )
     if name == "user":
         return None, USER_REASON
     try:

@@ -16,6 +16,18 @@ from .breakdown import Breakdown, ceil_div, check_int
 OPTIMIZERS = ("adamw", "adam", "adamw8bit", "sgd", "sgd-momentum", "adafactor", "adafactor-momentum")
 """The optimizers whose state is estimated (``optimizer_state_bytes`` says what each keeps)."""
 
+TRAINING_RECIPES = {
+    "bf16-mixed": ("bf16", True),
+    "16-mixed": ("fp16", True),
+    "bf16-true": ("bf16", False),
+    "16-true": ("fp16", False),
+    "32-true": ("fp32", False),
+}
+"""The training precision recipes in Lightning's words (``Trainer(precision=...)``): the stored
+weights' format and whether ``training_state`` keeps mixed precision's fp32 master copy and fp32
+optimizer states (``*-mixed``: 16 B/param of AdamW model states) or none (``*-true``: every value
+in the weights' format)."""
+
 
 def gradient_bytes(parameters: int, grad_bytes: int = 2) -> int:
     """Parameter gradients: one value per trainable parameter, ``grad_bytes`` each.

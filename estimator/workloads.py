@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from memsweep.conf.contract import CUDA_BLOCK_BYTES
+from memsweep.conf.contract.spec import resolve_precision
 
 from .breakdown import COMPONENTS, Breakdown, ceil_div, check_int
 from .formats import DTYPE_BYTES
@@ -483,6 +484,12 @@ def mlp_phases_for_spec(spec: Any) -> list[PhaseEstimate] | None:
     workload = data.get("workload") or {"name": "mlp"}
     if workload.get("name") != "mlp":
         return None
+    data = {
+        **data,
+        "precision": resolve_precision(
+            data.get("precision", "auto"), data.get("mode", "inference"), data.get("dtype", "float32")
+        ),
+    }
     # Mode options the replay does not model (conf.contract.RunSpec): not estimated.
     defaults = {
         "precision": "pure",

@@ -399,6 +399,13 @@ class RunResult:
     record: Mapping[str, Any] | None
     result: Mapping[str, Any]
 
+    def answer(self) -> list[str]:
+        """The run's answer as ``memsweep run`` prints it (``sweeper.answer.run_answer``): both
+        peaks, the capacity and the headroom, and the load it answered for."""
+        from .answer import run_answer
+
+        return run_answer(self.spec, self.record)
+
     @classmethod
     def read(cls, run_dir: Path) -> RunResult:
         """The run in ``run_dir``, read from its files.
@@ -786,7 +793,8 @@ def predict(
 
     Args:
         axis: batch, context or width.
-        capacity: the capacity to fit in (``"80GB"``, ``"2GiB"``, or bytes).
+        capacity: the capacity to fit in, with its unit (``"80GB"``, ``"2GiB"``, ``"4096B"``; a bare
+            number is refused).
         upper: the largest value searched; None: the frontier sweeper's default.
         overrides: Hydra overrides of the load, after the keyword settings.
         model, inputs, loss, optimizer, train_step: a user workload's functions (module docstring).

@@ -1,5 +1,6 @@
 """Hydra callbacks: analyze a sweep directory and write its report when the multirun ends (any
-sweeper, any launcher); show the sweep's progress while it runs.
+sweeper, any launcher); show the sweep's progress while it runs (a line per finished job, and per
+dry run of a prediction); give the sweep's exit status.
 
 Part of the command-line layer: Hydra calls these hooks inside ``memsweep sweep``, and what
 they print (progress lines, the analysis summary, the report's path) is the command's output.
@@ -19,11 +20,12 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from memsweep.conf.contract import AXES
+from memsweep.conf.contract import AXES, EXIT_ERROR, RESULT_FILE, find_run_dirs, try_read
 from memsweep.estimator.labels import SHOWN_WHEN_SET, load_words
 
+from .answer import size_words
 from .plain import plain_dict
-from .progress import observer
+from .progress import counts_text, observer
 
 log = logging.getLogger("memsweep")
 
@@ -91,6 +93,43 @@ def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any
     return html
 
 
+ANSWERING_OUTCOMES = ("ok", "oom")
+"""The outcomes that answer whether a load fits; an error, crash or timeout answers nothing."""
+
+
+SWEEPS_STARTED: list[Path] = []
+"""The sweep directories of the multiruns this process started (``Progress.on_multirun_start``, in
+the orchestrator, whatever the launcher): what ``sweep_exit_code`` reads once the multirun ends."""
+
+
+def sweep_exit_code(sweep_dirs: list[Path]) -> int:
+    """``memsweep sweep``'s exit status once it ran: ``EXIT_ERROR`` (4) when its sweep directories
+    hold runs and none of them ended ``ok`` or ``oom`` (every run an error, such as a failure in
+    set-up, a crash or a timeout: nothing answered whether a load fits), with a message on stderr;
+    else 0 (a sweep's OOMs are its data).
+
+    Args:
+        sweep_dirs: the sweep directories of the multirun (``SWEEPS_STARTED``, and those of the
+            jobs this process ran); none: 0.
+
+    Returns:
+        0 or ``EXIT_ERROR``.
+    """
+    outcomes = [
+        (try_read(run_dir, RESULT_FILE)[0] or {}).get("outcome") for run_dir in find_run_dirs(sorted(set(sweep_dirs)))
+    ]
+    if not outcomes or any(o in ANSWERING_OUTCOMES for o in outcomes):
+        return 0
+    print(
+        f"memsweep: error: none of the {len(outcomes)} run(s) of this sweep ended ok or oom "
+        f"({', '.join(sorted({str(o) for o in outcomes}))}): nothing was measured that answers whether the load fits; "
+        "each run's cause is in its stderr.log",
+        file=sys.stderr,
+        flush=True,
+    )
+    return EXIT_ERROR
+
+
 def planned_jobs(config: DictConfig) -> int | None:
     """How many jobs the multirun will launch, when it can be known up front: the ovat
     sweeper's conditions, or the basic sweeper's cartesian product; None otherwise (an
@@ -121,10 +160,11 @@ def planned_jobs(config: DictConfig) -> int | None:
 
 
 class Progress(Callback):
-    """One line per job start and end while a sweep runs: jobs done and left, the condition,
-    the outcome, the elapsed time. Quiet when stdout is not a terminal (logs, CI, pipes);
-    ``MEMSWEEP_PROGRESS=1`` forces it on, ``=0`` off. Inside a call of the Python API the lines
-    go to its observer instead (``sweeper.progress``: a bar, or nothing).
+    """One line per finished job while a sweep runs: jobs done and left, the time left at the pace
+    so far, the condition, the outcome, the elapsed time (``sweeper.progress.counts_text``). Quiet
+    when stdout is not a terminal (logs, CI, pipes); ``MEMSWEEP_PROGRESS=1`` forces it on, ``=0``
+    off. Inside a call of the Python API the jobs go to its observer instead (``sweeper.progress``:
+    a bar, or nothing).
 
     Jobs done are counted from the run directories holding a result.json, so the count holds
     with launchers that run jobs in other processes (joblib, submitit) and on resumed sweeps.
@@ -145,15 +185,16 @@ class Progress(Callback):
         return sys.stdout.isatty()
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Hydra's start of the multirun: start the clock and count the planned jobs
-        (``planned_jobs``), both also put in the environment for launchers' worker processes
-        (``MEMSWEEP_PROGRESS_TOTAL``, ``MEMSWEEP_PROGRESS_T0``).
+        """Hydra's start of the multirun: note its sweep directory (``SWEEPS_STARTED``), start the
+        clock and count the planned jobs (``planned_jobs``), both also put in the environment for
+        launchers' worker processes (``MEMSWEEP_PROGRESS_TOTAL``, ``MEMSWEEP_PROGRESS_T0``).
 
         Args:
             config: the multirun's config.
             kwargs: Hydra's other arguments (unused).
         """
         self.started = time.monotonic()
+        SWEEPS_STARTED.append(Path(str(config.hydra.sweep.dir)).absolute())
         try:
             self.total = planned_jobs(config)
         except Exception:  # a plan we cannot replay: show no total rather than fail the sweep
@@ -168,33 +209,32 @@ class Progress(Callback):
     def _counts(self, config: DictConfig) -> str:
         sweep_dir = Path(str(config.hydra.sweep.dir))
         on_disk = sum(1 for _ in sweep_dir.glob("*/result.json")) if sweep_dir.is_dir() else 0
-        done = max(self.done, on_disk)
         total = self.total
         if total is None and os.environ.get("MEMSWEEP_PROGRESS_TOTAL", "").isdigit():
             total = int(os.environ["MEMSWEEP_PROGRESS_TOTAL"])
-        if total is None:
-            return f"{done} done"
-        return f"{done}/{total} done, {max(total - done, 0)} left"
+        return counts_text(max(self.done, on_disk), total, self._elapsed_s())
+
+    def _elapsed_s(self) -> float | None:
+        if self.started is not None:
+            return time.monotonic() - self.started
+        try:
+            return time.time() - float(os.environ["MEMSWEEP_PROGRESS_T0"])
+        except (KeyError, ValueError):
+            return None
 
     def _elapsed(self) -> str:
-        if self.started is not None:
-            seconds = time.monotonic() - self.started
-        else:
-            try:
-                seconds = time.time() - float(os.environ["MEMSWEEP_PROGRESS_T0"])
-            except (KeyError, ValueError):
-                return "-"
-        return str(datetime.timedelta(seconds=int(seconds)))
+        seconds = self._elapsed_s()
+        return "-" if seconds is None else str(datetime.timedelta(seconds=int(seconds)))
 
     @staticmethod
     def _condition(config: DictConfig) -> str:
-        load = {k: config.get(k) for k in (*AXES, *SHOWN_WHEN_SET, "world_size")}
+        load = {k: config.get(k) for k in (*AXES, *SHOWN_WHEN_SET, "world_size", "mode")}
         fields = [*load_words(load), *(f"{k}={config.get(k)}" for k in ("mode", "device") if config.get(k) is not None)]
         return f"job {config.hydra.job.get('num', '?')}: " + " ".join(fields)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Hydra's start of a job: print ``memsweep: [done/total] running <condition> · elapsed``
-        when ``enabled``.
+        """Hydra's start of a job: shown by an API call's observer only (the command line prints
+        one line per finished job, ``on_job_end``).
 
         Args:
             config: the job's config.
@@ -203,15 +243,11 @@ class Progress(Callback):
         watching = observer()
         if watching is not None:  # an API call shows its own bar (or nothing)
             watching.job_start(self._condition(config))
-        elif self.enabled():
-            print(
-                f"memsweep: [{self._counts(config)}] running {self._condition(config)} · elapsed {self._elapsed()}",
-                flush=True,
-            )
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
-        """Hydra's end of a job: count it and print ``memsweep: [done/total] <condition> ->
-        <outcome> · elapsed`` when ``enabled`` (``failed`` when the job returned no result).
+        """Hydra's end of a job: count it and print ``memsweep: [done/total done, N left, about
+        H:MM:SS left] <condition> -> <outcome> · elapsed H:MM:SS`` when ``enabled`` (``failed``
+        when the job returned no result).
 
         Args:
             config: the job's config.
@@ -233,3 +269,32 @@ class Progress(Callback):
             f"memsweep: [{self._counts(config)}] {self._condition(config)} -> {outcome} · elapsed {self._elapsed()}",
             flush=True,
         )
+
+
+def report_dry_run(n: int, value: str, result: dict, peak: int | None, verdict: str | None, capacity: int) -> None:
+    """Say on stderr that a dry run of ``memsweep predict`` (or of a search seeded from dry runs)
+    ended: its value, the predicted peak and verdict against the capacity. Silent inside a call of
+    the Python API (``observer``), whose caller reads the answer it returns.
+
+    Args:
+        n: the dry runs made so far, this one included.
+        value: the value run (``batch=64``).
+        result: its result envelope (``outcome``, ``wall_s``, ``failed_phase``).
+        peak: its predicted ``max_memory_allocated`` (bytes), or None.
+        verdict: ``conf.contract.predicted_outcome``'s (ok, oom, the worker's outcome).
+        capacity: the capacity predicted against (bytes).
+    """
+    if observer() is not None:
+        return
+    cap = size_words(capacity)
+    if verdict in ("ok", "oom") and peak is not None:
+        fit = "fits" if verdict == "ok" else "does not fit"
+        text = f"predicted max_memory_allocated {size_words(peak)}: {fit} in {cap}"
+    else:
+        where = f" in {result['failed_phase']}" if result.get("failed_phase") else ""
+        text = f"{result.get('outcome')}{where}: nothing predicted"
+    wall = result.get("wall_s")
+    took = f"{wall:.1f} s; " if isinstance(wall, (int, float)) else ""
+    print(
+        f"memsweep: dry run {n}: {value} -> {text} ({took}fake tensors, nothing measured)", file=sys.stderr, flush=True
+    )

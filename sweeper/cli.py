@@ -21,6 +21,7 @@ from memsweep.conf.contract import (
     bytes_text,
     validate_device,
 )
+from memsweep.estimator.labels import verdict_words
 
 if TYPE_CHECKING:
     from .predict import Prediction
@@ -47,7 +48,8 @@ OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher
 
 Exit status of ``memsweep run``: 0 ok, 3 out of memory, 4 error, 6 crash, 7 timeout (the run's
 outcome), 2 bad input (nothing ran). ``memsweep sweep``: 0 when the sweep ran (its OOMs are
-its data), 2 bad input, 130 interrupted (resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
+its data), 4 when no run ended ok or oom (every run an error, crash or timeout), 2 bad input, 130
+interrupted (resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
 fits, 4 a dry run failed, 2 bad input (``conf.contract.PREDICT_EXIT``).
 """
 
@@ -80,7 +82,10 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
         return EXIT_INTERRUPTED
     if not multirun and jobs:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
         return run_exit_code(jobs[-1].result)
-    return 0
+    from .callbacks import SWEEPS_STARTED, sweep_exit_code  # 4 when no run of the sweep ended ok or oom
+
+    started, SWEEPS_STARTED[:] = list(SWEEPS_STARTED), []
+    return sweep_exit_code(started + [j.sweep_dir for j in jobs if j.sweep_dir is not None])
 
 
 def hydra_command(argv: list[str]) -> bool:
@@ -259,22 +264,24 @@ def _print_edge(prediction: Prediction, axis: str, out: TextIO) -> None:
     """
     predictor, edge, summary = prediction.predictor, prediction.edge, prediction.summary
     at = predictor.runs.get(edge.max_fit) if edge.max_fit is not None else None
+    load = " ".join(verdict_words(predictor.base.to_dict(), prediction.capacity_bytes, skip=(axis,)))
     if edge.error is not None:
         err = edge.error
         print(f"  dry run at {axis}={err['value']} failed: {err['error_type']}: {err['error_message']}", file=out)
         print("  (a real run measures such a load: memsweep run / sweep)", file=out)
     if edge.max_fit is None and edge.min_miss == 1:
-        print(f"  PREDICTED: nothing fits; {axis}=1 already needs {bytes_text(predictor.runs[1]['peak'])}", file=out)
+        need = bytes_text(predictor.runs[1]["peak"])
+        print(f"  PREDICTED: nothing fits; {axis}=1 already needs {need}, for {load}", file=out)
     if edge.upper_reached:
         print(
             f"  PREDICTED: edge not found below the upper bound: {axis}={edge.max_fit} (--upper) fits; "
-            "the edge lies above it (a larger --upper searches further)",
+            f"the edge lies above it (a larger --upper searches further), for {load}",
             file=out,
         )
     elif edge.max_fit is not None:
         exact = "exact" if edge.exact else "not exact"
         print(
-            f"  PREDICTED edge: max fit {axis}={edge.max_fit}, min miss {axis}={edge.min_miss} ({exact})",
+            f"  PREDICTED edge: max fit {axis}={edge.max_fit}, min miss {axis}={edge.min_miss} ({exact}), for {load}",
             file=out,
         )
     if edge.max_fit is not None:
@@ -384,9 +391,11 @@ def _predict_cards_command(argv: list[str], cards: list[str], out) -> int:
     except SpecError as exc:
         print(f"memsweep predict: error: {_predict_error(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    load = " ".join(w for w in verdict_words(summary["load"], None, skip=(axis,)) if not w.startswith("capacity="))
     print(
         f"memsweep predict: PREDICTED edge of {axis} per card ({summary['device']}; each card's reported total, "
-        f"estimator/cards.py), {summary['dry_runs']} dry runs (fake tensors, no device), in {summary['out_dir']}",
+        f"estimator/cards.py), for {load}; {summary['dry_runs']} dry runs (fake tensors, no device), "
+        f"in {summary['out_dir']}",
         file=out,
     )
     print(CARD_TABLE_HEAD, file=out)

@@ -292,12 +292,13 @@ def search_reading(run: dict, axis: str, suspect: str = "stop") -> tuple[Reading
 
     Returns:
         (the ``Reading``: ``axis_reading``'s outcome, peak and message, the run's capacity in bytes,
-        reused and directory, and for an ``oom`` what it held and asked, ``oom_said``; the name of
-        the peak's counter).
+        reused and directory, for an ``oom`` what it held and asked, ``oom_said``, and the run's
+        peak over every phase, ``conf.contract.run_peak``; the name of the peak's counter).
     """
     outcome, peak, counter, message = axis_reading(run, axis, suspect)
     held, asked = oom_said(run, counter) if outcome == "oom" else (None, None)
-    reading = Reading(outcome, peak, run["capacity_bytes"], message, run["reused"], run["run_dir"], held, asked)
+    whole, _ = run_peak(run["record"])  # every phase: the peak the report holds against its margin
+    reading = Reading(outcome, peak, run["capacity_bytes"], message, run["reused"], run["run_dir"], held, asked, whole)
     return reading, counter
 
 

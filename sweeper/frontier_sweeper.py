@@ -38,7 +38,7 @@ from .inputs import check_sweep_config
 from .owner import session_id
 from .predict import PredictedEdge, Predictor
 from .process import share_fork_server
-from .search import STOP_OUTCOMES, FrontierSearch, Lattice
+from .search import ERRORS_IN_A_ROW, STOP_OUTCOMES, FrontierSearch, Lattice
 from .spec import launch_settings, spec_from_config
 
 log = logging.getLogger("memsweep")
@@ -183,6 +183,10 @@ class FrontierSweeperImpl:
         if not (self.sweep_dir / "multirun.yaml").exists():
             OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
         self.search_log = SearchLog(self.sweep_dir, self.session)
+        # the report's margin (checked before any run, sweeper.inputs.check_report_margin): its edge is searched too
+        from memsweep.estimator.margin import parse_margin
+
+        self.margin_of = parse_margin(OmegaConf.select(self.config, "hydra.callbacks.analyze.margin")).bytes_for
         self.slots = launcher_slots(self.config, self.settings.parallel)
         self.runs = SweepRuns(self.sweep_dir, self.launcher, self.compose, fixed, self.slots)
         reusable = self.runs.job_idx
@@ -227,6 +231,7 @@ class FrontierSweeperImpl:
             never confirmed: a dry run is deterministic, its re-run repeats the same prediction).
         """
         self.counter: str | None = None  # the peak counter the probes read (search_reading)
+        self.dry_run = bool(baseline.dry_run)  # predicted peaks: no margin edge to measure
         self.capacity: int | None = None  # the capacity they report (bytes)
         extra = LIGHT if self.settings.light else []
         seed = self.dry_run_seed(axis, lattice, baseline) if self.settings.seed_from_dry_run else None
@@ -316,7 +321,10 @@ class FrontierSweeperImpl:
         Returns:
             The finished search.
         """
-        search = FrontierSearch(axis, lattice, self.settings.strategy, capacity=None, seed=seed)
+        margin_of = None if extra or self.dry_run else self.margin_of  # the margin edge: full-protocol real runs
+        search = FrontierSearch(
+            axis, lattice, self.settings.strategy, None, seed, errors_in_a_row=ERRORS_IN_A_ROW, margin_of=margin_of
+        )
         while not search.done:
             probes = search.propose(self.slots)
             runs = self.runs.run(axis, [(p.value, 0) for p in probes], extra)

@@ -281,9 +281,56 @@ def check_report_margin(margin: Any) -> None:
         SpecError: field ``hydra.callbacks.analyze.margin``, a margin ``analysis.report``
             does not read.
     """
-    from memsweep.analysis.report import parse_margin
+    from memsweep.estimator.margin import parse_margin
 
     try:
         parse_margin(margin)
     except SpecError as exc:
         raise SpecError("hydra.callbacks.analyze.margin", margin, exc.accepted) from None
+
+
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
+"""Config keys that hold a transformers model's number of positions, in the order read."""
+
+BAD_CONFIG_ERRORS = ("has no such class", "Unrecognized model identifier", "has no model_type")
+"""Fragments of the count worker's error that say the hf ``workload.config`` names no config."""
+
+
+def check_hf_model(spec: Any, count: Mapping[str, Any] | None) -> None:
+    """Check an hf run's model before any worker starts, from the count worker's answer
+    (``sweeper.spec.hf_count``: transformers' config built on the meta device, in a worker):
+    the config class or model type exists, and the positions the run needs fit the model's.
+
+    Args:
+        spec: the run's ``RunSpec`` (``workload`` hf; ``context``, and ``new_tokens`` in generate).
+        count: the count's answer (``count_config``'s dict: ``config`` the resolved text config's
+            values), or ``{"error": ...}``; None: nothing to check.
+
+    Raises:
+        SpecError: field ``workload.config`` (no such class or model type; the worker's words),
+            or ``context`` above the model's ``max_position_embeddings`` (``n_positions`` for GPT-2).
+    """
+    if not count:
+        return
+    error = str(count.get("error") or "")
+    if any(fragment in error for fragment in BAD_CONFIG_ERRORS):
+        config = spec.workload.get("config")
+        words = error.split(": ", 1)[-1].removeprefix(f"workload.config={config!r}: ")[:300]
+        raise SpecError(
+            "workload.config",
+            config,
+            f"a transformers config class (LlamaConfig), a model type (llama) or a config.json that exists ({words})",
+        )
+    resolved = count.get("config")
+    values: Mapping[str, Any] = resolved if isinstance(resolved, Mapping) else {}
+    limit = next((values[k] for k in POSITION_KEYS if isinstance(values.get(k), int)), None)
+    needed = spec.context + (spec.new_tokens if spec.mode == "generate" else 0)
+    if limit is not None and needed > limit:
+        key = next(k for k in POSITION_KEYS if values.get(k) == limit)
+        also = f" (context {spec.context} + new_tokens {spec.new_tokens})" if spec.mode == "generate" else ""
+        raise SpecError(
+            "context",
+            spec.context,
+            f"at most the model's {key} = {limit} positions{also}; to measure a longer context, raise it with "
+            f"+workload.overrides.{key}=N (a frontier search on context: hydra.sweeper.upper={limit} keeps within it)",
+        )

@@ -22,6 +22,7 @@ from memsweep.conf.contract import (
 )
 from memsweep.estimator.labels import load_words
 
+from .answer import run_answer
 from .errors import InputRefused
 from .owner import guard_launcher_worker
 from .pool import placement
@@ -39,7 +40,9 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     above it: up to ``existed`` (the deepest folder of a given ``hydra.run.dir`` that existed
     before the command), else up to ``results_dir``.
 
-    Returns the result envelope (see ``sweeper.process.execute``); a dry run's
+    A single ``memsweep run`` (not a dry run) also prints its answer (``sweeper.answer.run_answer``:
+    both peaks, the capacity, the headroom and the load). Returns the result envelope (see
+    ``sweeper.process.execute``); a dry run's
     ``predicted_outcome`` (``conf.contract.predicted_outcome``: ok, oom when the predicted peak
     is above the capacity, None without a capacity; written in result.json) is what
     ``memsweep run`` exits with.
@@ -83,13 +86,27 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     if result.get("resumed"):
         log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])
         return result
+    log_outcome(spec, run_dir, result, single=hydra_cfg.mode == RunMode.RUN)
+    return result
+
+
+def log_outcome(spec: RunSpec, run_dir: Path, result: dict, single: bool) -> None:
+    """Log a finished run's console line; for a single measured ``memsweep run`` also its answer
+    (both peaks, the capacity, the headroom, the load); and the cause of a failed DDP/FSDP run.
+
+    Args:
+        spec: the run's spec; run_dir: its directory; result: its result envelope.
+        single: a ``memsweep run`` (Hydra's run mode), not a job of a sweep.
+    """
     # read once: the line and a dry run's verdict, or the rank whose failure ended a DDP/FSDP run
-    record = try_read(run_dir, RECORD_FILE)[0] if spec.dry_run or spec.world_size > 1 else None
+    record = try_read(run_dir, RECORD_FILE)[0] if spec.dry_run or spec.world_size > 1 or single else None
     log.info("%s", outcome_line(spec, run_dir, result, record))
+    if single and not spec.dry_run:
+        for line in run_answer(spec.to_dict(), record):
+            log.info("%s", line)
     cause = cause_line(run_dir, result)
     if cause is not None:
         log.error("%s", cause)
-    return result
 
 
 RANK_TASK_WAIT_S = 600.0

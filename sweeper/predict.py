@@ -33,6 +33,7 @@ from memsweep.conf.contract import (
     write_json_atomic,
 )
 
+from .callbacks import report_dry_run
 from .frontier_settings import FrontierSweeperConf
 from .inputs import check_writable
 from .predict_parts import breakdown, estimator_figures, peak_split_at
@@ -152,11 +153,14 @@ class Predictor:
         """
         if value in self.runs:
             return self.runs[value]
-        if value not in self.finished:
+        fresh = value not in self.finished
+        if fresh:
             self.finished[value] = self._dry_run(value)
         result, record = self.finished[value]
         peak, _ = run_peak(record)  # a dry run's: max_memory_allocated, predicted
         verdict = predicted_outcome(result["outcome"], peak, self.capacity)
+        if fresh:
+            report_dry_run(len(self.finished), f"{self.axis}={value}", result, peak, verdict, self.capacity)
         ok = verdict in ("ok", "oom")
         out = {
             "value": value,

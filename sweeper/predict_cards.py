@@ -131,8 +131,9 @@ def predict_cards(
             (``Predictor``).
 
     Returns:
-        {"axis", "source": "predicted", "device", "out_dir", "dry_runs", "blind_spots",
-        "cards": one row per card: "card", "capacity_bytes", "max_fit", "min_miss", "exact",
+        {"axis", "source": "predicted", "device", "out_dir", "dry_runs", "blind_spots", "load"
+        (the load's spec as a dict), "cards": one row per card: "card", "capacity_bytes", "max_fit",
+        "min_miss", "exact",
         "peak_bytes" (the largest predicted phase peak at max_fit), "error" (a failed dry run's
         message, or None), "estimator_fixed_bytes" (weights + gradients + optimizer states,
         calculated; None for a workload the estimator does not describe) and
@@ -168,6 +169,7 @@ def predict_cards(
         "out_dir": str(out_dir),
         "dry_runs": len(finished),
         "blind_spots": list(blind_spots(device)),
+        "load": base.to_dict(),
         "cards": rows,
     }
     write_json_atomic(out_dir / "predict_cards.json", summary)

@@ -1,18 +1,20 @@
-"""What a Python caller of the API sees of the runs it started: a progress bar, or nothing.
+"""What a caller sees of the runs it started: a progress bar or nothing (the Python API), and the
+words of the command line's progress (``counts_text``).
 
 The command line's progress is ``sweeper.callbacks.Progress``, a Hydra callback that prints one
-line per job start and end. A call of the Python API (``memsweep.run``, ``memsweep.sweep``...)
-runs the same Hydra callbacks in its own process; while it runs, an ``Observer`` is installed
-here (``observing``), and ``Progress`` hands it what it would have printed: the observer shows a
-bar (tqdm's ``tqdm.auto``: a widget in a notebook, a text bar on a terminal) or nothing
-(``progress=False``), and keeps the sweep directory Hydra chose. Jobs that a launcher runs in
-other processes (joblib, submitit) have no observer there and print ``Progress``'s lines as on
-the command line.
-"""
+line per finished job, with the jobs done and left and the time left (``counts_text``); ``memsweep
+predict`` says each dry run as it ends (``sweeper.callbacks.report_dry_run``). A call of the Python API
+(``memsweep.run``, ``memsweep.sweep``...) runs the same Hydra callbacks in its own process; while
+it runs, an ``Observer`` is installed here (``observing``), and ``Progress`` hands it what it would
+have printed: the observer shows a bar (tqdm's ``tqdm.auto``: a widget in a notebook, a text bar on
+a terminal) or nothing (``progress=False``), and keeps the sweep directory Hydra chose. Jobs that a
+launcher runs in other processes (joblib, submitit) have no observer there and print
+``Progress``'s lines as on the command line."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -103,3 +105,36 @@ def observing(bar: bool, total: int | None = None) -> Iterator[Observer]:
     finally:
         _OBSERVER.close()
         _OBSERVER = previous
+
+
+def time_left_s(elapsed_s: float, done: int, total: int | None) -> float | None:
+    """Seconds left in a sweep, at the mean pace of the runs done so far.
+
+    Args:
+        elapsed_s: seconds since the sweep started.
+        done: runs ended so far.
+        total: runs planned; None when not known up front (an adaptive search).
+
+    Returns:
+        ``elapsed_s / done * (total - done)`` (0 when none are left); None when nothing ended
+        yet or the total is not known.
+    """
+    if total is None or done <= 0:
+        return None
+    return elapsed_s / done * max(total - done, 0)
+
+
+def counts_text(done: int, total: int | None, elapsed_s: float | None) -> str:
+    """The progress of a sweep in words: ``3/8 done, 5 left, about 0:00:12 left``; ``3 done, time
+    left not known (the search picks its next value as it goes)`` without a total.
+
+    Args:
+        done: runs ended so far.
+        total: runs planned, or None.
+        elapsed_s: seconds since the sweep started, or None when not known.
+    """
+    if total is None:
+        return f"{done} done, time left not known (the search picks its next value as it goes)"
+    left = time_left_s(elapsed_s, done, total) if elapsed_s is not None else None
+    eta = "" if left is None else f", about {datetime.timedelta(seconds=round(left))} left"
+    return f"{done}/{total} done, {max(total - done, 0)} left{eta}"

@@ -250,7 +250,7 @@ def spec_from_config(cfg: Any) -> RunSpec:
     fields.update(device=device, capacity_bytes=capacity_bytes, workload=workload)
     spec = RunSpec.from_dict(fields)
     check_optional_packages(spec)
-    if spec.train_step == "user":
+    if spec.workload_name == "user":
         check_user_step(spec.workload)
     spec = check_host_options(spec)  # a checkpoint directory, peft / bitsandbytes, a compiler
     check_against_device(spec, info, capacity, capacity_bytes)
@@ -304,11 +304,18 @@ def with_estimate(spec: RunSpec) -> RunSpec:
     ``estimate_missing_reason`` filled in, for every workload (``estimator.estimate_run``).
 
     An ``hf`` run's model is counted by transformers in a worker process (``hf_count``), once per
-    distinct config and overrides: no torch is imported here.
+    distinct config and overrides: no torch is imported here. That count also checks the hf
+    model (``sweeper.inputs.check_hf_model``).
+
+    Raises:
+        SpecError: an hf config that names no model, or a context above its positions.
     """
     from memsweep.estimator import estimate_run
 
+    from .inputs import check_hf_model
+
     count = hf_count(spec.workload) if spec.workload_name == "hf" else None
+    check_hf_model(spec, count)  # the config names a model, the context fits its positions
     estimate, reason = estimate_run(spec, count)
     return dataclasses.replace(
         spec, estimate=None if estimate is None else estimate.to_dict(), estimate_missing_reason=reason
@@ -316,32 +323,35 @@ def with_estimate(spec: RunSpec) -> RunSpec:
 
 
 def check_user_step(workload: dict, timeout: float = 300) -> None:
-    """Check a user workload's own ``train_step`` before any worker starts: a worker process
-    imports it and binds its call (``python -m memsweep.worker --check-user``; this process never imports
-    the user's code, which imports torch). The answer is cached for this process and its children
-    (environment variable ``MEMSWEEP_USER_STEP_<sha1 of path and train_step>``): a sweep pays it once.
+    """Check a user workload's functions before any worker starts: a worker process imports the
+    model, inputs, loss, optimizer and train_step factories and binds each call
+    (``python -m memsweep.worker --check-user``, ``worker.workloads.user.check_user_targets``; this
+    process never imports the user's code, which imports torch). The answer is cached for this
+    process and its children (environment variable ``MEMSWEEP_USER_STEP_<sha1 of path and the
+    functions>``): a sweep pays it once.
 
     Args:
-        workload: the spec's validated user workload (``path``, ``train_step``).
+        workload: the spec's validated user workload (``path`` and the functions' descriptions).
         timeout: seconds for the worker.
 
     Raises:
-        SpecError: field ``workload.train_step._target_`` (not importable, no such callable) or
-            ``workload.train_step`` (not callable as train_step(model, batch, optimizer)), or the
-            worker gave no answer.
+        SpecError: field ``workload.<fn>._target_`` (not importable, no such callable, a class
+            where a factory is expected, a call that does not bind) or ``workload.train_step``
+            (not callable as train_step(model, batch, optimizer)), or the worker gave no answer.
     """
     import hashlib
 
-    arg = json.dumps({"path": workload.get("path"), "train_step": workload["train_step"]}, sort_keys=True)
+    fns = ("model", "inputs", "loss", "optimizer", "train_step")
+    arg = json.dumps({"path": workload.get("path"), **{k: workload.get(k) for k in fns}}, sort_keys=True)
 
     def check() -> dict:
         try:
             return ask_worker("--check-user", arg, timeout=timeout)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             return {
-                "field": "workload.train_step",
-                "value": workload["train_step"].get("_target_"),
-                "accepted": (f"a train_step the worker can import and check (no answer: {exc})"),
+                "field": "workload.model",
+                "value": (workload.get("model") or {}).get("_target_"),
+                "accepted": (f"functions the worker can import and check (no answer: {exc})"),
             }
 
     answer = _env_cached("MEMSWEEP_USER_STEP_" + hashlib.sha1(arg.encode()).hexdigest(), check)

@@ -32,7 +32,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_env import ROOT, child_env, describe_build, install_missing, memsweep, torch_info
+from gpu_env import (
+    ROOT,
+    child_env,
+    describe_build,
+    install_finetune,
+    install_missing,
+    memsweep,
+    package_dir,
+    torch_info,
+)
 
 SWEEP_BATCHES = (1, 8, 32, 64, 128, 256)  # mlp width 1024, context 512: 8 MiB of hidden activation per item
 CAPACITY = 2**30
@@ -146,13 +155,13 @@ def main() -> int:
     if not usable:
         return 2
     try:
-        installed = install_missing()
+        installed = install_missing() + install_finetune()
     except RuntimeError as exc:
         print(exc)
         return 2
     print(f"gpu-check: installed from .gpu-wheels: {', '.join(installed) or 'nothing (all present)'}")
     os.environ["PYTHONPATH"] = child_env()["PYTHONPATH"]  # for the workers started from this process
-    sys.path.insert(0, str(ROOT))
+    sys.path[:0] = [str(package_dir()), str(ROOT)]  # this checkout as memsweep, and tests
     probe: dict = {}
     device = probe_line(probe)
     if not probe.get("available"):

@@ -8,8 +8,12 @@ Standard library only (it runs before anything is installed). It
   brought along in ``WHEELS_DIR`` (an ignored folder that ``make gpu-wheels`` fills, carried to
   the GPU machine), by unpacking them into ``SITE_DIR`` (``install_missing``): a pure wheel
   (``Root-Is-Purelib: true``) is its files under site-packages, so no pip and no index is needed;
-* gives the environment for the check's subprocesses (``child_env``): the repository and
-  ``SITE_DIR`` on PYTHONPATH.
+* installs what the fine-tuning check needs where it is missing (``install_finetune``: transformers,
+  peft and accelerate with their dependencies, every brought wheel whose distribution is not
+  installed and whose tags fit this interpreter, pure or built for it); without them the fine-tuning
+  parts skip, saying so;
+* gives the environment for the check's subprocesses (``child_env``): this checkout as
+  ``memsweep`` (a link in the temporary directory), the repository and ``SITE_DIR`` on PYTHONPATH.
 
 ``python tests/gpu_env.py`` prints the build line and what it installed, as JSON on its last line.
 """
@@ -20,10 +24,14 @@ import importlib
 import importlib.util
 import json
 import os
+import platform
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +50,10 @@ NEEDED = {
     "matplotlib": "matplotlib",
 }
 """Module -> distribution memsweep needs beside torch (pyproject.toml's dependencies)."""
+
+FINETUNE = ("transformers", "peft", "accelerate")
+"""The distributions of the fine-tuning check (tests/gpu_finetune.py), optional: brought by
+``make gpu-wheels`` with their dependencies, which ``install_finetune`` installs where missing."""
 
 PROBE = (
     "import json, torch\n"
@@ -154,10 +166,97 @@ def install_missing(wheels: Path = WHEELS_DIR, site: Path = SITE_DIR, needed: di
     return installed
 
 
+def wheel_fits(name: str) -> bool:
+    """Whether a wheel file runs on this interpreter, read from its name's tags (PEP 427, PEP 425):
+    a pure wheel (platform ``any``, Python ``py3``), or one built for it (``cpXY``, or
+    ``cpXY``-``abi3`` with XY at most this Python's, on a ``manylinux_*`` platform of this machine)."""
+    python, abi, plat = name[: -len(".whl")].split("-")[-3:]
+    major, minor = sys.version_info[:2]
+    if plat == "any":
+        return any(t in ("py3", f"py{major}", f"cp{major}{minor}") for t in python.split("."))
+    machine = platform.machine()
+    if not sys.platform.startswith("linux") or not any(
+        p.startswith("manylinux") and p.endswith("_" + machine) for p in plat.split(".")
+    ):
+        return False
+    for tag in python.split("."):
+        match = re.fullmatch(rf"cp{major}(\d+)", tag)
+        if match and (int(match.group(1)) == minor or (abi == "abi3" and int(match.group(1)) <= minor)):
+            return True
+    return False
+
+
+def _installed(dist: str) -> bool:
+    try:
+        metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _unpack(wheel: Path, site: Path) -> None:
+    """A wheel's files laid out in ``site`` (PEP 427): its root, and its ``.data/purelib`` and
+    ``.data/platlib`` moved up (its scripts and headers are not needed by an import)."""
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    for data in site.glob("*.data"):
+        for item in [*data.glob("purelib/*"), *data.glob("platlib/*")]:
+            if item.is_dir():
+                shutil.copytree(item, site / item.name, dirs_exist_ok=True)
+            else:
+                shutil.copy2(item, site)
+        shutil.rmtree(data)
+
+
+def install_finetune(wheels: Path = WHEELS_DIR, site: Path = SITE_DIR, needed: tuple = FINETUNE) -> list[str]:
+    """Install what the fine-tuning check needs where one of ``needed`` is missing: every wheel
+    in ``wheels`` whose distribution is not installed and that fits this interpreter
+    (``wheel_fits``), unpacked into ``site`` (put first on sys.path).
+
+    Args:
+        wheels: the folder of wheels (``make gpu-wheels``).
+        site: where they are unpacked (created).
+        needed: the distributions of the check (``FINETUNE``).
+
+    Returns:
+        The wheel file names installed; none when every ``needed`` distribution is there, or
+        ``wheels`` brings none (the fine-tuning parts then skip, saying which is missing).
+    """
+    site.mkdir(parents=True, exist_ok=True)
+    if str(site) not in sys.path:
+        sys.path.insert(0, str(site))
+    importlib.invalidate_caches()
+    if all(_installed(d) for d in needed) or not wheels.is_dir():
+        return []
+    brought = [p for p in sorted(wheels.glob("*.whl")) if wheel_fits(p.name)]
+    installed = []
+    for wheel in brought:
+        if not _installed(wheel.name.split("-")[0]):
+            _unpack(wheel, site)
+            installed.append(wheel.name)
+    importlib.invalidate_caches()
+    return installed
+
+
+def package_dir(base: Path | None = None) -> Path:
+    """A folder that makes this checkout importable as ``memsweep`` without installing it: it holds
+    one link, ``memsweep``, to the repository root (the package's root, pyproject's package-dir).
+    Outside the checkout (``base``, else the temporary directory), so no copy of the tree loops."""
+    folder = base if base is not None else Path(tempfile.gettempdir()) / f"memsweep-package-{os.getuid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "memsweep"
+    if link.is_symlink() and link.resolve() != ROOT:
+        link.unlink()
+    if not link.exists():
+        link.symlink_to(ROOT, target_is_directory=True)
+    return folder
+
+
 def child_env(site: Path = SITE_DIR) -> dict:
-    """The environment of the check's subprocesses: the repository and ``site`` first on PYTHONPATH."""
+    """The environment of the check's subprocesses: this checkout as ``memsweep``
+    (``package_dir``), the repository (for ``tests``) and ``site`` first on PYTHONPATH."""
     env = dict(os.environ)
-    parts = [str(ROOT), str(site), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    parts = [str(package_dir()), str(ROOT), str(site), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -179,7 +278,7 @@ if __name__ == "__main__":
     usable, line = describe_build(info)
     print(line)
     try:
-        installed = install_missing()
+        installed = install_missing() + install_finetune()
     except RuntimeError as exc:
         print(exc)
         installed = None

@@ -44,6 +44,8 @@ CASES = [
     (["capacity=12XB"], "KiB, MiB, GiB"),
     (["capacity=-1GB"], "invalid capacity='-1GB'"),
     (["capacity=0"], "invalid capacity=0"),
+    (["capacity=256"], "invalid capacity=256: expected a positive size with its unit, such as 256MiB"),
+    (["capacity=256"], "4096B"),
     (["capacity=1.3B"], "whole number of bytes"),
     (["warmup=-1"], "invalid warmup=-1"),
     (["repeats=0"], "invalid repeats=0"),
@@ -74,6 +76,14 @@ CASES = [
     # checked before anything runs: paths, targets, the report's margin, the launcher
     (["workload=hf", "workload.config=./no/such/config.json"], "invalid workload.config="),
     (["workload=user_convnet", "workload.model._target_=no_such_module.build"], "invalid workload.model._target_="),
+    (
+        ["workload=user_convnet", "workload.model._target_=torch.nn.Linear"],
+        "expected a factory fn(load, **kwargs) returning an nn.Module",
+    ),
+    (["workload=user_convnet", "+workload.inputs.colours=3"], "invalid workload.inputs._target_="),
+    (["workload=hf", "workload.config=LLamaConfig"], "invalid workload.config='LLamaConfig'"),
+    (["workload=hf", "workload.config=gpt2", "context=2048"], "invalid context=2048: expected at most the model's"),
+    (["batch=1,2", "hydra.callbacks.analyze.margin=10"], "invalid hydra.callbacks.analyze.margin=10"),
     (["batch=1,2", "hydra.callbacks.analyze.margin=lots"], "invalid hydra.callbacks.analyze.margin='lots'"),
     (["batch=1,2", "results_dir=/dev/null/results"], "invalid results_dir='/dev/null/results'"),
     (["batch=1,2", "hydra.sweep.dir=/dev/null/sweep"], "invalid hydra.sweep.dir='/dev/null/sweep'"),

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from memsweep.conf.contract import FAILURE_CLASSES, OOM_DETAIL_FIELDS
-from memsweep.worker.classify import WORDINGS, classify_failure, parse_oom
+from memsweep.worker.classify import INT64_MAX, REASON_FIELD, WORDINGS, classify_failure, parse_oom
 
 GiB, MiB = 2**30, 2**20
 
@@ -163,7 +163,6 @@ CASES = [
     ("HIP error: out of memory", "oom", "cuda_runtime_oom", {}),
     ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "oom", "cublas_alloc_failed", {}),
     ("cuDNN error: CUDNN_STATUS_ALLOC_FAILED", "oom", "cudnn_alloc_failed", {}),
-    ("cuDNN error: CUDNN_STATUS_NOT_ENOUGH_MEMORY", "oom", "cudnn_alloc_failed", {}),
     ("cuFFT error: CUFFT_ALLOC_FAILED", "oom", "cufft_cusolver_alloc_failed", {}),
     (
         "cusolver error: CUSOLVER_STATUS_ALLOC_FAILED, when calling `cusolverDnCreate(handle)`",
@@ -196,15 +195,215 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("message, cls, wording, fields", CASES)
+ASYNC = (
+    "Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 22.43 GiB\n"
+    "Requested               : 4.07 GiB\nDevice limit            : 79.11 GiB\nFree (according to CUDA): 0 bytes\n"
+    "PyTorch limit (set by user-supplied memory fraction)\n                        : {limit}"
+)
+NCCL = (
+    "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled cuda error (run with "
+    "NCCL_DEBUG=INFO for details), NCCL version 2.21.5\nncclUnhandledCudaError: Call to CUDA function failed.\n"
+    "Last error:\n{last}"
+)
+ASYNC_FIELDS = dict(
+    oom_allocated_bytes=size(22.43, GiB), oom_request_bytes=size(4.07, GiB), oom_total_bytes=size(79.11, GiB)
+)
+
+# Each message as its source writes it (the id names the source); the negatives after.
+LIBRARY_CASES = [
+    pytest.param(
+        ASYNC.format(limit="17179869184.00 GiB"),  # pytorch_memory_limits = UINT64_MAX until a fraction is set
+        "oom",
+        "cuda_malloc_async",
+        dict(
+            ASYNC_FIELDS,
+            oom_free_bytes=0,
+            oom_limit_bytes=None,
+            oom_null_reason="oom_limit_bytes: no limit set (printed 17179869184.00 GiB)",
+        ),
+        id="CUDAMallocAsyncAllocator.cpp-mallocAsync-no-memory-fraction",
+    ),
+    pytest.param(
+        "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 79.10 GiB of which 0 bytes "
+        "is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, with 1.00 GiB allocated in private "
+        "pools (e.g., CUDA Graphs), and 17179869183.00 GiB is reserved by PyTorch but unallocated.",
+        "oom",
+        "caching_allocator",
+        dict(
+            oom_request_bytes=2 * MiB,
+            oom_total_bytes=size(79.10, GiB),
+            oom_free_bytes=0,
+            oom_allocated_bytes=70 * GiB,
+            oom_reserved_unallocated_bytes=None,
+            oom_null_reason=f"oom_reserved_unallocated_bytes: printed 17179869183.00 GiB, outside "
+            f"{-INT64_MAX - 1}..{INT64_MAX} B (no byte count a device holds)",
+        ),
+        id="CUDACachingAllocator.cpp-malloc-size_t-difference-wrapped",
+    ),
+    pytest.param(
+        "CUDA out of memory. Tried to allocate 12.50 MiB (GPU 0; 10.92 GiB total capacity; 8.57 GiB already "
+        "allocated; 9.25 MiB free; 1.23 GiB cached)",
+        "oom",
+        "caching_allocator_cached",
+        dict(
+            oom_request_bytes=size(12.50, MiB),
+            oom_total_bytes=size(10.92, GiB),
+            oom_allocated_bytes=size(8.57, GiB),
+            oom_free_bytes=size(9.25, MiB),
+            oom_reserved_unallocated_bytes=size(1.23, GiB),
+        ),
+        id="CUDACachingAllocator.cpp-malloc-PyTorch-1.0-1.3-cached",
+    ),
+    pytest.param(
+        "cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/generic/THCStorage.cu:58",
+        "oom",
+        "thc_out_of_memory",
+        {},
+        id="THCGeneral.cpp-THCudaCheck-PyTorch-0.4",
+    ),
+    pytest.param(
+        "MPS backend out of memory (MPS allocated: 18.04 GB, other allocations: 3.78 MB, max allowed: 18.13 GB). "
+        "Tried to allocate 256 bytes on shared pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable upper "
+        "limit for memory allocations (may cause system failure).",
+        "oom",
+        "mps_allocator",
+        dict(oom_allocated_bytes=size(18.04, GiB), oom_limit_bytes=size(18.13, GiB), oom_request_bytes=256),
+        id="MPSAllocator.mm-own-format_size-KB-MB-GB",
+    ),
+    pytest.param(
+        "CUDA driver error: out of memory",
+        "oom",
+        "cuda_runtime_oom",
+        {},
+        id="ATen-cuda-Exceptions.h-AT_CUDA_DRIVER_CHECK",
+    ),
+    pytest.param(
+        "HIP error: hipErrorOutOfMemory", "oom", "cuda_runtime_oom", {}, id="hip_runtime_api.h-hipErrorOutOfMemory-name"
+    ),
+    pytest.param(
+        NCCL.format(last="Cuda failure 'out of memory'"),
+        "oom",
+        "nccl_cuda_oom",
+        {},
+        id="NCCL-checks.h-CUDACHECK-via-NCCLUtils.cpp-getNcclErrorDetailStr",
+    ),
+    pytest.param(
+        NCCL.format(last="Cuda failure 2 'out of memory'"),
+        "oom",
+        "nccl_cuda_oom",
+        {},
+        id="NCCL-checks.h-CUDACHECK-code",
+    ),
+    pytest.param(
+        NCCL.format(last="Failed to CUDA calloc async 6291456 bytes"),
+        "oom",
+        "nccl_cuda_oom",
+        dict(oom_request_bytes=6291456),
+        id="NCCL-alloc.h-ncclCudaCalloc",
+    ),
+    pytest.param(
+        "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasLtMatmul( ltHandle, computeDesc.descriptor(), "
+        "&alpha_val, mat1_ptr, Adesc.descriptor(), ...)`",
+        "oom",
+        "cublas_alloc_failed",
+        {},
+        id="ATen-cuda-Exceptions.h-TORCH_CUDABLAS_CHECK-cublasLt",
+    ),
+    pytest.param(
+        "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED",
+        "oom",
+        "cudnn_alloc_failed",
+        {},
+        id="cudnn_graph.h-cuDNN-9-AT_CUDNN_CHECK",
+    ),
+    pytest.param(
+        "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED",
+        "oom",
+        "cudnn_alloc_failed",
+        {},
+        id="cudnn_graph.h-cuDNN-9-host",
+    ),
+    pytest.param(
+        "CUDA error: CUSPARSE_STATUS_ALLOC_FAILED when calling `cusparseCreate(handle)`",
+        "oom",
+        "cufft_cusolver_alloc_failed",
+        {},
+        id="ATen-cuda-Exceptions.h-TORCH_CUDASPARSE_CHECK",
+    ),
+    pytest.param(
+        "MIOpen error: miopenStatusAllocFailed", "oom", "miopen_alloc_failed", {}, id="MIOpen-miopen.h-miopenStatus_t"
+    ),
+    # negatives: failures of the same libraries that are not capacity
+    pytest.param(
+        NCCL.format(last="Cuda failure 'an illegal memory access was encountered'"),
+        "error",
+        "cuda_illegal_address",
+        {},
+        id="NCCL-CUDACHECK-illegal-address-not-oom",
+    ),
+    pytest.param(
+        NCCL.format(last="Cuda failure 'invalid device ordinal'"), "error", None, {}, id="NCCL-invalid-device-not-oom"
+    ),
+    pytest.param(
+        "NCCL error: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device "
+        "error. \nLast error:\nsocketStartConnect: Connect to 10.0.0.2<43211> failed : Connection refused",
+        "error",
+        None,
+        {},
+        id="NCCLUtils.cpp-ncclSystemError-says-malloc-not-oom",
+    ),
+    pytest.param(
+        "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input.",
+        "error",
+        None,
+        {},
+        id="ATen-cuda-Exceptions.h-AT_CUDNN_CHECK-not-supported",
+    ),
+    pytest.param("cuDNN error: CUDNN_STATUS_BAD_PARAM", "error", None, {}, id="cudnnStatus_t-bad-param"),
+    pytest.param(
+        "CUDA error: CUBLAS_STATUS_INVALID_VALUE when calling `cublasSgemm( handle, opa, opb, m, n, k, ...)`",
+        "error",
+        None,
+        {},
+        id="TORCH_CUDABLAS_CHECK-invalid-value",
+    ),
+    pytest.param("cuFFT error: CUFFT_INVALID_SIZE", "error", None, {}, id="CuFFTUtils.h-invalid-size"),
+    pytest.param("MIOpen error: miopenStatusBadParm", "error", None, {}, id="MIOpen-bad-parm"),
+    pytest.param(
+        "Expected more than 1 value per channel when training, got input size torch.Size([1, 8])",
+        "error",
+        None,
+        {},
+        id="torch-nn-functional-batch_norm-shape",
+    ),
+]
+
+
+def _param(case):
+    return case.values if hasattr(case, "values") else case
+
+
+@pytest.mark.parametrize("message, cls, wording, fields", CASES + LIBRARY_CASES)
 def test_every_wording_its_class_and_numbers(message, cls, wording, fields):
     assert parse_oom(message) == (cls, wording, fields)
     assert classify_failure(RuntimeError(message)) == cls
-    assert set(fields) <= set(OOM_DETAIL_FIELDS)
+    assert set(fields) <= set(OOM_DETAIL_FIELDS) | {REASON_FIELD}
+    recorded = {k: v for k, v in fields.items() if k != REASON_FIELD}
+    assert all(v is None or -INT64_MAX - 1 <= v <= INT64_MAX for v in recorded.values())
+    assert (REASON_FIELD in fields) == (None in recorded.values())  # a null figure always says why
+
+
+@pytest.mark.parametrize("limit", ["24.00 GiB", "17179869184.00 GiB", "99999999999999999999999999999.99 GiB"])
+def test_an_async_limit_is_bytes_or_null_with_its_reason(limit):
+    _, _, fields = parse_oom(ASYNC.format(limit=limit))
+    if limit == "24.00 GiB":
+        assert fields["oom_limit_bytes"] == 24 * GiB and REASON_FIELD not in fields
+    else:
+        assert fields["oom_limit_bytes"] is None and fields[REASON_FIELD].startswith("oom_limit_bytes: no limit set")
 
 
 def test_every_wording_of_the_table_is_covered_and_cited():
-    assert {w.name for w in WORDINGS} == {c[2] for c in CASES if c[2]}
+    assert {w.name for w in WORDINGS} == {_param(c)[2] for c in CASES + LIBRARY_CASES if _param(c)[2]}
     for w in WORDINGS:
         assert w.failure_class in FAILURE_CLASSES and len(w.source) > 20
 

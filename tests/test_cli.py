@@ -75,11 +75,15 @@ def test_analyze_never_overwrites_and_writes_elsewhere(crash_sweep, tmp_path):
 
 def test_empty_or_all_failed_tables_share_the_schema(tmp_path):
     """A sweep whose every run failed still writes files that read as one dataset with the others."""
+    from memsweep.analysis.cli import analyze
+
     (tmp_path / "empty").mkdir()
     proc = run([MEMSWEEP, "analyze", str(tmp_path / "empty")], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert pq.read_table(tmp_path / "empty" / "runs.parquet").schema.equals(RUNS_SCHEMA)
-    assert pq.read_table(tmp_path / "empty" / "frontier.parquet").schema.equals(FRONTIER_SCHEMA)
+    assert proc.returncode == 2 and "holds no sweep" in proc.stderr, proc.stderr  # the command refuses it
+    assert list((tmp_path / "empty").iterdir()) == [], "nothing written"
+    analyze([tmp_path / "empty"], out_dir=tmp_path / "out")  # a sweep's end writes its tables whatever ran
+    assert pq.read_table(tmp_path / "out" / "runs.parquet").schema.equals(RUNS_SCHEMA)
+    assert pq.read_table(tmp_path / "out" / "frontier.parquet").schema.equals(FRONTIER_SCHEMA)
 
 
 def test_second_run_into_same_directory_refuses(tmp_path):

@@ -131,7 +131,7 @@ def test_bad_input_is_refused_naming_the_field(sweeps, tmp_path, capsys):
 def test_fail_above_zero_is_accepted_as_zero_percent():
     from memsweep.analysis.compare.gate import parse_threshold
 
-    for text in ("0", "0B", "0%"):
+    for text in ("0", "0B", "0MiB", "0%"):
         t = parse_threshold(text)
         assert t.allowed(1000) == 0, text
     assert parse_threshold("0").bytes == 0 and parse_threshold("0%").fraction == 0

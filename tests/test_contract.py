@@ -88,7 +88,8 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
     peaks = {
         f.name: f.type
         for f in PHASE_FIELDS
-        if f.name in PEAK_COUNTERS + OOM_DETAIL_FIELDS + ("oom_operator", "failure_class", "failure_wording")
+        if f.name
+        in PEAK_COUNTERS + OOM_DETAIL_FIELDS + ("oom_operator", "oom_null_reason", "failure_class", "failure_wording")
     }
     sources = declared(
         RESULT_FIELDS, RECORD_FIELDS, ENVIRONMENT_FIELDS, CAPACITY_FIELDS, MODEL_FIELDS, RunSpec.field_types(), peaks
@@ -131,6 +132,7 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
         "micro_steps",
         "checkpointing",
         "oom_operator",
+        "oom_null_reason",
     } <= set(checked)
 
 

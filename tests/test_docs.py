@@ -23,8 +23,7 @@ from tests.test_help_and_readme import README, SUBCOMMANDS, doc_commands, failin
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-# docs/notes/ is kept out of the site for now (mkdocs.yml exclude_docs).
-PAGES = sorted(p for p in DOCS.rglob("*.md") if "notes" not in p.relative_to(DOCS).parts)
+PAGES = sorted(DOCS.rglob("*.md"))
 PAGES_WITH_COMMANDS = [p for p in PAGES if doc_commands(p)]
 MKDOCS = importlib.util.find_spec("mkdocs") is not None and importlib.util.find_spec("material") is not None
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
@@ -73,7 +72,7 @@ def test_the_site_builds_strictly_with_the_generated_tables(site):
     assert "--fail-above" in cli and "--margin" in cli and "--cards" in cli
     assert "EXIT_BAD_SPEC" in page_text(site, "reference/exit-codes")
     assert "max_memory_allocated" in page_text(site, "reference/files")
-    assert not (site / "reference_hook.py").exists() and not (site / "notes").exists()
+    assert not (site / "reference_hook.py").exists()
 
 
 def test_the_reference_names_every_declaration():

@@ -22,7 +22,9 @@ MLP = {"name": "mlp", "depth": 2}
 LOADS = {
     "mlp_inference": dict(BASE, batch=4, mode="inference", workload=MLP),
     "mlp_train": dict(BASE, batch=3, mode="train", workload=MLP),
-    "mlp_train_bf16_wide": dict(BASE, batch=2, width=48, dtype="bfloat16", mode="train", workload=MLP),
+    "mlp_train_bf16_wide": dict(
+        BASE, batch=2, width=48, dtype="bfloat16", precision="pure", mode="train", workload=MLP
+    ),
     "lm_inference": dict(BASE, batch=3, mode="inference", workload=LM),
     "lm_train": dict(BASE, batch=2, mode="train", workload=LM, micro_steps=2, eval_batch=3),
     "lm_generate": dict(BASE, batch=2, mode="generate", workload=LM, new_tokens=3),
@@ -291,7 +293,7 @@ def test_predict_finds_the_edge_that_real_runs_confirm(tmp_path):
 
     out = io.StringIO()
     code = predict(
-        PREDICT_LOAD + ["batch=3", f"capacity={capacity}", "--axis", "batch", f"results_dir={tmp_path}"], out=out
+        PREDICT_LOAD + ["batch=3", f"capacity={capacity}B", "--axis", "batch", f"results_dir={tmp_path}"], out=out
     )
     text = out.getvalue()
     assert code == 0, text
@@ -393,7 +395,7 @@ def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path):
     """The frontier integration load (tests/test_frontier_integration.py: mlp inference at an
     emulated 64 MiB, lattice 352..448 step 32, edge between 384 and 416 on every machine: the
     allocator capacity counts the bytes the dry run predicts): the dry runs predict the edge, and
-    the real search needs only the two probes that bracket it."""
+    the real search needs only the two probes that bracket it, then one for the margin's edge."""
     import subprocess
 
     from test_frontier_integration import LOAD, RANGE
@@ -420,9 +422,12 @@ def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path):
     (dry,) = [e for e in events if e["event"] == "dry_run"]
     assert dry["error"] is None and 384 <= dry["predicted_max_ok"] < 416
     probes = [e for e in events if e["event"] == "probe"]
-    assert [p["value"] for p in probes] == [384, 416] and "dry run" in probes[0]["reason"]
+    # the edge in the first two probes; then the margin's edge (the default 10 %: 384's peak leaves less), 352
+    assert [p["value"] for p in probes] == [384, 416, 352] and "dry run" in probes[0]["reason"]
+    assert probes[2]["reason"].startswith("margin edge") or ": margin edge" in probes[2]["reason"]
     (result,) = [e for e in events if e["event"] == "result"]
-    assert (result["max_ok"], result["min_oom"], result["exact"], result["runs_used"]) == (384, 416, True, 2)
+    assert (result["max_ok"], result["min_oom"], result["exact"], result["runs_used"]) == (384, 416, True, 3)
+    assert result["margin_edge"] == 352
     assert not list(sweep_dir.glob("*/spec.json")) or all(
         not json.loads(p.read_text()).get("dry_run") for p in sweep_dir.glob("*/spec.json")
     )

@@ -306,7 +306,7 @@ def test_predict_for_a_cuda_device_on_the_cpu(tmp_path):
     for device in ("cpu", "cuda"):
         out = io.StringIO()
         code = predict(
-            PREDICT_LOAD + [f"device={device}", "batch=2", f"capacity={capacity}", f"results_dir={tmp_path / device}"],
+            PREDICT_LOAD + [f"device={device}", "batch=2", f"capacity={capacity}B", f"results_dir={tmp_path / device}"],
             out=out,
         )
         results[device] = (code, out.getvalue())

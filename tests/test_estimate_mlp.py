@@ -138,6 +138,7 @@ def test_replay_matches_tracker_in_process():
             mode=rng.choice(["inference", "train"]),
             warmup=rng.randint(0, 2),
             repeats=rng.randint(1, 2),
+            precision="pure",  # what the replay models (a 16-bit training run's default is autocast)
         )
         params = dict(
             depth=rng.randint(1, 3),

@@ -106,3 +106,51 @@ def test_orchestrator_killed_mid_sweep_resumes_without_running_a_finished_run_tw
         after = json.loads((sweep_dir / name / "result.json").read_text())
         assert after["worker_pid"] == before["worker_pid"]
     assert "not run again" in again.stderr + again.stdout
+
+
+class _NoTracker:
+    """A CUDA-like counters object: the OOM's figures come from its message alone."""
+
+    def oom_detail(self):
+        return None
+
+
+# The OOM wordings whose figures no record field holds as printed, each from its source's format.
+UNRECORDABLE_OOMS = [
+    pytest.param(
+        "Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 79.00 GiB\n"
+        "Requested               : 2.00 GiB\nDevice limit            : 79.11 GiB\nFree (according to CUDA): 0 bytes\n"
+        "PyTorch limit (set by user-supplied memory fraction)\n                        : 17179869184.00 GiB",
+        id="CUDAMallocAsyncAllocator.cpp-no-memory-fraction",
+    ),
+    pytest.param(
+        "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 79.10 GiB of which 0 bytes is "
+        "free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 17179869183.00 GiB is reserved by "
+        "PyTorch but unallocated.",
+        id="CUDACachingAllocator.cpp-wrapped-difference",
+    ),
+]
+
+
+@pytest.mark.parametrize("message", UNRECORDABLE_OOMS)
+def test_an_oom_whose_figures_no_field_holds_reads_back_as_an_oom(tmp_path, message):
+    """The worker's phase and record for such an OOM are valid: read back, the run is an ``oom``,
+    never a ``crash`` (a damaged record), the figure null and its reason recorded."""
+    import torch
+
+    from memsweep.conf.contract import EXIT_OOM, RECORD_FILE, classify_run, document_problems, try_read
+    from memsweep.worker.measure import Recorder
+    from memsweep.worker.protocol import _record_outcome
+
+    phase: dict = {"name": "cold_forward"}
+    error = torch.OutOfMemoryError(message)
+    _record_outcome(_NoTracker(), phase, error, None)  # type: ignore[arg-type]
+    recorder = Recorder(tmp_path / RECORD_FILE, None)
+    recorder.data["phases"].append(phase)
+    recorder.finish("oom", EXIT_OOM, phase="cold_forward", exc=error)
+    record, problem = try_read(tmp_path, RECORD_FILE)
+    assert problem is None and record is not None and document_problems(record, "record") == []
+    assert classify_run(record, EXIT_OOM, False) == "oom"
+    saved = record["phases"][0]
+    assert saved["status"] == "oom" and saved["oom_null_reason"], saved
+    assert [k for k, v in saved.items() if k.startswith("oom_") and k.endswith("_bytes") and v is None]

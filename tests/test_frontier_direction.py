@@ -123,9 +123,10 @@ def test_the_frontier_of_a_small_sweep_raises_no_pandas_warning():
 
 
 def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_never_read_alike():
-    """The one load label (estimator.labels): a non-default parallel or precision is named, with
-    world_size, in the frontier's fixed load column, the per-run console line (with the rank whose
-    failure ended the run) and the report's summary card; a one-process run shows no world_size=1."""
+    """The one load label (estimator.labels): a non-default parallel is named, with world_size, and
+    a training run's precision recipe in Lightning's words, in the frontier's fixed load column, the
+    per-run console line (with the rank whose failure ended the run) and the report's summary card;
+    a one-process run shows no world_size=1."""
     from pathlib import Path
 
     from memsweep.analysis.report import build_report, parse_margin
@@ -137,16 +138,17 @@ def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_never_read_alike():
     runs = [
         dict(BASE, sweep_dir=p, run_id=f"b{b}", run_dir=f"{p}/{b}", batch=b, parallel=p, world_size=2, outcome="ok")
         | dict(precision="autocast" if p == "fsdp" else "pure", max_memory_allocated=100 * b)
+        | dict(dtype="bfloat16" if p == "fsdp" else "float32")
         for p in ("ddp", "fsdp")
         for b in (2, 4)
     ]
     text = format_frontier(frontier_table(coerce_table(runs, RUNS_SCHEMA)))
     lines = [line for line in text.splitlines() if line.startswith("batch")]
     assert [line.split("      ")[0] for line in lines] == [
-        "batch    train cpu context=8 width=64 dtype=float32 parallel=ddp world_size=2",
-        "batch    train cpu context=8 width=64 dtype=float32 precision=autocast parallel=fsdp world_size=2",
+        "batch    train cpu context=8 width=64 dtype=float32 precision=32-true parallel=ddp world_size=2",
+        "batch    train cpu context=8 width=64 dtype=bfloat16 precision=bf16-mixed parallel=fsdp world_size=2",
     ]
-    assert load_words(dict(BASE, parallel="none", world_size=1, precision="pure")) == [
+    assert load_words(dict(BASE, mode="inference", parallel="none", world_size=1, precision="pure")) == [
         "batch=2",
         "context=8",
         "width=64",
@@ -156,11 +158,12 @@ def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_never_read_alike():
         dict(mode="train", parallel="fsdp", world_size=2, batch=2, context=8, width=64, device="cpu")
     )
     line = outcome_line(spec, Path("r/0"), {"outcome": "oom", "failed_phase": "cold_step"}, {"failed_rank": 1})
-    head = "r/0: batch=2 context=8 width=64 dtype=float32 parallel=fsdp world_size=2 mode=train device=cpu"
+    head = "r/0: batch=2 context=8 width=64 dtype=float32 precision=32-true parallel=fsdp world_size=2"
+    head += " mode=train device=cpu"
     assert line == f"{head} -> oom in cold_step on rank 1"
     fsdp = coerce_table([r for r in runs if r["parallel"] == "fsdp"], RUNS_SCHEMA)
     report = build_report(
         fsdp, coerce_table([], PHASES_SCHEMA), frontier_table(fsdp), parse_margin(None), render_plots=False
     )
     (load_row,) = [b for b in report.doc.blocks if b[0] == "table" and "load (observed)" in str(b)]
-    assert "precision `autocast`, parallel `fsdp`" in str(load_row)
+    assert "precision `bf16-mixed`, parallel `fsdp`" in str(load_row)

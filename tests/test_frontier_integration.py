@@ -16,6 +16,7 @@ import pytest
 
 from memsweep.conf.contract import RunSpec, read_json
 from memsweep.sweeper.process import execute
+from memsweep.sweeper.search import ERRORS_IN_A_ROW
 from tests.data.loads import MEMSWEEP, TINY_CPU, search_events
 
 LOAD = ["capacity=64MiB", *TINY_CPU]
@@ -119,16 +120,19 @@ def test_submitit_local_finds_the_same_edge_two_probes_at_a_time(exhaustive, tmp
     assert (sweep_dir / ".submitit").is_dir() and (sweep_dir / "frontier.parquet").exists()
 
 
-def test_an_error_probe_stops_the_search_and_is_reported(tmp_path):
+def test_errors_in_a_row_stop_the_search_and_are_reported(tmp_path):
+    # an error at every value: stepped past (it could be the value's shape) until ERRORS_IN_A_ROW in a row
     sweep_dir = tmp_path / "fault"
     proc = sweep(sweep_dir, "fault={phase:cold_forward,kind:raise}", "hydra.sweeper.confirm=1")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 4, proc.stderr[-3000:]  # no run ended ok or oom: nothing answered
+    assert "none of the 1 run(s) of this sweep ended ok or oom" in proc.stderr
     (result,) = search_events(sweep_dir, "result")
-    assert result["stopped_by"] == "error" and result["stop_value"] == 352 and result["runs_used"] == 1
+    assert result["stopped_by"] == "error" and result["stop_value"] == 352 and result["runs_used"] == ERRORS_IN_A_ROW
     assert result["max_ok"] is None and result["min_oom"] is None and "injected fault" in result["stop_message"]
+    assert result["error_values"] == list(LATTICE[:ERRORS_IN_A_ROW])
     (row,) = pq.read_table(sweep_dir / "frontier.parquet").to_pylist()
-    assert row["stopped_by"] == "error" and row["n_other"] == 1 and row["max_ok"] is None
-    assert "stopped by error at batch=352" in proc.stdout
+    assert row["stopped_by"] == "error" and row["n_other"] == ERRORS_IN_A_ROW and row["max_ok"] is None
+    assert "stopped by error at batch=352: 3 values in a row raised errors (352, 384, 416)" in proc.stdout
 
 
 def test_bad_settings_exit_2_before_any_run(tmp_path):

@@ -12,6 +12,7 @@ from memsweep.sweeper.errors import InputRefused
 from memsweep.sweeper.frontier_runs import RunIndex, launcher_slots, oom_said, spec_key
 from memsweep.sweeper.frontier_settings import check_sweep_choice
 from memsweep.sweeper.frontier_sweeper import FrontierSweeperImpl
+from memsweep.sweeper.search import ERRORS_IN_A_ROW
 from tests.data.loads import search_events
 
 CAP = 64 * 2**20
@@ -354,8 +355,11 @@ def test_frontier_table_carries_the_search_columns(tmp_path):
     assert (b["max_ok"], b["min_oom"], b["exact"], b["stable"], b["strategy"]) == (300, 301, True, True, "model")
     assert b["runs_used"] == search_events(tmp_path, "result")[0]["runs_used"] and b["upper_reached"] is False
     assert b["n_runs"] == b["runs_used"] + 2  # the confirmations are runs of the same group
-    assert c["stopped_by"] == "error" and c["max_ok"] is None and c["min_oom"] is None and c["n_other"] == 1
-    assert c["search_status"].startswith("stopped by error at context=128")
+    # every context errors: the search steps past ERRORS_IN_A_ROW - 1 of them, then stops, naming them
+    assert c["stopped_by"] == "error" and c["max_ok"] is None and c["min_oom"] is None
+    assert c["n_other"] == ERRORS_IN_A_ROW and c["error_values"] == "128,129,130"
+    assert c["search_status"].startswith("stopped by error at context=128: 3 values in a row raised errors")
+    assert b["error_values"] is None and b["margin_edge"] == 300  # its peak leaves the default 10 % margin
 
 
 def light_aware(limit_light, limit_full):

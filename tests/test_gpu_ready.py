@@ -255,7 +255,7 @@ def test_the_real_wheels_give_hydra_to_an_interpreter_without_it(tmp_path):
 
     packages = site_module.getsitepackages()[0]
     after = (
-        f"sys.path.append({packages!r}); sys.path.insert(0, {str(ROOT)!r})\n"
+        f"sys.path.append({packages!r}); sys.path.insert(0, {str(gpu_env.package_dir(tmp_path / 'package'))!r})\n"
         "import hydra, omegaconf, antlr4\n"
         f"assert all(m.__file__.startswith({str(tmp_path / 'site')!r}) for m in (hydra, omegaconf, antlr4))\n"
         "from hydra import compose, initialize_config_module\n"
@@ -273,6 +273,48 @@ def test_the_real_wheels_give_hydra_to_an_interpreter_without_it(tmp_path):
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len(json.loads(proc.stdout.splitlines()[-1])) == 3
+
+
+def test_a_wheel_fits_when_pure_or_built_for_this_interpreter(monkeypatch):
+    major, minor = sys.version_info[:2]
+    monkeypatch.setattr(gpu_env.sys, "platform", "linux")
+    monkeypatch.setattr(gpu_env.platform, "machine", lambda: "x86_64")
+    linux = "manylinux_2_17_x86_64.manylinux2014_x86_64"
+    assert gpu_env.wheel_fits("peft-0.21.2-py3-none-any.whl")
+    assert gpu_env.wheel_fits("shellingham-1.5.4-py2.py3-none-any.whl")
+    assert gpu_env.wheel_fits(f"regex-1-cp{major}{minor}-cp{major}{minor}-{linux}.whl")
+    assert gpu_env.wheel_fits(f"tokenizers-0.23.3-cp3{minor - 1}-abi3-{linux}.whl")  # the stable ABI, older
+    assert not gpu_env.wheel_fits(f"regex-1-cp{major}{minor + 1}-cp{major}{minor + 1}-{linux}.whl")
+    assert not gpu_env.wheel_fits(f"regex-1-cp{major}{minor}-cp{major}{minor}-manylinux2014_aarch64.whl")
+    assert not gpu_env.wheel_fits(f"regex-1-cp{major}{minor}-cp{major}{minor}-win_amd64.whl")
+    assert not gpu_env.wheel_fits("old-1.0-py2-none-any.whl")
+
+
+def test_the_finetune_wheels_are_unpacked_where_a_distribution_is_missing(tmp_path):
+    """Every brought wheel that fits and whose distribution is missing is unpacked (a ``.data``
+    purelib moved up), one that does not fit is left; nothing when the check's distributions are there."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "memsweep-probe-ft", "memsweep_probe_ft")
+    with zipfile.ZipFile(wheels / "memsweep_probe_data-1.0-py3-none-any.whl", "w") as zf:
+        zf.writestr("memsweep_probe_data-1.0.data/purelib/memsweep_probe_data.py", "VALUE = 36\n")
+        zf.writestr("memsweep_probe_data-1.0.dist-info/METADATA", "Name: memsweep-probe-data\nVersion: 1.0\n")
+        zf.writestr("memsweep_probe_data-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n")
+    (wheels / "memsweep_probe_other-1.0-cp27-cp27m-win32.whl").write_bytes(b"not read")
+    code = (
+        f"import sys, json; sys.path.insert(0, {str(ROOT / 'tests')!r}); import gpu_env; from pathlib import Path\n"
+        f"got = gpu_env.install_finetune(Path({str(wheels)!r}), Path({str(tmp_path / 'site')!r}), "
+        "('memsweep-probe-ft',))\n"
+        "import memsweep_probe_ft, memsweep_probe_data; assert memsweep_probe_data.VALUE == 36\n"
+        f"none = gpu_env.install_finetune(Path({str(wheels)!r}), Path({str(tmp_path / 'site2')!r}), ('torch',))\n"
+        "print(json.dumps([got, none]))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got, none = json.loads(proc.stdout.splitlines()[-1])
+    assert got == ["memsweep_probe_data-1.0-py3-none-any.whl", "memsweep_probe_ft-1.0-py3-none-any.whl"]
+    assert none == []
+    assert not list((tmp_path / "site").glob("*.data"))
 
 
 def test_the_two_rank_gpu_check_skips_on_one_gpu_saying_so(tmp_path, capsys):

@@ -41,7 +41,6 @@ SWEEPER_USES_ANALYSIS = {
     "sweeper/callbacks.py": "a sweep's end (Hydra's on_multirun_end): the sweep's tables and its report",
     "sweeper/cli.py": "memsweep analyze, report and compare run the analysis' command lines (ANALYSIS_COMMANDS)",
     "sweeper/api.py": "the Python API's sweep, compare and load_tables return the analysis' tables and answers",
-    "sweeper/inputs.py": "the report margin of a sweep's end, checked before its first run (analysis.report)",
 }
 
 

@@ -184,7 +184,7 @@ def test_autocast_keeps_float32_weights_and_a_bfloat16_kv_cache():
 
 
 def test_pure_bfloat16_training_keeps_everything_in_bfloat16():
-    w = _workload(dtype="bfloat16")
+    w = _workload(dtype="bfloat16", precision="pure")
     w.train_step()
     assert {p.dtype for p in w.model.parameters()} == {torch.bfloat16}
     states = [v for s in w.optimizer.state.values() for k, v in s.items() if k != "step"]

@@ -30,7 +30,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
-PACKAGE_ROOTS = ("conf", "worker", "sweeper", "analysis")
+# Every top-level folder that is a package (an __init__.py): memsweep.<folder>.
+PACKAGE_ROOTS = sorted(p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file())
 """The repository's folders that are memsweep's subpackages."""
 DATA_SUFFIXES = (".yaml", ".json")
 """Files that make a folder a package of data (``conf/sweep``...), installed as package data."""

@@ -33,7 +33,7 @@ def test_a_plateau_does_not_send_the_model_far_past_the_edge():
 def test_predict_searches_the_frontier_sweepers_bounds_and_stops_at_the_exact_edge(tmp_path):
     out = io.StringIO()
     load = ["device=cpu", "width=64", "context=32", "mode=train", "eval_batch=1", "threads=1"]
-    code = predict(load + ["--axis", "eval_batch", f"capacity={CAP}", f"results_dir={tmp_path}"], out=out)
+    code = predict(load + ["--axis", "eval_batch", f"capacity={CAP}B", f"results_dir={tmp_path}"], out=out)
     assert code == 0, out.getvalue()
     summary = json.loads(next((tmp_path / "predict").glob("*/predict.json")).read_text())
     assert summary["exact"] and summary["min_miss"] == summary["max_fit"] + 1

@@ -26,9 +26,7 @@ from memsweep.conf.contract import (
         ("512MiB", 512 * 2**20),
         ("1.5GiB", 1_610_612_736),
         ("0.5GB", 500_000_000),
-        ("4096", 4096),
         ("4096B", 4096),
-        (123456789, 123456789),
     ],
 )
 def test_parse_size_exact(text, expected):
@@ -43,7 +41,27 @@ def test_gb_and_gib_differ():
 
 @pytest.mark.parametrize(
     "garbage",
-    ["", "12XB", "GiB", "-1GB", "0", "0GiB", "1.3B", "2 gigs", "2gib", "1e9", "nan", True, -5, 0, "1,5GB", None],
+    [
+        "",
+        "12XB",
+        "GiB",
+        "-1GB",
+        "0",
+        "0GiB",
+        "1.3B",
+        "2 gigs",
+        "2gib",
+        "1e9",
+        "nan",
+        True,
+        -5,
+        0,
+        "1,5GB",
+        None,
+        "4096",
+        4096,
+        "256",
+    ],
 )
 def test_parse_size_rejects_garbage(garbage):
     with pytest.raises(SpecError) as err:

@@ -132,7 +132,8 @@ def markdown(report):
         ("0", 0.0, None),
         ("2GiB", None, 2 * GiB),
         ("1500MB", None, 1500 * 10**6),
-        ("4096", None, 4096),
+        ("4096B", None, 4096),
+        ("0B", None, 0),
     ],
 )
 def test_margin_policy_parses_fractions_and_sizes(text, fraction, fixed):
@@ -144,7 +145,7 @@ def test_margin_policy_parses_fractions_and_sizes(text, fraction, fixed):
         assert policy.fixed_bytes == fixed and policy.bytes_for(1000) == fixed
 
 
-@pytest.mark.parametrize("bad", ["abc", "1.5", "100%", "-1GiB", "2 parsecs"])
+@pytest.mark.parametrize("bad", ["abc", "1.5", "100%", "-1GiB", "2 parsecs", "10", "4096", "1"])
 def test_bad_margin_is_refused_with_a_message(bad):
     with pytest.raises(SpecError, match="margin"):
         parse_margin(bad)

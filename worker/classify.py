@@ -1,8 +1,7 @@
 """Failure classification: is this exception an out-of-memory, and what does its message say?
 
-``WORDINGS`` is a table, one row per wording of a backend or library, each with its class and
-the source it was read from; ``parse_oom`` parses the sizes a message carries. The classes
-(``conf.contract.FAILURE_CLASSES``):
+``WORDINGS``: one row per wording of a backend or library, with its class and source;
+``parse_oom`` parses the sizes a message carries. The classes (``conf.contract.FAILURE_CLASSES``):
 
 * ``oom``: the allocator says it could not serve a request (the run's outcome ``oom``);
 * ``memory_suspect``: a failure that usually means memory but does not say so; the run stays
@@ -11,16 +10,27 @@ the source it was read from; ``parse_oom`` parses the sizes a message carries. T
 
 No torch import: the exception type is matched by name. Sizes are written by c10's
 ``format_size`` ("N bytes", or "%.2f KiB|MiB|GiB" in powers of 1024): a parsed size is exact in
-bytes, else accurate to half a unit of its last printed digit.
+bytes, else accurate to half a unit of its last printed digit. A printed figure that no record
+field holds (an unset limit printed as SIZE_MAX, an unsigned difference that wrapped) is null,
+with the reason in ``oom_null_reason``: a parsed figure never makes an OOM's record invalid.
 """
 
 from __future__ import annotations
 
 import re
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import NamedTuple
 
-_SIZE = r"(\d+(?:\.\d+)?) (bytes|KiB|MiB|GiB|TiB)"
-_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_SIZE = r"(\d+(?:\.\d+)?) (bytes|KiB|MiB|GiB|TiB|KB|MB|GB)"
+_UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "KB": 2**10, "MB": 2**20, "GB": 2**30}
+"""Bytes per unit: c10's format_size prints KiB/MiB/GiB; the MPS allocator's own format_size printed
+KB/MB/GB, also dividing by 1024 (aten/src/ATen/mps/MPSAllocator.mm format_size)."""
+
+INT64_MAX = 2**63 - 1
+"""The largest byte count a record field holds (the schema's maximum, Parquet's int64)."""
+
+REASON_FIELD = "oom_null_reason"
+"""The phase field that says why an ``oom_*_bytes`` the message printed is null."""
 
 
 class Wording(NamedTuple):
@@ -95,6 +105,29 @@ WORDINGS = (
         "allocator raises the same sentence as a RuntimeError (TORCH_CHECK)",
     ),
     Wording(
+        "caching_allocator_cached",
+        rf"CUDA out of memory\. Tried to allocate {_SIZE} \(GPU \d+; {_SIZE} total capacity; {_SIZE} already "
+        rf"allocated; {_SIZE} free; {_SIZE} cached\)",
+        "oom",
+        {
+            "oom_request_bytes": 1,
+            "oom_total_bytes": 3,
+            "oom_allocated_bytes": 5,
+            "oom_free_bytes": 7,
+            "oom_reserved_unallocated_bytes": 9,
+        },
+        "c10/cuda/CUDACachingAllocator.cpp malloc, PyTorch 1.0-1.3: '... free; ... cached)', cached = held by "
+        "the allocator but not used by the program (the comment above the message)",
+    ),
+    Wording(
+        "thc_out_of_memory",
+        r"cuda runtime error \(2\) : out of memory",
+        "oom",
+        {},
+        "aten/src/THC/THCGeneral.cpp THCudaCheck, PyTorch < 1.0: 'cuda runtime error (%d) : %s at %s:%d', "
+        "2 = cudaErrorMemoryAllocation",
+    ),
+    Wording(
         "caching_allocator_short",
         r"(?:CUDA|HIP|XPU) out of memory",
         "oom",
@@ -144,33 +177,71 @@ WORDINGS = (
     ),
     Wording(
         "cuda_runtime_oom",
-        r"(?:CUDA|HIP) error: out of memory",
+        "|".join(
+            (
+                r"(?:CUDA|HIP) error: out of memory",  # c10/cuda/CUDAException.h C10_CUDA_CHECK (hipified on ROCm)
+                r"CUDA driver error: out of memory",  # aten/src/ATen/cuda/Exceptions.h AT_CUDA_DRIVER_CHECK
+                r"hipErrorOutOfMemory",  # hip_runtime_api.h hipError_t, as hipGetErrorName prints it
+            )
+        ),
         "oom",
         {},
-        "cudaGetErrorString(cudaErrorMemoryAllocation) = 'out of memory' (C10_CUDA_CHECK: a cudaMalloc outside "
-        "the caching allocator); hipErrorOutOfMemory on ROCm",
+        "cudaGetErrorString(cudaErrorMemoryAllocation) and cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY) = 'out of "
+        "memory' (a cudaMalloc outside the caching allocator); hipErrorOutOfMemory on ROCm",
+    ),
+    Wording(
+        "nccl_cuda_oom",
+        "|".join(
+            (
+                r"Cuda failure (?:\d+ )?'out of memory'",  # NCCL src/include/checks.h CUDACHECK's WARN
+                r"Failed to CUDA calloc(?: async)? (\d+) bytes",  # NCCL src/include/alloc.h ncclCudaCalloc's WARN
+            )
+        ),
+        "oom",
+        {"oom_request_bytes": 1},
+        "NCCL's last WARN, which PyTorch quotes after 'ncclUnhandledCudaError: Call to CUDA function failed.' "
+        "(torch/csrc/distributed/c10d/NCCLUtils.cpp getNcclErrorDetailStr, ncclGetLastError)",
     ),
     Wording(
         "cublas_alloc_failed",
-        r"CUBLAS_STATUS_ALLOC_FAILED",
+        r"CUBLAS_STATUS_ALLOC_FAILED",  # ATen/cuda/Exceptions.h TORCH_CUDABLAS_CHECK: 'CUDA error: ' + the enum
         "oom",
         {},
         "cuBLAS documentation, cublasStatus_t: 'Resource allocation failed inside the cuBLAS library'",
     ),
     Wording(
         "cudnn_alloc_failed",
-        r"CUDNN_STATUS_(?:ALLOC_FAILED|NOT_ENOUGH_MEMORY)",
+        "|".join(
+            (
+                r"CUDNN_STATUS_ALLOC_FAILED",  # cudnn.h cudnnStatus_t (cuDNN < 9)
+                r"CUDNN_STATUS_INTERNAL_ERROR_(?:HOST|DEVICE)_ALLOCATION_FAILED",  # cudnn_graph.h (cuDNN 9)
+            )
+        ),
         "oom",
         {},
-        "cuDNN documentation, cudnnStatus_t: CUDNN_STATUS_ALLOC_FAILED 'Resource allocation failed inside "
-        "the cuDNN library'",
+        "cuDNN documentation, cudnnStatus_t: 'Resource allocation failed inside the cuDNN library'; "
+        "ATen/cuda/Exceptions.h AT_CUDNN_CHECK: 'cuDNN error: ' + cudnnGetErrorString",
     ),
     Wording(
         "cufft_cusolver_alloc_failed",
-        r"CUFFT_ALLOC_FAILED|CUSOLVER_STATUS_ALLOC_FAILED|CUSPARSE_STATUS_ALLOC_FAILED",
+        "|".join(
+            (
+                r"CUFFT_ALLOC_FAILED",  # cufft.h cufftResult; ATen/native/cuda/CuFFTUtils.h 'cuFFT error: '
+                r"CUSOLVER_STATUS_ALLOC_FAILED",  # cusolver_common.h; ATen/cuda/Exceptions.h 'cusolver error: '
+                r"CUSPARSE_STATUS_ALLOC_FAILED",  # cusparse.h; ATen/cuda/Exceptions.h TORCH_CUDASPARSE_CHECK
+            )
+        ),
         "oom",
         {},
-        "cuFFT (cufftResult), cuSOLVER and cuSPARSE documentation: allocation failed inside the library",
+        "cuFFT, cuSOLVER and cuSPARSE documentation: resource allocation failed inside the library",
+    ),
+    Wording(
+        "miopen_alloc_failed",
+        r"miopenStatusAllocFailed",  # MIOpen include/miopen/miopen.h miopenStatus_t, via miopenGetErrorString
+        "oom",
+        {},
+        "MIOpen miopenStatus_t: miopenStatusAllocFailed 'Memory allocation error' (ROCm's cuDNN; PyTorch's "
+        "MIOPEN_CHECK, aten/src/ATen/miopen/Exceptions.h: 'MIOpen error: ' + miopenGetErrorString)",
     ),
     Wording(
         "cublas_not_initialized",
@@ -201,9 +272,49 @@ WORDINGS = (
 """Every wording memsweep reads, with its class and source, the negatives first."""
 
 
-def _size(number: str, unit: str) -> int:
-    """Bytes of a ``format_size`` string ("7.03", "GiB"), rounded to the byte."""
-    return round(float(number) * _UNITS[unit])
+def _size(number: str, unit: str | None) -> int:
+    """Bytes of a printed size ("7.03", "GiB"; a bare byte count when ``unit`` is None), rounded to
+    the byte (decimal arithmetic: exact however many digits were printed)."""
+    if unit not in _UNITS:
+        return int(number)
+    return int((Decimal(number) * _UNITS[unit]).to_integral_value(ROUND_HALF_EVEN))
+
+
+def _why_null(field: str, value: int, printed: str) -> str | None:
+    """Why a parsed ``value`` (bytes) cannot be recorded, or None when a record field holds it.
+
+    The fields are integers from 0 to INT64_MAX (``oom_reserved_unallocated_bytes`` may be
+    negative: two rounded sizes' difference). An allocator prints a limit that is not set as
+    SIZE_MAX (cudaMallocAsync's ``pytorch_memory_limits`` start at UINT64_MAX, printed as
+    17179869184.00 GiB); any other figure past INT64_MAX is an unsigned sum that wrapped.
+    """
+    low = -INT64_MAX - 1 if field == "oom_reserved_unallocated_bytes" else 0
+    if low <= value <= INT64_MAX:
+        return None
+    if field == "oom_limit_bytes" and value > INT64_MAX:
+        return f"{field}: no limit set (printed {printed})"
+    return f"{field}: printed {printed}, outside {low}..{INT64_MAX} B (no byte count a device holds)"
+
+
+def _fields(w: Wording, m: re.Match) -> dict:
+    """The record fields a matched wording fills: bytes, or None with ``REASON_FIELD`` saying why."""
+    fields: dict = {}
+    reasons = []
+    for field, group in w.fields.items():
+        if m.group(group) is None:
+            continue
+        unit = m.group(group + 1) if group < m.re.groups else None  # format_size's unit, or a byte count
+        value = _size(m.group(group), unit)
+        why = _why_null(field, value, " ".join(filter(None, (m.group(group), unit))))
+        fields[field] = None if why else value
+        if why and not field.startswith("_"):
+            reasons.append(why)
+    reserved = fields.pop("_reserved_total", None)
+    if reserved is not None and fields.get("oom_allocated_bytes") is not None:
+        fields["oom_reserved_unallocated_bytes"] = reserved - fields["oom_allocated_bytes"]
+    if reasons:
+        fields[REASON_FIELD] = "; ".join(reasons)
+    return fields
 
 
 def parse_oom(message: str) -> tuple[str, str | None, dict]:
@@ -218,22 +329,14 @@ def parse_oom(message: str) -> tuple[str, str | None, dict]:
         ``oom_allocated_bytes``, ``oom_free_bytes``, ``oom_total_bytes``,
         ``oom_reserved_unallocated_bytes``, ``oom_limit_bytes``; bytes), each only where the
         message states it (the legacy CUDA wording's reserved-but-unallocated is its "reserved in
-        total" minus "already allocated").
+        total" minus "already allocated"). A printed figure no record field holds (past
+        INT64_MAX, or negative) is None, and ``oom_null_reason`` says why ("oom_limit_bytes: no
+        limit set (printed 17179869184.00 GiB)"): a parsed figure never makes the record invalid.
     """
     for w in WORDINGS:
         m = re.search(w.fragment, message, re.DOTALL)
-        if m is None:
-            continue
-        fields = {}
-        for field, group in w.fields.items():
-            if m.group(group) is None:
-                continue
-            unit = m.group(group + 1) if group < m.re.groups else None  # format_size's unit, or a byte count
-            fields[field] = _size(m.group(group), unit) if unit in _UNITS else int(m.group(group))
-        reserved = fields.pop("_reserved_total", None)
-        if reserved is not None and "oom_allocated_bytes" in fields:
-            fields["oom_reserved_unallocated_bytes"] = reserved - fields["oom_allocated_bytes"]
-        return w.failure_class, w.name, fields
+        if m is not None:
+            return w.failure_class, w.name, _fields(w, m)
     return "error", None, {}
 
 

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         "--fail-above",
         default=None,
         help="exit 1 when a value's run peak (max_memory_allocated on the CPU, max_memory_reserved on CUDA) grew "
-        "by more than this over the baseline: a percentage of the baseline's peak (5%%) or a size (64MiB, 1GB)",
+        "by more than this over the baseline: a percentage of the baseline's peak (5%%), 0, or a size with its "
+        "unit (64MiB, 1GB, 0MiB; a bare number such as 5 is refused)",
     )
     parser.add_argument(
         "--out", type=Path, default=None, help="write compare.md (plots in compare_plots/) and compare.html here"

@@ -41,20 +41,21 @@ class Threshold:
 
 def parse_threshold(text: str) -> Threshold:
     """Read ``--fail-above``: ``5%`` (of the baseline's peak) or a size (``64MiB``, ``1GB``, bytes);
-    ``0`` (or ``0B``, as ``0%``) allows no growth at all.
+    ``0`` (zero in any unit: ``0%``, ``0B``, ``0MiB``) allows no growth at all. A size needs its unit: ``5``
+    is refused, not read as 5 B.
 
     Raises:
         SpecError: anything else, or a negative percentage; field ``--fail-above``.
     """
     text = str(text).strip()
-    accepted = "a percentage of the baseline's peak (5%) or a size (64MiB, 1GB, bytes)"
+    accepted = "a percentage of the baseline's peak (5%), 0, or a size with its unit (64MiB, 1GB, 0B)"
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", text)
     if m:
         return Threshold(text, fraction=Fraction(m.group(1)) / 100)
-    if re.fullmatch(r"0+(?:\.0+)?\s*B?", text):  # no growth allowed, as 0% (parse_size takes sizes > 0)
+    if re.fullmatch(r"0+(?:\.0+)?", text):  # zero is zero in any unit: no growth allowed
         return Threshold(text, bytes=0)
     try:
-        return Threshold(text, bytes=parse_size(text, "--fail-above"))
+        return Threshold(text, bytes=parse_size(text, "--fail-above", zero=True))
     except SpecError:
         raise SpecError("--fail-above", text, accepted) from None
 

@@ -17,12 +17,12 @@ the axis), ``sections_*`` (one function per section), ``build`` (``build_report`
 from __future__ import annotations
 
 from memsweep.conf.contract import AXES, gib
+from memsweep.estimator.margin import BASIS_TEXT, DEFAULT_MARGIN, MarginPolicy, basis, device_kind, parse_margin
 
 from .build import Report, build_report
 from .cli import main
 from .fit import crossing, fit_context
 from .fmt import nbytes, pct
-from .margin import BASIS_TEXT, DEFAULT_MARGIN, MarginPolicy, basis, device_kind, parse_margin
 from .phases import COLD_WARM_FLAG, OBSERVED_COUNTERPART, PART_NAMES, decomposition, peak_increments, phase_order
 from .stats import AxisResult, ValueStat, analyse_axis
 from .write import (

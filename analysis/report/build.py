@@ -9,10 +9,11 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
+from memsweep.estimator.margin import MarginPolicy, parse_margin
+
 from ..doc import Doc
 from .fmt import dry_runs_text, unread_text
 from .loading import loading_section
-from .margin import MarginPolicy, parse_margin
 from .model_states import model_states_section
 from .sections_answer import answer_section
 from .sections_calculated import calculated_section

@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from memsweep.conf.contract import SpecError
+from memsweep.estimator.margin import DEFAULT_MARGIN, parse_margin
 
-from ..cli import add_sweep_dir_args, parse_sweep_dir_args
-from .margin import DEFAULT_MARGIN, parse_margin
+from ..cli import NotASweep, add_sweep_dir_args, check_sweeps, parse_sweep_dir_args
 from .write import ReportExists, SweepDirNotFound, report_for_dirs
 
 
@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
         The exit status: 0 written (its paths printed), 1 a report already there, 2 bad input: a
-        sweep directory missing or a bad ``--margin`` (the message on stderr). argparse exits 2 itself on
+        sweep directory missing or holding no run, or a bad ``--margin`` (the message on stderr;
+        nothing written). argparse exits 2 itself on
         bad arguments.
     """
     parser = argparse.ArgumentParser(
@@ -33,13 +34,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--margin",
         default=None,
-        help=f"headroom kept below the capacity: a fraction (0.1 or 10%%) or a size (2GiB, "
-        f"1500MB); default {DEFAULT_MARGIN.replace('%', '%%')} of the capacity",
+        help=f"headroom kept below the capacity: a fraction (10%% or 0.1), 0, or a size with its unit "
+        f"(2GiB, 1500MB, 0B; a bare number is refused); default {DEFAULT_MARGIN.replace('%', '%%')} of the capacity",
     )
     args = parse_sweep_dir_args(parser, argv)
     try:
         parse_margin(args.margin)  # checked before any table is read
-    except SpecError as exc:
+        check_sweeps(args.sweep_dirs)
+    except (SpecError, NotASweep) as exc:
         print(f"memsweep report: {exc}", file=sys.stderr)
         return 2
     try:

@@ -9,13 +9,13 @@ capacity and the capacity minus the margin.
 from __future__ import annotations
 
 from memsweep.conf.contract import gib
+from memsweep.estimator.margin import MarginPolicy, basis
 
 from ..doc import Doc, Image
 from ..frontier import direction_words
 from .fit import capacity_crossings, evaluate
 from .fitted import limit_words, unmeasured_limit_note
 from .fmt import axis_label, nbytes, pct
-from .margin import MarginPolicy, basis
 from .stats import AxisResult
 
 CURVE_POINTS = 80

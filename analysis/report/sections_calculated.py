@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from memsweep.conf.contract import gib
 from memsweep.estimator import cards as cards_mod
+from memsweep.estimator.margin import MarginPolicy
 
 from ..doc import Doc, Image
 from .fit import capacity_crossings
 from .fitted import limit_words
 from .fmt import axis_label, nbytes, pct
-from .margin import MarginPolicy
 from .phases import OBSERVED_COUNTERPART, PART_NAMES, decomposition
 from .split import split_section
 from .stats import AxisResult, ValueStat

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from memsweep.conf.contract import AXES, gib, predicted_outcome
 from memsweep.estimator import cards as cards_mod
+from memsweep.estimator.margin import BASIS_TEXT, MarginPolicy
 
 from ..doc import Doc
 from ..frontier import order_key
 from .fitted import unmeasured_limit_note
 from .fmt import axis_label, dry_runs_text, nbytes, pct
-from .margin import BASIS_TEXT, MarginPolicy
 from .stats import AxisResult
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from memsweep.conf.contract import AXES, gib
+from memsweep.estimator.margin import basis
 
 from ..doc import Doc, Image
 from ..frontier import direction_words
 from ..schemas import ENV_COLUMNS
 from .fmt import axis_label, nbytes, pct
-from .margin import basis
 from .phases import COLD_WARM_FLAG, decomposition, peak_increments, phase_order
 from .sections_answer import axis_image
 from .sections_summary import alloc_text
@@ -201,6 +201,13 @@ def _search_facts(a: AxisResult) -> list[str]:
             + (f" at {a.axis}={f['stop_value']}" if f.get("stop_value") is not None else "")
             + ": not an OOM, the edge is unknown above it"
         )
+    if f.get("error_values"):
+        facts.append(
+            f"{a.axis}={f['error_values']} raised an error that is not memory (the value's shape: other values ran); "
+            "the search stepped past it, counting it neither as ok nor as out of memory"
+        )
+    if f.get("margin_edge") is not None:
+        facts.append(f"margin edge found by the search (a measured run): {a.axis}={f['margin_edge']}")
     return facts
 
 

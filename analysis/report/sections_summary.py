@@ -10,12 +10,12 @@ from collections import Counter
 
 from memsweep.conf.contract import gib
 from memsweep.estimator.labels import load_words, set_fields
+from memsweep.estimator.margin import MarginPolicy
 
 from ..doc import Doc
 from ..frontier import direction_words
 from .fitted import unmeasured_limit_note
 from .fmt import axis_label, nbytes, pct, unread_text
-from .margin import MarginPolicy
 from .stats import AxisResult
 
 UNREAD_OUTCOME = "record not readable"

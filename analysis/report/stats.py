@@ -14,11 +14,11 @@ from typing import Any
 
 from memsweep.conf.contract import AXES, gib
 from memsweep.estimator.labels import load_words
+from memsweep.estimator.margin import MarginPolicy, basis, device_kind, margin_leaves_nothing
 
 from ..frontier import IDENTITY, ROW_KEY, differing, direction_words, edge_columns, order_key, search_results
 from .fit import capacity_limits, fit_axis
 from .fmt import axis_label, pct
-from .margin import MarginPolicy, basis, device_kind, margin_leaves_nothing
 
 
 @dataclass
@@ -398,6 +398,17 @@ def _chosen_reason(res: AxisResult, s: ValueStat, policy: MarginPolicy, first_oo
     )
     if rejected or above:
         reason += " Larger values: " + "; ".join(above + rejected[::-1]) + "."
+    nxt = res.stat(s.value + res.step) if isinstance(s.value, int) else None
+    if res.frontier.get("margin_edge") == s.value and nxt is not None and margin is not None:
+        if "oom" in nxt.outcomes:
+            what = "ran out of memory"
+        elif nxt.all_ok and nxt.used is not None and nxt.used > cap - margin:
+            what = "ran ok but leaves less than the margin"
+        else:
+            what = None
+        if what:  # measured next to a value past the margin: the margin's edge
+            nearby = axis_label(axis, nxt.value)
+            reason += f" The frontier search measured it as the margin's edge: the next value, {nearby}, {what}."
     return reason
 
 
@@ -442,7 +453,8 @@ def _recommend(res: AxisResult, policy: MarginPolicy) -> None:
 
 def _recommend_notes(res: AxisResult, first_oom) -> None:
     """Append to ``res.notes`` what qualifies the recommendation: an optimistic CPU process-mode
-    margin, results not monotonic, an unstable edge, a dtype axis."""
+    margin, results not monotonic, an unstable edge, the search's margin edge under another margin,
+    a dtype axis."""
     axis, cap = res.axis, res.capacity
     assert cap is not None
     oom_stat = res.stat(first_oom) if first_oom is not None else None
@@ -470,6 +482,13 @@ def _recommend_notes(res: AxisResult, first_oom) -> None:
         res.notes.append(
             f"at least one value of {axis} both ran ok and ran out of memory (unstable edge); "
             "such values are never recommended"
+        )
+    searched = res.frontier.get("margin_edge")
+    if searched is not None and res.recommended is not None and searched != res.recommended:
+        res.notes.append(
+            f"the frontier search measured the margin's edge at {axis_label(axis, searched)} under the sweep's "
+            "margin (hydra.callbacks.analyze.margin); this report's margin differs, so values near its own edge "
+            "may not have been measured"
         )
     if axis == "dtype" and res.recommended is not None:
         res.notes.append(

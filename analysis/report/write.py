@@ -10,12 +10,13 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from memsweep.estimator.margin import parse_margin
+
 from ..doc import to_html, to_markdown
 from ..frontier import frontier_table
 from ..outputs import OUTPUTS
 from ..tables import build_tables, unique_dirs
 from .build import Report, build_report
-from .margin import parse_margin
 
 
 class ReportExists(FileExistsError):

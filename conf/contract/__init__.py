@@ -107,8 +107,10 @@ from .spec import (
 )
 from .units import (
     GB,
+    SIZE_FORMS,
     GiB,
     bytes_text,
+    check_bytes,
     gib,
     parse_size,
 )
@@ -262,6 +264,8 @@ __all__ = [
     "RunSpec",
     "SpecError",
     "bytes_text",
+    "check_bytes",
+    "SIZE_FORMS",
     "classify_run",
     "device_kind_of",
     "document_problems",

@@ -206,9 +206,10 @@ OOM_DETAIL_FIELDS = field_names(schema_fields("oom_detail"))
 already allocated when it was asked, the device's free and total memory, the bytes reserved but
 unallocated, and the allowed limit (a memory fraction, MPS's high watermark, the CPU allocator
 capacity). From the CPU allocator capacity's tracker (capacity_mode=allocator: exact bytes), else
-parsed from the message by worker.classify.WORDINGS (CUDA, HIP, XPU, MPS, cudaMallocAsync and
-the CPU allocator's wordings; ``format_size`` prints 2 decimals of KiB/MiB/GiB, so a parsed size
-is accurate to half a unit of its last digit)."""
+parsed from the message by worker.classify.WORDINGS (CUDA, HIP, XPU, MPS, cudaMallocAsync,
+NCCL and the CPU allocator's wordings; ``format_size`` prints 2 decimals of KiB/MiB/GiB, so a
+parsed size is accurate to half a unit of its last digit). A printed figure outside a field's
+range (an unset limit printed as SIZE_MAX) is null, the phase's ``oom_null_reason`` saying why."""
 
 FAILURE_CLASSES = ("oom", "memory_suspect", "error")
 """The class of a failed phase (``failure_class``, worker.classify): ``oom`` (the allocator said it

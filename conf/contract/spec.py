@@ -20,7 +20,7 @@ from .errors import SpecError
 from .finetune import check_run_options, normalise_compile
 from .parallel import check_parallel
 from .record import SCHEMA_VERSION
-from .units import parse_size
+from .units import check_bytes
 from .vocabulary import (
     ALL_PHASES,
     CAPACITY_MODES,
@@ -33,7 +33,10 @@ from .vocabulary import (
     KV_CACHES,
     MODES,
     OPTIMIZERS,
+    PRECISION_ALIASES,
     PRECISIONS,
+    RECIPE_DTYPES,
+    RECIPE_KINDS,
 )
 from .workload import validate_workload
 
@@ -63,6 +66,42 @@ def validate_estimate(value: Any) -> dict | None:
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise SpecError(f"estimate.{key}", v, "null or an integer number of bytes >= 0")
     return dict(value)
+
+
+def resolve_precision(precision: Any, mode: Any, dtype: Any, workload: Mapping | None = None) -> str:
+    """The ``precision`` a run uses: ``auto`` and the aliases resolved, the others as given.
+
+    ``auto`` is what "16-bit training" means in Hugging Face's Trainer (``bf16=True``) and
+    Lightning (``precision="bf16-mixed"``): ``autocast`` (float32 master weights, gradients and
+    optimizer states, 16-bit compute) for mode=train with dtype float16 or bfloat16, unless the
+    trainable weights are not the model's: LoRA adapters (``workload.lora_rank``: the frozen base
+    stays in ``dtype``, peft casts the adapters to float32), a 4-bit base
+    (``workload.quantization``) or a user's own ``workload.train_step``; ``pure`` otherwise.
+
+    Args:
+        precision: one of PRECISIONS.
+        mode: the run's mode (MODES).
+        dtype: the run's dtype (DTYPES).
+        workload: the run's workload settings (None: no LoRA, quantization or train_step).
+
+    Returns:
+        ``pure`` or ``autocast``: what a spec stores (spec.json, the record, the runs table).
+
+    Raises:
+        SpecError: ``precision`` not one of PRECISIONS (a Lightning name such as ``bf16-mixed``
+            gets the dtype and precision that say it).
+    """
+    if precision not in PRECISIONS:
+        kind = {f"{p}-{k}": (d, r) for d, p in RECIPE_DTYPES.items() for r, k in RECIPE_KINDS.items()}
+        hint = (
+            f" ({precision} is dtype={kind[precision][0]} precision={kind[precision][1]})" if precision in kind else ""
+        )
+        raise SpecError("precision", precision, "one of " + ", ".join(PRECISIONS) + hint)
+    if precision != "auto":
+        return PRECISION_ALIASES.get(precision, precision)
+    w = workload or {}
+    own_weights = all(w.get(k) is None for k in ("lora_rank", "quantization", "train_step"))
+    return "autocast" if mode == "train" and dtype in ("float16", "bfloat16") and own_weights else "pure"
 
 
 def validate_device(value: Any) -> str:
@@ -104,9 +143,13 @@ class RunSpec:
     Mode options (ignored where they do not apply; a non-default value where it cannot apply
     is a SpecError):
 
-    * ``precision``: ``pure`` = weights, inputs and compute in ``dtype``; ``autocast`` =
-      float32 (master) weights, compute under ``torch.autocast(dtype)`` (dtype float16 or
-      bfloat16; float16 training adds a GradScaler).
+    * ``precision``: ``pure`` = weights, inputs and compute in ``dtype`` (in training, the
+      gradients and optimizer states too: Lightning's ``bf16-true``); ``autocast`` (alias
+      ``mixed``) = float32 (master) weights, gradients and optimizer states, compute under
+      ``torch.autocast(dtype)`` (dtype float16 or bfloat16; float16 training adds a GradScaler;
+      Lightning's ``bf16-mixed``); ``auto`` (default) = ``resolve_precision``: autocast for a
+      16-bit training run of the model's own weights, else pure. The spec stores the resolved
+      value.
     * ``optimizer`` (train): ``adamw`` | ``sgd`` (plain, no momentum: no state) |
       ``adafactor`` (torch.optim.Adafactor) | ``adamw8bit`` (bitsandbytes.optim.AdamW8bit).
     * ``checkpointing`` (train): activation checkpointing of every block.
@@ -174,7 +217,7 @@ class RunSpec:
     threads: int | None = None
     fault: dict | None = None
     # mode options (workloads issue)
-    precision: str = "pure"
+    precision: str = "auto"
     optimizer: str = "adamw"
     checkpointing: bool = False
     micro_steps: int = 1
@@ -235,7 +278,7 @@ class RunSpec:
     def _check_capacity(self) -> None:
         """``capacity_bytes`` (a size) and ``capacity_mode`` (process: a measured CPU run only)."""
         if self.capacity_bytes is not None:
-            parse_size(self.capacity_bytes)
+            check_bytes(self.capacity_bytes)
         choice("capacity_mode", self.capacity_mode, CAPACITY_MODES)
         if self.capacity_mode == "process" and (not self.device.startswith("cpu") or self.dry_run):
             raise SpecError(
@@ -299,7 +342,7 @@ class RunSpec:
         return self.batch * self.world_size * self.micro_steps
 
     def _check_mode_options(self) -> None:
-        choice("precision", self.precision, PRECISIONS)
+        object.__setattr__(self, "precision", resolve_precision(self.precision, self.mode, self.dtype, self.workload))
         if self.precision == "autocast" and self.dtype == "float32":
             raise SpecError(
                 "precision",

@@ -62,41 +62,62 @@ def bytes_text(value: int | None) -> str:
     return "null" if value is None else f"{value} B = {value / GB:.3f} GB = {value / GiB:.3f} GiB"
 
 
-def parse_size(text: Any, field: str = "capacity") -> int:
+SIZE_FORMS = (
+    "with its unit, such as 256MiB, 2GiB, 1500MB, 24GB or 4096B "
+    "(units B, kB, MB, GB, TB = 10^3n; KiB, MiB, GiB, TiB = 2^10n)"
+)
+"""The size texts ``parse_size`` accepts, in words, for error messages (after "a size")."""
+
+
+def parse_size(text: Any, field: str = "capacity", zero: bool = False) -> int:
     """Parse a memory size into an exact integer number of bytes.
 
-    Accepts an integer (bytes) or a string ``<number><unit>`` with unit one of
-    B, kB/KB, MB, GB, TB (powers of 1000, SI) or KiB, MiB, GiB, TiB (powers of 1024,
-    IEC 80000-13 / NIST binary prefixes). ``"24GB"`` is 24 * 10**9 bytes, ``"2GiB"``
-    is 2 * 2**30 bytes; a decimal number is allowed when the result is a whole number
-    of bytes (``"1.5GiB"`` = 1610612736).
+    Accepts a text ``<number><unit>`` with unit one of B, kB/KB, MB, GB, TB (powers of 1000,
+    SI) or KiB, MiB, GiB, TiB (powers of 1024, IEC 80000-13 / NIST binary prefixes). ``"24GB"``
+    is 24 * 10**9 bytes, ``"2GiB"`` is 2 * 2**30 bytes; a decimal number is allowed when the
+    result is a whole number of bytes (``"1.5GiB"`` = 1610612736). The unit is required: a bare
+    number (``256``, or the integer Hydra makes of ``capacity=256``) is refused, since it would
+    silently mean bytes; write ``256B`` for bytes.
 
     Args:
-        text: the size (int bytes, or text with a unit).
+        text: the size, with its unit.
+        field: the setting's name, for the error message.
+        zero: accept a size of zero (``0B``, ``0MiB``); else the size must be > 0.
+
+    Returns:
+        The size in bytes (> 0, or >= 0 with ``zero``).
+
+    Raises:
+        SpecError: no unit, an unknown unit, not a whole number of bytes, or not above zero
+            (without ``zero``); its ``accepted`` names the forms above.
+    """
+    accepted = ("a size of 0 or more " if zero else "a positive size ") + SIZE_FORMS
+    if isinstance(text, bool) or not isinstance(text, str):
+        raise SpecError(field, text, accepted)
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*", text)
+    if not m or m.group(2) not in SIZE_UNITS:
+        raise SpecError(field, text, accepted)
+    exact = Fraction(m.group(1)) * SIZE_UNITS[m.group(2)]
+    if exact.denominator != 1:
+        raise SpecError(field, text, accepted + " (a whole number of bytes)")
+    if exact < 0 or (exact == 0 and not zero):
+        raise SpecError(field, text, accepted)
+    return int(exact)
+
+
+def check_bytes(value: Any, field: str = "capacity_bytes") -> int:
+    """Check a byte count already in bytes (a spec's ``capacity_bytes``).
+
+    Args:
+        value: the count (an int, bytes).
         field: the setting's name, for the error message.
 
     Returns:
-        The size in bytes, > 0.
+        ``value``, > 0.
 
     Raises:
-        SpecError: not a positive whole number of bytes, or an unknown unit.
+        SpecError: not an integer above zero.
     """
-    accepted = (
-        "a positive size such as 2GiB, 1500MB, 24GB or a byte count "
-        "(units B, kB, MB, GB, TB = 10^3n; KiB, MiB, GiB, TiB = 2^10n)"
-    )
-    if isinstance(text, bool):
-        raise SpecError(field, text, accepted)
-    if isinstance(text, int):
-        value = text
-    else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
-        if not m or (m.group(2) or "B") not in SIZE_UNITS:
-            raise SpecError(field, text, accepted)
-        exact = Fraction(m.group(1)) * SIZE_UNITS[m.group(2) or "B"]
-        if exact.denominator != 1:
-            raise SpecError(field, text, accepted + " (a whole number of bytes)")
-        value = int(exact)
-    if value <= 0:
-        raise SpecError(field, text, accepted)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SpecError(field, value, "a positive whole number of bytes")
     return value

@@ -65,8 +65,21 @@ FFN_KINDS = ("gelu", "swiglu")
 
 # ---- mode options (RunSpec fields, documented there) -----------------------------------
 
-PRECISIONS = ("pure", "autocast")
-"""``precision``: everything in ``dtype``, or float32 weights computed under ``torch.autocast(dtype)``."""
+PRECISIONS = ("auto", "pure", "autocast", "mixed")
+"""``precision`` as given: ``pure`` (everything in ``dtype``), ``autocast`` (float32 weights,
+gradients and optimizer states, compute under ``torch.autocast(dtype)``), ``mixed`` (the same as
+``autocast``) or ``auto`` (``autocast`` for a training run in float16 or bfloat16, else ``pure``:
+``conf.contract.spec.resolve_precision``)."""
+
+PRECISION_ALIASES = {"mixed": "autocast"}
+"""Other names of a resolved ``precision``."""
+
+RECIPE_DTYPES = {"float32": "32", "float16": "16", "bfloat16": "bf16"}
+RECIPE_KINDS = {"pure": "true", "autocast": "mixed"}
+"""The training precision recipe as Lightning's ``Trainer(precision=...)`` names it:
+``RECIPE_DTYPES[dtype] + "-" + RECIPE_KINDS[precision]``, e.g. ``bf16-mixed`` (float32 master
+weights and optimizer states, bfloat16 compute) and ``bf16-true`` (weights, gradients and
+optimizer states in bfloat16); float32 is ``32-true``."""
 
 OPTIMIZERS = ("adamw", "sgd", "adafactor", "adamw8bit")
 """``optimizer`` of a training run."""

@@ -10,7 +10,7 @@ Modules: ``lattice`` (the values an axis may take, a probe, a reading, a pick), 
 fitted peak and its band), ``moves`` (growth, split, fill, pair), ``strategies`` (which values
 a round proposes), ``bracket`` (the model's round once an OOM said what it held and asked),
 ``state`` (``FrontierSearch``, ``SearchResult``, ``run_search``). The vocabulary, the
-strategies' reasoning and the invariants are in docs/notes/sweeper.md.
+strategies' reasoning and the invariants are in docs/concepts/frontier.md.
 """
 
 from .lattice import (
@@ -25,10 +25,11 @@ from .lattice import (
     check_search_axis,
 )
 from .peaks import Band, fit_peak, peak_band
-from .state import FrontierSearch, Oracle, SearchResult, run_search
+from .state import ERRORS_IN_A_ROW, FrontierSearch, Oracle, SearchResult, run_search
 from .strategies import STRATEGIES
 
 __all__ = [
+    "ERRORS_IN_A_ROW",
     "OUTCOMES",
     "QUADRATIC_AXES",
     "SEARCH_AXES",

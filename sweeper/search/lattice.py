@@ -154,6 +154,8 @@ class Reading:
         oom_held: an OOM's bytes already held when it failed, in the peak counter's units
             (``sweeper.frontier_runs.oom_said``); kept only for an ``oom`` with ``oom_request``.
         oom_request: an OOM's bytes asked for.
+        run_peak: the run's peak over every phase in bytes (the peak the report compares with
+            the capacity minus its margin); None: ``peak`` stands for it.
     """
 
     outcome: str
@@ -164,6 +166,7 @@ class Reading:
     run_dir: str | None = None
     oom_held: int | None = None
     oom_request: int | None = None
+    run_peak: int | None = None
 
 
 @dataclass
@@ -187,6 +190,8 @@ class Probe:
             reserved-unallocated on CUDA): the usable capacity is at least this.
         oom_request: the bytes that OOM asked for: the usable capacity is below
             ``oom_held + oom_request``.
+        run_peak: for an ``ok`` run, its peak over every phase (bytes), compared with the
+            capacity minus the margin (the margin edge); None when not recorded.
     """
 
     value: int
@@ -201,6 +206,7 @@ class Probe:
     detail: dict = field(default_factory=dict)
     oom_held: int | None = None
     oom_request: int | None = None
+    run_peak: int | None = None
 
     def to_dict(self) -> dict:
         """The probe as a JSON object for search.jsonl (``peak`` as ``peak_bytes``, the
@@ -216,6 +222,7 @@ class Probe:
             "expected": self.expected,
             "outcome": self.outcome,
             "peak_bytes": self.peak,
+            "run_peak_bytes": self.run_peak,
             "message": self.message,
             "reused": self.reused,
             "run_dir": self.run_dir,

@@ -13,9 +13,14 @@ from dataclasses import dataclass
 
 from memsweep.conf.contract import SpecError
 
-from . import strategies
+from . import margin, strategies
 from .lattice import OUTCOMES, STOP_OUTCOMES, Lattice, Pick, Probe, Reading, check_search_axis
 from .strategies import STRATEGIES
+
+ERRORS_IN_A_ROW = 3
+"""How many ``error`` runs in a row (no ok nor oom between them) the frontier sweeper steps past
+before the search stops: an error at a value that another value runs past depends on the value's
+shape (a layer that refuses a batch of 1, a kernel without that size), not on memory."""
 
 
 @dataclass
@@ -33,8 +38,15 @@ class SearchResult:
         upper_reached: no OOM and ``upper`` fits.
         lower_fits: whether ``lower`` fits; None when it did not run.
         stopped_by: None, or the error, crash or timeout that stopped the search.
-        stop_value: the value that stopped it, or None.
+        stop_value: the value that stopped it (the first of the errors in a row that stopped
+            it), or None.
         stop_message: what the stopping run said, or None.
+        error_values: the values whose run raised an error (neither ok nor oom), ascending:
+            stepped past when ``errors_in_a_row`` allows, else the one that stopped the search.
+        margin_edge: the largest value that ran ok, below the smallest OOM, whose measured peak
+            (``Probe.run_peak``) is at most the capacity minus the margin; None without a margin,
+            or when none qualifies.
+        margin_bytes: the margin at the search's capacity (bytes), or None without one.
         runs_used: the probes run by the search, reused ones included.
         runs_reused: the probes answered by a run already on disk.
         rounds: the rounds proposed.
@@ -55,6 +67,9 @@ class SearchResult:
     stopped_by: str | None
     stop_value: int | None
     stop_message: str | None
+    error_values: list[int]
+    margin_edge: int | None
+    margin_bytes: int | None
     runs_used: int
     runs_reused: int
     rounds: int
@@ -78,6 +93,11 @@ class FrontierSearch:
         seed: a predicted max_ok (a dry run, ``memsweep predict``): probed first, with its
             upper neighbour, before the strategy takes over; rounded down to the lattice and
             clamped to its range.
+        errors_in_a_row: how many ``error`` runs in a row the search steps past (probing the
+            next untried value past each) before it stops; 0: the first error stops it.
+        margin_of: capacity in bytes -> the margin in bytes (``MarginPolicy.bytes_for``): once
+            the capacity's edge is found, the search goes on to the margin's edge
+            (``sweeper.search.margin``); None: no margin edge is searched.
 
     Raises:
         SpecError: an unknown axis (field ``hydra.sweeper.axis``) or strategy (field
@@ -85,7 +105,14 @@ class FrontierSearch:
     """
 
     def __init__(
-        self, axis: str, lattice: Lattice, strategy: str = "model", capacity: int | None = None, seed: int | None = None
+        self,
+        axis: str,
+        lattice: Lattice,
+        strategy: str = "model",
+        capacity: int | None = None,
+        seed: int | None = None,
+        errors_in_a_row: int = 0,
+        margin_of: Callable[[int], int | None] | None = None,
     ):
         check_search_axis(axis, "hydra.sweeper.axis")
         if strategy not in STRATEGIES:
@@ -98,6 +125,8 @@ class FrontierSearch:
         self.gaps: list[int | None] = []  # hi - lo at the start of each round (None: not bracketed yet)
         self.stopped: Probe | None = None
         self.seed = None if seed is None else min(max(lattice.down(seed), lattice.lower), lattice.upper)
+        self.errors_in_a_row, self.margin_of = errors_in_a_row, margin_of
+        self.margin_gaps: list[int] = []  # the margin bracket's width at the start of each margin round
 
     # ---- state -------------------------------------------------------------------------
     def values(self, outcome: str) -> list[int]:
@@ -163,21 +192,32 @@ class FrontierSearch:
         """The values observed or pending (a set)."""
         return {p.value for p in self.probes} | set(self.pending)
 
+    def untried(self, low: int, high: int) -> bool:
+        """Whether a lattice value in [low, high] (lattice values) has not been observed."""
+        if low > high:
+            return False
+        n = (high - low) // self.lattice.step + 1
+        return n > len({p.value for p in self.probes if low <= p.value <= high})
+
+    def edge_found(self) -> bool:
+        """Whether the capacity's edge is found: the lower bound out of memory (or every value
+        below the smallest OOM raised an error); the upper bound fits (or every value above the
+        largest success did); a success next to an OOM on the lattice, or only errors between."""
+        L, U, m = self.lattice.lower, self.lattice.upper, self.lattice.step
+        lo, hi = self.bracket()
+        if hi is not None:
+            return not self.untried(L if lo is None else lo + m, hi - m)
+        return not self.untried(L if lo is None else lo + m, U)
+
     @property
     def done(self) -> bool:
-        """Whether the search is over: stopped by an error, crash or timeout; the lower bound
-        out of memory; the upper bound fits; or a success next to an OOM on the lattice."""
+        """Whether the search is over: stopped by an error, crash or timeout; or the capacity's
+        edge found (``edge_found``) and, with a margin, the margin's (``margin.margin_done``)."""
         if self.stopped is not None:
             return True
         if not self.probes:
             return False
-        L, U, m = self.lattice.lower, self.lattice.upper, self.lattice.step
-        lo, hi = self.bracket()
-        if hi is not None and hi <= L:
-            return True  # the lower bound does not fit
-        if hi is None and lo is not None and lo >= U:
-            return True  # the upper bound fits: the edge lies above it
-        return lo is not None and hi is not None and hi - lo <= m
+        return self.edge_found() and margin.margin_done(self)
 
     # ---- proposing ---------------------------------------------------------------------
     def propose(self, slots: int = 1) -> list[Probe]:
@@ -198,6 +238,13 @@ class FrontierSearch:
             return []
         slots = max(1, int(slots))
         self.rounds += 1
+        if self.edge_found():  # the capacity's edge is found: the margin's
+            out = self._take(margin.margin_round(self, slots), slots)
+            if not out:
+                raise RuntimeError(
+                    f"frontier search on {self.axis} stalled at margin bracket {margin.margin_bracket(self)}"
+                )
+            return out
         lo, hi = self.bracket()
         self.gaps.append(hi - lo if lo is not None and hi is not None else None)
         out = self._take(strategies.seed_round(self), slots) if self.seed is not None else []
@@ -221,9 +268,12 @@ class FrontierSearch:
 
     def _take(self, picks: list[Pick], slots: int) -> list[Probe]:
         """The first ``slots`` untried lattice values of ``picks``, now pending."""
-        out, seen = [], self.tried()
-        for value, reason, expected, detail in picks:
-            if value in seen or not self.lattice.lower <= value <= self.lattice.upper:
+        out, seen, errors = [], self.tried(), set(self.values("error"))
+        for picked, reason, expected, detail in picks:
+            value: int | None = picked
+            if picked in errors:  # an error there, not memory: the next value past it
+                value, reason = self._past_error(picked, seen), f"{reason}; {picked} raised an error, so the next value"
+            if value is None or value in seen or not self.lattice.lower <= value <= self.lattice.upper:
                 continue
             seen.add(value)
             probe = Probe(value, reason, self.rounds, expected, detail=detail)
@@ -233,9 +283,26 @@ class FrontierSearch:
                 break
         return out
 
+    def _past_error(self, value: int, seen: set[int]) -> int | None:
+        """The untried lattice value nearest above ``value`` (an error's), inside the bracket
+        (below the smallest OOM when ``value`` is; up to the upper bound), else nearest below it
+        (above the largest success below it); None when there is none."""
+        lo, hi = self.bracket()
+        top = hi if hi is not None and value < hi else self.lattice.upper + self.lattice.step
+        bottom = lo if lo is not None and lo < value else self.lattice.lower - self.lattice.step
+        for step in (self.lattice.step, -self.lattice.step):
+            v = value + step
+            while bottom < v < top:
+                if v not in seen:
+                    return v
+                v += step
+        return None
+
     # ---- observing ---------------------------------------------------------------------
     def observe(self, value: int, reading: Reading) -> Probe:
-        """Record what the run of a proposed value said. An error, crash or timeout stops the search.
+        """Record what the run of a proposed value said. A crash or timeout stops the search; so
+        does an error, unless ``errors_in_a_row`` allows stepping past it (then the first of that
+        many errors in a row, with no ok nor oom between, stops it).
 
         Args:
             value: a pending value (from ``propose``).
@@ -259,6 +326,7 @@ class FrontierSearch:
             reading.run_dir,
         )
         probe.peak = reading.peak if outcome == "ok" else None
+        probe.run_peak = (reading.peak if reading.run_peak is None else reading.run_peak) if outcome == "ok" else None
         if outcome == "oom" and reading.oom_held is not None and reading.oom_request is not None:
             probe.oom_held, probe.oom_request = int(reading.oom_held), int(reading.oom_request)
         if reading.capacity is not None and self.capacity is None:
@@ -266,9 +334,22 @@ class FrontierSearch:
         if probe.expected is not None and outcome in ("ok", "oom"):
             self.wrong_streak = self.wrong_streak + 1 if outcome != probe.expected else 0
         self.probes.append(probe)
-        if outcome in STOP_OUTCOMES and self.stopped is None:
+        if self.stopped is None and outcome == "error" and self.errors_in_a_row > 0:
+            streak = self.error_streak()
+            if len(streak) >= self.errors_in_a_row:
+                self.stopped = streak[0]
+        elif outcome in STOP_OUTCOMES and self.stopped is None:
             self.stopped = probe
         return probe
+
+    def error_streak(self) -> list[Probe]:
+        """The last probes observed, in order, as long as each raised an error (no ok nor oom between)."""
+        streak: list[Probe] = []
+        for p in reversed(self.probes):
+            if p.outcome != "error":
+                break
+            streak.insert(0, p)
+        return streak
 
     # ---- result ------------------------------------------------------------------------
     def result(self) -> SearchResult:
@@ -286,20 +367,9 @@ class FrontierSearch:
         upper_reached = bool(not ooms and max_ok == U)
         lower_fits = True if L in oks else False if L in ooms else None
         stop = self.stopped
-        if stop is not None and stop.outcome == "oom_elsewhere":
-            status = f"frontier not reached: at {self.axis}={stop.value} {stop.message}"
-        elif stop is not None:
-            status = f"stopped by {stop.outcome} at {self.axis}={stop.value}"
-        elif upper_reached:
-            status = f"edge not found below the upper bound: {self.axis}={U} fits"
-        elif min_oom is not None and min_oom <= L and max_ok is None:
-            status = f"lower bound does not fit: {self.axis}={L} is out of memory"
-        elif exact:
-            status = f"exact edge: {self.axis}={max_ok} fits, {min_oom} does not"
-        elif not monotonic:
-            status = f"not monotonic: {self.axis}={max_ok} fits above {min_oom}, which does not"
-        else:
-            status = "not finished"
+        status = self._status(max_ok, min_oom, exact, monotonic, upper_reached)
+        bracket = margin.margin_bracket(self)
+        margin_bytes = None if self.margin_of is None or self.capacity is None else self.margin_of(self.capacity)
         return SearchResult(
             axis=self.axis,
             strategy=self.strategy,
@@ -315,11 +385,49 @@ class FrontierSearch:
             stopped_by=stop.outcome if stop else None,
             stop_value=stop.value if stop else None,
             stop_message=stop.message if stop else None,
+            error_values=self.values("error"),
+            margin_edge=None if bracket is None else bracket[0],
+            margin_bytes=margin_bytes,
             runs_used=len(self.probes),
             runs_reused=sum(p.reused for p in self.probes),
             rounds=self.rounds,
             status=status,
         )
+
+    def _status(
+        self, max_ok: int | None, min_oom: int | None, exact: bool, monotonic: bool, upper_reached: bool
+    ) -> str:
+        """The search's answer in one line for people (``SearchResult.status``), naming the values
+        whose errors it stepped past."""
+        L, U, axis, stop = self.lattice.lower, self.lattice.upper, self.axis, self.stopped
+        errors = self.values("error")
+        if stop is not None and stop.outcome == "oom_elsewhere":
+            return f"frontier not reached: at {axis}={stop.value} {stop.message}"
+        if stop is not None:
+            streak = len(self.error_streak()) if stop.outcome == "error" and self.errors_in_a_row else 0
+            if streak > 1:
+                values = ", ".join(str(p.value) for p in self.error_streak())
+                return f"stopped by error at {axis}={stop.value}: {streak} values in a row raised errors ({values})"
+            return f"stopped by {stop.outcome} at {axis}={stop.value}"
+        if upper_reached:
+            status = f"edge not found below the upper bound: {axis}={U} fits"
+        elif min_oom is not None and max_ok is None and not self.untried(L, min_oom - self.lattice.step):
+            status = f"lower bound does not fit: {axis}={min_oom} is out of memory"
+            if min_oom > L:
+                status += " and every value below it raised an error"
+        elif exact:
+            status = f"exact edge: {axis}={max_ok} fits, {min_oom} does not"
+        elif not monotonic:
+            status = f"not monotonic: {axis}={max_ok} fits above {min_oom}, which does not"
+        elif max_ok is not None and min_oom is not None and self.edge_found():
+            status = f"edge: {axis}={max_ok} fits, {min_oom} does not; every value between raised an error"
+        elif max_ok is None and min_oom is None and errors and self.edge_found():
+            status = f"every value of {axis} raised an error"
+        else:
+            status = "not finished"
+        if errors:
+            status += f"; stepped past errors (the value's shape, not memory) at {axis}={', '.join(map(str, errors))}"
+        return status
 
 
 Oracle = Callable[[int], tuple]

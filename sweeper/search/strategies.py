@@ -4,8 +4,9 @@
 ``seed_round`` (a dry run's predicted edge), ``first_round``, ``bisect_round`` (strategy
 ``bisect``: x2 growth, then bisection), ``model_round`` (strategy ``model``: where the band of
 the fitted peak crosses the capacity, ``one_success_round`` and ``band_round``, or the bracket
-of the usable capacity, ``sweeper.search.bracket``; ``gallop_down``/``gallop_up`` when the
-probes contradict the fit) and ``forced_round`` after two wrong predictions in a row.
+of the usable capacity, ``sweeper.search.bracket``; ``refit_round`` after an OOM the capacity
+explains but the fit did not expect, ``gallop_down``/``gallop_up`` when the probes contradict
+the fit otherwise) and ``forced_round`` after two wrong predictions in a row.
 
 To add a strategy: write its round as ``(search, slots) -> list[Pick]`` here, add its name
 to ``STRATEGIES`` and dispatch to it in ``FrontierSearch.propose``.
@@ -127,7 +128,8 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
     """Strategy ``model``: probe where the band of the fitted peak crosses the capacity.
 
     With one success (or no capacity known yet): ``one_success_round``. With two or more:
-    ``band_round``, or ``bracket_round`` once an OOM held and asked at most the capacity.
+    ``band_round``, or ``bracket_round`` once an OOM held and asked at most the capacity, or
+    ``refit_round`` after an OOM the fit did not expect that held and asked more than it.
 
     Args:
         search: the search; its successes' peaks (bytes) and ``capacity`` (bytes) make the
@@ -170,6 +172,9 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
         # an OOM held and asked at most the capacity: memory the counter does not see takes
         # some; the edge is where the fitted load meets the usable capacity, not the nominal one
         return bracket_round(search, band, lo, top, slots, floor, ceiling)
+    said = oom_said_over(search, hi, cap) if hi is not None and band.high(hi) <= cap else None
+    if hi is not None and said is not None:  # the capacity explains the OOM: the fit, not hidden memory, is wrong
+        return refit_round(search, lo, hi, slots, said)
     return band_round(search, slots, band, cap, lo, hi, top)
 
 
@@ -286,6 +291,50 @@ def band_round(
     return pair(lattice, band, x_star, (lo, top, hi), cap, lambda side: why + side, detail, slots)
 
 
+def oom_said_over(search: FrontierSearch, value: int, cap: int) -> tuple[int, int] | None:
+    """What the OOM at ``value`` said it held (A) and asked (R), when A + R is above the capacity
+    ``cap`` (bytes): the capacity alone explains that OOM, no memory unseen by the peak counter is
+    needed; None when it did not say, or said less (``bracket_round`` reads that)."""
+    said = next(
+        ((p.oom_held, p.oom_request) for p in search.probes if p.value == value and p.outcome == "oom"),
+        None,
+    )
+    if said is None or said[0] is None or said[1] is None or said[0] + said[1] <= cap:
+        return None
+    return said[0], said[1]
+
+
+def refit_round(search: FrontierSearch, lo: int, hi: int, slots: int, said: tuple[int, int]) -> list[Pick]:
+    """After an OOM that the fit did not expect but the capacity explains (it held and asked more
+    than the capacity together): the successes do not show how fast the peak grows (flat peaks at
+    small values, then a steep rise), so measure a far success or halve the bracket: the geometric
+    midpoint of (lo, hi), then the split points for the spare slots.
+
+    Args:
+        search: the search.
+        lo: the largest success below ``hi``.
+        hi: the smallest OOM.
+        slots: how many values.
+        said: (bytes held, bytes asked) of the OOM at ``hi``.
+
+    Returns:
+        The midpoint and fill values strictly inside (lo, hi); nothing when it holds no value.
+    """
+    lattice, (held, asked) = search.lattice, said
+    mids = lattice.split(lo, hi, 2)
+    if not mids:
+        return []
+    v = min(max(lattice.down((max(lo, 1) * hi) ** 0.5), lo + lattice.step), hi - lattice.step)
+    why = (
+        f"model: OOM at {hi} where even the pessimistic fit stays under the capacity {search.capacity} B; it held "
+        f"{held} B and asked {asked} B, more than the capacity together, so the capacity explains it and the "
+        f"peak grows faster than the successes up to {lo} show; geometric midpoint of ({lo}, {hi})"
+    )
+    return [Pick(v, why, None, {"explained_oom": {"value": hi, "held_bytes": held, "request_bytes": asked}})] + fill(
+        lattice, lo, hi, slots - 1, v
+    )
+
+
 def gallop_down(search: FrontierSearch, lo: int, hi: int, slots: int, first: int) -> list[Pick]:
     """Step down from an OOM the model did not expect.
 
@@ -312,8 +361,9 @@ def gallop_down(search: FrontierSearch, lo: int, hi: int, slots: int, first: int
         return []
     v = max(lattice.down(hi - step), mids[0])
     why = (
-        f"model: OOM at {hi} where even the pessimistic fit stays under the capacity {search.capacity} B "
-        f"(something uncounted takes memory); "
+        f"model: OOM at {hi} where even the pessimistic fit stays under the capacity {search.capacity} B, "
+        "and the OOM did not say what it held and asked: the peak grows faster than the fit, or memory the "
+        "peak counter does not see is taken; "
         + (f"bisection of ({lo}, {hi})" if v == mids[0] else f"step down {hi - v} from it")
     )
     return [Pick(v, why, None, {})] + fill(lattice, lo, hi, slots - 1, v)

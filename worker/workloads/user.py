@@ -111,36 +111,98 @@ def check_train_step(fn: Any, kwargs: dict, path: str) -> None:
         ) from None
 
 
-def check_user_targets(workload: dict) -> dict:
-    """Import a user workload's ``train_step`` and check it (``python -m memsweep.worker --check-user``,
-    asked by the sweeper before any worker starts: its own process never imports the user's code).
+FACTORY_FORMS = {
+    "model": (("load",), "a factory fn(load, **kwargs) returning an nn.Module"),
+    "inputs": (("load",), "a function fn(load, **kwargs) returning the pair (inputs, target)"),
+    "loss": (("output", "target"), "a function fn(output, target, **kwargs) returning a scalar tensor"),
+    "optimizer": (("params",), "a factory fn(params, **kwargs) returning an optimizer"),
+}
+"""Per user function but ``train_step``: the positional arguments memsweep calls it with, and the
+form expected, in words."""
+
+
+def check_factory(fn: Any, kwargs: dict, fn_name: str, path: str) -> None:
+    """Check that a user function binds to the call memsweep makes (``FACTORY_FORMS``): a module
+    class given as the model or loss (``nn.Linear`` where ``fn(load, **kwargs)`` is expected) is
+    refused, and so is a call ``inspect.Signature.bind`` refuses (a wrong keyword, a wrong arity;
+    a callable without a readable signature is let through).
 
     Args:
-        workload: the validated user workload (``path``, ``train_step``).
+        fn: the callable ``workload.<fn_name>._target_`` names.
+        kwargs: its other keys (keyword arguments).
+        fn_name: ``model``, ``inputs``, ``loss`` or ``optimizer``.
+        path: its ``_target_``, for the message.
+
+    Raises:
+        SpecError: field ``workload.<fn_name>._target_``, with the form expected.
+    """
+    args, form = FACTORY_FORMS[fn_name]
+    field = f"workload.{fn_name}._target_"
+    if fn_name in ("model", "loss") and inspect.isclass(fn) and issubclass(fn, nn.Module):
+        raise SpecError(
+            field,
+            path,
+            f"{form}; {path} is the class {fn.__name__}, not a factory (wrap it: "
+            f"def make(load, **kwargs): return {fn.__name__}(...))",
+        )
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: the call itself will tell
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        call = ", ".join((*args, *(f"{k}=..." for k in kwargs)))
+        raise SpecError(field, path, f"{form}, called as ({call}); {path}{signature} does not bind ({exc})") from None
+
+
+def _target_problem(workload: dict, fn_name: str) -> dict | None:
+    """The first problem of ``workload.<fn_name>`` as ``{"field", "value", "accepted"}``; None when it
+    imports and binds (or is not set)."""
+    description = workload.get(fn_name)
+    if not description:
+        return None
+    field = f"workload.{fn_name}._target_"
+    try:
+        fn, kwargs = resolve_target(description, f"workload.{fn_name}")
+    except (ImportError, AttributeError) as exc:  # its message opens with the field and value: not twice
+        accepted = "a function that can be imported: " + str(exc).split(": ", 1)[-1]
+        return {"field": field, "value": description["_target_"], "accepted": accepted}
+    except Exception as exc:  # noqa: BLE001 - the user's module raised while importing
+        accepted = f"a module that imports ({type(exc).__name__}: {exc})"
+        return {"field": field, "value": description["_target_"], "accepted": accepted}
+    try:
+        if fn_name == "train_step":
+            check_train_step(fn, kwargs, description["_target_"])
+        else:
+            check_factory(fn, kwargs, fn_name, description["_target_"])
+    except SpecError as exc:
+        return {"field": exc.field, "value": exc.value, "accepted": exc.accepted}
+    return None
+
+
+def check_user_targets(workload: dict) -> dict:
+    """Import a user workload's functions and check each binds to memsweep's call (``python -m
+    memsweep.worker --check-user``, asked by the sweeper before any worker starts: its own process
+    never imports the user's code).
+
+    Args:
+        workload: the validated user workload (``path``; ``model``, ``inputs``, ``loss``,
+            ``optimizer``, ``train_step``, each None or a ``_target_`` description).
 
     Returns:
         ``{"ok": True}``, or ``{"field", "value", "accepted"}`` of the first problem: a module
-        that cannot be imported or has no such callable (field ``workload.train_step._target_``),
-        or a call that would not bind (``check_train_step``).
+        that cannot be imported or has no such callable (field ``workload.<fn>._target_``), a
+        class where a factory is expected or a call that would not bind (``check_factory``,
+        ``check_train_step``).
     """
     for directory in reversed(workload.get("path") or []):
         if directory not in sys.path:
             sys.path.insert(0, directory)
-    description = workload.get("train_step")
-    if not description:
-        return {"ok": True}
-    try:
-        fn, kwargs = resolve_target(description, "workload.train_step")
-    except (ImportError, AttributeError) as exc:  # its message opens with the field and value: not twice
-        accepted = "a function that can be imported: " + str(exc).split(": ", 1)[-1]
-        return {"field": "workload.train_step._target_", "value": description["_target_"], "accepted": accepted}
-    except Exception as exc:  # noqa: BLE001 - the user's module raised while importing
-        accepted = f"a module that imports ({type(exc).__name__}: {exc})"
-        return {"field": "workload.train_step._target_", "value": description["_target_"], "accepted": accepted}
-    try:
-        check_train_step(fn, kwargs, description["_target_"])
-    except SpecError as exc:
-        return {"field": exc.field, "value": exc.value, "accepted": exc.accepted}
+    for fn_name in ("model", "inputs", "loss", "optimizer", "train_step"):
+        problem = _target_problem(workload, fn_name)
+        if problem is not None:
+            return problem
     return {"ok": True}
 
 

@@ -80,8 +80,9 @@ def parse_margin(text: Any = None) -> MarginPolicy:
 
     Args:
         text: ``None`` -> the default (DEFAULT_MARGIN, 10 % of the capacity); ``"0.1"`` or
-            ``"10%"`` -> a fraction of the capacity in [0, 1); ``"2GiB"``, ``"1500MB"``, ``"123"``
-            (bytes) -> a fixed number of bytes (units as in conf.contract.parse_size).
+            ``"10%"`` -> a fraction of the capacity in [0, 1); ``"0"`` -> no margin (zero in any
+            unit); ``"2GiB"``, ``"1500MB"``, ``"0B"`` -> a fixed number of bytes (the unit is
+            required, as in conf.contract.parse_size: ``"10"`` is refused, not read as 10 B).
 
     Returns:
         The policy.
@@ -92,7 +93,7 @@ def parse_margin(text: Any = None) -> MarginPolicy:
     """
     default = text is None
     text = DEFAULT_MARGIN if default else str(text).strip()
-    accepted = "a fraction of the capacity in [0, 1) (0.1 or 10%) or a size (2GiB, 1500MB, bytes)"
+    accepted = "a fraction of the capacity in [0, 1) (10% or 0.1), 0, or a size with its unit (256MiB, 2GB, 0B)"
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", text)
     if m:
         frac = Fraction(m.group(1)) / 100
@@ -100,7 +101,7 @@ def parse_margin(text: Any = None) -> MarginPolicy:
         frac = Fraction(text)
     else:
         try:
-            return MarginPolicy(text, fixed_bytes=parse_size(text, "margin"), default=default)
+            return MarginPolicy(text, fixed_bytes=parse_size(text, "margin", zero=True), default=default)
         except SpecError:
             raise SpecError("margin", text, accepted) from None
     if not 0 <= frac < 1:

@@ -1,0 +1,77 @@
+"""A measured run's answer in words: its peaks, its capacity and the headroom left, and the load
+it answered for. One formatter for ``memsweep run``'s console and the Python API's ``RunResult``.
+
+Bytes stay integers; each figure is printed once in bytes and in GiB (2^30 B), the unit named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from memsweep.conf.contract import GiB, device_kind_of, phase_peak, record_phases, run_peak
+
+
+def size_words(value: int | None) -> str:
+    """``"N B (x GiB)"`` for a byte count; ``"not recorded"`` for None (never 0)."""
+    return "not recorded" if value is None else f"{value} B ({value / GiB:.3f} GiB)"
+
+
+def load_terms(spec: Mapping[str, Any]) -> str:
+    """The load a verdict answered for, in the field's words: mode, dtype, in train mode the
+    precision recipe, optimizer and activation checkpointing, and the capacity.
+
+    Args:
+        spec: the run's spec (``RunSpec.to_dict()`` or spec.json).
+
+    Returns:
+        e.g. ``"mode=train dtype=bfloat16 precision=pure optimizer=adamw checkpointing=false
+        capacity=268435456 B (0.250 GiB)"``; ``capacity=the device's own`` without one.
+    """
+    words = [f"mode={spec.get('mode')}", f"dtype={spec.get('dtype')}"]
+    if spec.get("mode") == "train":
+        words += [
+            f"precision={spec.get('precision')}",
+            f"optimizer={spec.get('optimizer')}",
+            f"checkpointing={str(bool(spec.get('checkpointing'))).lower()}",
+        ]
+    capacity = spec.get("capacity_bytes")
+    words.append("capacity=the device's own" if capacity is None else f"capacity={size_words(capacity)}")
+    return " ".join(words)
+
+
+def run_answer(spec: Mapping[str, Any], record: Mapping[str, Any] | None) -> list[str]:
+    """The answer of a measured run, as console lines: both peaks, the capacity and the headroom.
+
+    The headroom is the capacity minus the peak the capacity applies to, the counter the run's
+    outcome is decided on (``conf.contract.run_peak``): ``max_memory_reserved`` on CUDA/ROCm (the
+    caching allocator's bytes, which the per-process memory fraction caps), ``max_memory_allocated``
+    on the CPU (the worker's live tensor bytes, which the emulated capacity caps). A CPU figure is
+    labelled as the CPU's: its reserved peak is the process's resident memory, not a GPU one.
+
+    Args:
+        spec: the run's spec (a mapping).
+        record: its record.json, or None when it left none.
+
+    Returns:
+        Three lines (peaks, capacity and headroom, load); only the load when there is no record.
+    """
+    load = f"  answered for: {load_terms(spec)}"
+    if not record:
+        return ["  peak: not recorded (no record.json)", load]
+    kind = device_kind_of(record.get("device_kind"), record.get("device") or spec.get("device"))
+    where = "the CPU (reserved = the process's resident memory; not a GPU figure)" if kind == "cpu" else kind
+    phases = record_phases(record)
+    alloc, resv = phase_peak(phases, "max_memory_allocated"), phase_peak(phases, "max_memory_reserved")
+    peak, counter = run_peak(record)
+    capacity = record.get("capacity_bytes") or spec.get("capacity_bytes")
+    headroom = None if capacity is None or peak is None else capacity - peak
+    lines = [f"  peak on {where}: max_memory_allocated {size_words(alloc)}, max_memory_reserved {size_words(resv)}"]
+    if capacity is None:
+        lines.append("  capacity: not recorded; headroom: unknown")
+    else:
+        lines.append(
+            f"  capacity {size_words(capacity)}; headroom = capacity - {counter} = {size_words(headroom)}"
+            + (" (above the capacity)" if headroom is not None and headroom < 0 else "")
+        )
+    return [*lines, load]
