@@ -17,7 +17,6 @@ a component not asked for is not in the sum, and the output says so. Exit status
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from fractions import Fraction
 from typing import Any
@@ -25,13 +24,14 @@ from typing import Any
 from memsweep.conf.contract import GB, GiB
 
 from .activations import RECOMPUTE, transformer_layer_activation_bytes
+from .applicable import check_options
 from .breakdown import Breakdown
 from .cli_args import ESTIMATE_DEVICES, MLP_DEFAULTS, activation_options, check_applicable, device_arg, step_tensor_rule
 from .cli_output import estimate_text, format_phases
 from .counted import COUNTERS, CountUnavailable, describe_config
 from .errors import UsageError
 from .formats import DTYPE_FORMATS, StorageFormat, compact_format, storage_format, weight_bytes
-from .kv_cache import KV_CONVENTIONS, cached_tokens, kv_cache_bytes, resolve_head_dim
+from .kv_cache import KV_CONVENTIONS, kv_cache_bytes, layer_cached_tokens, resolve_head_dim
 from .labels import recipe_word
 from .lora_cli import add_lora_options, lora_from_args
 from .training import OPTIMIZERS, TRAINING_RECIPES, training_state, zero_partition
@@ -358,7 +358,7 @@ def _bare_kv(args: argparse.Namespace) -> int:
             "and --head-dim (or --hidden-size and --heads)"
         )
     head_dim = resolve_head_dim(args.hidden_size, args.heads, args.head_dim)
-    tokens = cached_tokens(args.kv_tokens, sliding_window=args.sliding_window, static_capacity=args.static_cache)
+    tokens = layer_cached_tokens(args.kv_tokens, args.sliding_window, args.kv_convention, args.static_cache)
     return kv_cache_bytes(
         layers=args.layers,
         kv_heads=args.kv_heads,
@@ -379,7 +379,7 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
     except CountUnavailable as exc:
         raise UsageError(str(exc)) from None
     if args.sliding_window is not None:
-        model = dataclasses.replace(model, sliding_window=args.sliding_window)
+        model = model.with_sliding_window(args.sliding_window)
     if args.lora_rank is not None:
         if args.kv_tokens is not None:
             raise UsageError("--kv-tokens does not apply to --lora-rank (a training estimate)")
@@ -461,13 +461,14 @@ def estimate_load(args: argparse.Namespace) -> tuple[Breakdown, str, list[PhaseE
     sources = [s for s in ("parameters", "config", "workload") if getattr(args, s) is not None]
     if len(sources) > 1:
         raise UsageError("give one model description: --parameters, --config or --workload")
-    if args.zero_stage and not args.train:
+    if args.zero_stage and not args.train and args.lora_rank is None:
         raise UsageError("--zero-stage partitions training state: add --train")
     if args.lora_rank is not None and args.config is None:
         raise UsageError("--lora-rank needs --config (the adapters' shapes come from the model's Linear modules)")
     if args.keep and args.parameters is None:
         raise UsageError("--keep applies to --parameters (a config keeps embeddings, lm_head and norms in 16 bits)")
     check_applicable(args)
+    check_options(args, vars(build_parser().parse_args([])))
     _apply_recipe(args)
     phases: list[PhaseEstimate] = []
     if args.workload:

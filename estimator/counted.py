@@ -17,6 +17,7 @@ from pathlib import Path
 
 from memsweep.conf.contract.ask import ask_worker
 
+from .attention import UnknownAttention, read_attention, shared_cache_layers
 from .hf_config import load_hf_config
 from .kv_cache import resolve_head_dim
 from .transformer import LinearModule, ParamTensor, TransformerConfig
@@ -77,9 +78,9 @@ def model_from_count(count: Mapping) -> TransformerConfig:
 
     Dimensions for the activation and KV formulas are read from the resolved config
     (``count["config"]``); the KV cache per layer from ``layer_types``/``layer_windows``
-    (transformers' DynamicCache); multi-head latent attention (``kv_lora_rank``) caches
-    ``kv_lora_rank + qk_rope_head_dim`` values per token and layer (transformers 5.x
-    ``DeepseekV2Attention``: the compressed latent and the rope key).
+    (transformers' DynamicCache); the values each layer caches per token from the cache a
+    meta-device forward left (``kv_layout``, ``_kv_fields``), else from the config's attention
+    flags (``attention.read_attention``).
 
     Args:
         count: one entry of ``count_with_transformers``.
@@ -98,9 +99,6 @@ def model_from_count(count: Mapping) -> TransformerConfig:
     if layers is None or hidden is None or heads is None or vocab is None:
         raise ValueError(f"{count.get('path')}: the resolved config has no layers/hidden/heads/vocab")
     head_dim = resolve_head_dim(hidden, heads, _int(cfg, "head_dim"))
-    kv_values = None
-    if _int(cfg, "kv_lora_rank"):
-        kv_values = cfg["kv_lora_rank"] + (_int(cfg, "qk_rope_head_dim") or 0)
     ffn = _int(cfg, "intermediate_size", "n_inner") or 4 * hidden
     experts = count.get("experts") or {}
     types = count.get("layer_types")
@@ -110,7 +108,6 @@ def model_from_count(count: Mapping) -> TransformerConfig:
         layers=layers,
         hidden=hidden,
         heads=heads,
-        kv_heads=_int(cfg, "num_key_value_heads") or heads,
         head_dim=head_dim,
         ffn_hidden=ffn,
         vocab=vocab,
@@ -119,7 +116,7 @@ def model_from_count(count: Mapping) -> TransformerConfig:
         sliding_window=_int(cfg, "sliding_window"),
         layer_types=tuple(types) if types else None,
         layer_windows=tuple(windows) if windows and len(windows) == layers else None,
-        kv_values_per_token=kv_values,
+        **_kv_fields(count, heads, head_dim, layers),
         dtype=cfg.get("dtype") or cfg.get("torch_dtype"),
         counted=_counted_tensors(count),
         experts=experts.get("num_experts", 0),
@@ -130,6 +127,52 @@ def model_from_count(count: Mapping) -> TransformerConfig:
         or None,
         source=count["source"],
     )
+
+
+KV_CACHE_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer", "DummyLayer")
+"""transformers' cache layers (``cache_utils.py``) that hold K and V tensors only, read per token
+(``DummyLayer`` holds none: a layer that reads another layer's cache, or has no attention)."""
+
+
+def _kv_fields(count: Mapping, heads: int, head_dim: int, layers: int) -> dict:
+    """The KV fields of a counted model's TransformerConfig: ``kv_heads``, ``kv_values_per_token``,
+    ``cache_layers`` (the probed cache's layers), ``kv_layout`` (in words) and ``kv_unknown``.
+
+    transformers' own cache (``worker/count.py`` ``cache_layout``) wins; without it the
+    config's flags are read (``read_attention``), and a layout neither gives is ``kv_unknown``.
+    """
+    cfg = count["config"]
+    try:
+        flags = read_attention(cfg, heads, head_dim)
+        shared = shared_cache_layers(cfg, layers)
+    except UnknownAttention as exc:
+        flags, shared, reason = None, 0, str(exc)
+    probe = count.get("kv_layout") or {}
+    fields: dict = {"kv_heads": flags.kv_heads if flags else heads, "kv_unknown": None}
+    if flags and flags.kind == "latent":
+        fields["kv_values_per_token"] = flags.values_per_token
+    other = sorted({x.get("kind") for x in probe.get("layers") or ()} - set(KV_CACHE_LAYERS))
+    if other:
+        return {**fields, "kv_unknown": f"transformers' cache has layers {', '.join(map(str, other))}, not K/V only"}
+    if probe.get("layers"):
+        cache = tuple((int(x["values"]), x["window"]) for x in probe["layers"])
+        shapes = sorted(
+            {(tuple(x["keys"][1::2]), tuple(x["values_shape"][1::2])) for x in probe["layers"] if x["keys"]}
+        )
+        held = ", ".join(f"K {k[0]} x {k[1]} + V {v[0]} x {v[1]}" for k, v in shapes)
+        named = flags.describe() if flags else f"flags not read ({reason})"
+        fields.update(cache_layers=cache, kv_layout=f"{named}; transformers' {probe['cache']} holds {held} per token")
+        if flags and not shared and {v for v, _ in cache if v} != {flags.values_per_token}:
+            fields["kv_layout"] += (
+                f" (the flags read {flags.values_per_token} values per token: the cache's are counted)"
+            )
+        return fields
+    if flags is None:
+        return {**fields, "kv_unknown": f"{reason}; transformers' cache probe: {probe.get('error', 'none')}"}
+    if shared:
+        return {**fields, "kv_unknown": f"num_kv_shared_layers: {shared} without transformers' cache probe"}
+    fields.update(kv_layout=flags.describe() + " (read from the config's flags)")
+    return fields
 
 
 def _counted_tensors(count: Mapping) -> tuple[ParamTensor, ...]:

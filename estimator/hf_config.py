@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .attention import UnknownAttention, read_attention
 from .kv_cache import resolve_head_dim
 from .transformer import TransformerConfig
 
@@ -92,8 +93,9 @@ def parse_hf_config(cfg: Mapping) -> TransformerConfig:
     """A Hugging Face style config of a dense decoder -> TransformerConfig, by formula.
 
     Keys read: ``num_hidden_layers``/``n_layer``, ``hidden_size``/``n_embd``,
-    ``num_attention_heads``/``n_head``, ``num_key_value_heads`` (default: the attention
-    heads, i.e. no GQA), ``head_dim`` (explicit value wins over hidden/heads),
+    ``num_attention_heads``/``n_head``, the K/V heads by ``attention.read_attention``
+    (``num_key_value_heads``, ``multi_query``...; none: the attention heads), ``head_dim``
+    (explicit value wins over hidden/heads),
     ``intermediate_size``/``n_inner`` (gpt2 default 4h), ``vocab_size``,
     ``tie_word_embeddings`` (default: the config class's, true for gpt2 and the gemmas),
     ``sliding_window`` (ignored when ``use_sliding_window`` is false), ``layer_types``,
@@ -157,13 +159,21 @@ def _common_shape(cfg: Mapping, model_type: str) -> dict[str, Any]:
     missing = [n for n, v in (*required, ("vocab_size", vocab)) if v is None]
     if missing:
         raise ValueError(f"config has no {missing[0]} (nor its gpt2-style alias)")
+    head_dim = resolve_head_dim(hidden, heads, _get(cfg, "head_dim"))
+    try:
+        layout = read_attention(cfg, heads, head_dim)
+    except UnknownAttention as exc:
+        raise UnknownConfig(f"memsweep's formula parser: {exc}") from None
+    if layout.kind == "latent":
+        raise UnknownConfig("memsweep's formula parser does not model kv_lora_rank (multi-head latent attention)")
     return {
         "model_type": model_type,
         "layers": layers,
         "hidden": hidden,
         "heads": heads,
-        "kv_heads": _get(cfg, "num_key_value_heads", default=heads),
-        "head_dim": resolve_head_dim(hidden, heads, _get(cfg, "head_dim")),
+        "kv_heads": layout.kv_heads,
+        "kv_layout": layout.describe() + " (read from the config's flags)",
+        "head_dim": head_dim,
         "vocab": vocab,
         "tie_embeddings": bool(cfg.get("tie_word_embeddings", model_type in TIED_BY_DEFAULT)),
         "dtype": _get(cfg, "torch_dtype", "dtype"),

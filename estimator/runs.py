@@ -120,6 +120,8 @@ def estimate_lm_run(model: TransformerConfig, data: Mapping) -> tuple[Breakdown,
         kv, note = kv_cache_estimate(model, tokens, batch, compute, static)
         b = b.replace(kv_cache=kv).with_note(note)
         missing.append("prefill activations and logits")
+        if kv is None:
+            missing.append(f"the KV cache ({model.kv_unknown})")
     else:
         missing.append("inference activations and logits")
     reason = f"{', '.join(missing)} not estimated (formulas for training and the KV cache only)" if missing else None

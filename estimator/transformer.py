@@ -13,7 +13,7 @@ import math
 from typing import Any, NamedTuple, cast
 
 from .activations import NO_ACTIVATIONS, ActivationSettings, transformer_layer_activation_bytes
-from .breakdown import Breakdown, ceil_div
+from .breakdown import Breakdown, ceil_div, check_int
 from .formats import StorageFormat, storage_format, weights_from_shapes
 from .kv_cache import layer_cached_tokens
 from .training import training_state, zero_partition
@@ -90,6 +90,11 @@ class TransformerConfig:
         kv_values_per_token: values one layer caches per token, K and V together (default
             ``2 x kv_heads x head_dim``; multi-head latent attention caches its compressed
             latent and rope key, ``kv_lora_rank + qk_rope_head_dim``).
+        cache_layers: per cache layer, (values one token adds, K and V together; its window or
+            ``None``), as the defining library's cache holds them (``counted.py``); wins over
+            the per-layer fields above. A layer that shares another's cache adds 0.
+        kv_layout: the attention layout in words, as the KV figure names it.
+        kv_unknown: why the KV cache is not estimated (a layout not understood), or ``None``.
         counted: the tensors as the defining library built them (``counted.py``); when
             set, ``tensors()`` returns them instead of the formula's.
         experts, experts_per_token: routed experts per MoE layer and the top-k each token
@@ -124,6 +129,9 @@ class TransformerConfig:
     extra_layer_norms: int = 0
     layer_windows: tuple[int | None, ...] | None = None
     kv_values_per_token: int | None = None
+    cache_layers: tuple[tuple[int, int | None], ...] | None = None
+    kv_layout: str | None = None
+    kv_unknown: str | None = None
     counted: tuple[ParamTensor, ...] | None = None
     experts: int = 0
     experts_per_token: int = 0
@@ -214,6 +222,8 @@ class TransformerConfig:
 
     def windows(self) -> list[int | None]:
         """Per layer, the window its cache keeps, ``None`` for a full-attention layer."""
+        if self.cache_layers is not None:
+            return [w for _, w in self.cache_layers]
         if self.layer_windows is not None:
             return list(self.layer_windows)
         return [
@@ -236,6 +246,32 @@ class TransformerConfig:
             ValueError: as ``layer_cached_tokens``.
         """
         return [layer_cached_tokens(tokens, w, convention, static_capacity) for w in self.windows()]
+
+    def with_sliding_window(self, window: int) -> TransformerConfig:
+        """This model with ``window`` as the window of its sliding layers (every layer when none
+        slides), in whichever per-layer description it carries (``cache_layers``,
+        ``layer_windows``, ``sliding_window``).
+
+        Args:
+            window: tokens a sliding layer keeps at most (>= 1).
+
+        Raises:
+            ValueError: a window < 1.
+        """
+        check_int("sliding_window", window, 1)
+        slides = [w is not None for w in self.windows()]
+        keep = slides if any(slides) else [True] * len(slides)
+        windows = tuple(window if k else None for k in keep)
+        if self.cache_layers is not None:
+            cache = tuple((v, w) for (v, _), w in zip(self.cache_layers, windows))
+            return dataclasses.replace(self, cache_layers=cache)
+        return dataclasses.replace(self, sliding_window=window, layer_windows=windows)
+
+    def layer_values(self) -> list[int]:
+        """Per layer (per cache layer with ``cache_layers``), the values one token adds."""
+        if self.cache_layers is not None:
+            return [v for v, _ in self.cache_layers]
+        return [self.cached_values_per_token] * self.layers
 
 
 class _TrainingOptions(NamedTuple):
@@ -421,12 +457,13 @@ def kv_cache_estimate(
     bytes_per_value: int,
     static_capacity: int | None = None,
     convention: str = "window",
-) -> tuple[int, str]:
+) -> tuple[int | None, str]:
     """KV cache bytes of ``sequences`` sequences of ``tokens`` tokens, and a note per layer kind.
 
     Per layer ``layer_cached_tokens`` (its window under ``convention``, a static capacity) x
-    ``cached_values_per_token`` (2 x kv_heads x head_dim; MLA: its latent) x
-    ``bytes_per_value`` x ``sequences`` (Hugging Face docs, "KV cache strategies").
+    its values per token (``layer_values``: 2 x kv_heads x head_dim; MLA: its latent; the
+    library's cache layers when counted) x ``bytes_per_value`` x ``sequences`` (Hugging Face
+    docs, "KV cache strategies").
 
     Args:
         model: the described transformer.
@@ -437,21 +474,23 @@ def kv_cache_estimate(
         convention: what a sliding layer's cache keeps (``kv_cache.KV_CONVENTIONS``).
 
     Returns:
-        (bytes, note).
+        (bytes, note), or (``None``, the reason) when the model's layout is not understood.
 
     Raises:
         ValueError: as ``layer_cached_tokens``.
     """
+    if model.kv_unknown:
+        return None, f"KV cache not estimated: {model.kv_unknown}"
     per_layer = model.kv_layer_tokens(tokens, static_capacity, convention)
-    per_token = model.cached_values_per_token
-    kv = sum(t * per_token * bytes_per_value * sequences for t in per_layer)
-    kinds = sorted({(w, t) for w, t in zip(model.windows(), per_layer)}, key=lambda x: (x[0] is None, x[0] or 0))
+    values = model.layer_values()
+    kv = sum(t * v * bytes_per_value * sequences for t, v in zip(per_layer, values))
+    windows = model.windows()
+    kinds = sorted(set(zip(windows, per_layer, values)), key=lambda x: (x[0] is None, x[0] or 0, x[2]))
     by_kind = ", ".join(
-        f"{sum(1 for w in model.windows() if w == win)} layers {'full' if win is None else f'window {win}'}: "
-        f"{tok} tokens"
-        for win, tok in kinds
+        f"{sum(1 for k in zip(windows, per_layer, values) if k == kind)} layers "
+        f"{'full' if kind[0] is None else f'window {kind[0]}'}: "
+        + (f"{kind[1]} tokens x {kind[2]} values" if kind[2] else "a cache shared with another layer")
+        for kind in kinds
     )
-    return kv, (
-        f"KV cache ({convention} convention): {per_token} values per token per layer, {sequences} sequence(s); "
-        + by_kind
-    )
+    layout = f"; {model.kv_layout}" if model.kv_layout else ""
+    return kv, f"KV cache ({convention} convention){layout}, {sequences} sequence(s); " + by_kind

@@ -158,8 +158,11 @@ def test_estimate_is_what_the_command_prints(capsys):
     as_json = memsweep.estimate(parameters=7_000_000_000, bits=16, train=True, reserve_gib="2", json=True)
     assert json.loads(as_json.text)["estimate"] == e.breakdown.to_dict()
     assert e.breakdown.weights == 14_000_000_000 and e.breakdown.reserve == 2 * 2**30
-    mlp = memsweep.estimate(workload="mlp", batch=2, context=8, width=16, depth=2, mode="train", dropout=False)
+    mlp = memsweep.estimate(workload="mlp", batch=2, context=8, width=16, depth=2, mode="train")
     assert mlp.phases and mlp.breakdown.weights is not None
+    layers = dict(layers=2, hidden_size=64, heads=4, activations=True, batch=1, seq_len=16)
+    no_dropout = memsweep.estimate(**layers, dropout=False).breakdown.activations
+    assert no_dropout < memsweep.estimate(**layers).breakdown.activations  # dropout=False is --no-dropout
 
 
 def test_compare_is_what_the_command_prints(swept):

@@ -146,7 +146,7 @@ def test_cli_lora_json(llama_dir, capsys):
         (["--parameters", "1000", "--bits", "16", "--lora-rank", "8"], "needs --config"),
         (["--lora-rank", "8", "--format", "bf16", "--base-format", "nf4"], "not both"),
         (["--lora-rank", "8", "--lora-targets", "c_attn"], "match no Linear"),
-        (["--lora-rank", "8", "--train", "--zero-stage", "2"], "ZeRO"),
+        (["--lora-rank", "8", "--zero-stage", "2"], "ZeRO"),
         (["--format", "nf4", "--train"], "--lora-rank"),
     ],
 )

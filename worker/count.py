@@ -107,6 +107,69 @@ def _layer_kinds(config) -> tuple[list[str] | None, list[int | None] | None]:
     return list(kinds), [kw.get("sliding_window") for kw in kwargs]
 
 
+PROBE_TOKENS = 2
+"""Tokens of the meta-device forward whose cache ``cache_layout`` reads (below any window)."""
+
+
+def _probe_forward(config, dtype):
+    """The cache a meta-device forward of one sequence of ``PROBE_TOKENS`` tokens leaves."""
+    import transformers
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        ids = torch.zeros(1, PROBE_TOKENS, dtype=torch.long)
+        with torch.no_grad():
+            return model(input_ids=ids, use_cache=True).past_key_values
+
+
+def cache_layout(config) -> dict:
+    """Per cache layer, the K/V values one token adds and the window, as transformers' own cache
+    holds them after a meta-device forward (no memory, no download).
+
+    The model is built with ``from_config`` on the meta device (in bf16 when the default dtype
+    fails: grouped expert kernels want it) and run on ``PROBE_TOKENS`` tokens; each layer of the
+    returned cache (``DynamicCache.layers``) gives ``values`` = K and V elements per token (a
+    layer whose ``keys`` stay unset shares another layer's cache: 0), ``window`` (its
+    ``sliding_window``, or null for a full layer) and ``kind`` (the layer's class: the estimator
+    reads only the K/V layers it knows).
+
+    Returns:
+        ``{"layers": [{"values", "window", "keys", "values_shape", "kind"}...], "cache": class name}`` or
+        ``{"error": ...}`` when no forward ran or the cache has no per-layer tensors.
+    """
+    errors = []
+    for dtype in (None, torch.bfloat16):
+        try:
+            cache = _probe_forward(config, dtype)
+            break
+        except Exception as exc:  # a model that does not run on meta tensors: say why
+            errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+    else:
+        return {"error": "the meta-device forward failed: " + "; ".join(errors)}
+    layers = getattr(cache, "layers", None)
+    if not layers:
+        return {"error": f"{type(cache).__name__} has no per-layer K/V tensors"}
+    out: list[dict[str, Any]] = []
+    for layer in layers:
+        kind = type(layer).__name__
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if keys is None or values is None:
+            out.append({"values": 0, "window": None, "keys": None, "values_shape": None, "kind": kind})
+            continue
+        per_token = (keys.numel() + values.numel()) // PROBE_TOKENS
+        window = getattr(layer, "sliding_window", None)
+        out.append(
+            {
+                "values": per_token,
+                "window": window,
+                "keys": list(keys.shape),
+                "values_shape": list(values.shape),
+                "kind": kind,
+            }
+        )
+    return {"layers": out, "cache": type(cache).__name__}
+
+
 def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
     """Count the parameters of the causal LM a local config describes, built on the meta device.
 
@@ -125,7 +188,8 @@ def count_config(path: str | Path, overrides: Mapping | None = None) -> dict:
         ``kind``, ``quantizable`` = the weight of an ``nn.Linear`` other than the output
         embedding, what bitsandbytes replaces), ``linears`` (per module name: ``in``, ``out``,
         ``count``, ``bias``; every ``nn.Linear`` and GPT-2 ``Conv1D``: the LoRA targets),
-        ``layer_types``/``layer_windows`` (the DynamicCache's per-layer kinds), ``config`` (the resolved
+        ``layer_types``/``layer_windows`` (the DynamicCache's per-layer kinds), ``kv_layout``
+        (``cache_layout``: the cache's per-layer values per token), ``config`` (the resolved
         text config's values).
 
     Raises:
@@ -186,6 +250,7 @@ def count_model(config, label: str) -> dict:
         "linears": [{"name": nm, "in": i, "out": o, "bias": b, "count": c} for (nm, i, o, b), c in linears.items()],
         "layer_types": kinds,
         "layer_windows": windows,
+        "kv_layout": cache_layout(config),
         "config": resolved,
     }
 
