@@ -125,7 +125,7 @@ def test_errors_in_a_row_stop_the_search_and_are_reported(tmp_path):
     sweep_dir = tmp_path / "fault"
     proc = sweep(sweep_dir, "fault={phase:cold_forward,kind:raise}", "hydra.sweeper.confirm=1")
     assert proc.returncode == 4, proc.stderr[-3000:]  # no run ended ok or oom: nothing answered
-    assert "none of the 1 run(s) of this sweep ended ok or oom" in proc.stderr
+    assert "none of the 3 run(s) of this sweep ended ok or oom" in proc.stderr
     (result,) = search_events(sweep_dir, "result")
     assert result["stopped_by"] == "error" and result["stop_value"] == 352 and result["runs_used"] == ERRORS_IN_A_ROW
     assert result["max_ok"] is None and result["min_oom"] is None and "injected fault" in result["stop_message"]

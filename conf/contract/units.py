@@ -119,5 +119,5 @@ def check_bytes(value: Any, field: str = "capacity_bytes") -> int:
         SpecError: not an integer above zero.
     """
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SpecError(field, value, "a positive whole number of bytes")
+        raise SpecError(field, value, "a positive whole number of bytes (on the command line: a size and unit, 2GiB)")
     return value

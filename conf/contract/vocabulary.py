@@ -75,6 +75,7 @@ PRECISION_ALIASES = {"mixed": "autocast"}
 """Other names of a resolved ``precision``."""
 
 RECIPE_DTYPES = {"float32": "32", "float16": "16", "bfloat16": "bf16"}
+"""dtype -> the first half of its precision recipe's name (Lightning's ``32``, ``16``, ``bf16``)."""
 RECIPE_KINDS = {"pure": "true", "autocast": "mixed"}
 """The training precision recipe as Lightning's ``Trainer(precision=...)`` names it:
 ``RECIPE_DTYPES[dtype] + "-" + RECIPE_KINDS[precision]``, e.g. ``bf16-mixed`` (float32 master
