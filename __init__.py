@@ -28,7 +28,7 @@ __all__ = [
     "run",
     "sweep",
 ]
-"""The API's names (``memsweep.sweeper.api.__all__``, checked equal by tests/test_api.py)."""
+"""The API's names, defined in ``memsweep.sweeper.api`` (which exports exactly these)."""
 
 
 def __dir__() -> list[str]:

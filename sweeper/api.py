@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memsweep import __all__ as API_NAMES
 from memsweep.conf.contract import (
     PREDICT_EXIT,
     RECORD_FILE,
@@ -42,23 +43,7 @@ from memsweep.conf.contract import (
 if TYPE_CHECKING:
     from .predict import PredictedEdge
 
-__all__ = [
-    "CompareResult",
-    "EstimateResult",
-    "FrontierResult",
-    "PredictResult",
-    "RunResult",
-    "SpecError",
-    "SweepResult",
-    "Tables",
-    "compare",
-    "estimate",
-    "frontier",
-    "load_tables",
-    "predict",
-    "run",
-    "sweep",
-]
+__all__ = list(API_NAMES)  # the names ``import memsweep`` exports, declared once, in its __init__
 
 USER_FUNCTIONS = ("model", "inputs", "loss", "optimizer", "train_step")
 """The functions of a user workload (``workload=user``), in the order its fields are set."""
