@@ -2,46 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+_Container = TypeVar("_Container", dict, list)
+
+
+def _plain(node: Any, resolve: bool, kind: type[_Container]) -> _Container:
+    """``OmegaConf.to_container(node, resolve=resolve)``, checked to be a ``kind``.
+
+    Raises:
+        TypeError: the node is not of that kind (a mapping for dict, a sequence for list).
+    """
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(node, resolve=resolve)
+    if not isinstance(data, kind):
+        raise TypeError(f"expected a {kind.__name__} config node, got {type(data).__name__}")
+    return data
 
 
 def plain_dict(node: Any, resolve: bool) -> dict:
-    """A mapping node as a plain dict.
-
-    Args:
-        node: a DictConfig.
-        resolve: whether interpolations are resolved.
-
-    Returns:
-        ``OmegaConf.to_container(node, resolve=resolve)``.
+    """A mapping node (DictConfig) as a plain dict, interpolations resolved when ``resolve``.
 
     Raises:
         TypeError: the node is not a mapping.
     """
-    from omegaconf import OmegaConf
-
-    data = OmegaConf.to_container(node, resolve=resolve)
-    if not isinstance(data, dict):
-        raise TypeError(f"expected a mapping config node, got {type(data).__name__}")
-    return data
+    return _plain(node, resolve, dict)
 
 
 def plain_list(node: Any, resolve: bool) -> list:
-    """A sequence node as a plain list.
-
-    Args:
-        node: a ListConfig.
-        resolve: whether interpolations are resolved.
-
-    Returns:
-        ``OmegaConf.to_container(node, resolve=resolve)``.
+    """A sequence node (ListConfig) as a plain list, interpolations resolved when ``resolve``.
 
     Raises:
         TypeError: the node is not a sequence.
     """
-    from omegaconf import OmegaConf
-
-    data = OmegaConf.to_container(node, resolve=resolve)
-    if not isinstance(data, list):
-        raise TypeError(f"expected a sequence config node, got {type(data).__name__}")
-    return data
+    return _plain(node, resolve, list)
