@@ -13,12 +13,14 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads", "multi_query_group_num")
-"""Config keys giving the K/V heads per layer directly (llama-style, falcon, RW falcon, others,
-chatglm); the first one set wins. ``num_key_value_heads: null`` means one per query head."""
+KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads")
+"""Config keys giving the K/V heads per layer directly (llama-style, falcon, RW falcon, others);
+the first one set wins. ``num_key_value_heads: null`` means one per query head. chatglm's
+``multi_query_group_num`` counts only with its ``multi_query_attention``."""
 
 KNOWN_FLAGS = (
     *KV_HEAD_KEYS,
+    "multi_query_group_num",
     "multi_query",
     "multi_query_attention",
     "new_decoder_architecture",
@@ -89,7 +91,7 @@ def _kv_heads(cfg: Mapping, heads: int) -> tuple[int, str]:
     if isinstance(attn, Mapping) and attn.get("kv_n_heads"):
         return int(attn["kv_n_heads"]), f"attn_config.kv_n_heads: {attn['kv_n_heads']}"
     for key in KV_HEAD_KEYS:
-        if cfg.get(key) is not None and key != "multi_query_group_num":
+        if cfg.get(key) is not None:
             value = cfg[key]
             if not isinstance(value, int) or isinstance(value, bool) or value < 1 or heads % value:
                 raise UnknownAttention(f"{key}: {_flag(value)} is not a head count dividing {heads} query heads")

@@ -380,14 +380,13 @@ def _from_config(args: argparse.Namespace) -> tuple[Breakdown, str]:
         raise UsageError(str(exc)) from None
     if args.sliding_window is not None:
         model = model.with_sliding_window(args.sliding_window)
+    default = DTYPE_FORMATS.get(str(model.dtype), "bf16")
     if args.lora_rank is not None:
         if args.kv_tokens is not None:
             raise UsageError("--kv-tokens does not apply to --lora-rank (a training estimate)")
-        default = DTYPE_FORMATS.get(str(model.dtype), "bf16")
         return lora_from_args(args, model, default)
     if args.base_format is not None:
         raise UsageError("--base-format is the frozen base of --lora-rank; without it use --format")
-    default = DTYPE_FORMATS.get(str(model.dtype), "bf16")
     fmt = _weight_format(args, default)
     compute = 4 if fmt.name == "fp32" else 2
     if args.activations and (args.batch is None or args.seq_len is None):

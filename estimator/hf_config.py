@@ -164,8 +164,6 @@ def _common_shape(cfg: Mapping, model_type: str) -> dict[str, Any]:
         layout = read_attention(cfg, heads, head_dim)
     except UnknownAttention as exc:
         raise UnknownConfig(f"memsweep's formula parser: {exc}") from None
-    if layout.kind == "latent":
-        raise UnknownConfig("memsweep's formula parser does not model kv_lora_rank (multi-head latent attention)")
     return {
         "model_type": model_type,
         "layers": layers,

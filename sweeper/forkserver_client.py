@@ -35,6 +35,7 @@ from memsweep.conf.contract import (
     STDOUT_FILE,
     peer_pid,
 )
+from memsweep.conf.contract.fork import ForkRequest
 
 from .forkserver_wait import (
     ANSWER_S,
@@ -136,15 +137,15 @@ def run_request(run_dir: Path, env: dict, timeout_s: float, dynamo: bool, isolat
     Returns:
         The request, JSON-able.
     """
-    return {
-        "spec": str(run_dir / SPEC_FILE),
-        "stdout": str(run_dir / STDOUT_FILE),
-        "stderr": str(run_dir / STDERR_FILE),
-        "env": env,
-        "dynamo": dynamo,
-        "timeout_s": timeout_s,
-        "isolation": isolation,
-    }
+    return ForkRequest(
+        spec=str(run_dir / SPEC_FILE),
+        stdout=str(run_dir / STDOUT_FILE),
+        stderr=str(run_dir / STDERR_FILE),
+        env=env,
+        dynamo=dynamo,
+        timeout_s=timeout_s,
+        isolation=isolation,
+    ).to_json()
 
 
 class ForkServer:
