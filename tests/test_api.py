@@ -168,12 +168,19 @@ def test_estimate_is_what_the_command_prints(capsys):
 def test_compare_is_what_the_command_prints(swept):
     from memsweep.sweeper.cli import main
 
-    c = memsweep.compare(swept.sweep_dir, swept.sweep_dir, fail_above="5%")
+    wider = memsweep.sweep(
+        sweep="none",
+        sweep_dir=swept.sweep_dir.parent / "wider",
+        progress=False,
+        **{**LOAD, "batch": [1, 2], "width": 512},
+    )
+    c = memsweep.compare(swept.sweep_dir, wider.sweep_dir, fail_above="5%")
     printed = io.StringIO()
     with redirect_stdout(printed):
-        code = main(["compare", str(swept.sweep_dir), str(swept.sweep_dir), "--fail-above", "5%"])
-    assert printed.getvalue().rstrip("\n") == c.text and code == c.exit_code == 0
-    assert c.comparable and c.regressions == () and c.markdown is None
+        code = main(["compare", str(swept.sweep_dir), str(wider.sweep_dir), "--fail-above", "5%"])
+    assert printed.getvalue().rstrip("\n") == c.text and code == c.exit_code == 1
+    assert c.comparable and c.regressions and c.markdown is None
+    assert {r.value for r in c.regressions} <= {"batch=1", "batch=2"}
 
 
 @pytest.mark.parametrize(
@@ -193,7 +200,8 @@ def test_refused_before_anything_runs(call, field):
     assert info.value.field == field
 
 
-def test_refusals_from_inside_hydra_are_spec_errors(results):
+def test_refusals_from_inside_hydra_are_spec_errors(tmp_path):
+    results = tmp_path / "results"
     with pytest.raises(SpecError) as info:  # the task's refusal (InputRefused inside Hydra)
         memsweep.run(results_dir=str(results), progress=False, **{**LOAD, "batch": 0})
     assert info.value.field == "batch"
@@ -206,7 +214,8 @@ def test_refusals_from_inside_hydra_are_spec_errors(results):
     with pytest.raises(SpecError) as info:  # the frontier sweeper's refusal
         memsweep.frontier("dtype", sweep_dir=results / "refused", progress=False, **LOAD)
     assert "dtype" in str(info.value)
-    assert not (results / "run").exists() or all((d / "result.json").exists() for d in (results / "run").iterdir())
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file())
+    assert left == [], left  # refused before any run directory was written
 
 
 def test_a_run_directory_is_never_reused(one_run):
