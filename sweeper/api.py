@@ -259,6 +259,7 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
 
     from .cli import check_output_args, hydra_command
     from .job import run_condition
+    from .override_keys import check_override_keys
     from .process import check_run_dir_free
 
     new_run_dir = True  # the default run directory is a new, timestamped one
@@ -271,6 +272,7 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
                 existed = next(p for p in (run_dir.absolute(), *run_dir.absolute().parents) if p.exists())
                 check_run_dir_free(run_dir)
     check_output_args(argv)
+    check_override_keys(argv)
     jobs: list[Job] = []
 
     @hydra.main(version_base="1.3", config_path="pkg://memsweep.conf", config_name="config")

@@ -6,6 +6,7 @@ field, the value and what is accepted; ``sweeper.cli`` prints it and exits 2.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import shutil
@@ -27,25 +28,37 @@ OTHER_KEYS = ("workload", "sweep", "isolation", "pool", "cores_per_run", "result
 LAUNCHER_TOOLS = {"SlurmLauncher": ("submitit_slurm", "sbatch")}
 
 
+def unknown_key(key: str, value: Any, known: Iterable[str]) -> SpecError:
+    """The refusal of a key nothing reads: its value, the closest accepted key, the accepted keys."""
+    known = sorted(known)
+    last = {k.rsplit(".", 1)[-1]: k for k in known}  # workload.depth is matched as depth
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], list(last), n=1)
+    hint = f"; did you mean '{last[close[0]]}'?" if close else ""
+    return SpecError(
+        key, value, f"a key memsweep reads (nothing reads this one; a misspelling{hint}): " + ", ".join(known)
+    )
+
+
+def top_keys(load_keys: Iterable[str]) -> set[str]:
+    """The top-level keys memsweep reads: the load's (``sweeper.spec.LOAD_KEYS``) and ``OTHER_KEYS``."""
+    return set(load_keys) | set(OTHER_KEYS)
+
+
 def check_known_keys(data: Mapping, known: Iterable[str]) -> None:
     """Refuse a top-level key that nothing reads: a misspelt key added with ``+`` (as Hydra's
     hint suggests for an unknown key) would otherwise run the baseline silently.
 
     Args:
         data: the composed config as a plain mapping, without its ``hydra`` node.
-        known: the keys memsweep reads.
+        known: the load's keys (``sweeper.spec.LOAD_KEYS``).
 
     Raises:
         SpecError: the first unknown key, with its value and the keys accepted.
     """
-    known = set(known) | set(OTHER_KEYS)
-    unknown = sorted(k for k in data if k not in known and k != "hydra")
+    accepted = top_keys(known)
+    unknown = sorted(k for k in data if k not in accepted and k != "hydra")
     if unknown:
-        raise SpecError(
-            unknown[0],
-            data[unknown[0]],
-            "a key memsweep reads (nothing reads this one; a misspelling?): " + ", ".join(sorted(known)),
-        )
+        raise unknown_key(unknown[0], data[unknown[0]], accepted)
 
 
 def check_writable(field: str, path: Any) -> None:

@@ -274,7 +274,8 @@ def compose_config(overrides: list[str], fixed: tuple[str, ...] = ()) -> DictCon
         The composed config.
 
     Raises:
-        SpecError: a list or range (``batch=1,2``: the search picks the values), or an
+        SpecError: a key memsweep does not read (``sweeper.override_keys``), a list or range
+            (``batch=1,2``: the search picks the values), or an
             override Hydra cannot parse or apply (an unknown key or config group, a malformed
             value), naming that override alone and Hydra's reason in one line.
     """
@@ -282,12 +283,15 @@ def compose_config(overrides: list[str], fixed: tuple[str, ...] = ()) -> DictCon
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from .override_keys import check_override_keys
+
     parser = OverridesParser.create()
     for text in overrides:  # one at a time: the error names the one that cannot be parsed
         try:
             parser.parse_overrides([text])
         except HydraException as exc:
             raise SpecError("override", text, f"key=value in Hydra's override syntax ({first_line(exc)})") from None
+    check_override_keys(overrides)
     parsed = parser.parse_overrides(overrides)
     for override in parsed:
         if override.is_sweep_override():

@@ -208,9 +208,12 @@ def test_refusals_from_inside_hydra_are_spec_errors(tmp_path):
     with pytest.raises(SpecError) as info:  # a user workload without its functions
         memsweep.run(results_dir=str(results), progress=False, workload="user")
     assert info.value.field == "workload.model"
-    with pytest.raises(SpecError) as info:  # an override Hydra cannot apply
+    with pytest.raises(SpecError) as info:  # a misspelt key, refused before Hydra composes
         memsweep.run(results_dir=str(results), progress=False, bacth=2)
-    assert info.value.field == "overrides" and "bacth" in str(info.value)
+    assert info.value.field == "bacth" and "did you mean 'batch'?" in str(info.value)
+    with pytest.raises(SpecError) as info:  # an override Hydra cannot apply
+        memsweep.run(results_dir=str(results), progress=False, overrides=["workload=no_such_workload"])
+    assert info.value.field == "overrides" and "no_such_workload" in str(info.value)
     with pytest.raises(SpecError) as info:  # the frontier sweeper's refusal
         memsweep.frontier("dtype", sweep_dir=results / "refused", progress=False, **LOAD)
     assert "dtype" in str(info.value)
