@@ -531,6 +531,9 @@ class FrontierResult:
         runs_used: the runs it made.
         capacity_bytes: the capacity searched against (bytes), None for the device's own.
         max_ok_peak: the max_ok run's peak of the counter compared with the capacity (bytes), or None.
+        margin_edge: the largest value whose measured peak leaves the report's margin (a real
+            run; the value the report recommends), None when none was found.
+        error_values: values whose run failed in setup (a shape the model refuses), stepped past.
         load: the load the edge holds for (the row's fixed settings, those not null).
         sweep: the sweep (its directory, tables and runs).
     """
@@ -546,6 +549,8 @@ class FrontierResult:
     runs_used: int | None
     capacity_bytes: int | None
     max_ok_peak: int | None
+    margin_edge: int | None
+    error_values: tuple[int, ...]
     load: Mapping[str, Any]
     sweep: SweepResult
 
@@ -715,6 +720,8 @@ def frontier_result(axis: str, result: SweepResult) -> FrontierResult:
         runs_used=row["runs_used"],
         capacity_bytes=row["capacity_bytes"],
         max_ok_peak=row.get(f"max_ok_{counter}"),
+        margin_edge=row.get("margin_edge"),
+        error_values=tuple(int(v) for v in (row.get("error_values") or "").split(",") if v),
         load=load,
         sweep=result,
     )

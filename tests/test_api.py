@@ -137,6 +137,8 @@ def test_frontier_is_the_searched_row(results):
     assert edge.min_oom == edge.max_ok + 1 and edge.runs_used == row["runs_used"]
     assert edge.capacity_bytes == 128 * 1024 and edge.max_ok_peak == row["max_ok_max_memory_allocated"]
     assert edge.max_ok_peak <= edge.capacity_bytes
+    assert edge.margin_edge == row["margin_edge"] == logged.get("margin_edge") and edge.error_values == ()
+    assert edge.margin_edge is not None and edge.margin_edge <= edge.max_ok, edge
     assert edge.load["context"] == LOAD["context"] and edge.load["device"] == "cpu" and "batch" not in edge.load
 
 
