@@ -813,10 +813,9 @@ def predict(
         SpecError: bad input (the axis, the capacity, ``upper``, the load).
         SpecError: a user function that cannot be imported by name.
     """
-    from .predict import MAX_VALUE, blind_spots, predict_edge
+    from .predict import blind_spots, check_upper, predict_edge
 
-    if upper is not None and (isinstance(upper, bool) or not isinstance(upper, int) or not 1 <= upper <= MAX_VALUE):
-        raise SpecError("upper", upper, f"an integer from 1 to {MAX_VALUE}: the largest value searched")
+    upper = None if upper is None else check_upper(upper)
     functions = dict(model=model, inputs=inputs, loss=loss, optimizer=optimizer, train_step=train_step)
     argv = load_overrides(settings, overrides, functions, lists=False)
     p = predict_edge(argv, axis, str(capacity), upper=upper)

@@ -215,10 +215,10 @@ def _parse_predict_args(argv: list[str]) -> PredictArgs:
 
     Raises:
         SpecError: an axis a search cannot walk (field ``--axis``), an ``--upper`` that is not an
-            integer from 1 to ``sweeper.predict.MAX_VALUE``, or an unknown option (field
+            integer from 1 to ``sweeper.predict.MAX_VALUE`` (``check_upper``), or an unknown option (field
             ``option``, listing ``PREDICT_OPTIONS``).
     """
-    from .predict import MAX_VALUE
+    from .predict import check_upper
     from .search import check_search_axis
 
     axis: str | None = "batch"
@@ -232,10 +232,8 @@ def _parse_predict_args(argv: list[str]) -> PredictArgs:
             value = given if eq else next(it, None)
             if name == "--axis":
                 axis = value
-            elif value is None or not value.isdigit() or not 1 <= int(value) <= MAX_VALUE:
-                raise SpecError("--upper", value, f"an integer from 1 to {MAX_VALUE}: the largest value searched")
             else:
-                upper = int(value)
+                upper = check_upper(value, "--upper")
         elif arg.startswith("-"):
             raise SpecError("option", arg, "one of " + ", ".join(PREDICT_OPTIONS) + "; overrides are key=value")
         elif arg.startswith("capacity="):

@@ -353,6 +353,18 @@ def compose_load(overrides: list[str], axis: str, axis_field: str = "axis") -> t
     return base, settings["isolation"], Path(cfg.get("results_dir", "results")) / "predict" / stamp
 
 
+def check_upper(value: object, field: str = "upper") -> int:
+    """The search's upper bound as an int: an integer (or its digits, as typed) from 1 to ``MAX_VALUE``.
+
+    Raises:
+        SpecError: anything else (field ``field``: ``upper``, ``--upper``).
+    """
+    number = int(value) if isinstance(value, str) and value.isdigit() else value
+    if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= MAX_VALUE:
+        raise SpecError(field, value, f"an integer from 1 to {MAX_VALUE}: the largest value searched")
+    return number
+
+
 def predict_edge(
     overrides: list[str], axis: str, capacity: str | None, axis_field: str = "axis", upper: int | None = None
 ) -> Prediction:

@@ -67,6 +67,7 @@ def test_predict_refuses_bad_input_in_words(tmp_path, capsys):
     assert "invalid override='batch=['" in err and "capacity=null" not in err
     assert predict(base + ["--upper", "0"]) == 2
     assert "invalid --upper='0'" in capsys.readouterr().err
+    assert predict(base + ["--upper", "x2"]) == 2 and "invalid --upper='x2'" in capsys.readouterr().err
     assert not (tmp_path / "predict").exists()  # nothing ran
 
 
