@@ -96,19 +96,25 @@ def check_train_step(fn: Any, kwargs: dict, path: str) -> None:
         SpecError: field ``workload.train_step``, when the call would not bind (wrong arity, an
             unknown keyword), with its signature and the accepted form.
     """
+    why = _unbound(fn, TRAIN_STEP_ARGS, kwargs)
+    if why:
+        form = ", ".join((*TRAIN_STEP_ARGS, *(f"{k}=..." for k in kwargs)))
+        raise SpecError("workload.train_step", path, f"a function called as train_step({form}); {path}{why}")
+
+
+def _unbound(fn: Any, args: tuple[str, ...], kwargs: dict) -> str | None:
+    """Why ``fn(*args, **kwargs)`` would not bind (``inspect.Signature.bind``): its signature and
+    the TypeError; None when it binds, or when ``fn`` has no readable signature (a builtin: the
+    call itself will tell)."""
     try:
         signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # a builtin without a signature: the call itself will tell
-        return
+    except (TypeError, ValueError):
+        return None
     try:
-        signature.bind(*TRAIN_STEP_ARGS, **kwargs)
+        signature.bind(*args, **kwargs)
     except TypeError as exc:
-        form = ", ".join((*TRAIN_STEP_ARGS, *(f"{k}=..." for k in kwargs)))
-        raise SpecError(
-            "workload.train_step",
-            path,
-            f"a function called as train_step({form}); {path}{signature} does not bind ({exc})",
-        ) from None
+        return f"{signature} does not bind ({exc})"
+    return None
 
 
 FACTORY_FORMS = {
@@ -145,15 +151,10 @@ def check_factory(fn: Any, kwargs: dict, fn_name: str, path: str) -> None:
             f"{form}; {path} is the class {fn.__name__}, not a factory (wrap it: "
             f"def make(load, **kwargs): return {fn.__name__}(...))",
         )
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # a builtin without a signature: the call itself will tell
-        return
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError as exc:
+    why = _unbound(fn, args, kwargs)
+    if why:
         call = ", ".join((*args, *(f"{k}=..." for k in kwargs)))
-        raise SpecError(field, path, f"{form}, called as ({call}); {path}{signature} does not bind ({exc})") from None
+        raise SpecError(field, path, f"{form}, called as ({call}); {path}{why}")
 
 
 def _target_problem(workload: dict, fn_name: str) -> dict | None:
