@@ -1,0 +1,152 @@
+"""What a reader sees, checked where it can go wrong: the console frontier table's columns under
+their headers, distinct colours per part of the split plot, x tick labels that never overlap, and
+the report and compare pages in headless Chromium at 1280 px (nothing wider than the window)."""
+
+import re
+
+from memsweep.analysis.frontier import frontier_table
+from memsweep.analysis.outputs import FRONTIER_HEADERS, format_frontier
+from memsweep.analysis.tables import RUNS_SCHEMA, coerce_table
+
+LONG_LOAD = dict(
+    sweep_dir="s",
+    workload="mlp",
+    mode="train",
+    device="cpu",
+    capacity_bytes=128 << 20,
+    context=4096,
+    width=16384,
+    dtype="bfloat16",
+    parallel="fsdp",
+    world_size=8,
+    source="measured",
+)
+
+
+def _columns(header: str, names: list[str]) -> list[tuple[int, int]]:
+    """(start, end) of each header name in the header line, in order."""
+    spans, at = [], 0
+    for name in names:
+        start = header.index(name, at)
+        spans.append((start, start + len(name)))
+        at = start + len(name)
+    return spans
+
+
+def test_every_console_frontier_value_sits_under_its_header():
+    """A fixed load longer than any fixed width (a load of many set fields) and wide values: each
+    cell of a row ends where its header ends (numbers, right-aligned) or starts where it starts
+    (the axis and the load, left-aligned), and the unit line's GiB sits under its column."""
+    runs = [
+        dict(LONG_LOAD, run_id=f"r{b}", batch=b, outcome=o, failed_phase=None if o == "ok" else "cold_step.forward")
+        for b, o in ((13860, "ok"), (16384, "ok"), (65536, "oom"))
+    ]
+    text = format_frontier(frontier_table(coerce_table(runs, RUNS_SCHEMA)))
+    header, units, *rows = text.splitlines()
+    names = [h for h, _ in FRONTIER_HEADERS]
+    spans = _columns(header, names)
+    (row,) = [r for r in rows if r.startswith("batch")]
+    cells = list(re.finditer(r"\S+", row))
+    # the load's words are one cell: the cells right of it are the last len(names) - 2
+    values = cells[-(len(names) - 2) :]
+    assert cells[0].start() == spans[0][0] and cells[1].start() == spans[1][0]
+    assert cells[-(len(names) - 1)].start() == spans[1][0] or values[0].start() > spans[1][0]
+    assert len(row[spans[1][0] : spans[1][1]].strip()) > 0
+    for cell, (start, end) in zip(values, spans[2:]):
+        assert cell.end() == end, (header, row)
+    assert [v.group() for v in values[:2]] == ["16384", "65536"]
+    for m in re.finditer(r"GiB", units):
+        assert any(m.end() == end for _, end in spans[-3:]), (header, units)
+    load_end = max(c.end() for c in cells[1 : len(cells) - len(values)])
+    assert load_end < spans[2][0], "the load ends before the next column begins"
+
+
+def _figure_of(monkeypatch, draw):
+    """The matplotlib figure a ``plots`` function saves (``draw()`` calls it), kept open for measuring."""
+    from memsweep.analysis import plots
+
+    figures, save = [], plots._png
+
+    def keep(fig):
+        figures.append(fig)
+        return save(fig)
+
+    monkeypatch.setattr(plots, "_png", keep)
+    assert draw()[:8] == b"\x89PNG\r\n\x1a\n"
+    (fig,) = figures
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)  # saving closed it: a canvas again, to draw it as it was saved
+    fig.canvas.draw()
+    return fig
+
+
+def _pixel(fig, patch) -> tuple[int, int, int]:
+    """The RGB colour drawn at the centre of ``patch`` (a legend's colour box) on the figure's canvas."""
+    import numpy as np
+
+    box = patch.get_window_extent(fig.canvas.get_renderer())
+    rgba = np.asarray(fig.canvas.buffer_rgba())
+    x, y = int((box.x0 + box.x1) / 2), int(rgba.shape[0] - (box.y0 + box.y1) / 2)
+    return tuple(int(c) for c in rgba[y, x, :3])
+
+
+def test_each_part_of_the_split_plot_has_its_own_colour(monkeypatch):
+    """The four parts the report stacks (their names as the report writes them): the pixels drawn
+    in the legend's colour boxes differ from part to part, and each is the colour of its bars."""
+    from memsweep.analysis import plots
+    from memsweep.analysis.report.split import PARTS
+
+    phases = ["model_load", "forward", "backward", "optimizer_step"]
+    parts = {p: [(i + 1) * 2**20 for _ in phases] for i, p in enumerate(PARTS)}
+    fig = _figure_of(
+        monkeypatch, lambda: plots.split_plot(phases, parts, [None] * 4, 64 * 2**20, None, "split", "observed")
+    )
+    (ax,) = fig.axes
+    legend = ax.get_legend()
+    boxes = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    colours = {name: _pixel(fig, boxes[f"{name} (calculated)"]) for name in PARTS}
+    assert len(set(colours.values())) == len(PARTS), colours
+    import matplotlib.colors as mcolors
+
+    for container, name in zip(ax.containers, PARTS):
+        bar = tuple(round(255 * c) for c in mcolors.to_rgb(container.patches[0].get_facecolor()))
+        assert bar == colours[name], (name, bar, colours[name])
+
+
+def _visible_labels_apart(fig, ax) -> list[str]:
+    """The visible x tick labels, after checking that no two of their boxes intersect."""
+    renderer = fig.canvas.get_renderer()
+    shown = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in shown]
+    for i, a in enumerate(boxes):
+        for j, b in enumerate(boxes[:i]):
+            assert not a.overlaps(b), (shown[i].get_text(), shown[j].get_text())
+    return [t.get_text() for t in shown]
+
+
+def test_frontier_tick_labels_never_overlap_and_the_edges_are_named(monkeypatch):
+    """A search's values crowd at the edge (198 beside 199) and at the top (13860 ... 65536 on a log2
+    axis): the labels drawn never intersect (boxes measured by the figure's renderer), the edge that
+    fits keeps its label, and labels were left out only where they would have overlapped."""
+    from memsweep.analysis import plots
+
+    values = [1, 2, 4, 8, 16, 32, 64, 128, 192, 196, 198, 199, 200, 256, 13860, 14000, 15000, 16384, 32768, 65536]
+    points = [
+        {"value": v, "outcome": "ok" if v <= 198 else "oom", "used": v * 2**20, "other": None} for v in values
+    ]
+    fig = _figure_of(monkeypatch, lambda: plots.axis_plot("batch", points, 2**30, None, "a", "b", 198, 199))
+    (ax,) = fig.axes
+    shown = _visible_labels_apart(fig, ax)
+    assert "198" in shown and "1" in shown and "65536" in shown
+    assert len(shown) < len(values)
+    assert len(shown) >= 8, shown  # the sparse ones all stay
+
+
+def test_well_spaced_tick_labels_all_stay(monkeypatch):
+    from memsweep.analysis import plots
+
+    values = [1, 2, 4, 8, 16, 32]
+    points = [{"value": v, "outcome": "ok", "used": v * 2**20, "other": None} for v in values]
+    fig = _figure_of(monkeypatch, lambda: plots.axis_plot("batch", points, 2**30, None, "a", "b", 32, None))
+    assert _visible_labels_apart(fig, fig.axes[0]) == [str(v) for v in values]
