@@ -2,6 +2,7 @@
 their headers, distinct colours per part of the split plot, x tick labels that never overlap, and
 the report and compare pages in headless Chromium at 1280 px (nothing wider than the window)."""
 
+import os
 import re
 
 from memsweep.analysis.frontier import frontier_table
@@ -150,3 +151,99 @@ def test_well_spaced_tick_labels_all_stay(monkeypatch):
     points = [{"value": v, "outcome": "ok", "used": v * 2**20, "other": None} for v in values]
     fig = _figure_of(monkeypatch, lambda: plots.axis_plot("batch", points, 2**30, None, "a", "b", 32, None))
     assert _visible_labels_apart(fig, fig.axes[0]) == [str(v) for v in values]
+
+
+# ---- the pages, in headless Chromium at 1280 px ---------------------------------------------
+
+import json  # noqa: E402
+import shutil  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests.chromium import CHROMIUM, SKIP_REASON, page_widths, screenshot  # noqa: E402
+
+LONG_DIR = "sweep-" + "x" * 60 + "-" + "y" * 60  # a long sweep directory name, one word
+SEARCH_VALUES = (1, 2, 4, 8, 16, 32, 64, 128, 192, 196, 198, 199, 256)
+HF_PARAMS = {"config": "llama", "overrides": {"num_hidden_layers": 2, "hidden_size": 32}, "pretrained": None}
+
+
+def _sweep_rows(sweep_dir: str, grow: float = 1.0):
+    """Runs and phases of a batch search crowding at its edge (198 fits, 199 does not) of an hf load."""
+    from tests.test_report_unit import make
+
+    points = [
+        (v, "ok" if v <= 198 else "oom", int(grow * (4 * v + 64)) * 2**20, int(grow * (3 * v + 40)) * 2**20)
+        for v in SEARCH_VALUES
+    ]
+    runs, phases = make(sweep_dir, points, capacity=1 << 30)
+    for r in runs:
+        r.update(workload="hf", workload_params=json.dumps(HF_PARAMS))
+    return runs, phases
+
+
+def _keep_screenshot(shot):
+    keep = os.environ.get("MEMSWEEP_KEEP_SCREENSHOT_DIR")  # a directory, to look at the pages by eye
+    if keep:
+        shutil.copy(shot, keep)
+
+
+def _assert_fits_the_window(url: str, tmp_path, name: str) -> None:
+    """The page is no wider than a 1280 px window (its own load handler measured it), and a
+    screenshot of it is taken."""
+    found = page_widths(url, tmp_path)
+    assert found.get("plots-total") == found.get("plots-rendered") and found.get("errors") == "0", found
+    assert int(found["scroll-width"]) <= int(found["client-width"]) <= 1280, found
+    shot = screenshot(url, tmp_path / f"{name}.png", tmp_path)
+    assert shot.stat().st_size > 20_000
+    _keep_screenshot(shot)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
+def test_the_report_page_fits_1280_px_and_names_the_load_in_words(tmp_path):
+    from memsweep.analysis.report import build_report, parse_margin, write_report
+    from tests.test_report_unit import tables
+
+    runs, phases = _sweep_rows(f"/tmp/{LONG_DIR}")
+    report = build_report(*tables(runs, phases), parse_margin(None))
+    _, html_path = write_report(report, tmp_path / "out")
+    html = html_path.read_text()
+    load = re.search(r"<td>load \(observed\)</td><td>(.*?)</td>", html)
+    assert load, html[:2000]
+    assert "{" not in load.group(1) and "overrides.num_hidden_layers=2" in load.group(1), load.group(1)
+    _assert_fits_the_window(html_path.as_uri(), tmp_path, "report")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
+def test_the_compare_page_fits_1280_px_and_lists_what_failed_the_gate(tmp_path):
+    import pyarrow.parquet as pq
+
+    from memsweep.analysis.compare import plot
+    from memsweep.analysis.compare.compare import compare, write_doc
+    from memsweep.analysis.compare.gate import parse_threshold
+    from memsweep.analysis.compare.render import document
+    from tests.test_report_unit import tables
+
+    dirs = []
+    for name, grow in (("a", 1.0), ("b", 1.2)):
+        d = tmp_path / name / LONG_DIR
+        d.mkdir(parents=True)
+        runs_t, phases_t, _ = tables(*_sweep_rows(str(d), grow))
+        pq.write_table(runs_t, d / "runs.parquet")
+        pq.write_table(phases_t, d / "phases.parquet")
+        dirs.append(d)
+    threshold = parse_threshold("5%")
+    result = compare(dirs, threshold)
+    assert result.regressions
+    doc = document(result.sweeps, result.differences, result.comparisons, threshold, result.regressions, plot)
+    (counters,) = doc.images
+    width = int.from_bytes(counters.png[16:20], "big")  # the PNG header's width, in pixels
+    # 10 inches at 100 dpi and its labels: a long sweep name in the legend would widen it, and the
+    # page would shrink the whole figure to fit
+    assert width <= 1200, width
+    _, html_path = write_doc(doc, tmp_path / "out")
+    html = html_path.read_text()
+    gate = re.search(r"<p>gate --fail-above 5%: FAILED, (\d+) peak\(s\) grew beyond it:</p>\n<ul>(.*?)</ul>", html)
+    assert gate, html[:3000]
+    items = re.findall(r"<li>(.*?)</li>", gate.group(2))
+    assert len(items) == int(gate.group(1)) == len(result.regressions) and all(" grew " in i for i in items)
+    _assert_fits_the_window(html_path.as_uri(), tmp_path, "compare")
