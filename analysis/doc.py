@@ -162,7 +162,8 @@ h3 { margin-top: 1.3em; } code { background: #f2f2f2; padding: 0 .2em; border-ra
 table { border-collapse: collapse; margin: .6em 0; font-size: .88em; }
 .table-wrap { max-width: 100%; overflow-x: auto; } p, li, figcaption, .note, .warning { overflow-wrap: anywhere; }
 th, td { border: 1px solid #ccc; padding: .25em .55em; vertical-align: top; }
-th { background: #f0f0f0; text-align: left; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+th { background: #f0f0f0; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .note { border-left: 4px solid #1f77b4; background: #eef5fb; padding: .4em .8em; margin: .7em 0; }
 .warning { border-left: 4px solid #d62728; background: #fdeeee; padding: .4em .8em; margin: .7em 0; }
 figure { margin: .8em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }

@@ -378,11 +378,12 @@ def split_colors(names: Sequence[str]) -> list[str]:
     Returns:
         The colours (hex), in that order.
     """
-    spare = [c for c in plt.get_cmap("tab10").colors if matplotlib.colors.to_hex(c) not in SPLIT_COLORS.values()]
+    tab10 = [matplotlib.colors.to_hex(f"C{i}") for i in range(10)]  # matplotlib's default cycle
+    spare = [c for c in tab10 if c not in SPLIT_COLORS.values()]
     taken: list[str] = []
     for name in names:
         color = SPLIT_COLORS.get(name)
-        taken.append(color if color and color not in taken else matplotlib.colors.to_hex(spare.pop(0)))
+        taken.append(color if color and color not in taken else (spare.pop(0) if spare else "#7f7f7f"))
     return taken
 
 
