@@ -77,26 +77,26 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
 
 
 FRONTIER_HEADERS = (
-    ("axis", ""),
-    ("fixed load", ""),
-    ("max_ok", ""),
-    ("min_oom", ""),
-    ("exact", ""),
-    ("monot.", ""),
-    ("peak_alloc@max_ok", "GiB"),
-    ("peak_resv@max_ok", "GiB"),
-    ("capacity", "GiB"),
+    ("axis", "", 8),
+    ("fixed load", "", 44),
+    ("max_ok", "", 8),
+    ("min_oom", "", 8),
+    ("exact", "", 5),
+    ("monot.", "", 6),
+    ("peak_alloc@max_ok", "GiB", 17),
+    ("peak_resv@max_ok", "GiB", 16),
+    ("capacity", "GiB", 9),
 )
-"""The console frontier table's columns: (name, unit line below it)."""
+"""The console frontier table's columns: (name, unit line below it, least width in characters)."""
 
 
-def aligned_lines(headers: tuple[tuple[str, str], ...], rows: list[list[str]], left: int) -> list[str]:
-    """A text table whose every column is as wide as its widest cell or header: two header lines
-    (the names, then their units), then one line per row; the first ``left`` columns are aligned
-    left, the others right (numbers).
+def aligned_lines(headers: tuple[tuple[str, str, int], ...], rows: list[list[str]], left: int) -> list[str]:
+    """A text table whose every column is as wide as its widest cell or header (at least its least
+    width): two header lines (the names, then their units), then one line per row; the first
+    ``left`` columns are aligned left, the others right (numbers).
 
     Args:
-        headers: (name, unit) per column.
+        headers: (name, unit, least width) per column.
         rows: the cells of each row, as text.
         left: how many columns, from the first, are aligned left.
 
@@ -104,7 +104,7 @@ def aligned_lines(headers: tuple[tuple[str, str], ...], rows: list[list[str]], l
         The lines, columns separated by one space, trailing spaces removed.
     """
     table = [[h[0] for h in headers], [h[1] for h in headers], *rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    widths = [max(headers[i][2], *(len(row[i]) for row in table)) for i in range(len(headers))]
     return [
         " ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
         for row in table

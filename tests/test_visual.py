@@ -44,7 +44,7 @@ def test_every_console_frontier_value_sits_under_its_header():
     ]
     text = format_frontier(frontier_table(coerce_table(runs, RUNS_SCHEMA)))
     header, units, *rows = text.splitlines()
-    names = [h for h, _ in FRONTIER_HEADERS]
+    names = [h[0] for h in FRONTIER_HEADERS]
     spans = _columns(header, names)
     (row,) = [r for r in rows if r.startswith("batch")]
     cells = list(re.finditer(r"\S+", row))
