@@ -319,3 +319,30 @@ def report_dry_run(n: int, value: str, result: dict, peak: int | None, verdict: 
     print(
         f"memsweep: dry run {n}: {value} -> {text} ({took}fake tensors, nothing measured)", file=sys.stderr, flush=True
     )
+
+
+def report_card(done: int, total: int, row: dict, axis: str) -> None:
+    """Say on stderr that ``memsweep predict --cards`` has predicted one card's edge (its dry runs
+    were each said as they ended, ``report_dry_run``): the card, its capacity, the largest value
+    that fits and the smallest that does not. Silent inside a call of the Python API.
+
+    Args:
+        done: the cards predicted so far, this one included.
+        total: the cards to predict.
+        row: the card's row (``sweeper.predict_cards.card_row``: ``card``, ``capacity_bytes``,
+            ``max_fit``, ``min_miss``, ``exact``, ``error``).
+        axis: the axis searched.
+    """
+    if observer() is not None:
+        return
+    fit = "nothing fits" if row["max_fit"] is None else f"{axis}={row['max_fit']} fits"
+    if row["max_fit"] is not None and not row["exact"]:
+        fit += " (not exact)"
+    miss = "" if row["min_miss"] is None else f", {axis}={row['min_miss']} does not"
+    failed = f"; a dry run failed: {row['error']}" if row.get("error") else ""
+    print(
+        f"memsweep: card {done}/{total} {row['card']} ({size_words(row['capacity_bytes'])}): {fit}{miss}{failed} "
+        "(predicted)",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -1,6 +1,7 @@
-"""What a sweep shows while it runs when its output is a terminal: a live bar (tqdm on stderr),
-not one line per run (those are for logs and pipes, checked in test_report.py). The terminal is
-a pseudo-terminal (Python's pty module); two tiny CPU runs."""
+"""What a user sees while work runs: a sweep whose output is a terminal shows a live bar (tqdm on
+stderr), not one line per run (those are for logs and pipes, checked in test_report.py; the
+terminal here is a pseudo-terminal, Python's pty module, and two tiny CPU runs); ``memsweep
+predict --cards`` says each card's edge as it is predicted."""
 
 import fcntl
 import os
@@ -53,3 +54,15 @@ def test_a_sweep_on_a_terminal_shows_a_live_bar(tmp_path):
     assert "\r" in out and "2/2" in out and "memsweep:" in out, out[-3000:]  # the bar, redrawn in place
     assert "done, 0 left" not in out, "a bar, not the lines of a log: " + out[-3000:]
     assert "batch" in out.split("2/2")[-1] or "-> ok" in out, out[-3000:]  # the last run beside the bar
+
+
+def test_each_card_is_reported_as_it_is_predicted(capsys):
+    from memsweep.sweeper.callbacks import report_card
+
+    row = {"card": "A100 80GB", "capacity_bytes": 80 * 2**30, "max_fit": 64, "min_miss": 128, "exact": True}
+    report_card(2, 5, row, "batch")
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("memsweep: card 2/5 A100 80GB (85899345920 B (80.000 GiB)): batch=64 fits, batch=128")
+    assert line.endswith("(predicted)")
+    report_card(1, 5, dict(row, max_fit=None, min_miss=1, error="boom"), "batch")
+    assert "nothing fits, batch=1 does not; a dry run failed: boom" in capsys.readouterr().err
