@@ -58,7 +58,7 @@ def thin_xticklabels(ax, first: Sequence = ()) -> None:
     """Hide the x tick labels that would overlap another: the labels whose text is in ``first``
     are kept first, then the two ends, then the others from left to right, each only where it
     clears every label kept (by ``_LABEL_GAP_PX``); the tick marks stay. Measured with the
-    figure's renderer, at its final layout.
+    figure's renderer, at its final layout; rotated labels are left as they are.
 
     Args:
         ax: the axes (its figure is drawn to measure the labels).
@@ -69,7 +69,8 @@ def thin_xticklabels(ax, first: Sequence = ()) -> None:
     if sum(1 for t in ax.get_xticklabels() if t.get_text()) < 2:
         return
     ax.figure.canvas.draw()  # the labels' positions are set when the figure is drawn
-    labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+    # rotated labels (the split plot's phase names) are set apart by their angle, their boxes not
+    labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text() and not t.get_rotation()]
     renderer = ax.figure.canvas.get_renderer()
     wanted = {str(v) for v in first}
     order = sorted(

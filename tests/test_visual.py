@@ -241,3 +241,13 @@ def test_the_compare_page_fits_1280_px_and_lists_what_failed_the_gate(tmp_path):
     items = re.findall(r"<li>(.*?)</li>", gate.group(2))
     assert len(items) == int(gate.group(1)) == len(result.regressions) and all(" grew " in i for i in items)
     _assert_fits_the_window(html_path.as_uri(), tmp_path, "compare")
+
+
+def test_the_split_plot_keeps_every_phase_name(monkeypatch):
+    """Its phase names are rotated, set apart by their angle: none is left out."""
+    from memsweep.analysis import plots
+
+    phases = [f"cold_step.phase_{i}_optimizer_step" for i in range(12)]
+    parts = {"parameters": [2**20] * 12}
+    fig = _figure_of(monkeypatch, lambda: plots.split_plot(phases, parts, [None] * 12, None, None, "split"))
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels() if t.get_visible()] == phases
