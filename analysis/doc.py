@@ -160,8 +160,10 @@ body { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; max-width:
 h1 { font-size: 1.6em; border-bottom: 2px solid #444; } h2 { border-bottom: 1px solid #bbb; margin-top: 1.6em; }
 h3 { margin-top: 1.3em; } code { background: #f2f2f2; padding: 0 .2em; border-radius: 3px; }
 table { border-collapse: collapse; margin: .6em 0; font-size: .88em; }
+.table-wrap { max-width: 100%; overflow-x: auto; } p, li, figcaption, .note, .warning { overflow-wrap: anywhere; }
 th, td { border: 1px solid #ccc; padding: .25em .55em; vertical-align: top; }
-th { background: #f0f0f0; text-align: left; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f0f0f0; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .note { border-left: 4px solid #1f77b4; background: #eef5fb; padding: .4em .8em; margin: .7em 0; }
 .warning { border-left: 4px solid #d62728; background: #fdeeee; padding: .4em .8em; margin: .7em 0; }
 figure { margin: .8em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
@@ -186,6 +188,9 @@ window.addEventListener('load', function () {
   root.setAttribute('data-plots-total', imgs.length);
   root.setAttribute('data-plots-rendered', ok);
   root.setAttribute('data-errors', window.__errors.length);
+  // the page's width against the window's: wider means the page scrolls sideways
+  root.setAttribute('data-scroll-width', root.scrollWidth);
+  root.setAttribute('data-client-width', root.clientWidth);
   // where the answer and the main plot end on the page (CSS pixels from the top)
   [['answer', 'data-answer-bottom'], ['main-plot', 'data-main-plot-bottom']].forEach(function (p) {
     var e = document.getElementById(p[0]);
@@ -210,7 +215,11 @@ def _figure(img: Image, attrs: str = "") -> str:
 def _table_html(headers: list, rows: list[list], note: str | None) -> list[str]:
     """A table as HTML lines: numeric columns marked for right alignment, its note below."""
     numeric = [_numeric_column(rows, i) for i in range(len(headers))]
-    parts = ["<table><thead><tr>" + "".join(f"<th>{_inline(h)}</th>" for h in headers) + "</tr></thead><tbody>"]
+    parts = [
+        '<div class="table-wrap"><table><thead><tr>'
+        + "".join(f"<th>{_inline(h)}</th>" for h in headers)
+        + "</tr></thead><tbody>"
+    ]
     for row in rows:
         parts.append(
             "<tr>"
@@ -220,7 +229,7 @@ def _table_html(headers: list, rows: list[list], note: str | None) -> list[str]:
             )
             + "</tr>"
         )
-    parts.append("</tbody></table>")
+    parts.append("</tbody></table></div>")  # a table wider than the page scrolls inside its box
     if note:
         parts.append(f'<p class="tnote">{_inline(note)}</p>')
     return parts

@@ -60,11 +60,6 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
                 f"runs ({n_predicted} dry runs, predictions, left out)"
             )
         return "no frontier: no variable was swept over two or more values"
-    lines = [
-        f"{'axis':<8} {'fixed load':<44} {'max_ok':>8} {'min_oom':>8} {'exact':>5} {'monot.':>6} "
-        f"{'peak_alloc@max_ok':>17} {'peak_resv@max_ok':>16} {'capacity':>9}",
-        f"{'':<8} {'':<44} {'':>8} {'':>8} {'':>5} {'':>6} {'GiB':>17} {'GiB':>16} {'GiB':>9}",
-    ]
     rows = frontier.to_pylist()
     # Rows of one axis that differ elsewhere in their load (two workloads, light probes next to
     # the full protocol, another optimizer...) would otherwise look alike: name what differs.
@@ -73,37 +68,92 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
         groups.setdefault((r["sweep_dir"], r["axis"]), []).append(r)
     named = tuple(k for k in LOAD_FIELDS if k not in ("mode", "device"))  # in every label already
     differ = {key: differing(group, named) for key, group in groups.items()}
-    for r in rows:
-        # the axes, a non-default workload/precision/parallel (analysis.labels), then what differs
-        fixed = " ".join([r["mode"], r["device"], *load_words(r, differ[(r["sweep_dir"], r["axis"])])])
-        lines.append(
-            f"{r['axis']:<8} {fixed:<44} {r['max_ok_label'] or '-':>8} {r['min_oom_label'] or '-':>8} "
-            f"{'yes' if r['exact'] else 'no':>5} {'yes' if r['monotonic'] else 'NO':>6} "
-            f"{gib(r['max_ok_max_memory_allocated']):>17} {gib(r['max_ok_max_memory_reserved']):>16} "
-            f"{gib(r['capacity_bytes']):>9}"
-        )
-        if direction := direction_words(r):  # an edge read other than "larger is harder" (world_size)
-            lines.append(f"{'':<8} {direction}")
-        if r.get("direction") == "decreasing" and r.get("min_ok") is not None:
-            lines.append(
-                f"{'':<8} peak at min_ok: {gib(r['min_ok_max_memory_allocated'])} GiB allocated, "
-                f"{gib(r['min_ok_max_memory_reserved'])} GiB reserved"
-            )
-        if r.get("not_reached"):  # only OOMs of phases that do not scale with the axis
-            lines.append(f"{'':<8} {r['not_reached']}")
-        elif r.get("n_oom_elsewhere"):
-            lines.append(
-                f"{'':<8} {r['n_oom_elsewhere']} OOM(s) in {r['oom_elsewhere_phases']} "
-                f"({r['oom_elsewhere_variables']}), not points of the {r['axis']} frontier"
-            )
-        if r.get("n_memory_suspect"):
-            lines.append(
-                f"{'':<8} {r['n_memory_suspect']} run(s) failed with an error that probably means memory "
-                "but does not say so (memory_suspect): neither side of the frontier"
-            )
-        if r.get("search_status"):  # the frontier sweeper searched this axis
-            lines.append(f"{'':<8} search ({r['strategy']}, {r['runs_used']} runs): {r['search_status']}")
+    cells = [_frontier_cells(r, differ[(r["sweep_dir"], r["axis"])]) for r in rows]
+    table = aligned_lines(FRONTIER_HEADERS, cells, left=2)
+    lines = table[:2]
+    for r, line in zip(rows, table[2:]):
+        lines += [line, *(f"{'':<8} {note}" for note in _frontier_notes(r))]
     return "\n".join(lines)
+
+
+FRONTIER_HEADERS = (
+    ("axis", "", 8),
+    ("fixed load", "", 44),
+    ("max_ok", "", 8),
+    ("min_oom", "", 8),
+    ("exact", "", 5),
+    ("monot.", "", 6),
+    ("peak_alloc@max_ok", "GiB", 17),
+    ("peak_resv@max_ok", "GiB", 16),
+    ("capacity", "GiB", 9),
+)
+"""The console frontier table's columns: (name, unit line below it, least width in characters)."""
+
+
+def aligned_lines(headers: tuple[tuple[str, str, int], ...], rows: list[list[str]], left: int) -> list[str]:
+    """A text table whose every column is as wide as its widest cell or header (at least its least
+    width): two header lines (the names, then their units), then one line per row; the first
+    ``left`` columns are aligned left, the others right (numbers).
+
+    Args:
+        headers: (name, unit, least width) per column.
+        rows: the cells of each row, as text.
+        left: how many columns, from the first, are aligned left.
+
+    Returns:
+        The lines, columns separated by one space, trailing spaces removed.
+    """
+    table = [[h[0] for h in headers], [h[1] for h in headers], *rows]
+    widths = [max(headers[i][2], *(len(row[i]) for row in table)) for i in range(len(headers))]
+    return [
+        " ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+        for row in table
+    ]
+
+
+def _frontier_cells(r: dict, differ) -> list[str]:
+    """One frontier row's cells, in ``FRONTIER_HEADERS``' order: the axes, a non-default
+    workload/precision/parallel (analysis.labels), then what differs from the rows beside it."""
+    fixed = " ".join([r["mode"], r["device"], *load_words(r, differ)])
+    return [
+        r["axis"],
+        fixed,
+        str(r["max_ok_label"] or "-"),
+        str(r["min_oom_label"] or "-"),
+        "yes" if r["exact"] else "no",
+        "yes" if r["monotonic"] else "NO",
+        str(gib(r["max_ok_max_memory_allocated"])),
+        str(gib(r["max_ok_max_memory_reserved"])),
+        str(gib(r["capacity_bytes"])),
+    ]
+
+
+def _frontier_notes(r: dict) -> list[str]:
+    """The lines printed under one frontier row: how its edge reads, a decreasing axis's peak, OOMs
+    that are not points of it, suspect failures, the search that found it."""
+    notes = []
+    if direction := direction_words(r):  # an edge read other than "larger is harder" (world_size)
+        notes.append(direction)
+    if r.get("direction") == "decreasing" and r.get("min_ok") is not None:
+        notes.append(
+            f"peak at min_ok: {gib(r['min_ok_max_memory_allocated'])} GiB allocated, "
+            f"{gib(r['min_ok_max_memory_reserved'])} GiB reserved"
+        )
+    if r.get("not_reached"):  # only OOMs of phases that do not scale with the axis
+        notes.append(str(r["not_reached"]))
+    elif r.get("n_oom_elsewhere"):
+        notes.append(
+            f"{r['n_oom_elsewhere']} OOM(s) in {r['oom_elsewhere_phases']} "
+            f"({r['oom_elsewhere_variables']}), not points of the {r['axis']} frontier"
+        )
+    if r.get("n_memory_suspect"):
+        notes.append(
+            f"{r['n_memory_suspect']} run(s) failed with an error that probably means memory "
+            "but does not say so (memory_suspect): neither side of the frontier"
+        )
+    if r.get("search_status"):  # the frontier sweeper searched this axis
+        notes.append(f"search ({r['strategy']}, {r['runs_used']} runs): {r['search_status']}")
+    return notes
 
 
 class Written(NamedTuple):

@@ -17,6 +17,8 @@ import numpy as np
 matplotlib.use("Agg")  # before pyplot: no display, same output everywhere
 import matplotlib.pyplot as plt  # noqa: E402
 
+from memsweep.conf.contract import PEAK_CATEGORY_WORDS  # noqa: E402
+
 GiB = 2**30
 MiB = 2**20
 _DPI = 100
@@ -40,10 +42,49 @@ def png_bytes(fig) -> bytes:
 
 
 def _png(fig) -> bytes:
+    for ax in fig.axes:
+        thin_xticklabels(ax)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
+
+
+_LABEL_GAP_PX = 4
+"""The least space between two x tick labels, in pixels at the figure's dpi."""
+
+
+def thin_xticklabels(ax, first: Sequence = ()) -> None:
+    """Hide the x tick labels that would overlap another: the labels whose text is in ``first``
+    are kept first, then the two ends, then the others from left to right, each only where it
+    clears every label kept (by ``_LABEL_GAP_PX``); the tick marks stay. Measured with the
+    figure's renderer, at its final layout; rotated labels are left as they are.
+
+    Args:
+        ax: the axes (its figure is drawn to measure the labels).
+        first: values whose labels matter most (e.g. the frontier's two edges).
+    """
+    from matplotlib.transforms import Bbox
+
+    if sum(1 for t in ax.get_xticklabels() if t.get_text()) < 2:
+        return
+    ax.figure.canvas.draw()  # the labels' positions are set when the figure is drawn
+    # rotated labels (the split plot's phase names) are set apart by their angle, their boxes not
+    labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text() and not t.get_rotation()]
+    renderer = ax.figure.canvas.get_renderer()
+    wanted = {str(v) for v in first}
+    order = sorted(
+        range(len(labels)),
+        key=lambda i: (labels[i].get_text() not in wanted, i not in (0, len(labels) - 1), i),
+    )
+    kept: list = []
+    for i in order:
+        b = labels[i].get_window_extent(renderer)
+        box = Bbox.from_extents(b.x0 - _LABEL_GAP_PX / 2, b.y0, b.x1 + _LABEL_GAP_PX / 2, b.y1)
+        if any(box.overlaps(k) for k in kept):
+            labels[i].set_visible(False)
+        else:
+            kept.append(box)
 
 
 def _positions(values: Sequence) -> tuple[list[float], bool]:
@@ -225,6 +266,7 @@ def axis_plot(
     _draw_frontier(ax, values, xs, max_ok, min_oom, edge_names)
     _label_axes(ax, axis, values, xs, numeric, unit_name, title)
     _legend_below(ax)
+    thin_xticklabels(ax, first=[v for v in (max_ok, min_oom) if v is not None])
     return _png(fig)
 
 
@@ -316,11 +358,34 @@ def fit_plot(
 
 
 SPLIT_COLORS = {
-    "parameters": "#1f77b4",
-    "gradients": "#ff7f0e",
-    "optimizer states": "#2ca02c",
-    "activations": "#9467bd",
+    PEAK_CATEGORY_WORDS[category]: color
+    for category, color in (
+        ("parameter", "#1f77b4"),
+        ("gradient", "#ff7f0e"),
+        ("optimizer_state", "#2ca02c"),
+        ("activation", "#9467bd"),
+    )
 }
+"""The split plot's colour of each part, by the part's name (``conf.contract.PEAK_CATEGORY_WORDS``)."""
+
+
+def split_colors(names: Sequence[str]) -> list[str]:
+    """One colour per part, never two alike: ``SPLIT_COLORS``' where it names the part, else the
+    next colour of matplotlib's tab10 not taken yet.
+
+    Args:
+        names: the parts, in stacking order.
+
+    Returns:
+        The colours (hex), in that order.
+    """
+    tab10 = [matplotlib.colors.to_hex(f"C{i}") for i in range(10)]  # matplotlib's default cycle
+    spare = [c for c in tab10 if c not in SPLIT_COLORS.values()]
+    taken: list[str] = []
+    for name in names:
+        color = SPLIT_COLORS.get(name)
+        taken.append(color if color and color not in taken else (spare.pop(0) if spare else "#7f7f7f"))
+    return taken
 
 
 def split_plot(
@@ -352,11 +417,11 @@ def split_plot(
     unit, unit_name = _unit(capacity, *totals, *observed)
     xs = list(range(len(phases)))
     bottom = [0.0] * len(phases)
-    for name, vals in parts.items():
+    for (name, vals), color in zip(parts.items(), split_colors(list(parts))):
         heights = [0.0 if v is None else v / unit for v in vals]
         if not any(heights):
             continue
-        ax.bar(xs, heights, bottom=bottom, width=0.6, color=SPLIT_COLORS.get(name), label=f"{name} (calculated)")
+        ax.bar(xs, heights, bottom=bottom, width=0.6, color=color, label=f"{name} (calculated)")
         bottom = [b + h for b, h in zip(bottom, heights)]
     if any(v is not None for v in observed):
         ax.plot(

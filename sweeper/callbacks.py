@@ -25,7 +25,7 @@ from memsweep.estimator.labels import SHOWN_WHEN_SET, load_words
 
 from .answer import size_words
 from .plain import plain_dict
-from .progress import counts_text, observer
+from .progress import Observer, counts_text, observer
 
 log = logging.getLogger("memsweep")
 
@@ -160,11 +160,12 @@ def planned_jobs(config: DictConfig) -> int | None:
 
 
 class Progress(Callback):
-    """One line per finished job while a sweep runs: jobs done and left, the time left at the pace
-    so far, the condition, the outcome, the elapsed time (``sweeper.progress.counts_text``). Quiet
-    when stdout is not a terminal (logs, CI, pipes); ``MEMSWEEP_PROGRESS=1`` forces it on, ``=0``
-    off. Inside a call of the Python API the jobs go to its observer instead (``sweeper.progress``:
-    a bar, or nothing).
+    """A sweep's progress while it runs. On a terminal a live bar (tqdm, on stderr: jobs done of the
+    planned, the time left, the last job's condition and outcome); elsewhere (logs, CI, pipes) one
+    line per finished job: jobs done and left, the time left at the pace so far, the condition, the
+    outcome, the elapsed time (``sweeper.progress.counts_text``). ``MEMSWEEP_PROGRESS`` chooses:
+    ``bar``, ``1`` (lines), ``0`` (nothing). Inside a call of the Python API the jobs go to its
+    observer instead (``sweeper.progress``: a bar, or nothing).
 
     Jobs done are counted from the run directories holding a result.json, so the count holds
     with launchers that run jobs in other processes (joblib, submitit) and on resumed sweeps.
@@ -174,15 +175,22 @@ class Progress(Callback):
         self.started: float | None = None
         self.total: int | None = None
         self.done = 0
+        self.bar: Observer | None = None
 
     @staticmethod
-    def enabled() -> bool:
-        """Whether progress lines are shown: ``MEMSWEEP_PROGRESS`` when set (``0``, empty,
-        ``false``, ``no``: off), else whether stdout is a terminal."""
+    def mode() -> str:
+        """How progress is shown: ``MEMSWEEP_PROGRESS`` when set (``0``, empty, ``false``, ``no``:
+        ``"off"``; ``bar``: ``"bar"``; anything else ``"lines"``), else ``"bar"`` when stdout is a
+        terminal and ``"lines"`` when it is not."""
         forced = os.environ.get("MEMSWEEP_PROGRESS")
         if forced is not None:
-            return forced not in ("0", "", "false", "no")
-        return sys.stdout.isatty()
+            return "off" if forced in ("0", "", "false", "no") else "bar" if forced == "bar" else "lines"
+        return "bar" if sys.stdout.isatty() else "lines"
+
+    @classmethod
+    def enabled(cls) -> bool:
+        """Whether any progress is shown (``mode`` is not ``"off"``)."""
+        return cls.mode() != "off"
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Hydra's start of the multirun: note its sweep directory (``SWEEPS_STARTED``), start the
@@ -203,8 +211,21 @@ class Progress(Callback):
             os.environ["MEMSWEEP_PROGRESS_TOTAL"] = str(self.total)  # for launchers' worker processes
         os.environ["MEMSWEEP_PROGRESS_T0"] = str(time.time())
         watching = observer()
+        if watching is None and self.mode() == "bar":  # the command line on a terminal: its own bar
+            watching = self.bar = Observer(bar=True, total=self.total)
         if watching is not None:  # an API call: its bar, and the sweep directory Hydra chose
             watching.multirun_start(str(config.hydra.sweep.dir), self.total)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra's end of the multirun: close the command line's bar (before the analysis prints).
+
+        Args:
+            config: the multirun's config (unused).
+            kwargs: Hydra's other arguments (unused).
+        """
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def _counts(self, config: DictConfig) -> str:
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -233,15 +254,15 @@ class Progress(Callback):
         return f"job {config.hydra.job.get('num', '?')}: " + " ".join(fields)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """Hydra's start of a job: shown by an API call's observer only (the command line prints
-        one line per finished job, ``on_job_end``).
+        """Hydra's start of a job: shown beside a bar (an API call's, or the command line's on a
+        terminal); the lines are one per finished job (``on_job_end``).
 
         Args:
             config: the job's config.
             kwargs: Hydra's other arguments (unused).
         """
-        watching = observer()
-        if watching is not None:  # an API call shows its own bar (or nothing)
+        watching = observer() or self.bar
+        if watching is not None:  # a bar (or, for an API call, nothing)
             watching.job_start(self._condition(config))
 
     def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
@@ -255,7 +276,7 @@ class Progress(Callback):
             kwargs: Hydra's other arguments (unused).
         """
         self.done += 1
-        watching = observer()
+        watching = observer() or self.bar
         if watching is None and not self.enabled():
             return
         outcome = "failed"
@@ -297,4 +318,31 @@ def report_dry_run(n: int, value: str, result: dict, peak: int | None, verdict: 
     took = f"{wall:.1f} s; " if isinstance(wall, (int, float)) else ""
     print(
         f"memsweep: dry run {n}: {value} -> {text} ({took}fake tensors, nothing measured)", file=sys.stderr, flush=True
+    )
+
+
+def report_card(done: int, total: int, row: dict, axis: str) -> None:
+    """Say on stderr that ``memsweep predict --cards`` has predicted one card's edge (its dry runs
+    were each said as they ended, ``report_dry_run``): the card, its capacity, the largest value
+    that fits and the smallest that does not. Silent inside a call of the Python API.
+
+    Args:
+        done: the cards predicted so far, this one included.
+        total: the cards to predict.
+        row: the card's row (``sweeper.predict_cards.card_row``: ``card``, ``capacity_bytes``,
+            ``max_fit``, ``min_miss``, ``exact``, ``error``).
+        axis: the axis searched.
+    """
+    if observer() is not None:
+        return
+    fit = "nothing fits" if row["max_fit"] is None else f"{axis}={row['max_fit']} fits"
+    if row["max_fit"] is not None and not row["exact"]:
+        fit += " (not exact)"
+    miss = "" if row["min_miss"] is None else f", {axis}={row['min_miss']} does not"
+    failed = f"; a dry run failed: {row['error']}" if row.get("error") else ""
+    print(
+        f"memsweep: card {done}/{total} {row['card']} ({size_words(row['capacity_bytes'])}): {fit}{miss}{failed} "
+        "(predicted)",
+        file=sys.stderr,
+        flush=True,
     )

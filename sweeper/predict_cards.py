@@ -19,6 +19,7 @@ from __future__ import annotations
 from memsweep.conf.contract import SpecError, write_json_atomic
 from memsweep.estimator.cards import CARDS, Card
 
+from .callbacks import report_card
 from .predict import PredictedEdge, Predictor, blind_spots, compose_load
 from .predict_parts import estimator_figures, hf_config
 from .search import check_search_axis
@@ -149,7 +150,7 @@ def predict_cards(
     start, rows, record, fixed = getattr(base, axis), [], None, None
     finished: dict = {}  # the dry runs of every card: each value executed once
     device = base.device
-    for card in cards:
+    for i, card in enumerate(cards, 1):
         predictor = Predictor(base, axis, card.reported_bytes, out_dir, isolation, finished=finished, upper=upper)
         edge = predictor.search(start)
         device = predictor.device
@@ -160,6 +161,7 @@ def predict_cards(
                 fixed = sum(est[k] or 0 for k in ("weights", "gradients", "optimizer_states"))
         estimator_edge = _estimator_edge(base, record, card.reported_bytes) if axis == "batch" else None
         rows.append(card_row(card, predictor, edge, fixed, estimator_edge))
+        report_card(i, len(cards), rows[-1], axis)
         if edge.max_fit is not None:
             start = edge.max_fit
     summary = {

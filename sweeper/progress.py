@@ -1,8 +1,9 @@
 """What a caller sees of the runs it started: a progress bar or nothing (the Python API), and the
 words of the command line's progress (``counts_text``).
 
-The command line's progress is ``sweeper.callbacks.Progress``, a Hydra callback that prints one
-line per finished job, with the jobs done and left and the time left (``counts_text``); ``memsweep
+The command line's progress is ``sweeper.callbacks.Progress``, a Hydra callback: a bar on a
+terminal (an ``Observer``), else one line per finished job, with the jobs done and left and the
+time left (``counts_text``); ``memsweep
 predict`` says each dry run as it ends (``sweeper.callbacks.report_dry_run``). A call of the Python API
 (``memsweep.run``, ``memsweep.sweep``...) runs the same Hydra callbacks in its own process; while
 it runs, an ``Observer`` is installed here (``observing``), and ``Progress`` hands it what it would

@@ -26,7 +26,7 @@ def run(cmd, cwd, **kw):
 def sweep(tmp_path_factory):
     """One 4-run batch sweep; the sweep's end writes the tables and the report."""
     root = tmp_path_factory.mktemp("report")
-    env = {**os.environ, "MEMSWEEP_PROGRESS": "1"}  # the progress lines, though stdout is a pipe
+    env = {k: v for k, v in os.environ.items() if k != "MEMSWEEP_PROGRESS"}  # stdout a pipe: the lines
     proc = run(
         [MEMSWEEP, "sweep", "sweep=none", "batch=4,16,32,64", "capacity=8MiB", *TINY_ARGS, f"hydra.sweep.dir={root}/s"],
         cwd=root,
@@ -49,11 +49,14 @@ def test_sweep_ends_with_the_report_path_and_shows_progress(sweep):
     assert re.search(r"\[4/4 done, 0 left" + eta + r"\] job 3: batch=4 .* -> ok · elapsed \d+:\d\d:\d\d", proc.stdout)
 
 
-def test_progress_is_quiet_when_stdout_is_not_a_terminal():
+def test_progress_is_a_bar_on_a_terminal_and_lines_elsewhere(monkeypatch):
     from memsweep.sweeper.callbacks import Progress
 
-    os.environ.pop("MEMSWEEP_PROGRESS", None)
-    assert Progress.enabled() is sys.stdout.isatty()
+    monkeypatch.delenv("MEMSWEEP_PROGRESS", raising=False)
+    assert Progress.mode() == ("bar" if sys.stdout.isatty() else "lines")
+    for forced, mode in (("0", "off"), ("1", "lines"), ("bar", "bar")):
+        monkeypatch.setenv("MEMSWEEP_PROGRESS", forced)
+        assert Progress.mode() == mode
 
 
 def _peak_at(runs, batch):

@@ -11,6 +11,19 @@ from .match import COUNTERS, Series
 _STYLES = ("o-", "s--", "^-.", "D:", "v-", "P--")
 
 
+_NAME_CHARS = 40
+"""The most characters of a sweep directory's name in the legend (the page lists the whole paths)."""
+
+
+def _short(name: str) -> str:
+    """``name``, its middle replaced by an ellipsis when longer than ``_NAME_CHARS``: a long name
+    would widen the legend and so shrink the whole figure."""
+    if len(name) <= _NAME_CHARS:
+        return name
+    half = (_NAME_CHARS - 1) // 2
+    return name[:half] + "…" + name[-half:]
+
+
 def _value(sweep, run: dict, counter: str) -> int | None:
     """A run's value of ``counter``: its peak for ``max_*``; for a current counter the largest
     value at a phase's end."""
@@ -47,7 +60,7 @@ def _panel(ax, series: list[Series], data: dict, c: str, unit: int, unit_name: s
         pts = [(x, *data[(s.sweep.label, x, c)]) for x in xs]
         ok = [(x, y / unit) for x, y, good in pts if good and y is not None]
         bad = [(x, y / unit) for x, y, good in pts if not good and y is not None]
-        label = f"{s.sweep.label}: {s.sweep.path.name}"
+        label = f"{s.sweep.label}: {_short(s.sweep.path.name)}"
         ax.plot([p[0] for p in ok], [p[1] for p in ok], _STYLES[i % len(_STYLES)], color=colors(i), label=label)
         if bad:
             ax.plot(

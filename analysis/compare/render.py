@@ -174,7 +174,10 @@ def document(
         The document (plots as PNG bytes).
     """
     doc = Doc("memsweep compare: " + " vs ".join(f"{s.label} ({s.path.name})" for s in sweeps))
-    doc.p(verdict(comparisons, threshold, failed).replace("\n", " "))
+    first, *grown = verdict(comparisons, threshold, failed).splitlines()
+    doc.p(first)
+    if grown:  # the peaks that failed the gate, one item each
+        doc.ul([line.strip() for line in grown])
     doc.ul(_sweeps_lines(sweeps))
     doc.h(1, "What differs between the sweeps")
     doc.table(

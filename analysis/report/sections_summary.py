@@ -48,6 +48,24 @@ def alloc_text(r: dict) -> str:
     return text + (f"; allocator backend {backend}" if backend else "")
 
 
+def param_words(params: dict, prefix: str = "") -> list[str]:
+    """A workload's parameters as ``key=value`` words, as a command line sets them: a nested
+    mapping by dotted keys (``overrides.num_hidden_layers=2``), a list comma-joined, None as
+    ``null`` (the default), an empty mapping or list as ``none``."""
+    words = []
+    for k, v in params.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            words += param_words(v, key + ".")
+        elif isinstance(v, (dict, list)) and not v:
+            words.append(f"{key}=none")
+        elif isinstance(v, list):
+            words.append(f"{key}=" + ",".join("null" if x is None else str(x) for x in v))
+        else:
+            words.append(f"{key}={'null' if v is None else v}")
+    return words
+
+
 def _load_text(r: dict) -> str:
     """The load of a run as printed: workload and its parameters, mode, dtype, a non-default precision
     and parallel, warmup, repeats."""
@@ -56,7 +74,7 @@ def _load_text(r: dict) -> str:
         params = json.loads(params) if params else {}
     except json.JSONDecodeError:
         params = {"params": params}
-    ptext = ", ".join(f"{k}={'null' if v is None else v}" for k, v in params.items())  # null: the default
+    ptext = ", ".join(param_words(params if isinstance(params, dict) else {"params": params}))
     # a non-default precision or parallel (analysis.labels); world_size is an axis, in the titles
     spread = "".join(f", {k} `{v}`" for k, v in set_fields(r).items() if k != "workload")
     return (

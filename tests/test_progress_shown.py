@@ -1,0 +1,68 @@
+"""What a user sees while work runs: a sweep whose output is a terminal shows a live bar (tqdm on
+stderr), not one line per run (those are for logs and pipes, checked in test_report.py; the
+terminal here is a pseudo-terminal, Python's pty module, and two tiny CPU runs); ``memsweep
+predict --cards`` says each card's edge as it is predicted."""
+
+import fcntl
+import os
+import pty
+import select
+import struct
+import subprocess
+import termios
+import time
+
+from tests.data.loads import MEMSWEEP, SMALLEST_CPU
+
+
+def _run_on_a_terminal(args: list[str], cwd, timeout_s: float = 300) -> tuple[int, str]:
+    """Run ``args`` with stdout and stderr on a pseudo-terminal; its exit status and all it wrote."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # a terminal's size: 160 columns
+    env = {k: v for k, v in os.environ.items() if k != "MEMSWEEP_PROGRESS"}
+    proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out, deadline = b"", time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the other end closed: the process ended
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    try:
+        rc = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = proc.wait()
+    return rc, out.decode(errors="replace")
+
+
+def test_a_sweep_on_a_terminal_shows_a_live_bar(tmp_path):
+    rc, out = _run_on_a_terminal(
+        [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", *SMALLEST_CPU, "hydra.callbacks.analyze.report=false"]
+        + [f"hydra.sweep.dir={tmp_path}/s"],
+        tmp_path,
+    )
+    assert rc == 0, out[-3000:]
+    assert "\r" in out and "2/2" in out and "memsweep:" in out, out[-3000:]  # the bar, redrawn in place
+    assert "done, 0 left" not in out, "a bar, not the lines of a log: " + out[-3000:]
+    assert "batch" in out.split("2/2")[-1] or "-> ok" in out, out[-3000:]  # the last run beside the bar
+
+
+def test_each_card_is_reported_as_it_is_predicted(capsys):
+    from memsweep.sweeper.callbacks import report_card
+
+    row = {"card": "A100 80GB", "capacity_bytes": 80 * 2**30, "max_fit": 64, "min_miss": 128, "exact": True}
+    report_card(2, 5, row, "batch")
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("memsweep: card 2/5 A100 80GB (85899345920 B (80.000 GiB)): batch=64 fits, batch=128")
+    assert line.endswith("(predicted)")
+    report_card(1, 5, dict(row, max_fit=None, min_miss=1, error="boom"), "batch")
+    assert "nothing fits, batch=1 does not; a dry run failed: boom" in capsys.readouterr().err
