@@ -28,6 +28,9 @@ SETTLED = 0.15
 """How near (in log(value)) the model's peak must be to the best before its gain is trusted."""
 WIDE = math.log(2) + 1e-9
 """How far (in log(value)) the best's neighbours may be for the model's stop to be trusted."""
+UNMEASURED = 2
+"""Runs without a throughput (a failed run, a record without one) after which a search that has
+measured nothing stops."""
 MAX_RUNS = 24
 """The most runs one throughput search makes (known measurements not counted)."""
 
@@ -208,6 +211,8 @@ class ThroughputSearch:
             return self._stop(f"run budget spent ({self.max_runs} runs)")
         top, bottom = self.upper, self.lattice.lower
         best, tried = self.best(), self.tried()
+        if best is None and self.runs() >= UNMEASURED:
+            return self._stop(f"{self.runs()} run(s) in a row measured no throughput")
         if best is None:  # nothing measured yet: the top, then down the untried values
             v = next((self.value(i) for i in range(self.n - 1, -1, -1) if self.value(i) not in tried), None)
             self.reason = "the top of the range (the margin's edge)" if v == top else "no throughput measured yet"
@@ -316,7 +321,7 @@ class ThroughputSearch:
         best = self.best()
         known = sum(t.known for t in self.timings)
         if best is None:
-            status = "no run measured a throughput"
+            status = f"no run measured a throughput; stopped: {self.stop_reason or 'not finished'}"
         else:
             status = (
                 f"fastest measured: {best.value} at {best.samples_per_s:.4g} samples/s "
