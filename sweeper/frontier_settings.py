@@ -105,12 +105,9 @@ def check_settings(
             ``bounds``, ``bounds.<axis>.<key>`` for a bound given there, else ``lower``, ``upper``,
             ``multiple_of``) and the values accepted.
     """
-    if settings.strategy not in STRATEGIES:
-        raise SpecError("hydra.sweeper.strategy", settings.strategy, "one of " + ", ".join(STRATEGIES))
-    if settings.objective not in OBJECTIVES:
-        raise SpecError("hydra.sweeper.objective", settings.objective, "one of " + ", ".join(OBJECTIVES))
-    if settings.suspect not in SUSPECT_READINGS:
-        raise SpecError("hydra.sweeper.suspect", settings.suspect, "one of " + ", ".join(SUSPECT_READINGS))
+    for name, choices in (("strategy", STRATEGIES), ("objective", OBJECTIVES), ("suspect", SUSPECT_READINGS)):
+        if getattr(settings, name) not in choices:
+            raise SpecError(f"hydra.sweeper.{name}", getattr(settings, name), "one of " + ", ".join(choices))
     confirm, parallel = settings.confirm, settings.parallel
     if isinstance(confirm, bool) or not isinstance(confirm, int) or not 0 <= confirm <= 100:
         raise SpecError("hydra.sweeper.confirm", confirm, "an integer from 0 to 100")

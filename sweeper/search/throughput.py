@@ -305,7 +305,8 @@ class ThroughputSearch:
         crawled = sum(1 for t in self.timings[-2:] if not t.known and abs(t.value - best) <= self.lattice.step)
         return near and crawled >= 1
 
-    def _stop(self, why: str) -> None:
+    def _stop(self, why: str) -> int | None:
+        """No next value: record why (``stop_reason``) and give None."""
         self.stop_reason = why
         return None
 
