@@ -34,10 +34,17 @@ def run_throughput(run: dict) -> tuple[float | None, float | None]:
         positive number, or a negative noise).
     """
     tput = (run.get("record") or {}).get("throughput") or {}
-    speed, noise = tput.get("samples_per_s"), tput.get("noise_rel")
-    ok_speed = isinstance(speed, (int, float)) and not isinstance(speed, bool) and speed > 0
-    ok_noise = isinstance(noise, (int, float)) and not isinstance(noise, bool) and noise >= 0
-    return (float(speed) if ok_speed else None), (float(noise) if ok_noise and ok_speed else None)
+    speed, noise = number(tput.get("samples_per_s")), number(tput.get("noise_rel"))
+    if speed is None or speed <= 0:
+        return None, None
+    return speed, noise if noise is not None and noise >= 0 else None
+
+
+def number(x: object) -> float | None:
+    """``x`` as a float when it is an int or a float (not a bool, not NaN), else None."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x:
+        return None
+    return float(x)
 
 
 def throughput_upper(result: dict) -> tuple[int | None, str]:
@@ -86,12 +93,12 @@ def fastest_inside(
     search, reused = ThroughputSearch(lattice, upper, measured), 0
     for value, run in zip(values, found):
         log_probe(search_log, axis, value, measured[value], run, "measured by the memory search", known=True)
-    while (value := search.propose()) is not None:
-        (run,) = runs.run(axis, [(value, 0)], [])
+    while (probe := search.propose()) is not None:
+        (run,) = runs.run(axis, [(probe, 0)], [])
         timing = run_throughput(run) if run["outcome"] == "ok" else (None, None)
-        search.observe(value, *timing)
+        search.observe(probe, *timing)
         reused += run["reused"]
-        log_probe(search_log, axis, value, timing, run, search.reason)
+        log_probe(search_log, axis, probe, timing, run, search.reason)
     answer = search.answer().to_dict()
     answer["status"] = f"inside {why} {axis}={upper}: {answer['status']}"
     log.info("frontier %s: %s", axis, answer["status"])

@@ -124,7 +124,7 @@ def parabola_peak(points: list[tuple[float, float]], lo: float, hi: float) -> tu
 
 class ThroughputSearch:
     """The search for the fastest value of ``lattice`` up to ``upper``. Call ``propose``, run
-    the value, ``observe`` its throughput, until ``done``; then ``answer()``.
+    the value, ``observe`` its throughput, until ``propose`` gives None; then ``answer()``.
 
     Args:
         lattice: the axis' values.
@@ -158,10 +158,8 @@ class ThroughputSearch:
 
     def index(self, x: float) -> int:
         """The candidate nearest to the value ``x`` in log(value), clamped to the range."""
-        lo, hi = math.floor((x - self.lattice.lower) / self.lattice.step), None
-        lo = min(max(lo, 0), self.n - 1)
-        hi = min(lo + 1, self.n - 1)
-        return min((lo, hi), key=lambda i: abs(math.log(self.value(i)) - math.log(max(x, 1e-9))))
+        lo = min(max(math.floor((x - self.lattice.lower) / self.lattice.step), 0), self.n - 1)
+        return min((lo, min(lo + 1, self.n - 1)), key=lambda i: abs(math.log(self.value(i)) - math.log(max(x, 1e-9))))
 
     def tried(self) -> set[int]:
         """The values measured (or run without a measurement)."""
@@ -193,11 +191,6 @@ class ThroughputSearch:
         return None
 
     # ---- proposing ---------------------------------------------------------------------
-    @property
-    def done(self) -> bool:
-        """Whether the search has stopped (``propose`` gives None)."""
-        return self.next_value() is None
-
     def propose(self) -> int | None:
         """The next value to run (the reason in ``self.reason``), or None when done."""
         return self.next_value()
@@ -212,7 +205,7 @@ class ThroughputSearch:
         top, bottom = self.upper, self.lattice.lower
         best, tried = self.best(), self.tried()
         if best is None and self.runs() >= UNMEASURED:
-            return self._stop(f"{self.runs()} run(s) in a row measured no throughput")
+            return self._stop(f"{self.runs()} run(s) measured no throughput")
         if best is None:  # nothing measured yet: the top, then down the untried values
             v = next((self.value(i) for i in range(self.n - 1, -1, -1) if self.value(i) not in tried), None)
             self.reason = "the top of the range (the margin's edge)" if v == top else "no throughput measured yet"
