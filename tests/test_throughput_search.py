@@ -2,6 +2,7 @@
 curves (sweeper.search.throughput), its stop rule, the record adapter, the setting's refusal, the
 frontier sweeper's hook with a scripted launcher, and one tiny end-to-end sweep on the CPU."""
 
+import io
 import math
 import random
 import statistics
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from memsweep.analysis.cli import analyze
 from memsweep.conf.contract import RunSpec, SpecError, read_json, write_json_atomic
 from memsweep.sweeper.frontier_settings import check_search_load
 from memsweep.sweeper.frontier_throughput import run_throughput, throughput_upper
@@ -204,6 +206,10 @@ def test_the_frontier_sweeper_answers_the_fastest_value_inside_the_margin(tmp_pa
     assert best["samples_per_s"] == tput["samples_per_s"] and best["outcome"] == "ok" and best["run_dir"]
     assert all(p["reason"] for p in probes)
     assert search_events(tmp_path, "start")[0]["objective"] == "throughput"
+    tables = analyze([tmp_path], out_dir=tmp_path / "out", stream=io.StringIO())
+    (row,) = [r for r in tables["frontier.parquet"].to_pylist() if r["search_status"]]
+    assert (row["fastest"], row["fastest_samples_per_s"]) == (tput["best"], tput["samples_per_s"])
+    assert (row["fastest_noise_rel"], row["fastest_runs"]) == (tput["noise_rel"], tput["runs"])
 
 
 def test_the_default_objective_runs_no_throughput_search(tmp_path):
@@ -238,3 +244,14 @@ def test_a_tiny_cpu_sweep_answers_a_measured_run(tmp_path):
         == tput["samples_per_s"]
     )
     assert "fastest measured" in tput["status"] and tput["runs"] == sum(not p["known"] for p in probes)
+
+
+def test_the_report_states_the_fastest_value_with_its_noise():
+    from types import SimpleNamespace
+
+    from memsweep.analysis.report.sections_observed import _fastest_fact
+
+    frontier = {"fastest": 96, "fastest_samples_per_s": 812.5, "fastest_noise_rel": 0.021, "fastest_runs": 4}
+    (fact,) = _fastest_fact(SimpleNamespace(axis="batch", frontier=frontier))
+    assert "batch=96 at 812.5 samples/s (noise 2.1%" in fact and "after 4 throughput runs" in fact
+    assert _fastest_fact(SimpleNamespace(axis="batch", frontier={"fastest": None})) == []
