@@ -10,7 +10,7 @@ monotonic; a non-monotonic group is flagged, never smoothed; ``stable`` is null 
 twice. An OOM is a point of an axis only when the phase that failed scales with that axis
 (``conf.contract.oom_attribution``); others are counted in ``n_oom_elsewhere``. The frontier
 sweeper's ``search.jsonl`` adds its columns (``strategy``, ``runs_used``, ``upper_reached``,
-``stopped_by``, ``error_values``, ``margin_edge``, ``search_status``) to the row it searched.
+``stopped_by``, ``error_values``, ``margin_edge``, ``fastest*``, ``search_status``) to the row it searched.
 """
 
 from __future__ import annotations
@@ -89,6 +89,10 @@ FRONTIER_SCHEMA = table_schema(
     ("stopped_by", pa.string()),
     ("error_values", pa.string()),
     ("margin_edge", pa.int64()),
+    ("fastest", pa.int64()),
+    ("fastest_samples_per_s", pa.float64()),
+    ("fastest_noise_rel", pa.float64()),
+    ("fastest_runs", pa.int64()),
     ("search_status", pa.string()),
 )
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
@@ -113,7 +117,10 @@ null unless the frontier sweeper searched that axis (see the module docstring): 
 lists the values whose run raised an error the search stepped past (the value's shape, not
 memory: a layer that refuses a batch of 1), null when none did; ``margin_edge`` is the largest
 value it ran ok whose measured peak leaves the report's margin below the capacity, null when
-none does or no margin edge was searched (dry runs, light probes). ``warmup`` and
+none does or no margin edge was searched (dry runs, light probes); ``fastest``,
+``fastest_samples_per_s``, ``fastest_noise_rel`` and ``fastest_runs``: with
+``hydra.sweeper.objective=throughput``, the value with the highest measured median samples/s
+inside the margin (a run), that median, its run's MAD/median and the throughput search's runs. ``warmup`` and
 ``repeats``: the protocol of the row's runs (the frontier sweeper's light probes,
 ``hydra.sweeper.light``, form their own row next to the full-protocol one). ``devices``: devices
 per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and the mode options
@@ -471,10 +478,24 @@ def _group_row(axis: str, fixed: dict, group: pd.DataFrame, search: dict | None)
             stopped_by=search.get("stopped_by"),
             error_values=",".join(str(v) for v in search.get("error_values") or []) or None,
             margin_edge=search.get("margin_edge"),
+            **fastest_columns(search.get("throughput")),
             search_status=search.get("status"),
             exact=bool(search.get("exact")) and e.monotonic and e.stable is not False,
         )
     return row
+
+
+def fastest_columns(tput: Any) -> dict[str, Any]:
+    """The ``fastest*`` columns from a search's ``throughput`` answer (``hydra.sweeper.objective=throughput``):
+    the fastest value run inside the margin, its median samples/s, its noise (MAD/median) and the
+    runs the throughput search made; all null without one."""
+    tput = tput if isinstance(tput, dict) else {}
+    return {
+        "fastest": tput.get("best"),
+        "fastest_samples_per_s": tput.get("samples_per_s"),
+        "fastest_noise_rel": tput.get("noise_rel"),
+        "fastest_runs": tput.get("runs") if tput else None,
+    }
 
 
 def frontier_table(runs: pa.Table) -> pa.Table:

@@ -4,8 +4,9 @@ the log lines that say the same to the person watching.
 ``search.jsonl`` is appended, never rewritten, one JSON object a line, each stamped with the
 sweep's session: ``start`` (settings), ``dry_run`` (the edge the dry runs predict), ``probe``
 and ``light_probe`` (value, why it was chosen, what the model predicted, outcome, peak, run
-directory, reused or not), ``verify`` (a light edge run with the full protocol), ``confirm``
-and ``result`` (the answer of each axis, which ``analysis.frontier`` reads).
+directory, reused or not), ``verify`` (a light edge run with the full protocol), ``confirm``,
+``throughput_probe`` (``sweeper.frontier_throughput``: one throughput measurement of
+``objective=throughput``) and ``result`` (the answer of each axis, which ``analysis.frontier`` reads).
 """
 
 from __future__ import annotations

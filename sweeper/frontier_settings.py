@@ -15,6 +15,7 @@ from omegaconf import MISSING, OmegaConf
 
 from memsweep.conf.contract import SpecError
 
+from .frontier_throughput import OBJECTIVES
 from .plain import plain_dict
 from .search import SEARCH_AXES, STRATEGIES, Lattice, check_search_axis
 
@@ -72,6 +73,9 @@ class FrontierSweeperConf:
     # A failure that usually means memory but does not say so (failure_class memory_suspect,
     # worker.classify): "stop" the axis there (as an error), or read it as an "oom".
     suspect: str = "stop"
+    # What the search answers: "edge" (the memory edge and the margin's) or "throughput" (the
+    # fastest value inside the margin too, sweeper.frontier_throughput).
+    objective: str = "edge"
 
 
 def check_settings(
@@ -85,7 +89,8 @@ def check_settings(
             every axis without its own), ``strategy`` (one of ``sweeper.search.STRATEGIES``),
             ``confirm`` (re-runs of each edge value, an integer from 0 to 100), ``parallel``
             (probes per round, None or a positive integer), ``suspect`` (how a ``memory_suspect``
-            failure is read, one of ``SUSPECT_READINGS``), ``light`` and ``seed_from_dry_run``
+            failure is read, one of ``SUSPECT_READINGS``), ``objective`` (one of
+            ``sweeper.frontier_throughput.OBJECTIVES``), ``light`` and ``seed_from_dry_run``
             (true or false).
         axes: the axes to search, in order (``searched_axes`` of ``settings.axis``/``settings.axes``).
         axes_field: the setting the axes came from, as the user typed it
@@ -96,14 +101,13 @@ def check_settings(
 
     Raises:
         SpecError: a bad setting, naming its field as the user gave it (``hydra.sweeper.strategy``,
-            ``suspect``, ``confirm``, ``parallel``, ``light``, ``seed_from_dry_run``, ``axis``/``axes``,
+            ``objective``, ``suspect``, ``confirm``, ``parallel``, ``light``, ``seed_from_dry_run``, ``axis``/``axes``,
             ``bounds``, ``bounds.<axis>.<key>`` for a bound given there, else ``lower``, ``upper``,
             ``multiple_of``) and the values accepted.
     """
-    if settings.strategy not in STRATEGIES:
-        raise SpecError("hydra.sweeper.strategy", settings.strategy, "one of " + ", ".join(STRATEGIES))
-    if settings.suspect not in SUSPECT_READINGS:
-        raise SpecError("hydra.sweeper.suspect", settings.suspect, "one of " + ", ".join(SUSPECT_READINGS))
+    for name, choices in (("strategy", STRATEGIES), ("objective", OBJECTIVES), ("suspect", SUSPECT_READINGS)):
+        if getattr(settings, name) not in choices:
+            raise SpecError(f"hydra.sweeper.{name}", getattr(settings, name), "one of " + ", ".join(choices))
     confirm, parallel = settings.confirm, settings.parallel
     if isinstance(confirm, bool) or not isinstance(confirm, int) or not 0 <= confirm <= 100:
         raise SpecError("hydra.sweeper.confirm", confirm, "an integer from 0 to 100")
@@ -211,18 +215,25 @@ def check_bounds_keys(axes: list[str], bounds: Mapping[str, Any]) -> None:
             )
 
 
-def check_search_load(baseline: Any) -> None:
+def check_search_load(baseline: Any, objective: str = "edge") -> None:
     """Refuse a search with nothing to find the edge against: a dry run (no memory) or a
-    measured run on the CPU without an emulated ``capacity``.
+    measured run on the CPU without an emulated ``capacity``; and a throughput search of dry runs.
 
     Args:
         baseline: the sweep's baseline ``RunSpec`` (``device`` resolved, ``capacity_bytes`` in
             bytes or None).
+        objective: ``hydra.sweeper.objective``.
 
     Raises:
         SpecError: field ``capacity``, suggesting a size (``DRY_RUN_NEEDS_CAPACITY``,
-            ``CPU_NEEDS_CAPACITY``).
+            ``CPU_NEEDS_CAPACITY``); field ``hydra.sweeper.objective``: ``throughput`` on dry runs.
     """
+    if baseline.dry_run and objective == "throughput":
+        raise SpecError(
+            "hydra.sweeper.objective",
+            objective,
+            "edge with dry_run=true: a dry run measures no time (or dry_run=false)",
+        )
     if baseline.capacity_bytes is not None:
         return
     if baseline.dry_run:

@@ -34,6 +34,7 @@ from .frontier_settings import (
     frontier_conf,
     searched_axes,
 )
+from .frontier_throughput import fastest_inside
 from .inputs import check_sweep_config
 from .owner import session_id
 from .predict import PredictedEdge, Predictor
@@ -151,7 +152,7 @@ class FrontierSweeperImpl:
         baseline = self.compose(fixed)
         for axis in lattices:  # an axis the load ignores has no edge to find
             check_axis_read(baseline, axis, self.axes_field)
-        check_search_load(baseline)
+        check_search_load(baseline, self.settings.objective)
         for axis, lat in lattices.items():
             for value in (lat.lower, lat.upper):
                 self.compose(fixed + [f"{axis}={value}"])
@@ -195,6 +196,7 @@ class FrontierSweeperImpl:
                 "event": "start",
                 "axes": self.axes,
                 "strategy": self.settings.strategy,
+                "objective": self.settings.objective,
                 "light": self.settings.light,
                 "bounds": {a: [lat.lower, lat.upper, lat.step] for a, lat in lattices.items()},
                 "confirm": self.settings.confirm,
@@ -228,7 +230,9 @@ class FrontierSweeperImpl:
             ``FrontierSearch.result()`` as a dict, with the verification's and confirmations' fields
             (runs_used, runs_reused, light, stable, confirm_outcomes...) and ``source``
             (``conf.contract.SOURCES``: ``predicted`` when the probes are dry runs, which are
-            never confirmed: a dry run is deterministic, its re-run repeats the same prediction).
+            never confirmed: a dry run is deterministic, its re-run repeats the same prediction);
+            with ``objective=throughput``, ``throughput``: the fastest value inside the margin
+            (``sweeper.frontier_throughput.fastest_inside``).
         """
         self.counter: str | None = None  # the peak counter the probes read (search_reading)
         self.dry_run = bool(baseline.dry_run)  # predicted peaks: no margin edge to measure
@@ -249,6 +253,9 @@ class FrontierSweeperImpl:
             result.update(self.confirm_edge(axis, result))
         if result["stable"] is False:  # a flip at the edge: the two values bracket no single edge
             result["exact"] = False
+        if self.settings.objective == "throughput":  # the fastest value inside the margin (check: no dry run)
+            known = [] if self.settings.light else [p.value for p in search.probes if p.outcome == "ok"]
+            result["throughput"] = fastest_inside(self.runs, self.search_log, axis, lattice, result, known)
         self.search_log.result(axis, result, baseline, self.capacity, self.counter)
         return result
 

@@ -208,7 +208,22 @@ def _search_facts(a: AxisResult) -> list[str]:
         )
     if f.get("margin_edge") is not None:
         facts.append(f"margin edge found by the search (a measured run): {a.axis}={f['margin_edge']}")
-    return facts
+    return facts + _fastest_fact(a)
+
+
+def _fastest_fact(a: AxisResult) -> list[str]:
+    """The fastest value inside the margin the frontier sweeper measured
+    (``hydra.sweeper.objective=throughput``), in words; empty without one."""
+    f = a.frontier
+    if f.get("fastest") is None:
+        return []
+    noise = f.get("fastest_noise_rel")
+    noise_words = "not measured" if noise is None else f"{noise:.1%}"
+    return [
+        f"fastest inside the margin (a measured run, after {f.get('fastest_runs')} throughput runs): "
+        f"{a.axis}={f['fastest']} at {f['fastest_samples_per_s']:.4g} samples/s (noise {noise_words}, the "
+        "MAD/median of its samples; measured on the runs' device)"
+    ]
 
 
 def _frontier_facts(doc: Doc, a: AxisResult) -> None:
