@@ -224,3 +224,45 @@ def test_two_tasks_of_one_machine_are_the_two_ranks_of_one_run(tmp_path):
         assert [e["rank"] for e in phase["ranks"]] == [0, 1]
     # DDP: both ranks hold the same whole replica
     assert record["ranks"][0]["local_parameter_bytes"] == record["ranks"][1]["local_parameter_bytes"] > 0
+
+
+@pytest.mark.parametrize(("cluster", "refused"), [("+cluster=slurm", False), ("+cluster=local", True)])
+def test_the_ovat_sweeper_checks_task_ranks_against_the_sweeps_launcher(cluster, refused):
+    """The ovat sweeper validates its conditions in the orchestrator, where no Hydra job config
+    is set: each condition keeps the sweep's launcher, so ranks as SLURM tasks pass under
+    submitit_slurm and are refused under any other launcher."""
+    from hydra import compose, initialize_config_module
+
+    from memsweep.sweeper.errors import InputRefused
+    from memsweep.sweeper.ovat import OvatSweeperImpl
+    from memsweep.sweeper.spec import checked_spec
+
+    overrides = [cluster, "mode=train", "parallel=ddp", "world_size=2", "nodes=1", "tasks_per_node=2", "device=cpu"]
+    with initialize_config_module(config_module="memsweep.conf", version_base="1.3"):
+        config = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    sweeper = OvatSweeperImpl()
+    sweeper.config = config
+    (condition,) = sweeper.conditions([["batch=2"]])
+    if refused:
+        with pytest.raises(InputRefused) as err:
+            checked_spec(condition)
+        assert err.value.error.field == "tasks_per_node"
+    else:
+        assert checked_spec(condition).ranks_per_node == 2
+
+
+def test_a_slurm_job_never_uses_a_fork_server_from_outside_the_job(monkeypatch, tmp_path):
+    """A sweep's fork server, named in the environment that sbatch hands its jobs, serves only
+    the processes of its own place: a SLURM job on the same host starts its own server, so that
+    its runs stay in the job (its time limit and scancel end them)."""
+    from memsweep.sweeper.forkserver_client import SHARED_FORKSERVER_ENV, shared_name, shared_server
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv(SHARED_FORKSERVER_ENV, shared_name(str(tmp_path / "sock")))  # this live process's
+    assert shared_server() == str(tmp_path / "sock")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")  # the same variables, seen from inside a job
+    assert shared_server() is None
+    monkeypatch.setenv(SHARED_FORKSERVER_ENV, shared_name(str(tmp_path / "sock")))  # named inside job 77
+    assert shared_server() == str(tmp_path / "sock")
+    monkeypatch.setenv("SLURM_JOB_ID", "78")
+    assert shared_server() is None

@@ -1,0 +1,113 @@
+"""The cluster path end to end through a real SLURM (tests/slurm_cluster.py: munged, slurmctld and
+slurmd on this machine, one node, one partition): ``+cluster=slurm`` sweeps whose conditions are
+SLURM jobs submitted by submitit's real sbatch, a frontier search whose probes are jobs, a DDP run
+whose two ranks are the two tasks of one job, a cancelled job run again once on resume, a job
+killed at its time limit read as ``timeout``, and SIGTERM to the orchestrator. Tiny CPU loads with
+an emulated capacity; the tests skip, saying why, where no cluster can start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from memsweep.conf.contract import read_json
+from tests.data.loads import MEMSWEEP, TINY_CPU, search_events
+from tests.slurm_cluster import PARTITION
+
+# Every job on one CPU with no GPU: the node of tests/slurm_cluster.py has this machine's CPUs only.
+ON_THIS_NODE = [
+    "+cluster=slurm",
+    "hydra.launcher.gpus_per_node=0",
+    "hydra.launcher.cpus_per_task=1",
+    "hydra.launcher.mem_gb=1",
+    "hydra.launcher.timeout_min=10",
+]
+LOAD = ["capacity=64MiB", *TINY_CPU]
+BATCHES = "batch=8,1024"  # one fits in 64 MiB, one runs out of memory
+FRONTIER_COLUMNS = ("axis", "values", "n_runs", "n_ok", "n_oom", "n_other", "max_ok", "min_oom", "exact", "monotonic")
+
+
+def memsweep(cluster, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``memsweep ARGS`` as a user runs it on a login node of ``cluster`` (its SLURM_CONF, the
+    partition in MEMSWEEP_PARTITION, as conf/cluster/slurm.yaml reads it)."""
+    env = {**cluster.env, "MEMSWEEP_PARTITION": PARTITION}
+    return subprocess.run([MEMSWEEP, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def outcomes(sweep_dir: Path) -> dict:
+    """batch -> outcome of every run directory of a sweep (result.json), attempts set aside excluded."""
+    found = {}
+    for spec in sorted(sweep_dir.glob("*/spec.json")):
+        found[read_json(spec, "spec")["batch"]] = read_json(spec.parent / "result.json", "result")["outcome"]
+    return found
+
+
+def frontier_rows(sweep_dir: Path) -> list[dict]:
+    """The frontier table's rows (FRONTIER_COLUMNS), comparable across sweeps."""
+    import pandas as pd
+
+    table = pd.read_parquet(sweep_dir / "frontier.parquet")
+    return json.loads(table[list(FRONTIER_COLUMNS)].to_json(orient="records"))
+
+
+def job_ids(sweep_dir: Path) -> set[str]:
+    """The SLURM job ids submitit submitted for a sweep (its ``.submitit/`` folders)."""
+    return {p.name.split("_")[0] for p in (sweep_dir / ".submitit").iterdir() if p.is_dir()}
+
+
+def test_an_ovat_sweep_through_slurm_equals_the_same_sweep_run_here(slurm_cluster, tmp_path):
+    here = subprocess.Popen(
+        [MEMSWEEP, "sweep", "sweep=none", BATCHES, *LOAD, f"hydra.sweep.dir={tmp_path / 'here'}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    slurm = memsweep(
+        slurm_cluster, "sweep", "sweep=none", BATCHES, *LOAD, *ON_THIS_NODE, f"hydra.sweep.dir={tmp_path / 'slurm'}",
+        cwd=tmp_path,
+    )
+    _, here_err = here.communicate(timeout=300)
+    assert slurm.returncode == 0, slurm.stderr[-3000:] + slurm_cluster.logs()
+    assert here.returncode == 0, here_err[-3000:]
+    assert outcomes(tmp_path / "slurm") == outcomes(tmp_path / "here") == {8: "ok", 1024: "oom"}
+    assert frontier_rows(tmp_path / "slurm") == frontier_rows(tmp_path / "here")
+    assert len(job_ids(tmp_path / "slurm")) == 1  # one array job, each condition one of its tasks
+    for sweep in ("slurm", "here"):
+        report = (tmp_path / sweep / "report.md").read_text()
+        assert "max_ok" in report or "8" in report
+
+
+def test_a_frontier_search_probes_as_slurm_jobs(slurm_cluster, tmp_path):
+    bounds = ["hydra.sweeper.lower=352", "hydra.sweeper.upper=448", "hydra.sweeper.multiple_of=32"]
+    args = ["sweep", "hydra/sweeper=frontier", "hydra.sweeper.confirm=0", *bounds, *LOAD, *ON_THIS_NODE]
+    proc = memsweep(slurm_cluster, *args, f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (result,) = search_events(tmp_path / "s", "result")
+    probes = search_events(tmp_path / "s", "probe")
+    assert result["exact"] and result["max_ok"] < result["min_oom"]
+    ran = outcomes(tmp_path / "s")
+    assert ran[result["max_ok"]] == "ok" and ran[result["min_oom"]] == "oom"
+    assert len(job_ids(tmp_path / "s")) == len(probes) == len(ran)  # every probe its own SLURM job
+
+
+def test_ddp_ranks_are_the_tasks_of_one_slurm_job(slurm_cluster, tmp_path):
+    args = ["sweep", "sweep=none", "batch=choice(2)", "mode=train", "parallel=ddp", "world_size=2", "nodes=1"]
+    args += ["tasks_per_node=2", *TINY_CPU, *ON_THIS_NODE]
+    proc = memsweep(slurm_cluster, *args, f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record_path,) = (tmp_path / "s").glob("*/record.json")
+    record = json.loads(record_path.read_text())
+    assert record["complete"] and record["outcome"] == "ok" and record["world_size"] == 2
+    assert [(r["rank"], r["outcome"]) for r in record["ranks"]] == [(0, "ok"), (1, "ok")]
+    assert record["ranks"][0]["pid"] != record["ranks"][1]["pid"]  # each rank its own task's process
+    for phase in record["phases"]:
+        assert [e["rank"] for e in phase["ranks"]] == [0, 1]
+    (job,) = job_ids(tmp_path / "s")
+    steps = slurm_cluster.client("sacct", "-n", "-P", "-j", job, "-o", "JobID,NTasks").stdout.split()
+    assert f"{job}.0|2" in steps or not slurm_cluster.accounted, steps  # one step of two tasks
+    assert os.environ.get("SLURM_JOB_ID") is None  # the test itself ran outside SLURM
