@@ -270,7 +270,9 @@ def wait_for(what: str, ready, procs: list[subprocess.Popen], timeout: float) ->
     while not ready():
         dead = [p.args[0] for p in procs if p.poll() is not None]
         if dead or time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not ready after {timeout:.0f} s" + (f" ({', '.join(dead)} exited)" if dead else ""))
+            raise RuntimeError(
+                f"{what}: not ready after {timeout:.0f} s" + (f" ({', '.join(dead)} exited)" if dead else "")
+            )
         time.sleep(0.3)
 
 
@@ -363,7 +365,9 @@ def main(argv: list[str]) -> int:
         return 1
     start(cluster.root)
     accounted = "with" if cluster.accounted else "without"
-    print(f"memsweep: a one-node SLURM cluster runs (partition {PARTITION}, {accounted} accounting); its commands need:")
+    print(
+        f"memsweep: a one-node SLURM cluster runs (partition {PARTITION}, {accounted} accounting); its commands need:"
+    )
     print(f"export SLURM_CONF={cluster.conf}")
     return 0
 

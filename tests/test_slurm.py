@@ -266,3 +266,38 @@ def test_a_slurm_job_never_uses_a_fork_server_from_outside_the_job(monkeypatch, 
     assert shared_server() == str(tmp_path / "sock")
     monkeypatch.setenv("SLURM_JOB_ID", "78")
     assert shared_server() is None
+
+
+SLURM_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+
+
+@pytest.mark.parametrize(
+    ("answer", "partition", "field"),
+    [
+        (
+            subprocess.CompletedProcess([], 1, "", "sinfo: error: Unable to contact slurm controller\n"),
+            "gpu",
+            "hydra/launcher",
+        ),
+        (None, None, "hydra/launcher"),  # sinfo did not answer in time
+        (subprocess.CompletedProcess([], 0, "debug\ngpu\n", ""), "gpus", "hydra.launcher.partition"),
+        (subprocess.CompletedProcess([], 0, "debug\ngpu\ngpu\n", ""), "gpu", None),
+        (subprocess.CompletedProcess([], 0, "debug\n", ""), None, None),  # the cluster's default partition
+    ],
+)
+def test_the_slurm_launcher_needs_a_controller_and_its_partition(monkeypatch, answer, partition, field):
+    """Before any job is submitted: sinfo must reach a controller and list the partition asked for;
+    else one refusal naming the field (no sbatch traceback)."""
+    from memsweep.sweeper.inputs import check_launcher
+
+    monkeypatch.setattr("shutil.which", lambda name, *a, **k: f"/usr/bin/{name}")
+    if field is None:
+        check_launcher(SLURM_LAUNCHER, partition, sinfo=lambda: answer)
+        return
+    with pytest.raises(SpecError) as err:
+        check_launcher(SLURM_LAUNCHER, partition, sinfo=lambda: answer)
+    assert err.value.field == field
+    if field == "hydra/launcher" and answer is not None:
+        assert "Unable to contact slurm controller" in str(err.value)
+    if field == "hydra.launcher.partition":
+        assert "debug, gpu" in str(err.value)

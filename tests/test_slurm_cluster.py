@@ -12,8 +12,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from memsweep.conf.contract import read_json
 from tests.data.loads import MEMSWEEP, TINY_CPU, search_events
 from tests.slurm_cluster import PARTITION
@@ -68,7 +66,13 @@ def test_an_ovat_sweep_through_slurm_equals_the_same_sweep_run_here(slurm_cluste
         text=True,
     )
     slurm = memsweep(
-        slurm_cluster, "sweep", "sweep=none", BATCHES, *LOAD, *ON_THIS_NODE, f"hydra.sweep.dir={tmp_path / 'slurm'}",
+        slurm_cluster,
+        "sweep",
+        "sweep=none",
+        BATCHES,
+        *LOAD,
+        *ON_THIS_NODE,
+        f"hydra.sweep.dir={tmp_path / 'slurm'}",
         cwd=tmp_path,
     )
     _, here_err = here.communicate(timeout=300)
@@ -111,3 +115,11 @@ def test_ddp_ranks_are_the_tasks_of_one_slurm_job(slurm_cluster, tmp_path):
     steps = slurm_cluster.client("sacct", "-n", "-P", "-j", job, "-o", "JobID,NTasks").stdout.split()
     assert f"{job}.0|2" in steps or not slurm_cluster.accounted, steps  # one step of two tasks
     assert os.environ.get("SLURM_JOB_ID") is None  # the test itself ran outside SLURM
+
+
+def test_a_partition_the_cluster_lacks_is_refused_before_any_job(slurm_cluster, tmp_path):
+    args = ["sweep", "sweep=none", BATCHES, *LOAD, *ON_THIS_NODE, "hydra.launcher.partition=nope"]
+    proc = memsweep(slurm_cluster, *args, f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"invalid hydra.launcher.partition='nope': expected a partition of this cluster: {PARTITION}" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "s").exists()
