@@ -50,9 +50,12 @@ LOST_ERRORS = ("TerminatedWorkerError", "BrokenProcessPool", "UncompletedJobErro
 result, cancelled, failed or at its time limit) by which a launcher says one of its worker
 processes died; matched by name so that the sweeper imports neither joblib nor submitit."""
 
-SLURM_ENDED = re.compile(r"Job (?P<job>\d+)(?:_(?P<index>\d+))? \(task: \S+\) .*?\(state: (?P<state>[A-Z_]+)")
-"""submitit's UncompletedJobError message: the SLURM job (``ID`` or ``ID_INDEX`` of an array) and
-the state sacct gave it."""
+SLURM_JOB = re.compile(r"Job (?P<job>\d+)_(?P<index>\d+) \(task|/(?P<job2>\d+)_(?P<index2>\d+)_\d+_log\.err")
+"""The SLURM array job (``ID_INDEX``) a submitit error names: UncompletedJobError's first words,
+FailedJobError's path of the job's log."""
+TIME_LIMIT = re.compile(r"\(state: TIMEOUT\)|Job not requeued because: timed-out")
+"""submitit's words for a job ended at its time limit: sacct's state TIMEOUT (SLURM killed it), or
+submitit's own stop at SLURM's warning signal (``hydra.launcher.signal_delay_s`` before the limit)."""
 
 
 def is_lost_worker(exc: BaseException) -> bool:
@@ -92,26 +95,26 @@ def lost_envelope(record: dict | None, why: str) -> dict:
 def mark_time_limit(exc: BaseException, run_dirs: list[Path]) -> Path | None:
     """Record the run of a SLURM job that SLURM ended at its time limit as a ``timeout``
     (``error_type`` ``SLURM_TIME_LIMIT``: the load's outcome under that limit, not run again), when
-    ``exc`` is submitit's word that job ``ID_INDEX`` ended in state TIMEOUT (``SLURM_ENDED``); its
-    array index is the job's place in ``run_dirs``. A run that already has its result keeps it.
+    ``exc`` is submitit's word that job ``ID_INDEX`` (``SLURM_JOB``) ended at its time limit
+    (``TIME_LIMIT``); its array index is the job's place in ``run_dirs``. A run that already has its result keeps it.
 
     Returns:
         The run directory recorded, or None (another error, another state, a result already there).
     """
-    found = SLURM_ENDED.search(str(exc))
-    if found is None or found["state"] != "TIMEOUT" or found["index"] is None:
+    found = SLURM_JOB.search(str(exc))
+    if found is None or not TIME_LIMIT.search(str(exc)):
         return None
-    index = int(found["index"])
+    job, index = found["job"] or found["job2"], int(found["index"] or found["index2"])
     if index >= len(run_dirs) or (run_dirs[index] / RESULT_FILE).exists():
         return None
     run_dir = run_dirs[index]
     record, _ = try_read(run_dir, "record.json")
-    envelope = lost_envelope(record, f"SLURM job {found['job']}_{index} ended at its time limit")
+    envelope = lost_envelope(record, f"SLURM job {job}_{index} ended at its time limit")
     envelope.update(
         outcome="timeout",
         error_type=SLURM_TIME_LIMIT,
         timed_out=True,
-        error_message=f"SLURM ended job {found['job']}_{index} at its time limit (hydra.launcher.timeout_min)",
+        error_message=f"SLURM ended job {job}_{index} at its time limit (hydra.launcher.timeout_min)",
     )
     write_json_atomic(run_dir / RESULT_FILE, envelope)
     return run_dir
@@ -204,7 +207,7 @@ def launch_surviving(
         try:
             return launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
         except Exception as exc:
-            if not is_lost_worker(exc):
+            if not is_lost_worker(exc) and not TIME_LIMIT.search(str(exc)):
                 raise
             why = f"{type(exc).__name__}: {' '.join(str(exc).splitlines()[:2])}"
             timed_out = mark_time_limit(exc, run_dirs)

@@ -123,3 +123,92 @@ def test_a_partition_the_cluster_lacks_is_refused_before_any_job(slurm_cluster, 
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"invalid hydra.launcher.partition='nope': expected a partition of this cluster: {PARTITION}" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "s").exists()
+
+
+HANG = "+fault={phase:warm_forward,kind:hang}"  # the worker hangs in its warm forward (fault injection)
+
+
+def start_sweep(cluster, tmp_path: Path, *args: str) -> subprocess.Popen:
+    """``memsweep sweep ARGS`` on the cluster, started (not waited for)."""
+    env = {**cluster.env, "MEMSWEEP_PARTITION": PARTITION}
+    return subprocess.Popen(
+        [MEMSWEEP, "sweep", *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_for_file(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Wait until ``path`` exists (the sweep ``proc`` still running)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
+        time.sleep(0.2)
+
+
+def wait_until(condition, timeout: float) -> None:
+    """Poll ``condition()`` until true; fail after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"not so after {timeout} s"
+        time.sleep(0.5)
+
+
+def test_a_cancelled_job_is_run_again_once_and_nothing_twice(slurm_cluster, tmp_path):
+    sweep_dir = tmp_path / "s"
+    slower = [w for w in TINY_CPU if not w.startswith("repeats=")] + ["repeats=200"]  # mid-run for longer
+    args = ["sweep=none", "batch=4,8", *slower, *ON_THIS_NODE]
+    args.append(f"hydra.sweep.dir={sweep_dir}")
+    first = start_sweep(slurm_cluster, tmp_path, *args)
+    wait_for_file(sweep_dir / "1" / "spec.json", first)  # its job started the run: cancel it mid-run
+    (job,) = job_ids(sweep_dir)
+    assert slurm_cluster.client("scancel", f"{job}_1").returncode == 0
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-3000:]
+    again = memsweep(slurm_cluster, "sweep", *args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert outcomes(sweep_dir) == {4: "ok", 8: "ok"}
+    attempts = sorted(p.relative_to(sweep_dir).as_posix() for p in sweep_dir.glob("*/.attempts/*"))
+    assert attempts == ["1/.attempts/1"]  # the cancelled attempt, set aside once; run again once
+    aside = json.loads((sweep_dir / "1" / ".attempts" / "1" / "result.json").read_text())
+    assert (aside["outcome"], aside["error_type"]) == ("crash", "LauncherWorkerLost")
+    assert len(list(sweep_dir.glob("*/result.json"))) == 2
+
+
+def test_a_job_slurm_ends_at_its_time_limit_is_a_timeout(slurm_cluster, tmp_path):
+    sweep_dir = tmp_path / "s"
+    limit = ["hydra.launcher.timeout_min=1", "+hydra.launcher.additional_parameters.time='0:15'"]
+    args = ["sweep=none", "batch=choice(4)", HANG, *TINY_CPU, *ON_THIS_NODE, *limit, f"hydra.sweep.dir={sweep_dir}"]
+    proc = memsweep(slurm_cluster, "sweep", *args, cwd=tmp_path)
+    assert proc.returncode == 4, proc.stderr[-3000:]  # a sweep that measured nothing that answers
+    result = json.loads((sweep_dir / "0" / "result.json").read_text())
+    assert (result["outcome"], result["error_type"], result["timed_out"]) == ("timeout", "SlurmTimeLimit", True)
+    again = memsweep(slurm_cluster, "sweep", *args, cwd=tmp_path)  # a timeout is the run's outcome: kept
+    assert again.returncode == 4 and not (sweep_dir / "0" / ".attempts").exists(), again.stderr[-3000:]
+
+
+def test_sigterm_to_the_orchestrator_is_an_interrupt(slurm_cluster, tmp_path):
+    import signal
+
+    sweep_dir = tmp_path / "s"
+    proc = start_sweep(
+        slurm_cluster,
+        tmp_path,
+        "sweep=none",
+        "batch=choice(4)",
+        HANG,
+        *TINY_CPU,
+        *ON_THIS_NODE,
+        f"hydra.sweep.dir={sweep_dir}",
+    )
+    wait_for_file(sweep_dir / "0" / "spec.json", proc)
+    proc.send_signal(signal.SIGTERM)  # what SLURM sends before it preempts the job the orchestrator runs in
+    _, err = proc.communicate(timeout=120)
+    (job,) = job_ids(sweep_dir)
+    slurm_cluster.client("scancel", job)  # the run's job hangs by design
+    wait_until(lambda: not slurm_cluster.client("squeue", "-h", "-j", job).stdout.strip(), 60)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted; finished runs are kept" in err and "Traceback" not in err
