@@ -57,6 +57,11 @@ def job_ids(sweep_dir: Path) -> set[str]:
     return {p.name.split("_")[0] for p in (sweep_dir / ".submitit").iterdir() if p.is_dir()}
 
 
+def array_tasks(sweep_dir: Path) -> set[str]:
+    """The SLURM array tasks (``ID_INDEX``) submitit submitted for a sweep: one per job it launched."""
+    return {p.name for p in (sweep_dir / ".submitit").iterdir() if p.is_dir() and "_" in p.name}
+
+
 def test_an_ovat_sweep_through_slurm_equals_the_same_sweep_run_here(slurm_cluster, tmp_path):
     here = subprocess.Popen(
         [MEMSWEEP, "sweep", "sweep=none", BATCHES, *LOAD, f"hydra.sweep.dir={tmp_path / 'here'}"],
@@ -80,14 +85,15 @@ def test_an_ovat_sweep_through_slurm_equals_the_same_sweep_run_here(slurm_cluste
     assert here.returncode == 0, here_err[-3000:]
     assert outcomes(tmp_path / "slurm") == outcomes(tmp_path / "here") == {8: "ok", 1024: "oom"}
     assert frontier_rows(tmp_path / "slurm") == frontier_rows(tmp_path / "here")
-    assert len(job_ids(tmp_path / "slurm")) == 1  # one array job, each condition one of its tasks
+    assert len(job_ids(tmp_path / "slurm")) == 1 and len(array_tasks(tmp_path / "slurm")) == 2  # one array
     for sweep in ("slurm", "here"):  # the sweep's end wrote its report on both
         assert (tmp_path / sweep / "report.md").is_file() and (tmp_path / sweep / "report.html").is_file()
 
 
 def test_a_frontier_search_probes_as_slurm_jobs(slurm_cluster, tmp_path):
     bounds = ["hydra.sweeper.lower=352", "hydra.sweeper.upper=448", "hydra.sweeper.multiple_of=32"]
-    args = ["sweep", "hydra/sweeper=frontier", "hydra.sweeper.confirm=0", *bounds, *LOAD, *ON_THIS_NODE]
+    rounds = ["hydra.sweeper.confirm=0", "hydra.sweeper.parallel=2"]  # two probes a round, the node's 2 CPUs
+    args = ["sweep", "hydra/sweeper=frontier", *rounds, *bounds, *LOAD, *ON_THIS_NODE]
     proc = memsweep(slurm_cluster, *args, f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (result,) = search_events(tmp_path / "s", "result")
@@ -95,7 +101,7 @@ def test_a_frontier_search_probes_as_slurm_jobs(slurm_cluster, tmp_path):
     assert result["exact"] and result["max_ok"] < result["min_oom"]
     ran = outcomes(tmp_path / "s")
     assert ran[result["max_ok"]] == "ok" and ran[result["min_oom"]] == "oom"
-    assert len(job_ids(tmp_path / "s")) == len(probes) == len(ran)  # every probe its own SLURM job
+    assert len(array_tasks(tmp_path / "s")) == len(probes) == len(ran)  # every probe its own SLURM job
 
 
 def test_ddp_ranks_are_the_tasks_of_one_slurm_job(slurm_cluster, tmp_path):
