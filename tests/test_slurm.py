@@ -301,3 +301,80 @@ def test_the_slurm_launcher_needs_a_controller_and_its_partition(monkeypatch, an
         assert "Unable to contact slurm controller" in str(err.value)
     if field == "hydra.launcher.partition":
         assert "debug, gpu" in str(err.value)
+
+
+class UncompletedJobError(Exception):
+    """submitit's exception class of that name (matched by name, as the sweeper does)."""
+
+
+@pytest.mark.parametrize(
+    ("message", "timed_out"),
+    [
+        (
+            "Job 12_1 (task: 0) with path /s/.submitit/12_1/12_1_0_result.pkl\n"
+            "has not produced any output (state: TIMEOUT)",
+            True,
+        ),
+        (
+            "Job 12_1 (task: 0) with path /s/.submitit/12_1/12_1_0_result.pkl\n"
+            "has not produced any output (state: CANCELLED)",
+            False,
+        ),
+        (
+            "Job (task=0) failed during processing with trace:\nJob not requeued because: timed-out too many times.\n"
+            "  - /s/.submitit/12_1/12_1_0_log.err",
+            True,
+        ),
+    ],
+)
+def test_a_job_slurm_ended_at_its_time_limit_is_its_runs_timeout(tmp_path, message, timed_out):
+    from memsweep.sweeper.lost_workers import is_lost_worker, mark_time_limit
+
+    run_dirs = [tmp_path / "0", tmp_path / "1"]
+    for run_dir in run_dirs:
+        run_dir.mkdir()
+    exc = UncompletedJobError(message)
+    assert is_lost_worker(exc)
+    marked = mark_time_limit(exc, run_dirs)
+    if not timed_out:
+        assert marked is None and not (tmp_path / "1" / "result.json").exists()
+        return
+    assert marked == tmp_path / "1" and not (tmp_path / "0" / "result.json").exists()
+    result = json.loads((tmp_path / "1" / "result.json").read_text())
+    assert (result["outcome"], result["error_type"], result["timed_out"]) == ("timeout", "SlurmTimeLimit", True)
+    assert mark_time_limit(exc, run_dirs) is None  # a result already there is kept
+
+
+def test_a_run_whose_job_slurm_ends_is_never_the_loads_crash(tmp_path, monkeypatch):
+    """Inside a SLURM job: submitit's stop at the time limit is a timeout; a SIGTERM mid-run (scancel)
+    turns the worker's crash into a lost launcher worker; outside a job nothing changes."""
+    import signal
+
+    from memsweep.sweeper.slurm_job import ended_by_slurm
+
+    def timed_out():
+        raise UncompletedJobError("Job not requeued because: timed-out too many times.")
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+
+    def other():
+        raise RuntimeError("another error")
+
+    with pytest.raises(RuntimeError):  # not SLURM's doing: raised as it is
+        ended_by_slurm(tmp_path, other)
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    monkeypatch.setattr("memsweep.sweeper.slurm_job.job_state", lambda job: "RUNNING")
+    assert ended_by_slurm(tmp_path, timed_out)["error_type"] == "SlurmTimeLimit"
+
+    def cancelled():
+        os.kill(os.getpid(), signal.SIGTERM)  # SLURM's SIGTERM to the job, noted and passed on
+        return {"outcome": "crash", "signal": 15}
+
+    before = signal.signal(signal.SIGTERM, lambda s, f: None)
+    try:
+        result = ended_by_slurm(tmp_path, cancelled)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert (result["outcome"], result["error_type"]) == ("crash", "LauncherWorkerLost")
+    assert json.loads((tmp_path / "result.json").read_text())["error_type"] == "LauncherWorkerLost"
+    assert ended_by_slurm(tmp_path, lambda: {"outcome": "ok"}) == {"outcome": "ok"}  # no SIGTERM: as it ran
