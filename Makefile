@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 TORCH_INDEX ?=
 
-.PHONY: install run test lint format docs bench gpu-check gpu-wheels clean
+.PHONY: install run test lint format docs bench gpu-check gpu-wheels slurm-up slurm-down clean
 # Say which PyTorch build the venv holds (CPU-only is named as such; never a GPU claim).
 SAY_BUILD := import torch; b = ("CUDA " + torch.version.cuda) if torch.version.cuda else ("ROCm " + torch.version.hip) if torch.version.hip else "CPU-only"; print(f"memsweep: PyTorch {torch.__version__}, a {b} build, in $(VENV)")
 
@@ -87,6 +87,16 @@ gpu-wheels:
 	@$(PYTHON) -c 'import pathlib, sys; n = sum(p.stat().st_size for p in pathlib.Path("$(GPU_WHEELS)").iterdir()); \
 		print(f"memsweep: $(GPU_WHEELS) holds {n} B ({n / 2**20:.1f} MiB) of the {$(GPU_WHEELS_MAX) // 2**20} MiB a carried folder may hold"); \
 		sys.exit(n > $(GPU_WHEELS_MAX))'
+
+# A real one-node SLURM cluster on this machine (root; tests/slurm_cluster.py): munge and slurm-wlm
+# (and slurmdbd with mariadb-server, for sacct) installed with apt-get where missing, munged, slurmctld
+# and slurmd started with every file under $(SLURM_DIR); it prints the SLURM_CONF its commands need.
+SLURM_DIR ?= build/slurm
+slurm-up: $(STAMP)
+	$(PY) -m tests.slurm_cluster up $(SLURM_DIR)
+
+slurm-down: $(STAMP)
+	$(PY) -m tests.slurm_cluster down $(SLURM_DIR)
 
 clean:
 	rm -rf $(VENV) results multirun outputs .gpu-site

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from memsweep.conf.contract import (
@@ -54,9 +56,27 @@ fits, 4 a dry run failed, 2 bad input (``memsweep.conf.contract.PREDICT_EXIT``).
 """
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM (what SLURM sends a job before it preempts or cancels it, and ``kill``'s default)
+    ends ``memsweep run`` / ``memsweep sweep`` as Ctrl-C does: exit 130, finished runs kept."""
+    raise KeyboardInterrupt
+
+
 def _hydra_main(argv: list[str], multirun: bool) -> int:
-    """``memsweep run`` / ``memsweep sweep``: ``sweeper.api.hydra_jobs``, its refusals printed and
-    turned into the exit status (the module's docstring)."""
+    """``memsweep run`` / ``memsweep sweep`` with SIGTERM handled as SIGINT (``_interrupted``, in
+    the main thread; the handler before is put back at the end)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _hydra_jobs_exit(argv, multirun)
+    before = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        return _hydra_jobs_exit(argv, multirun)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _hydra_jobs_exit(argv: list[str], multirun: bool) -> int:
+    """``sweeper.api.hydra_jobs``, its refusals printed and turned into the exit status (the
+    module's docstring)."""
     from .api import hydra_jobs, run_exit_code
     from .errors import InputRefused
     from .process import RunDirError

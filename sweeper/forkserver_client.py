@@ -106,17 +106,27 @@ SHARED_FORKSERVER_ENV = "MEMSWEEP_FORKSERVER"
 SHARED_WAIT_S = 300.0  # how long a client waits for the shared server to finish starting
 
 
+def this_place() -> str:
+    """Where this process runs, as ``MEMSWEEP_FORKSERVER`` names it: the host, and the SLURM job
+    when it runs in one (``host/slurm-job-ID``), so that a SLURM job never hands its runs to a
+    server outside the job (its time limit, ``scancel`` and resource limits would not hold them)."""
+    job = os.environ.get("SLURM_JOB_ID")
+    return socket.gethostname() + (f"/slurm-job-{job}" if job else "")
+
+
 def shared_name(path: str) -> str:
-    """``MEMSWEEP_FORKSERVER``'s value for this process's server at ``path``: ``host:pid:path``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{path}"
+    """``MEMSWEEP_FORKSERVER``'s value for this process's server at ``path``: ``place:pid:path``
+    (``this_place``)."""
+    return f"{this_place()}:{os.getpid()}:{path}"
 
 
 def shared_server() -> str | None:
     """The socket path of the sweep's shared fork server, when this process may use it:
-    ``MEMSWEEP_FORKSERVER`` = ``host:pid:path`` names this host and a live owner process."""
+    ``MEMSWEEP_FORKSERVER`` = ``place:pid:path`` names this host (and SLURM job, ``this_place``)
+    and a live owner process."""
     try:
-        host, pid, path = os.environ.get(SHARED_FORKSERVER_ENV, "").split(":", 2)
-        if host != socket.gethostname():
+        place, pid, path = os.environ.get(SHARED_FORKSERVER_ENV, "").split(":", 2)
+        if place != this_place():
             return None
         os.kill(int(pid), 0)
     except (ValueError, OSError):

@@ -10,9 +10,10 @@ import difflib
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
@@ -95,26 +96,57 @@ def launcher_class(launcher_target: str | None) -> str:
     return str(launcher_target or "").rsplit(".", 1)[-1]
 
 
-def check_launcher(launcher_target: str | None) -> None:
-    """Refuse a launcher whose cluster tool is not installed here, before any job is handed to it.
+def check_launcher(
+    launcher_target: str | None, partition: str | None = None, sinfo: Callable[[], Any] | None = None
+) -> None:
+    """Refuse a launcher whose cluster tool is not installed here, or (submitit_slurm) a SLURM
+    controller that cannot be reached or has no such partition, before any job is handed to it.
 
     Args:
         launcher_target: ``hydra.launcher._target_`` of the composed config.
+        partition: ``hydra.launcher.partition`` (None: the cluster's default partition).
+        sinfo: runs ``sinfo -h -o %R`` (the partitions, one a line) and returns the finished
+            process (``stdout``, ``stderr``, ``returncode``); default: the real one, bounded by
+            ``SLURM_PROBE_S`` seconds.
 
     Raises:
         SpecError: field ``hydra/launcher``, when the tool (``sbatch`` for submitit_slurm) is
-            not on the PATH.
+            not on the PATH or sinfo cannot reach a controller (SLURM's first error line);
+            ``hydra.launcher.partition``, a partition the controller does not list.
     """
     cls = launcher_class(launcher_target)
-    if cls in LAUNCHER_TOOLS:
-        name, tool = LAUNCHER_TOOLS[cls]
-        if shutil.which(tool) is None:
-            raise SpecError(
-                "hydra/launcher",
-                name,
-                f"a launcher this machine can use: {tool} is not on the PATH (run on a SLURM login node, or "
-                f"use +cluster=local or hydra/launcher=joblib here)",
-            )
+    if cls not in LAUNCHER_TOOLS:
+        return
+    name, tool = LAUNCHER_TOOLS[cls]
+    elsewhere = "run on a SLURM login node, or use +cluster=local or hydra/launcher=joblib here"
+    if shutil.which(tool) is None:
+        raise SpecError(
+            "hydra/launcher", name, f"a launcher this machine can use: {tool} is not on the PATH ({elsewhere})"
+        )
+    proc = (sinfo or _sinfo_partitions)()
+    if proc is None or proc.returncode != 0:
+        said = next((line for line in str(getattr(proc, "stderr", "") or "").splitlines() if line.strip()), "")
+        raise SpecError(
+            "hydra/launcher",
+            name,
+            f"a launcher this machine can use: sinfo reaches no SLURM controller ({said or 'no answer'}; "
+            f"SLURM_CONF names the cluster's slurm.conf) ({elsewhere})",
+        )
+    partitions = sorted({line.strip() for line in str(proc.stdout).splitlines() if line.strip()})
+    if partition is not None and str(partition) not in partitions:
+        raise SpecError("hydra.launcher.partition", partition, "a partition of this cluster: " + ", ".join(partitions))
+
+
+SLURM_PROBE_S = 30.0
+"""How long ``check_launcher`` waits for sinfo (seconds)."""
+
+
+def _sinfo_partitions() -> Any:
+    """``sinfo -h -o %R`` (the partitions), or None when it did not answer within SLURM_PROBE_S."""
+    try:
+        return subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=SLURM_PROBE_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
 
 
 def launcher_name(launcher_target: str | None) -> str:
@@ -193,15 +225,17 @@ def check_sweep_config(config: Any) -> None:
 
     Raises:
         SpecError: ``results_dir`` or ``hydra.sweep.dir`` that cannot be written, a launcher
-            whose tool is missing (``check_launcher``), a bad report margin, or a ``hydra.sweep.dir`` whose
-            ``multirun.yaml`` names another sweeper.
+            whose tool is missing or whose cluster cannot take the jobs (``check_launcher``), a bad
+            report margin, or a ``hydra.sweep.dir`` whose ``multirun.yaml`` names another sweeper.
     """
     from omegaconf import OmegaConf
 
     check_writable("results_dir", config.get("results_dir", "results"))
     sweep_dir = Path(str(config.hydra.sweep.dir))
     check_writable("hydra.sweep.dir", sweep_dir)
-    check_launcher(OmegaConf.select(config, "hydra.launcher._target_"))
+    check_launcher(
+        OmegaConf.select(config, "hydra.launcher._target_"), OmegaConf.select(config, "hydra.launcher.partition")
+    )
     check_report_margin(OmegaConf.select(config, "hydra.callbacks.analyze.margin"))
     mine = sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_"))
     earlier = sweep_dir / "multirun.yaml"

@@ -27,6 +27,7 @@ from .errors import InputRefused
 from .owner import guard_launcher_worker
 from .pool import placement
 from .process import execute
+from .slurm_job import ended_by_slurm
 from .spec import checked_spec, launch_settings, probe_device
 
 log = logging.getLogger("memsweep")
@@ -80,9 +81,8 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     with placement(
         pool, spec.device, launch["cores_per_run"], probe, devices=max(spec.devices, spec.ranks_per_node)
     ) as extra_env:
-        result = execute(
-            spec, run_dir, resume=hydra_cfg.mode == RunMode.MULTIRUN, isolation=launch["isolation"], extra_env=extra_env
-        )
+        resume = hydra_cfg.mode == RunMode.MULTIRUN  # a SLURM job ended mid-run is no crash of the load:
+        result = ended_by_slurm(run_dir, lambda: execute(spec, run_dir, resume, launch["isolation"], extra_env))
     if result.get("resumed"):
         log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])
         return result

@@ -8,13 +8,16 @@ descendant (the sweep's fork server started it, and its handler keeps it).
 not kept as a ``crash`` of the launcher's worker (``conf.contract.LAUNCHER_WORKER_LOST``), and
 the batch is launched once more in a fresh pool: finished runs are found, kept runs taken over,
 lost ones set aside into ``.attempts/N/`` and run again. A batch lost twice keeps its lost
-records, for a resume to run again.
+records, for a resume to run again. submitit says the same of a SLURM job that ended without its
+result (``scancel``, a failure): ``UncompletedJobError``; one SLURM ended at its time limit is
+recorded as its run's ``timeout`` (``mark_time_limit``), never run again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +29,7 @@ from memsweep.conf.contract import (
     LAUNCHER_WORKER_LOST,
     RESULT_FILE,
     SCHEMA_VERSION,
+    SLURM_TIME_LIMIT,
     find_run_dirs,
     try_read,
     write_json_atomic,
@@ -41,9 +45,17 @@ DYING_S = 2.0
 """How long a run's worker may take to die with its launcher worker (seconds; PR_SET_PDEATHSIG
 kills it at once). One that still runs after it was kept by its fork-server handler."""
 
-LOST_ERRORS = ("TerminatedWorkerError", "BrokenProcessPool")
-"""Exception class names (loky, concurrent.futures) by which a launcher says one of its worker
-processes died; matched by name so that the sweeper does not import joblib."""
+LOST_ERRORS = ("TerminatedWorkerError", "BrokenProcessPool", "UncompletedJobError")
+"""Exception class names (loky, concurrent.futures; submitit: a SLURM job that ended without its
+result, cancelled, failed or at its time limit) by which a launcher says one of its worker
+processes died; matched by name so that the sweeper imports neither joblib nor submitit."""
+
+SLURM_JOB = re.compile(r"Job (?P<job>\d+)_(?P<index>\d+) \(task|/(?P<job2>\d+)_(?P<index2>\d+)_\d+_log\.err")
+"""The SLURM array job (``ID_INDEX``) a submitit error names: UncompletedJobError's first words,
+FailedJobError's path of the job's log."""
+TIME_LIMIT = re.compile(r"\(state: TIMEOUT\)|Job not requeued because: timed-out")
+"""submitit's words for a job ended at its time limit: sacct's state TIMEOUT (SLURM killed it), or
+submitit's own stop at SLURM's warning signal (``hydra.launcher.signal_delay_s`` before the limit)."""
 
 
 def is_lost_worker(exc: BaseException) -> bool:
@@ -78,6 +90,34 @@ def lost_envelope(record: dict | None, why: str) -> dict:
         "record_problem": None,
         "predicted_outcome": None,  # crashed with its launcher worker: no verdict
     }
+
+
+def mark_time_limit(exc: BaseException, run_dirs: list[Path]) -> Path | None:
+    """Record the run of a SLURM job that SLURM ended at its time limit as a ``timeout``
+    (``error_type`` ``SLURM_TIME_LIMIT``: the load's outcome under that limit, not run again), when
+    ``exc`` is submitit's word that job ``ID_INDEX`` (``SLURM_JOB``) ended at its time limit
+    (``TIME_LIMIT``); its array index is the job's place in ``run_dirs``. A run that already has its result keeps it.
+
+    Returns:
+        The run directory recorded, or None (another error, another state, a result already there).
+    """
+    found = SLURM_JOB.search(str(exc))
+    if found is None or not TIME_LIMIT.search(str(exc)):
+        return None
+    job, index = found["job"] or found["job2"], int(found["index"] or found["index2"])
+    if index >= len(run_dirs) or (run_dirs[index] / RESULT_FILE).exists():
+        return None
+    run_dir = run_dirs[index]
+    record, _ = try_read(run_dir, "record.json")
+    envelope = lost_envelope(record, f"SLURM job {job}_{index} ended at its time limit")
+    envelope.update(
+        outcome="timeout",
+        error_type=SLURM_TIME_LIMIT,
+        timed_out=True,
+        error_message=f"SLURM ended job {job}_{index} at its time limit (hydra.launcher.timeout_min)",
+    )
+    write_json_atomic(run_dir / RESULT_FILE, envelope)
+    return run_dir
 
 
 def mark_lost(sweep_dir: Path, why: str) -> tuple[list[Path], list[Path]]:
@@ -167,9 +207,12 @@ def launch_surviving(
         try:
             return launcher.launch(job_overrides, initial_job_idx=initial_job_idx)
         except Exception as exc:
-            if not is_lost_worker(exc):
+            if not is_lost_worker(exc) and not TIME_LIMIT.search(str(exc)):
                 raise
-            why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            why = f"{type(exc).__name__}: {' '.join(str(exc).splitlines()[:2])}"
+            timed_out = mark_time_limit(exc, run_dirs)
+        if timed_out is not None:
+            log.warning("%s: SLURM ended its job at its time limit: recorded as a timeout", timed_out)
         lost, kept = mark_lost(sweep_dir, why)
         again = "launching the batch once more" if attempt == 1 else "left for a resume"
         log.warning(

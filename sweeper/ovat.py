@@ -148,10 +148,13 @@ class OvatSweeperImpl:
         ``axis=value`` set, the value typed by Hydra's override parser, interpolations left for
         ``spec_from_config`` to resolve. The same config a full Hydra compose of the
         condition gives (the axes are plain top-level keys and every other override is already
-        in the baseline), at a fraction of its cost (a compose takes about 0.4 s)."""
+        in the baseline), at a fraction of its cost (a compose takes about 0.4 s); of the ``hydra``
+        node only the launcher's ``_target_`` is kept."""
         parser = OverridesParser.create()
         base = plain_dict(self.config, resolve=False)
         base.pop("hydra", None)
+        # the launcher, which decides whether ranks may be SLURM tasks (sweeper.inputs.check_task_ranks)
+        base["hydra"] = {"launcher": {"_target_": OmegaConf.select(self.config, "hydra.launcher._target_")}}
         out = []
         for overrides in batches:
             data = dict(base)

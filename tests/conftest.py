@@ -28,3 +28,22 @@ TINY = dict(
 @pytest.fixture
 def tiny():
     return dict(TINY)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A real one-node SLURM cluster (tests/slurm_cluster.py), started once per session; the tests
+    that use it skip, saying why, where it cannot start (not root, SLURM not installed). Its
+    teardown checks that no job is left, stops the daemons and checks that none of them runs."""
+    from tests.slurm_cluster import start, unavailable
+
+    why = unavailable()
+    if why:
+        pytest.skip(f"no SLURM cluster here: {why}")
+    cluster = start(tmp_path_factory.mktemp("slurm"))
+    yield cluster
+    jobs = cluster.jobs()
+    cluster.stop()
+    left = cluster.processes()
+    assert not jobs, f"SLURM jobs left at the end of the session: {jobs}"
+    assert not left, f"SLURM daemons still running after stop: {left}"

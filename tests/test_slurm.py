@@ -224,3 +224,157 @@ def test_two_tasks_of_one_machine_are_the_two_ranks_of_one_run(tmp_path):
         assert [e["rank"] for e in phase["ranks"]] == [0, 1]
     # DDP: both ranks hold the same whole replica
     assert record["ranks"][0]["local_parameter_bytes"] == record["ranks"][1]["local_parameter_bytes"] > 0
+
+
+@pytest.mark.parametrize(("cluster", "refused"), [("+cluster=slurm", False), ("+cluster=local", True)])
+def test_the_ovat_sweeper_checks_task_ranks_against_the_sweeps_launcher(cluster, refused):
+    """The ovat sweeper validates its conditions in the orchestrator, where no Hydra job config
+    is set: each condition keeps the sweep's launcher, so ranks as SLURM tasks pass under
+    submitit_slurm and are refused under any other launcher."""
+    from hydra import compose, initialize_config_module
+
+    from memsweep.sweeper.errors import InputRefused
+    from memsweep.sweeper.ovat import OvatSweeperImpl
+    from memsweep.sweeper.spec import checked_spec
+
+    overrides = [cluster, "mode=train", "parallel=ddp", "world_size=2", "nodes=1", "tasks_per_node=2", "device=cpu"]
+    with initialize_config_module(config_module="memsweep.conf", version_base="1.3"):
+        config = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+    sweeper = OvatSweeperImpl()
+    sweeper.config = config
+    (condition,) = sweeper.conditions([["batch=2"]])
+    if refused:
+        with pytest.raises(InputRefused) as err:
+            checked_spec(condition)
+        assert err.value.error.field == "tasks_per_node"
+    else:
+        assert checked_spec(condition).ranks_per_node == 2
+
+
+def test_a_slurm_job_never_uses_a_fork_server_from_outside_the_job(monkeypatch, tmp_path):
+    """A sweep's fork server, named in the environment that sbatch hands its jobs, serves only
+    the processes of its own place: a SLURM job on the same host starts its own server, so that
+    its runs stay in the job (its time limit and scancel end them)."""
+    from memsweep.sweeper.forkserver_client import SHARED_FORKSERVER_ENV, shared_name, shared_server
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv(SHARED_FORKSERVER_ENV, shared_name(str(tmp_path / "sock")))  # this live process's
+    assert shared_server() == str(tmp_path / "sock")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")  # the same variables, seen from inside a job
+    assert shared_server() is None
+    monkeypatch.setenv(SHARED_FORKSERVER_ENV, shared_name(str(tmp_path / "sock")))  # named inside job 77
+    assert shared_server() == str(tmp_path / "sock")
+    monkeypatch.setenv("SLURM_JOB_ID", "78")
+    assert shared_server() is None
+
+
+SLURM_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+
+
+@pytest.mark.parametrize(
+    ("answer", "partition", "field"),
+    [
+        (
+            subprocess.CompletedProcess([], 1, "", "sinfo: error: Unable to contact slurm controller\n"),
+            "gpu",
+            "hydra/launcher",
+        ),
+        (None, None, "hydra/launcher"),  # sinfo did not answer in time
+        (subprocess.CompletedProcess([], 0, "debug\ngpu\n", ""), "gpus", "hydra.launcher.partition"),
+        (subprocess.CompletedProcess([], 0, "debug\ngpu\ngpu\n", ""), "gpu", None),
+        (subprocess.CompletedProcess([], 0, "debug\n", ""), None, None),  # the cluster's default partition
+    ],
+)
+def test_the_slurm_launcher_needs_a_controller_and_its_partition(monkeypatch, answer, partition, field):
+    """Before any job is submitted: sinfo must reach a controller and list the partition asked for;
+    else one refusal naming the field (no sbatch traceback)."""
+    from memsweep.sweeper.inputs import check_launcher
+
+    monkeypatch.setattr("shutil.which", lambda name, *a, **k: f"/usr/bin/{name}")
+    if field is None:
+        check_launcher(SLURM_LAUNCHER, partition, sinfo=lambda: answer)
+        return
+    with pytest.raises(SpecError) as err:
+        check_launcher(SLURM_LAUNCHER, partition, sinfo=lambda: answer)
+    assert err.value.field == field
+    if field == "hydra/launcher" and answer is not None:
+        assert "Unable to contact slurm controller" in str(err.value)
+    if field == "hydra.launcher.partition":
+        assert "debug, gpu" in str(err.value)
+
+
+class UncompletedJobError(Exception):
+    """submitit's exception class of that name (matched by name, as the sweeper does)."""
+
+
+@pytest.mark.parametrize(
+    ("message", "timed_out"),
+    [
+        (
+            "Job 12_1 (task: 0) with path /s/.submitit/12_1/12_1_0_result.pkl\n"
+            "has not produced any output (state: TIMEOUT)",
+            True,
+        ),
+        (
+            "Job 12_1 (task: 0) with path /s/.submitit/12_1/12_1_0_result.pkl\n"
+            "has not produced any output (state: CANCELLED)",
+            False,
+        ),
+        (
+            "Job (task=0) failed during processing with trace:\nJob not requeued because: timed-out too many times.\n"
+            "  - /s/.submitit/12_1/12_1_0_log.err",
+            True,
+        ),
+    ],
+)
+def test_a_job_slurm_ended_at_its_time_limit_is_its_runs_timeout(tmp_path, message, timed_out):
+    from memsweep.sweeper.lost_workers import is_lost_worker, mark_time_limit
+
+    run_dirs = [tmp_path / "0", tmp_path / "1"]
+    for run_dir in run_dirs:
+        run_dir.mkdir()
+    exc = UncompletedJobError(message)
+    assert is_lost_worker(exc)
+    marked = mark_time_limit(exc, run_dirs)
+    if not timed_out:
+        assert marked is None and not (tmp_path / "1" / "result.json").exists()
+        return
+    assert marked == tmp_path / "1" and not (tmp_path / "0" / "result.json").exists()
+    result = json.loads((tmp_path / "1" / "result.json").read_text())
+    assert (result["outcome"], result["error_type"], result["timed_out"]) == ("timeout", "SlurmTimeLimit", True)
+    assert mark_time_limit(exc, run_dirs) is None  # a result already there is kept
+
+
+def test_a_run_whose_job_slurm_ends_is_never_the_loads_crash(tmp_path, monkeypatch):
+    """Inside a SLURM job: submitit's stop at the time limit is a timeout; a SIGTERM mid-run (scancel)
+    turns the worker's crash into a lost launcher worker; outside a job nothing changes."""
+    import signal
+
+    from memsweep.sweeper.slurm_job import ended_by_slurm
+
+    def timed_out():
+        raise UncompletedJobError("Job not requeued because: timed-out too many times.")
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+
+    def other():
+        raise RuntimeError("another error")
+
+    with pytest.raises(RuntimeError):  # not SLURM's doing: raised as it is
+        ended_by_slurm(tmp_path, other)
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    monkeypatch.setattr("memsweep.sweeper.slurm_job.job_state", lambda job: "RUNNING")
+    assert ended_by_slurm(tmp_path, timed_out)["error_type"] == "SlurmTimeLimit"
+
+    def cancelled():
+        os.kill(os.getpid(), signal.SIGTERM)  # SLURM's SIGTERM to the job, noted and passed on
+        return {"outcome": "crash", "signal": 15}
+
+    before = signal.signal(signal.SIGTERM, lambda s, f: None)
+    try:
+        result = ended_by_slurm(tmp_path, cancelled)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert (result["outcome"], result["error_type"]) == ("crash", "LauncherWorkerLost")
+    assert json.loads((tmp_path / "result.json").read_text())["error_type"] == "LauncherWorkerLost"
+    assert ended_by_slurm(tmp_path, lambda: {"outcome": "ok"}) == {"outcome": "ok"}  # no SIGTERM: as it ran

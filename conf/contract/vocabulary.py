@@ -270,7 +270,12 @@ wedged before the worker's exit status came: not the load's doing."""
 
 LAUNCHER_WORKER_LOST = "LauncherWorkerLost"
 """A crash's ``error_type`` when the launcher's worker process running the job (a joblib/loky
-worker) died while the run was in flight: not the load's doing; a resume runs it again."""
+worker, a SLURM job cancelled or failed) died while the run was in flight: not the load's doing;
+a resume runs it again."""
+
+SLURM_TIME_LIMIT = "SlurmTimeLimit"
+"""A ``timeout``'s ``error_type`` when SLURM ended the run's job at its time limit
+(``hydra.launcher.timeout_min``): finished, not run again on resume."""
 
 COUNTERS = ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved")
 """PyTorch's four memory counters (torch.cuda.memory_allocated...), bytes, read by every phase."""
