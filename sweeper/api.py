@@ -258,8 +258,10 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
     from omegaconf import DictConfig
 
     from .cli import check_output_args, hydra_command
+    from .errors import InputRefused
     from .job import run_condition
-    from .process import check_run_dir_free
+    from .process import RunDirError, check_run_dir_free
+    from .sweep_dir import release_sweep_dirs
 
     new_run_dir = True  # the default run directory is a new, timestamped one
     existed: Path | None = None  # the deepest folder of a given hydra.run.dir that exists already
@@ -283,11 +285,19 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
 
     given = multirun and hydra_command(argv)  # `memsweep sweep --cfg job`: Hydra shows the config, nothing runs
     saved, sys.argv = sys.argv, ["memsweep"] + (["--multirun"] if multirun and not given else []) + argv
+    refused = True  # until Hydra returns: a refusal removes what claiming the sweep directory made
     try:
         _main()
+        refused = False
+    except (InputRefused, SpecError, RunDirError):
+        raise
+    except BaseException:
+        refused = False  # interrupted or failed after it started: its directory stays as it is
+        raise
     finally:
         sys.argv = saved
         GlobalHydra.instance().clear()  # a later call (or compose, for predict) initializes it again
+        release_sweep_dirs(refused)
     return jobs
 
 
