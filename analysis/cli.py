@@ -20,7 +20,7 @@ from typing import TextIO
 
 import pyarrow as pa
 
-from memsweep.conf.contract import SPEC_FILE, RecordError, SpecError, check_writable, sweep_runs, sweep_running
+from memsweep.conf.contract import SPEC_FILE, RecordError, SpecError, check_writable, sweep_running, sweep_runs
 
 from .outputs import OutputExists, summary_text, write_tables
 
@@ -74,7 +74,9 @@ def check_sweeps(sweep_dirs: list[Path], out_dir: Path | None = None) -> None:
         if not Path(d).is_dir():
             continue
         if os.path.ismount(d):
-            raise NotASweep(f"{d} is a whole file system, not a sweep directory; give one such as results/<sweep>/<time>/")
+            raise NotASweep(
+                f"{d} is a whole file system, not a sweep directory; give one such as results/<sweep>/<time>/"
+            )
         try:
             runs = sweep_runs(d)
         except RecordError as exc:

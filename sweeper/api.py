@@ -252,16 +252,13 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
         KeyboardInterrupt: interrupted.
     """
     import hydra
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from omegaconf import DictConfig
 
     from .cli import check_output_args, hydra_command
-    from .errors import InputRefused
     from .job import run_condition
-    from .process import RunDirError, check_run_dir_free
-    from .sweep_dir import release_sweep_dirs
+    from .process import check_run_dir_free
 
     new_run_dir = True  # the default run directory is a new, timestamped one
     existed: Path | None = None  # the deepest folder of a given hydra.run.dir that exists already
@@ -284,21 +281,35 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
         return result
 
     given = multirun and hydra_command(argv)  # `memsweep sweep --cfg job`: Hydra shows the config, nothing runs
-    saved, sys.argv = sys.argv, ["memsweep"] + (["--multirun"] if multirun and not given else []) + argv
-    refused = True  # until Hydra returns: a refusal removes what claiming the sweep directory made
+    _call_hydra(_main, ["memsweep"] + (["--multirun"] if multirun and not given else []) + argv)
+    return jobs
+
+
+def _call_hydra(main: Callable[[], Any], argv: list[str]) -> None:
+    """Call a ``hydra.main`` function with ``argv`` as ``sys.argv``; then restore it, clear Hydra
+    (a later call, or compose for predict, initializes it again) and release the sweep directories
+    claimed (``sweeper.sweep_dir.release_sweep_dirs``: what claiming made is removed when the
+    sweep was refused before it ran; an interrupted or failed one keeps its directory)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from .errors import InputRefused
+    from .process import RunDirError
+    from .sweep_dir import release_sweep_dirs
+
+    saved, sys.argv = sys.argv, argv
+    refused = True
     try:
-        _main()
+        main()
         refused = False
     except (InputRefused, SpecError, RunDirError):
         raise
     except BaseException:
-        refused = False  # interrupted or failed after it started: its directory stays as it is
+        refused = False
         raise
     finally:
         sys.argv = saved
-        GlobalHydra.instance().clear()  # a later call (or compose, for predict) initializes it again
+        GlobalHydra.instance().clear()
         release_sweep_dirs(refused)
-    return jobs
 
 
 def run_exit_code(result: Mapping[str, Any]) -> int:

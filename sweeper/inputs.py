@@ -10,7 +10,6 @@ import importlib.util
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from importlib.machinery import PathFinder
 from pathlib import Path

@@ -16,7 +16,6 @@ from memsweep.conf.contract import (
     SPEC_FILE,
     STDERR_FILE,
     RunSpec,
-    SpecError,
     ranks_are_tasks,
     run_peak,
     try_read,
@@ -47,10 +46,8 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     ``sweeper.process.execute``); a dry run's
     ``predicted_outcome`` (``conf.contract.predicted_outcome``: ok, oom when the predicted peak
     is above the capacity, None without a capacity; written in result.json) is what
-    ``memsweep run`` exits with.
-
-    A job of a sweep adds its run to the sweep's manifest before its worker starts
-    (``sweeper.sweep_dir.register_job``).
+    ``memsweep run`` exits with. A job of a sweep adds its run to the sweep's manifest before
+    its worker starts (``sweeper.sweep_dir.register_job``).
 
     Raises:
         InputRefused: bad input, naming the field (before any worker starts), a run directory
@@ -75,10 +72,7 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     if task is not None:  # ranks as SLURM tasks: this task runs its rank only; task 0 runs the run
         return run_rank_task(spec, run_dir, task)
     if hydra_cfg.mode == RunMode.MULTIRUN:  # the sweep's manifest names its run before its worker starts
-        try:
-            register_job(Path(str(hydra_cfg.sweep.dir)), run_dir, list(hydra_cfg.overrides.task))
-        except SpecError as exc:
-            raise InputRefused(exc) from None
+        register_job(Path(str(hydra_cfg.sweep.dir)), run_dir, list(hydra_cfg.overrides.task))
     # A sweep started again on its directory resumes (finished runs are not run twice);
     # a single `memsweep run` never reuses a directory.
     launch = launch_settings(cfg)

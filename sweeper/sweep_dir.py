@@ -130,7 +130,9 @@ def check_sweep_layout(config: Any, per_job_subdir: bool) -> Path:
     if Path(subdir).is_absolute() or ".." in Path(subdir).parts:
         raise SpecError("hydra.sweep.subdir", subdir, "a folder inside the sweep directory (not absolute, no '..')")
     if per_job_subdir and not any(key in subdir for key in PER_JOB_KEYS):
-        raise SpecError("hydra.sweep.subdir", subdir, "a folder of its own for each job: ${hydra.job.num} (the default)")
+        raise SpecError(
+            "hydra.sweep.subdir", subdir, "a folder of its own for each job: ${hydra.job.num} (the default)"
+        )
     if sweep_dir.is_dir() and (nested := _nested_run(sweep_dir)) is not None:
         raise SpecError(
             "hydra.sweep.dir",
@@ -185,7 +187,12 @@ def register_job(sweep_dir: Path, run_dir: Path, overrides: list[str]) -> None:
     """Add a job's run to its sweep's manifest before its worker starts (``conf.contract.register_run``).
 
     Raises:
-        SpecError: field ``hydra.sweep.subdir``: the run directory is outside the sweep
+        InputRefused: field ``hydra.sweep.subdir``: the run directory is outside the sweep
             directory, or another job of this sweep has it.
     """
-    register_run(sweep_dir, run_dir, overrides, os.environ.get(SESSION_ENV))
+    from .errors import InputRefused
+
+    try:
+        register_run(sweep_dir, run_dir, overrides, os.environ.get(SESSION_ENV))
+    except SpecError as exc:
+        raise InputRefused(exc) from None

@@ -127,7 +127,10 @@ CASES = [
     (["batch=1,2", "capacity_mode=process"], "invalid capacity_mode='process'"),
     # a sweep directory that cannot hold one clean sweep: refused before anything runs, naming the field
     (["batch=1,2", "hydra.sweep.dir="], "invalid hydra.sweep.dir=''"),
-    (["batch=1,2", "hydra.sweep.subdir=../../x${hydra.job.num}"], "invalid hydra.sweep.subdir='../../x${hydra.job.num}'"),
+    (
+        ["batch=1,2", "hydra.sweep.subdir=../../x${hydra.job.num}"],
+        "invalid hydra.sweep.subdir='../../x${hydra.job.num}'",
+    ),
     (["batch=1,2", "hydra.sweep.subdir=same"], "invalid hydra.sweep.subdir='same'"),
     (["batch=1,2", "hydra.job.name=../../x"], "invalid hydra.job.name='../../x'"),
     (["batch=1,2", "hydra.job.name=/tmp/memsweep-job"], "invalid hydra.job.name='/tmp/memsweep-job'"),

@@ -25,8 +25,8 @@ from memsweep.conf.contract import (
     read_json,
     register_run,
     start_manifest,
-    sweep_runs,
     sweep_running,
+    sweep_runs,
 )
 from memsweep.conf.contract.sweep import read_manifest
 from memsweep.sweeper.cli import interrupted_by_signals

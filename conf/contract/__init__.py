@@ -115,8 +115,8 @@ from .sweep import (
     hold_sweep_lock,
     register_run,
     start_manifest,
-    sweep_runs,
     sweep_running,
+    sweep_runs,
 )
 from .units import (
     GB,

@@ -168,7 +168,8 @@ def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
     data = read_manifest(sweep_dir)
     if data is None:
         return SweepRuns(find_run_dirs([sweep_dir]), [], False)
-    present, missing = [], []
+    present: list[Path] = []
+    missing: list[Path] = []
     for run_id in dict.fromkeys(r["run_id"] for r in data["runs"]):
         run_dir = sweep_dir / run_id
         (present if (run_dir / SPEC_FILE).is_file() else missing).append(run_dir)
