@@ -186,7 +186,7 @@ def test_a_second_sweep_and_an_analysis_into_a_running_sweep_are_refused_in_one_
         assert proc.returncode == 2 and "invalid hydra.sweep.dir=" in _one_line_error(proc.stderr)
         analyze = subprocess.run([MEMSWEEP, "analyze", str(sweep_dir)], capture_output=True, text=True, timeout=300)
         assert analyze.returncode == 2 and "still running" in _one_line_error(analyze.stderr)
-        assert sorted(p.name for p in sweep_dir.iterdir()) == ["0", ".sweep.lock"], "nothing written into it"
+        assert sorted(p.name for p in sweep_dir.iterdir()) == [".sweep.lock", "0"], "nothing written into it"
     finally:
         holder.kill()
         holder.wait()
