@@ -77,6 +77,11 @@ def check_sweeps(sweep_dirs: list[Path], out_dir: Path | None = None) -> None:
             raise NotASweep(
                 f"{d} is a whole file system, not a sweep directory; give one such as results/<sweep>/<time>/"
             )
+        if out_dir is not None and Path(out_dir).resolve() == Path(d).resolve() and sweep_running(d):
+            raise NotASweep(
+                f"{d} is a sweep still running (its orchestrator holds {d}/.sweep.lock): its own analysis comes "
+                "at its end; give --out NEW_DIR to analyse what it holds now (nothing was written)"
+            )
         try:
             runs = sweep_runs(d)
         except RecordError as exc:
@@ -86,11 +91,6 @@ def check_sweeps(sweep_dirs: list[Path], out_dir: Path | None = None) -> None:
             raise NotASweep(
                 f"{d} holds no sweep: {held} (a folder with {SPEC_FILE}) under it; give a sweep "
                 "directory such as results/<sweep>/<time>/ (nothing was written)"
-            )
-        if out_dir is not None and Path(out_dir).resolve() == Path(d).resolve() and sweep_running(d):
-            raise NotASweep(
-                f"{d} is a sweep still running (its orchestrator holds {d}/.sweep.lock): its own analysis comes "
-                "at its end; give --out NEW_DIR to analyse what it holds now (nothing was written)"
             )
 
 

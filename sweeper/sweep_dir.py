@@ -25,7 +25,6 @@ from memsweep.conf.contract import (
     SweepBusy,
     hold_sweep_lock,
     register_run,
-    start_manifest,
 )
 
 from .plain import plain_dict
@@ -142,24 +141,35 @@ def check_sweep_layout(config: Any, per_job_subdir: bool) -> Path:
     return sweep_dir
 
 
-def claim_sweep_dir(sweep_dir: Path) -> None:
-    """Create ``sweep_dir`` when missing, take its lock and write its manifest (unless it has
-    one); name this process's session for its jobs (``SESSION_ENV``).
+def sweep_identity(config: Any) -> str:
+    """What makes a sweep this one: its sweeper and its overrides (two orchestrators of one
+    identity share a directory; of two, the second is refused while the first runs)."""
+    import hashlib
+    import json
+
+    target = OmegaConf.select(config, "hydra.sweeper._target_", default=None)
+    overrides = sorted(str(o) for o in (OmegaConf.select(config, "hydra.overrides.task", default=None) or []))
+    return hashlib.sha256(json.dumps([target, overrides]).encode()).hexdigest()[:16]
+
+
+def claim_sweep_dir(sweep_dir: Path, identity: str | None = None) -> None:
+    """Create ``sweep_dir`` when missing, take its lock (shared with orchestrators of the same
+    sweep) and write its manifest (unless it has one); name this process's session for its jobs
+    (``SESSION_ENV``).
 
     Raises:
-        SpecError: field ``hydra.sweep.dir``: another orchestrator holds the lock.
+        SpecError: field ``hydra.sweep.dir``: another sweep runs in it now.
     """
     from .owner import session_id
 
     created = [p for p in (sweep_dir, *sweep_dir.parents) if not p.exists()][::-1]
     sweep_dir.mkdir(parents=True, exist_ok=True)
+    new_manifest = not (sweep_dir / SWEEP_FILE).exists()
     try:
-        fd = hold_sweep_lock(sweep_dir)
+        fd = hold_sweep_lock(sweep_dir, identity)
     except SweepBusy as exc:
         raise SpecError("hydra.sweep.dir", str(sweep_dir), f"a directory no other sweep runs in now ({exc})") from None
-    claim = _Claim(sweep_dir, fd, created, not (sweep_dir / SWEEP_FILE).exists())
-    CLAIMS.append(claim)
-    start_manifest(sweep_dir)
+    CLAIMS.append(_Claim(sweep_dir, fd, created, new_manifest))
     os.environ[SESSION_ENV] = session_id()
 
 

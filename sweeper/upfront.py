@@ -22,7 +22,7 @@ from memsweep.conf.contract import SpecError
 from .errors import InputRefused
 from .inputs import launcher_class
 from .plain import plain_list
-from .sweep_dir import check_job_name, check_resolvable, check_sweep_layout, claim_sweep_dir
+from .sweep_dir import check_job_name, check_resolvable, check_sweep_layout, claim_sweep_dir, sweep_identity
 
 log = logging.getLogger("memsweep")
 
@@ -132,7 +132,7 @@ class CheckBeforeLaunch(Callback):
             count = check_basic_sweep(config, GlobalHydra.instance().config_loader())
             log.info("basic sweep: %d job(s) checked before the first one runs", count)
         try:  # the sweep directory last: claiming it writes its lock and manifest
-            claim_sweep_dir(check_sweep_layout(config, per_job_subdir=kind != "frontier"))
+            claim_sweep_dir(check_sweep_layout(config, per_job_subdir=kind != "frontier"), sweep_identity(config))
         except SpecError as exc:
             raise InputRefused(exc) from None
 

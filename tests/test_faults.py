@@ -181,12 +181,13 @@ def test_a_second_sweep_and_an_analysis_into_a_running_sweep_are_refused_in_one_
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(sweep_dir)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
+        before = sorted((p.name, p.stat().st_mtime_ns) for p in sweep_dir.iterdir())
         cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *SMALLEST_CPU]
         proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2 and "invalid hydra.sweep.dir=" in _one_line_error(proc.stderr)
         analyze = subprocess.run([MEMSWEEP, "analyze", str(sweep_dir)], capture_output=True, text=True, timeout=300)
         assert analyze.returncode == 2 and "still running" in _one_line_error(analyze.stderr)
-        assert sorted(p.name for p in sweep_dir.iterdir()) == [".sweep.lock", "0"], "nothing written into it"
+        assert sorted((p.name, p.stat().st_mtime_ns) for p in sweep_dir.iterdir()) == before, "nothing written"
     finally:
         holder.kill()
         holder.wait()

@@ -165,9 +165,11 @@ def test_a_running_sweep_is_refused_by_a_second_sweep_and_by_an_analysis_into_it
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(sweep)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
+        register_run(sweep, sweep / "0", ["batch=1"], None)
         assert sweep_running(sweep)
         with pytest.raises(RuntimeError, match="in use by another sweep"):
-            hold_sweep_lock(sweep)
+            hold_sweep_lock(sweep, "another sweep")
+        os.close(hold_sweep_lock(sweep))  # the same sweep: orchestrators share its directory
         with pytest.raises(NotASweep, match="still running"):
             check_sweeps([sweep], sweep)
         check_sweeps([sweep], tmp_path / "elsewhere")  # --out elsewhere: allowed

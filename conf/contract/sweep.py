@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import RecordError, SpecError
-from .record import SPEC_FILE, write_json_atomic
+from .record import SPEC_FILE, remove_stale_temps, write_json_atomic
 from .rundir import find_run_dirs
 
 SWEEP_FILE = "sweep.json"
@@ -107,8 +107,9 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def start_manifest(sweep_dir: Path | str) -> None:
-    """Write an empty manifest into ``sweep_dir`` unless it holds one (a resumed sweep keeps its own).
+def start_manifest(sweep_dir: Path | str, identity: str | None = None) -> None:
+    """Write an empty manifest into ``sweep_dir`` unless it holds one (a resumed sweep keeps its
+    runs); either way it names the sweep now running there (``identity``).
 
     Raises:
         RecordError: an existing manifest that cannot be read.
@@ -116,8 +117,15 @@ def start_manifest(sweep_dir: Path | str) -> None:
     """
     sweep_dir = Path(sweep_dir)
     with _locked(sweep_dir / MANIFEST_LOCK):
-        if read_manifest(sweep_dir) is None:
-            write_json_atomic(sweep_dir / SWEEP_FILE, {"schema_version": MANIFEST_VERSION, "kind": "sweep", "runs": []})
+        _start_manifest(sweep_dir, identity)
+
+
+def _start_manifest(sweep_dir: Path, identity: str | None) -> None:
+    """``start_manifest``'s work, under the manifest's lock; a dead writer's temporaries removed."""
+    remove_stale_temps(sweep_dir, (SWEEP_FILE,))
+    data = read_manifest(sweep_dir) or {"schema_version": MANIFEST_VERSION, "kind": "sweep", "runs": []}
+    if data.get("sweep") != identity or not (sweep_dir / SWEEP_FILE).exists():
+        write_json_atomic(sweep_dir / SWEEP_FILE, {**data, "sweep": identity})
 
 
 def register_run(sweep_dir: Path | str, run_dir: Path | str, overrides: list[str], session: str | None) -> None:
@@ -158,8 +166,9 @@ def register_run(sweep_dir: Path | str, run_dir: Path | str, overrides: list[str
 
 def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
     """The run directories that belong to the sweep in ``sweep_dir``: those its manifest lists
-    (each once, in order; one without a spec.json is ``missing``, never silently dropped); without
-    a manifest, every run directory under it (``find_run_dirs``).
+    (each once, in order; one without a spec.json is ``missing``, never silently dropped, unless
+    its folder is there and the sweep still runs: it is starting); without a manifest, every run
+    directory under it (``find_run_dirs``).
 
     Raises:
         RecordError: a manifest that cannot be read.
@@ -170,25 +179,41 @@ def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
         return SweepRuns(find_run_dirs([sweep_dir]), [], False)
     present: list[Path] = []
     missing: list[Path] = []
+    running = sweep_running(sweep_dir)
     for run_id in dict.fromkeys(r["run_id"] for r in data["runs"]):
         run_dir = sweep_dir / run_id
-        (present if (run_dir / SPEC_FILE).is_file() else missing).append(run_dir)
+        if (run_dir / SPEC_FILE).is_file():
+            present.append(run_dir)
+        elif not (running and run_dir.is_dir()):  # a run of a running sweep may not have written it yet
+            missing.append(run_dir)
     return SweepRuns(present, missing, True)
 
 
-def hold_sweep_lock(sweep_dir: Path | str) -> int:
-    """Take the sweep's lock (``SWEEP_LOCK``) without waiting; the caller closes the descriptor
-    returned to release it (the process's exit releases it too).
+def hold_sweep_lock(sweep_dir: Path | str, identity: str | None = None) -> int:
+    """Join the sweep running in ``sweep_dir``, or start it: take its lock (``SWEEP_LOCK``, shared:
+    orchestrators of the same sweep share its directory, each running the conditions the other has
+    not) and write its manifest (``start_manifest``). The caller closes the descriptor returned to
+    release it (the process's exit releases it too).
+
+    Args:
+        sweep_dir: the sweep directory (it exists).
+        identity: what makes this sweep this one (its overrides and sweeper, hashed).
 
     Raises:
-        SweepBusy: another process holds it.
+        SweepBusy: another sweep (another ``identity``) runs in the directory now.
     """
-    fd = os.open(Path(sweep_dir) / SWEEP_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise SweepBusy(f"{sweep_dir} is in use by another sweep (its orchestrator holds {SWEEP_LOCK})") from None
+    sweep_dir = Path(sweep_dir)
+    with _locked(sweep_dir / MANIFEST_LOCK):  # two orchestrators starting at one instant: one after the other
+        data = read_manifest(sweep_dir)
+        if sweep_running(sweep_dir) and (data or {}).get("sweep") != identity:
+            raise SweepBusy(f"{sweep_dir} is in use by another sweep (its orchestrator holds {SWEEP_LOCK})")
+        fd = os.open(sweep_dir / SWEEP_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            _start_manifest(sweep_dir, identity)
+        except BaseException:
+            os.close(fd)
+            raise
     return fd
 
 
@@ -200,7 +225,7 @@ def sweep_running(sweep_dir: Path | str) -> bool:
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while any orchestrator holds it shared
     except BlockingIOError:
         return True
     finally:
