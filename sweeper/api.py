@@ -353,6 +353,7 @@ def _hydra(argv: list[str], multirun: bool, progress: bool) -> tuple[list[Job], 
         SpecError: bad input (an ``InputRefused``'s, or an override Hydra cannot compose, naming
             Hydra's reason in one line).
         RunDirError: the run directory holds a run already.
+        RuntimeError: the sweep's analysis or report failed at its end (its runs are kept).
     """
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -369,6 +370,11 @@ def _hydra(argv: list[str], multirun: bool, progress: bool) -> tuple[list[Job], 
         except (HydraException, OmegaConfBaseException) as exc:
             accepted = f"overrides of memsweep's config ({first_line(exc)})"
             raise SpecError("overrides", " ".join(argv), accepted) from None
+    from .callbacks import END_FAILURES
+
+    failures, END_FAILURES[:] = list(END_FAILURES), []
+    if failures:  # the runs ended, the analysis or the report at the sweep's end did not
+        raise RuntimeError(failures[0])
     return jobs, watching.sweep_dir or next((j.sweep_dir for j in jobs if j.sweep_dir), None)
 
 
