@@ -26,6 +26,7 @@ from memsweep.conf.contract import (
     hold_sweep_lock,
     register_run,
 )
+from memsweep.conf.contract.sweep import MANIFEST_LOCK, SWEEP_LOCK
 
 from .plain import plain_dict
 
@@ -35,6 +36,9 @@ NESTED_DEPTH = 4
 PER_JOB_KEYS = ("hydra.job.num", "hydra.job.override_dirname")
 """What a ``hydra.sweep.subdir`` must name to give each job a folder of its own."""
 
+SWEEP_FILES = (SWEEP_FILE, SWEEP_LOCK, MANIFEST_LOCK)
+"""The files claiming a sweep directory writes (put back as they were when the sweep is refused)."""
+
 
 @dataclass
 class _Claim:
@@ -43,7 +47,7 @@ class _Claim:
     sweep_dir: Path
     fd: int
     created: list[Path] = field(default_factory=list)  # folders made, outermost first
-    new_manifest: bool = False
+    before: dict[str, bytes | None] = field(default_factory=dict)  # the sweep's files before: None, none
 
 
 CLAIMS: list[_Claim] = []
@@ -164,26 +168,30 @@ def claim_sweep_dir(sweep_dir: Path, identity: str | None = None) -> None:
 
     created = [p for p in (sweep_dir, *sweep_dir.parents) if not p.exists()][::-1]
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    new_manifest = not (sweep_dir / SWEEP_FILE).exists()
+    before = {n: (sweep_dir / n).read_bytes() if (sweep_dir / n).is_file() else None for n in SWEEP_FILES}
     try:
         fd = hold_sweep_lock(sweep_dir, identity)
     except SweepBusy as exc:
         raise SpecError("hydra.sweep.dir", str(sweep_dir), f"a directory no other sweep runs in now ({exc})") from None
-    CLAIMS.append(_Claim(sweep_dir, fd, created, new_manifest))
+    CLAIMS.append(_Claim(sweep_dir, fd, created, before))
     os.environ[SESSION_ENV] = session_id()
 
 
 def release_sweep_dirs(refused: bool) -> None:
     """Release the sweep directories this process claimed; when the sweep was refused before it
-    ran, remove what claiming them created (the manifest, the lock files, the folders made)."""
-    from memsweep.conf.contract.sweep import MANIFEST_LOCK, SWEEP_LOCK
-
+    ran, put back what claiming them changed (the manifest and the lock files as they were, the
+    folders made removed)."""
     while CLAIMS:
         claim = CLAIMS.pop()
         if refused:
-            names = [SWEEP_LOCK, MANIFEST_LOCK] + ([SWEEP_FILE] if claim.new_manifest else [])
-            for name in names:
-                (claim.sweep_dir / name).unlink(missing_ok=True)
+            for name, data in claim.before.items():
+                path = claim.sweep_dir / name
+                if data is None:
+                    path.unlink(missing_ok=True)
+                elif not path.is_file() or path.read_bytes() != data:
+                    tmp = path.with_name(f".{name}.{os.getpid()}.restore.tmp")
+                    tmp.write_bytes(data)
+                    os.replace(tmp, path)
             for folder in reversed(claim.created):
                 try:
                     folder.rmdir()
