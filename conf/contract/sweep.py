@@ -38,6 +38,7 @@ SESSION_ENV = "MEMSWEEP_SWEEP_SESSION"
 name one directory collide)."""
 
 MANIFEST_VERSION = 1
+"""The manifest's schema version this memsweep writes and reads (``sweep.schema.json``)."""
 
 
 class SweepBusy(RuntimeError):
@@ -83,6 +84,12 @@ def _check_manifest(data: object, path: Path) -> dict:
 def read_manifest(sweep_dir: Path | str) -> dict | None:
     """The sweep's manifest, or None when it has none.
 
+    Args:
+        sweep_dir: the sweep directory.
+
+    Returns:
+        The manifest (checked: ``kind``, ``schema_version``, ``runs`` with their ``run_id``), or None.
+
     Raises:
         RecordError: the manifest exists but cannot be read or is not one.
     """
@@ -110,6 +117,10 @@ def _locked(path: Path) -> Iterator[None]:
 def start_manifest(sweep_dir: Path | str, identity: str | None = None) -> None:
     """Write an empty manifest into ``sweep_dir`` unless it holds one (a resumed sweep keeps its
     runs); either way it names the sweep now running there (``identity``).
+
+    Args:
+        sweep_dir: the sweep directory (it exists).
+        identity: what makes the sweep this one (``hold_sweep_lock``), or None.
 
     Raises:
         RecordError: an existing manifest that cannot be read.
@@ -170,6 +181,12 @@ def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
     its folder is there and the sweep still runs: it is starting); without a manifest, every run
     directory under it (``find_run_dirs``).
 
+    Args:
+        sweep_dir: the sweep directory.
+
+    Returns:
+        ``SweepRuns``: the runs present, those missing, whether a manifest listed them.
+
     Raises:
         RecordError: a manifest that cannot be read.
     """
@@ -218,7 +235,14 @@ def hold_sweep_lock(sweep_dir: Path | str, identity: str | None = None) -> int:
 
 
 def sweep_running(sweep_dir: Path | str) -> bool:
-    """Whether an orchestrator holds ``sweep_dir``'s lock now (a sweep still running in it)."""
+    """Whether an orchestrator holds ``sweep_dir``'s lock now (a sweep still running in it).
+
+    Args:
+        sweep_dir: the sweep directory.
+
+    Returns:
+        True while any orchestrator holds ``SWEEP_LOCK``; False otherwise (or with no lock file).
+    """
     path = Path(sweep_dir) / SWEEP_LOCK
     try:
         fd = os.open(path, os.O_RDONLY)
