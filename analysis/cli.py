@@ -4,21 +4,23 @@ Reads every run under the sweep directories and writes ``runs.parquet``, ``phase
 and ``frontier.parquet`` (explicit schemas, raw bytes) into ``--out`` (default: the single
 sweep directory given), then prints the frontier table with sizes in GiB (2^30 bytes).
 An existing output file is never overwritten: the command refuses and exits 1; a missing sweep
-directory, or one that holds no run (no run directory with a spec.json under it), is bad input
-(exit 2), and nothing is written.
+directory, one that holds no run (no run directory with a spec.json under it), a sweep still
+running (without an ``--out`` elsewhere) or an unwritable ``--out`` is bad input (exit 2), and
+nothing is written. A sweep's runs are those its manifest lists (a missing one is named).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TextIO
 
 import pyarrow as pa
 
-from memsweep.conf.contract import SPEC_FILE, find_run_dirs
+from memsweep.conf.contract import SPEC_FILE, RecordError, SpecError, check_writable, sweep_running, sweep_runs
 
 from .outputs import OutputExists, summary_text, write_tables
 
@@ -49,25 +51,59 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream: TextIO | None = None)
 
 
 class NotASweep(ValueError):
-    """A directory given as a sweep holds no run: no run directory (one with a spec.json) under it."""
+    """A directory given as a sweep holds no run (no run directory with a spec.json under it),
+    is a whole file system, has an unreadable manifest, or is a sweep still running."""
 
 
-def check_sweeps(sweep_dirs: list[Path]) -> None:
-    """Refuse a directory that exists but holds no sweep, before anything is read or written.
+def check_sweeps(sweep_dirs: list[Path], out_dir: Path | None = None) -> None:
+    """Refuse, before anything is read or written, a directory that exists but holds no sweep, a
+    file system's root (a mount point: every file under it would be searched), a sweep whose
+    manifest cannot be read, and a sweep still running (its orchestrator holds its lock,
+    ``conf.contract.sweep_running``) when the output would go into it (``out_dir`` the sweep
+    directory itself: a partial set of tables it would keep for good).
 
     Args:
         sweep_dirs: the directories given as sweeps (a missing one is left to the caller's own
             error, ``FileNotFoundError``).
+        out_dir: where the output goes; None: nowhere checked.
 
     Raises:
-        NotASweep: an existing directory under which ``conf.contract.find_run_dirs`` finds no run.
+        NotASweep: the first such directory, in words.
     """
     for d in sweep_dirs:
-        if Path(d).is_dir() and not find_run_dirs([d]):
+        if not Path(d).is_dir():
+            continue
+        if os.path.ismount(d):
             raise NotASweep(
-                f"{d} holds no sweep: no run directory (a folder with {SPEC_FILE}) under it; give a sweep "
+                f"{d} is a whole file system, not a sweep directory; give one such as results/<sweep>/<time>/"
+            )
+        if out_dir is not None and Path(out_dir).resolve() == Path(d).resolve() and sweep_running(d):
+            raise NotASweep(
+                f"{d} is a sweep still running (its orchestrator holds {d}/.sweep.lock): its own analysis comes "
+                "at its end; give --out NEW_DIR to analyse what it holds now (nothing was written)"
+            )
+        try:
+            runs = sweep_runs(d)
+        except RecordError as exc:
+            raise NotASweep(f"{exc} (nothing was written)") from None
+        if not runs.run_dirs:
+            held = f"its {len(runs.missing)} run(s) are all missing" if runs.missing else "no run directory"
+            raise NotASweep(
+                f"{d} holds no sweep: {held} (a folder with {SPEC_FILE}) under it; give a sweep "
                 "directory such as results/<sweep>/<time>/ (nothing was written)"
             )
+
+
+def check_out(out_dir: Path) -> None:
+    """Refuse an output directory that cannot be created or written (``conf.contract.check_writable``).
+
+    Raises:
+        NotASweep: the field ``--out``, in words.
+    """
+    try:
+        check_writable("--out", out_dir)
+    except SpecError as exc:
+        raise NotASweep(str(exc)) from None
 
 
 def add_sweep_dir_args(parser: argparse.ArgumentParser, out_help: str) -> None:
@@ -97,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         argv: the arguments after ``analyze``; None: ``sys.argv[1:]``.
 
     Returns:
-        The exit status: 0 written, 1 an output file existing, 2 a sweep directory missing or
-        holding no run (message on stderr, nothing written); argparse exits 2 itself on bad arguments.
+        The exit status: 0 written, 1 an output file existing or the output not writable midway
+        (a full disk: nothing published), 2 a sweep directory missing, holding no run or still
+        running, or an ``--out`` that cannot be written (message on stderr, nothing written);
+        argparse exits 2 itself on bad arguments.
     """
     parser = argparse.ArgumentParser(
         prog="memsweep analyze", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -106,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     add_sweep_dir_args(parser, "directory for the Parquet files")
     args = parse_sweep_dir_args(parser, argv)
     try:
-        check_sweeps(args.sweep_dirs)
+        check_sweeps(args.sweep_dirs, args.out)
+        check_out(args.out)
         analyze(args.sweep_dirs, args.out)
     except NotASweep as exc:
         print(f"memsweep analyze: {exc}", file=sys.stderr)
@@ -117,4 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:  # a sweep directory missing: bad input
         print(f"memsweep analyze: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the output could not be written (a full disk...): nothing published
+        print(f"memsweep analyze: error: cannot write the tables into {args.out}: {exc}", file=sys.stderr)
+        return 1
     return 0

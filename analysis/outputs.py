@@ -8,7 +8,10 @@ refusal is an exception (``OutputExists``, ``FileNotFoundError``).
 
 from __future__ import annotations
 
+import glob
+import json
 import os
+import signal
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -31,17 +34,70 @@ class OutputExists(FileExistsError):
     written): memsweep never overwrites a result."""
 
 
-def write_parquet_atomic(table: pa.Table, path: Path) -> None:
-    """Write ``table`` to ``path`` through a temporary file in the same directory and a rename
-    (os.replace), so that a reader never sees a half-written file.
+PUBLISHING = ".tables.{pid}.publishing"
+"""The marker of a set of tables being renamed into place (its names, JSON): one left behind
+means its writer died between the renames (``recover_set``)."""
 
-    Args:
-        table: the table (its schema is written as is).
-        path: the Parquet file to create or replace.
+
+def recover_set(out_dir: Path) -> list[Path]:
+    """Undo what a writer of the tables that died left in ``out_dir``: its temporary files
+    (``.NAME.PID.tmp``), and a set it had begun to rename into place but not finished (a
+    ``PUBLISHING`` marker with a temporary file still beside it: the tables it had renamed are
+    removed, so that no partial set stays); a marker whose set is complete is only removed. Call it
+    only while holding ``out_dir``'s ``.analyze.lock`` (every writer holds it while it writes).
+
+    Returns:
+        The files removed.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    removed = []
+    for marker in out_dir.glob(PUBLISHING.format(pid="*")):
+        try:
+            names = [n for n in json.loads(marker.read_text()) if n in OUTPUTS]
+        except (OSError, ValueError):
+            names = []
+        pid = marker.name.split(".")[2]
+        if any((out_dir / f".{n}.{pid}.tmp").exists() for n in names):  # renames not all done
+            for n in names:
+                if (out_dir / n).exists():
+                    (out_dir / n).unlink()
+                    removed.append(out_dir / n)
+        marker.unlink(missing_ok=True)
+        removed.append(marker)
+    for name in OUTPUTS:
+        for tmp in out_dir.glob(f".{glob.escape(name)}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def publish_set(tables: dict[str, pa.Table], out_dir: Path) -> None:
+    """Write the tables into ``out_dir`` as one set: each to a temporary file first, then all
+    renamed into place with SIGINT, SIGTERM and SIGHUP held back (a reader never sees part of a
+    set; a writer killed outright leaves a ``PUBLISHING`` marker that ``recover_set`` undoes).
+
+    Raises:
+        OSError: a table could not be written (a full disk): nothing is published, no temporary
+            file is left.
+    """
+    pid = os.getpid()
+    tmps = {name: out_dir / f".{name}.{pid}.tmp" for name in tables}
+    marker = out_dir / PUBLISHING.format(pid=pid)
+    try:
+        for name, table in tables.items():
+            pq.write_table(table, tmps[name])
+        marker.write_text(json.dumps(list(tables)))
+        held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            for name in tables:
+                os.replace(tmps[name], out_dir / name)
+            marker.unlink()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    finally:
+        for tmp in tmps.values():
+            tmp.unlink(missing_ok=True)
+        marker.unlink(missing_ok=True)
 
 
 def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predicted: int = 0) -> str:
@@ -164,7 +220,8 @@ class Written(NamedTuple):
 
 
 def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> Written:
-    """Read every run under ``sweep_dirs`` and write the three Parquet tables into ``out_dir``.
+    """Read the runs of ``sweep_dirs`` and write the three Parquet tables into ``out_dir``, as one
+    set (``publish_set``; a set a killed writer left partial is undone first, ``recover_set``).
 
     Args:
         sweep_dirs: sweep directories (each holds run directories).
@@ -176,6 +233,7 @@ def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> Written:
     Raises:
         FileNotFoundError: a sweep directory does not exist (nothing is written).
         OutputExists: one of the output files already exists (nothing is written).
+        OSError: the tables could not be written (nothing is published).
     """
     for d in sweep_dirs:
         if not Path(d).is_dir():
@@ -186,11 +244,11 @@ def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> Written:
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = dict(zip(OUTPUTS, (runs, phases, frontier)))
     with FileLock(out_dir / ".analyze.lock"):  # two analyses into one directory: one wins, one refuses
+        recover_set(out_dir)  # a writer that died here left no partial set and no temporary file
         existing = [out_dir / n for n in OUTPUTS if (out_dir / n).exists()]
         if existing:
             raise OutputExists(f"{existing[0]} already exists: memsweep never overwrites a result; use --out NEW_DIR")
-        for name, table in tables.items():
-            write_parquet_atomic(table, out_dir / name)
+        publish_set(tables, out_dir)
     return Written(tables, problems)
 
 

@@ -35,13 +35,13 @@ from memsweep.conf.contract import (
     Run,
     classify_run,
     field_names,
-    find_run_dirs,
     phase_peak,
     predicted_outcome,
     read_run,
     record_phases,
     run_optimizer,
     run_peak,
+    sweep_runs,
 )
 from memsweep.estimator import estimate_columns, rank_estimate
 
@@ -441,10 +441,24 @@ def repeated_dirs(sweep_dirs: Iterable[Path]) -> RepeatedDirs:
     return RepeatedDirs(list(kept.values()), repeats)
 
 
+def sweep_run_dirs(sweep_dir: Path, problems: list[str]) -> list[Path]:
+    """The run directories of the sweep in ``sweep_dir`` (``conf.contract.sweep_runs``: those its
+    manifest lists), a line added to ``problems`` for each one it launched that is missing.
+
+    Raises:
+        RecordError: the sweep's manifest cannot be read.
+    """
+    runs = sweep_runs(sweep_dir)
+    for run_dir in runs.missing:
+        problems.append(f"{run_dir}: a run of this sweep is missing (no spec.json: deleted, or never started)")
+    return runs.run_dirs
+
+
 def build_tables(sweep_dirs: Iterable[Path]) -> Tables:
     """(runs, phases, problems) for every run under ``sweep_dirs``.
 
-    Each directory is read once (``unique_dirs``) and each run directory gives one row, under the
+    Each directory is read once (``unique_dirs``), its runs those its sweep launched
+    (``sweep_run_dirs``: a missing one is a problem line), and each run directory gives one row, under the
     first sweep directory that holds it (a run directory inside two of the directories given,
     such as a sweep and one of its runs, is one run, not a re-run).
 
@@ -460,7 +474,7 @@ def build_tables(sweep_dirs: Iterable[Path]) -> Tables:
     dirs, problems = unique_dirs(sweep_dirs)
     seen: dict[Path, Path] = {}
     for sweep_dir in dirs:
-        for run_dir in find_run_dirs([sweep_dir]):
+        for run_dir in sweep_run_dirs(sweep_dir, problems):
             first = seen.setdefault(run_dir.resolve(), sweep_dir)
             if first is not sweep_dir:
                 problems.append(f"{run_dir}: already read under {first}: one run, counted once")

@@ -252,7 +252,6 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
         KeyboardInterrupt: interrupted.
     """
     import hydra
-    from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     from omegaconf import DictConfig
@@ -284,13 +283,35 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
         return result
 
     given = multirun and hydra_command(argv)  # `memsweep sweep --cfg job`: Hydra shows the config, nothing runs
-    saved, sys.argv = sys.argv, ["memsweep"] + (["--multirun"] if multirun and not given else []) + argv
+    _call_hydra(_main, ["memsweep"] + (["--multirun"] if multirun and not given else []) + argv)
+    return jobs
+
+
+def _call_hydra(main: Callable[[], Any], argv: list[str]) -> None:
+    """Call a ``hydra.main`` function with ``argv`` as ``sys.argv``; then restore it, clear Hydra
+    (a later call, or compose for predict, initializes it again) and release the sweep directories
+    claimed (``sweeper.sweep_dir.release_sweep_dirs``: what claiming made is removed when the
+    sweep was refused before it ran; an interrupted or failed one keeps its directory)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from .errors import InputRefused
+    from .process import RunDirError
+    from .sweep_dir import release_sweep_dirs
+
+    saved, sys.argv = sys.argv, argv
+    refused = True
     try:
-        _main()
+        main()
+        refused = False
+    except (InputRefused, SpecError, RunDirError):
+        raise
+    except BaseException:
+        refused = False
+        raise
     finally:
         sys.argv = saved
-        GlobalHydra.instance().clear()  # a later call (or compose, for predict) initializes it again
-    return jobs
+        GlobalHydra.instance().clear()
+        release_sweep_dirs(refused)
 
 
 def run_exit_code(result: Mapping[str, Any]) -> int:
@@ -334,6 +355,7 @@ def _hydra(argv: list[str], multirun: bool, progress: bool) -> tuple[list[Job], 
         SpecError: bad input (an ``InputRefused``'s, or an override Hydra cannot compose, naming
             Hydra's reason in one line).
         RunDirError: the run directory holds a run already.
+        RuntimeError: the sweep's analysis or report failed at its end (its runs are kept).
     """
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -350,6 +372,11 @@ def _hydra(argv: list[str], multirun: bool, progress: bool) -> tuple[list[Job], 
         except (HydraException, OmegaConfBaseException) as exc:
             accepted = f"overrides of memsweep's config ({first_line(exc)})"
             raise SpecError("overrides", " ".join(argv), accepted) from None
+    from .callbacks import END_FAILURES
+
+    failures, END_FAILURES[:] = list(END_FAILURES), []
+    if failures:  # the runs ended, the analysis or the report at the sweep's end did not
+        raise RuntimeError(failures[0])
     return jobs, watching.sweep_dir or next((j.sweep_dir for j in jobs if j.sweep_dir), None)
 
 

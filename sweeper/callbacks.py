@@ -20,7 +20,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from memsweep.conf.contract import AXES, EXIT_ERROR, RESULT_FILE, find_run_dirs, try_read
+from memsweep.conf.contract import AXES, EXIT_ERROR, RESULT_FILE, RecordError, sweep_runs, try_read
 from memsweep.estimator.labels import SHOWN_WHEN_SET, load_words
 
 from .answer import size_words
@@ -45,28 +45,50 @@ class AnalyzeAtEnd(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         """Hydra's end of the multirun: analyze the sweep directory (``analysis.cli.analyze``,
         into ``analysis/<time>/`` when the directory holds an analysis already) and write the
-        report (``write_sweep_report``) unless ``report`` is false.
+        report (``write_sweep_report``) unless ``report`` is false. A failure of either is noted
+        in ``END_FAILURES`` (the command then exits ``EXIT_AFTER_RUNS``).
 
         Args:
             config: the multirun's config (``hydra.sweep.dir`` names the sweep directory).
             kwargs: Hydra's other arguments (unused).
         """
-        from memsweep.analysis.cli import analyze
-        from memsweep.analysis.outputs import OutputExists
-
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             log.warning("no sweep directory %s: nothing ran, nothing to analyze", sweep_dir)
             return
-        out_dir = sweep_dir
         try:
-            tables = analyze([sweep_dir], out_dir=sweep_dir)
+            out_dir, tables = self._tables(sweep_dir)
+        except Exception as exc:  # Hydra would turn it into a warning: the command's exit says it
+            END_FAILURES.append(end_failure("analysis", exc, sweep_dir))
+            return
+        if self.report:
+            try:
+                write_sweep_report(sweep_dir, out_dir, tables, self.margin)
+            except Exception as exc:
+                END_FAILURES.append(end_failure("report", exc, sweep_dir))
+
+    @staticmethod
+    def _tables(sweep_dir: Path) -> tuple[Path, dict]:
+        """The sweep's tables, written into it (into ``analysis/<time>/`` when it holds some)."""
+        from memsweep.analysis.cli import analyze
+        from memsweep.analysis.outputs import OutputExists
+
+        try:
+            return sweep_dir, analyze([sweep_dir], out_dir=sweep_dir)
         except OutputExists:  # a resumed sweep, or a second orchestrator on the same directory
             out_dir = sweep_dir / "analysis" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
             log.info("%s already holds an analysis; this one goes to %s", sweep_dir, out_dir)
-            tables = analyze([sweep_dir], out_dir=out_dir)
-        if self.report:
-            write_sweep_report(sweep_dir, out_dir, tables, self.margin)
+            return out_dir, analyze([sweep_dir], out_dir=out_dir)
+
+
+def end_failure(step: str, exc: BaseException, sweep_dir: Path) -> str:
+    """One line for a step after the runs that failed (``END_FAILURES``)."""
+    again = f"memsweep analyze {sweep_dir}" if step == "analysis" else f"memsweep report {sweep_dir} --out NEW_DIR"
+    return (
+        f"the sweep's {step} failed ({type(exc).__name__}: {' '.join(str(exc).split())[:300]}); its runs are "
+        f"kept in {sweep_dir}; "
+        f"`{again}` tries again"
+    )
 
 
 def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any = None) -> Path | None:
@@ -93,6 +115,11 @@ def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any
     return html
 
 
+END_FAILURES: list[str] = []
+"""The steps after the runs that failed in this process (the sweep's analysis, its report), one
+line each: what ``memsweep sweep`` prints before it exits ``EXIT_AFTER_RUNS``."""
+
+
 ANSWERING_OUTCOMES = ("ok", "oom")
 """The outcomes that answer whether a load fits; an error, crash or timeout answers nothing."""
 
@@ -115,9 +142,8 @@ def sweep_exit_code(sweep_dirs: list[Path]) -> int:
     Returns:
         0 or ``EXIT_ERROR``.
     """
-    outcomes = [
-        (try_read(run_dir, RESULT_FILE)[0] or {}).get("outcome") for run_dir in find_run_dirs(sorted(set(sweep_dirs)))
-    ]
+    run_dirs = [r for d in sorted(set(sweep_dirs)) if d.is_dir() for r in _own_runs(d)]
+    outcomes = [(try_read(run_dir, RESULT_FILE)[0] or {}).get("outcome") for run_dir in run_dirs]
     if not outcomes or any(o in ANSWERING_OUTCOMES for o in outcomes):
         return 0
     print(
@@ -128,6 +154,14 @@ def sweep_exit_code(sweep_dirs: list[Path]) -> int:
         flush=True,
     )
     return EXIT_ERROR
+
+
+def _own_runs(sweep_dir: Path) -> list[Path]:
+    """The sweep's runs (``conf.contract.sweep_runs``); none when its manifest cannot be read."""
+    try:
+        return sweep_runs(sweep_dir).run_dirs
+    except RecordError:
+        return []
 
 
 def planned_jobs(config: DictConfig) -> int | None:

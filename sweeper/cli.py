@@ -6,14 +6,16 @@ library (the Python API ``memsweep``, ``sweeper.predict``, the analysis).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
-import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from memsweep.conf.contract import (
+    EXIT_AFTER_RUNS,
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
     PEAK_CATEGORIES,
@@ -50,39 +52,24 @@ OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher
 
 Exit status of ``memsweep run``: 0 ok, 3 out of memory, 4 error, 6 crash, 7 timeout (the run's
 outcome), 2 bad input (nothing ran). ``memsweep sweep``: 0 when the sweep ran (its OOMs are
-its data), 4 when no run ended ok or oom (every run an error, crash or timeout), 2 bad input, 130
-interrupted (resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
+its data), 4 when no run ended ok or oom (every run an error, crash or timeout), 8 when the
+analysis or the report at its end failed (its runs kept), 2 bad input, 130 interrupted (Ctrl-C,
+SIGTERM, SIGHUP; resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
 fits, 4 a dry run failed, 2 bad input (``memsweep.conf.contract.PREDICT_EXIT``).
 """
 
 
-def _interrupted(signum: int, frame: object) -> None:
-    """SIGTERM (what SLURM sends a job before it preempts or cancels it, and ``kill``'s default)
-    ends ``memsweep run`` / ``memsweep sweep`` as Ctrl-C does: exit 130, finished runs kept."""
-    raise KeyboardInterrupt
-
-
 def _hydra_main(argv: list[str], multirun: bool) -> int:
-    """``memsweep run`` / ``memsweep sweep`` with SIGTERM handled as SIGINT (``_interrupted``, in
-    the main thread; the handler before is put back at the end)."""
-    if threading.current_thread() is not threading.main_thread():
-        return _hydra_jobs_exit(argv, multirun)
-    before = signal.signal(signal.SIGTERM, _interrupted)
-    try:
-        return _hydra_jobs_exit(argv, multirun)
-    finally:
-        signal.signal(signal.SIGTERM, before)
-
-
-def _hydra_jobs_exit(argv: list[str], multirun: bool) -> int:
-    """``sweeper.api.hydra_jobs``, its refusals printed and turned into the exit status (the
-    module's docstring)."""
+    """``memsweep run`` / ``memsweep sweep``: ``sweeper.api.hydra_jobs`` with SIGTERM and SIGHUP
+    handled as SIGINT (``interrupted_by_signals``), its refusals printed and turned into the exit
+    status (the module's docstring)."""
     from .api import hydra_jobs, run_exit_code
     from .errors import InputRefused
     from .process import RunDirError
 
     try:
-        jobs = hydra_jobs(argv, multirun)
+        with interrupted_by_signals():
+            jobs = hydra_jobs(argv, multirun)
     except RunDirError as exc:  # a given hydra.run.dir holds a run: refused before Hydra wrote anything
         print(f"memsweep run: {exc}", file=sys.stderr)
         return 1
@@ -102,10 +89,39 @@ def _hydra_jobs_exit(argv: list[str], multirun: bool) -> int:
         return EXIT_INTERRUPTED
     if not multirun and jobs:  # one run: its outcome is the exit status (a sweep's OOMs are its data)
         return run_exit_code(jobs[-1].result)
-    from .callbacks import SWEEPS_STARTED, sweep_exit_code  # 4 when no run of the sweep ended ok or oom
+    from .callbacks import END_FAILURES, SWEEPS_STARTED, sweep_exit_code  # 4: no run ended ok or oom
 
     started, SWEEPS_STARTED[:] = list(SWEEPS_STARTED), []
-    return sweep_exit_code(started + [j.sweep_dir for j in jobs if j.sweep_dir is not None])
+    failures, END_FAILURES[:] = list(END_FAILURES), []
+    code = sweep_exit_code(started + [j.sweep_dir for j in jobs if j.sweep_dir is not None])
+    for line in failures:  # a step after the runs failed: the command fails with it
+        print(f"memsweep: error: {line}", file=sys.stderr)
+    return code or (EXIT_AFTER_RUNS if failures else 0)
+
+
+HANDLED_SIGNALS = ("SIGTERM", "SIGHUP")
+"""Signals that end ``memsweep run``/``sweep`` as Ctrl-C does (a cluster's preemption sends SIGTERM)."""
+
+
+@contextlib.contextmanager
+def interrupted_by_signals() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` (in the main thread), as SIGINT
+    does: the command then ends its runs and says how to resume. Outside the main thread: nothing."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    saved = {name: signal.signal(getattr(signal, name), _raise) for name in HANDLED_SIGNALS}
+    try:
+        yield
+    finally:
+        for name, handler in saved.items():
+            signal.signal(getattr(signal, name), handler)
 
 
 def hydra_command(argv: list[str]) -> bool:

@@ -12,13 +12,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
-from memsweep.conf.contract import SpecError, hf_config_kind, ranks_are_tasks
+from memsweep.conf.contract import SpecError, check_writable, hf_config_kind, ranks_are_tasks
 
 # Top-level keys of a composed config that memsweep reads besides the load's (sweeper.spec.LOAD_KEYS):
 # the config groups, how runs are started, where results go.
@@ -60,34 +59,6 @@ def check_known_keys(data: Mapping, known: Iterable[str]) -> None:
     unknown = sorted(k for k in data if k not in accepted and k != "hydra")
     if unknown:
         raise unknown_key(unknown[0], data[unknown[0]], accepted)
-
-
-def check_writable(field: str, path: Any) -> None:
-    """Refuse an output directory that cannot be created or written.
-
-    Args:
-        field: the setting's name (``results_dir``, ``hydra.sweep.dir``).
-        path: the directory (it need not exist yet).
-
-    Raises:
-        SpecError: a path whose nearest existing ancestor is not a directory, or is one this
-            process cannot create a directory in (tried with a temporary directory, removed at
-            once).
-    """
-    target = Path(str(path)).expanduser().absolute()
-    probe = target
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        raise SpecError(field, str(path), f"a directory that can be created ({probe} is not a directory)")
-    try:  # os.access answers yes to root on a read-only file system: try, and leave nothing behind
-        os.rmdir(tempfile.mkdtemp(prefix=".memsweep-write-check-", dir=probe))
-    except OSError as exc:
-        raise SpecError(
-            field, str(path), f"a directory this user can write ({probe} is not writable: {exc.strerror})"
-        ) from None
 
 
 def launcher_class(launcher_target: str | None) -> str:

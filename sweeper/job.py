@@ -29,6 +29,7 @@ from .pool import placement
 from .process import execute
 from .slurm_job import ended_by_slurm
 from .spec import checked_spec, launch_settings, probe_device
+from .sweep_dir import register_job
 
 log = logging.getLogger("memsweep")
 
@@ -46,11 +47,12 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     ``sweeper.process.execute``); a dry run's
     ``predicted_outcome`` (``conf.contract.predicted_outcome``: ok, oom when the predicted peak
     is above the capacity, None without a capacity; written in result.json) is what
-    ``memsweep run`` exits with.
+    ``memsweep run`` exits with. A job of a sweep adds its run to the sweep's manifest before
+    its worker starts (``sweeper.sweep_dir.register_job``).
 
     Raises:
-        InputRefused: bad input, naming the field (before any worker starts); ``sweeper.cli``
-            prints it and exits 2.
+        InputRefused: bad input, naming the field (before any worker starts), a run directory
+            outside its sweep directory or another job's; ``sweeper.cli`` prints it and exits 2.
         sweeper.process.RunDirError: the job directory already holds a run.
     """
     from hydra.core.hydra_config import HydraConfig
@@ -70,6 +72,8 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     task = rank_task(spec)
     if task is not None:  # ranks as SLURM tasks: this task runs its rank only; task 0 runs the run
         return run_rank_task(spec, run_dir, task)
+    if hydra_cfg.mode == RunMode.MULTIRUN:  # the sweep's manifest names its run before its worker starts
+        register_job(Path(str(hydra_cfg.sweep.dir)), run_dir, list(hydra_cfg.overrides.task))
     # A sweep started again on its directory resumes (finished runs are not run twice);
     # a single `memsweep run` never reuses a directory.
     launch = launch_settings(cfg)

@@ -22,6 +22,7 @@ from memsweep.conf.contract import SpecError
 from .errors import InputRefused
 from .inputs import launcher_class
 from .plain import plain_list
+from .sweep_dir import check_job_name, check_resolvable, check_sweep_layout, claim_sweep_dir, sweep_identity
 
 log = logging.getLogger("memsweep")
 
@@ -102,7 +103,9 @@ def check_basic_sweep(config: DictConfig, config_loader: Any) -> int:
 
 class CheckBeforeLaunch(Callback):
     """Hydra callback (``hydra.callbacks.checks``): at the multirun's start, before the sweeper
-    runs anything, ``check_launcher_jobs``, and under Hydra's basic sweeper ``check_basic_sweep``."""
+    runs anything, ``check_launcher_jobs``, under Hydra's basic sweeper ``check_basic_sweep``, then
+    the sweep directory (``sweeper.sweep_dir``: checked, locked, its manifest written); at a
+    run's start, its job name."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Hydra's hook at the multirun's start (before the sweeper is instantiated).
@@ -120,9 +123,32 @@ class CheckBeforeLaunch(Callback):
         from .inputs import sweeper_kind
 
         try:
+            check_resolvable(config)
             check_launcher_jobs(config)
         except SpecError as exc:
             raise InputRefused(exc) from None
-        if sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_")) == "basic":
+        kind = sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_"))
+        if kind == "basic":
             count = check_basic_sweep(config, GlobalHydra.instance().config_loader())
             log.info("basic sweep: %d job(s) checked before the first one runs", count)
+        try:  # the sweep directory last: claiming it writes its lock and manifest
+            claim_sweep_dir(check_sweep_layout(config, per_job_subdir=kind != "frontier"), sweep_identity(config))
+        except SpecError as exc:
+            raise InputRefused(exc) from None
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Hydra's hook at the start of ``memsweep run``: ``check_resolvable``, ``check_job_name``.
+
+        Args:
+            config: the composed config.
+            kwargs: Hydra's other arguments (unused).
+
+        Raises:
+            InputRefused: an interpolation that cannot be resolved, a job name that is not a
+                plain file name.
+        """
+        try:
+            check_resolvable(config)
+            check_job_name(config)
+        except SpecError as exc:
+            raise InputRefused(exc) from None

@@ -122,6 +122,17 @@ CASES = [
     (["hydra/sweeper=basic", "capacity=64MiB", "batch=1,-2"], "invalid batch=-2"),
     (["batch=1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], "invalid hydra.launcher.n_jobs=0"),
     (["batch=1,2", "capacity_mode=process"], "invalid capacity_mode='process'"),
+    # a sweep directory that cannot hold one clean sweep: refused before anything runs, naming the field
+    (["batch=1,2", "hydra.sweep.dir="], "invalid hydra.sweep.dir=''"),
+    (
+        ["batch=1,2", "hydra.sweep.subdir=../../x${hydra.job.num}"],
+        "invalid hydra.sweep.subdir='../../x${hydra.job.num}'",
+    ),
+    (["batch=1,2", "hydra.sweep.subdir=same"], "invalid hydra.sweep.subdir='same'"),
+    (["batch=1,2", "hydra.job.name=../../x"], "invalid hydra.job.name='../../x'"),
+    (["batch=1,2", "hydra.job.name=/tmp/memsweep-job"], "invalid hydra.job.name='/tmp/memsweep-job'"),
+    (["batch=${context}", "context=${batch}"], "invalid batch="),
+    (["batch=1,2", "results_dir=/tmp/memsweep-no-such-dir/../../proc/memsweep"], "invalid results_dir="),
 ]
 
 
@@ -380,3 +391,22 @@ def test_analysis_survives_any_record_content(tmp_path_factory, record):
     row = run_row(run, root)
     assert row["run_id"] == "0"
     phase_rows(run, "0", root)
+
+
+def test_a_record_nested_too_deeply_is_an_unreadable_record_not_a_traceback(tmp_path):
+    from memsweep.conf.contract import read_run
+
+    (tmp_path / "spec.json").write_text(json.dumps({"schema_version": 1}))
+    (tmp_path / "record.json").write_text("[" * 100000 + "]" * 100000)
+    run = read_run(tmp_path)
+    assert run.record is None and run.record_damage == "corrupt"
+    assert any("nested too deeply" in p for p in run.problems), run.problems
+
+
+@pytest.mark.parametrize("command", ["analyze", "report"])
+def test_an_empty_directory_and_a_whole_file_system_are_no_sweep(tmp_path, command):
+    for target in (tmp_path, "/"):
+        proc = subprocess.run([MEMSWEEP, command, str(target)], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []

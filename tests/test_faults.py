@@ -154,3 +154,66 @@ def test_an_oom_whose_figures_no_field_holds_reads_back_as_an_oom(tmp_path, mess
     saved = record["phases"][0]
     assert saved["status"] == "oom" and saved["oom_null_reason"], saved
     assert [k for k, v in saved.items() if k.startswith("oom_") and k.endswith("_bytes") and v is None]
+
+
+# ---- a sweep's directory, its lock, and the steps after its runs -------------------------------
+
+HOLD_LOCK = (
+    "import sys, time\n"
+    "from memsweep.conf.contract import hold_sweep_lock\n"
+    "hold_sweep_lock(sys.argv[1]); print('held', flush=True); time.sleep(120)\n"
+)
+
+
+def _one_line_error(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.startswith("memsweep")]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert len(lines) == 1, stderr[-3000:]
+    return lines[0]
+
+
+def test_a_second_sweep_and_an_analysis_into_a_running_sweep_are_refused_in_one_line(tmp_path):
+    import sys
+
+    sweep_dir = tmp_path / "s"
+    (sweep_dir / "0").mkdir(parents=True)
+    (sweep_dir / "0" / "spec.json").write_text('{"schema_version": 1}')
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(sweep_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = sorted((p.name, p.stat().st_mtime_ns) for p in sweep_dir.iterdir())
+        cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *SMALLEST_CPU]
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and "invalid hydra.sweep.dir=" in _one_line_error(proc.stderr)
+        analyze = subprocess.run([MEMSWEEP, "analyze", str(sweep_dir)], capture_output=True, text=True, timeout=300)
+        assert analyze.returncode == 2 and "still running" in _one_line_error(analyze.stderr)
+        assert sorted((p.name, p.stat().st_mtime_ns) for p in sweep_dir.iterdir()) == before, "nothing written"
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_an_analysis_that_fails_at_the_sweeps_end_fails_the_command_in_one_line(tmp_path):
+    sweep_dir = tmp_path / "s"
+    sweep_dir.mkdir()
+    (sweep_dir / "runs.parquet").write_text("an analysis already here")  # the new one goes to analysis/<time>/
+    (sweep_dir / "analysis").write_text("a file where that folder goes")  # ... which cannot be made
+    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *SMALLEST_CPU]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 8, proc.stderr[-3000:]
+    line = [x for x in proc.stderr.splitlines() if x.startswith("memsweep: error:")]
+    assert len(line) == 1 and "the sweep's analysis failed" in line[0] and "Traceback" not in proc.stderr
+    assert all((sweep_dir / n / "result.json").is_file() for n in ("0", "1")), "the runs are kept"
+    manifest = json.loads((sweep_dir / "sweep.json").read_text())
+    assert [r["run_id"] for r in manifest["runs"]] == ["0", "1"]
+
+
+def test_a_sweep_analyses_only_its_own_runs(tmp_path):
+    sweep_dir = tmp_path / "s"
+    (sweep_dir / "7").mkdir(parents=True)  # a run directory this sweep never launched
+    (sweep_dir / "7" / "spec.json").write_text('{"schema_version": 1, "batch": 4096}')
+    cmd = [MEMSWEEP, "sweep", "hydra/sweeper=basic", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *SMALLEST_CPU]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = pq.read_table(sweep_dir / "runs.parquet").to_pylist()
+    assert sorted(r["batch"] for r in runs) == [1, 2], "nothing foreign mixed in"

@@ -749,3 +749,25 @@ def test_an_interrupted_sweep_leaves_no_fork_server_socket_directory(tmp_path):
             proc.wait()
     assert proc.returncode == 130, out[-2000:]
     assert _socket_dirs(tmp) == kept
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_to_the_orchestrator_alone_ends_the_sweep_as_ctrl_c(tmp_path, signum):
+    # a cluster's preemption (SLURM sends SIGTERM), a closed terminal (SIGHUP): exit 130, the resume
+    # hint, nothing left running
+    tag = uuid.uuid4().hex
+    proc = _start_sweep(tmp_path, tag, "batch=1,2", HANG)
+    try:
+        _wait(lambda: list((tmp_path / "s").glob("*/record.json")) or proc.poll() is not None, 180, "a run's record")
+        assert proc.poll() is None, proc.communicate()[0][-2000:]
+        proc.send_signal(signum)  # the orchestrator only, not its process group
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 130, out[-2000:]
+        assert "interrupted; finished runs are kept" in out and "Traceback" not in out
+        _wait(lambda: not _tagged(tag), 10.0, f"no process of the sweep left (left: {_tagged(tag)})")
+    finally:
+        for pid, _ in _tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

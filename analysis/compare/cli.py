@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from memsweep.conf.contract import SpecError
+from memsweep.conf.contract import SpecError, check_writable
 
 from ..report import ReportExists, report_paths
 from ..tables import repeated_dirs
@@ -38,7 +38,8 @@ def _threshold(args: argparse.Namespace) -> Threshold | None:
         The --fail-above threshold; None when not given.
 
     Raises:
-        _BadInput: fewer than two sweeps, a bad threshold, or an output that exists.
+        _BadInput: fewer than two sweeps, a bad threshold, or an output that exists or cannot be
+            written.
     """
     if len(args.sweep_dirs) < 2:
         raise _BadInput("sweep_dirs: give a baseline and at least one sweep to compare")
@@ -50,6 +51,10 @@ def _threshold(args: argparse.Namespace) -> Threshold | None:
         existing = [p for p in report_paths(args.out, "compare") if p.exists()]
         if existing:
             raise _BadInput(f"--out: {existing[0]} already exists (never overwritten)")
+        try:
+            check_writable("--out", args.out)
+        except SpecError as exc:
+            raise _BadInput(str(exc)) from exc
     for first, again in repeated_dirs(args.sweep_dirs)[1]:
         print(
             f"memsweep compare: note: {again.resolve()} was given twice ({first}, {again}): it is compared with "
@@ -69,6 +74,9 @@ def _write(result: CompareResult, threshold: Threshold | None, out: Path) -> boo
         md, html_ = write_doc(doc, out)
     except ReportExists as exc:
         print(f"memsweep compare: error: --out: {exc}", file=sys.stderr)
+        return False
+    except OSError as exc:  # a full disk, a file system gone read-only midway
+        print(f"memsweep compare: error: --out: cannot write into {out}: {exc}", file=sys.stderr)
         return False
     print(f"memsweep: comparison -> {html_}  (and {md})")
     return True

@@ -8,7 +8,7 @@ import sys
 from memsweep.conf.contract import SpecError
 from memsweep.estimator.margin import DEFAULT_MARGIN, parse_margin
 
-from ..cli import NotASweep, add_sweep_dir_args, check_sweeps, parse_sweep_dir_args
+from ..cli import NotASweep, add_sweep_dir_args, check_out, check_sweeps, parse_sweep_dir_args
 from .write import ReportExists, SweepDirNotFound, report_for_dirs
 
 
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_sweep_dir_args(parser, argv)
     try:
         parse_margin(args.margin)  # checked before any table is read
-        check_sweeps(args.sweep_dirs)
+        check_sweeps(args.sweep_dirs, args.out)
+        check_out(args.out)
     except (SpecError, NotASweep) as exc:
         print(f"memsweep report: {exc}", file=sys.stderr)
         return 2
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     except SpecError as exc:
         print(f"memsweep report: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the report could not be written (a full disk...)
+        print(f"memsweep report: error: cannot write the report into {args.out}: {exc}", file=sys.stderr)
+        return 1
     for note in report.notes:
         print(f"memsweep report: note: {note}", file=sys.stderr)
     print(f"memsweep: report -> {html_}  (and {md})")

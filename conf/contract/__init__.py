@@ -26,6 +26,7 @@ from .errors import (
     SpecError,
 )
 from .exits import (
+    EXIT_AFTER_RUNS,
     EXIT_BAD_INPUT,
     EXIT_BAD_SPEC,
     EXIT_ERROR,
@@ -105,6 +106,18 @@ from .spec import (
     needs_dynamo,
     validate_device,
 )
+from .sweep import (
+    SESSION_ENV,
+    SWEEP_FILE,
+    SweepBusy,
+    SweepRuns,
+    check_writable,
+    hold_sweep_lock,
+    register_run,
+    start_manifest,
+    sweep_running,
+    sweep_runs,
+)
 from .units import (
     GB,
     SIZE_FORMS,
@@ -173,6 +186,17 @@ from .workload import (
 )
 
 __all__ = [
+    "SESSION_ENV",
+    "SWEEP_FILE",
+    "SweepBusy",
+    "SweepRuns",
+    "check_writable",
+    "hold_sweep_lock",
+    "register_run",
+    "start_manifest",
+    "sweep_runs",
+    "sweep_running",
+    "EXIT_AFTER_RUNS",
     "FAILURE_CLASSES",
     "ALL_VARIABLES",
     "PHASE_SIZE_VARIABLES",

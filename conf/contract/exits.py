@@ -25,7 +25,12 @@ EXIT_BAD_INPUT = 2
 """A memsweep command refused its input (a SpecError) before anything ran."""
 
 EXIT_INTERRUPTED = 130
-"""A memsweep command interrupted (Ctrl-C); a sweep resumes when started again."""
+"""A memsweep command interrupted (Ctrl-C, SIGTERM, SIGHUP); a sweep resumes when started again."""
+
+EXIT_AFTER_RUNS = 8
+"""``memsweep sweep``: the runs ended but a step after them failed (the analysis or the report at
+the sweep's end; one line says which and why): the runs are kept, ``memsweep analyze DIR`` tries
+again."""
 
 RUN_EXIT = {"ok": 0, "oom": 3, "error": 4, "crash": 6, "timeout": 7}
 """``memsweep run``'s exit status by the run's outcome, so that ``memsweep run ... && echo

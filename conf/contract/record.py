@@ -378,6 +378,8 @@ def read_json(path: Path | str, kind: str) -> dict:
         raise RecordError(f"{kind} {path}: cannot be read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise RecordError(f"{kind} {path}: corrupt or truncated JSON ({exc})") from None
+    except RecursionError:
+        raise RecordError(f"{kind} {path}: nested too deeply to read") from None
     if not isinstance(data, dict):
         raise RecordError(f"{kind} {path}: expected a JSON object, found {type(data).__name__}")
     version = data.get("schema_version")

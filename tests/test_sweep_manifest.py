@@ -1,0 +1,241 @@
+"""A sweep knows its own runs (conf.contract.sweep): its manifest, the runs every analysis reads
+(a missing one named, nothing foreign mixed in), the checks of its directory before anything
+runs, its lock, and the tables published as one set or not at all."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from omegaconf import OmegaConf
+
+from memsweep.analysis.cli import NotASweep, check_out, check_sweeps
+from memsweep.analysis.outputs import OUTPUTS, PUBLISHING, publish_set, recover_set
+from memsweep.analysis.tables import build_tables
+from memsweep.conf.contract import (
+    SWEEP_FILE,
+    RecordError,
+    SpecError,
+    hold_sweep_lock,
+    read_json,
+    register_run,
+    start_manifest,
+    sweep_running,
+    sweep_runs,
+)
+from memsweep.conf.contract.sweep import read_manifest
+from memsweep.sweeper.cli import interrupted_by_signals
+from memsweep.sweeper.sweep_dir import check_job_name, check_sweep_layout
+
+
+def _run_dir(sweep: Path, name: str) -> Path:
+    d = sweep / name
+    d.mkdir(parents=True)
+    (d / "spec.json").write_text(json.dumps({"schema_version": 1, "batch": 1}))
+    return d
+
+
+def test_a_sweep_reads_exactly_its_listed_runs_and_names_a_missing_one(tmp_path):
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    start_manifest(sweep)
+    for name in ("0", "1", "2"):
+        register_run(sweep, _run_dir(sweep, name), [f"batch={name}"], "sess")
+    _run_dir(sweep, "old/0")  # an older sweep's run below: not this sweep's
+    _run_dir(sweep, "9")  # a run directory nobody launched in this sweep
+    (sweep / "1" / "spec.json").unlink()  # deleted mid-sweep
+    runs = sweep_runs(sweep)
+    assert runs.listed and [p.name for p in runs.run_dirs] == ["0", "2"] and runs.missing == [sweep / "1"]
+    tables = build_tables([sweep])
+    assert sorted(tables.runs.column("run_id").to_pylist()) == ["0", "2"]
+    assert any("1: a run of this sweep is missing" in p for p in tables.problems), tables.problems
+
+
+def test_without_a_manifest_every_run_below_is_read(tmp_path):
+    _run_dir(tmp_path, "a")
+    _run_dir(tmp_path, "b/c")
+    runs = sweep_runs(tmp_path)
+    assert not runs.listed and len(runs.run_dirs) == 2 and runs.missing == []
+
+
+def test_the_manifest_is_written_atomically_and_keeps_a_resumed_sweeps_runs(tmp_path):
+    start_manifest(tmp_path)
+    register_run(tmp_path, tmp_path / "0", ["batch=1"], "one")
+    start_manifest(tmp_path)  # a resume: the manifest stays
+    register_run(tmp_path, tmp_path / "0", ["batch=1"], "two")
+    data = read_json(tmp_path / SWEEP_FILE, "sweep")
+    assert [r["run_id"] for r in data["runs"]] == ["0"] and data["runs"][0]["session"] == "two"
+    assert not list(tmp_path.glob(".sweep.json.*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "run_dir, field",
+    [("../x0", "hydra.sweep.subdir"), (".", "hydra.sweep.subdir")],
+)
+def test_a_run_outside_its_sweep_is_refused(tmp_path, run_dir, field):
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    with pytest.raises(SpecError) as info:
+        register_run(sweep, sweep / run_dir, [], "sess")
+    assert info.value.field == field
+
+
+def test_two_jobs_of_one_session_in_one_directory_collide(tmp_path):
+    register_run(tmp_path, tmp_path / "x", ["batch=1"], "sess")
+    register_run(tmp_path, tmp_path / "x", ["batch=1"], "sess")  # the same job again: fine
+    with pytest.raises(SpecError, match="a folder of its own for each job") as info:
+        register_run(tmp_path, tmp_path / "x", ["batch=2"], "sess")
+    assert info.value.field == "hydra.sweep.subdir"
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["{", json.dumps({"kind": "sweep", "schema_version": 1, "runs": [{"run_id": "../../etc"}]}), "[1]", "[" * 100000],
+)
+def test_a_bad_manifest_is_refused_in_words(tmp_path, content):
+    (tmp_path / SWEEP_FILE).write_text(content)
+    with pytest.raises(RecordError):
+        read_manifest(tmp_path)
+    with pytest.raises(NotASweep, match="sweep.json"):
+        check_sweeps([tmp_path])
+
+
+def _config(sweep_dir: str, subdir: str = "${hydra.job.num}", name: str = "memsweep"):
+    return OmegaConf.create({"hydra": {"sweep": {"dir": sweep_dir, "subdir": subdir}, "job": {"name": name}}})
+
+
+@pytest.mark.parametrize(
+    "sweep_dir, subdir, name, field",
+    [
+        ("", "${hydra.job.num}", "memsweep", "hydra.sweep.dir"),
+        (".", "${hydra.job.num}", "memsweep", "hydra.sweep.dir"),
+        ("..", "${hydra.job.num}", "memsweep", "hydra.sweep.dir"),
+        ("s", "../../x${hydra.job.num}", "memsweep", "hydra.sweep.subdir"),
+        ("s", "/abs/${hydra.job.num}", "memsweep", "hydra.sweep.subdir"),
+        ("s", "same", "memsweep", "hydra.sweep.subdir"),
+        ("s", "${hydra.job.num}", "../../x", "hydra.job.name"),
+        ("s", "${hydra.job.num}", "/abs/log", "hydra.job.name"),
+        ("s", "${hydra.job.num}", "", "hydra.job.name"),
+    ],
+)
+def test_a_sweep_directory_that_cannot_hold_one_clean_sweep_is_refused(
+    tmp_path, monkeypatch, sweep_dir, subdir, name, field
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError) as info:
+        check_sweep_layout(_config(sweep_dir, subdir, name), per_job_subdir=True)
+    assert info.value.field == field
+
+
+def test_a_sweep_directory_holding_another_sweep_below_its_first_level_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _run_dir(tmp_path / "s", "0")  # its own first level: a resume
+    assert check_sweep_layout(_config("s"), per_job_subdir=True) == tmp_path / "s"
+    _run_dir(tmp_path / "s", "older/2026-01-01/0")
+    with pytest.raises(SpecError, match="a run of another sweep below it") as info:
+        check_sweep_layout(_config("s"), per_job_subdir=True)
+    assert info.value.field == "hydra.sweep.dir"
+
+
+def test_job_names_are_file_names():
+    check_job_name(_config("s"))
+    with pytest.raises(SpecError):
+        check_job_name(_config("s", name=".."))
+
+
+HOLD = textwrap.dedent(
+    """
+    import sys, time
+    from memsweep.conf.contract import hold_sweep_lock
+    hold_sweep_lock(sys.argv[1])
+    print("held", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_running_sweep_is_refused_by_a_second_sweep_and_by_an_analysis_into_it(tmp_path):
+    sweep = tmp_path / "s"
+    _run_dir(sweep, "0")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(sweep)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        register_run(sweep, sweep / "0", ["batch=1"], None)
+        assert sweep_running(sweep)
+        with pytest.raises(RuntimeError, match="in use by another sweep"):
+            hold_sweep_lock(sweep, "another sweep")
+        os.close(hold_sweep_lock(sweep))  # the same sweep: orchestrators share its directory
+        with pytest.raises(NotASweep, match="still running"):
+            check_sweeps([sweep], sweep)
+        check_sweeps([sweep], tmp_path / "elsewhere")  # --out elsewhere: allowed
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not sweep_running(sweep)
+    check_sweeps([sweep], sweep)
+
+
+def test_a_root_of_a_file_system_and_an_unwritable_out_are_refused():
+    with pytest.raises(NotASweep, match="whole file system"):
+        check_sweeps([Path("/")])
+    with pytest.raises(NotASweep, match="--out"):
+        check_out(Path("/proc/memsweep-out"))
+
+
+def _tables():
+    return {name: pa.table({"x": [1, 2]}) for name in OUTPUTS}
+
+
+def test_tables_are_published_as_one_set_and_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    publish_set(_tables(), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(OUTPUTS)
+    out = tmp_path / "full"
+    out.mkdir()
+    import pyarrow.parquet as pq
+
+    calls = []
+    real = pq.write_table
+
+    def full_disk(table, where, *a, **k):
+        calls.append(where)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(table, where, *a, **k)
+
+    monkeypatch.setattr(pq, "write_table", full_disk)
+    with pytest.raises(OSError):
+        publish_set(_tables(), out)
+    assert list(out.iterdir()) == []
+
+
+def test_a_set_left_partial_by_a_killed_writer_is_undone_and_stale_temps_removed(tmp_path):
+    pid = 999999
+    (tmp_path / OUTPUTS[0]).write_bytes(b"renamed before the kill")
+    (tmp_path / f".{OUTPUTS[1]}.{pid}.tmp").write_bytes(b"")
+    (tmp_path / f".{OUTPUTS[2]}.{pid}.tmp").write_bytes(b"")
+    (tmp_path / PUBLISHING.format(pid=pid)).write_text(json.dumps(list(OUTPUTS)))
+    recover_set(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    complete = tmp_path / "complete"
+    complete.mkdir()
+    publish_set(_tables(), complete)
+    (complete / PUBLISHING.format(pid=pid)).write_text(json.dumps(list(OUTPUTS)))  # killed after its renames
+    (complete / f".frontier.parquet.{pid + 1}.tmp").write_bytes(b"")  # another dead writer's temporary
+    recover_set(complete)
+    assert sorted(p.name for p in complete.iterdir()) == sorted(OUTPUTS)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_interrupt_as_ctrl_c_does(signum):
+    before = signal.getsignal(signum)
+    with pytest.raises(KeyboardInterrupt):
+        with interrupted_by_signals():
+            os.kill(os.getpid(), signum)
+            for _ in range(100):
+                pass
+    assert signal.getsignal(signum) == before
