@@ -116,6 +116,75 @@ def test_killing_only_the_orchestrator_leaves_no_process_within_5_s(tmp_path, la
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
+def test_a_crashed_workers_children_die_with_it(tmp_path, tiny, isolation):
+    """A worker that forked a child and started a program, then died (SIGKILL): neither is left,
+    whatever the isolation (its group and session are killed before it is reaped)."""
+    tag = uuid.uuid4().hex
+    spec = RunSpec.from_dict(dict(tiny, fault={"phase": "warm_forward", "kind": "orphans"}))
+    try:
+        result = execute(spec, tmp_path / "r", isolation=isolation, extra_env={TAG: tag})
+        assert result["outcome"] == "crash" and result["error_type"] == "SIGKILL", result
+        _wait(lambda: not _tagged(tag), 5.0, f"no child of the worker left (left: {_tagged(tag)})")
+    finally:
+        for pid, _ in _tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
+IDLE_POOL = """
+import os, sys, time
+from joblib import Parallel, delayed
+from memsweep.sweeper.launcher_bounds import bound_launcher
+from memsweep.sweeper.owner import claim_sweep
+
+class Launcher:  # as Hydra's joblib launcher keeps its Parallel arguments
+    joblib = {"n_jobs": 2, "backend": "loky"}
+
+claim_sweep()
+launcher = Launcher()
+bound_launcher(launcher, 2)
+print(Parallel(**launcher.joblib)(delayed(os.getpid)() for _ in range(2)), flush=True)
+time.sleep(600)  # the pool's workers now idle, as between two launches
+"""
+
+
+def test_idle_launcher_workers_die_with_the_orchestrator(tmp_path):
+    """loky workers that hold no job (idle between launches) run the owner watchdog from their
+    start (loky's initializer): none outlives a killed orchestrator."""
+    tag = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, "-c", IDLE_POOL], env={**os.environ, TAG: tag}, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("["), line
+        assert [pid for pid, _ in _tagged(tag) if pid != proc.pid], "the pool's workers run"
+        proc.kill()
+        proc.wait()
+        _wait(lambda: not _tagged(tag), 5.0, f"no launcher worker left (left: {_tagged(tag)})")
+    finally:
+        for pid, _ in _tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_joblib_pool_is_bounded_by_its_jobs_and_cores():
+    """n_jobs=100000 for two jobs starts at most two workers; the asked count is kept for the next
+    launch; every worker runs the owner guard from its start."""
+    from memsweep.sweeper.launcher_bounds import bound_launcher
+    from memsweep.sweeper.owner import guard_launcher_worker
+
+    launcher = types.SimpleNamespace(joblib={"n_jobs": 100000})
+    bound_launcher(launcher, 2)
+    assert 1 <= launcher.joblib["n_jobs"] <= 2 and launcher.joblib["initializer"] is guard_launcher_worker
+    bound_launcher(launcher, 1)
+    assert launcher.joblib["n_jobs"] == 1
+    bound_launcher(launcher, 5)
+    assert launcher.joblib["n_jobs"] <= min(5, len(os.sched_getaffinity(0)))
+    other = types.SimpleNamespace()  # not joblib: left alone
+    bound_launcher(other, 3)
+    assert vars(other) == {}
+
+
 # ---- 2. every wait has a bound and a message -------------------------------------------------
 
 

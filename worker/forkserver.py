@@ -31,6 +31,7 @@ from memsweep.conf.contract import (
     ISOLATION_SPAWN,
     LEASE_LOCKS_ENV,
     SCHEMA_VERSION,
+    kill_session,
     peer_pid,
     process_identity,
     write_json_atomic,
@@ -70,6 +71,7 @@ def _handle(conn: socket.socket, request: ForkRequest, server: int) -> None:
     os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped
     with watch.lock:
         watch.ended.set()
+    kill_session(pid)  # whatever ended it, what it started dies with it (its pid not yet reusable)
     _, status = os.waitpid(pid, 0)
     wall_s = time.monotonic() - t0
     returncode = os.waitstatus_to_exitcode(status)
@@ -119,11 +121,8 @@ class _Watch:
         self.held: list[int] = []  # the lease's lock files, open and locked until this handler exits
 
     def kill(self) -> None:
-        """Kill the worker's group; call with ``lock`` held and the worker not yet reaped."""
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """Kill the worker's group and session; call with ``lock`` held and the worker not yet reaped."""
+        kill_session(self.pid)
 
     def client(self) -> None:
         """End of file before the worker has ended = the client died (the run is kept); a
