@@ -102,7 +102,8 @@ def check_basic_sweep(config: DictConfig, config_loader: Any) -> int:
 
 class CheckBeforeLaunch(Callback):
     """Hydra callback (``hydra.callbacks.checks``): at the multirun's start, before the sweeper
-    runs anything, ``check_launcher_jobs``, and under Hydra's basic sweeper ``check_basic_sweep``."""
+    runs anything, ``check_launcher_jobs``, the sweep's size (``sweeper.sweep_size``), and under
+    Hydra's basic sweeper ``check_basic_sweep``."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Hydra's hook at the multirun's start (before the sweeper is instantiated).
@@ -119,10 +120,14 @@ class CheckBeforeLaunch(Callback):
 
         from .inputs import sweeper_kind
 
+        from .sweep_size import check_sweep_size
+
+        kind = sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_"))
         try:
             check_launcher_jobs(config)
+            check_sweep_size(config, product=kind == "basic")  # before any list of values is expanded
         except SpecError as exc:
             raise InputRefused(exc) from None
-        if sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_")) == "basic":
+        if kind == "basic":
             count = check_basic_sweep(config, GlobalHydra.instance().config_loader())
             log.info("basic sweep: %d job(s) checked before the first one runs", count)

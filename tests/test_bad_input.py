@@ -125,6 +125,10 @@ CASES = [
     (["hydra/sweeper=basic", "capacity=64MiB", "batch=1,-2"], "invalid batch=-2"),
     (["batch=1,2", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0"], "invalid hydra.launcher.n_jobs=0"),
     (["batch=1,2", "capacity_mode=process"], "invalid capacity_mode='process'"),
+    # a sweep's size, counted from the range's bounds before any value is listed
+    (["batch=range(1,100000000)"], "invalid batch='99999999 conditions': expected at most 4096 conditions"),
+    (["hydra/sweeper=basic", "batch=range(1,100)", "context=range(1,100)"], "invalid batch context='9801 conditions'"),
+    (["hydra/sweeper=frontier", "capacity=1MiB", "batch=range(1,100000000)"], "invalid batch='99999999 conditions'"),
 ]
 
 
@@ -157,6 +161,64 @@ def test_bad_sweep_input(tmp_path, args, message):
         assert not list(tmp_path.rglob(name)), f"no worker may start on bad input ({name})"
     assert sorted(p.relative_to(results).as_posix() for p in results.rglob("*")) == ["keep.txt"]
     assert sentinel.read_text() == "earlier results"
+
+
+def _refused_sweep(tmp_path, *args):
+    """Run ``memsweep sweep`` on bad input: refused (exit 2) in one line, no worker started."""
+    proc = subprocess.run(
+        [MEMSWEEP, "sweep", "sweep=none", f"hydra.sweep.dir={tmp_path / 's'}", *TINY, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("memsweep: error:")]
+    assert len(errors) == 1, proc.stderr[-2000:]
+    assert not (tmp_path / "s").exists() or not list((tmp_path / "s").rglob("spec.json")), "no worker may start"
+    return errors[0]
+
+
+HF_BASE = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "not valid JSON"),  # /etc/passwd as the config
+        (json.dumps({**HF_BASE, "hidden_size": "abc"}), "expected a config transformers builds"),
+    ],
+    ids=["etc-passwd", "wrong-type"],
+)
+def test_an_hf_config_is_read_before_any_worker(tmp_path, content, message):
+    """A workload.config that is no config.json (or one transformers cannot build) is refused up front,
+    as `memsweep estimate --config` refuses it: exit 2, one line naming the field."""
+    path = "/etc/passwd"
+    if content is not None:
+        path = str(tmp_path / "config.json")
+        (tmp_path / "config.json").write_text(content)
+    line = _refused_sweep(tmp_path, "workload=hf", f"workload.config={path}", "batch=1,2")
+    assert "invalid workload.config=" in line and message in line, line
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"a":' + "[" * 100000 + "]" * 100000 + "}", "nested too deep"),
+        (bytes(range(256)) * 4, "expected a Hugging Face config.json"),
+        ("[1, 2]", "holds a JSON list"),
+    ],
+    ids=["deep", "bytes", "list"],
+)
+def test_config_json_contents_are_checked(tmp_path, content, message):
+    from memsweep.sweeper.inputs import check_config_json
+
+    file = tmp_path / "config.json"
+    file.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(SpecError, match=message) as err:
+        check_config_json(str(file), file)
+    assert err.value.field == "workload.config"
 
 
 def test_at_least_thirty_cases():
