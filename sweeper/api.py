@@ -247,8 +247,9 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
         sweeper.process.RunDirError: a given ``hydra.run.dir`` already holds a run (nothing written).
         SpecError: an output directory that cannot be written (``sweeper.cli.check_output_args``).
         InputRefused: a sweeper or the task refused its input before any worker started.
-        SystemExit: Hydra reported an error itself (unless ``HYDRA_FULL_ERROR`` is set: then it
-            raises the error).
+        sweeper.hydra_errors.HydraStopped: the app ended with an exception, in one line (unless
+            ``HYDRA_FULL_ERROR`` is set: then Hydra reports it itself, ``SystemExit``).
+        SystemExit: Hydra exited by itself (``--help``, ``--cfg``).
         KeyboardInterrupt: interrupted.
     """
     import hydra
@@ -258,6 +259,7 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
     from omegaconf import DictConfig
 
     from .cli import check_output_args, hydra_command
+    from .hydra_errors import raised_errors
     from .job import run_condition
     from .process import check_run_dir_free
 
@@ -284,7 +286,8 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
     given = multirun and hydra_command(argv)  # `memsweep sweep --cfg job`: Hydra shows the config, nothing runs
     saved, sys.argv = sys.argv, ["memsweep"] + (["--multirun"] if multirun and not given else []) + argv
     try:
-        _main()
+        with raised_errors():  # one line, not Hydra's traceback: sweeper.hydra_errors
+            _main()
     finally:
         sys.argv = saved
         GlobalHydra.instance().clear()  # a later call (or compose, for predict) initializes it again

@@ -221,6 +221,52 @@ def test_config_json_contents_are_checked(tmp_path, content, message):
     assert err.value.field == "workload.config"
 
 
+def test_a_python_tag_in_a_config_file_is_refused_in_one_line(tmp_path):
+    """A YAML tag that would run code (!!python/object/apply) is never constructed: exit 2, one line."""
+    (tmp_path / "conf" / "workload").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    evil = f'name: mlp\nwidth: !!python/object/apply:os.system ["touch {marker}"]\n'
+    (tmp_path / "conf" / "workload" / "evil.yaml").write_text(evil)
+    line = _refused_sweep(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "workload=evil", "batch=1,2")
+    assert "not plain YAML" in line and "evil.yaml" in line, line
+    assert not marker.exists()
+
+
+def test_compare_refuses_a_runs_parquet_of_random_bytes(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for table in ("runs.parquet", "phases.parquet"):
+            (tmp_path / name / table).write_bytes(bytes(range(256)) * 16)
+    proc = subprocess.run([MEMSWEEP, "compare", "a", "b"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "runs.parquet is not a Parquet table" in proc.stderr
+
+
+def test_what_stops_hydra_is_said_in_one_line():
+    import errno
+
+    import yaml
+
+    from memsweep.conf.contract import EXIT_BAD_INPUT
+    from memsweep.sweeper.hydra_errors import EXIT_STOPPED, stopped
+
+    full = stopped(OSError(errno.ENOSPC, "No space left on device", "/s/0/record.json"))
+    assert full.code == EXIT_STOPPED and "No space left on device: /s/0/record.json" in str(full)
+    assert "resumes" in str(full) and "\n" not in str(full)
+    try:
+        try:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/s/3/.result.json.x.tmp")
+        except OSError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as wrapped:
+        gone = stopped(wrapped)
+    assert gone.code == EXIT_STOPPED and "/s/3/" in str(gone)
+    tag = stopped(yaml.constructor.ConstructorError(None, None, "could not determine a constructor", None))
+    assert tag.code == EXIT_BAD_INPUT and "not plain YAML" in str(tag)
+    assert stopped(KeyError("a fault of memsweep itself")) is None
+
+
 def test_at_least_thirty_cases():
     assert len(CASES) >= 30
 
