@@ -298,6 +298,7 @@ def test_bad_command_lines(tmp_path, argv, code, message):
         (["--axis", "eval_batch"], "invalid --axis='eval_batch': expected an axis this load reads, not eval_batch"),
         (["workload=transformer", "workload.hidden=32", "--axis", "width"], "invalid --axis='width'"),
         (["--cards="], "invalid --cards=''"),
+        (["hydra.run.dir=/etc"], "invalid hydra.run.dir='/etc': expected a new or empty directory"),
     ],
 )
 def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, args, message):
@@ -351,6 +352,28 @@ def test_run_refuses_before_any_worker_and_leaves_nothing(tmp_path, args, messag
     assert proc.returncode == 2 and message in proc.stderr, (proc.returncode, proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.rglob("*")), "nothing written"
+
+
+def test_predict_writes_where_hydra_run_dir_says(tmp_path):
+    proc = subprocess.run(
+        [
+            MEMSWEEP,
+            "predict",
+            "capacity=1GiB",
+            "context=8",
+            "width=16",
+            "--upper",
+            "2",
+            f"hydra.run.dir={tmp_path / 'p'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "p" / "predict.json").is_file()
+    assert not (tmp_path / "results").exists(), "nothing in the default results_dir"
 
 
 def test_a_refused_run_in_the_default_folders_leaves_no_empty_folder(tmp_path):

@@ -2,6 +2,8 @@
 phases are kept, the sweep goes on or resumes, and no record is lost, duplicated or torn."""
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import time
@@ -154,3 +156,33 @@ def test_an_oom_whose_figures_no_field_holds_reads_back_as_an_oom(tmp_path, mess
     saved = record["phases"][0]
     assert saved["status"] == "oom" and saved["oom_null_reason"], saved
     assert [k for k, v in saved.items() if k.startswith("oom_") and k.endswith("_bytes") and v is None]
+
+
+def test_a_run_directory_deleted_mid_run_stops_the_sweep_in_one_line(tmp_path):
+    """The run's directory removed while its worker runs: the orchestrator cannot write its result;
+    it says so in one line (exit 1, documented), with no traceback, and leaves no worker running."""
+    sweep_dir = tmp_path / "s"
+    cmd = [
+        MEMSWEEP,
+        "sweep",
+        "sweep=none",
+        "batch=choice(2)",
+        "fault={phase:warm_forward,kind:hang}",
+        f"hydra.sweep.dir={sweep_dir}",
+        *SMALLEST_CPU,
+    ]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for("0/record.json", sweep_dir, 1)
+        worker = json.loads((sweep_dir / "0" / "record.json").read_text())["pid"]
+        os.rename(sweep_dir / "0", tmp_path / "gone")  # at once: the worker still writes into it
+        os.kill(worker, signal.SIGKILL)
+        shutil.rmtree(tmp_path / "gone")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in out + err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("memsweep: error:")]
+    assert len(errors) == 1 and "No such file or directory" in errors[0] and "resumes" in errors[0], err[-3000:]
+    assert not os.path.exists(f"/proc/{worker}") or open(f"/proc/{worker}/stat").read().split()[2] == "Z"
