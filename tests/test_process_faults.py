@@ -487,6 +487,26 @@ def _started_server(sock: str, *options: str):
         server.wait()
 
 
+@pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
+def test_the_handler_enforces_timeout_s_while_its_client_is_stopped(tmp_path, tiny, isolation):
+    """A client that stays silent (an orchestrator stopped by SIGSTOP enforces nothing): the run's
+    handler kills the run at its timeout_s itself and says so (ForkEnded timed_out), group and all."""
+    run_dir = _spec_dir(tmp_path, "r", tiny, fault={"phase": "warm_forward", "kind": "hang"})
+    sock, tag = str(tmp_path / "sock"), uuid.uuid4().hex
+    options = (str(os.getpid()), FORKSERVER_NO_PRELOAD) if isolation == "spawn" else ()
+    with _started_server(sock, *options):
+        request = run_request(run_dir, worker_env({TAG: tag}), 3, False, isolation)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(sock)
+            conn.settimeout(120)  # far past timeout_s: a handler that waits on its client fails here
+            conn.sendall((json.dumps(request) + "\n").encode())
+            reader = conn.makefile()
+            pid = json.loads(reader.readline())["pid"]
+            ended = json.loads(reader.readline())
+    assert ended == {"returncode": -signal.SIGKILL, "timed_out": True}, ended
+    assert pid and not _tagged(tag), "the run and its group are gone"
+
+
 def test_a_forked_run_outlives_its_killed_client_with_its_lease(tmp_path, tiny):
     """The handler keeps a run whose client died: it holds the run's lease, says so at once
     (exit_status.json, ended false), and writes the worker's exit status when it ends."""
