@@ -119,7 +119,6 @@ class CheckBeforeLaunch(Callback):
         from hydra.core.global_hydra import GlobalHydra
 
         from .inputs import sweeper_kind
-
         from .sweep_size import check_sweep_size
 
         kind = sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_"))
