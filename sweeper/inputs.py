@@ -330,8 +330,9 @@ POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
 BAD_CONFIG_ERRORS = ("has no such class", "Unrecognized model identifier", "has no model_type")
 """Fragments of the count worker's error that say the hf ``workload.config`` names no config."""
 
-UNCOUNTED_ERRORS = ("transformers is not installed",)
-"""Fragments of the count's error that say nothing of the config (the run goes on uncounted)."""
+UNCOUNTED_ERRORS = ("transformers is not installed", "No module named", "the count worker gave no answer")
+"""Fragments of the count's error that say nothing of the config (a package missing here, a count
+worker that died): the run goes on uncounted."""
 
 
 def check_hf_model(spec: Any, count: Mapping[str, Any] | None) -> None:
