@@ -267,6 +267,34 @@ def test_what_stops_hydra_is_said_in_one_line():
     assert stopped(KeyError("a fault of memsweep itself")) is None
 
 
+def test_the_up_front_count_is_bounded_by_timeout_s(tmp_path, monkeypatch, tiny):
+    """The count of an hf model before the first run gets the run's timeout_s (not its own 600 s);
+    a count past it refuses the config, naming timeout_s."""
+    import os
+
+    from memsweep.sweeper import spec as spec_module
+
+    asked = {}
+
+    def past_its_time(flag, *args, timeout):
+        asked["timeout"] = timeout
+        raise subprocess.TimeoutExpired(flag, timeout)
+
+    monkeypatch.setattr(spec_module, "ask_worker", past_its_time)
+    (tmp_path / "config.json").write_text(json.dumps({**HF_BASE, "num_hidden_layers": 10**11}))
+    workload = {"name": "hf", "config": str(tmp_path / "config.json")}
+    spec = RunSpec.from_dict({**tiny, "timeout_s": 5, "workload": workload})
+    before = set(os.environ)
+    try:
+        with pytest.raises(SpecError) as err:
+            spec_module.with_estimate(spec)
+    finally:
+        for key in set(os.environ) - before:  # the count's answer, cached for this process
+            monkeypatch.delenv(key)
+    assert asked["timeout"] == 5
+    assert err.value.field == "workload.config" and "timeout_s=5" in err.value.accepted, err.value
+
+
 def test_at_least_thirty_cases():
     assert len(CASES) >= 30
 
