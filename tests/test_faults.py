@@ -19,9 +19,17 @@ MATRIX = [(kind, phase) for kind in ("sigkill", "oom") for phase in INFERENCE_PH
     ("segfault", "cold_forward"),
     ("raise", "warm_forward"),
     ("garbage", "inputs"),
+    ("orphans", "warm_forward"),  # children left behind, then SIGKILL: a crash (none left: test_process_faults)
 ]
 # A hang past timeout_s is in tests/test_worker_runs.py (its short timeout_s would race slow starts here).
-EXPECTED = {"sigkill": "crash", "oom": "oom", "segfault": "crash", "raise": "error", "garbage": "crash"}
+EXPECTED = {
+    "sigkill": "crash",
+    "oom": "oom",
+    "segfault": "crash",
+    "raise": "error",
+    "garbage": "crash",
+    "orphans": "crash",
+}
 
 
 @pytest.fixture(scope="module")
