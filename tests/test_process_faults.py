@@ -574,7 +574,7 @@ def test_a_spawned_run_from_the_server_is_a_new_interpreter_that_inherits_nothin
             assert not int(status["SigIgn"], 16) & sigint and int(status["SigCgt"], 16) & sigint
             assert not _maps_torch(server.pid), "the server imported no torch"
             os.kill(pid, signal.SIGKILL)
-            assert json.loads(reader.readline()) == {"returncode": -signal.SIGKILL}
+            assert json.loads(reader.readline()) == {"returncode": -signal.SIGKILL, "timed_out": False}
 
 
 def _read(path: Path) -> dict | None:
