@@ -247,8 +247,9 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
         sweeper.process.RunDirError: a given ``hydra.run.dir`` already holds a run (nothing written).
         SpecError: an output directory that cannot be written (``sweeper.cli.check_output_args``).
         InputRefused: a sweeper or the task refused its input before any worker started.
-        SystemExit: Hydra reported an error itself (unless ``HYDRA_FULL_ERROR`` is set: then it
-            raises the error).
+        sweeper.hydra_errors.HydraStopped: the app ended with an exception, in one line (unless
+            ``HYDRA_FULL_ERROR`` is set: then Hydra reports it itself, ``SystemExit``).
+        SystemExit: Hydra exited by itself (``--help``, ``--cfg``).
         KeyboardInterrupt: interrupted.
     """
     import hydra
@@ -295,13 +296,15 @@ def _call_hydra(main: Callable[[], Any], argv: list[str]) -> None:
     from hydra.core.global_hydra import GlobalHydra
 
     from .errors import InputRefused
+    from .hydra_errors import raised_errors
     from .process import RunDirError
     from .sweep_dir import release_sweep_dirs
 
     saved, sys.argv = sys.argv, argv
     refused = True
     try:
-        main()
+        with raised_errors():  # one line, not Hydra's traceback: sweeper.hydra_errors
+            main()
         refused = False
     except (InputRefused, SpecError, RunDirError):
         raise

@@ -53,7 +53,8 @@ OVERRIDES use Hydra's syntax: ``batch=16 capacity=2GiB sweep=ovat hydra/launcher
 Exit status of ``memsweep run``: 0 ok, 3 out of memory, 4 error, 6 crash, 7 timeout (the run's
 outcome), 2 bad input (nothing ran). ``memsweep sweep``: 0 when the sweep ran (its OOMs are
 its data), 4 when no run ended ok or oom (every run an error, crash or timeout), 8 when the
-analysis or the report at its end failed (its runs kept), 2 bad input, 130 interrupted (Ctrl-C,
+analysis or the report at its end failed (its runs kept), 2 bad input, 1 stopped (a file it
+could not write or read: the disk full, a directory removed; resumable), 130 interrupted (Ctrl-C,
 SIGTERM, SIGHUP; resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
 fits, 4 a dry run failed, 2 bad input (``memsweep.conf.contract.PREDICT_EXIT``).
 """
@@ -65,6 +66,7 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     status (the module's docstring)."""
     from .api import hydra_jobs, run_exit_code
     from .errors import InputRefused
+    from .hydra_errors import HydraStopped
     from .process import RunDirError
 
     try:
@@ -76,6 +78,9 @@ def _hydra_main(argv: list[str], multirun: bool) -> int:
     except (SpecError, InputRefused) as exc:  # an output directory, or a sweeper's or the task's refusal
         print(f"memsweep: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except HydraStopped as exc:  # one line for what ended Hydra's app (sweeper.hydra_errors)
+        print(f"memsweep: error: {exc}", file=sys.stderr)
+        return exc.code
     except SystemExit as exc:  # Hydra exits 1 after printing a job's error
         return int(exc.code or 0) if not isinstance(exc.code, str) else 1
     except KeyboardInterrupt:

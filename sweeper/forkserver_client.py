@@ -385,8 +385,8 @@ class ForkServer:
                 "memory?); the run's outcome is unknown",
                 pid,
             )
-        returncode = json.loads(line)["returncode"]
-        return WorkerExit(returncode, timed_out, pid, wall_s)
+        ended = json.loads(line)  # the handler kills the run at its timeout_s too (this process may be stopped)
+        return WorkerExit(ended["returncode"], timed_out or bool(ended.get("timed_out")), pid, wall_s)
 
     def _lost(self, path: str | None, stuck: bool = False) -> None:
         """The server at ``path`` is gone: a shared one is never used again by this process (it

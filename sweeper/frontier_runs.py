@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from memsweep.conf.contract import (
     try_read,
 )
 
+from .launcher_bounds import resolved_n_jobs, usable_cores
 from .lost_workers import launch_surviving
 from .process import RunDirError, stored_spec
 from .search import Reading
@@ -311,15 +311,14 @@ def launcher_slots(config: DictConfig, parallel: int | None) -> int:
 
     Returns:
         ``parallel`` when set (at least 1), else the launcher's ``n_jobs`` (joblib; negative
-        counts back from the CPU count as joblib does), else 1.
+        counts back from the CPU count as joblib does) up to the usable cores (the most launcher
+        workers a launch gets, ``sweeper.launcher_bounds``), else 1.
     """
     if parallel is not None:
         return max(1, int(parallel))
     launcher = config.hydra.get("launcher") or {}
     n_jobs = launcher.get("n_jobs") if hasattr(launcher, "get") else None
-    if isinstance(n_jobs, int) and not isinstance(n_jobs, bool) and n_jobs != 0:
-        return n_jobs if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + n_jobs)
-    return 1
+    return min(resolved_n_jobs(n_jobs) or 1, usable_cores())  # no more probes at once than the pool runs
 
 
 class SweepRuns:

@@ -272,6 +272,7 @@ def check_workload_sources(workload: dict) -> dict:
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
             raise SpecError("workload.config", workload["config"], f"a config.json that exists ({file} does not)")
+        check_config_json(workload["config"], file)
         return {**workload, "config": str(path)}
     if workload["name"] == "user":
         for fn in ("model", "inputs", "loss", "optimizer", "train_step"):
@@ -286,6 +287,40 @@ def check_workload_sources(workload: dict) -> dict:
                     f"a function of a module found on workload.path or sys.path (no module {module!r})",
                 )
     return workload
+
+
+MAX_CONFIG_BYTES = 16 * 2**20
+"""The largest hf config.json read before a run (bytes; published configs are a few KiB)."""
+
+
+def check_config_json(given: Any, file: Path) -> None:
+    """Refuse an hf ``workload.config`` file that is no config.json, as ``memsweep estimate
+    --config`` does (``estimator.hf_config.read_config_json``): not JSON (``/etc/passwd``), not a
+    JSON object, nested too deep to parse, or larger than ``MAX_CONFIG_BYTES``.
+
+    Args:
+        given: the setting as typed.
+        file: the config.json it names.
+
+    Raises:
+        SpecError: field ``workload.config``, saying what the file is.
+    """
+    from memsweep.estimator.hf_config import read_config_json
+
+    accepted = "a Hugging Face config.json (a JSON object)"
+    try:
+        size = file.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise SpecError("workload.config", given, f"{accepted} of at most {MAX_CONFIG_BYTES} bytes ({size})")
+        data = read_config_json(file)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        if isinstance(exc, SpecError):
+            raise
+        raise SpecError("workload.config", given, f"{accepted}: {str(exc).splitlines()[0][:200]}") from None
+    except RecursionError:
+        raise SpecError("workload.config", given, f"{accepted}: {file} is nested too deep to read") from None
+    if not isinstance(data, dict):
+        raise SpecError("workload.config", given, f"{accepted}: {file} holds a JSON {type(data).__name__}")
 
 
 def check_report_margin(margin: Any) -> None:
@@ -313,6 +348,10 @@ POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
 BAD_CONFIG_ERRORS = ("has no such class", "Unrecognized model identifier", "has no model_type")
 """Fragments of the count worker's error that say the hf ``workload.config`` names no config."""
 
+UNCOUNTED_ERRORS = ("transformers is not installed", "No module named", "the count worker gave no answer")
+"""Fragments of the count's error that say nothing of the config (a package missing here, a count
+worker that died): the run goes on uncounted."""
+
 
 def check_hf_model(spec: Any, count: Mapping[str, Any] | None) -> None:
     """Check an hf run's model before any worker starts, from the count worker's answer
@@ -325,7 +364,8 @@ def check_hf_model(spec: Any, count: Mapping[str, Any] | None) -> None:
             values), or ``{"error": ...}``; None: nothing to check.
 
     Raises:
-        SpecError: field ``workload.config`` (no such class or model type; the worker's words),
+        SpecError: field ``workload.config`` (no such class or model type, or any other failure of
+            the count but a missing transformers: the worker's words),
             or ``context`` above the model's ``max_position_embeddings`` (``n_positions`` for GPT-2).
     """
     if not count:
@@ -338,6 +378,13 @@ def check_hf_model(spec: Any, count: Mapping[str, Any] | None) -> None:
             "workload.config",
             config,
             f"a transformers config class (LlamaConfig), a model type (llama) or a config.json that exists ({words})",
+        )
+    if error and not any(fragment in error for fragment in UNCOUNTED_ERRORS):  # as memsweep estimate --config
+        raise SpecError(
+            "workload.config",
+            spec.workload.get("config"),
+            f"a config transformers builds on the meta device within timeout_s={spec.timeout_s:g} s "
+            f"({error.splitlines()[0][:300] if error else ''})",
         )
     resolved = count.get("config")
     values: Mapping[str, Any] = resolved if isinstance(resolved, Mapping) else {}

@@ -15,7 +15,15 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from memsweep.conf.contract import PARENT_ENV, SPEC_FILE, STDERR_FILE, STDOUT_FILE, WORKER_COMMAND, RunSpec
+from memsweep.conf.contract import (
+    PARENT_ENV,
+    SPEC_FILE,
+    STDERR_FILE,
+    STDOUT_FILE,
+    WORKER_COMMAND,
+    RunSpec,
+    kill_session,
+)
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -90,22 +98,46 @@ def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> WorkerExit:
             env={**env, PARENT_ENV: str(os.getpid())},  # the worker dies with this process
             start_new_session=True,
         )
-        try:
-            returncode = proc.wait(timeout=spec.timeout_s)
-        except subprocess.TimeoutExpired:
+        if not ended_within(proc.pid, t0 + spec.timeout_s):
             timed_out = True
             kill_process_group(proc.pid)
-            returncode = proc.wait()
+            ended_within(proc.pid, None)
+        kill_session(proc.pid)  # whatever ended it, what it started dies with it (not yet reaped)
+        returncode = proc.wait()
     return WorkerExit(returncode, timed_out, proc.pid, time.monotonic() - t0)
 
 
-def kill_process_group(pid: int) -> None:
-    """SIGKILL the process group led by ``pid`` (a worker runs in a session of its own), or the
-    process alone when it leads none; a process already gone is not an error."""
+def ended_within(pid: int, deadline: float | None, poll_s: float = 0.05) -> bool:
+    """Wait until the child ``pid`` has ended, without reaping it (waitid(2) WNOWAIT: its pid stays
+    its own, and its group's, until it is reaped), at most until ``deadline``.
+
+    Args:
+        pid: a child of this process.
+        deadline: a ``time.monotonic()`` time; None: no bound.
+        poll_s: how often to look (seconds) while a deadline is set.
+
+    Returns:
+        Whether it has ended (a zombie, or already reaped by someone else).
+    """
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if deadline is None:
+            os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            return True
+        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
+    except ChildProcessError:
+        pass
+    return True
+
+
+def kill_process_group(pid: int) -> None:
+    """SIGKILL the process group and session led by ``pid`` (a worker runs in a session of its own,
+    ``conf.contract.kill_session``), and the process itself; a process already gone is not an
+    error."""
+    kill_session(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -36,6 +36,7 @@ from memsweep.conf.contract import (
 )
 
 from .kept_runs import HANDOVER_S, read_exit_status
+from .launcher_bounds import bound_launcher
 from .liveness import POLL_S, worker_alive
 from .process import LOCK_FILE
 
@@ -203,6 +204,7 @@ def launch_surviving(
     Raises:
         Exception: whatever else the launcher raised.
     """
+    bound_launcher(launcher, len(job_overrides))
     for attempt in (1, 2):
         try:
             return launcher.launch(job_overrides, initial_job_idx=initial_job_idx)

@@ -327,12 +327,13 @@ def compose_load(overrides: list[str], axis: str, axis_field: str = "axis") -> t
         axis_field: how the user named the axis (``--axis``), named when the load ignores it.
 
     Returns:
-        (the spec, the worker isolation, the new output directory
-        ``<results_dir>/predict/<timestamp>``, not created).
+        (the spec, the worker isolation, the new output directory: ``hydra.run.dir`` when given,
+        else ``<results_dir>/predict/<timestamp>``; not created).
 
     Raises:
         SpecError: bad input in the load (``compose_config``), a ``dry_run`` other than true (every
-            run here is a dry run), an unwritable ``results_dir``, or a load the dry run refuses.
+            run here is a dry run), an unwritable ``results_dir``, a ``hydra.run.dir`` that cannot be
+            written or holds files already, or a load the dry run refuses.
     """
     for o in overrides:
         key, _, value = o.partition("=")
@@ -348,6 +349,12 @@ def compose_load(overrides: list[str], axis: str, axis_field: str = "axis") -> t
     settings = launch_settings(cfg)
     base = spec_from_config(cfg)
     check_axis_read(base, axis, axis_field)
+    given = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir=")), None)
+    if given is not None:  # the dry runs and predict.json go where the user said
+        check_writable("hydra.run.dir", given)
+        if Path(given).exists() and (not Path(given).is_dir() or any(Path(given).iterdir())):
+            raise SpecError("hydra.run.dir", given, "a new or empty directory: memsweep never overwrites a prediction")
+        return base, settings["isolation"], Path(given)
     check_writable("results_dir", cfg.get("results_dir", "results"))
     stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
     return base, settings["isolation"], Path(cfg.get("results_dir", "results")) / "predict" / stamp

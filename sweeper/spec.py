@@ -314,7 +314,7 @@ def with_estimate(spec: RunSpec) -> RunSpec:
 
     from .inputs import check_hf_model
 
-    count = hf_count(spec.workload) if spec.workload_name == "hf" else None
+    count = hf_count(spec.workload, timeout=min(600.0, spec.timeout_s)) if spec.workload_name == "hf" else None
     check_hf_model(spec, count)  # the config names a model, the context fits its positions
     estimate, reason = estimate_run(spec, count)
     return dataclasses.replace(
@@ -384,7 +384,7 @@ def hf_count(workload: dict, timeout: float = 600) -> dict:
         except (RuntimeError, OSError) as exc:
             return {"error": f"the count worker gave no answer: {exc}"}
         except subprocess.TimeoutExpired:
-            return {"error": f"the count worker ran past {timeout} s"}
+            return {"error": f"the count worker ran past {timeout:g} s (killed)"}
         return (answer.get("counts") or [{"error": answer.get("error") or "no count"}])[0]
 
     return _env_cached("MEMSWEEP_COUNT_" + hashlib.sha1(arg.encode()).hexdigest(), count)

@@ -103,9 +103,9 @@ def check_basic_sweep(config: DictConfig, config_loader: Any) -> int:
 
 class CheckBeforeLaunch(Callback):
     """Hydra callback (``hydra.callbacks.checks``): at the multirun's start, before the sweeper
-    runs anything, ``check_launcher_jobs``, under Hydra's basic sweeper ``check_basic_sweep``, then
-    the sweep directory (``sweeper.sweep_dir``: checked, locked, its manifest written); at a
-    run's start, its job name."""
+    runs anything, ``check_launcher_jobs``, the sweep's size (``sweeper.sweep_size``), under
+    Hydra's basic sweeper ``check_basic_sweep``, then the sweep directory (``sweeper.sweep_dir``:
+    checked, locked, its manifest written); at a run's start, its job name."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Hydra's hook at the multirun's start (before the sweeper is instantiated).
@@ -121,13 +121,15 @@ class CheckBeforeLaunch(Callback):
         from hydra.core.global_hydra import GlobalHydra
 
         from .inputs import sweeper_kind
+        from .sweep_size import check_sweep_size
 
+        kind = sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_"))
         try:
             check_resolvable(config)
             check_launcher_jobs(config)
+            check_sweep_size(config, product=kind == "basic")  # before any list of values is expanded
         except SpecError as exc:
             raise InputRefused(exc) from None
-        kind = sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_"))
         if kind == "basic":
             count = check_basic_sweep(config, GlobalHydra.instance().config_loader())
             log.info("basic sweep: %d job(s) checked before the first one runs", count)

@@ -133,6 +133,10 @@ CASES = [
     (["batch=1,2", "hydra.job.name=/tmp/memsweep-job"], "invalid hydra.job.name='/tmp/memsweep-job'"),
     (["batch=${context}", "context=${batch}"], "invalid batch="),
     (["batch=1,2", "results_dir=/tmp/memsweep-no-such-dir/../../proc/memsweep"], "invalid results_dir="),
+    # a sweep's size, counted from the range's bounds before any value is listed
+    (["batch=range(1,100000000)"], "invalid batch='99999999 conditions': expected at most 4096 conditions"),
+    (["hydra/sweeper=basic", "batch=range(1,100)", "context=range(1,100)"], "invalid batch context='9801 conditions'"),
+    (["hydra/sweeper=frontier", "capacity=1MiB", "batch=range(1,100000000)"], "invalid batch='99999999 conditions'"),
 ]
 
 
@@ -167,6 +171,138 @@ def test_bad_sweep_input(tmp_path, args, message):
     assert sentinel.read_text() == "earlier results"
 
 
+def _refused_sweep(tmp_path, *args):
+    """Run ``memsweep sweep`` on bad input: refused (exit 2) in one line, no worker started."""
+    proc = subprocess.run(
+        [MEMSWEEP, "sweep", "sweep=none", f"hydra.sweep.dir={tmp_path / 's'}", *TINY, *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("memsweep: error:")]
+    assert len(errors) == 1, proc.stderr[-2000:]
+    assert not (tmp_path / "s").exists() or not list((tmp_path / "s").rglob("spec.json")), "no worker may start"
+    return errors[0]
+
+
+HF_BASE = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "not valid JSON"),  # /etc/passwd as the config
+        (json.dumps({**HF_BASE, "hidden_size": "abc"}), "expected a config transformers builds"),
+    ],
+    ids=["etc-passwd", "wrong-type"],
+)
+def test_an_hf_config_is_read_before_any_worker(tmp_path, content, message):
+    """A workload.config that is no config.json (or one transformers cannot build) is refused up front,
+    as `memsweep estimate --config` refuses it: exit 2, one line naming the field."""
+    path = "/etc/passwd"
+    if content is not None:
+        path = str(tmp_path / "config.json")
+        (tmp_path / "config.json").write_text(content)
+    line = _refused_sweep(tmp_path, "workload=hf", f"workload.config={path}", "batch=1,2")
+    assert "invalid workload.config=" in line and message in line, line
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"a":' + "[" * 100000 + "]" * 100000 + "}", "nested too deep"),
+        (bytes(range(256)) * 4, "expected a Hugging Face config.json"),
+        ("[1, 2]", "holds a JSON list"),
+    ],
+    ids=["deep", "bytes", "list"],
+)
+def test_config_json_contents_are_checked(tmp_path, content, message):
+    from memsweep.sweeper.inputs import check_config_json
+
+    file = tmp_path / "config.json"
+    file.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(SpecError, match=message) as err:
+        check_config_json(str(file), file)
+    assert err.value.field == "workload.config"
+
+
+def test_a_python_tag_in_a_config_file_is_refused_in_one_line(tmp_path):
+    """A YAML tag that would run code (!!python/object/apply) is never constructed: exit 2, one line."""
+    (tmp_path / "conf" / "workload").mkdir(parents=True)
+    marker = tmp_path / "ran"
+    evil = f'name: mlp\nwidth: !!python/object/apply:os.system ["touch {marker}"]\n'
+    (tmp_path / "conf" / "workload" / "evil.yaml").write_text(evil)
+    line = _refused_sweep(tmp_path, f"hydra.searchpath=[file://{tmp_path / 'conf'}]", "workload=evil", "batch=1,2")
+    assert "not plain YAML" in line and "evil.yaml" in line, line
+    assert not marker.exists()
+
+
+def test_compare_refuses_a_runs_parquet_of_random_bytes(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        for table in ("runs.parquet", "phases.parquet"):
+            (tmp_path / name / table).write_bytes(bytes(range(256)) * 16)
+    proc = subprocess.run([MEMSWEEP, "compare", "a", "b"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "runs.parquet is not a Parquet table" in proc.stderr
+
+
+def test_what_stops_hydra_is_said_in_one_line():
+    import errno
+
+    import yaml
+
+    from memsweep.conf.contract import EXIT_BAD_INPUT
+    from memsweep.sweeper.hydra_errors import EXIT_STOPPED, stopped
+
+    full = stopped(OSError(errno.ENOSPC, "No space left on device", "/s/0/record.json"))
+    assert full.code == EXIT_STOPPED and "No space left on device: /s/0/record.json" in str(full)
+    assert "resumes" in str(full) and "\n" not in str(full)
+    try:
+        try:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/s/3/.result.json.x.tmp")
+        except OSError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as wrapped:
+        gone = stopped(wrapped)
+    assert gone.code == EXIT_STOPPED and "/s/3/" in str(gone)
+    tag = stopped(yaml.constructor.ConstructorError(None, None, "could not determine a constructor", None))
+    assert tag.code == EXIT_BAD_INPUT and "not plain YAML" in str(tag)
+    assert stopped(KeyError("a fault of memsweep itself")) is None
+
+
+def test_the_up_front_count_is_bounded_by_timeout_s(tmp_path, monkeypatch, tiny):
+    """The count of an hf model before the first run gets the run's timeout_s (not its own 600 s);
+    a count past it refuses the config, naming timeout_s."""
+    import os
+
+    from memsweep.sweeper import spec as spec_module
+
+    asked = {}
+
+    def past_its_time(flag, *args, timeout):
+        asked["timeout"] = timeout
+        raise subprocess.TimeoutExpired(flag, timeout)
+
+    monkeypatch.setattr(spec_module, "ask_worker", past_its_time)
+    (tmp_path / "config.json").write_text(json.dumps({**HF_BASE, "num_hidden_layers": 10**11}))
+    workload = {"name": "hf", "config": str(tmp_path / "config.json")}
+    spec = RunSpec.from_dict({**tiny, "timeout_s": 5, "workload": workload})
+    before = set(os.environ)
+    try:
+        with pytest.raises(SpecError) as err:
+            spec_module.with_estimate(spec)
+    finally:
+        for key in set(os.environ) - before:  # the count's answer, cached for this process
+            monkeypatch.delenv(key)
+    assert asked["timeout"] == 5
+    assert err.value.field == "workload.config" and "timeout_s=5" in err.value.accepted, err.value
+
+
 def test_at_least_thirty_cases():
     assert len(CASES) >= 30
 
@@ -198,6 +334,7 @@ def test_bad_command_lines(tmp_path, argv, code, message):
         (["--axis", "eval_batch"], "invalid --axis='eval_batch': expected an axis this load reads, not eval_batch"),
         (["workload=transformer", "workload.hidden=32", "--axis", "width"], "invalid --axis='width'"),
         (["--cards="], "invalid --cards=''"),
+        (["hydra.run.dir=/etc"], "invalid hydra.run.dir='/etc': expected a new or empty directory"),
     ],
 )
 def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, args, message):
@@ -251,6 +388,28 @@ def test_run_refuses_before_any_worker_and_leaves_nothing(tmp_path, args, messag
     assert proc.returncode == 2 and message in proc.stderr, (proc.returncode, proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.rglob("*")), "nothing written"
+
+
+def test_predict_writes_where_hydra_run_dir_says(tmp_path):
+    proc = subprocess.run(
+        [
+            MEMSWEEP,
+            "predict",
+            "capacity=1GiB",
+            "context=8",
+            "width=16",
+            "--upper",
+            "2",
+            f"hydra.run.dir={tmp_path / 'p'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "p" / "predict.json").is_file()
+    assert not (tmp_path / "results").exists(), "nothing in the default results_dir"
 
 
 def test_a_refused_run_in_the_default_folders_leaves_no_empty_folder(tmp_path):

@@ -2,6 +2,8 @@
 phases are kept, the sweep goes on or resumes, and no record is lost, duplicated or torn."""
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import time
@@ -17,9 +19,17 @@ MATRIX = [(kind, phase) for kind in ("sigkill", "oom") for phase in INFERENCE_PH
     ("segfault", "cold_forward"),
     ("raise", "warm_forward"),
     ("garbage", "inputs"),
+    ("orphans", "warm_forward"),  # children left behind, then SIGKILL: a crash (none left: test_process_faults)
 ]
 # A hang past timeout_s is in tests/test_worker_runs.py (its short timeout_s would race slow starts here).
-EXPECTED = {"sigkill": "crash", "oom": "oom", "segfault": "crash", "raise": "error", "garbage": "crash"}
+EXPECTED = {
+    "sigkill": "crash",
+    "oom": "oom",
+    "segfault": "crash",
+    "raise": "error",
+    "garbage": "crash",
+    "orphans": "crash",
+}
 
 
 @pytest.fixture(scope="module")
@@ -217,3 +227,33 @@ def test_a_sweep_analyses_only_its_own_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = pq.read_table(sweep_dir / "runs.parquet").to_pylist()
     assert sorted(r["batch"] for r in runs) == [1, 2], "nothing foreign mixed in"
+
+
+def test_a_run_directory_deleted_mid_run_stops_the_sweep_in_one_line(tmp_path):
+    """The run's directory removed while its worker runs: the orchestrator cannot write its result;
+    it says so in one line (exit 1, documented), with no traceback, and leaves no worker running."""
+    sweep_dir = tmp_path / "s"
+    cmd = [
+        MEMSWEEP,
+        "sweep",
+        "sweep=none",
+        "batch=choice(2)",
+        "fault={phase:warm_forward,kind:hang}",
+        f"hydra.sweep.dir={sweep_dir}",
+        *SMALLEST_CPU,
+    ]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for("0/record.json", sweep_dir, 1)
+        worker = json.loads((sweep_dir / "0" / "record.json").read_text())["pid"]
+        os.rename(sweep_dir / "0", tmp_path / "gone")  # at once: the worker still writes into it
+        os.kill(worker, signal.SIGKILL)
+        shutil.rmtree(tmp_path / "gone")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in out + err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("memsweep: error:")]
+    assert len(errors) == 1 and "No such file or directory" in errors[0] and "resumes" in errors[0], err[-3000:]
+    assert not os.path.exists(f"/proc/{worker}") or open(f"/proc/{worker}/stat").read().split()[2] == "Z"

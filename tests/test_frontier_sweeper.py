@@ -245,8 +245,10 @@ def test_axes_share_runs_of_the_same_condition(tmp_path):
     assert [(p["axis"], p["value"]) for p in reused] == [("context", 64)]
 
 
-def test_parallel_slots_come_from_the_launcher_or_the_setting(tmp_path):
+def test_parallel_slots_come_from_the_launcher_or_the_setting(tmp_path, monkeypatch):
+    monkeypatch.setattr("memsweep.sweeper.frontier_runs.usable_cores", lambda: 8)  # not this machine's count
     assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"n_jobs": 3}}}), None) == 3
+    assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"n_jobs": 100000}}}), None) == 8
     assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"n_jobs": 3}}}), 2) == 2
     assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"timeout_min": 60}}}), None) == 1
     assert launcher_slots(OmegaConf.create({"hydra": {"launcher": {"n_jobs": -1}}}), None) >= 1

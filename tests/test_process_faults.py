@@ -116,6 +116,75 @@ def test_killing_only_the_orchestrator_leaves_no_process_within_5_s(tmp_path, la
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
+def test_a_crashed_workers_children_die_with_it(tmp_path, tiny, isolation):
+    """A worker that forked a child and started a program, then died (SIGKILL): neither is left,
+    whatever the isolation (its group and session are killed before it is reaped)."""
+    tag = uuid.uuid4().hex
+    spec = RunSpec.from_dict(dict(tiny, fault={"phase": "warm_forward", "kind": "orphans"}))
+    try:
+        result = execute(spec, tmp_path / "r", isolation=isolation, extra_env={TAG: tag})
+        assert result["outcome"] == "crash" and result["error_type"] == "SIGKILL", result
+        _wait(lambda: not _tagged(tag), 5.0, f"no child of the worker left (left: {_tagged(tag)})")
+    finally:
+        for pid, _ in _tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
+IDLE_POOL = """
+import os, sys, time
+from joblib import Parallel, delayed
+from memsweep.sweeper.launcher_bounds import bound_launcher
+from memsweep.sweeper.owner import claim_sweep
+
+class Launcher:  # as Hydra's joblib launcher keeps its Parallel arguments
+    joblib = {"n_jobs": 2, "backend": "loky"}
+
+claim_sweep()
+launcher = Launcher()
+bound_launcher(launcher, 2)
+print(Parallel(**launcher.joblib)(delayed(os.getpid)() for _ in range(2)), flush=True)
+time.sleep(600)  # the pool's workers now idle, as between two launches
+"""
+
+
+def test_idle_launcher_workers_die_with_the_orchestrator(tmp_path):
+    """loky workers that hold no job (idle between launches) run the owner watchdog from their
+    start (loky's initializer): none outlives a killed orchestrator."""
+    tag = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, "-c", IDLE_POOL], env={**os.environ, TAG: tag}, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("["), line
+        assert [pid for pid, _ in _tagged(tag) if pid != proc.pid], "the pool's workers run"
+        proc.kill()
+        proc.wait()
+        _wait(lambda: not _tagged(tag), 5.0, f"no launcher worker left (left: {_tagged(tag)})")
+    finally:
+        for pid, _ in _tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_joblib_pool_is_bounded_by_its_jobs_and_cores():
+    """n_jobs=100000 for two jobs starts at most two workers; the asked count is kept for the next
+    launch; every worker runs the owner guard from its start."""
+    from memsweep.sweeper.launcher_bounds import bound_launcher
+    from memsweep.sweeper.owner import guard_launcher_worker
+
+    launcher = types.SimpleNamespace(joblib={"n_jobs": 100000})
+    bound_launcher(launcher, 2)
+    assert 1 <= launcher.joblib["n_jobs"] <= 2 and launcher.joblib["initializer"] is guard_launcher_worker
+    bound_launcher(launcher, 1)
+    assert launcher.joblib["n_jobs"] == 1
+    bound_launcher(launcher, 5)
+    assert launcher.joblib["n_jobs"] <= min(5, len(os.sched_getaffinity(0)))
+    other = types.SimpleNamespace()  # not joblib: left alone
+    bound_launcher(other, 3)
+    assert vars(other) == {}
+
+
 # ---- 2. every wait has a bound and a message -------------------------------------------------
 
 
@@ -418,6 +487,26 @@ def _started_server(sock: str, *options: str):
         server.wait()
 
 
+@pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
+def test_the_handler_enforces_timeout_s_while_its_client_is_stopped(tmp_path, tiny, isolation):
+    """A client that stays silent (an orchestrator stopped by SIGSTOP enforces nothing): the run's
+    handler kills the run at its timeout_s itself and says so (ForkEnded timed_out), group and all."""
+    run_dir = _spec_dir(tmp_path, "r", tiny, fault={"phase": "warm_forward", "kind": "hang"})
+    sock, tag = str(tmp_path / "sock"), uuid.uuid4().hex
+    options = (str(os.getpid()), FORKSERVER_NO_PRELOAD) if isolation == "spawn" else ()
+    with _started_server(sock, *options):
+        request = run_request(run_dir, worker_env({TAG: tag}), 3, False, isolation)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(sock)
+            conn.settimeout(120)  # far past timeout_s: a handler that waits on its client fails here
+            conn.sendall((json.dumps(request) + "\n").encode())
+            reader = conn.makefile()
+            pid = json.loads(reader.readline())["pid"]
+            ended = json.loads(reader.readline())
+    assert ended == {"returncode": -signal.SIGKILL, "timed_out": True}, ended
+    assert pid and not _tagged(tag), "the run and its group are gone"
+
+
 def test_a_forked_run_outlives_its_killed_client_with_its_lease(tmp_path, tiny):
     """The handler keeps a run whose client died: it holds the run's lease, says so at once
     (exit_status.json, ended false), and writes the worker's exit status when it ends."""
@@ -485,7 +574,7 @@ def test_a_spawned_run_from_the_server_is_a_new_interpreter_that_inherits_nothin
             assert not int(status["SigIgn"], 16) & sigint and int(status["SigCgt"], 16) & sigint
             assert not _maps_torch(server.pid), "the server imported no torch"
             os.kill(pid, signal.SIGKILL)
-            assert json.loads(reader.readline()) == {"returncode": -signal.SIGKILL}
+            assert json.loads(reader.readline()) == {"returncode": -signal.SIGKILL, "timed_out": False}
 
 
 def _read(path: Path) -> dict | None:

@@ -31,6 +31,7 @@ from memsweep.conf.contract import (
     ISOLATION_SPAWN,
     LEASE_LOCKS_ENV,
     SCHEMA_VERSION,
+    kill_session,
     peer_pid,
     process_identity,
     write_json_atomic,
@@ -57,7 +58,8 @@ def _handle(conn: socket.socket, request: ForkRequest, server: int) -> None:
     the pool's surviving workers too) does not take the run with it: the handler takes the run's
     device lease over (``LEASE_LOCKS_ENV``), kills the run at ``timeout_s`` from its fork, as the
     client would have, and writes its exit status into the run directory (``EXIT_STATUS_FILE``)
-    for the sweeper that takes the run over. When the lease cannot be taken over within
+    for the sweeper that takes the run over. The handler kills the run at its ``timeout_s`` in any
+    case (``_Watch.deadline``): a stopped client enforces nothing. When the lease cannot be taken over within
     ``LEASE_TAKEOVER_S``, or the client asked for it (``KILL_REQUEST``), the run is killed with
     its client and no status is written."""
     die_with_parent(server)
@@ -67,14 +69,16 @@ def _handle(conn: socket.socket, request: ForkRequest, server: int) -> None:
     conn.sendall(ForkStarted(pid, os.getpid()).to_line())
     watch = _Watch(conn, request, pid, t0)
     threading.Thread(target=watch.client, daemon=True).start()
+    threading.Thread(target=watch.deadline, daemon=True).start()
     os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, not yet reaped
     with watch.lock:
         watch.ended.set()
+    kill_session(pid)  # whatever ended it, what it started dies with it (its pid not yet reusable)
     _, status = os.waitpid(pid, 0)
     wall_s = time.monotonic() - t0
     returncode = os.waitstatus_to_exitcode(status)
     try:
-        conn.sendall(ForkEnded(returncode).to_line())
+        conn.sendall(ForkEnded(returncode, watch.timed_out.is_set()).to_line())
     except OSError:
         watch.gone.set()
     if watch.gone.is_set() and not watch.abandoned.is_set():
@@ -119,11 +123,8 @@ class _Watch:
         self.held: list[int] = []  # the lease's lock files, open and locked until this handler exits
 
     def kill(self) -> None:
-        """Kill the worker's group; call with ``lock`` held and the worker not yet reaped."""
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """Kill the worker's group and session; call with ``lock`` held and the worker not yet reaped."""
+        kill_session(self.pid)
 
     def client(self) -> None:
         """End of file before the worker has ended = the client died (the run is kept); a
@@ -147,6 +148,10 @@ class _Watch:
                 self.kill()
                 return
             _write_status(self.request, self.pid, self.peer, None)  # said at once: not to be run again
+
+    def deadline(self) -> None:
+        """Kill the worker at ``timeout_s`` from its fork, whatever its client does: a client that
+        is stopped (SIGSTOP) or gone cannot; one that runs kills it at the same time."""
         if not self.ended.wait(max(0.0, self.t0 + self.request.timeout_s - time.monotonic())):
             with self.lock:
                 if not self.ended.is_set():

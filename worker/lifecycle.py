@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import threading
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -31,3 +32,37 @@ def die_with_parent(parent: int | None = None) -> None:
 def parent_from_env(value: str | None) -> int | None:
     """The parent pid named by ``conf.contract.PARENT_ENV``'s value, or None (unset, not a pid)."""
     return int(value) if value and value.isdigit() else None
+
+
+_forks_armed = threading.Event()
+
+
+def children_die_with_me() -> None:
+    """Make every child this process forks from its main thread die with it: PR_SET_PDEATHSIG
+    (SIGKILL) armed in the child right after ``os.fork`` (``os.register_at_fork``; inherited, so
+    their own forked children die with them in turn). A forward that forks, a DataLoader worker,
+    a DDP rank then goes with a worker killed by any means, its group kill included.
+
+    prctl(2) signals at the death of the forking *thread*: a child forked from another thread is
+    left unarmed (that thread may end long before the process). Programs started by
+    ``subprocess`` fork in C, past these hooks: they share the worker's process group and session,
+    which whoever waits for the worker kills (``conf.contract.kill_session``). Once per process;
+    nothing happens where prctl is unavailable.
+    """
+    if _forks_armed.is_set():
+        return
+    _forks_armed.set()
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up now: nothing to load in the child
+    except (OSError, AttributeError):
+        return
+    from_main = [False]
+
+    def before() -> None:
+        from_main[0] = threading.current_thread() is threading.main_thread()
+
+    def in_child() -> None:
+        if from_main[0]:
+            prctl(1, int(signal.SIGKILL))  # 1 = PR_SET_PDEATHSIG
+
+    os.register_at_fork(before=before, after_in_child=in_child)

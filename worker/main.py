@@ -35,7 +35,7 @@ from memsweep.conf.contract import (
 )
 
 from .environment import env_report, probe
-from .lifecycle import die_with_parent, parent_from_env
+from .lifecycle import children_die_with_me, die_with_parent, parent_from_env
 from .measure import Recorder, measure, run_shape
 
 
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     die_with_parent(parent_from_env(os.environ.get(PARENT_ENV)))
+    children_die_with_me()
     code = _query(argv)
     if code is not None:
         return code

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -60,6 +61,12 @@ def _inject_fault(kind: str, phase: str, record_path: Path) -> None:
     if kind == "garbage":
         record_path.write_text('{"schema_version": 1, "phases": [{"name": "mod')
         os._exit(0)
+    if kind == "orphans":  # children that outlive their worker unless the worker's group is killed
+        subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)
+        if os.fork() == 0:
+            time.sleep(3600)
+            os._exit(0)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def dynamo_graphs() -> int | None:

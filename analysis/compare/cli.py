@@ -12,7 +12,7 @@ from ..report import ReportExists, report_paths
 from ..tables import repeated_dirs
 from .compare import CompareResult, compare, write_doc
 from .gate import Threshold, parse_threshold
-from .load import EmptySweep, SweepNotFound
+from .load import EmptySweep, SweepNotFound, UnreadableSweep
 from .render import document, text
 
 EXIT_OK = 0
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         threshold = _threshold(args)
         result = compare(args.sweep_dirs, threshold)
-    except (_BadInput, SweepNotFound, EmptySweep) as exc:
+    except (_BadInput, SweepNotFound, EmptySweep, UnreadableSweep) as exc:
         print(f"memsweep compare: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(text(result.sweeps, result.differences, result.comparisons, threshold, result.regressions))

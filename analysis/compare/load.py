@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..report import find_analysis_files
@@ -41,6 +42,11 @@ class EmptySweep(ValueError):
         self.path = Path(path)
 
 
+class UnreadableSweep(ValueError):
+    """A Parquet table of a directory given to compare cannot be read (not Parquet, truncated, or
+    another file under its name): bad input, named by its path and the reader's words."""
+
+
 @dataclass
 class Sweep:
     """One sweep as compare reads it.
@@ -66,7 +72,11 @@ class Sweep:
 
 
 def _read(path: Path) -> tuple[list[dict], list[str]]:
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:  # ArrowInvalid: not Parquet; OSError: unreadable
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise UnreadableSweep(f"{path} is not a Parquet table memsweep can read ({first})") from None
     schema = RUNS_SCHEMA if path.name.startswith("runs") else PHASES_SCHEMA
     return table.to_pylist(), [n for n in schema.names if n not in table.column_names]
 
@@ -85,6 +95,7 @@ def load_sweep(path: Path, label: str) -> Sweep:
     Raises:
         SweepNotFound: ``path`` is not a directory.
         EmptySweep: it holds no measured run.
+        UnreadableSweep: its runs.parquet or phases.parquet cannot be read.
     """
     path = Path(path)
     if not path.is_dir():

@@ -45,12 +45,14 @@ from .host import (
     STOPPED_STATES,
     boot_id,
     first_line,
+    kill_session,
     meminfo_bytes,
     peer_pid,
     proc_kb_field,
     proc_kb_fields,
     process_identity,
     process_state,
+    session_members,
 )
 from .parallel import (
     ranks_are_tasks,
@@ -312,6 +314,8 @@ __all__ = [
     "proc_kb_fields",
     "process_identity",
     "process_state",
+    "session_members",
+    "kill_session",
     "read_json",
     "read_run",
     "read_spec",

@@ -96,13 +96,15 @@ class ForkEnded(NamedTuple):
 
     Attributes:
         returncode: its exit status (negative: killed by that signal, as ``subprocess`` reports it).
+        timed_out: the handler killed it at its ``timeout_s`` (its client may be stopped, SIGSTOP).
     """
 
     returncode: int
+    timed_out: bool = False
 
     def to_line(self) -> bytes:
         """The answer as sent: one JSON line."""
-        return (json.dumps({"returncode": self.returncode}) + "\n").encode()
+        return (json.dumps({"returncode": self.returncode, "timed_out": self.timed_out}) + "\n").encode()
 
 
 class KeptExit(NamedTuple):

@@ -2,10 +2,13 @@
 set, the machine's memory) and by the sweeper (a CPU capacity above MemTotal is refused); and
 the identity and state of a process, which name it even when its pid is reused (the worker
 records its own; the sweeper checks a resumed run's old worker, a sweep's orchestrator, the
-fork server); the pid at the other end of a Unix socket (``peer_pid``)."""
+fork server); the pid at the other end of a Unix socket (``peer_pid``); the processes a worker
+left behind, killed by its session (``kill_session``)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import struct
 
@@ -146,3 +149,40 @@ def peer_pid(conn: socket.socket) -> int | None:
         return None
     pid = struct.unpack("3i", creds)[0]
     return pid if pid > 0 else None
+
+
+def session_members(leader: int) -> list[int]:
+    """The live processes of the process group or session led by ``leader`` (/proc/<pid>/stat
+    fields 5 and 6, proc(5)), the leader itself excluded; [] where /proc cannot be read."""
+    members = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        fields = _stat_fields(name) if name.isdigit() and int(name) != leader else None
+        if fields is not None and fields[0] not in ("Z", "X") and str(leader) in (fields[2], fields[3]):
+            members.append(int(name))
+    return members
+
+
+def kill_session(leader: int) -> None:
+    """SIGKILL everything a worker started: its process group and every process of its session
+    (a worker leads both, setsid(2)), also those re-parented to init after the worker ended.
+
+    Call it before the leader is reaped (ended, a zombie: waitid(2) with WNOWAIT), or while it
+    runs: its pid then cannot name another process's group. A process already gone is no error;
+    a child that started a session of its own (setsid) is beyond it.
+
+    Args:
+        leader: the worker's pid (its group's and its session's id).
+    """
+    try:
+        os.killpg(leader, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for pid in session_members(leader):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

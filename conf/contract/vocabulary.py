@@ -134,8 +134,9 @@ def axis_direction(axis: str, parallel: str | None = None) -> str:
     return AXIS_DIRECTIONS[axis][parallel or "none"]
 
 
-FAULT_KINDS = ("raise", "oom", "sigkill", "segfault", "hang", "garbage")
-"""Failures a spec's ``fault`` may inject into one phase (for testing memsweep itself)."""
+FAULT_KINDS = ("raise", "oom", "sigkill", "segfault", "hang", "garbage", "orphans")
+"""Failures a spec's ``fault`` may inject into one phase (for testing memsweep itself); ``orphans``:
+the worker starts children (one forked, one a new program) that sleep, then kills itself."""
 
 # ---- phases ----------------------------------------------------------------------------
 # A training step and a generation are split into sub-phases, each its own protocol window,
