@@ -37,6 +37,7 @@ from memsweep.conf.contract import (
 )
 
 from .schemas import OPTIONS, coerce_table, table_schema
+from .throughput import FRONTIER_THROUGHPUT, frontier_throughput
 
 SPREAD = ("devices", "parallel", "world_size", "reshard_after_forward")
 """How a load is spread: devices per run (a load on 2 GPUs is not the same load as on 1), DDP/FSDP
@@ -90,6 +91,7 @@ FRONTIER_SCHEMA = table_schema(
     ("error_values", pa.string()),
     ("margin_edge", pa.int64()),
     ("search_status", pa.string()),
+    *FRONTIER_THROUGHPUT,
 )
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null. ``direction`` (conf.contract.DIRECTIONS, from the axis and the row's ``parallel``) says
@@ -119,7 +121,10 @@ none does or no margin edge was searched (dry runs, light probes). ``warmup`` an
 per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and the mode options
 (``precision`` ... ``kv_cache``) and ``capacity_mode`` (what the capacity capped: allocator or
 process; null without an emulated capacity): the rest of the row's fixed load, as in the runs table; with
-them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads."""
+them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads.
+``max_ok_samples_per_s`` (``min_ok_`` on a decreasing axis), ``margin_edge_samples_per_s``,
+``fastest_label``, ``fastest_samples_per_s``, ``fastest_noise_rel``: measured throughput
+(analysis.throughput.FRONTIER_THROUGHPUT), null where no ok run of that value was timed."""
 
 ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", *AXES)
 
@@ -474,6 +479,7 @@ def _group_row(axis: str, fixed: dict, group: pd.DataFrame, search: dict | None)
             search_status=search.get("status"),
             exact=bool(search.get("exact")) and e.monotonic and e.stable is not False,
         )
+    row.update(frontier_throughput(group.to_dict("records"), axis, edge_of, fit, row.get("margin_edge")))
     return row
 
 

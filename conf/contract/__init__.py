@@ -9,6 +9,7 @@ and the analysis (pandas, no torch) all import it. Modules, by job:
 * ``checks``, ``workload``, ``spec``: the run spec and its validation;
 * ``record``: the record's and the result envelope's fields, declared once, the JSON files;
 * ``rundir``: the one reader of a run directory and the one definition of the run's peak;
+* ``throughput``: the warm phases' measured rates (record.json's ``throughput``);
 * ``fork``: the fork server's messages; ``exits``: exit statuses; ``host``: /proc readers.
 
 This package exports what other packages use; the rest is imported from its submodule.
@@ -63,6 +64,7 @@ from .record import (
     EXTRA_COUNTERS,
     FAILURE_CLASSES,
     MODEL_FIELDS,
+    THROUGHPUT_FIELDS,
     OOM_DETAIL_FIELDS,
     PER_DEVICE_EXTRAS,
     PHASE_COUNTERS,
@@ -99,6 +101,12 @@ from .rundir import (
     record_phases,
     run_peak,
     try_read,
+)
+from .throughput import (
+    THROUGHPUT_KEYS,
+    empty_throughput,
+    measured_throughput,
+    rate_summary,
 )
 from .spec import (
     RunSpec,
@@ -218,6 +226,11 @@ __all__ = [
     "LAUNCHER_WORKER_LOST",
     "ranks_are_tasks",
     "MODEL_FIELDS",
+    "THROUGHPUT_FIELDS",
+    "THROUGHPUT_KEYS",
+    "empty_throughput",
+    "measured_throughput",
+    "rate_summary",
     "MODES",
     "INTEGER_AXES",
     "NUMERIC_AXES",
