@@ -19,8 +19,8 @@ from .cli import EXIT_BAD_INPUT, EXIT_NOTHING_COMPARABLE, EXIT_OK, EXIT_REGRESSI
 from .compare import CompareResult, compare, compare_document, compare_text, write_doc
 from .gate import Regression, Threshold, parse_threshold, regressions
 from .load import Sweep, SweepNotFound, load_sweep
-from .speed import Slowdown, parse_slower, rate_changes, slowdowns
 from .match import COUNTERS, GATE_COUNTERS, Comparison, Difference, Row, Series, compare_series, differences, series_of
+from .speed import Slowdown, parse_slower, rate_changes, slowdowns
 
 __all__ = [
     "COUNTERS",

@@ -64,7 +64,6 @@ from .record import (
     EXTRA_COUNTERS,
     FAILURE_CLASSES,
     MODEL_FIELDS,
-    THROUGHPUT_FIELDS,
     OOM_DETAIL_FIELDS,
     PER_DEVICE_EXTRAS,
     PHASE_COUNTERS,
@@ -81,6 +80,7 @@ from .record import (
     STDERR_FILE,
     STDOUT_FILE,
     SUB_PHASE_FIELDS,
+    THROUGHPUT_FIELDS,
     Field,
     classify_run,
     document_problems,
@@ -102,16 +102,16 @@ from .rundir import (
     run_peak,
     try_read,
 )
+from .spec import (
+    RunSpec,
+    needs_dynamo,
+    validate_device,
+)
 from .throughput import (
     THROUGHPUT_KEYS,
     empty_throughput,
     measured_throughput,
     rate_summary,
-)
-from .spec import (
-    RunSpec,
-    needs_dynamo,
-    validate_device,
 )
 from .units import (
     GB,
