@@ -1,6 +1,6 @@
 """Measured throughput in the tables: the runs-table columns of record.json's ``throughput``
 (conf.contract.throughput), the frontier's rates at its edges and its fastest value, and the
-label that says on which device a rate was timed.
+label that says on which device a rate was timed (``conf.contract.timed_on``).
 
 A record written before the field carries none: its rates are worked out from its phases'
 ``iteration_s`` by the same function the worker uses. A run that did not end ``ok`` has none.
@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from memsweep.conf.contract import THROUGHPUT_KEYS, measured_throughput
+from memsweep.conf.contract import THROUGHPUT_KEYS, run_throughput
 
 THROUGHPUT_COLUMNS = {
     "samples_per_s": "samples_per_s",
@@ -45,29 +45,8 @@ def throughput_columns(record: Mapping, outcome: str | None) -> dict:
     Returns:
         THROUGHPUT_COLUMNS' columns -> value (per second; null when not measured, never 0).
     """
-    measured = record.get("throughput")
-    if not isinstance(measured, Mapping):  # a record written before the field
-        measured = measured_throughput(record)
-    if outcome != "ok":
-        return dict.fromkeys(THROUGHPUT_COLUMNS.values())
-    return {column: measured.get(key) for key, column in THROUGHPUT_COLUMNS.items()}
-
-
-def timed_on(device_kind: str | None, device_name: str | None) -> str:
-    """Where a rate was timed, for a label: ``"timed on CPU"``, ``"timed on NVIDIA H100 (cuda)"``.
-
-    Args:
-        device_kind: the runs table's ``device_kind`` (cpu, cuda), or None.
-        device_name: its ``device_name``, or None.
-
-    Returns:
-        The words; a CPU timing is never called a GPU figure.
-    """
-    if device_kind == "cpu":
-        return "timed on CPU"
-    if device_name:
-        return f"timed on {device_name} ({device_kind or 'unknown device'})"
-    return f"timed on {device_kind or 'an unknown device'}"
+    measured = run_throughput(record, outcome)
+    return {column: measured[key] for key, column in THROUGHPUT_COLUMNS.items()}
 
 
 FRONTIER_THROUGHPUT = (

@@ -9,8 +9,15 @@ import pytest
 
 from memsweep.analysis.compare.match import GATE_COUNTERS
 from memsweep.analysis.compare.speed import parse_slower, rate_changes, slowdowns, speed_lines
-from memsweep.analysis.throughput import frontier_throughput, throughput_columns, timed_on, value_rates
-from memsweep.conf.contract import THROUGHPUT_KEYS, SpecError, measured_throughput, rate_summary
+from memsweep.analysis.throughput import frontier_throughput, throughput_columns, value_rates
+from memsweep.conf.contract import (
+    THROUGHPUT_KEYS,
+    SpecError,
+    measured_throughput,
+    rate_summary,
+    throughput_words,
+    timed_on,
+)
 
 
 def _record(mode="inference", phases=(), outcome="ok", source="measured", workload="mlp", **spec):
@@ -107,6 +114,12 @@ def test_frontier_throughput_at_the_edges_and_the_fastest_value():
 def test_a_cpu_timing_says_so():
     assert timed_on("cpu", "x86_64") == "timed on CPU"
     assert timed_on("cuda", "NVIDIA H100") == "timed on NVIDIA H100 (cuda)"
+    line = throughput_words({"samples_per_s": 812.3, "iterations": 1, "noise_rel": None}, timed_on("cpu", None))
+    assert (
+        line == "throughput (measured, timed on CPU): 812.3 samples/s; median of 1 warm iterations, "
+        "no spread (one iteration)"
+    )
+    assert throughput_words(dict.fromkeys(THROUGHPUT_KEYS), "timed on CPU") is None
 
 
 def _comparison(base_rates, other_rates, comparable=True):

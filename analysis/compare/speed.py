@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from memsweep.conf.contract import SpecError
+from memsweep.conf.contract import SpecError, timed_on
 
 from ..doc import Doc
-from ..throughput import timed_on, value_rates
+from ..throughput import value_rates
 from .match import Comparison
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import statistics
 
-from memsweep.conf.contract import gib
+from memsweep.conf.contract import gib, timed_on
 
 from ..doc import Doc, Image
-from ..throughput import timed_on, value_rates
+from ..throughput import value_rates
 from .fmt import axis_label, nbytes, pct
 from .stats import AxisResult
 

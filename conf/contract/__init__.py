@@ -112,6 +112,9 @@ from .throughput import (
     empty_throughput,
     measured_throughput,
     rate_summary,
+    run_throughput,
+    throughput_words,
+    timed_on,
 )
 from .units import (
     GB,
@@ -231,6 +234,9 @@ __all__ = [
     "empty_throughput",
     "measured_throughput",
     "rate_summary",
+    "run_throughput",
+    "throughput_words",
+    "timed_on",
     "MODES",
     "INTEGER_AXES",
     "NUMERIC_AXES",

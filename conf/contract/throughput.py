@@ -123,3 +123,67 @@ def measured_throughput(record: Mapping) -> dict:
     out["tokens_per_s"] = out["samples_per_s"] * context if context else None
     out["iterations"] = len(times)
     return out
+
+
+def run_throughput(record: Mapping | None, outcome: str | None) -> dict:
+    """A run's throughput as its files hold it: the record's ``throughput`` (worked out from its
+    phases for a record written before the field), every key null unless ``outcome`` is ``ok``.
+
+    Args:
+        record: the worker's record, or None when it wrote none.
+        outcome: the run's outcome (result.json's).
+
+    Returns:
+        THROUGHPUT_KEYS -> value (per second; null when not measured, never 0).
+    """
+    if outcome != "ok" or not isinstance(record, Mapping):
+        return empty_throughput()
+    measured = record.get("throughput")
+    if not isinstance(measured, Mapping):
+        return measured_throughput(record)
+    return {key: measured.get(key) for key in THROUGHPUT_KEYS}
+
+
+def timed_on(device_kind: str | None, device_name: str | None) -> str:
+    """Where a rate was timed, for a label: ``"timed on CPU"``, ``"timed on NVIDIA H100 (cuda)"``.
+
+    Args:
+        device_kind: the record's ``device_kind`` (cpu, cuda), or None.
+        device_name: the device's name, or None.
+
+    Returns:
+        The words; a CPU timing is never called a GPU figure.
+    """
+    if device_kind == "cpu":
+        return "timed on CPU"
+    if device_name:
+        return f"timed on {device_name} ({device_kind or 'unknown device'})"
+    return f"timed on {device_kind or 'an unknown device'}"
+
+
+def throughput_words(throughput: Mapping, where: str) -> str | None:
+    """A run's throughput in one console line, or None when nothing was measured.
+
+    Args:
+        throughput: its THROUGHPUT_KEYS (``run_throughput``).
+        where: where it was timed (``timed_on``).
+
+    Returns:
+        ``"throughput (measured, timed on CPU): 812.3 samples/s, 103974 tokens/s; median of 5
+        warm iterations, noise 2.1 %"``; the prefill and decode rates of a generation too.
+    """
+    rate = throughput.get("samples_per_s")
+    if rate is None:
+        return None
+    parts = [f"{rate:.4g} samples/s"]
+    for key, name in (
+        ("tokens_per_s", "tokens/s"),
+        ("prefill_tokens_per_s", "prefill tokens/s"),
+        ("decode_tokens_per_s", "decode tokens/s"),
+    ):
+        if throughput.get(key) is not None:
+            parts.append(f"{throughput[key]:.4g} {name}")
+    noise = throughput.get("noise_rel")
+    spread = "no spread (one iteration)" if noise is None else f"noise {100 * noise:.1f} %"
+    n = throughput.get("iterations")
+    return f"throughput (measured, {where}): {', '.join(parts)}; median of {n} warm iterations, {spread}"
