@@ -71,7 +71,7 @@ def throughput_answer(a: AxisResult) -> list[str]:
     return [
         f"Throughput (measured, {where}): **{axis_label(ax, value)} is {ratio:.2f}x faster than "
         f"{axis_label(ax, rec)}** (the largest inside the margin; {rate:.4g} vs {rates[rec][0]:.4g} "
-        f"samples/s){room}."
+        f"samples/s, noise {_noise(rates[value][1])} and {_noise(rates[rec][1])}){room}."
     ]
 
 
@@ -139,7 +139,7 @@ def throughput_section(doc: Doc, axes: list[AxisResult], plots) -> None:
     timed = [a for a in axes if value_rates(a.runs, a.axis)]
     if not timed:
         return
-    doc.h(2, "Throughput beside memory")
+    doc.h(1, "Throughput beside memory")
     doc.p(
         "Samples per second of each value, the median over the warm iterations (inference: warm forwards; "
         "train: optimizer steps of the global batch; generate: whole generations, prefill and decode tokens "
@@ -147,7 +147,7 @@ def throughput_section(doc: Doc, axes: list[AxisResult], plots) -> None:
         "deviation / median. A rate is as fast as the device it was timed on, named in each heading."
     )
     for i, a in enumerate(timed):
-        doc.h(3, f"{a.title} ({_device_words(a)})")
+        doc.h(2, f"{a.title} ({_device_words(a)})")
         rates = value_rates(a.runs, a.axis)
         rows = [_row(a, s.value, rates, s.runs) for s in a.values]
         doc.table(
