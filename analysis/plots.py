@@ -543,5 +543,6 @@ def throughput_plot(
     _label_axes(rate, axis, list(values), xs, numeric, "samples per second", "throughput")
     for ax in (mem, rate):
         _legend_below(ax, ncol=2)
+    fig.subplots_adjust(wspace=0.32)  # room for the right panel's y label
     fig.suptitle(title, fontsize=10)
     return _png(fig)
