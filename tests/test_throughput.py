@@ -148,3 +148,30 @@ def test_fail_slower_refuses_anything_but_a_percentage(text):
 
 def test_the_memory_gate_reads_the_allocated_peak_unless_told():
     assert GATE_COUNTERS == {"allocated": "max_memory_allocated", "reserved": "max_memory_reserved"}
+
+
+def test_each_iteration_is_timed_between_two_synchronizations(monkeypatch, tmp_path):
+    """worker.protocol: the device is synchronized before the clock starts and before it stops
+    (kernels run asynchronously: a clock read without waiting times the launch, not the work)."""
+    from memsweep.worker import protocol
+
+    calls = []
+
+    class Counters:
+        def synchronize(self):
+            calls.append("sync")
+
+        def reset_peak_memory_stats(self):
+            calls.append("reset")
+
+        def __getattr__(self, name):
+            return lambda: None
+
+    clock = iter(range(100))
+    monkeypatch.setattr(protocol.time, "perf_counter", lambda: calls.append("clock") or float(next(clock)))
+    result = protocol.run_phase(Counters(), "warm_forward", lambda: calls.append("body"), 2, None, tmp_path / "r.json")
+    assert result.error is None and result.record["iteration_s"] == [1.0, 1.0]
+    timed = calls[calls.index("reset") :]
+    assert timed[:8] == ["reset", "clock", "clock", "body", "sync", "clock", "clock", "body"]
+    assert timed[8:10] == ["sync", "clock"], "the clock stops after the device finished the iteration"
+    assert calls.index("sync") < calls.index("reset"), "the queued work is waited for before the phase starts"
