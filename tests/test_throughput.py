@@ -175,3 +175,11 @@ def test_each_iteration_is_timed_between_two_synchronizations(monkeypatch, tmp_p
     assert timed[:8] == ["reset", "clock", "clock", "body", "sync", "clock", "clock", "body"]
     assert timed[8:10] == ["sync", "clock"], "the clock stops after the device finished the iteration"
     assert calls.index("sync") < calls.index("reset"), "the queued work is waited for before the phase starts"
+
+
+def test_compare_refuses_a_bad_fail_slower_before_reading_anything(tmp_path, capsys):
+    from memsweep.analysis.compare import EXIT_BAD_INPUT, main
+
+    assert main([str(tmp_path / "a"), str(tmp_path / "b"), "--fail-slower", "5"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--fail-slower" in err and "5%" in err and len(err.strip().splitlines()) == 1
