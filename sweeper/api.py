@@ -545,8 +545,7 @@ class FrontierResult:
         sweep: the sweep (its directory, tables and runs).
         max_ok_samples_per_s: the max_ok value's measured samples per second (the median of its ok
             runs, timed on the row's device), or None.
-        margin_edge: the largest value whose peak leaves the margin free (the search's), or None.
-        margin_edge_samples_per_s: its measured samples per second, or None.
+        margin_edge_samples_per_s: the margin edge's measured samples per second, or None.
         fastest: the value with the most measured samples per second (its label), or None.
         fastest_samples_per_s: that rate, or None.
     """
@@ -567,7 +566,6 @@ class FrontierResult:
     load: Mapping[str, Any]
     sweep: SweepResult
     max_ok_samples_per_s: float | None = None
-    margin_edge: int | None = None
     margin_edge_samples_per_s: float | None = None
     fastest: str | None = None
     fastest_samples_per_s: float | None = None
@@ -743,7 +741,6 @@ def frontier_result(axis: str, result: SweepResult) -> FrontierResult:
         load=load,
         sweep=result,
         max_ok_samples_per_s=row.get("max_ok_samples_per_s"),
-        margin_edge=row.get("margin_edge"),
         margin_edge_samples_per_s=row.get("margin_edge_samples_per_s"),
         fastest=row.get("fastest_label"),
         fastest_samples_per_s=row.get("fastest_samples_per_s"),
