@@ -37,6 +37,7 @@ from memsweep.conf.contract import (
 )
 
 from .schemas import OPTIONS, coerce_table, table_schema
+from .throughput import FRONTIER_THROUGHPUT, frontier_throughput
 
 SPREAD = ("devices", "parallel", "world_size", "reshard_after_forward")
 """How a load is spread: devices per run (a load on 2 GPUs is not the same load as on 1), DDP/FSDP
@@ -90,10 +91,9 @@ FRONTIER_SCHEMA = table_schema(
     ("error_values", pa.string()),
     ("margin_edge", pa.int64()),
     ("fastest", pa.int64()),
-    ("fastest_samples_per_s", pa.float64()),
-    ("fastest_noise_rel", pa.float64()),
     ("fastest_runs", pa.int64()),
     ("search_status", pa.string()),
+    *FRONTIER_THROUGHPUT,
 )
 """One row per (sweep, axis, fixed load). The swept column (batch|context|width|dtype) is
 null. ``direction`` (conf.contract.DIRECTIONS, from the axis and the row's ``parallel``) says
@@ -117,16 +117,19 @@ null unless the frontier sweeper searched that axis (see the module docstring): 
 lists the values whose run raised an error the search stepped past (the value's shape, not
 memory: a layer that refuses a batch of 1), null when none did; ``margin_edge`` is the largest
 value it ran ok whose measured peak leaves the report's margin below the capacity, null when
-none does or no margin edge was searched (dry runs, light probes); ``fastest``,
-``fastest_samples_per_s``, ``fastest_noise_rel`` and ``fastest_runs``: with
-``hydra.sweeper.objective=throughput``, the value with the highest measured median samples/s
-inside the margin (a run), that median, its run's MAD/median and the throughput search's runs. ``warmup`` and
+none does or no margin edge was searched (dry runs, light probes); ``fastest`` and
+``fastest_runs``: with ``hydra.sweeper.objective=throughput``, the value with the highest
+measured median samples/s inside the margin (a run; its rate and noise are ``fastest_samples_per_s``
+and ``fastest_noise_rel``) and the throughput search's runs. ``warmup`` and
 ``repeats``: the protocol of the row's runs (the frontier sweeper's light probes,
 ``hydra.sweeper.light``, form their own row next to the full-protocol one). ``devices``: devices
 per run (runs on 1 and on 2 GPUs form separate rows). ``workload_params`` and the mode options
 (``precision`` ... ``kv_cache``) and ``capacity_mode`` (what the capacity capped: allocator or
 process; null without an emulated capacity): the rest of the row's fixed load, as in the runs table; with
-them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads."""
+them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads.
+``max_ok_samples_per_s`` (``min_ok_`` on a decreasing axis), ``margin_edge_samples_per_s``,
+``fastest_label``, ``fastest_samples_per_s``, ``fastest_noise_rel``: measured throughput
+(analysis.throughput.FRONTIER_THROUGHPUT), null where no ok run of that value was timed."""
 
 ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", *AXES)
 
@@ -482,20 +485,30 @@ def _group_row(axis: str, fixed: dict, group: pd.DataFrame, search: dict | None)
             search_status=search.get("status"),
             exact=bool(search.get("exact")) and e.monotonic and e.stable is not False,
         )
+    row.update(frontier_throughput(group.to_dict("records"), axis, edge_of, fit, row.get("margin_edge")))
+    row.update(searched_fastest(search))
     return row
 
 
-def fastest_columns(tput: Any) -> dict[str, Any]:
-    """The ``fastest*`` columns from a search's ``throughput`` answer (``hydra.sweeper.objective=throughput``):
-    the fastest value run inside the margin, its median samples/s, its noise (MAD/median) and the
-    runs the throughput search made; all null without one."""
-    tput = tput if isinstance(tput, dict) else {}
+def searched_fastest(search: dict | None) -> dict[str, Any]:
+    """The fastest value's columns from a throughput search's answer (the fastest inside the
+    margin, a run), which take the place of the runs' own; empty without one."""
+    tput = search.get("throughput") if search is not None else None
+    if not isinstance(tput, dict) or tput.get("best") is None:
+        return {}
     return {
-        "fastest": tput.get("best"),
+        "fastest_label": str(tput["best"]),
         "fastest_samples_per_s": tput.get("samples_per_s"),
         "fastest_noise_rel": tput.get("noise_rel"),
-        "fastest_runs": tput.get("runs") if tput else None,
     }
+
+
+def fastest_columns(tput: Any) -> dict[str, Any]:
+    """``fastest`` and ``fastest_runs`` from a search's ``throughput`` answer
+    (``hydra.sweeper.objective=throughput``): the fastest value run inside the margin and the runs
+    the throughput search made; both null without one."""
+    tput = tput if isinstance(tput, dict) else {}
+    return {"fastest": tput.get("best"), "fastest_runs": tput.get("runs") if tput else None}
 
 
 def frontier_table(runs: pa.Table) -> pa.Table:

@@ -492,3 +492,57 @@ def cards_plot(cards: Sequence[str], values: Sequence, status: list[list[str]], 
         frameon=False,
     )
     return _png(fig)
+
+
+def throughput_plot(
+    axis: str,
+    values: Sequence,
+    used: Sequence[int | None],
+    samples_per_s: Sequence[float | None],
+    capacity: int | None,
+    margin: int | None,
+    recommended=None,
+    fastest=None,
+    title: str = "",
+) -> bytes:
+    """Peak memory and throughput against the swept variable, side by side (one x axis each).
+
+    Args:
+        axis: the swept variable's name (the x label).
+        values: the swept values, in order.
+        used: the peak compared with the capacity at each value (bytes; None where no run was ok).
+        samples_per_s: the measured samples per second at each value (None where not timed).
+        capacity, margin: bytes; the capacity line and the line ``capacity - margin`` (None: none).
+        recommended: the value inside the margin, marked on both panels (None: none).
+        fastest: the value with the most samples per second, marked on both panels (None: none).
+        title: the figure's title.
+
+    Returns:
+        The figure as PNG bytes.
+    """
+    xs, numeric = _positions(values)
+    fig, (mem, rate) = plt.subplots(1, 2, figsize=(9.0, 3.8))
+    unit, unit_name = _unit(capacity, *used)
+    mem.plot(xs, _scaled(list(used), unit), "o-", color="#1f77b4", label="peak (observed)")
+    if capacity:
+        mem.axhline(capacity / unit, color="#d62728", linewidth=1.2, label="capacity")
+        if margin is not None:
+            mem.axhline(
+                (capacity - margin) / unit, color="#ff7f0e", linestyle="--", linewidth=1, label="capacity - margin"
+            )
+    rate.plot(
+        xs, [math.nan if r is None else r for r in samples_per_s], "s-", color="#2ca02c", label="samples/s (measured)"
+    )
+    pos = dict(zip(values, xs))
+    for ax in (mem, rate):
+        if recommended in pos:
+            ax.axvline(pos[recommended], color="#2ca02c", alpha=0.3, linewidth=5, label=f"recommended = {recommended}")
+        if fastest in pos and fastest != recommended:
+            ax.axvline(pos[fastest], color="#9467bd", alpha=0.3, linewidth=5, label=f"fastest = {fastest}")
+    _label_axes(mem, axis, list(values), xs, numeric, unit_name, "peak memory")
+    _label_axes(rate, axis, list(values), xs, numeric, "samples per second", "throughput")
+    for ax in (mem, rate):
+        _legend_below(ax, ncol=2)
+    fig.subplots_adjust(wspace=0.32)  # room for the right panel's y label
+    fig.suptitle(title, fontsize=10)
+    return _png(fig)

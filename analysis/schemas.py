@@ -28,6 +28,8 @@ from memsweep.conf.contract import (
 )
 from memsweep.estimator import ESTIMATE_COLUMNS
 
+from .throughput import THROUGHPUT_TYPES
+
 # The record's phase fields (conf.contract.record, declared there): the counters, then, where the
 # backend or the phase has them (null otherwise), extra counters, sizes by construction (tensor
 # bytes summed by the worker, not counters) and an OOM's refused request.
@@ -162,6 +164,7 @@ COLUMN_TYPES = {
     "max_outside_allocator_bytes": pa.int64(),
     **{name: pa.float64() if name == "estimate_error" else pa.int64() for name in ESTIMATE_COLUMNS},
     **{name: pa.float64() if name.endswith("_ratio") else pa.int64() for name in MODEL_STATE_COLUMNS},
+    **THROUGHPUT_TYPES,
 }
 """Column name -> Parquet type, for every table: the contract's declared fields (spec, record,
 result, environment, capacity, model, phase; ``devices`` is the spec's count here, the phases
@@ -262,6 +265,7 @@ RUNS_SCHEMA = table_schema(
     "peak_rank",
     "failed_rank",
     *MODEL_STATE_COLUMNS,  # its model states per rank, recorded and calculated (ZeRO stage 0 or 3)
+    *THROUGHPUT_TYPES,  # the warm phases' measured rates (analysis.throughput)
 )
 """One row per run. ``max_memory_*``: the largest phase peak of the run (bytes); ``completed_*``: the
 largest peak of the phases that ran ok (null when none did; on an ok run the same as ``max_memory_*``;
@@ -297,7 +301,11 @@ failed phase's class (oom, memory_suspect or error; conf.contract.FAILURE_CLASSE
 written before the field gives its phase's status), ``failure_wording``: the worker.classify
 wording its message matched. ``model_states_*``, ``estimated_model_states_bytes``: a DDP/FSDP
 run's model states on its fullest rank, recorded beside the estimator's ZeRO figure
-(MODEL_STATE_COLUMNS; analysis.ranks computes them)."""
+(MODEL_STATE_COLUMNS; analysis.ranks computes them). ``samples_per_s``, ``tokens_per_s``,
+``prefill_tokens_per_s``, ``decode_tokens_per_s`` (per second, medians over the warm iterations,
+timed on the run's ``device_kind``), ``throughput_noise_rel`` (median absolute deviation / median of
+samples per second) and ``throughput_iterations``: record.json's ``throughput``
+(conf.contract.throughput); null unless the run was measured and ended ok."""
 
 DEVICE_TYPE = struct_list(DEVICE_FIELDS)
 """Type of the phases table's ``devices`` column: one struct per device of a multi-device run."""

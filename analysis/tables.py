@@ -57,6 +57,7 @@ from .schemas import (  # the schemas (analysis.schemas), also imported from her
     as_int,
     coerce_table,
 )
+from .throughput import throughput_columns
 
 __all__ = [
     "DEVICE_TYPE",
@@ -292,6 +293,7 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     estimate = rank_estimate(spec.get("estimate"), row["parallel"], row["world_size"])
     row.update(estimate_columns(estimate, row["max_memory_allocated"], row["outcome"], row["source"]))
     row.update(model_state_columns(spec, record))
+    row.update(throughput_columns(record, row["outcome"]))
     row["estimate_missing_reason"] = spec.get("estimate_missing_reason") or (
         "no estimate in the spec (written before this workload was estimated)" if spec.get("estimate") is None else None
     )

@@ -326,7 +326,17 @@ def files_reference() -> str:
         kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
         spec_rows.append((code(f.name), code(kind)))
     parts = ["## `spec.json` (the `RunSpec` fields)", table(("field", "type"), spec_rows)]
-    for definition in ("record", "phase", "phase_device", "rank", "phase_rank", "environment", "capacity", "model"):
+    for definition in (
+        "record",
+        "phase",
+        "phase_device",
+        "rank",
+        "phase_rank",
+        "environment",
+        "capacity",
+        "model",
+        "throughput",
+    ):
         fields = record.schema_fields(definition)
         parts += [f"## `{definition}` fields", table(("field", "type", "meaning"), field_rows(fields))]
     for definition in ("result", "exit_status"):

@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memsweep.conf.contract import GiB, device_kind_of, phase_peak, record_phases, run_peak
+from memsweep.conf.contract import (
+    GiB,
+    device_kind_of,
+    phase_peak,
+    record_phases,
+    run_peak,
+    run_throughput,
+    throughput_words,
+    timed_on,
+)
 from memsweep.estimator.labels import verdict_words
 
 
@@ -47,7 +56,9 @@ def run_answer(spec: Mapping[str, Any], record: Mapping[str, Any] | None) -> lis
         record: its record.json, or None when it left none.
 
     Returns:
-        Three lines (peaks, capacity and headroom, load); only the load when there is no record.
+        Three lines (peaks, capacity and headroom, load), the measured throughput before the load
+        when the run was timed (``conf.contract.throughput_words``, naming the device); only the
+        load when there is no record.
     """
     load = f"  answered for: {load_terms(spec)}"
     if not record:
@@ -67,4 +78,7 @@ def run_answer(spec: Mapping[str, Any], record: Mapping[str, Any] | None) -> lis
             f"  capacity {size_words(capacity)}; headroom = capacity - {counter} = {size_words(headroom)}"
             + (" (above the capacity)" if headroom is not None and headroom < 0 else "")
         )
-    return [*lines, load]
+    environment = record.get("environment")
+    name = environment.get("device_name") if isinstance(environment, Mapping) else None
+    rate = throughput_words(run_throughput(record, record.get("outcome")), timed_on(kind, name))
+    return [*lines, *([f"  {rate}"] if rate else []), load]

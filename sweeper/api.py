@@ -20,7 +20,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ from memsweep.conf.contract import (
     phase_peak,
     record_phases,
     run_peak,
+    run_throughput,
     try_read,
 )
 
@@ -405,6 +406,10 @@ class RunResult:
         predicted_outcome: a dry run's verdict (ok, oom; None without a capacity or when measured).
         wall_s: the worker's wall time (seconds), or None.
         spec, record, result: the three files as read (``record`` None when the worker wrote none).
+        throughput: the warm phases' measured rates (``conf.contract.THROUGHPUT_KEYS``:
+            ``samples_per_s``, ``tokens_per_s``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``
+            per second, ``noise_rel``, ``iterations``), timed on the run's device
+            (``record["device_kind"]``); each None when not measured (a dry run, a failed run).
     """
 
     run_dir: Path
@@ -424,6 +429,7 @@ class RunResult:
     spec: Mapping[str, Any]
     record: Mapping[str, Any] | None
     result: Mapping[str, Any]
+    throughput: Mapping[str, Any] = field(default_factory=dict)
 
     def answer(self) -> list[str]:
         """The run's answer as ``memsweep run`` prints it (``sweeper.answer.run_answer``): both
@@ -465,6 +471,7 @@ class RunResult:
             spec=spec,
             record=record,
             result=result,
+            throughput=run_throughput(record, result.get("outcome")),
         )
 
 
@@ -566,6 +573,11 @@ class FrontierResult:
         error_values: values whose run failed in setup (a shape the model refuses), stepped past.
         load: the load the edge holds for (the row's fixed settings, those not null).
         sweep: the sweep (its directory, tables and runs).
+        max_ok_samples_per_s: the max_ok value's measured samples per second (the median of its ok
+            runs, timed on the row's device), or None.
+        margin_edge_samples_per_s: the margin edge's measured samples per second, or None.
+        fastest: the value with the most measured samples per second (its label), or None.
+        fastest_samples_per_s: that rate, or None.
     """
 
     axis: str
@@ -583,6 +595,10 @@ class FrontierResult:
     error_values: tuple[int, ...]
     load: Mapping[str, Any]
     sweep: SweepResult
+    max_ok_samples_per_s: float | None = None
+    margin_edge_samples_per_s: float | None = None
+    fastest: str | None = None
+    fastest_samples_per_s: float | None = None
 
 
 # -- the API --------------------------------------------------------------------------------------
@@ -754,6 +770,10 @@ def frontier_result(axis: str, result: SweepResult) -> FrontierResult:
         error_values=tuple(int(v) for v in (row.get("error_values") or "").split(",") if v),
         load=load,
         sweep=result,
+        max_ok_samples_per_s=row.get("max_ok_samples_per_s"),
+        margin_edge_samples_per_s=row.get("margin_edge_samples_per_s"),
+        fastest=row.get("fastest_label"),
+        fastest_samples_per_s=row.get("fastest_samples_per_s"),
     )
 
 
@@ -959,9 +979,12 @@ class CompareResult:
         text: what the command prints (per value and phase the four counters and their differences).
         regressions: the peaks that grew beyond ``fail_above`` (``analysis.compare.Regression``:
             title, value, counter, base and other peak in bytes); empty without a gate.
+        slowdowns: the values whose samples per second fell beyond ``fail_slower``
+            (``analysis.compare.Slowdown``: title, value, base and other rate per second, noise,
+            where timed); empty without that gate.
         comparable: some value could be compared.
-        exit_code: what the command exits with (0, 1 a peak grew beyond the gate, 3 the gate had
-            nothing to check).
+        exit_code: what the command exits with (0, 1 a peak grew beyond ``fail_above`` or a rate
+            fell beyond ``fail_slower``, 3 a gate had nothing to check).
         markdown, html: the document written into ``out`` (None without one).
         details: the comparison itself (``analysis.compare.CompareResult``: sweeps, differences,
             comparisons).
@@ -975,6 +998,7 @@ class CompareResult:
     markdown: Path | None
     html: Path | None
     details: Any
+    slowdowns: tuple[Any, ...] = ()
 
 
 def compare(
@@ -982,6 +1006,8 @@ def compare(
     *others: str | os.PathLike,
     fail_above: str | None = None,
     out: str | os.PathLike | None = None,
+    counter: str = "allocated",
+    fail_slower: str | None = None,
 ) -> CompareResult:
     """Compare sweeps with a baseline (``memsweep compare``, ``analysis.compare.compare``).
 
@@ -991,39 +1017,44 @@ def compare(
         fail_above: the gate: a value's run peak may grow by this much over the baseline's
             (``"5%"`` of it, or a size: ``"64MiB"``); None: no gate.
         out: write compare.md, compare_plots/ and compare.html here (never over existing files).
+        counter: the peak ``fail_above`` reads: ``allocated`` (``max_memory_allocated``, the
+            default) or ``reserved`` (``analysis.compare.GATE_COUNTERS``).
+        fail_slower: the throughput gate: a value's samples per second may fall by this
+            percentage of the baseline's (``"5%"``); None: no gate.
 
     Returns:
         The comparison.
 
     Raises:
-        SpecError: no other sweep (field ``others``), or a ``fail_above`` that is neither.
+        SpecError: no other sweep (field ``others``), a ``fail_above`` that is neither, a
+            ``counter`` not allocated or reserved, a ``fail_slower`` that is no percentage.
         analysis.compare.SweepNotFound: a directory that does not exist.
         analysis.compare.EmptySweep: a directory without a measured run.
         analysis.report.ReportExists: ``out`` already holds a comparison.
     """
     from memsweep.analysis.compare import compare as compare_sweeps
-    from memsweep.analysis.compare import parse_threshold, write_doc
+    from memsweep.analysis.compare import compare_document, compare_text, parse_slower, parse_threshold, write_doc
     from memsweep.analysis.compare.cli import exit_code
-    from memsweep.analysis.compare.render import document, text
 
     if not others:
         raise SpecError("others", others, "a baseline and at least one sweep to compare")
     threshold = parse_threshold(fail_above) if fail_above is not None else None
+    slower = parse_slower(fail_slower) if fail_slower is not None else None
     paths = [Path(p) for p in (baseline, *others)]
-    result = compare_sweeps(paths, threshold)
+    result = compare_sweeps(paths, threshold, counter, slower)
     md = html = None
     if out is not None:
         from memsweep.analysis.compare import plot
 
-        doc = document(result.sweeps, result.differences, result.comparisons, threshold, result.regressions, plot)
-        md, html = write_doc(doc, Path(out))
+        md, html = write_doc(compare_document(result, threshold, fail_slower, plot), Path(out))
     return CompareResult(
         sweeps=tuple(paths),
-        text=text(result.sweeps, result.differences, result.comparisons, threshold, result.regressions),
+        text=compare_text(result, threshold, fail_slower),
         regressions=tuple(result.regressions),
         comparable=any(c.rows for c in result.comparisons),
-        exit_code=exit_code(result, threshold),
+        exit_code=exit_code(result, threshold, fail_slower is not None),
         markdown=md,
         html=html,
         details=result,
+        slowdowns=tuple(result.slowdowns),
     )

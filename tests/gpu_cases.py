@@ -8,6 +8,9 @@
   phase peak lower than the one before it (the peak is reset between phases, never carried).
 * ``check_dry_run``: a CUDA dry run (fake tensors) against the measured run of the same spec,
   per phase (model_load exact, the rest printed with its error).
+* ``check_throughput``: a batch sweep of the mlp on the device's own memory, each run's measured
+  samples per second printed (median over the warm iterations, the noise beside it); checked: every
+  ok run timed over its repeats, no rate on a run that did not end ok.
 * ``check_pool``, ``check_devices`` and ``check_ranks`` (2 DDP/FSDP ranks on cuda:0 and cuda:1,
   nccl): with 2+ GPUs only; with one GPU each says it skipped.
 
@@ -284,4 +287,68 @@ def check_dry_run(out: Path) -> list[str]:
                     f"dry-run check {mode}: model_load memory_allocated measured "
                     f"{m['memory_allocated']} != predicted {p['memory_allocated']}"
                 )
+    return failures
+
+
+THROUGHPUT_LOAD = ("context=512", "width=1024", "warmup=2", "repeats=5")
+"""The throughput case's load: the mlp at a size where a GPU's samples per second saturate with the batch."""
+THROUGHPUT_BATCHES = (8, 32, 128, 512, 2048)
+"""Its batches (no emulated capacity: the device's own memory)."""
+
+
+def throughput_lines(records: list[dict]) -> tuple[list[str], list[str]]:
+    """Each run's measured throughput as a line, and what is wrong with it.
+
+    Args:
+        records: the sweep's record.json documents.
+
+    Returns:
+        (one line per run in batch order: batch, outcome, samples/s, tokens/s, noise, where timed;
+        failures: an ok run without rates or timed over other than its repeats, another run with one).
+    """
+    from memsweep.conf.contract import timed_on
+
+    lines, failures = [], []
+    for rec in sorted(records, key=lambda r: r["spec"]["batch"]):
+        batch, t = rec["spec"]["batch"], rec.get("throughput") or {}
+        rate, tokens, noise = t.get("samples_per_s"), t.get("tokens_per_s"), t.get("noise_rel")
+        where = timed_on(rec.get("device_kind"), (rec.get("environment") or {}).get("device_name"))
+        if rec["outcome"] == "ok" and not (
+            isinstance(rate, float) and rate > 0 and t.get("iterations") == rec["spec"]["repeats"]
+        ):
+            failures.append(
+                f"throughput batch={batch}: an ok run without its rates over {rec['spec']['repeats']} iterations: {t}"
+            )
+        if rec["outcome"] != "ok" and any(v is not None for v in t.values()):
+            failures.append(f"throughput batch={batch}: a {rec['outcome']} run with rates: {t}")
+        shown = "-" if rate is None else f"{rate:.4g} samples/s, {_num(tokens)} tokens/s, noise {_pct(noise)}"
+        lines.append(f"  batch={batch:<6} {rec['outcome']:<5} {shown} ({where})")
+    return lines, failures
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _pct(noise: float | None) -> str:
+    return "-" if noise is None else f"{100 * noise:.1f} %"
+
+
+def check_throughput(
+    out: Path,
+    device: str = "cuda:0",
+    load: tuple[str, ...] = THROUGHPUT_LOAD,
+    batches: tuple[int, ...] = THROUGHPUT_BATCHES,
+) -> list[str]:
+    """A batch sweep on ``device`` whose measured samples per second it prints; returns failures
+    (the sweep failed, no run ok, a run's rates missing or where none belong)."""
+    args = ["sweep", f"device={device}", "sweep=none", "batch=" + ",".join(map(str, batches)), *load]
+    proc = memsweep([*args, f"hydra.sweep.dir={out}"], timeout=400)
+    if proc.returncode != 0:
+        return [f"throughput sweep failed ({proc.returncode}): {proc.stderr[-3000:]}"]
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("*/record.json"))]
+    lines, failures = throughput_lines(records)
+    print("throughput (measured; the median over the warm iterations):", *lines, sep="\n")
+    if not any(r["outcome"] == "ok" for r in records):
+        failures.append(f"throughput: no run ok of {len(records)}")
     return failures

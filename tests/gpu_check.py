@@ -14,7 +14,8 @@ a first GPU in one go (within about 5 minutes on one GPU) and prints a compact t
 * memory outside the allocator: measured in every phase and at set-up (total - free - reserved);
 * peak reset between phases, bf16 and autocast, generation: tests/gpu_cases.py ``check_modes``;
 * one snapshot for one OOM run (snapshot_on_oom on a single run, Python stacks, bounded);
-* dry run vs measured per phase: ``check_dry_run``; with 2+ GPUs the pool and devices=2;
+* dry run vs measured per phase: ``check_dry_run``; samples/s of a batch sweep: ``check_throughput``;
+  with 2+ GPUs the pool and devices=2;
 * torch.compile, LoRA and QLoRA with adamw8bit: tests/gpu_finetune.py ``check_finetune`` (each
   part skipped, saying so, where its package is missing).
 
@@ -178,6 +179,7 @@ def main() -> int:
     for name, case, label in (
         ("modes", lambda: gpu_cases.check_modes(out / "modes"), "bf16 autocast, peak reset, generate"),
         ("dry run", lambda: gpu_cases.check_dry_run(out / "dry"), "dry run vs measured per phase"),
+        ("throughput", lambda: gpu_cases.check_throughput(out / "throughput"), "samples/s of a batch sweep"),
         ("pool", lambda: gpu_cases.check_pool(probe, out), "one run per GPU (2+ GPUs)"),
         ("devices=2", lambda: gpu_cases.check_devices(probe, out), "per-device counters (2+ GPUs)"),
         ("ranks=2", lambda: gpu_cases.check_ranks(probe, out), "DDP/FSDP ranks on cuda:0, cuda:1, nccl (2+ GPUs)"),

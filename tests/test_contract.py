@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 import memsweep.conf.contract as contract
 from memsweep.analysis.schemas import MODEL_STATE_COLUMNS
 from memsweep.analysis.tables import DEVICE_TYPE, PHASES_SCHEMA, RUNS_SCHEMA
+from memsweep.analysis.throughput import THROUGHPUT_COLUMNS
 from memsweep.conf.contract import (
     CAPACITY_FIELDS,
     DEFAULT_ISOLATION,
@@ -36,6 +37,7 @@ from memsweep.conf.contract import (
     RESULT_FILE,
     RUN_EXIT,
     SPEC_FILE,
+    THROUGHPUT_FIELDS,
     RunSpec,
     field_names,
     peak_counters,
@@ -92,9 +94,17 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
         in PEAK_COUNTERS + OOM_DETAIL_FIELDS + ("oom_operator", "oom_null_reason", "failure_class", "failure_wording")
     }
     sources = declared(
-        RESULT_FIELDS, RECORD_FIELDS, ENVIRONMENT_FIELDS, CAPACITY_FIELDS, MODEL_FIELDS, RunSpec.field_types(), peaks
+        RESULT_FIELDS,
+        RECORD_FIELDS,
+        ENVIRONMENT_FIELDS,
+        CAPACITY_FIELDS,
+        MODEL_FIELDS,
+        THROUGHPUT_FIELDS,
+        RunSpec.field_types(),
+        peaks,
     )
     cold_warm = {f"{w}_{c}": c for w in ("cold", "warm", "completed") for c in PEAK_COUNTERS}
+    cold_warm.update({column: key for key, column in THROUGHPUT_COLUMNS.items()})  # record.json's throughput
     derived = {
         "sweep_dir",
         "run_id",
@@ -133,6 +143,9 @@ def test_runs_schema_columns_from_the_record_are_declared_with_their_types():
         "checkpointing",
         "oom_operator",
         "oom_null_reason",
+        "samples_per_s",
+        "throughput_noise_rel",
+        "throughput_iterations",
     } <= set(checked)
 
 

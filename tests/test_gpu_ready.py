@@ -323,3 +323,25 @@ def test_the_two_rank_gpu_check_skips_on_one_gpu_saying_so(tmp_path, capsys):
     assert gpu_cases.check_ranks({"device_count": 1}, tmp_path) == []
     assert "needs two (skipped)" in capsys.readouterr().out
     assert not any(tmp_path.iterdir())  # nothing was run
+
+
+def test_the_throughput_gpu_case_runs_on_the_cpu_and_prints_each_rate(tmp_path, capsys):
+    """``make gpu-check``'s throughput case, on the CPU at a tiny load: every ok run has its rates,
+    printed with where they were timed (the CPU, never called a GPU figure)."""
+    import gpu_cases
+
+    load = ("context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=2", "threads=1")
+    assert gpu_cases.check_throughput(tmp_path / "t", device="cpu", load=load, batches=(2, 4)) == []
+    printed = capsys.readouterr().out
+    assert "batch=2      ok    " in printed and "samples/s" in printed and "(timed on CPU)" in printed
+
+
+def test_the_throughput_gpu_case_flags_missing_and_misplaced_rates():
+    import gpu_cases
+
+    spec = {"batch": 8, "repeats": 5}
+    ok = {"spec": spec, "outcome": "ok", "device_kind": "cuda", "throughput": {"samples_per_s": None}}
+    oom = {"spec": {**spec, "batch": 16}, "outcome": "oom", "throughput": {"samples_per_s": 3.0}}
+    lines, failures = gpu_cases.throughput_lines([oom, ok])
+    assert lines[0].startswith("  batch=8") and "timed on cuda" in lines[0]
+    assert len(failures) == 2 and "an ok run without its rates" in failures[0] and "oom run with rates" in failures[1]

@@ -32,6 +32,7 @@ TABLES = {
     "environment": contract_record.ENVIRONMENT_FIELDS,
     "capacity": contract_record.CAPACITY_FIELDS,
     "model": contract_record.MODEL_FIELDS,
+    "throughput": contract_record.THROUGHPUT_FIELDS,
 }
 
 

@@ -27,6 +27,8 @@ from memsweep.conf.contract import (
     EXIT_UNAVAILABLE,
     SCHEMA_VERSION,
     RunSpec,
+    empty_throughput,
+    measured_throughput,
     needs_dynamo,
     process_identity,
     write_json_atomic,
@@ -87,6 +89,8 @@ class Recorder:
             "prediction_rounding": None,
             # torch.cuda.is_initialized() when the record was finished (null: torch not imported)
             "cuda_initialized": None,
+            # the warm phases' rates, filled in when the run is finished (conf.contract.throughput)
+            "throughput": empty_throughput(),
         }
 
     def save(self) -> None:
@@ -125,6 +129,7 @@ class Recorder:
             error_type=error_type or (type(exc).__name__ if exc else None),
             error_message=message or (str(exc)[:4000] if exc else None),
         )
+        self.data["throughput"] = measured_throughput(self.data)
         torch = sys.modules.get("torch")
         if torch is not None:
             self.data["cuda_initialized"] = bool(torch.cuda.is_initialized())

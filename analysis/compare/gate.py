@@ -1,8 +1,8 @@
 """The regression gate of ``memsweep compare --fail-above``: did a peak grow beyond a threshold?
 
-The gate reads, per value compared, the run's peak of the counter compared with the capacity
-(``max_memory_allocated`` on the CPU, ``max_memory_reserved`` on CUDA/ROCm): other minus
-baseline, in bytes, against a percentage of the baseline's peak or a number of bytes.
+The gate reads, per value compared, the run's peak of the ``--counter`` (``match.GATE_COUNTERS``:
+``max_memory_allocated`` by default, the steadiest on every device; ``max_memory_reserved`` by
+name): other minus baseline, in bytes, against a percentage of the baseline's peak or a number of bytes.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from memsweep.conf.contract import AXES, device_kind_of, peak_counters
+from memsweep.conf.contract import AXES, device_kind_of
 from memsweep.estimator.labels import load_words
 
 from ..frontier import SPREAD, order_key
@@ -22,6 +22,12 @@ from .load import Sweep
 
 COUNTERS = ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved")
 """The four counters compared, per phase (PyTorch's names)."""
+
+GATE_COUNTERS = {"allocated": "max_memory_allocated", "reserved": "max_memory_reserved"}
+"""``--counter``'s names -> the peak the memory gate reads. ``allocated`` (the default) is the
+steadiest on every device: on CUDA the tensors' bytes, while the reserved peak also holds what the
+caching allocator kept from earlier phases (it moves with warm-up history); on the CPU the worker's
+tracked tensor bytes, while its reserved figure is the process resident set (code and libraries too)."""
 
 SWEPT = tuple(a for a in AXES if a != "dtype")
 """Axes a series can sweep (dtype is what comparisons usually change, not an axis here)."""
@@ -186,18 +192,19 @@ def _differing(base: Series, other: Series) -> int:
     return sum(1 for k in base.load if str(base.load.get(k)) != str(other.load.get(k)))
 
 
-def compare_series(base: Series, candidates: list[Series]) -> Comparison:
+def compare_series(base: Series, candidates: list[Series], gate: str = "max_memory_allocated") -> Comparison:
     """Compare a baseline series with the best-matching series of another sweep.
 
     Args:
         base: the baseline's series.
         candidates: the other sweep's series.
+        gate: the peak the memory gate reads (a value of GATE_COUNTERS); a value's run is its ok
+            run with the largest of it.
 
     Returns:
         The comparison; ``comparable`` False (with the reason) when no series of the same axis
         exists, the devices' counters mean different things, or no value ran ok in both.
     """
-    gate = peak_counters(base.kind if base.kind in ("cpu", "cuda") else "cuda")[0]
     same_axis = [c for c in candidates if c.axis == base.axis]
     if not same_axis:
         cmp = Comparison(base, None, gate, comparable=False)

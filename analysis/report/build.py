@@ -21,6 +21,7 @@ from .sections_closing import assumed_section, comparable_section, decision_sect
 from .sections_observed import observed_section
 from .sections_summary import summary_card
 from .stats import AxisResult, analyse_axis, enrich_runs, record_unread, tell_loads_apart
+from .throughput import throughput_section
 
 
 @dataclass
@@ -219,6 +220,7 @@ def _sections(
     runs, predicted = rows.runs, rows.predicted
     summary_card(doc, runs, axes, policy, rows.unread)
     observed_section(doc, runs, rows.phases, axes, plots)
+    throughput_section(doc, axes, plots)
     loading_section(doc, runs, rows.phases)
     calculated_section(doc, axes, policy, est_cols, plots, predicted, rows.predicted_phases)
     model_states_section(doc, runs)

@@ -3,7 +3,7 @@
 Per swept axis: ``max_ok`` and ``min_oom`` (observed), the recommended value under the stated
 margin (calculated under the assumed policy) and the headroom it leaves, in bytes and percent
 of the capacity; the fitted peak (calculated, ``analysis.fit``) and where it reaches the
-capacity and the capacity minus the margin.
+capacity and the capacity minus the margin; the measured throughput (``throughput.throughput_answer``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from .fit import capacity_crossings, evaluate
 from .fitted import limit_words, unmeasured_limit_note
 from .fmt import axis_label, nbytes, pct
 from .stats import AxisResult
+from .throughput import throughput_answer
 
 CURVE_POINTS = 80
 """Points of the fitted curve drawn on a plot."""
@@ -172,6 +173,7 @@ def answer_lines(a: AxisResult, policy: MarginPolicy) -> list[str]:
         )
     if a.limits:
         out.append("Fitted peak (calculated, not measured): " + "; ".join(limit_words(a, k) for k in a.limits) + ".")
+    out += throughput_answer(a)
     if a.kind == "cpu":
         out.append("CPU runs: tracked tensor bytes, not a GPU measurement.")
     return out

@@ -9,6 +9,7 @@ and the analysis (pandas, no torch) all import it. Modules, by job:
 * ``checks``, ``workload``, ``spec``: the run spec and its validation;
 * ``record``: the record's and the result envelope's fields, declared once, the JSON files;
 * ``rundir``: the one reader of a run directory and the one definition of the run's peak;
+* ``throughput``: the warm phases' measured rates (record.json's ``throughput``);
 * ``fork``: the fork server's messages; ``exits``: exit statuses; ``host``: /proc readers.
 
 This package exports what other packages use; the rest is imported from its submodule.
@@ -82,6 +83,7 @@ from .record import (
     STDERR_FILE,
     STDOUT_FILE,
     SUB_PHASE_FIELDS,
+    THROUGHPUT_FIELDS,
     Field,
     classify_run,
     document_problems,
@@ -119,6 +121,15 @@ from .sweep import (
     start_manifest,
     sweep_running,
     sweep_runs,
+)
+from .throughput import (
+    THROUGHPUT_KEYS,
+    empty_throughput,
+    measured_throughput,
+    rate_summary,
+    run_throughput,
+    throughput_words,
+    timed_on,
 )
 from .units import (
     GB,
@@ -246,6 +257,14 @@ __all__ = [
     "SLURM_TIME_LIMIT",
     "ranks_are_tasks",
     "MODEL_FIELDS",
+    "THROUGHPUT_FIELDS",
+    "THROUGHPUT_KEYS",
+    "empty_throughput",
+    "measured_throughput",
+    "rate_summary",
+    "run_throughput",
+    "throughput_words",
+    "timed_on",
     "MODES",
     "INTEGER_AXES",
     "NUMERIC_AXES",

@@ -153,7 +153,14 @@ def peer_pid(conn: socket.socket) -> int | None:
 
 def session_members(leader: int) -> list[int]:
     """The live processes of the process group or session led by ``leader`` (/proc/<pid>/stat
-    fields 5 and 6, proc(5)), the leader itself excluded; [] where /proc cannot be read."""
+    fields 5 and 6, proc(5)).
+
+    Args:
+        leader: the pid that leads the group or session (a worker started with ``setsid``).
+
+    Returns:
+        Their pids, the leader itself excluded; [] where /proc cannot be read.
+    """
     members = []
     try:
         names = os.listdir("/proc")

@@ -181,6 +181,9 @@ included) is flagged ``device_not_free``: another process holds memory there."""
 MODEL_FIELDS = schema_fields("model")
 """Fields of record.json's ``model`` (sizes by construction, not counters)."""
 
+THROUGHPUT_FIELDS = schema_fields("throughput")
+"""Fields of record.json's ``throughput``: the warm phases' rates (conf.contract.throughput)."""
+
 PHASE_COUNTERS = DEVICE_COUNTERS
 """The counter fields of a phase (bytes): see vocabulary.DEVICE_COUNTERS."""
 

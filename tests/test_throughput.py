@@ -1,0 +1,227 @@
+"""Measured throughput from the warm phases' iteration times (conf.contract.throughput), in the
+runs and frontier tables (analysis.throughput), the report's answer and section, and compare's
+--fail-slower and --counter gates: unit tests on written records and rows (no timing of this machine)."""
+
+from fractions import Fraction
+from types import SimpleNamespace
+
+import pytest
+
+from memsweep.analysis.compare.match import GATE_COUNTERS
+from memsweep.analysis.compare.speed import parse_slower, rate_changes, slowdowns, speed_lines
+from memsweep.analysis.throughput import frontier_throughput, throughput_columns, value_rates
+from memsweep.conf.contract import (
+    THROUGHPUT_KEYS,
+    SpecError,
+    measured_throughput,
+    rate_summary,
+    throughput_words,
+    timed_on,
+)
+
+
+def _record(mode="inference", phases=(), outcome="ok", source="measured", workload="mlp", **spec):
+    spec = {"mode": mode, "batch": 8, "context": 16, "new_tokens": 4, "workload": {"name": workload}, **spec}
+    return {"spec": spec, "outcome": outcome, "source": source, "phases": list(phases), "global_batch": None}
+
+
+def _sub(parent, sub_phase, step, seconds):
+    return {
+        "name": f"{parent}.{sub_phase}",
+        "parent": parent,
+        "sub_phase": sub_phase,
+        "step": step,
+        "iteration_s": [seconds],
+    }
+
+
+def test_inference_rates_are_the_median_of_the_warm_forwards_and_their_spread():
+    rec = _record(
+        phases=[{"name": "warmup", "iteration_s": [9.0]}, {"name": "warm_forward", "iteration_s": [1.0, 2.0, 4.0]}]
+    )
+    t = measured_throughput(rec)
+    assert set(t) == set(THROUGHPUT_KEYS)
+    assert t["samples_per_s"] == 4.0  # 8/1, 8/2, 8/4: median 4 (the warmup is not timed)
+    assert t["tokens_per_s"] == 4.0 * 16 and t["iterations"] == 3
+    assert t["noise_rel"] == pytest.approx(2 / 4)  # |8-4|, |4-4|, |2-4| -> median 2
+    assert t["prefill_tokens_per_s"] is None and t["decode_tokens_per_s"] is None
+
+
+def test_a_training_step_is_its_sub_phases_summed_over_the_global_batch():
+    phases = [_sub("cold_step", "forward", 0, 50.0)]
+    for step, (f, b) in enumerate([(0.5, 1.5), (1.0, 3.0)]):
+        phases += [_sub("warm_step", "forward", step, f), _sub("warm_step", "backward", step, b)]
+    rec = _record("train", phases)
+    rec["global_batch"] = 32
+    t = measured_throughput(rec)
+    assert t["iterations"] == 2 and t["samples_per_s"] == pytest.approx((32 / 2 + 32 / 4) / 2)
+
+
+def test_generate_times_prefill_and_decode_apart():
+    phases = [_sub("warm_generate", "prefill", 0, 0.5), _sub("warm_generate", "decode", 0, 2.0)]
+    t = measured_throughput(_record("generate", phases))
+    assert t["prefill_tokens_per_s"] == 8 * 16 / 0.5 and t["decode_tokens_per_s"] == 8 * 4 / 2.0
+    assert t["samples_per_s"] == 8 / 2.5 and t["tokens_per_s"] == pytest.approx(8 / 2.5 * (16 + 4))
+    assert t["noise_rel"] is None, "one generation has no spread"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"outcome": "oom"},
+        {"source": "predicted"},
+        {"phases": []},
+        {"phases": [{"name": "warm_forward", "iteration_s": [0.0]}]},
+    ],
+)
+def test_nothing_measured_is_null_never_zero(changes):
+    rec = {**_record(phases=[{"name": "warm_forward", "iteration_s": [1.0]}]), **changes}
+    assert measured_throughput(rec) == dict.fromkeys(THROUGHPUT_KEYS)
+
+
+def test_a_user_workload_has_samples_but_no_tokens():
+    t = measured_throughput(_record(workload="user", phases=[{"name": "warm_forward", "iteration_s": [2.0]}]))
+    assert t["samples_per_s"] == 4.0 and t["tokens_per_s"] is None
+
+
+def test_rate_summary_is_median_and_mad_over_median():
+    assert rate_summary([10.0]) == (10.0, None)
+    assert rate_summary([9.0, 10.0, 12.0]) == (10.0, 1 / 10)
+
+
+def test_runs_columns_read_the_record_and_older_records_from_their_phases():
+    rec = _record(phases=[{"name": "warm_forward", "iteration_s": [1.0, 1.0]}])
+    older = throughput_columns(rec, "ok")  # no "throughput" key: computed from the phases
+    assert older["samples_per_s"] == 8.0 and older["throughput_iterations"] == 2 and older["throughput_noise_rel"] == 0
+    rec["throughput"] = {**dict.fromkeys(THROUGHPUT_KEYS), "samples_per_s": 3.0, "iterations": 7}
+    assert throughput_columns(rec, "ok")["samples_per_s"] == 3.0
+    assert set(throughput_columns(rec, "timeout").values()) == {None}, "a run that did not end ok has no rate"
+
+
+def _row(batch, rate, outcome="ok", noise=0.01):
+    return {"batch": batch, "outcome": outcome, "samples_per_s": rate, "throughput_noise_rel": noise}
+
+
+def test_frontier_throughput_at_the_edges_and_the_fastest_value():
+    rows = [_row(4, 10.0), _row(8, 30.0), _row(8, 20.0), _row(16, 24.0), _row(32, None, "oom")]
+    assert value_rates(rows, "batch")[8] == (25.0, 0.01)
+    out = frontier_throughput(rows, "batch", "max_ok", 16, 8)
+    assert out["max_ok_samples_per_s"] == 24.0 and out["margin_edge_samples_per_s"] == 25.0
+    assert out["fastest_label"] == "8" and out["fastest_samples_per_s"] == 25.0 and out["min_ok_samples_per_s"] is None
+    assert frontier_throughput([_row(4, None)], "batch", "max_ok", 4, None)["fastest_label"] is None
+
+
+def test_a_cpu_timing_says_so():
+    assert timed_on("cpu", "x86_64") == "timed on CPU"
+    assert timed_on("cuda", "NVIDIA H100") == "timed on NVIDIA H100 (cuda)"
+    line = throughput_words({"samples_per_s": 812.3, "iterations": 1, "noise_rel": None}, timed_on("cpu", None))
+    assert (
+        line == "throughput (measured, timed on CPU): 812.3 samples/s; median of 1 warm iterations, "
+        "no spread (one iteration)"
+    )
+    assert throughput_words(dict.fromkeys(THROUGHPUT_KEYS), "timed on CPU") is None
+
+
+def _comparison(base_rates, other_rates, comparable=True):
+    sweep_a, sweep_b = SimpleNamespace(label="A"), SimpleNamespace(label="B")
+    base = SimpleNamespace(sweep=sweep_a, axis="batch", by_value={b: [_row(b, r)] for b, r in base_rates.items()})
+    other = SimpleNamespace(sweep=sweep_b, axis="batch", by_value={b: [_row(b, r)] for b, r in other_rates.items()})
+    rows = [SimpleNamespace(value=v) for v in base_rates]
+    return SimpleNamespace(base=base, other=other, comparable=comparable, rows=rows, title="batch sweep")
+
+
+def test_fail_slower_flags_a_fall_beyond_the_percentage_only():
+    c = _comparison({4: 100.0, 8: 100.0, 16: 100.0}, {4: 96.0, 8: 94.0, 16: None})
+    assert [s.value for s in rate_changes([c])] == ["batch=4", "batch=8"], "a value without a rate is not gated"
+    (slow,) = slowdowns([c], parse_slower("5%"))
+    assert slow.value == "batch=8" and slow.change == pytest.approx(-0.06)
+    assert slowdowns([c], Fraction(0)) and not slowdowns([_comparison({4: 1.0}, {4: 1.0})], Fraction(0))
+    assert "FAILED, 1 value(s)" in speed_lines(rate_changes([c]), "5%", [slow])[-2]
+    assert not rate_changes([_comparison({4: 1.0}, {4: 2.0}, comparable=False)]), "another device: no rate compared"
+
+
+@pytest.mark.parametrize("text", ["5", "fast", "-5%", "64MiB"])
+def test_fail_slower_refuses_anything_but_a_percentage(text):
+    with pytest.raises(SpecError, match="--fail-slower"):
+        parse_slower(text)
+
+
+def test_the_memory_gate_reads_the_allocated_peak_unless_told():
+    assert GATE_COUNTERS == {"allocated": "max_memory_allocated", "reserved": "max_memory_reserved"}
+
+
+def test_each_iteration_is_timed_between_two_synchronizations(monkeypatch, tmp_path):
+    """worker.protocol: the device is synchronized before the clock starts and before it stops
+    (kernels run asynchronously: a clock read without waiting times the launch, not the work)."""
+    from memsweep.worker import protocol
+
+    calls = []
+
+    class Counters:
+        def synchronize(self):
+            calls.append("sync")
+
+        def reset_peak_memory_stats(self):
+            calls.append("reset")
+
+        def __getattr__(self, name):
+            return lambda: None
+
+    clock = iter(range(100))
+    monkeypatch.setattr(protocol.time, "perf_counter", lambda: calls.append("clock") or float(next(clock)))
+    result = protocol.run_phase(Counters(), "warm_forward", lambda: calls.append("body"), 2, None, tmp_path / "r.json")
+    assert result.error is None and result.record["iteration_s"] == [1.0, 1.0]
+    timed = calls[calls.index("reset") :]
+    assert timed[:8] == ["reset", "clock", "clock", "body", "sync", "clock", "clock", "body"]
+    assert timed[8:10] == ["sync", "clock"], "the clock stops after the device finished the iteration"
+    assert calls.index("sync") < calls.index("reset"), "the queued work is waited for before the phase starts"
+
+
+def test_compare_refuses_a_bad_fail_slower_before_reading_anything(tmp_path, capsys):
+    from memsweep.analysis.compare import EXIT_BAD_INPUT, main
+
+    assert main([str(tmp_path / "a"), str(tmp_path / "b"), "--fail-slower", "5"]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--fail-slower" in err and "5%" in err and len(err.strip().splitlines()) == 1
+
+
+def _timed_rows(sweep_dir, grow=1.0):
+    """tests/test_visual.py's crowded hf batch search, each ok run with measured rates."""
+    from tests.test_visual import _sweep_rows
+
+    runs, phases = _sweep_rows(sweep_dir, grow)
+    for r in runs:
+        ok = r["outcome"] == "ok"
+        rate = min(r["batch"], 64) * 100.0 / grow if ok else None
+        r.update(samples_per_s=rate, tokens_per_s=rate * 512 if ok else None, throughput_noise_rel=0.02 if ok else None)
+        r.update(throughput_iterations=5 if ok else None)
+    return runs, phases
+
+
+@pytest.mark.skipif(__import__("tests.chromium").chromium.CHROMIUM is None, reason="chromium is not installed")
+def test_the_throughput_section_and_compare_table_fit_1280_px(tmp_path):
+    import pyarrow.parquet as pq
+
+    from memsweep.analysis.compare import compare, compare_document, parse_slower, plot, write_doc
+    from memsweep.analysis.report import build_report, parse_margin, write_report
+    from tests.test_report_unit import tables
+    from tests.test_visual import LONG_DIR, _assert_fits_the_window
+
+    report = build_report(*tables(*_timed_rows(f"/tmp/{LONG_DIR}")), parse_margin(None))
+    _, html_path = write_report(report, tmp_path / "report")
+    html = html_path.read_text()
+    assert "Throughput beside memory" in html and "Throughput (measured, timed on NVIDIA H200 (cuda))" in html
+    _assert_fits_the_window(html_path.as_uri(), tmp_path, "report")
+    dirs = []
+    for name, grow in (("a", 1.0), ("b", 1.2)):
+        d = tmp_path / name / LONG_DIR
+        d.mkdir(parents=True)
+        runs_t, phases_t, _ = tables(*_timed_rows(str(d), grow))
+        pq.write_table(runs_t, d / "runs.parquet")
+        pq.write_table(phases_t, d / "phases.parquet")
+        dirs.append(d)
+    result = compare(dirs, fail_slower=parse_slower("5%"))
+    assert result.slowdowns and len(result.slowdowns) == len(result.rates)  # every rate fell 1/6
+    _, cmp_html = write_doc(compare_document(result, None, "5%", plot), tmp_path / "cmp")
+    assert "gate --fail-slower 5%: FAILED" in cmp_html.read_text()
+    _assert_fits_the_window(cmp_html.as_uri(), tmp_path, "compare")
