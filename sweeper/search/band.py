@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 # First step down from an OOM the model did not expect: what this fraction of the capacity
 # is worth on the axis (unseen overheads are a few percent of the capacity).
 GALLOP_FIRST = 1 / 128
+# Why the band's round steps down from an OOM (its value, the capacity in bytes).
+FASTER = "OOM at {} where even the pessimistic fit stays under the capacity {} B: the peak grows faster than the fit"
 
 
 def band_round(
@@ -46,11 +48,7 @@ def band_round(
     if hi is not None and band.high(hi) <= cap:
         slope = (band.fit(hi) - band.fit(lo)) / (hi - lo)
         first = lattice.down(GALLOP_FIRST * cap / slope) if slope > 0 else m
-        cause = (
-            f"OOM at {hi} where even the pessimistic fit stays under the capacity {search.capacity} B: the peak "
-            "grows faster than the fit"
-        )
-        return gallop_down(search, lo, hi, slots, max(first, m), cause)
+        return gallop_down(search, lo, hi, slots, max(first, m), FASTER.format(hi, cap))
     x_opt = crossing(band.low, cap, lo, top)
     if x_opt is None:
         return gallop_up(

@@ -103,8 +103,8 @@ def ramp_bounds(search: FrontierSearch, points: list[tuple[int, int]], cap: int,
         if steepest > 0:
             upper = min(upper, lattice.down(xb + (cap - pb) / steepest))
     xb, pb = xs[-1], ps[-1]
-    xa, pa = straight_tail(xs, ps, noise)
-    predicted = None if xa is None or pa is None else xb + (cap - pb) * (xb - xa) / (pb - pa)
+    ta, tp = straight_tail(xs, ps, noise)
+    predicted = None if ta is None or tp is None else xb + (cap - pb) * (xb - ta) / (pb - tp)
     straight, kinked = shape(xs[-3:], ps[-3:], noise)
     # the three before bent upwards at the second largest: it is past the bend, as the largest is
     straight = straight or shape(xs[-4:-1], ps[-4:-1], noise)[1]
@@ -117,8 +117,8 @@ def ramp_bounds(search: FrontierSearch, points: list[tuple[int, int]], cap: int,
         noise,
         straight,
         kinked,
-        xa is not None and xa < xs[-2],
-        None if xa is None or pa is None else (pb - pa) / (xb - xa),
+        ta is not None and ta < xs[-2],
+        None if ta is None or tp is None else (pb - tp) / (xb - ta),
     )
 
 

@@ -2,11 +2,11 @@
 ``Pick`` lists that ``FrontierSearch.propose`` turns into probes.
 
 ``seed_round`` (a dry run's predicted edge), ``first_round``, ``bisect_round`` (strategy
-``bisect``: x2 growth, then bisection), ``model_round`` (strategy ``model``: where the band of
-the fitted peak crosses the capacity, ``one_success_round`` and ``band_round``, or the bracket
-of the usable capacity, ``sweeper.search.bracket``; ``refit_round`` after an OOM the capacity
-explains but the fit did not expect, ``gallop_down``/``gallop_up`` when the probes contradict
-the fit otherwise) and ``forced_round`` after two wrong predictions in a row.
+``bisect``: x2 growth, then bisection), ``model_round`` (strategy ``model``: ``one_success_round``,
+then the bounds of the measured peaks on linear axes, ``sweeper.search.ramp``, the band of the
+fitted peak on quadratic ones, ``sweeper.search.band``, or the bracket of the usable capacity,
+``sweeper.search.bracket``; ``moves.gallop_down``/``gallop_up`` when the probes contradict the
+peaks) and ``forced_round`` after two wrong predictions in a row.
 
 To add a strategy: write its round as ``(search, slots) -> list[Pick]`` here, add its name
 to ``STRATEGIES`` and dispatch to it in ``FrontierSearch.propose``.
@@ -134,9 +134,7 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
         slots: how many values.
 
     Returns:
-        Up to ``slots`` values (more when the fill adds some; the search takes ``slots``),
-        the model in their ``detail`` (bounds or band, fit coefficients and noise in bytes,
-        predicted crossing).
+        Up to ``slots`` values (the search takes ``slots``), the model in their ``detail``.
 
     Raises:
         RuntimeError: no success below the smallest OOM (``propose`` does not call it then).
@@ -153,7 +151,8 @@ def model_round(search: FrontierSearch, slots: int) -> list[Pick]:
     band = peak_band(points, quadratic) if len({x for x, _ in points}) >= 2 else None
     if lo is None:
         raise RuntimeError(NO_SUCCESS.format(search.axis))
-    if cap is None or (band is None if quadratic else len({x for x, _ in raw}) < 2):
+    flat = len({p for _, p in raw}) == 1  # one success, or identical peaks (an exact plateau)
+    if cap is None or (band is None if quadratic else flat):
         plateau = len({x for x, _ in points}) < len({x for x, _ in raw})
         return one_success_round(search, slots, lo, hi, points, plateau)
     top = hi if hi is not None else search.lattice.upper + search.lattice.step
