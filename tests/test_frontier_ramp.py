@@ -83,11 +83,12 @@ def test_parallel_rounds_stay_exact_on_flat_then_steep_peaks():
 
 
 def test_an_oom_below_what_the_peaks_promise_is_said_to_be_unseen_memory():
-    """A load at 10 % of the capacity at every value fits any value up to 10 times one it ran at;
-    an OOM from 200 on (memory the counter does not see) contradicts that, and only then is it said."""
+    """A load at 10 % of the capacity (and a byte per value) fits any value up to about 10 times
+    one it ran at; an OOM from 200 on (memory the counter does not see) contradicts that, and only
+    then is it said."""
 
     def oracle(x: int):
-        return ("ok", CAP // 10, CAP) if x < 200 else ("oom", None, CAP)
+        return ("ok", CAP // 10 + x, CAP) if x < 200 else ("oom", None, CAP)
 
     search = FrontierSearch("batch", Lattice.make(1, 65536), "model")
     result = run_search(search, oracle)
