@@ -434,10 +434,9 @@ def test_the_fit_crossing_logged_is_the_fits_not_the_clamped_upper_bound():
     search = FrontierSearch("batch", Lattice.make(1, 64), "model")
     result = run_search(search, affine(a, b, cap))
     assert result.upper_reached
-    (aimed,) = [p for p in search.probes if "fit crosses" in p.reason]
-    assert aimed.detail["predicted_crossing"] == pytest.approx((cap - a) / b, rel=1e-4)  # 198.3, not 65
-    assert aimed.detail["past_bound"] is True and "beyond the upper bound 64" in aimed.reason
-    assert f"batch={(cap - a) / b:.2f}" in aimed.reason
+    aimed = [p for p in search.probes if "line reaches the capacity" in p.reason]
+    assert aimed and all(p.detail["predicted_crossing"] == pytest.approx((cap - a) / b, rel=1e-4) for p in aimed)
+    assert all("beyond the upper bound 64" in p.reason and f"batch={(cap - a) / b:.2f}" in p.reason for p in aimed)
 
 
 def test_probe_reasons_of_parallel_rounds_are_true():

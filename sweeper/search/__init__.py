@@ -6,11 +6,11 @@ Pure logic, no processes, no Hydra, no torch: ``FrontierSearch`` proposes values
 (``sweeper.predict``) answers them with dry runs, tests and benchmarks with scripted oracles
 (``run_search``).
 
-Modules: ``lattice`` (the values an axis may take, a probe, a reading, a pick), ``peaks`` (the
-fitted peak and its band), ``moves`` (growth, split, fill, pair), ``strategies`` (which values
-a round proposes), ``bracket`` (the model's round once an OOM said what it held and asked),
-``state`` (``FrontierSearch``, ``SearchResult``, ``run_search``). The vocabulary, the
-strategies' reasoning and the invariants are in docs/concepts/frontier.md.
+Modules: ``lattice`` (values, probe, reading, pick), ``peaks`` (the fitted peak and its band),
+``moves`` (growth, split, fill, pair, gallops), ``strategies`` (which values a round proposes),
+``ramp`` and ``band`` (the model's round on linear and on quadratic axes), ``bracket`` (its round
+once an OOM said what it held and asked), ``state`` (``FrontierSearch``, ``SearchResult``,
+``run_search``). The reasoning and invariants are in docs/concepts/frontier.md.
 """
 
 from .lattice import (

@@ -7,9 +7,16 @@ Values are lattice values of the searched axis; bytes are the peaks' units.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .lattice import Lattice, Pick
 from .peaks import Band
+
+if TYPE_CHECKING:
+    from .state import FrontierSearch
+
+# Away from an OOM (a success) the model did not expect, each step is this many times the last one.
+GALLOP = 4
 
 
 def growth(lattice: Lattice, lo: int, count: int, start: int | None = None) -> list[Pick]:
@@ -124,3 +131,65 @@ def pair(
         if lo < v < top
     ]
     return picks + fill(lattice, lo, hi, slots - len(picks), below + lattice.step)
+
+
+def gallop_down(search: FrontierSearch, lo: int, hi: int, slots: int, first: int, cause: str) -> list[Pick]:
+    """Step down from an OOM the model did not expect.
+
+    The capacity is too high for the probes: the edge is below the smallest OOM ``hi``, by
+    an unknown overhead. Step down from it by ``first`` (what GALLOP_FIRST of the capacity
+    is worth on the axis), then GALLOP times the last gap between OOMs, never below the
+    bracket's midpoint (so never much slower than bisection).
+
+    Args:
+        search: the search.
+        lo: the largest success below ``hi``.
+        hi: the smallest OOM.
+        slots: how many values.
+        first: the first step down (lattice units of the axis).
+        cause: what the OOM contradicts, for the reason.
+
+    Returns:
+        The value below ``hi`` and fill values; nothing when (lo, hi) holds no value.
+    """
+    lattice = search.lattice
+    ooms = [v for v in search.values("oom") if v >= hi]
+    step = GALLOP * (ooms[1] - ooms[0]) if len(ooms) > 1 else first
+    mids = lattice.split(lo, hi, 2)
+    if not mids:
+        return []
+    v = max(lattice.down(hi - step), mids[0])
+    why = f"model: {cause}; " + (f"bisection of ({lo}, {hi})" if v == mids[0] else f"step down {hi - v} from it")
+    return [Pick(v, why, None, {})] + fill(lattice, lo, hi, slots - 1, v)
+
+
+def gallop_up(search: FrontierSearch, lo: int, hi: int | None, slots: int, cause: str) -> list[Pick]:
+    """Step up from a success the model did not expect.
+
+    A success measured more than the capacity: the edge is above the largest success
+    ``lo`` by an unknown amount. Step up by one lattice step, then GALLOP times the last gap
+    between successes, never past the bracket's midpoint.
+
+    Args:
+        search: the search.
+        lo: the largest success.
+        hi: the smallest OOM, or None.
+        slots: how many values.
+        cause: what the model did not expect, for the reason.
+
+    Returns:
+        The value above ``lo`` and fill values; nothing when (lo, hi) holds no value.
+    """
+    lattice = search.lattice
+    oks = [v for v in search.values("ok") if v <= lo]
+    step = GALLOP * (oks[-1] - oks[-2]) if len(oks) > 1 else lattice.step
+    v = min(lo + step, lattice.upper)
+    if hi is not None:
+        mids = lattice.split(lo, hi, 2)
+        if not mids:
+            return []
+        v = min(v, mids[0])
+    why = f"model: {cause}; " + (
+        f"bisection of ({lo}, {hi})" if hi is not None and v == mids[0] else f"step up {v - lo} from it"
+    )
+    return [Pick(v, why, None, {})] + fill(lattice, lo, hi, slots - 1, v)

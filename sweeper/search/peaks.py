@@ -62,6 +62,16 @@ def fit_peak(points: Iterable[tuple[int, int]], quadratic: bool = False) -> Poly
     return fit_polynomial(xs, ps, 1)
 
 
+def resolution(peaks: Iterable[int]) -> int:
+    """The step the measured ``peaks`` (bytes) move by: the largest power of two dividing every
+    one, when in [MIN_GRANULARITY, MAX_GRANULARITY] (capped at the latter), else 1 (bytes)."""
+    divisor = 0
+    for p in peaks:
+        divisor = math.gcd(divisor, int(p))
+    step = divisor & -divisor  # its largest power-of-two factor
+    return min(step, MAX_GRANULARITY) if step >= MIN_GRANULARITY else 1
+
+
 @dataclass(frozen=True)
 class Band:
     """The model of the peak: a central curve and the curves the true peak lies between.
@@ -107,13 +117,8 @@ def peak_band(points: list[tuple[int, int]], quadratic: bool = False) -> Band | 
         return None
     x0, x1 = xs[0], xs[-1]
     span = float(x1 - x0)
-    divisor = 0
-    for _, p in points:
-        divisor = math.gcd(divisor, int(p))
-    resolution = divisor & -divisor  # its largest power-of-two factor
-    resolution = min(resolution, MAX_GRANULARITY) if resolution >= MIN_GRANULARITY else 1
     residual = max(abs(p - fit(x)) for x, p in zip(xs, ps))
-    noise = max(1.0, resolution, residual)
+    noise = max(1.0, resolution([p for _, p in points]), residual)
 
     def widen(x: float) -> float:
         return noise * (1 + 2 * max(0.0, x - x1) / span)
