@@ -29,9 +29,12 @@ run: $(STAMP)
 	@$(PY) -c '$(SAY_BUILD)'
 	$(VENV)/bin/memsweep sweep sweep=batch capacity=256MiB
 
+# The suite runs its test files on TEST_WORKERS processes (pytest-xdist; a file's tests stay in one
+# process, so its module fixtures are made once): most tests wait on worker processes and SLURM jobs.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	@$(PY) -c '$(SAY_BUILD)'
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # One formatter and linter (ruff, configured in pyproject.toml) and the type checker (mypy) on the
 # packages of pyproject's [tool.mypy]. `make format` rewrites the files; `make lint` only checks (CI runs it).
