@@ -110,15 +110,23 @@ def mark_time_limit(exc: BaseException, run_dirs: list[Path]) -> Path | None:
         return None
     run_dir = run_dirs[index]
     record, _ = try_read(run_dir, "record.json")
-    envelope = lost_envelope(record, f"SLURM job {job}_{index} ended at its time limit")
+    envelope = at_time_limit(
+        lost_envelope(record, f"SLURM job {job}_{index} ended at its time limit"), f"{job}_{index}"
+    )
+    write_json_atomic(run_dir / RESULT_FILE, envelope)
+    return run_dir
+
+
+def at_time_limit(envelope: dict[str, Any], job: str | None) -> dict[str, Any]:
+    """A lost run's result envelope as the ``timeout`` of SLURM job ``job`` at its time limit
+    (error type ``SLURM_TIME_LIMIT``), updated in place and returned."""
     envelope.update(
         outcome="timeout",
         error_type=SLURM_TIME_LIMIT,
         timed_out=True,
-        error_message=f"SLURM ended job {job}_{index} at its time limit (hydra.launcher.timeout_min)",
+        error_message=f"SLURM ended job {job} at its time limit (hydra.launcher.timeout_min)",
     )
-    write_json_atomic(run_dir / RESULT_FILE, envelope)
-    return run_dir
+    return envelope
 
 
 def mark_lost(sweep_dir: Path, why: str) -> tuple[list[Path], list[Path]]:

@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from memsweep.conf.contract import RECORD_FILE, RESULT_FILE, SLURM_TIME_LIMIT, try_read, write_json_atomic
+from memsweep.conf.contract import RECORD_FILE, RESULT_FILE, try_read, write_json_atomic
 
-from .lost_workers import TIME_LIMIT, lost_envelope
+from .lost_workers import TIME_LIMIT, at_time_limit, lost_envelope
 
 log = logging.getLogger("memsweep")
 
@@ -98,12 +98,7 @@ def ended_by_slurm(run_dir: Path, run: Callable[[], dict]) -> dict:
     record, _ = try_read(run_dir, RECORD_FILE)
     envelope = lost_envelope(record, f"SLURM ended job {job}")
     if timed_out:
-        envelope.update(
-            outcome="timeout",
-            error_type=SLURM_TIME_LIMIT,
-            timed_out=True,
-            error_message=f"SLURM ended job {job} at its time limit (hydra.launcher.timeout_min)",
-        )
+        at_time_limit(envelope, job)
     write_json_atomic(run_dir / RESULT_FILE, envelope)
     log.warning(
         "%s: SLURM ended job %s: recorded as %s (%s)", run_dir, job, envelope["outcome"], envelope["error_type"]
