@@ -20,7 +20,7 @@ from .sections_calculated import calculated_section
 from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
 from .sections_observed import observed_section
 from .sections_summary import summary_card
-from .stats import AxisResult, analyse_axis, enrich_runs, record_unread, tell_loads_apart
+from .stats import AxisResult, RunIndex, analyse_axis, enrich_runs, record_unread, tell_loads_apart
 
 
 @dataclass
@@ -198,7 +198,8 @@ def _axes(frontier_table: pa.Table, rows: _Rows, policy: MarginPolicy) -> list[A
     Loads that would carry the same title are told apart, and the sweep directory is named when
     there are several."""
     enrich_runs(rows.runs, rows.phases)
-    axes = [analyse_axis(row, rows.runs, policy) for row in frontier_table.to_pylist()]
+    index = RunIndex(rows.runs)
+    axes = [analyse_axis(row, index, policy) for row in frontier_table.to_pylist()]
     tell_loads_apart(axes)
     if len({a.sweep_dir for a in axes}) > 1:
         for a in axes:

@@ -20,6 +20,7 @@ import functools
 import glob
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -356,6 +357,39 @@ def write_json_atomic(path: Path | str, data: Any) -> None:
         raise
 
 
+MAX_DOCUMENT_BYTES = 64 * 2**20
+"""The largest spec.json, record.json or result.json read (bytes, 64 MiB): a record of thousands of
+phases and ranks stays far below it; a larger file is refused (``read_json``), never read whole."""
+
+
+def _bounded_bytes(path: Path, kind: str) -> bytes:
+    """The bytes of ``path`` when it is a regular file (a symbolic link to one included) of at most
+    ``MAX_DOCUMENT_BYTES``.
+
+    Raises:
+        RecordError: not a regular file (a FIFO, a device such as /dev/zero, a directory), or larger
+            than the cap; the message names the file.
+        OSError: it cannot be opened or read (missing, no permission).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without waiting for a writer
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RecordError(f"{kind} {path}: not a regular file (a FIFO, device or directory; refused)")
+        if st.st_size > MAX_DOCUMENT_BYTES:
+            raise RecordError(
+                f"{kind} {path}: {st.st_size} bytes, more than the {MAX_DOCUMENT_BYTES} bytes "
+                f"a {kind} may hold (refused)"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_DOCUMENT_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_DOCUMENT_BYTES:  # grew while read
+        raise RecordError(f"{kind} {path}: more than the {MAX_DOCUMENT_BYTES} bytes a {kind} may hold (refused)")
+    return data
+
+
 def read_json(path: Path | str, kind: str) -> dict:
     """Read one versioned JSON document (spec, record or result).
 
@@ -373,11 +407,13 @@ def read_json(path: Path | str, kind: str) -> dict:
     """
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(_bounded_bytes(path, kind))
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordError(f"{kind} {path}: cannot be read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise RecordError(f"{kind} {path}: corrupt or truncated JSON ({exc})") from None
+    except RecursionError:
+        raise RecordError(f"{kind} {path}: JSON nested too deeply to be a {kind} (refused)") from None
     if not isinstance(data, dict):
         raise RecordError(f"{kind} {path}: expected a JSON object, found {type(data).__name__}")
     version = data.get("schema_version")
