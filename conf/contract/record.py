@@ -231,26 +231,45 @@ EXIT_STATUS_FIELDS = schema_fields("exit_status")
 """Fields of exit_status.json (``EXIT_STATUS_FILE``), written by ``worker.forkserver``'s handler."""
 
 
-def _is_type(value: object, typ: type) -> bool:
-    """Whether a present JSON value is of a Field type (a bool is not a number; a float may hold an int)."""
-    if isinstance(value, bool):
-        return typ is bool
-    return isinstance(value, typ) or (typ is float and isinstance(value, int))
+class _Check(NamedTuple):
+    """A property of the schema, worked out once (``_check``) for ``_value_problems``."""
+
+    schema: dict  # its keywords, ``$ref`` followed
+    types: list[str]  # its JSON types but null
+    accepted: tuple[type, ...]  # the Python types of a present value of those (a float takes an int)
+    takes_bool: bool  # a bool is one of them
+    nullable: bool  # null is one of its types
+
+
+_CHECKS: dict[int, _Check] = {}
+
+
+def _check(prop: dict) -> _Check:
+    """``prop`` worked out once (read-only, as the schema: keyed by the object's identity)."""
+    found = _CHECKS.get(id(prop))
+    if found is None:
+        schema = _declared(prop)
+        every = [] if "anyOf" in schema else _json_types(schema)
+        types = [t for t in every if t != "null"]
+        py = tuple(_JSON_TYPES[t] for t in types)
+        accepted = tuple(t for t in py if t is not bool) + ((int,) if float in py else ())
+        found = _CHECKS[id(prop)] = _Check(schema, types, accepted, bool in py, len(types) < len(every))
+    return found
 
 
 def _value_problems(value: object, prop: dict, where: str) -> list[str]:
     """What a value breaks of a property of the schema (the keywords SCHEMA_FILE uses: type,
     anyOf, enum, minimum, maximum, items, properties, required; ``$ref`` followed)."""
-    schema = _declared(prop)
+    check = _check(prop)
+    schema, types = check.schema, check.types
     if "anyOf" in schema:  # a nested object or null: the problems of the branch that is not null
         found = [_value_problems(value, branch, where) for branch in schema["anyOf"]]
         if [] in found:
             return []
         return next((f for f, b in zip(found, schema["anyOf"]) if _json_types(b) != ["null"]), found[0])
-    types = [t for t in _json_types(schema) if t != "null"]
-    if value is None and len(types) < len(_json_types(schema)):
+    if value is None and check.nullable:
         return []
-    if value is None or not any(_is_type(value, _JSON_TYPES[t]) for t in types):
+    if value is None or not (check.takes_bool if isinstance(value, bool) else isinstance(value, check.accepted)):
         return [f"{where}={value!r:.60}: expected {' or '.join(_JSON_TYPES[t].__name__ for t in types)}"]
     if "enum" in schema and value not in schema["enum"]:
         accepted = ", ".join(str(e) for e in schema["enum"] if e is not None)
