@@ -71,7 +71,7 @@ def write_doc(doc: Doc, out_dir: Path) -> tuple[Path, Path]:
     Raises:
         ReportExists: one of them exists already.
     """
-    md, html_, plot_dir = report_paths(out_dir, "compare")
+    md, html_, plot_dir, _ = report_paths(out_dir, "compare")
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         plot_dir.mkdir()

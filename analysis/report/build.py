@@ -19,6 +19,7 @@ from .sections_answer import answer_section
 from .sections_calculated import calculated_section
 from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
 from .sections_observed import observed_section
+from .sections_scale import failures_section, load_page, loads_section, page_name, shown_axes
 from .sections_summary import summary_card
 from .stats import AxisResult, RunIndex, analyse_axis, enrich_runs, record_unread, tell_loads_apart
 
@@ -36,6 +37,8 @@ class Report:
         predicted: the dry runs (source ``predicted``), never part of an observed figure.
         notes: what was given twice and read once (``analysis.tables.unique_dirs``), one line each.
         unread: the runs whose record could not be read (``stats.record_unread``), never measured.
+        pages: past ``sections_scale.DETAIL_LOADS`` loads, one page per load (file name -> document),
+            written into the report's detail directory.
     """
 
     doc: Doc
@@ -46,6 +49,7 @@ class Report:
     predicted: list[dict] = field(default_factory=list)  # the dry runs (source "predicted")
     notes: list[str] = field(default_factory=list)  # what was read once of what was given twice
     unread: list[dict] = field(default_factory=list)  # runs whose record could not be read
+    pages: dict[str, Doc] = field(default_factory=dict)  # detail page file name -> document (many loads)
 
 
 class _NoPlots:
@@ -145,6 +149,7 @@ def build_report(
     analysis_files: list[Path] | None = None,
     render_plots: bool = True,
     notes: list[str] | None = None,
+    name: str = "report",
 ) -> Report:
     """Compute the report of the analysis tables.
 
@@ -159,6 +164,7 @@ def build_report(
         render_plots: False leaves the plots out (empty PNG bytes; faster, for checks of the
             text alone).
         notes: what was given twice and read once (``analysis.tables.unique_dirs``), shown as a note.
+        name: the report's file name (``write.report_paths``), for the links of the detail pages.
 
     Returns:
         The report: its document (plots rendered here, as PNG bytes) and what it computed.
@@ -176,8 +182,9 @@ def build_report(
     kinds = sorted({r["kind"] for r in runs})
     notes = list(notes or [])
     doc = Doc(_title(rows.all_runs))
+    shown = shown_axes(axes)  # every section in full for a bounded number of loads
     if runs:
-        answer_section(doc, axes, policy, plots)
+        answer_section(doc, shown, policy, plots)
     _intro(doc, rows, sweep_dirs, notes, kinds)
     report = Report(doc, axes, policy, runs, bool(est_cols), predicted, notes, rows.unread)
     if not runs:
@@ -188,9 +195,29 @@ def build_report(
         if predicted:
             predicted_section(doc, predicted)
         return report
-    _sections(doc, rows, axes, policy, est_cols, kinds, plots)
-    raw_section(doc, rows.all_runs, axes, sweep_dirs, analysis_files)
+    if len(shown) < len(axes):
+        _scale_sections(doc, report, rows, axes, name)
+        rows = _rows_of(rows, shown)
+    _sections(doc, rows, shown, policy, est_cols, kinds, plots)
+    raw_section(doc, rows.all_runs, shown, sweep_dirs, analysis_files)
     return report
+
+
+def _scale_sections(doc: Doc, report: Report, rows: _Rows, axes: list[AxisResult], name: str) -> None:
+    """A sweep of many loads: every load in one table, failures and outliers named, one page per load
+    (in ``<name>_loads/``, ``write.report_paths``)."""
+    loads_section(doc, axes, f"{name}_loads")
+    failures_section(doc, rows.runs, axes)
+    report.pages = {page_name(i): load_page(a, f"{name}.html") for i, a in enumerate(axes)}
+
+
+def _rows_of(rows: _Rows, axes: list[AxisResult]) -> _Rows:
+    """The rows of the runs of ``axes`` only (and their phases), for the sections shown in full."""
+    ids = {id(r) for a in axes for r in a.runs}
+    runs = [r for r in rows.runs if id(r) in ids]
+    keys = {(r["sweep_dir"], r["run_id"]) for r in runs}
+    phases = [p for p in rows.phases if (p["sweep_dir"], p["run_id"]) in keys]
+    return rows._replace(runs=runs, phases=phases)
 
 
 def _axes(frontier_table: pa.Table, rows: _Rows, policy: MarginPolicy) -> list[AxisResult]:
