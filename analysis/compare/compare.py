@@ -9,7 +9,7 @@ from ..doc import Doc, to_html, to_markdown
 from ..report import ReportExists, report_paths
 from .gate import Regression, Threshold, regressions
 from .load import Sweep, load_sweep
-from .match import Comparison, Difference, compare_series, differences, series_of
+from .match import Comparison, Difference, compare_series, differences, series_index, series_of
 
 
 @dataclass
@@ -55,7 +55,8 @@ def compare(paths: list[Path], threshold: Threshold | None = None) -> CompareRes
             )
             comparisons.append(cmp)
             continue
-        comparisons += [compare_series(s, candidates) for s in base_series]
+        index = series_index(candidates)
+        comparisons += [compare_series(s, candidates, index) for s in base_series]
     axes = sorted({s.axis for s in base_series})
     found = regressions([c for c in comparisons if c.base is not None], threshold) if threshold else []
     return CompareResult(sweeps, differences(sweeps, axes), comparisons, found)
