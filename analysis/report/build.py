@@ -164,7 +164,7 @@ def build_report(
         render_plots: False leaves the plots out (empty PNG bytes; faster, for checks of the
             text alone).
         notes: what was given twice and read once (``analysis.tables.unique_dirs``), shown as a note.
-        name: the report's file name (``write.report_paths``), for the links of the detail pages.
+        name: the report's file name (``write.report_paths``), for the links of its load pages.
 
     Returns:
         The report: its document (plots rendered here, as PNG bytes) and what it computed.
@@ -179,10 +179,9 @@ def build_report(
     axes = _axes(frontier_table, rows, policy)
     # the estimator's columns, when it filled any (a column of nulls is no estimate)
     est_cols = [c for c in runs_table.column_names if c.startswith("est_") and any(r.get(c) is not None for r in runs)]
-    kinds = sorted({r["kind"] for r in runs})
-    notes = list(notes or [])
+    kinds, notes = sorted({r["kind"] for r in runs}), list(notes or [])
     doc = Doc(_title(rows.all_runs))
-    shown = shown_axes(axes)  # every section in full for a bounded number of loads
+    shown = shown_axes(axes)
     if runs:
         answer_section(doc, shown, policy, plots)
     _intro(doc, rows, sweep_dirs, notes, kinds)
