@@ -16,10 +16,10 @@ sweeper's ``search.jsonl`` adds its columns (``strategy``, ``runs_used``, ``uppe
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import pandas as pd
 import pyarrow as pa
 
 from memsweep.conf.contract import (
@@ -227,15 +227,10 @@ def direction_words(row: dict) -> str | None:
 
 
 def _scalar(value):
-    """A group key value as a plain Python value; a missing one (None, NaN, NA) is None."""
-    if value is None or (not isinstance(value, (str, bool)) and pd.isna(value)):
+    """A field value as a plain Python value: a missing one (None, NaN) is None, a whole float an int."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
-    if isinstance(value, bool) or hasattr(value, "item") and isinstance(value.item(), bool):
-        return bool(value)
-    if isinstance(value, (int, float)) or hasattr(value, "item"):
-        v = value.item() if hasattr(value, "item") else value
-        return int(v) if isinstance(v, float) and v.is_integer() else v
-    return value
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def order_key(axis: str, value):
@@ -266,15 +261,13 @@ def _reads(axis: str, run: dict) -> str:
     return {"axis": "oom", "past": "ok", "short": "other"}[oom_attribution(run.get("failed_phase"), axis, planned)]
 
 
-def _fit_peak(runs: pd.DataFrame, counter: str) -> int | None:
+def _fit_peak(runs: list[dict], counter: str) -> int | None:
     """The largest peak (bytes) of ``counter`` over runs that read ``ok``: the run's own peak for an ok
     run, the peak of its completed phases (runs table ``completed_*``) for a run that failed later
     in a phase that does not scale with the axis; None when none is recorded."""
-    values = [
-        r.get(counter) if r.get("outcome") == "ok" else r.get(f"completed_{counter}") for r in runs.to_dict("records")
-    ]
-    values = [int(v) for v in values if v is not None and not pd.isna(v)]
-    return max(values) if values else None
+    values = [r.get(counter) if r.get("outcome") == "ok" else r.get(f"completed_{counter}") for r in runs]
+    ints = [int(v) for v in values if v is not None]
+    return max(ints) if ints else None
 
 
 def _edge(ok: list[int], oom: list[int], direction: str) -> tuple[int | None, int | None, bool, int | None]:
@@ -300,7 +293,7 @@ def _edge(ok: list[int], oom: list[int], direction: str) -> tuple[int | None, in
     return fit, miss, monotonic, None if fit is None or miss is None else miss - fit
 
 
-def elsewhere_words(axis: str, group: pd.DataFrame, unreached: bool) -> dict:
+def elsewhere_words(axis: str, group: list[dict], unreached: bool) -> dict:
     """The OOMs of a frontier row that are not points of its axis, and what they say, in words.
 
     Args:
@@ -315,7 +308,7 @@ def elsewhere_words(axis: str, group: pd.DataFrame, unreached: bool) -> dict:
         OOMs exist: "the batch frontier was not reached: eval at eval_batch=4096 runs out of
         memory in every run"; else null).
     """
-    runs = group.to_dict("records")
+    runs = group
     planned = {
         id(r): planned_phases(
             r.get("mode"), _scalar(r.get("eval_batch")), _scalar(r.get("export")), r.get("train_step")
@@ -352,7 +345,29 @@ def elsewhere_words(axis: str, group: pd.DataFrame, unreached: bool) -> dict:
     }
 
 
-def frontier_rows(runs: pd.DataFrame) -> list[dict]:
+def _sort_key(key: tuple) -> tuple:
+    """A group key's sort key: each field by its value, a missing one (None) after every value."""
+    return tuple((v is None, v if v is not None else 0) for v in key)
+
+
+def _measured_runs(runs: list[dict]) -> list[dict]:
+    """The runs that are points of a measured frontier: no dry run (source ``predicted``: a prediction
+    is never a measured point), and a run directory read twice only once (its first row)."""
+    seen: set = set()
+    out = []
+    for r in runs:
+        if r.get("source") == "predicted":
+            continue
+        d = r.get("run_dir")
+        if d is not None:
+            if d in seen:
+                continue
+            seen.add(d)
+        out.append(r)
+    return out
+
+
+def frontier_rows(runs: list[dict]) -> list[dict]:
     """The frontier of every axis, one row per axis and group of runs equal elsewhere.
 
     Runs are grouped by ``IDENTITY`` without the axis; a group with two or more values of
@@ -365,35 +380,36 @@ def frontier_rows(runs: pd.DataFrame) -> list[dict]:
     an OOM (flagged, never smoothed), ``stable`` false when one value both fit and ran out of
     memory (None when no value ran twice), and the peaks at max_ok in bytes.
     Dry runs (source ``predicted``) are left out: a prediction is never a measured point. A run
-    directory (``run_dir``) read twice is one run: only its first row counts.
+    directory (``run_dir``) read twice is one run: only its first row counts. Grouping is one
+    pass over the runs per axis (a dictionary of groups), so it grows linearly with the runs.
 
     Args:
-        runs: the runs table (``analysis.tables.RUNS_SCHEMA``) as a DataFrame.
+        runs: the rows of the runs table (``analysis.tables.RUNS_SCHEMA``), as dicts.
 
     Returns:
-        Rows with the columns of ``FRONTIER_SCHEMA``; values of ``dtype`` are ordered by their
-        size in bytes and given as labels only.
+        Rows with the columns of ``FRONTIER_SCHEMA``, per axis ordered by their fixed load (a
+        missing field last); values of ``dtype`` are ordered by their size in bytes and given
+        as labels only.
     """
     rows: list[dict] = []
-    if "source" in runs.columns:  # a dry run's prediction is never a point of a measured frontier
-        runs = runs[runs["source"] != "predicted"]
-    if "run_dir" in runs.columns:  # one run directory is one observation, never a re-run of itself
-        runs = runs[~(runs["run_dir"].notna() & runs["run_dir"].duplicated())]
-    if runs.empty:
+    runs = _measured_runs(runs)
+    if not runs:
         return rows
     searched: dict[tuple, dict] = {}
-    for sweep_dir in runs["sweep_dir"].dropna().unique():
+    for sweep_dir in dict.fromkeys(r.get("sweep_dir") for r in runs if r.get("sweep_dir") is not None):
         searched.update(search_results(str(sweep_dir)))
     for axis in AXES:
         # precision=auto resolves with the dtype (autocast in 16 bits, pure in float32 for training)
         keys = [k for k in IDENTITY if k != axis and not (axis == "dtype" and k == "precision")]
-        for key, group in runs.groupby(keys, dropna=False, sort=True):
+        groups: dict[tuple, list[dict]] = {}
+        for r in runs:
+            groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+        for key in sorted(groups, key=_sort_key):
+            group = groups[key]
             fixed = dict(zip(keys, key))
-            # plain values, as search.jsonl holds them (a missing group key is NaN here, null there)
-            row_key = tuple(axis if k == "axis" else _scalar(fixed.get(k)) for k in ROW_KEY)
+            row_key = tuple(axis if k == "axis" else fixed.get(k) for k in ROW_KEY)
             search = searched.get(
-                row_key + (_scalar(fixed.get("warmup")), _scalar(fixed.get("repeats"))),
-                searched.get(row_key + (None, None)),
+                row_key + (fixed.get("warmup"), fixed.get("repeats")), searched.get(row_key + (None, None))
             )
             row = _group_row(axis, fixed, group, search)
             if row is not None:
@@ -412,32 +428,38 @@ class _Edge(NamedTuple):
     peak: dict  # counter -> bytes, the peaks of the ok runs at ``fit``
 
 
-def _group_edge(axis: str, group: pd.DataFrame, values: list, direction: str) -> _Edge:
+def _group_edge(axis: str, group: list[dict], values: list, direction: str) -> _Edge:
     """Read the edge of ``group`` along ``axis``: what each run reads as (``_reads``), the values that
     fit and ran out of memory, and whether they are neighbours, monotonic and stable."""
-    # what each run reads as, beside the group (a column inserted into its 100+ would fragment it)
-    reads = pd.Series([_reads(axis, r) for r in group.to_dict("records")], index=group.index, dtype=object)
+    reads = [_reads(axis, r) for r in group]
     rank = {v: i for i, v in enumerate(values)}
-    by_value = {v: set(reads[group[axis] == v]) for v in values}
+    by_value: dict = {v: set() for v in values}
+    counted: dict = {}
+    for r, read in zip(group, reads):
+        v = r.get(axis)
+        if v in by_value:
+            by_value[v].add(read)
+        if read in ("ok", "oom"):
+            counted[v] = counted.get(v, 0) + 1
     ok = [v for v in values if "ok" in by_value[v]]
     oom = [v for v in values if "oom" in by_value[v]]
     fit, miss, monotonic, gap = _edge([rank[v] for v in ok], [rank[v] for v in oom], direction)
     fit, miss = (None if i is None else values[i] for i in (fit, miss))
-    rerun = (group.loc[reads.isin(["ok", "oom"]), axis].value_counts() > 1).any()
+    rerun = any(n > 1 for v, n in counted.items() if v is not None)
     stable = not any({"ok", "oom"} <= s for s in by_value.values()) if rerun else None
     exact = bool(ok and oom and monotonic and stable is not False and gap == 1)
     peak = {}
     if fit is not None:
-        at = group[(group[axis] == fit) & (reads == "ok")]
+        at = [r for r, read in zip(group, reads) if r.get(axis) == fit and read == "ok"]
         peak = {c: _fit_peak(at, c) for c in ("max_memory_allocated", "max_memory_reserved")}
     return _Edge(fit, miss, monotonic, stable, exact, peak)
 
 
-def _group_row(axis: str, fixed: dict, group: pd.DataFrame, search: dict | None) -> dict | None:
+def _group_row(axis: str, fixed: dict, group: list[dict], search: dict | None) -> dict | None:
     """The frontier row (``FRONTIER_SCHEMA``) of one group of runs equal but for ``axis`` (``fixed``:
     their other identity fields), with its search's columns when ``search`` (a ``result`` line of
     ``search.jsonl``) is given; None when the group has fewer than two values and no search."""
-    values = sorted(group[axis].dropna().unique(), key=lambda v: order_key(axis, v))
+    values = sorted({r[axis] for r in group if r.get(axis) is not None}, key=lambda v: order_key(axis, v))
     if not values or (len(values) < 2 and search is None):
         return None
     direction = axis_direction(axis, _scalar(fixed.get("parallel")))
@@ -452,12 +474,10 @@ def _group_row(axis: str, fixed: dict, group: pd.DataFrame, search: dict | None)
         "axis": axis,
         "values": ",".join(str(v) for v in values),
         "n_runs": len(group),
-        "n_ok": int((group["outcome"] == "ok").sum()),
-        "n_oom": int((group["outcome"] == "oom").sum()),
-        "n_other": int((~group["outcome"].isin(["ok", "oom"])).sum()),
-        "n_memory_suspect": int((group["failure_class"] == "memory_suspect").sum())
-        if "failure_class" in group.columns
-        else None,
+        "n_ok": sum(r.get("outcome") == "ok" for r in group),
+        "n_oom": sum(r.get("outcome") == "oom" for r in group),
+        "n_other": sum(r.get("outcome") not in ("ok", "oom") for r in group),
+        "n_memory_suspect": sum(r.get("failure_class") == "memory_suspect" for r in group),
         **elsewhere_words(axis, group, miss is None),
         "direction": direction,
         "max_ok": int(max_ok) if numeric and max_ok is not None else None,
@@ -470,7 +490,7 @@ def _group_row(axis: str, fixed: dict, group: pd.DataFrame, search: dict | None)
         "monotonic": e.monotonic,
         "stable": e.stable,
         **{f"{edge_of}_{c}": v for c, v in e.peak.items()},
-        **{k: None if pd.isna(fixed.get(k, pd.NA)) else int(fixed[k]) for k in ("warmup", "repeats", "devices")},
+        **{k: None if fixed.get(k) is None else int(fixed[k]) for k in ("warmup", "repeats", "devices")},
         **{k: _scalar(fixed.get(k)) for k in LOAD_DETAIL},
     }
     if search is not None:
@@ -485,7 +505,7 @@ def _group_row(axis: str, fixed: dict, group: pd.DataFrame, search: dict | None)
             search_status=search.get("status"),
             exact=bool(search.get("exact")) and e.monotonic and e.stable is not False,
         )
-    row.update(frontier_throughput(group.to_dict("records"), axis, edge_of, fit, row.get("margin_edge")))
+    row.update(frontier_throughput(group, axis, edge_of, fit, row.get("margin_edge")))
     row.update(searched_fastest(search))
     return row
 
@@ -513,6 +533,4 @@ def fastest_columns(tput: Any) -> dict[str, Any]:
 
 def frontier_table(runs: pa.Table) -> pa.Table:
     """Frontier rows (FRONTIER_SCHEMA) from a runs table (analysis.tables.RUNS_SCHEMA)."""
-    df = runs.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t))
-    df = df.astype(object).where(df.notna(), None)
-    return coerce_table(frontier_rows(df), FRONTIER_SCHEMA)
+    return coerce_table(frontier_rows(runs.to_pylist()), FRONTIER_SCHEMA)

@@ -379,6 +379,37 @@ def as_int(value) -> int | None:
     return None
 
 
+def _float(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _bool(value) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _str(value) -> str | None:
+    return None if value is None else str(value)
+
+
+def _list(value) -> list | None:
+    return value if isinstance(value, list) else None
+
+
+def _converter(type_: pa.DataType):
+    """The function that nulls a value of the wrong type for a column of ``type_`` (``coerce_table``);
+    None for a type whose values go to pyarrow as they are."""
+    for test, convert in (
+        (pa.types.is_int64, as_int),
+        (pa.types.is_float64, _float),
+        (pa.types.is_boolean, _bool),
+        (pa.types.is_string, _str),
+        (pa.types.is_list, _list),
+    ):
+        if test(type_):
+            return convert
+    return None
+
+
 def coerce_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     """Build a table with exactly ``schema``; a value of the wrong type becomes null.
 
@@ -393,19 +424,7 @@ def coerce_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
     """
     columns = {}
     for f in schema:
-        values = []
-        for row in rows:
-            v = row.get(f.name)
-            if pa.types.is_int64(f.type):
-                v = as_int(v)
-            elif pa.types.is_float64(f.type):
-                v = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-            elif pa.types.is_boolean(f.type):
-                v = v if isinstance(v, bool) else None
-            elif pa.types.is_string(f.type):
-                v = None if v is None else str(v)
-            elif pa.types.is_list(f.type):
-                v = v if isinstance(v, list) else None
-            values.append(v)
-        columns[f.name] = pa.array(values, type=f.type)
+        convert = _converter(f.type)
+        raw = [row.get(f.name) for row in rows]
+        columns[f.name] = pa.array(raw if convert is None else [convert(v) for v in raw], type=f.type)
     return pa.table(columns, schema=schema)

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing as mp
+import os
+import threading
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -68,6 +72,7 @@ __all__ = [
     "coerce_table",
     "load_run",
     "phase_rows",
+    "read_runs",
     "run_row",
     "unique_dirs",
     "repeated_dirs",
@@ -456,8 +461,67 @@ def sweep_run_dirs(sweep_dir: Path, problems: list[str]) -> list[Path]:
     return runs.run_dirs
 
 
+PARALLEL_FROM = 2000
+"""Run directories from which ``read_runs`` reads in several processes (below it, one is faster)."""
+CHUNK = 500
+"""Run directories per task of a parallel read."""
+
+
+def _read_chunk(items: list[tuple[Path, Path]]) -> Tables:
+    """The tables of ``(run directory, its sweep directory)`` pairs, read in this process."""
+    runs: list[dict] = []
+    phases: list[dict] = []
+    problems: list[str] = []
+    for run_dir, sweep_dir in items:
+        run = load_run(run_dir)
+        if run is None:
+            problems.append(f"{run_dir}: unreadable spec.json, run skipped")
+            continue
+        problems.extend(run.problems)
+        row = run_row(run, sweep_dir)
+        runs.append(row)
+        phases.extend(phase_rows(run, row["run_id"], sweep_dir))
+    return Tables(coerce_table(runs, RUNS_SCHEMA), coerce_table(phases, PHASES_SCHEMA), problems)
+
+
+def _workers(n_items: int) -> int:
+    """How many processes read ``n_items`` run directories: one below ``PARALLEL_FROM``, else one
+    per CPU this process may use (at most 8)."""
+    if n_items < PARALLEL_FROM:
+        return 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, 8))
+
+
+def read_runs(items: Iterable[tuple[Path, Path]]) -> Tables:
+    """(runs, phases, problems) of the run directories given, each file read once, in several
+    processes when there are many (``PARALLEL_FROM``); the rows are in the order given either way.
+
+    Args:
+        items: ``(run directory, the sweep directory it belongs to)`` pairs, each run once: the
+            directories a sweep found (``conf.contract.find_run_dirs``) or listed as launched.
+
+    Returns:
+        (the runs table, RUNS_SCHEMA; the phases table, PHASES_SCHEMA; the problems met, one line each).
+    """
+    items = [(Path(r), Path(d)) for r, d in items]
+    workers = _workers(len(items))
+    if workers == 1:
+        return _read_chunk(items)
+    chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
+    # fork re-imports nothing; with other threads alive (a fork would copy their locks) a fresh server
+    method = "fork" if threading.active_count() == 1 and "fork" in mp.get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context(method)) as pool:
+        parts = list(pool.map(_read_chunk, chunks))
+    return Tables(
+        pa.concat_tables([p.runs for p in parts]),
+        pa.concat_tables([p.phases for p in parts]),
+        [line for p in parts for line in p.problems],
+    )
+
+
 def build_tables(sweep_dirs: Iterable[Path]) -> Tables:
-    """(runs, phases, problems) for every run under ``sweep_dirs``.
+    """(runs, phases, problems) for every run under ``sweep_dirs`` (read by ``read_runs``).
 
     Each directory is read once (``unique_dirs``), its runs those its sweep launched
     (``sweep_run_dirs``: a missing one is a problem line), and each run directory gives one row, under the
@@ -471,22 +535,15 @@ def build_tables(sweep_dirs: Iterable[Path]) -> Tables:
         (the runs table, RUNS_SCHEMA; the phases table, PHASES_SCHEMA; the problems met reading
         them and the notes of what was read once, one line each).
     """
-    runs: list[dict] = []
-    phases: list[dict] = []
     dirs, problems = unique_dirs(sweep_dirs)
     seen: dict[Path, Path] = {}
+    items: list[tuple[Path, Path]] = []
     for sweep_dir in dirs:
         for run_dir in sweep_run_dirs(sweep_dir, problems):
             first = seen.setdefault(run_dir.resolve(), sweep_dir)
             if first is not sweep_dir:
                 problems.append(f"{run_dir}: already read under {first}: one run, counted once")
                 continue
-            run = load_run(run_dir)
-            if run is None:
-                problems.append(f"{run_dir}: unreadable spec.json, run skipped")
-                continue
-            problems.extend(run.problems)
-            row = run_row(run, sweep_dir)
-            runs.append(row)
-            phases.extend(phase_rows(run, row["run_id"], sweep_dir))
-    return Tables(coerce_table(runs, RUNS_SCHEMA), coerce_table(phases, PHASES_SCHEMA), problems)
+            items.append((run_dir, sweep_dir))
+    runs, phases, read_problems = read_runs(items)
+    return Tables(runs, phases, problems + read_problems)

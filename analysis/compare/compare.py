@@ -12,7 +12,7 @@ from ..doc import Doc, to_html, to_markdown
 from ..report import ReportExists, report_paths
 from .gate import Regression, Threshold, regressions
 from .load import Sweep, load_sweep
-from .match import GATE_COUNTERS, Comparison, Difference, compare_series, differences, series_of
+from .match import GATE_COUNTERS, Comparison, Difference, compare_series, differences, series_index, series_of
 from .render import document, text
 from .speed import Slowdown, rate_changes, slowdowns, speed_lines, speed_section
 
@@ -78,7 +78,8 @@ def compare(
             )
             comparisons.append(cmp)
             continue
-        comparisons += [compare_series(s, candidates, GATE_COUNTERS[counter]) for s in base_series]
+        index = series_index(candidates)
+        comparisons += [compare_series(s, candidates, GATE_COUNTERS[counter], index) for s in base_series]
     axes = sorted({s.axis for s in base_series})
     found = regressions([c for c in comparisons if c.base is not None], threshold) if threshold else []
     paired = [c for c in comparisons if c.base is not None]
@@ -96,7 +97,7 @@ def write_doc(doc: Doc, out_dir: Path) -> tuple[Path, Path]:
     Raises:
         ReportExists: one of them exists already.
     """
-    md, html_, plot_dir = report_paths(out_dir, "compare")
+    md, html_, plot_dir, _ = report_paths(out_dir, "compare")
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         plot_dir.mkdir()

@@ -69,6 +69,23 @@ class Sweep:
     phases: list[dict]
     missing_columns: list[str] = field(default_factory=list)
     dry_runs: int = 0
+    _by_run: dict[tuple, list[dict]] | None = field(default=None, repr=False, compare=False)
+
+    def phases_of(self, run: dict) -> list[dict]:
+        """The phase rows of one run (matched by sweep_dir and run_id), found by one look-up: the
+        phases are grouped by run once.
+
+        Args:
+            run: a run row of this sweep.
+
+        Returns:
+            Its phase rows, in the order of ``phases``.
+        """
+        if self._by_run is None:
+            self._by_run = {}
+            for p in self.phases:
+                self._by_run.setdefault((p.get("sweep_dir"), p.get("run_id")), []).append(p)
+        return self._by_run.get((run.get("sweep_dir"), run.get("run_id")), [])
 
 
 def _read(path: Path) -> tuple[list[dict], list[str]]:

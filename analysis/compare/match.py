@@ -177,9 +177,7 @@ def _run_of(runs: list[dict], counter: str) -> dict | None:
 def _phase_counters(sweep: Sweep, run: dict) -> dict[str, dict]:
     """phase name -> the four counters (a phase recorded several times: the largest of each)."""
     out: dict[str, dict] = {}
-    for p in sweep.phases:
-        if p.get("sweep_dir") != run.get("sweep_dir") or p.get("run_id") != run.get("run_id"):
-            continue
+    for p in sweep.phases_of(run):
         cur = out.setdefault(str(p.get("phase")), {"_index": p.get("phase_index") or 0})
         for c in COUNTERS:
             v = p.get(c)
@@ -192,7 +190,32 @@ def _differing(base: Series, other: Series) -> int:
     return sum(1 for k in base.load if str(base.load.get(k)) != str(other.load.get(k)))
 
 
-def compare_series(base: Series, candidates: list[Series], gate: str = "max_memory_allocated") -> Comparison:
+def _load_key(s: Series) -> tuple:
+    """A series' axis and fixed load, as text: two series of one key differ in no field."""
+    return (s.axis, *(f"{k}={s.load.get(k)}" for k in sorted(s.load)))
+
+
+def series_index(candidates: list[Series]) -> dict[tuple, Series]:
+    """The first series of each axis and load among ``candidates``, for ``compare_series``'s look-up.
+
+    Args:
+        candidates: another sweep's series (``series_of``).
+
+    Returns:
+        ``_load_key`` -> the first series with it, in the order of ``candidates``.
+    """
+    out: dict[tuple, Series] = {}
+    for c in candidates:
+        out.setdefault(_load_key(c), c)
+    return out
+
+
+def compare_series(
+    base: Series,
+    candidates: list[Series],
+    gate: str = "max_memory_allocated",
+    index: dict[tuple, Series] | None = None,
+) -> Comparison:
     """Compare a baseline series with the best-matching series of another sweep.
 
     Args:
@@ -200,6 +223,8 @@ def compare_series(base: Series, candidates: list[Series], gate: str = "max_memo
         candidates: the other sweep's series.
         gate: the peak the memory gate reads (a value of GATE_COUNTERS); a value's run is its ok
             run with the largest of it.
+        index: their ``series_index``, built once for many baseline series: a series of the same
+            load is then found by one look-up (else the one differing in the fewest fields is sought).
 
     Returns:
         The comparison; ``comparable`` False (with the reason) when no series of the same axis
@@ -210,7 +235,8 @@ def compare_series(base: Series, candidates: list[Series], gate: str = "max_memo
         cmp = Comparison(base, None, gate, comparable=False)
         cmp.not_comparable.append(f"{base.title}: the other sweep has no {base.axis} sweep")
         return cmp
-    other = min(same_axis, key=lambda c: _differing(base, c))
+    exact = (index or {}).get(_load_key(base))
+    other = exact if exact is not None else min(same_axis, key=lambda c: _differing(base, c))
     cmp = Comparison(base, other, gate)
     if base.kind != other.kind:
         cmp.comparable = False

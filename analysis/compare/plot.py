@@ -29,11 +29,7 @@ def _value(sweep, run: dict, counter: str) -> int | None:
     value at a phase's end."""
     if counter.startswith("max_"):
         return run.get(counter)
-    vals = [
-        p.get(counter)
-        for p in sweep.phases
-        if p.get("sweep_dir") == run.get("sweep_dir") and p.get("run_id") == run.get("run_id")
-    ]
+    vals = [p.get(counter) for p in sweep.phases_of(run)]
     vals = [v for v in vals if v is not None]
     return max(vals) if vals else None
 

@@ -60,9 +60,12 @@ def text(
         ]
     else:
         out.append("  nothing recorded differs (a code change, or the same load measured twice)")
-    for c in comparisons:
-        if c.other is None or not c.rows:
-            continue
+    paired = [c for c in comparisons if c.other is not None and c.rows]
+    for c in paired[IN_FULL:]:
+        value, diff, pct = _largest_growth(c)
+        out.append(f"{c.title}: largest growth of the run peak at {c.base.axis}={value}: {_num(diff)} B ({pct})")
+    for c in paired[:IN_FULL]:
+        assert c.other is not None
         a, b = c.base.sweep.label, c.other.sweep.label
         out.append(f"{c.title}: {a} -> {b}; gate counter {c.gate_counter} (bytes; diff = {b} - {a}, % of {a})")
         head = f"  {c.base.axis:>8} {'phase':<24}" + "".join(f" {'d ' + k:>27} {'%':>8}" for k in COUNTERS)
@@ -89,7 +92,7 @@ def text(
     out.append(
         "not comparable:" if reasons else "not comparable: none (every value and phase of the paired sweeps lined up)"
     )
-    out += [f"  {line}" for line in reasons]
+    out += [f"  {line}" for line in _capped(reasons)]
     out.append(verdict(comparisons, threshold, failed))
     return "\n".join(out)
 
@@ -184,11 +187,50 @@ def document(
         ["kind", "field"] + [s.label for s in sweeps],
         [[k, f, *per] for k, f, per in diffs] or [["-", "nothing recorded differs", *["" for _ in sweeps]]],
     )
-    for i, c in enumerate(comparisons):
-        if c.other is None or not c.rows:
-            continue
+    paired = [(i, c) for i, c in enumerate(comparisons) if c.other is not None and c.rows]
+    for i, c in paired[:IN_FULL]:
         _comparison_tables(doc, i, c, plots)
+    if len(paired) > IN_FULL:
+        _summary_table(doc, [c for _, c in paired])
     doc.h(1, "Not comparable")
     reasons = [line for c in comparisons for line in c.not_comparable]
-    doc.ul(reasons or ["nothing: every value and phase of the paired sweeps lined up"])
+    doc.ul(_capped(reasons) or ["nothing: every value and phase of the paired sweeps lined up"])
     return doc
+
+
+IN_FULL = 4
+"""The most pairs of series shown in full (plot, per-phase tables); the others get one row each."""
+NAMED = 60
+"""The most lines of a list (reasons not comparable) shown; the rest are counted."""
+
+
+def _capped(lines: list[str]) -> list[str]:
+    """At most ``NAMED`` lines, then how many more there are."""
+    return lines[:NAMED] + ([f"... and {len(lines) - NAMED} more"] if len(lines) > NAMED else [])
+
+
+def _largest_growth(c: Comparison) -> tuple[object, int | None, str]:
+    """The value whose run peak (gate counter) grew most in ``c``: (value, diff in bytes, diff in %)."""
+    peaks = [r for r in c.rows if r.phase == "run peak" and r.diff(c.gate_counter) is not None]
+    if not peaks:
+        return None, None, "-"
+    top = max(peaks, key=lambda r: r.diff(c.gate_counter) or 0)
+    return top.value, top.diff(c.gate_counter), _pct(top, c.gate_counter)
+
+
+def _summary_table(doc: Doc, paired: list[Comparison]) -> None:
+    """Every pair of series in one row: values compared and the largest growth of the run peak."""
+    doc.h(1, "Every pair of series")
+    doc.table(
+        ["series", "values compared", "largest growth at", "diff B", "diff %"],
+        [
+            [
+                f"{c.title}: {c.base.sweep.label} -> {c.other.sweep.label}" if c.other else c.title,
+                sum(1 for r in c.rows if r.phase == "run peak"),
+                *_largest_growth(c),
+            ]
+            for c in paired
+        ],
+        note=f"{len(paired)} pairs; the first {IN_FULL} are shown in full above. The runs.parquet and "
+        "phases.parquet of each sweep hold every run and phase.",
+    )

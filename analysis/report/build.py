@@ -19,8 +19,9 @@ from .sections_answer import answer_section
 from .sections_calculated import calculated_section
 from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
 from .sections_observed import observed_section
+from .sections_scale import failures_section, load_page, loads_section, page_name, shown_axes
 from .sections_summary import summary_card
-from .stats import AxisResult, analyse_axis, enrich_runs, record_unread, tell_loads_apart
+from .stats import AxisResult, RunIndex, analyse_axis, enrich_runs, record_unread, tell_loads_apart
 from .throughput import throughput_section
 
 
@@ -37,6 +38,8 @@ class Report:
         predicted: the dry runs (source ``predicted``), never part of an observed figure.
         notes: what was given twice and read once (``analysis.tables.unique_dirs``), one line each.
         unread: the runs whose record could not be read (``stats.record_unread``), never measured.
+        pages: past ``sections_scale.DETAIL_LOADS`` loads, one page per load (file name -> document),
+            written into the report's detail directory.
     """
 
     doc: Doc
@@ -47,6 +50,7 @@ class Report:
     predicted: list[dict] = field(default_factory=list)  # the dry runs (source "predicted")
     notes: list[str] = field(default_factory=list)  # what was read once of what was given twice
     unread: list[dict] = field(default_factory=list)  # runs whose record could not be read
+    pages: dict[str, Doc] = field(default_factory=dict)  # detail page file name -> document (many loads)
 
 
 class _NoPlots:
@@ -146,6 +150,7 @@ def build_report(
     analysis_files: list[Path] | None = None,
     render_plots: bool = True,
     notes: list[str] | None = None,
+    name: str = "report",
 ) -> Report:
     """Compute the report of the analysis tables.
 
@@ -160,6 +165,7 @@ def build_report(
         render_plots: False leaves the plots out (empty PNG bytes; faster, for checks of the
             text alone).
         notes: what was given twice and read once (``analysis.tables.unique_dirs``), shown as a note.
+        name: the report's file name (``write.report_paths``), for the links of its load pages.
 
     Returns:
         The report: its document (plots rendered here, as PNG bytes) and what it computed.
@@ -174,11 +180,11 @@ def build_report(
     axes = _axes(frontier_table, rows, policy)
     # the estimator's columns, when it filled any (a column of nulls is no estimate)
     est_cols = [c for c in runs_table.column_names if c.startswith("est_") and any(r.get(c) is not None for r in runs)]
-    kinds = sorted({r["kind"] for r in runs})
-    notes = list(notes or [])
+    kinds, notes = sorted({r["kind"] for r in runs}), list(notes or [])
     doc = Doc(_title(rows.all_runs))
+    shown = shown_axes(axes)
     if runs:
-        answer_section(doc, axes, policy, plots)
+        answer_section(doc, shown, policy, plots)
     _intro(doc, rows, sweep_dirs, notes, kinds)
     report = Report(doc, axes, policy, runs, bool(est_cols), predicted, notes, rows.unread)
     if not runs:
@@ -189,9 +195,29 @@ def build_report(
         if predicted:
             predicted_section(doc, predicted)
         return report
-    _sections(doc, rows, axes, policy, est_cols, kinds, plots)
-    raw_section(doc, rows.all_runs, axes, sweep_dirs, analysis_files)
+    if len(shown) < len(axes):
+        _scale_sections(doc, report, rows, axes, name)
+        rows = _rows_of(rows, shown)
+    _sections(doc, rows, shown, policy, est_cols, kinds, plots)
+    raw_section(doc, rows.all_runs, shown, sweep_dirs, analysis_files)
     return report
+
+
+def _scale_sections(doc: Doc, report: Report, rows: _Rows, axes: list[AxisResult], name: str) -> None:
+    """A sweep of many loads: every load in one table, failures and outliers named, one page per load
+    (in ``<name>_loads/``, ``write.report_paths``)."""
+    loads_section(doc, axes, f"{name}_loads")
+    failures_section(doc, rows.runs, axes)
+    report.pages = {page_name(i): load_page(a, f"{name}.html") for i, a in enumerate(axes)}
+
+
+def _rows_of(rows: _Rows, axes: list[AxisResult]) -> _Rows:
+    """The rows of the runs of ``axes`` only (and their phases), for the sections shown in full."""
+    ids = {id(r) for a in axes for r in a.runs}
+    runs = [r for r in rows.runs if id(r) in ids]
+    keys = {(r["sweep_dir"], r["run_id"]) for r in runs}
+    phases = [p for p in rows.phases if (p["sweep_dir"], p["run_id"]) in keys]
+    return rows._replace(runs=runs, phases=phases)
 
 
 def _axes(frontier_table: pa.Table, rows: _Rows, policy: MarginPolicy) -> list[AxisResult]:
@@ -199,7 +225,8 @@ def _axes(frontier_table: pa.Table, rows: _Rows, policy: MarginPolicy) -> list[A
     Loads that would carry the same title are told apart, and the sweep directory is named when
     there are several."""
     enrich_runs(rows.runs, rows.phases)
-    axes = [analyse_axis(row, rows.runs, policy) for row in frontier_table.to_pylist()]
+    index = RunIndex(rows.runs)
+    axes = [analyse_axis(row, index, policy) for row in frontier_table.to_pylist()]
     tell_loads_apart(axes)
     if len({a.sweep_dir for a in axes}) > 1:
         for a in axes:

@@ -260,27 +260,60 @@ def _max(values: Iterable[int | None]) -> int | None:
     return max(vals) if vals else None
 
 
-def _matching_runs(row: dict, runs: list[dict]) -> list[dict]:
-    """The runs of one frontier row: its whole fixed load (analysis.frontier.IDENTITY, the grouping
-    that made the row), never the runs of another load that only shares the axes. A field the
-    row does not carry (a frontier table written before it had it) is not compared."""
-    keys = [k for k in IDENTITY if k != row["axis"] and k in row]
-    return [r for r in runs if all(r.get(k) == row.get(k) for k in keys) and r.get(row["axis"]) is not None]
+class RunIndex:
+    """The runs of each frontier row's load, found by one dictionary look-up: the runs grouped once
+    per (axis, fields compared), so that finding the runs of every row stays linear in the runs.
+
+    Args:
+        runs: the measured run rows.
+    """
+
+    def __init__(self, runs: list[dict]):
+        self.runs = runs
+        self._groups: dict[tuple, dict[tuple, list[dict]]] = {}
+
+    def of(self, row: dict) -> list[dict]:
+        """The runs of one frontier row: its whole fixed load (analysis.frontier.IDENTITY, the
+        grouping that made the row), never the runs of another load that only shares the axes. A
+        field the row does not carry (a frontier table written before it had it) is not compared.
+
+        Args:
+            row: a frontier row (FRONTIER_SCHEMA as a dict).
+
+        Returns:
+            Its runs with a value of the row's axis, in the order of ``runs``.
+        """
+        axis = row["axis"]
+        keys = tuple(k for k in IDENTITY if k != axis and k in row)
+        groups = self._groups.get((axis, keys))
+        if groups is None:
+            groups = {}
+            for r in self.runs:
+                if r.get(axis) is not None:
+                    groups.setdefault(tuple(_hashable(r.get(k)) for k in keys), []).append(r)
+            self._groups[(axis, keys)] = groups
+        return groups.get(tuple(_hashable(row.get(k)) for k in keys), [])
 
 
-def analyse_axis(row: dict, runs: list[dict], policy: MarginPolicy) -> AxisResult:
+def _hashable(value):
+    """A field's value as a dictionary key (a list or mapping as its text)."""
+    return repr(value) if isinstance(value, (list, dict)) else value
+
+
+def analyse_axis(row: dict, runs: list[dict] | RunIndex, policy: MarginPolicy) -> AxisResult:
     """The per-value table, frontier, margin at its edge and recommended value of one frontier row.
 
     Args:
         row: a frontier row (FRONTIER_SCHEMA as a dict).
-        runs: the measured run rows, enriched by ``enrich_runs``; those of the row's load are used.
+        runs: the measured run rows, enriched by ``enrich_runs`` (or their ``RunIndex``, built once
+            for many rows); those of the row's load are used.
         policy: the margin policy (its bytes at the row's ``capacity_bytes``).
 
     Returns:
         The axis's result, with ``recommended`` and ``reason`` filled in.
     """
     axis = row["axis"]
-    group = _matching_runs(row, runs)
+    group = (runs if isinstance(runs, RunIndex) else RunIndex(runs)).of(row)
     kind = device_kind(group[0]) if group else "unknown"
     capacity = row.get("capacity_bytes")
     margin_bytes = policy.bytes_for(capacity)

@@ -50,6 +50,7 @@ class ReportPaths(NamedTuple):
     md: Path  # <name>.md
     html: Path  # <name>.html
     plots: Path  # the plot directory <name>_plots
+    loads: Path  # the directory of one page per load <name>_loads (a report of many loads)
 
 
 class WrittenReport(NamedTuple):
@@ -64,10 +65,13 @@ def report_paths(out_dir: Path, name: str = "report") -> ReportPaths:
     """The paths a report named ``name`` takes in ``out_dir``.
 
     Returns:
-        ``<name>.md``, ``<name>.html`` and the plot directory ``<name>_plots``.
+        ``<name>.md``, ``<name>.html``, the plot directory ``<name>_plots`` and the load pages'
+        directory ``<name>_loads``.
     """
     out_dir = Path(out_dir)
-    return ReportPaths(out_dir / f"{name}.md", out_dir / f"{name}.html", out_dir / f"{name}_plots")
+    return ReportPaths(
+        out_dir / f"{name}.md", out_dir / f"{name}.html", out_dir / f"{name}_plots", out_dir / f"{name}_loads"
+    )
 
 
 def _link_new(data: bytes, path: Path) -> None:
@@ -96,8 +100,8 @@ def write_report(report: Report, out_dir: Path, name: str = "report") -> tuple[P
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    md_path, html_path, plot_dir = report_paths(out_dir, name)
-    existing = [p for p in (md_path, html_path, plot_dir) if p.exists()]
+    md_path, html_path, plot_dir, loads_dir = report_paths(out_dir, name)
+    existing = [p for p in (md_path, html_path, plot_dir, loads_dir) if p.exists()]
     if existing:
         raise ReportExists(
             f"{existing[0]} already exists: memsweep never overwrites a report; use --out NEW_DIR", existing[0]
@@ -108,6 +112,10 @@ def write_report(report: Report, out_dir: Path, name: str = "report") -> tuple[P
         raise ReportExists(f"{plot_dir} already exists: memsweep never overwrites a report", plot_dir) from None
     for img in report.doc.images:
         (plot_dir / img.name).write_bytes(img.png)
+    if report.pages:
+        loads_dir.mkdir()
+        for page, doc in report.pages.items():
+            (loads_dir / page).write_text(to_html(doc, f"memsweep report · one load of {html_path.name}"))
     footer = f"memsweep report · {md_path.name} holds the same content with the plots in {plot_dir.name}/"
     try:
         _link_new(to_markdown(report.doc, plot_dir.name).encode(), md_path)
@@ -164,14 +172,14 @@ def report_for_dirs(
     for d in sweep_dirs:
         if not Path(d).is_dir():
             raise SweepDirNotFound(d)
-    md, html_, plot_dir = report_paths(out_dir, name)
-    for p in (md, html_, plot_dir):  # refuse before the work, not only after it
+    md, html_, plot_dir, loads_dir = report_paths(out_dir, name)
+    for p in (md, html_, plot_dir, loads_dir):  # refuse before the work, not only after it
         if p.exists():
             raise ReportExists(f"{p} already exists: memsweep never overwrites a report; use --out NEW_DIR", p)
     sweep_dirs, notes = unique_dirs(sweep_dirs)  # a directory given twice is one sweep
     runs, phases, _ = build_tables(sweep_dirs)
     frontier = frontier_table(runs)
     files = [f for d in sweep_dirs for f in find_analysis_files(Path(d))]
-    report = build_report(runs, phases, frontier, policy, sweep_dirs, files, notes=notes)
+    report = build_report(runs, phases, frontier, policy, sweep_dirs, files, notes=notes, name=name)
     md, html_ = write_report(report, out_dir, name)
     return WrittenReport(report, md, html_)

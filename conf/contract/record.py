@@ -20,6 +20,7 @@ import functools
 import glob
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -233,26 +234,45 @@ EXIT_STATUS_FIELDS = schema_fields("exit_status")
 """Fields of exit_status.json (``EXIT_STATUS_FILE``), written by ``worker.forkserver``'s handler."""
 
 
-def _is_type(value: object, typ: type) -> bool:
-    """Whether a present JSON value is of a Field type (a bool is not a number; a float may hold an int)."""
-    if isinstance(value, bool):
-        return typ is bool
-    return isinstance(value, typ) or (typ is float and isinstance(value, int))
+class _Check(NamedTuple):
+    """A property of the schema, worked out once (``_check``) for ``_value_problems``."""
+
+    schema: dict  # its keywords, ``$ref`` followed
+    types: list[str]  # its JSON types but null
+    accepted: tuple[type, ...]  # the Python types of a present value of those (a float takes an int)
+    takes_bool: bool  # a bool is one of them
+    nullable: bool  # null is one of its types
+
+
+_CHECKS: dict[int, _Check] = {}
+
+
+def _check(prop: dict) -> _Check:
+    """``prop`` worked out once (read-only, as the schema: keyed by the object's identity)."""
+    found = _CHECKS.get(id(prop))
+    if found is None:
+        schema = _declared(prop)
+        every = [] if "anyOf" in schema else _json_types(schema)
+        types = [t for t in every if t != "null"]
+        py = tuple(_JSON_TYPES[t] for t in types)
+        accepted = tuple(t for t in py if t is not bool) + ((int,) if float in py else ())
+        found = _CHECKS[id(prop)] = _Check(schema, types, accepted, bool in py, len(types) < len(every))
+    return found
 
 
 def _value_problems(value: object, prop: dict, where: str) -> list[str]:
     """What a value breaks of a property of the schema (the keywords SCHEMA_FILE uses: type,
     anyOf, enum, minimum, maximum, items, properties, required; ``$ref`` followed)."""
-    schema = _declared(prop)
+    check = _check(prop)
+    schema, types = check.schema, check.types
     if "anyOf" in schema:  # a nested object or null: the problems of the branch that is not null
         found = [_value_problems(value, branch, where) for branch in schema["anyOf"]]
         if [] in found:
             return []
         return next((f for f, b in zip(found, schema["anyOf"]) if _json_types(b) != ["null"]), found[0])
-    types = [t for t in _json_types(schema) if t != "null"]
-    if value is None and len(types) < len(_json_types(schema)):
+    if value is None and check.nullable:
         return []
-    if value is None or not any(_is_type(value, _JSON_TYPES[t]) for t in types):
+    if value is None or not (check.takes_bool if isinstance(value, bool) else isinstance(value, check.accepted)):
         return [f"{where}={value!r:.60}: expected {' or '.join(_JSON_TYPES[t].__name__ for t in types)}"]
     if "enum" in schema and value not in schema["enum"]:
         accepted = ", ".join(str(e) for e in schema["enum"] if e is not None)
@@ -359,6 +379,39 @@ def write_json_atomic(path: Path | str, data: Any) -> None:
         raise
 
 
+MAX_DOCUMENT_BYTES = 64 * 2**20
+"""The largest spec.json, record.json or result.json read (bytes, 64 MiB): a record of thousands of
+phases and ranks stays far below it; a larger file is refused (``read_json``), never read whole."""
+
+
+def _bounded_bytes(path: Path, kind: str) -> bytes:
+    """The bytes of ``path`` when it is a regular file (a symbolic link to one included) of at most
+    ``MAX_DOCUMENT_BYTES``.
+
+    Raises:
+        RecordError: not a regular file (a FIFO, a device such as /dev/zero, a directory), or larger
+            than the cap; the message names the file.
+        OSError: it cannot be opened or read (missing, no permission).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens without waiting for a writer
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RecordError(f"{kind} {path}: not a regular file (a FIFO, device or directory; refused)")
+        if st.st_size > MAX_DOCUMENT_BYTES:
+            raise RecordError(
+                f"{kind} {path}: {st.st_size} bytes, more than the {MAX_DOCUMENT_BYTES} bytes "
+                f"a {kind} may hold (refused)"
+            )
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_DOCUMENT_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_DOCUMENT_BYTES:  # grew while read
+        raise RecordError(f"{kind} {path}: more than the {MAX_DOCUMENT_BYTES} bytes a {kind} may hold (refused)")
+    return data
+
+
 def read_json(path: Path | str, kind: str) -> dict:
     """Read one versioned JSON document (spec, record or result).
 
@@ -376,13 +429,13 @@ def read_json(path: Path | str, kind: str) -> dict:
     """
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(_bounded_bytes(path, kind))
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordError(f"{kind} {path}: cannot be read ({exc})") from None
     except json.JSONDecodeError as exc:
         raise RecordError(f"{kind} {path}: corrupt or truncated JSON ({exc})") from None
     except RecursionError:
-        raise RecordError(f"{kind} {path}: nested too deeply to read") from None
+        raise RecordError(f"{kind} {path}: JSON nested too deeply to be a {kind} (refused)") from None
     if not isinstance(data, dict):
         raise RecordError(f"{kind} {path}: expected a JSON object, found {type(data).__name__}")
     version = data.get("schema_version")
