@@ -61,6 +61,8 @@ class ForkServerLost(RuntimeError):
 
 
 SOCKET_DIR_PREFIX = "memsweep-fs-"
+SUN_PATH_MAX = 107
+"""The longest path of a Unix socket, in bytes (``sun_path`` holds 108 with its NUL: unix(7))."""
 """A server's socket directory in the temporary directory (``tempfile.gettempdir()``, TMPDIR):
 ``memsweep-fs-<owner pid>-<random>``, holding ``sock``; removed when its owner stops the server
 (``ForkServer.close``), or by a later start once the owner is gone (``remove_stale_socket_dirs``)."""
@@ -205,6 +207,9 @@ class ForkServer:
             remove_stale_socket_dirs()
         self._remove_dir()  # a previous server of this process, gone or killed as stuck
         self._dir = tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{os.getpid()}-")
+        if len(os.fsencode(os.path.join(self._dir, "sock"))) > SUN_PATH_MAX:  # a long TMPDIR: /tmp instead
+            os.rmdir(self._dir)
+            self._dir = tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{os.getpid()}-", dir="/tmp")
         path = self.path = os.path.join(self._dir, "sock")
         env = worker_env()
         # The server dies with its parent through PR_SET_PDEATHSIG, which fires when the *thread*

@@ -368,7 +368,8 @@ def hf_count(workload: dict, timeout: float = 600) -> dict:
     probe is, so a sweep pays it once per distinct model.
 
     Args:
-        workload: the spec's validated hf workload (``config``, ``overrides``).
+        workload: the spec's validated hf workload (``config``, or without one the ``pretrained``
+            checkpoint directory whose config.json it holds; ``overrides``).
         timeout: seconds for the worker.
 
     Returns:
@@ -376,7 +377,8 @@ def hf_count(workload: dict, timeout: float = 600) -> dict:
     """
     import hashlib
 
-    arg = json.dumps({"config": workload["config"], "overrides": workload.get("overrides") or {}}, sort_keys=True)
+    config = workload["config"] if workload["config"] is not None else workload.get("pretrained")  # its config.json
+    arg = json.dumps({"config": config, "overrides": workload.get("overrides") or {}}, sort_keys=True)
 
     def count() -> dict:
         try:

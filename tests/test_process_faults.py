@@ -6,14 +6,17 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import types
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -790,22 +793,24 @@ def _socket_dirs(tmp: Path) -> list[str]:
     return sorted(p.name for p in tmp.glob(f"{SOCKET_DIR_PREFIX}*"))
 
 
-def _tmp_with_left_dirs(tmp_path: Path) -> tuple[Path, list[str]]:
+@pytest.fixture
+def left_dirs() -> Iterator[tuple[Path, list[str]]]:
     """A private TMPDIR holding socket directories left by others: one whose owner pid is gone
     (a killed orchestrator's: removed by the next server start), one of a live owner (this test's
-    process) and one of the older unnamed form (both left alone). Returns it and the kept names."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    process) and one of the older unnamed form (both left alone). Yields it and the kept names.
+    It is short, as the fork server's socket path must be (SUN_PATH_MAX; xdist's tmp_path is long)."""
+    tmp = Path(tempfile.mkdtemp(prefix="ms-", dir="/tmp"))
     gone = subprocess.Popen(["true"])
     gone.wait()  # reaped: its pid names no process
     for name in (f"{SOCKET_DIR_PREFIX}{gone.pid}-dead", f"{SOCKET_DIR_PREFIX}{os.getpid()}-live", "memsweep-fs-legacy"):
         (tmp / name).mkdir()
         (tmp / name / "sock").touch()
-    return tmp, [f"{SOCKET_DIR_PREFIX}{os.getpid()}-live", "memsweep-fs-legacy"]
+    yield tmp, [f"{SOCKET_DIR_PREFIX}{os.getpid()}-live", "memsweep-fs-legacy"]
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_a_sweep_leaves_no_fork_server_socket_directory_and_clears_a_dead_owners(tmp_path):
-    tmp, kept = _tmp_with_left_dirs(tmp_path)
+def test_a_sweep_leaves_no_fork_server_socket_directory_and_clears_a_dead_owners(tmp_path, left_dirs):
+    tmp, kept = left_dirs
     cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 's'}", *SMALLEST_CPU]
     proc = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -813,8 +818,8 @@ def test_a_sweep_leaves_no_fork_server_socket_directory_and_clears_a_dead_owners
     assert _socket_dirs(tmp) == kept
 
 
-def test_an_interrupted_sweep_leaves_no_fork_server_socket_directory(tmp_path):
-    tmp, kept = _tmp_with_left_dirs(tmp_path)
+def test_an_interrupted_sweep_leaves_no_fork_server_socket_directory(tmp_path, left_dirs):
+    tmp, kept = left_dirs
     cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", f"hydra.sweep.dir={tmp_path / 's'}", *SMALLEST_CPU, HANG]
     proc = subprocess.Popen(
         cmd,
