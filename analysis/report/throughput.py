@@ -31,13 +31,11 @@ def _noise(noise: float | None) -> str:
 
 
 def fastest(a: AxisResult) -> tuple[object, float] | None:
-    """The value of ``a`` with the most samples per second among its measured ok runs, and that
-    rate (median over its runs); None when no run was timed."""
-    rates = value_rates(a.runs, a.axis)
-    if not rates:
-        return None
-    best = max(rates, key=lambda v: rates[v][0])
-    return best, rates[best][0]
+    """The frontier row's fastest value (``fastest_label``: the fastest measured inside the margin,
+    or the throughput search's answer) and its rate; None when no run of it was timed."""
+    label, rate = a.frontier.get("fastest_label"), a.frontier.get("fastest_samples_per_s")
+    value = next((v for v in value_rates(a.runs, a.axis) if str(v) == label), None)
+    return None if value is None or not isinstance(rate, (int, float)) else (value, float(rate))
 
 
 def throughput_answer(a: AxisResult) -> list[str]:
