@@ -268,6 +268,8 @@ def hydra_jobs(argv: list[str], multirun: bool) -> list[Job]:
     if not multirun:
         for arg in argv:  # refuse before Hydra writes anything into an existing run directory
             if arg.startswith("hydra.run.dir="):
+                if not arg.split("=", 1)[1].strip():  # Path("") is the working directory
+                    raise SpecError("hydra.run.dir", "", "a directory of its own for the run's files, not empty")
                 run_dir = Path(arg.split("=", 1)[1])
                 new_run_dir = not run_dir.exists()
                 existed = next(p for p in (run_dir.absolute(), *run_dir.absolute().parents) if p.exists())

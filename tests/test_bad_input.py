@@ -362,6 +362,7 @@ def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, args, message)
         # ranks as SLURM tasks outside a SLURM job: refused as the worker would, world_size 1 too
         (["mode=train", "parallel=ddp", "world_size=1", "tasks_per_node=1"], "invalid tasks_per_node=1"),
         (["mode=train", "nodes=2"], "invalid nodes=2: expected 1 with parallel=none world_size=1"),
+        (["hydra.run.dir="], "invalid hydra.run.dir='': expected a directory of its own"),
         (
             ["mode=train", "parallel=ddp", "world_size=2", "reshard_after_forward=false"],
             "invalid reshard_after_forward",
