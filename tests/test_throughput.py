@@ -200,26 +200,18 @@ def _timed_rows(sweep_dir, grow=1.0):
 
 @pytest.mark.skipif(__import__("tests.chromium").chromium.CHROMIUM is None, reason="chromium is not installed")
 def test_the_throughput_section_and_compare_table_fit_1280_px(tmp_path):
-    import pyarrow.parquet as pq
 
     from memsweep.analysis.compare import compare, compare_document, parse_slower, plot, write_doc
     from memsweep.analysis.report import build_report, parse_margin, write_report
     from tests.test_report_unit import tables
-    from tests.test_visual import LONG_DIR, _assert_fits_the_window
+    from tests.test_visual import LONG_DIR, _assert_fits_the_window, parquet_sweeps
 
     report = build_report(*tables(*_timed_rows(f"/tmp/{LONG_DIR}")), parse_margin(None))
     _, html_path = write_report(report, tmp_path / "report")
     html = html_path.read_text()
     assert "Throughput beside memory" in html and "Throughput (measured, timed on NVIDIA H200 (cuda))" in html
     _assert_fits_the_window(html_path.as_uri(), tmp_path, "report")
-    dirs = []
-    for name, grow in (("a", 1.0), ("b", 1.2)):
-        d = tmp_path / name / LONG_DIR
-        d.mkdir(parents=True)
-        runs_t, phases_t, _ = tables(*_timed_rows(str(d), grow))
-        pq.write_table(runs_t, d / "runs.parquet")
-        pq.write_table(phases_t, d / "phases.parquet")
-        dirs.append(d)
+    dirs = parquet_sweeps(tmp_path, _timed_rows)
     result = compare(dirs, fail_slower=parse_slower("5%"))
     assert result.slowdowns and len(result.slowdowns) == len(result.rates)  # every rate fell 1/6
     _, cmp_html = write_doc(compare_document(result, None, "5%", plot), tmp_path / "cmp")

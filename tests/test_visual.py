@@ -4,6 +4,7 @@ the report and compare pages in headless Chromium at 1280 px (nothing wider than
 
 import os
 import re
+from pathlib import Path
 
 from memsweep.analysis.frontier import frontier_table
 from memsweep.analysis.outputs import FRONTIER_HEADERS, format_frontier
@@ -207,24 +208,33 @@ def test_the_report_page_fits_1280_px_and_names_the_load_in_words(tmp_path):
     _assert_fits_the_window(html_path.as_uri(), tmp_path, "report")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
-def test_the_compare_page_fits_1280_px_and_lists_what_failed_the_gate(tmp_path):
+def parquet_sweeps(tmp_path: Path, rows) -> list[Path]:
+    """Two analysed sweeps under long names (a/LONG_DIR, b/LONG_DIR), their tables written from
+    ``rows(sweep_dir, grow)`` -> (runs, phases) rows, the second's peaks grown by 1.2."""
     import pyarrow.parquet as pq
 
-    from memsweep.analysis.compare import plot
-    from memsweep.analysis.compare.compare import compare, write_doc
-    from memsweep.analysis.compare.gate import parse_threshold
-    from memsweep.analysis.compare.render import document
     from tests.test_report_unit import tables
 
     dirs = []
     for name, grow in (("a", 1.0), ("b", 1.2)):
         d = tmp_path / name / LONG_DIR
         d.mkdir(parents=True)
-        runs_t, phases_t, _ = tables(*_sweep_rows(str(d), grow))
+        runs_t, phases_t, _ = tables(*rows(str(d), grow))
         pq.write_table(runs_t, d / "runs.parquet")
         pq.write_table(phases_t, d / "phases.parquet")
         dirs.append(d)
+    return dirs
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
+def test_the_compare_page_fits_1280_px_and_lists_what_failed_the_gate(tmp_path):
+
+    from memsweep.analysis.compare import plot
+    from memsweep.analysis.compare.compare import compare, write_doc
+    from memsweep.analysis.compare.gate import parse_threshold
+    from memsweep.analysis.compare.render import document
+
+    dirs = parquet_sweeps(tmp_path, _sweep_rows)
     threshold = parse_threshold("5%")
     result = compare(dirs, threshold)
     assert result.regressions
