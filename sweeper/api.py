@@ -15,11 +15,10 @@ importable functions, imported by name in the worker (nothing is pickled).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -336,20 +335,6 @@ def refusal(exc: BaseException) -> Exception:
     return error if isinstance(error, Exception) else RuntimeError(str(exc))
 
 
-@contextlib.contextmanager
-def _full_errors() -> Iterator[None]:
-    """Let Hydra raise a job's error instead of printing it and exiting (``HYDRA_FULL_ERROR``)."""
-    saved = os.environ.get("HYDRA_FULL_ERROR")
-    os.environ["HYDRA_FULL_ERROR"] = "1"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        else:
-            os.environ["HYDRA_FULL_ERROR"] = saved
-
-
 def _hydra(argv: list[str], multirun: bool, progress: bool) -> tuple[list[Job], Path | None]:
     """``hydra_jobs`` for an API call: its observer (``sweeper.progress``: the bar, the sweep
     directory), errors raised as the typed refusals.
@@ -367,10 +352,11 @@ def _hydra(argv: list[str], multirun: bool, progress: bool) -> tuple[list[Job], 
     from omegaconf.errors import OmegaConfBaseException
 
     from .errors import InputRefused
+    from .hydra_errors import full_errors
     from .predict import first_line
     from .progress import observing
 
-    with observing(progress, None if multirun else 1) as watching, _full_errors():
+    with observing(progress, None if multirun else 1) as watching, full_errors():
         try:
             jobs = hydra_jobs(argv, multirun)
         except InputRefused as exc:

@@ -17,7 +17,7 @@ import os
 import traceback
 from collections.abc import Iterator
 
-from memsweep.conf.contract import EXIT_BAD_INPUT
+from memsweep.conf.contract import EXIT_BAD_INPUT, SpecError
 
 EXIT_STOPPED = 1
 """The exit status of a sweep or run that could not go on (a file it could not write or read)."""
@@ -73,18 +73,23 @@ def stopped(exc: Exception) -> HydraStopped | None:
 @contextlib.contextmanager
 def raised_errors() -> Iterator[None]:
     """Run Hydra's app inside: its errors raised (``HYDRA_FULL_ERROR=1`` for the block) and turned
-    into ``HydraStopped`` (``stopped``); an error of memsweep itself has its traceback printed and
+    into ``HydraStopped`` (``stopped``), refusals (``SpecError``, ``RunDirError``) raised as they are;
+    an error of memsweep itself has its traceback printed and
     stops with ``EXIT_STOPPED``. A user who set ``HYDRA_FULL_ERROR`` gets Hydra's own report.
 
     Raises:
         HydraStopped: the app ended with an exception.
     """
+    from .process import RunDirError
+
     if os.environ.get(FULL_ERROR_ENV):
         yield
         return
-    os.environ[FULL_ERROR_ENV] = "1"
     try:
-        yield
+        with full_errors():
+            yield
+    except (SpecError, RunDirError):  # refusals: the command line prints them in one line itself
+        raise
     except Exception as exc:
         found = stopped(exc)
         if found is None:
@@ -93,5 +98,18 @@ def raised_errors() -> Iterator[None]:
                 f"{type(exc).__name__}: {exc} (a fault of memsweep: the traceback above)", EXIT_STOPPED
             )
         raise found from None
+
+
+@contextlib.contextmanager
+def full_errors() -> Iterator[None]:
+    """Let Hydra raise an app's error instead of printing it and exiting (``HYDRA_FULL_ERROR=1``
+    for the block; the variable as it was afterwards)."""
+    saved = os.environ.get(FULL_ERROR_ENV)
+    os.environ[FULL_ERROR_ENV] = "1"
+    try:
+        yield
     finally:
-        os.environ.pop(FULL_ERROR_ENV, None)
+        if saved is None:
+            os.environ.pop(FULL_ERROR_ENV, None)
+        else:
+            os.environ[FULL_ERROR_ENV] = saved

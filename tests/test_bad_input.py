@@ -275,6 +275,22 @@ def test_what_stops_hydra_is_said_in_one_line():
     assert stopped(KeyError("a fault of memsweep itself")) is None
 
 
+@pytest.mark.parametrize("refusal", ["spec", "run_dir"])
+def test_a_refusal_inside_hydras_app_is_raised_as_it_is_not_as_a_fault(monkeypatch, capsys, refusal):
+    """The command line prints a SpecError (exit 2) or RunDirError in one line itself: raised_errors
+    passes them on, with no traceback and no "fault of memsweep"."""
+    from memsweep.conf.contract import SpecError
+    from memsweep.sweeper.hydra_errors import raised_errors
+    from memsweep.sweeper.process import RunDirError
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    error = SpecError("batch", 0, "a positive integer") if refusal == "spec" else RunDirError("holds a run")
+    with pytest.raises(type(error)):
+        with raised_errors():
+            raise error
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_the_up_front_count_is_bounded_by_timeout_s(tmp_path, monkeypatch, tiny):
     """The count of an hf model before the first run gets the run's timeout_s (not its own 600 s);
     a count past it refuses the config, naming timeout_s."""

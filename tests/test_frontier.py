@@ -4,7 +4,7 @@ import math
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memsweep.conf.contract import SpecError
@@ -351,8 +351,8 @@ def test_monotone_oracles_end_exact_on_a_tried_pair(lat, edge, strategy, slots, 
     assert r.runs_used <= slots * (3 * math.log2(n + 1) + 8)
 
 
-# derandomized: the same 300 examples on every machine and run (a random draw found lattice 1..58,
-# a=463, b=1, hidden=7: 26 runs against the bound of 25.6 - a known leftover of the ramp search)
+# derandomized: the same 300 examples on every machine and run; the known counterexample of the
+# ramp search is the xfail example below (it must go on failing until the search is mended)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(
     lat=lattices,
@@ -364,6 +364,9 @@ def test_monotone_oracles_end_exact_on_a_tried_pair(lat, edge, strategy, slots, 
     n=st.integers(1, 300),
     lie=st.integers(-(10**9), 10**9),
     seed=st.integers(0, 2**32 - 1),
+)
+@example(lat=(1, 57, 1), edge=57, slots=1, a=463, b=1, hidden=7, n=1, lie=0, seed=0).xfail(
+    raises=AssertionError, reason="known: flat peaks and 7 hidden bytes take 26 runs, over the bound of 25.6"
 )
 def test_what_ooms_say_never_costs_exactness(lat, edge, slots, a, b, hidden, n, lie, seed):
     """A monotone oracle, ``hidden`` bytes of its capacity taken by memory the counter does not

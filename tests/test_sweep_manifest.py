@@ -214,7 +214,9 @@ def test_tables_are_published_as_one_set_and_a_failed_write_leaves_nothing(tmp_p
 
 
 def test_a_set_left_partial_by_a_killed_writer_is_undone_and_stale_temps_removed(tmp_path):
-    pid = 999999
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no live process
+    pid = gone.pid
     (tmp_path / OUTPUTS[0]).write_bytes(b"renamed before the kill")
     (tmp_path / f".{OUTPUTS[1]}.{pid}.tmp").write_bytes(b"")
     (tmp_path / f".{OUTPUTS[2]}.{pid}.tmp").write_bytes(b"")

@@ -233,8 +233,7 @@ def test_a_tiny_cpu_sweep_answers_a_measured_run(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     probes = search_events(sweep_dir, "throughput_probe")
-    if all(p["samples_per_s"] is None for p in probes):
-        pytest.skip("the worker writes no record['throughput'] yet (the tput-measure branch adds it)")
+    assert any(p["samples_per_s"] is not None for p in probes), probes  # the worker timed its runs
     (result,) = search_events(sweep_dir, "result")
     tput = result["throughput"]
     best = next(p for p in probes if p["value"] == tput["best"])

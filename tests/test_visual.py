@@ -186,7 +186,8 @@ def _assert_fits_the_window(url: str, tmp_path, name: str) -> None:
     """The page is no wider than a 1280 px window (its own load handler measured it), and a
     screenshot of it is taken."""
     found = page_widths(url, tmp_path)
-    assert found.get("plots-total") == found.get("plots-rendered") and found.get("errors") == "0", found
+    assert found["plots-total"] == found["plots-rendered"] and int(found["plots-total"]) >= 1, found
+    assert found["errors"] == "0", found
     assert int(found["scroll-width"]) <= int(found["client-width"]) <= 1280, found
     shot = screenshot(url, tmp_path / f"{name}.png", tmp_path)
     assert shot.stat().st_size > 20_000
