@@ -1,7 +1,7 @@
 """The frontier sweeper's throughput objective (``hydra.sweeper.objective=throughput``): once an
 axis' margin edge is known, the fastest value inside it, every answer a real run.
 
-``run_throughput`` reads a run's throughput from its record; ``fastest_inside`` runs the search
+``search_timing`` reads a run's throughput from its record; ``fastest_inside`` runs the search
 (``sweeper.search.throughput``) through the sweep's runs (reused when the sweep directory holds
 them) and writes each measurement to ``search.jsonl`` as a ``throughput_probe`` line.
 """
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+
+from memsweep.conf.contract import run_throughput
 
 from .frontier_log import SearchLog
 from .frontier_runs import SweepRuns
@@ -22,18 +24,20 @@ OBJECTIVES = ("edge", "throughput")
 """``hydra.sweeper.objective``: the memory edge only, or the fastest value inside the margin too."""
 
 
-def run_throughput(run: dict) -> tuple[float | None, float | None]:
-    """A run's measured throughput: ``record["throughput"]`` of what it left (``read_run``).
+def search_timing(run: dict) -> tuple[float | None, float | None]:
+    """A run's measured throughput as the search reads it (``conf.contract.run_throughput``: null
+    unless the run ended ok).
 
     Args:
-        run: ``sweeper.frontier_runs.read_run``'s dict (its ``record``, record.json, or None).
+        run: ``sweeper.frontier_runs.read_run``'s dict (its ``record``, record.json, or None, and
+            its ``outcome``).
 
     Returns:
         (``samples_per_s``: the median samples per second, ``noise_rel``: MAD/median of the run's
         samples, a fraction), each None when the record holds none (or a value that is not a
         positive number, or a negative noise).
     """
-    tput = (run.get("record") or {}).get("throughput") or {}
+    tput = run_throughput(run.get("record"), run.get("outcome"))
     speed, noise = number(tput.get("samples_per_s")), number(tput.get("noise_rel"))
     if speed is None or speed <= 0:
         return None, None
@@ -89,13 +93,13 @@ def fastest_inside(
         return {"best": None, "samples_per_s": None, "noise_rel": None, "runs": 0, "known": 0, "status": why}
     values = sorted(v for v in set(known) if lattice.lower <= v <= upper)
     found = runs.run(axis, [(v, 0) for v in values], [])
-    measured = {v: run_throughput(r) if r["outcome"] == "ok" else (None, None) for v, r in zip(values, found)}
+    measured = {v: search_timing(r) for v, r in zip(values, found)}
     search, reused = ThroughputSearch(lattice, upper, measured), 0
     for value, run in zip(values, found):
         log_probe(search_log, axis, value, measured[value], run, "measured by the memory search", known=True)
     while (probe := search.propose()) is not None:
         (run,) = runs.run(axis, [(probe, 0)], [])
-        timing = run_throughput(run) if run["outcome"] == "ok" else (None, None)
+        timing = search_timing(run)
         search.observe(probe, *timing)
         reused += run["reused"]
         log_probe(search_log, axis, probe, timing, run, search.reason)

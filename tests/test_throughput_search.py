@@ -14,7 +14,7 @@ import pytest
 from memsweep.analysis.cli import analyze
 from memsweep.conf.contract import RunSpec, SpecError, read_json, write_json_atomic
 from memsweep.sweeper.frontier_settings import check_search_load
-from memsweep.sweeper.frontier_throughput import run_throughput, throughput_upper
+from memsweep.sweeper.frontier_throughput import search_timing, throughput_upper
 from memsweep.sweeper.search import Lattice
 from memsweep.sweeper.search.throughput import ThroughputSearch, parabola_peak, search_throughput
 from tests.data.loads import MEMSWEEP, TINY_CPU, search_events
@@ -150,7 +150,8 @@ def test_the_first_probes_halve_down_from_the_top():
     ],
 )
 def test_the_adapter_reads_the_records_throughput(record, expected):
-    assert run_throughput({"record": record}) == expected
+    assert search_timing({"record": record, "outcome": "ok"}) == expected
+    assert search_timing({"record": record, "outcome": "oom"}) == (None, None)  # timed only when ok
 
 
 def test_the_upper_end_is_the_margin_edge():
