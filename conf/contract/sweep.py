@@ -9,7 +9,6 @@ Standard library only (``fcntl`` locks: the same kind ``filelock`` takes on Linu
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import RecordError, SpecError
-from .record import SPEC_FILE, remove_stale_temps, write_json_atomic
+from .record import SPEC_FILE, read_json, remove_stale_temps, write_json_atomic
 from .rundir import find_run_dirs
 
 SWEEP_FILE = "sweep.json"
@@ -96,11 +95,7 @@ def read_manifest(sweep_dir: Path | str) -> dict | None:
     path = Path(sweep_dir) / SWEEP_FILE
     if not path.exists():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise RecordError(f"{path}: cannot be read ({exc})") from None
-    return _check_manifest(data, path)
+    return _check_manifest(read_json(path, "sweep manifest"), path)  # bounded: a regular file, capped
 
 
 @contextmanager
