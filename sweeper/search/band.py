@@ -1,7 +1,6 @@
 """The model strategy's round on the quadratic axes (``QUADRATIC_AXES``) with two successes or
 more (``band_round``): probe where the band of the fitted peak (``peaks.peak_band``) crosses the
-capacity; after an OOM the fit did not expect, measure a far success (``refit_round``, the OOM held
-and asked more than the capacity) or step down from it (``moves.gallop_down``).
+capacity; after an OOM the fit did not expect, step down from it (``moves.gallop_down``).
 
 Units: peaks and capacities are bytes; values are lattice values of the axis.
 """
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING
 from memsweep.estimator.fit import crossing
 
 from .lattice import Pick
-from .moves import fill, gallop_down, gallop_up, pair
+from .moves import gallop_down, gallop_up, pair
 from .peaks import Band, Crossings
 
 if TYPE_CHECKING:
@@ -86,47 +85,3 @@ def band_round(
         f"{real.past_text()}; probe just "
     )
     return pair(lattice, band, x_star, (lo, top, hi), cap, lambda side: why + side, detail, slots)
-
-
-def oom_said_over(search: FrontierSearch, value: int, cap: int) -> tuple[int, int] | None:
-    """What the OOM at ``value`` said it held (A) and asked (R), when A + R is above the capacity
-    ``cap`` (bytes): the capacity alone explains that OOM, no memory unseen by the peak counter is
-    needed; None when it did not say, or said less (``bracket_round`` reads that)."""
-    said = next(
-        ((p.oom_held, p.oom_request) for p in search.probes if p.value == value and p.outcome == "oom"),
-        None,
-    )
-    if said is None or said[0] is None or said[1] is None or said[0] + said[1] <= cap:
-        return None
-    return said[0], said[1]
-
-
-def refit_round(search: FrontierSearch, lo: int, hi: int, slots: int, said: tuple[int, int]) -> list[Pick]:
-    """After an OOM that the fit did not expect but the capacity explains (it held and asked more
-    than the capacity together): the successes do not show how fast the peak grows (flat peaks at
-    small values, then a steep rise), so measure a far success or halve the bracket: the geometric
-    midpoint of (lo, hi), then the split points for the spare slots.
-
-    Args:
-        search: the search.
-        lo: the largest success below ``hi``.
-        hi: the smallest OOM.
-        slots: how many values.
-        said: (bytes held, bytes asked) of the OOM at ``hi``.
-
-    Returns:
-        The midpoint and fill values strictly inside (lo, hi); nothing when it holds no value.
-    """
-    lattice, (held, asked) = search.lattice, said
-    mids = lattice.split(lo, hi, 2)
-    if not mids:
-        return []
-    v = min(max(lattice.down((max(lo, 1) * hi) ** 0.5), lo + lattice.step), hi - lattice.step)
-    why = (
-        f"model: OOM at {hi} where even the pessimistic fit stays under the capacity {search.capacity} B; it held "
-        f"{held} B and asked {asked} B, more than the capacity together, so the capacity explains it and the "
-        f"peak grows faster than the successes up to {lo} show; geometric midpoint of ({lo}, {hi})"
-    )
-    return [Pick(v, why, None, {"explained_oom": {"value": hi, "held_bytes": held, "request_bytes": asked}})] + fill(
-        lattice, lo, hi, slots - 1, v
-    )
