@@ -154,7 +154,7 @@ HOLD = textwrap.dedent(
     from memsweep.conf.contract import hold_sweep_lock
     hold_sweep_lock(sys.argv[1])
     print("held", flush=True)
-    time.sleep(60)
+    time.sleep(600)  # killed by the test; long enough for a slow machine
     """
 )
 
