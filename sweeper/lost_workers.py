@@ -27,6 +27,7 @@ from filelock import FileLock, Timeout
 
 from memsweep.conf.contract import (
     LAUNCHER_WORKER_LOST,
+    RECORD_FILE,
     RESULT_FILE,
     SCHEMA_VERSION,
     SLURM_TIME_LIMIT,
@@ -109,7 +110,7 @@ def mark_time_limit(exc: BaseException, run_dirs: list[Path]) -> Path | None:
     if index >= len(run_dirs) or (run_dirs[index] / RESULT_FILE).exists():
         return None
     run_dir = run_dirs[index]
-    record, _ = try_read(run_dir, "record.json")
+    record, _ = try_read(run_dir, RECORD_FILE)
     envelope = at_time_limit(
         lost_envelope(record, f"SLURM job {job}_{index} ended at its time limit"), f"{job}_{index}"
     )
@@ -159,7 +160,7 @@ def mark_lost(sweep_dir: Path, why: str) -> tuple[list[Path], list[Path]]:
                 locks.enter_context(FileLock(run_dir / LOCK_FILE, timeout=0))
             except Timeout:
                 continue  # a live process runs it
-            record, _ = try_read(run_dir, "record.json")
+            record, _ = try_read(run_dir, RECORD_FILE)
             if record is None or not record.get("complete"):  # a complete one: the next launch writes its result
                 in_flight[run_dir] = record
         kept = _watch(in_flight)
