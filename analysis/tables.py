@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing as mp
-import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -46,6 +45,7 @@ from memsweep.conf.contract import (
     run_optimizer,
     run_peak,
     sweep_runs,
+    usable_cores,
 )
 from memsweep.estimator import estimate_columns, rank_estimate
 
@@ -489,8 +489,7 @@ def _workers(n_items: int) -> int:
     per CPU this process may use (at most 8)."""
     if n_items < PARALLEL_FROM:
         return 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cpus, 8))
+    return max(1, min(usable_cores(), 8))
 
 
 def read_runs(items: Iterable[tuple[Path, Path]]) -> Tables:

@@ -32,9 +32,10 @@ from memsweep.conf.contract import (
     read_spec,
     run_peak,
     try_read,
+    usable_cores,
 )
 
-from .launcher_bounds import resolved_n_jobs, usable_cores
+from .launcher_bounds import resolved_n_jobs
 from .lost_workers import launch_surviving
 from .process import RunDirError, stored_spec
 from .search import Reading

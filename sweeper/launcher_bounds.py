@@ -15,19 +15,14 @@ import logging
 import os
 from typing import Any
 
+from memsweep.conf.contract import usable_cores
+
 from .owner import guard_launcher_worker
 
 log = logging.getLogger("memsweep")
 
 _ASKED = "_memsweep_n_jobs_asked"
 """The attribute of a joblib launcher that keeps the ``n_jobs`` the user asked for."""
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (sched_getaffinity where available), at least 1."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
 
 
 def resolved_n_jobs(n_jobs: Any) -> int | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from memsweep.conf.contract import LEASE_LOCKS_ENV, SpecError
+from memsweep.conf.contract import LEASE_LOCKS_ENV, SpecError, usable_core_ids
 
 POOLS = ("gpus", "cores", "none")
 
@@ -55,7 +55,7 @@ def gpu_slots(probe: dict, devices: int = 1) -> list[str]:
 
 def core_slots(cores_per_run: int) -> list[str]:
     """The node's usable cores in groups of ``cores_per_run`` (a slot is "0,1" for two cores)."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = usable_core_ids()
     if cores_per_run > len(cores):
         raise SpecError("cores_per_run", cores_per_run, f"at most the {len(cores)} usable cores")
     return [

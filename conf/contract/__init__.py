@@ -54,6 +54,8 @@ from .host import (
     process_identity,
     process_state,
     session_members,
+    usable_core_ids,
+    usable_cores,
 )
 from .parallel import (
     ranks_are_tasks,
@@ -335,6 +337,8 @@ __all__ = [
     "process_state",
     "session_members",
     "kill_session",
+    "usable_core_ids",
+    "usable_cores",
     "read_json",
     "read_run",
     "read_spec",

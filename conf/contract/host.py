@@ -193,3 +193,16 @@ def kill_session(leader: int) -> None:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def usable_core_ids() -> list[int]:
+    """The CPU cores this process may run on (``os.sched_getaffinity`` where the platform has it,
+    else 0..cpu_count-1), sorted."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def usable_cores() -> int:
+    """How many cores this process may run on (``usable_core_ids``), at least 1."""
+    return max(1, len(usable_core_ids()))
