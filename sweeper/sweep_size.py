@@ -46,10 +46,11 @@ def values_count(override: Any) -> int:
     return 1
 
 
-def _refuse(field: str, count: int, how: str) -> SpecError:
+def _refuse(field: str, typed: str, count: int, how: str) -> SpecError:
+    """The refusal of ``field`` as typed (``typed``: its override's value) for its ``count`` conditions."""
     return SpecError(
         field,
-        f"{count} conditions",
+        f"{typed} ({count} conditions)",
         f"at most {MAX_CONDITIONS} conditions in one sweep ({how}); sweep fewer values (a coarser range step), "
         "or search the edge with hydra/sweeper=frontier",
     )
@@ -75,16 +76,17 @@ def check_sweep_size(config: Any, product: bool) -> int:
     params = OmegaConf.select(config, "hydra.sweeper.params", default=None) or {}
     lines = [f"{k}={v}" for k, v in params.items()] + list(OmegaConf.select(config, "hydra.overrides.task") or [])
     parser = OverridesParser.create()
-    counts = {}
+    counts, typed = {}, {}
     for line in lines:
         override = parser.parse_override(str(line))
         if override.is_sweep_override():
-            counts[override.get_key_element()] = values_count(override)
+            key = override.get_key_element()
+            counts[key], typed[key] = values_count(override), str(line).partition("=")[2]
     for axis, count in counts.items():
         if count > MAX_CONDITIONS:
-            raise _refuse(axis, count, f"{axis} alone asks for {count}")
+            raise _refuse(axis, typed[axis], count, f"{axis} alone asks for {count}")
     total = math.prod(counts.values()) if product else sum(counts.values())
     if total > MAX_CONDITIONS:
         how = " x ".join(f"{a} {c}" for a, c in counts.items()) if product else f"{' + '.join(counts)} together"
-        raise _refuse(" ".join(counts), total, how)
+        raise _refuse(" ".join(counts), " ".join(typed.values()), total, how)
     return total

@@ -134,9 +134,18 @@ CASES = [
     (["batch=${context}", "context=${batch}"], "invalid batch="),
     (["batch=1,2", "results_dir=/tmp/memsweep-no-such-dir/../../proc/memsweep"], "invalid results_dir="),
     # a sweep's size, counted from the range's bounds before any value is listed
-    (["batch=range(1,100000000)"], "invalid batch='99999999 conditions': expected at most 4096 conditions"),
-    (["hydra/sweeper=basic", "batch=range(1,100)", "context=range(1,100)"], "invalid batch context='9801 conditions'"),
-    (["hydra/sweeper=frontier", "capacity=1MiB", "batch=range(1,100000000)"], "invalid batch='99999999 conditions'"),
+    (
+        ["batch=range(1,100000000)"],
+        "invalid batch='range(1,100000000) (99999999 conditions)': expected at most 4096 conditions",
+    ),
+    (
+        ["hydra/sweeper=basic", "batch=range(1,100)", "context=range(1,100)"],
+        "invalid batch context='range(1,100) range(1,100) (9801 conditions)'",
+    ),
+    (
+        ["hydra/sweeper=frontier", "capacity=1MiB", "batch=range(1,100000000)"],
+        "invalid batch='range(1,100000000) (99999999 conditions)'",
+    ),
 ]
 
 
