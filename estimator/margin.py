@@ -64,14 +64,18 @@ class MarginPolicy:
 
     def describe(self) -> str:
         """The policy in full for the report: its size (bytes and GiB for a fixed one) and where it came
-        from (memsweep's default, or ``--margin TEXT``)."""
+        from (memsweep's default, or the text given: ``memsweep report --margin`` or a sweep's
+        ``hydra.callbacks.analyze.margin``)."""
         what = (
             f"{float(self.fraction) * 100:g} % of the capacity"
             if self.fraction is not None
             else f"{self.fixed_bytes} B ({gib(self.fixed_bytes)} GiB) below the capacity"
         )
         return what + (
-            " (memsweep's default; set another with --margin)" if self.default else f" (--margin {self.text})"
+            " (memsweep's default; set another with `memsweep report --margin` or, in a sweep, "
+            "`hydra.callbacks.analyze.margin`)"
+            if self.default
+            else f" (given as {self.text})"
         )
 
 
