@@ -134,6 +134,70 @@ def test_a_crashed_workers_children_die_with_it(tmp_path, tiny, isolation):
             os.kill(pid, signal.SIGKILL)
 
 
+ESCAPING_LOAD = """
+import os, subprocess, time
+import torch
+from torch import nn
+
+
+class Escaping(nn.Module):
+    \"\"\"A forward that, once, starts a child in a session of its own and a daemon (a shell's
+    background child, setsid, the shell gone), writes their pids, then goes on or kills itself.\"\"\"
+
+    def __init__(self, width, pids, crash):
+        super().__init__()
+        self.linear, self.pids, self.crash, self.started = nn.Linear(width, width), pids, crash, False
+
+    def forward(self, x):
+        if not self.started:
+            self.started = True
+            child = subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL)
+            with open(self.pids, "a") as f:
+                f.write(f"{child.pid}\\n")
+            daemon = f'setsid sh -c "echo \\$\\$ >> {self.pids}; exec sleep 3600" </dev/null >/dev/null 2>&1 &'
+            subprocess.run(["sh", "-c", daemon], check=True)
+            while len(open(self.pids).read().split()) < 2:
+                time.sleep(0.01)
+            if self.crash:
+                os.kill(os.getpid(), 9)
+        return self.linear(x)
+
+
+def build(load, pids, crash=False):
+    return Escaping(load.width, pids, crash)
+
+
+def inputs(load):
+    return torch.randn(load.batch, load.width), None
+"""
+
+
+@pytest.mark.parametrize(
+    "isolation, crash", [("forkserver", True), ("spawn", True), ("forkserver", False)], ids=["fork", "spawn", "fork-ok"]
+)
+def test_children_that_left_the_workers_session_die_with_the_run(tmp_path, tiny, isolation, crash):
+    """A forward starts a child with os.setsid() and a daemon (double fork): whatever ended the
+    worker (SIGKILL, or its end), both are killed when the run ends, in both isolations (the
+    handler, or this process for a direct spawn, is their subreaper)."""
+    (tmp_path / "escaping_load.py").write_text(ESCAPING_LOAD)
+    pids = tmp_path / "pids"
+    model = {"_target_": "escaping_load.build", "pids": str(pids), "crash": crash}
+    workload = {"name": "user", "model": model, "inputs": {"_target_": "escaping_load.inputs"}, "path": [str(tmp_path)]}
+    tag = uuid.uuid4().hex
+    try:
+        result = execute(
+            RunSpec.from_dict(dict(tiny, workload=workload)), tmp_path / "r", isolation=isolation, extra_env={TAG: tag}
+        )
+        assert result["outcome"] == ("crash" if crash else "ok"), result
+        started = [int(p) for p in pids.read_text().split()]
+        assert len(started) == 2, started
+        assert not _tagged(tag), f"left running: {_tagged(tag)}"  # reaped before the run's end was said
+        assert all(_state(p) is None for p in started), [(p, _state(p)) for p in started]
+    finally:
+        for pid, _ in _tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
 IDLE_POOL = """
 import os, sys, time
 from joblib import Parallel, delayed

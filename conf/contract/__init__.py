@@ -4,13 +4,13 @@ Standard library only, so that the sweeper (Hydra, no torch), the worker (torch,
 and the analysis (pandas, no torch) all import it. Modules, by job:
 
 * ``vocabulary``: the field's names (axes, dtypes, modes, phases, outcomes, options, isolation);
-* ``units``: bytes, GB and GiB, size texts;
-* ``errors``: SpecError (bad input: field, value, accepted) and RecordError (unreadable file);
+* ``units``: bytes, GB and GiB, size texts; ``errors``: SpecError (bad input) and RecordError;
 * ``checks``, ``workload``, ``spec``: the run spec and its validation;
 * ``record``: the record's and the result envelope's fields, declared once, the JSON files;
 * ``rundir``: the one reader of a run directory and the one definition of the run's peak;
 * ``throughput``: the warm phases' measured rates (record.json's ``throughput``);
-* ``fork``: the fork server's messages; ``exits``: exit statuses; ``host``: /proc readers.
+* ``fork``: the fork server's messages; ``exits``: exit statuses; ``host``: /proc readers;
+  ``reaper``: killing a run's orphans.
 
 This package exports what other packages use; the rest is imported from its submodule.
 """
@@ -59,6 +59,11 @@ from .host import (
 )
 from .parallel import (
     ranks_are_tasks,
+)
+from .reaper import (
+    environment_holds,
+    kill_orphans,
+    set_subreaper,
 )
 from .record import (
     CAPACITY_FIELDS,
@@ -337,6 +342,9 @@ __all__ = [
     "process_state",
     "session_members",
     "kill_session",
+    "kill_orphans",
+    "set_subreaper",
+    "environment_holds",
     "usable_core_ids",
     "usable_cores",
     "read_json",
