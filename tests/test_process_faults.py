@@ -338,6 +338,70 @@ def test_a_stopped_handler_ends_the_wait_and_kills_the_run(tmp_path, tiny):
         server.close()
 
 
+def _fake_handler(worker: int, handler: int, answer: bytes | None) -> tuple[socket.socket, threading.Thread, list]:
+    """A client's end of a connection whose other end plays a run's handler: it says the run
+    started (``worker``, ``handler``), reads what the client says until it stops saying, then
+    answers ``answer`` (None: hangs up at once, as a handler that died)."""
+    from memsweep.conf.contract.fork import ForkStarted
+
+    client, peer = socket.socketpair()
+    peer.sendall(ForkStarted(worker, handler).to_line())
+    said: list = []
+
+    def play() -> None:
+        with peer:
+            if answer is None:
+                return
+            while chunk := peer.recv(4096):
+                said.append(chunk)
+            peer.sendall(answer)
+
+    thread = threading.Thread(target=play, daemon=True)
+    thread.start()
+    return client, thread, said
+
+
+def test_at_its_timeout_a_run_is_killed_by_its_handler_not_by_pid(tmp_path):
+    """The worker is the handler's child: at the run's timeout the client asks the handler to kill
+    it (the kill request, then it says no more) and never signals the pid itself, which the handler
+    may have reaped and the system given to another process (here a live process of this test)."""
+    from memsweep.conf.contract.fork import ForkEnded
+
+    other = subprocess.Popen(["sleep", "60"])  # the pid's new owner, as far as the client can tell
+    try:
+        conn, thread, said = _fake_handler(other.pid, os.getpid(), ForkEnded(-9, True).to_line())
+        with conn:
+            ended = ForkServer()._wait(conn, None, tmp_path, 0.2)
+        thread.join(10)
+        assert (ended.returncode, ended.timed_out) == (-9, True)
+        assert FORKSERVER_KILL_REQUEST.encode() in b"".join(said).splitlines(), said
+        assert other.poll() is None, "a process the run's pid may name now was not signalled"
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.parametrize("still_the_worker", [True, False], ids=["its-child", "not-its-child"])
+def test_a_gone_handlers_run_is_killed_only_while_its_pid_is_the_worker(tmp_path, still_the_worker):
+    """A handler that died cannot kill its run: the client kills the pid only while it still names
+    the process the handler forked (its identity, read while it was the handler's child)."""
+    target = subprocess.Popen(["sleep", "60"])  # a child of this process: this process plays the handler
+    try:
+        handler = os.getpid() if still_the_worker else os.getppid()  # not target's parent: not the worker
+        conn, thread, _ = _fake_handler(target.pid, handler, None)
+        with conn, pytest.raises(ForkServerLost, match="went away while the worker ran"):
+            ForkServer()._wait(conn, None, tmp_path, 30)
+        thread.join(10)
+        if still_the_worker:
+            assert target.wait(10) == -signal.SIGKILL
+        else:
+            time.sleep(0.2)
+            assert target.poll() is None, "a pid the handler never forked is left alone"
+    finally:
+        target.kill()
+        target.wait()
+
+
 def test_the_fork_server_stopped_mid_sweep_costs_no_more_than_the_poll(tmp_path, tiny):
     """execute() with isolation=forkserver: a stopped module server is replaced, the run retried: ok."""
     first = tmp_path / "r1"
