@@ -898,6 +898,108 @@ def test_stale_atomic_write_temporaries_are_removed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.y.tmp"]
 
 
+KILLED_WRITE = """
+import os, sys
+from memsweep.conf.contract import write_json_atomic
+os.replace = lambda a, b: os._exit(9)  # killed between the write and the rename
+write_json_atomic(sys.argv[1], {"a": 1})
+"""
+
+
+def _dead_pid() -> int:
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no live process
+    return gone.pid
+
+
+def _aged(path: Path, seconds: float) -> Path:
+    """``path`` (written when missing) with its modification time ``seconds`` in the past."""
+    if not path.exists():
+        path.write_text("{")
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+    return path
+
+
+def test_a_temporary_file_is_removed_only_once_its_writer_is_gone(tmp_path):
+    """A writer killed mid-write leaves ``.NAME.PID.*.tmp``, named with its pid; it is removed once
+    no process has that pid, or the one that has it started after the file was written (the pid
+    reused: not its writer). A live writer's is never removed; a file whose pid names no process
+    here is removed only once old when the caller says another host may write (min_age_s)."""
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITE, str(tmp_path / "record.json")])
+    assert killed.returncode == 9
+    (left,) = tmp_path.glob(".record.json.*.tmp")
+    assert left.name.startswith(".record.json.") and left.name.split(".")[3].isdigit(), left.name
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.05)
+        alive = tmp_path / f".record.json.{live.pid}.a.tmp"  # its writer still writing
+        alive.write_text("{")
+        reused = _aged(tmp_path / f".record.json.{os.getpid()}.b.tmp", 3600)  # written before this process began
+        fresh = tmp_path / f".result.json.{_dead_pid()}.c.tmp"
+        fresh.write_text("{")
+        assert sorted(remove_stale_temps(tmp_path, ("record.json",))) == sorted([left, reused])
+        assert remove_stale_temps(tmp_path, ("result.json",), min_age_s=60) == [], "maybe another host's, writing"
+        _aged(fresh, 120)
+        assert remove_stale_temps(tmp_path, ("record.json", "result.json"), min_age_s=60) == [fresh]
+        assert [p.name for p in tmp_path.iterdir()] == [alive.name]
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_resume_removes_the_temporary_files_of_dead_writers_only(tmp_path, tiny):
+    """A resumed run that had ended (its result is kept) and a claimed sweep directory lose the
+    temporary files their dead writers left; a live writer's stay."""
+    from memsweep.sweeper.sweep_dir import claim_sweep_dir, release_sweep_dirs
+
+    sweep = tmp_path / "s"
+    spec = RunSpec.from_dict(tiny)
+    assert execute(spec, sweep / "0")["outcome"] == "ok"
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.05)
+        dead = sweep / "0" / f".result.json.{_dead_pid()}.x.tmp"
+        dead.write_text("{")
+        kept = sweep / "0" / f".record.json.{live.pid}.y.tmp"
+        kept.write_text("{")
+        assert execute(spec, sweep / "0")["resumed"] is True
+        assert not dead.exists() and kept.exists()
+        old = _aged(sweep / f".sweep.json.{_dead_pid()}.z.tmp", 3600)
+        restore = _aged(sweep / f".sweep.json.{_dead_pid()}.restore.tmp", 3600)  # a refused sweep's, killed
+        writing = sweep / f".sweep.json.{live.pid}.w.tmp"
+        writing.write_text("{")
+        claim_sweep_dir(sweep)
+        release_sweep_dirs(refused=False)
+        assert not old.exists() and not restore.exists() and writing.exists()
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_sweeps_end_undoes_what_killed_writers_left_in_its_analyses(tmp_path):
+    """The sweep's end (a resume's) recovers the sweep directory and each analysis/<time>/ in it:
+    a dead writer's temporary tables, half-published set and report staging are removed; a
+    directory a live writer holds (its lock) is left to it."""
+    from filelock import FileLock
+
+    from memsweep.analysis.publish import LOCK, MARKER, STAGING
+    from memsweep.analysis.report.write import recover_sweep_outputs
+
+    sweep, pid = tmp_path / "s", _dead_pid()
+    done, busy = sweep / "analysis" / "2024-01-01_00-00-00-000001", sweep / "analysis" / "2024-01-01_00-00-00-000002"
+    for d in (done, busy):
+        d.mkdir(parents=True)
+        (d / "runs.parquet").write_bytes(b"renamed before the kill")
+        (d / f".phases.parquet.{pid}.tmp").write_bytes(b"")
+        (d / MARKER.format(kind="tables", pid=pid)).write_text(json.dumps(["runs.parquet", "phases.parquet"]))
+        (d / STAGING.format(kind="report", pid=pid)).mkdir()
+    with FileLock(busy / LOCK):
+        recover_sweep_outputs(sweep)
+    assert sorted(p.name for p in done.iterdir()) == [LOCK]
+    assert len(list(busy.iterdir())) == 5, "a directory held by a live writer is not touched"
+
+
 def test_an_orchestrator_killed_but_not_yet_reaped_is_gone(monkeypatch):
     """A launcher worker checks its owner before a new attempt (stop_if_orphaned): a killed
     orchestrator its parent has not reaped (a zombie) keeps its pid and start time, and is gone."""

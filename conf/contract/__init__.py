@@ -98,7 +98,6 @@ from .record import (
     document_problems,
     field_names,
     read_json,
-    remove_stale_temps,
     write_json_atomic,
 )
 from .rundir import (
@@ -130,6 +129,9 @@ from .sweep import (
     start_manifest,
     sweep_running,
     sweep_runs,
+)
+from .temps import (
+    remove_stale_temps,
 )
 from .throughput import (
     THROUGHPUT_KEYS,
