@@ -52,7 +52,8 @@ def recover_set(out_dir: Path) -> list[Path]:
     removed = []
     for marker in out_dir.glob(PUBLISHING.format(pid="*")):
         pid = marker.name.split(".")[2]
-        removed += undo_partial(marker, lambda name, pid=pid: out_dir / f".{name}.{pid}.tmp")
+        if pid.isdigit():
+            removed += undo_partial(marker, out_dir, f".{{name}}.{pid}.tmp")
     for name in OUTPUTS:
         for tmp in out_dir.glob(f".{glob.escape(name)}.*.tmp"):
             tmp.unlink(missing_ok=True)

@@ -89,14 +89,15 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def undo_partial(marker: Path, source: Callable[[str], Path]) -> list[Path]:
+def undo_partial(marker: Path, source_dir: Path, source_name: str = "{name}") -> list[Path]:
     """Undo a set a writer that died left half renamed: when one of the entries its marker names is
     still at its source, those already at their target are removed; a complete set is kept. The
     marker is removed. Call it holding the directory's ``LOCK``.
 
     Args:
         marker: the set's marker (beside the targets).
-        source: where the entry of a name was renamed from.
+        source_dir: the directory the entries were renamed from.
+        source_name: an entry's name there, ``{name}`` standing for its published name.
 
     Returns:
         The paths removed (the marker included).
@@ -106,6 +107,10 @@ def undo_partial(marker: Path, source: Callable[[str], Path]) -> list[Path]:
     except (OSError, ValueError, TypeError):
         names = []
     out_dir, removed = marker.parent, []
+
+    def source(name: str) -> Path:
+        return source_dir / source_name.format(name=name)
+
     left = [n for n in names if os.path.lexists(source(n))]
     if left:
         for n in names:
@@ -130,8 +135,8 @@ def recover_doc(out_dir: Path, kind: str) -> list[Path]:
     removed = []
     for marker in Path(out_dir).glob(MARKER.format(kind=kind, pid="*")):
         pid = marker.name[len(kind) + 2 :].partition(".")[0]
-        staging = marker.with_name(STAGING.format(kind=kind, pid=pid))
-        removed += undo_partial(marker, lambda name, staging=staging: staging / name)
+        if pid.isdigit():
+            removed += undo_partial(marker, marker.with_name(STAGING.format(kind=kind, pid=pid)))
     return removed + remove_stale_temps(out_dir, (kind,))  # under the lock: no writer of them lives
 
 
