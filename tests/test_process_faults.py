@@ -121,8 +121,9 @@ def test_killing_only_the_orchestrator_leaves_no_process_within_5_s(tmp_path, la
 
 @pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
 def test_a_crashed_workers_children_die_with_it(tmp_path, tiny, isolation):
-    """A worker that forked a child and started a program, then died (SIGKILL): neither is left,
-    whatever the isolation (its group and session are killed before it is reaped)."""
+    """A worker that forked a child and started two programs, one in a session of its own, then died
+    (SIGKILL): none is left, whatever the isolation (its group and session are killed before it is
+    reaped, then what left its session, re-parented to the subreaper that waited for it)."""
     tag = uuid.uuid4().hex
     spec = RunSpec.from_dict(dict(tiny, fault={"phase": "warm_forward", "kind": "orphans"}))
     try:
