@@ -44,7 +44,9 @@ def set_subreaper(on: bool = True) -> bool:
 
 
 def child_pids(parent: int | None = None) -> list[int]:
-    """The processes whose parent is ``parent`` (/proc/<pid>/stat field 4, proc(5)), zombies included.
+    """The processes whose parent is ``parent``, zombies included: from the ``children`` file of each
+    of its threads (/proc/<pid>/task/<tid>/children, Linux 4.2), else from every process's
+    /proc/<pid>/stat field 4 (proc(5)).
 
     Args:
         parent: the parent's pid; None: this process.
@@ -53,6 +55,19 @@ def child_pids(parent: int | None = None) -> list[int]:
         Their pids; [] where /proc cannot be read.
     """
     parent = os.getpid() if parent is None else parent
+    try:
+        tids = os.listdir(f"/proc/{parent}/task")
+        found: set[int] = set()
+        for tid in tids:
+            with open(f"/proc/{parent}/task/{tid}/children") as f:
+                found.update(int(p) for p in f.read().split())
+        return sorted(found)
+    except (OSError, ValueError):  # a kernel without the children files, or a thread gone meanwhile
+        return _scanned_children(parent)
+
+
+def _scanned_children(parent: int) -> list[int]:
+    """``child_pids`` by reading every process's /proc/<pid>/stat."""
     try:
         names = os.listdir("/proc")
     except OSError:
