@@ -9,9 +9,7 @@ refusal is an exception (``OutputExists``, ``FileNotFoundError``).
 from __future__ import annotations
 
 import glob
-import json
 import os
-import signal
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
@@ -24,6 +22,7 @@ from memsweep.conf.contract import gib
 from memsweep.estimator.labels import load_words
 
 from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
+from .publish import LOCK, MARKER, rename_set, undo_partial
 from .tables import build_tables
 
 OUTPUTS = ("runs.parquet", "phases.parquet", "frontier.parquet")
@@ -34,7 +33,7 @@ class OutputExists(FileExistsError):
     written): memsweep never overwrites a result."""
 
 
-PUBLISHING = ".tables.{pid}.publishing"
+PUBLISHING = MARKER.format(kind="tables", pid="{pid}")
 """The marker of a set of tables being renamed into place (its names, JSON): one left behind
 means its writer died between the renames (``recover_set``)."""
 
@@ -43,26 +42,18 @@ def recover_set(out_dir: Path) -> list[Path]:
     """Undo what a writer of the tables that died left in ``out_dir``: its temporary files
     (``.NAME.PID.tmp``), and a set it had begun to rename into place but not finished (a
     ``PUBLISHING`` marker with a temporary file still beside it: the tables it had renamed are
-    removed, so that no partial set stays); a marker whose set is complete is only removed. Call it
-    only while holding ``out_dir``'s ``.analyze.lock`` (every writer holds it while it writes).
+    removed, so that no partial set stays, ``publish.undo_partial``); a marker whose set is complete
+    is only removed. Call it only while holding ``out_dir``'s ``publish.LOCK`` (every writer holds
+    it while it writes).
 
     Returns:
         The files removed.
     """
     removed = []
     for marker in out_dir.glob(PUBLISHING.format(pid="*")):
-        try:
-            names = [n for n in json.loads(marker.read_text()) if n in OUTPUTS]
-        except (OSError, ValueError):
-            names = []
         pid = marker.name.split(".")[2]
-        if any((out_dir / f".{n}.{pid}.tmp").exists() for n in names):  # renames not all done
-            for n in names:
-                if (out_dir / n).exists():
-                    (out_dir / n).unlink()
-                    removed.append(out_dir / n)
-        marker.unlink(missing_ok=True)
-        removed.append(marker)
+        if pid.isdigit():
+            removed += undo_partial(marker, out_dir, f".{{name}}.{pid}.tmp")
     for name in OUTPUTS:
         for tmp in out_dir.glob(f".{glob.escape(name)}.*.tmp"):
             tmp.unlink(missing_ok=True)
@@ -72,8 +63,9 @@ def recover_set(out_dir: Path) -> list[Path]:
 
 def publish_set(tables: dict[str, pa.Table], out_dir: Path) -> None:
     """Write the tables into ``out_dir`` as one set: each to a temporary file first, then all
-    renamed into place with SIGINT, SIGTERM and SIGHUP held back (a reader never sees part of a
-    set; a writer killed outright leaves a ``PUBLISHING`` marker that ``recover_set`` undoes).
+    renamed into place with SIGINT, SIGTERM and SIGHUP held back (``publish.rename_set``: a reader
+    never sees part of a set; a writer killed outright leaves a ``PUBLISHING`` marker that
+    ``recover_set`` undoes).
 
     Raises:
         OSError: a table could not be written (a full disk): nothing is published, no temporary
@@ -81,23 +73,13 @@ def publish_set(tables: dict[str, pa.Table], out_dir: Path) -> None:
     """
     pid = os.getpid()
     tmps = {name: out_dir / f".{name}.{pid}.tmp" for name in tables}
-    marker = out_dir / PUBLISHING.format(pid=pid)
     try:
         for name, table in tables.items():
             pq.write_table(table, tmps[name])
-        marker.write_text(json.dumps(list(tables)))
-        held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-        try:
-            for name in tables:
-                os.replace(tmps[name], out_dir / name)
-            marker.unlink()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        rename_set([(tmps[n], out_dir / n) for n in tables], out_dir / PUBLISHING.format(pid=pid), replace=True)
     finally:
         for tmp in tmps.values():
             tmp.unlink(missing_ok=True)
-        marker.unlink(missing_ok=True)
 
 
 def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predicted: int = 0) -> str:
@@ -243,7 +225,7 @@ def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> Written:
     frontier = frontier_table(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = dict(zip(OUTPUTS, (runs, phases, frontier)))
-    with FileLock(out_dir / ".analyze.lock"):  # two analyses into one directory: one wins, one refuses
+    with FileLock(out_dir / LOCK):  # two analyses into one directory: one wins, one refuses
         recover_set(out_dir)  # a writer that died here left no partial set and no temporary file
         existing = [out_dir / n for n in OUTPUTS if (out_dir / n).exists()]
         if existing:

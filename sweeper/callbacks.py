@@ -43,7 +43,8 @@ class AnalyzeAtEnd(Callback):
         self.margin = margin
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Hydra's end of the multirun: analyze the sweep directory (``analysis.cli.analyze``,
+        """Hydra's end of the multirun: undo what killed writers of its tables and reports left
+        (``analysis.report.write.recover_sweep_outputs``), analyze the sweep directory (``analysis.cli.analyze``,
         into ``analysis/<time>/`` when the directory holds an analysis already) and write the
         report (``write_sweep_report``) unless ``report`` is false. A failure of either is noted
         in ``END_FAILURES`` (the command then exits ``EXIT_AFTER_RUNS``).
@@ -57,6 +58,9 @@ class AnalyzeAtEnd(Callback):
             log.warning("no sweep directory %s: nothing ran, nothing to analyze", sweep_dir)
             return
         try:
+            from memsweep.analysis.report.write import recover_sweep_outputs
+
+            recover_sweep_outputs(sweep_dir)  # what killed writers of tables and reports left (a resume's too)
             out_dir, tables = self._tables(sweep_dir)
         except Exception as exc:  # Hydra would turn it into a warning: the command's exit says it
             END_FAILURES.append(end_failure("analysis", exc, sweep_dir))

@@ -33,7 +33,9 @@ from memsweep.conf.contract import (
     SPEC_FILE,
     STDERR_FILE,
     STDOUT_FILE,
+    child_identity,
     peer_pid,
+    process_identity,
 )
 from memsweep.conf.contract.fork import ForkRequest
 
@@ -352,7 +354,14 @@ class ForkServer:
 
     def _wait(self, conn: socket.socket, path: str | None, run_dir: Path, timeout_s: float) -> WorkerExit:
         """``run``'s wait on the server's answers, once the request is sent (the same returns and
-        errors)."""
+        errors).
+
+        The worker is the handler's child, not this process's: once the handler has reaped it, its
+        pid may name another process. So at the run's timeout the handler is asked to kill it
+        (``_ask_kill``: the parent kills before it reaps); only a handler gone or stopped, which
+        cannot, has the worker killed from here, and only while its pid still names the process
+        the handler forked (``_kill_if_worker``).
+        """
         buffer = bytearray()
         try:
             line = read_answer(conn, buffer, peer_pid(conn), ANSWER_S, "the fork server")
@@ -364,6 +373,7 @@ class ForkServer:
             raise ForkServerLost("the fork server went away before the worker started", None)
         answer = json.loads(line)
         pid, handler = answer["pid"], answer.get("handler")
+        worker = child_identity(pid, handler)  # None: already reaped (or no handler named)
         t0 = time.monotonic()
         timed_out = False
         try:
@@ -371,10 +381,10 @@ class ForkServer:
                 line = read_answer(conn, buffer, handler, max(0.001, timeout_s), "the run's handler")
             except AnswerOverdue:  # the run's own time is up
                 timed_out = True
-                kill_process_group(pid)
+                _ask_kill(conn)
                 line = read_answer(conn, buffer, handler, KILLED_ANSWER_S, "the run's handler")
         except PeerStopped as exc:
-            kill_process_group(pid)
+            _kill_if_worker(pid, worker)
             self._lost(path, stuck=True)
             raise ForkServerLost(f"{exc}; the run is killed, the server replaced", pid) from None
         except AnswerOverdue as exc:  # killed at its timeout; its exit status never came
@@ -383,7 +393,7 @@ class ForkServer:
             return WorkerExit(None, True, pid, time.monotonic() - t0)
         wall_s = time.monotonic() - t0
         if not line:
-            kill_process_group(pid)
+            _kill_if_worker(pid, worker)
             self._lost(path)
             raise ForkServerLost(
                 "the fork server went away while the worker ran (killed, or out of host "
@@ -408,11 +418,22 @@ class ForkServer:
 
 
 def _ask_kill(conn: socket.socket) -> None:
-    """Ask the run's handler to kill the run (``conf.contract.FORKSERVER_KILL_REQUEST``) before this
-    client hangs up: an interrupted orchestrator takes its run with it, only a client that dies
-    without a word (a launcher worker killed) leaves its run kept. Best effort: a handler already
-    gone needs no telling."""
+    """Ask the run's handler to kill the run (``conf.contract.FORKSERVER_KILL_REQUEST``), and say
+    no more (the handler acts on the end of what its client says; its answers can still be read):
+    an interrupted orchestrator takes its run with it, a run past its timeout is killed by the
+    process that can (the worker's parent); only a client that dies without a word (a launcher
+    worker killed) leaves its run kept. Best effort: a handler already gone needs no telling."""
     try:
         conn.sendall((FORKSERVER_KILL_REQUEST + "\n").encode())
+        conn.shutdown(socket.SHUT_WR)
     except OSError:
         pass
+
+
+def _kill_if_worker(pid: int, identity: str | None) -> None:
+    """Kill the worker ``pid`` (its group and session, ``kill_process_group``) when its handler, gone
+    or stopped, cannot: only while the pid still names the process the handler forked (its
+    ``identity``, read while it was the handler's child); a pid that names another process now, or
+    a worker whose identity is unknown, is left alone."""
+    if identity is not None and process_identity(pid) == identity:
+        kill_process_group(pid)

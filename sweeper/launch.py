@@ -11,7 +11,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,8 +26,16 @@ from memsweep.conf.contract import (
     STDOUT_FILE,
     WORKER_COMMAND,
     RunSpec,
+    environment_holds,
+    kill_orphans,
     kill_session,
+    set_subreaper,
 )
+
+RUN_TOKEN_ENV = "MEMSWEEP_RUN_TOKEN"
+"""A directly spawned worker's environment variable holding a random token of its run: its
+descendants inherit it, which tells the run's orphans from this process's other children
+(``run_spawn``)."""
 
 
 def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -77,17 +89,22 @@ def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> WorkerExit:
     its fork server's handler instead (``worker.launch.spawn``), so that they outlive a killed
     launcher worker; this is for a process without the sweep's server.
 
+    Whatever ended the worker, what it started dies with it: its session, then the run's orphans
+    (children that left its session), which this process, a child subreaper while it waits for a
+    run (``conf.contract.reaper``), finds among its own children by the run's ``RUN_TOKEN_ENV``.
+
     Args:
         run_dir: the run directory, holding spec.json already.
         env: the worker's environment (``worker_env``); ``PARENT_ENV`` is added, naming this
-            process as the worker's parent.
+            process as the worker's parent, and ``RUN_TOKEN_ENV``.
         spec: the run's spec (for its ``timeout_s``).
 
     Returns:
         Its ``WorkerExit``.
     """
     timed_out = False
-    with open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
+    token = f"{RUN_TOKEN_ENV}={uuid.uuid4().hex}"
+    with subreaper(), open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
         t0 = time.monotonic()
         proc = subprocess.Popen(
             [sys.executable, *WORKER_COMMAND, str(run_dir / SPEC_FILE)],
@@ -95,7 +112,8 @@ def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> WorkerExit:
             stderr=err,
             stdin=subprocess.DEVNULL,
             cwd=run_dir,
-            env={**env, PARENT_ENV: str(os.getpid())},  # the worker dies with this process
+            # the worker dies with this process; the token names its descendants
+            env={**env, PARENT_ENV: str(os.getpid()), RUN_TOKEN_ENV: token.partition("=")[2]},
             start_new_session=True,
         )
         if not ended_within(proc.pid, t0 + spec.timeout_s):
@@ -104,7 +122,30 @@ def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> WorkerExit:
             ended_within(proc.pid, None)
         kill_session(proc.pid)  # whatever ended it, what it started dies with it (not yet reaped)
         returncode = proc.wait()
+        kill_orphans(lambda pid: environment_holds(pid, token))  # and what left its session
     return WorkerExit(returncode, timed_out, proc.pid, time.monotonic() - t0)
+
+
+_subreaping = [0]  # runs of this process being waited for (``subreaper``)
+_subreaping_lock = threading.Lock()
+
+
+@contextmanager
+def subreaper() -> Iterator[None]:
+    """This process is a child subreaper (``conf.contract.set_subreaper``) while at least one of its
+    runs is waited for (runs may be waited for from several threads), and no more after: a
+    process re-parented to it outside a run would stay its zombie."""
+    with _subreaping_lock:
+        if _subreaping[0] == 0:
+            set_subreaper(True)
+        _subreaping[0] += 1
+    try:
+        yield
+    finally:
+        with _subreaping_lock:
+            _subreaping[0] -= 1
+            if _subreaping[0] == 0:
+                set_subreaper(False)
 
 
 def ended_within(pid: int, deadline: float | None, poll_s: float = 0.05) -> bool:

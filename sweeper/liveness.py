@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Mapping
 
-from memsweep.conf.contract import process_identity
+from memsweep.conf.contract import process_identity, process_started_epoch
 
 log = logging.getLogger("memsweep")
 
@@ -46,18 +46,6 @@ def pid_exists(pid: int | None) -> bool:
     return True
 
 
-def _started_epoch(pid: int) -> float | None:
-    """When process ``pid`` started, in seconds since the epoch (boot time + start ticks), or None."""
-    try:
-        with open("/proc/stat") as f:
-            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        with open(f"/proc/{pid}/stat") as f:
-            ticks = int(f.read().rpartition(")")[2].split()[19])
-        return btime + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
-
-
 def is_process(pid: int | None, identity: str | None, started_at: str | None = None) -> bool:
     """Tell whether ``pid`` is still the process that was given that pid and identity.
 
@@ -81,7 +69,7 @@ def is_process(pid: int | None, identity: str | None, started_at: str | None = N
             written = _dt.datetime.fromisoformat(started_at).timestamp()
         except (TypeError, ValueError):
             return True
-        began = _started_epoch(pid)
+        began = process_started_epoch(pid)
         if began is not None and began > written + START_SLACK_S:
             return False
     return True

@@ -181,6 +181,7 @@ def _resume(spec: RunSpec, run_dir: Path) -> dict | None:
             log.warning("%s: lost with the launcher's worker; its files are kept in %s, running again", run_dir, target)
             return None
         if result is not None:
+            remove_stale_temps(run_dir, RUN_FILES)  # a dead writer's (its run is over: no live one writes here)
             return {**result, "resumed": True}
         # a torn result cannot exist (atomic writes); an unreadable one is re-derived below
     record, _ = try_read(run_dir, RECORD_FILE)

@@ -25,6 +25,7 @@ from memsweep.conf.contract import (
     SweepBusy,
     hold_sweep_lock,
     register_run,
+    remove_stale_temps,
 )
 from memsweep.conf.contract.sweep import MANIFEST_LOCK, SWEEP_LOCK
 
@@ -35,6 +36,11 @@ NESTED_DEPTH = 4
 
 PER_JOB_KEYS = ("hydra.job.num", "hydra.job.override_dirname")
 """What a ``hydra.sweep.subdir`` must name to give each job a folder of its own."""
+
+FOREIGN_TEMP_S = 60.0
+"""How long a temporary file whose writer's pid names no process on this host must have been left
+unwritten before a claim removes it (seconds): its writer may run on another host of a shared file
+system (an atomic write lasts milliseconds)."""
 
 SWEEP_FILES = (SWEEP_FILE, SWEEP_LOCK, MANIFEST_LOCK)
 """The files claiming a sweep directory writes (put back as they were when the sweep is refused)."""
@@ -174,6 +180,9 @@ def claim_sweep_dir(sweep_dir: Path, identity: str | None = None) -> None:
     except SweepBusy as exc:
         raise SpecError("hydra.sweep.dir", str(sweep_dir), f"a directory no other sweep runs in now ({exc})") from None
     CLAIMS.append(_Claim(sweep_dir, fd, created, before))
+    # a killed writer's temporary files (the manifest's, a refused sweep's restores); another host's
+    # orchestrator of this sweep may be writing now: a file whose pid is not here is old first
+    remove_stale_temps(sweep_dir, SWEEP_FILES, min_age_s=FOREIGN_TEMP_S)
     os.environ[SESSION_ENV] = session_id()
 
 

@@ -7,19 +7,24 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 
 import pyarrow.parquet as pq
 import pytest
 
 from memsweep.conf.contract import INFERENCE_PHASES
 from tests.data.loads import MEMSWEEP, SMALLEST_CPU
+from tests.test_process_faults import TAG, _tagged
+
+MATRIX_TAG = uuid.uuid4().hex
 
 # (fault kind, phase) -> expected outcome. OOMs are injected as torch.OutOfMemoryError in each phase.
 MATRIX = [(kind, phase) for kind in ("sigkill", "oom") for phase in INFERENCE_PHASES] + [
     ("segfault", "cold_forward"),
     ("raise", "warm_forward"),
     ("garbage", "inputs"),
-    ("orphans", "warm_forward"),  # children left behind, then SIGKILL: a crash (none left: test_process_faults)
+    ("orphans", "warm_forward"),  # children left behind (one in a session of its own), then SIGKILL: a crash
+    # (none left: test_process_faults; the sweep's own processes after the matrix: test_fault_matrix)
 ]
 # A hang past timeout_s is in tests/test_worker_runs.py (its short timeout_s would race slow starts here).
 EXPECTED = {
@@ -47,6 +52,7 @@ def matrix_sweep(tmp_path_factory):
             *SMALLEST_CPU,
         ],
         cwd=root,
+        env={**os.environ, TAG: MATRIX_TAG},
         capture_output=True,
         text=True,
         timeout=900,
@@ -85,6 +91,10 @@ def test_fault_matrix(matrix_sweep):
     print(f"\nfault matrix: faults injected {len(MATRIX)}, handled {handled}, records lost {lost}")
     assert handled == len(MATRIX) and lost == 0
     assert not list(sweep_dir.rglob(".record.json.*.tmp")), "no half-written record left behind"
+    left = _tagged(MATRIX_TAG)
+    for pid, _ in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes of the sweep left running: {left}"
 
 
 def _wait_for(path_glob, root, count, timeout=300):

@@ -121,14 +121,79 @@ def test_killing_only_the_orchestrator_leaves_no_process_within_5_s(tmp_path, la
 
 @pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
 def test_a_crashed_workers_children_die_with_it(tmp_path, tiny, isolation):
-    """A worker that forked a child and started a program, then died (SIGKILL): neither is left,
-    whatever the isolation (its group and session are killed before it is reaped)."""
+    """A worker that forked a child and started two programs, one in a session of its own, then died
+    (SIGKILL): none is left, whatever the isolation (its group and session are killed before it is
+    reaped, then what left its session, re-parented to the subreaper that waited for it)."""
     tag = uuid.uuid4().hex
     spec = RunSpec.from_dict(dict(tiny, fault={"phase": "warm_forward", "kind": "orphans"}))
     try:
         result = execute(spec, tmp_path / "r", isolation=isolation, extra_env={TAG: tag})
         assert result["outcome"] == "crash" and result["error_type"] == "SIGKILL", result
         _wait(lambda: not _tagged(tag), 5.0, f"no child of the worker left (left: {_tagged(tag)})")
+    finally:
+        for pid, _ in _tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
+ESCAPING_LOAD = """
+import os, subprocess, time
+import torch
+from torch import nn
+
+
+class Escaping(nn.Module):
+    \"\"\"A forward that, once, starts a child in a session of its own and a daemon (a shell's
+    background child, setsid, the shell gone), writes their pids, then goes on or kills itself.\"\"\"
+
+    def __init__(self, width, pids, crash):
+        super().__init__()
+        self.linear, self.pids, self.crash, self.started = nn.Linear(width, width), pids, crash, False
+
+    def forward(self, x):
+        if not self.started:
+            self.started = True
+            child = subprocess.Popen(["sleep", "3600"], start_new_session=True, stdin=subprocess.DEVNULL)
+            with open(self.pids, "a") as f:
+                f.write(f"{child.pid}\\n")
+            daemon = f'setsid sh -c "echo \\$\\$ >> {self.pids}; exec sleep 3600" </dev/null >/dev/null 2>&1 &'
+            subprocess.run(["sh", "-c", daemon], check=True)
+            while len(open(self.pids).read().split()) < 2:
+                time.sleep(0.01)
+            if self.crash:
+                os.kill(os.getpid(), 9)
+        return self.linear(x)
+
+
+def build(load, pids, crash=False):
+    return Escaping(load.width, pids, crash)
+
+
+def inputs(load):
+    return torch.randn(load.batch, load.width), None
+"""
+
+
+@pytest.mark.parametrize(
+    "isolation, crash", [("forkserver", True), ("spawn", True), ("forkserver", False)], ids=["fork", "spawn", "fork-ok"]
+)
+def test_children_that_left_the_workers_session_die_with_the_run(tmp_path, tiny, isolation, crash):
+    """A forward starts a child with os.setsid() and a daemon (double fork): whatever ended the
+    worker (SIGKILL, or its end), both are killed when the run ends, in both isolations (the
+    handler, or this process for a direct spawn, is their subreaper)."""
+    (tmp_path / "escaping_load.py").write_text(ESCAPING_LOAD)
+    pids = tmp_path / "pids"
+    model = {"_target_": "escaping_load.build", "pids": str(pids), "crash": crash}
+    workload = {"name": "user", "model": model, "inputs": {"_target_": "escaping_load.inputs"}, "path": [str(tmp_path)]}
+    tag = uuid.uuid4().hex
+    try:
+        result = execute(
+            RunSpec.from_dict(dict(tiny, workload=workload)), tmp_path / "r", isolation=isolation, extra_env={TAG: tag}
+        )
+        assert result["outcome"] == ("crash" if crash else "ok"), result
+        started = [int(p) for p in pids.read_text().split()]
+        assert len(started) == 2, started
+        assert not _tagged(tag), f"left running: {_tagged(tag)}"  # reaped before the run's end was said
+        assert all(_state(p) is None for p in started), [(p, _state(p)) for p in started]
     finally:
         for pid, _ in _tagged(tag):
             os.kill(pid, signal.SIGKILL)
@@ -272,6 +337,70 @@ def test_a_stopped_handler_ends_the_wait_and_kills_the_run(tmp_path, tiny):
         _wait(lambda: _state(handler) in (None, "Z"), 30, "the handler gone with its server")
     finally:
         server.close()
+
+
+def _fake_handler(worker: int, handler: int, answer: bytes | None) -> tuple[socket.socket, threading.Thread, list]:
+    """A client's end of a connection whose other end plays a run's handler: it says the run
+    started (``worker``, ``handler``), reads what the client says until it stops saying, then
+    answers ``answer`` (None: hangs up at once, as a handler that died)."""
+    from memsweep.conf.contract.fork import ForkStarted
+
+    client, peer = socket.socketpair()
+    peer.sendall(ForkStarted(worker, handler).to_line())
+    said: list = []
+
+    def play() -> None:
+        with peer:
+            if answer is None:
+                return
+            while chunk := peer.recv(4096):
+                said.append(chunk)
+            peer.sendall(answer)
+
+    thread = threading.Thread(target=play, daemon=True)
+    thread.start()
+    return client, thread, said
+
+
+def test_at_its_timeout_a_run_is_killed_by_its_handler_not_by_pid(tmp_path):
+    """The worker is the handler's child: at the run's timeout the client asks the handler to kill
+    it (the kill request, then it says no more) and never signals the pid itself, which the handler
+    may have reaped and the system given to another process (here a live process of this test)."""
+    from memsweep.conf.contract.fork import ForkEnded
+
+    other = subprocess.Popen(["sleep", "60"])  # the pid's new owner, as far as the client can tell
+    try:
+        conn, thread, said = _fake_handler(other.pid, os.getpid(), ForkEnded(-9, True).to_line())
+        with conn:
+            ended = ForkServer()._wait(conn, None, tmp_path, 0.2)
+        thread.join(10)
+        assert (ended.returncode, ended.timed_out) == (-9, True)
+        assert FORKSERVER_KILL_REQUEST.encode() in b"".join(said).splitlines(), said
+        assert other.poll() is None, "a process the run's pid may name now was not signalled"
+    finally:
+        other.kill()
+        other.wait()
+
+
+@pytest.mark.parametrize("still_the_worker", [True, False], ids=["its-child", "not-its-child"])
+def test_a_gone_handlers_run_is_killed_only_while_its_pid_is_the_worker(tmp_path, still_the_worker):
+    """A handler that died cannot kill its run: the client kills the pid only while it still names
+    the process the handler forked (its identity, read while it was the handler's child)."""
+    target = subprocess.Popen(["sleep", "60"])  # a child of this process: this process plays the handler
+    try:
+        handler = os.getpid() if still_the_worker else os.getppid()  # not target's parent: not the worker
+        conn, thread, _ = _fake_handler(target.pid, handler, None)
+        with conn, pytest.raises(ForkServerLost, match="went away while the worker ran"):
+            ForkServer()._wait(conn, None, tmp_path, 30)
+        thread.join(10)
+        if still_the_worker:
+            assert target.wait(10) == -signal.SIGKILL
+        else:
+            time.sleep(0.2)
+            assert target.poll() is None, "a pid the handler never forked is left alone"
+    finally:
+        target.kill()
+        target.wait()
 
 
 def test_the_fork_server_stopped_mid_sweep_costs_no_more_than_the_poll(tmp_path, tiny):
@@ -768,6 +897,108 @@ def test_stale_atomic_write_temporaries_are_removed(tmp_path):
     removed = remove_stale_temps(tmp_path, ("record.json", "exit_status.json"))
     assert sorted(p.name for p in removed) == [".exit_status.json.x.tmp", ".record.json.abc123.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.y.tmp"]
+
+
+KILLED_WRITE = """
+import os, sys
+from memsweep.conf.contract import write_json_atomic
+os.replace = lambda a, b: os._exit(9)  # killed between the write and the rename
+write_json_atomic(sys.argv[1], {"a": 1})
+"""
+
+
+def _dead_pid() -> int:
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no live process
+    return gone.pid
+
+
+def _aged(path: Path, seconds: float) -> Path:
+    """``path`` (written when missing) with its modification time ``seconds`` in the past."""
+    if not path.exists():
+        path.write_text("{")
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+    return path
+
+
+def test_a_temporary_file_is_removed_only_once_its_writer_is_gone(tmp_path):
+    """A writer killed mid-write leaves ``.NAME.PID.*.tmp``, named with its pid; it is removed once
+    no process has that pid, or the one that has it started after the file was written (the pid
+    reused: not its writer). A live writer's is never removed; a file whose pid names no process
+    here is removed only once old when the caller says another host may write (min_age_s)."""
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITE, str(tmp_path / "record.json")])
+    assert killed.returncode == 9
+    (left,) = tmp_path.glob(".record.json.*.tmp")
+    assert left.name.startswith(".record.json.") and left.name.split(".")[3].isdigit(), left.name
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.05)
+        alive = tmp_path / f".record.json.{live.pid}.a.tmp"  # its writer still writing
+        alive.write_text("{")
+        reused = _aged(tmp_path / f".record.json.{os.getpid()}.b.tmp", 3600)  # written before this process began
+        fresh = tmp_path / f".result.json.{_dead_pid()}.c.tmp"
+        fresh.write_text("{")
+        assert sorted(remove_stale_temps(tmp_path, ("record.json",))) == sorted([left, reused])
+        assert remove_stale_temps(tmp_path, ("result.json",), min_age_s=60) == [], "maybe another host's, writing"
+        _aged(fresh, 120)
+        assert remove_stale_temps(tmp_path, ("record.json", "result.json"), min_age_s=60) == [fresh]
+        assert [p.name for p in tmp_path.iterdir()] == [alive.name]
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_resume_removes_the_temporary_files_of_dead_writers_only(tmp_path, tiny):
+    """A resumed run that had ended (its result is kept) and a claimed sweep directory lose the
+    temporary files their dead writers left; a live writer's stay."""
+    from memsweep.sweeper.sweep_dir import claim_sweep_dir, release_sweep_dirs
+
+    sweep = tmp_path / "s"
+    spec = RunSpec.from_dict(tiny)
+    assert execute(spec, sweep / "0")["outcome"] == "ok"
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.05)
+        dead = sweep / "0" / f".result.json.{_dead_pid()}.x.tmp"
+        dead.write_text("{")
+        kept = sweep / "0" / f".record.json.{live.pid}.y.tmp"
+        kept.write_text("{")
+        assert execute(spec, sweep / "0")["resumed"] is True
+        assert not dead.exists() and kept.exists()
+        old = _aged(sweep / f".sweep.json.{_dead_pid()}.z.tmp", 3600)
+        restore = _aged(sweep / f".sweep.json.{_dead_pid()}.restore.tmp", 3600)  # a refused sweep's, killed
+        writing = sweep / f".sweep.json.{live.pid}.w.tmp"
+        writing.write_text("{")
+        claim_sweep_dir(sweep)
+        release_sweep_dirs(refused=False)
+        assert not old.exists() and not restore.exists() and writing.exists()
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_sweeps_end_undoes_what_killed_writers_left_in_its_analyses(tmp_path):
+    """The sweep's end (a resume's) recovers the sweep directory and each analysis/<time>/ in it:
+    a dead writer's temporary tables, half-published set and report staging are removed; a
+    directory a live writer holds (its lock) is left to it."""
+    from filelock import FileLock
+
+    from memsweep.analysis.publish import LOCK, MARKER, STAGING
+    from memsweep.analysis.report.write import recover_sweep_outputs
+
+    sweep, pid = tmp_path / "s", _dead_pid()
+    done, busy = sweep / "analysis" / "2024-01-01_00-00-00-000001", sweep / "analysis" / "2024-01-01_00-00-00-000002"
+    for d in (done, busy):
+        d.mkdir(parents=True)
+        (d / "runs.parquet").write_bytes(b"renamed before the kill")
+        (d / f".phases.parquet.{pid}.tmp").write_bytes(b"")
+        (d / MARKER.format(kind="tables", pid=pid)).write_text(json.dumps(["runs.parquet", "phases.parquet"]))
+        (d / STAGING.format(kind="report", pid=pid)).mkdir()
+    with FileLock(busy / LOCK):
+        recover_sweep_outputs(sweep)
+    assert sorted(p.name for p in done.iterdir()) == [LOCK]
+    assert len(list(busy.iterdir())) == 5, "a directory held by a live writer is not touched"
 
 
 def test_an_orchestrator_killed_but_not_yet_reaped_is_gone(monkeypatch):

@@ -241,3 +241,112 @@ def test_sigterm_and_sighup_interrupt_as_ctrl_c_does(signum):
             for _ in range(100):
                 pass
     assert signal.getsignal(signum) == before
+
+
+def _report(pages: int = 0):
+    """A small report with two plots (and ``pages`` load pages), built without tables."""
+    from memsweep.analysis.doc import Doc, Image
+    from memsweep.analysis.report.build import Report
+
+    doc = Doc("memsweep report")
+    doc.p("a paragraph")
+    for i in range(2):
+        doc.image(Image(f"plot{i}.png", b"\x89PNG" + bytes([i]) * 64, f"plot {i}"))
+    load_pages = {f"load{i}.html": Doc(f"load {i}") for i in range(pages)}
+    return Report(doc=doc, axes=[], policy=None, runs=[], has_estimate=False, pages=load_pages)
+
+
+def _entries(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if p.name != ".analyze.lock")
+
+
+def test_a_report_fails_whole_mid_write_and_the_previous_one_is_kept(tmp_path, monkeypatch):
+    """A failure injected mid-report (the HTML cannot be written, after the plots and the markdown)
+    publishes nothing of it and leaves no temporary file; the report already there is untouched."""
+    import memsweep.analysis.report.write as write
+
+    md, html = write.write_report(_report(pages=2), tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert _entries(tmp_path) == ["report.html", "report.md", "report_loads", "report_plots"]
+
+    def full_disk(doc, footer):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(write, "to_html", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        write.write_report(_report(pages=2), tmp_path, "report-2")
+    assert _entries(tmp_path) == ["report.html", "report.md", "report_loads", "report_plots"]
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    with pytest.raises(write.ReportExists, match="never overwrites"):
+        write.write_report(_report(), tmp_path)  # refused before anything is staged
+
+
+KILLED_REPORT = """
+import os, signal, sys
+from pathlib import Path
+import memsweep.analysis.report.write as write
+from tests.test_sweep_manifest import _report
+
+real = Path.write_bytes
+def killed_after_first_plot(self, data):
+    real(self, data)
+    os.kill(os.getpid(), signal.SIGKILL)
+Path.write_bytes = killed_after_first_plot
+write.write_report(_report(), Path(sys.argv[1]))
+"""
+
+
+def test_a_report_writer_killed_mid_write_leaves_nothing_the_next_writer_keeps(tmp_path):
+    """A report writer SIGKILLed while it writes leaves its staging directory only (no report file);
+    the next report into that directory removes it and is written whole."""
+    from memsweep.analysis.report.write import recover_sweep_outputs, write_report
+
+    root = Path(__file__).resolve().parents[1]
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_REPORT, str(tmp_path)],
+        cwd=root.parent,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert killed.returncode == -signal.SIGKILL
+    left = _entries(tmp_path)
+    assert len(left) == 1 and left[0].startswith(".report.") and left[0].endswith(".tmp"), left
+    assert recover_sweep_outputs(tmp_path), "a resume removes it"
+    assert _entries(tmp_path) == []
+    (tmp_path / left[0]).mkdir()  # killed again: the next write removes it as well
+    write_report(_report(), tmp_path)
+    assert _entries(tmp_path) == ["report.html", "report.md", "report_plots"]
+
+
+def test_a_report_left_half_renamed_by_a_killed_writer_is_undone(tmp_path):
+    """A writer killed between the renames of its report (its marker left, some entries still in
+    its staging directory): the next writer removes the entries it had renamed; a marker whose
+    set is complete is only removed. Another report beside it is never touched."""
+    from memsweep.analysis.publish import MARKER, STAGING
+    from memsweep.analysis.report.write import write_report
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    write_report(_report(), tmp_path, "older")
+    staging = tmp_path / STAGING.format(kind="report", pid=gone.pid)
+    staging.mkdir()
+    (tmp_path / "report_plots").mkdir()  # renamed before the kill
+    (staging / "report.md").write_text("not renamed yet")
+    (staging / "report.html").write_text("not renamed yet")
+    names = ["report_plots", "report_loads", "report.md", "report.html"]
+    (tmp_path / MARKER.format(kind="report", pid=gone.pid)).write_text(json.dumps(names))
+    write_report(_report(), tmp_path)
+    assert _entries(tmp_path) == ["older.html", "older.md", "older_plots", "report.html", "report.md", "report_plots"]
+    assert (tmp_path / "report.md").read_text() != "not renamed yet"
+    complete = tmp_path / "complete"
+    complete.mkdir()
+    write_report(_report(), complete)
+    (complete / MARKER.format(kind="report", pid=gone.pid)).write_text(json.dumps(names))  # killed after its renames
+    write_report(_report(), complete, "second")
+    assert _entries(complete) == [
+        "report.html",
+        "report.md",
+        "report_plots",
+        "second.html",
+        "second.md",
+        "second_plots",
+    ]

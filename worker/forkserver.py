@@ -31,9 +31,11 @@ from memsweep.conf.contract import (
     ISOLATION_SPAWN,
     LEASE_LOCKS_ENV,
     SCHEMA_VERSION,
+    kill_orphans,
     kill_session,
     peer_pid,
     process_identity,
+    set_subreaper,
     write_json_atomic,
 )
 from memsweep.conf.contract.fork import ForkEnded, ForkRequest, ForkStarted, KeptExit
@@ -59,11 +61,17 @@ def _handle(conn: socket.socket, request: ForkRequest, server: int) -> None:
     device lease over (``LEASE_LOCKS_ENV``), kills the run at ``timeout_s`` from its fork, as the
     client would have, and writes its exit status into the run directory (``EXIT_STATUS_FILE``)
     for the sweeper that takes the run over. The handler kills the run at its ``timeout_s`` in any
-    case (``_Watch.deadline``): a stopped client enforces nothing. When the lease cannot be taken over within
-    ``LEASE_TAKEOVER_S``, or the client asked for it (``KILL_REQUEST``), the run is killed with
-    its client and no status is written."""
+    case (``_Watch.deadline``): a stopped client enforces nothing. When the lease cannot be taken
+    over within ``LEASE_TAKEOVER_S``, or the client asked for it (``KILL_REQUEST``), the run is
+    killed with its client and no status is written.
+
+    The handler is the run's child subreaper (``conf.contract.reaper``): once the worker has
+    ended, whatever ended it, its session and then every process re-parented to the handler
+    (children that left the worker's session: ``os.setsid()``, a double fork) are killed before
+    the end is answered."""
     die_with_parent(server)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    set_subreaper()  # the run's orphans (a setsid child, a daemon) are re-parented to this handler
     t0 = time.monotonic()
     pid = _start_worker(conn, request)
     conn.sendall(ForkStarted(pid, os.getpid()).to_line())
@@ -75,6 +83,7 @@ def _handle(conn: socket.socket, request: ForkRequest, server: int) -> None:
         watch.ended.set()
     kill_session(pid)  # whatever ended it, what it started dies with it (its pid not yet reusable)
     _, status = os.waitpid(pid, 0)
+    kill_orphans()  # and what escaped its session: every other child of this handler is the run's
     wall_s = time.monotonic() - t0
     returncode = os.waitstatus_to_exitcode(status)
     try:

@@ -61,8 +61,9 @@ def _inject_fault(kind: str, phase: str, record_path: Path) -> None:
     if kind == "garbage":
         record_path.write_text('{"schema_version": 1, "phases": [{"name": "mod')
         os._exit(0)
-    if kind == "orphans":  # children that outlive their worker unless the worker's group is killed
+    if kind == "orphans":  # children that outlive their worker unless whoever waits for it kills them
         subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)
+        subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL, start_new_session=True)  # beyond its session
         if os.fork() == 0:
             time.sleep(3600)
             os._exit(0)

@@ -9,6 +9,7 @@ from pathlib import Path
 from memsweep.conf.contract import SpecError
 
 from ..doc import Doc, to_html, to_markdown
+from ..publish import publish_doc
 from ..report import ReportExists, report_paths
 from .gate import Regression, Threshold, regressions
 from .load import Sweep, load_sweep
@@ -88,26 +89,31 @@ def compare(
 
 
 def write_doc(doc: Doc, out_dir: Path) -> tuple[Path, Path]:
-    """Write ``compare.md``, ``compare_plots/*.png`` and ``compare.html`` into ``out_dir`` (never over
-    existing files).
+    """Write ``compare.md``, ``compare_plots/*.png`` and ``compare.html`` into ``out_dir``, as one set
+    or not at all (``publish.publish_doc``), never over existing files.
 
     Returns:
         (the markdown path, the HTML path).
 
     Raises:
         ReportExists: one of them exists already.
+        OSError: the files could not be written (nothing of them is published).
     """
     md, html_, plot_dir, _ = report_paths(out_dir, "compare")
     out_dir.mkdir(parents=True, exist_ok=True)
+
+    def write(staging: Path) -> None:
+        (staging / plot_dir.name).mkdir()
+        for img in doc.images:
+            (staging / plot_dir.name / img.name).write_bytes(img.png)
+        (staging / md.name).write_text(to_markdown(doc, plot_dir.name), encoding="utf-8")
+        (staging / html_.name).write_text(to_html(doc, "memsweep compare"), encoding="utf-8")
+
     try:
-        plot_dir.mkdir()
-    except FileExistsError:
-        raise ReportExists(f"{plot_dir} already exists", plot_dir) from None
-    for img in doc.images:
-        (plot_dir / img.name).write_bytes(img.png)
-    for path, data in ((md, to_markdown(doc, plot_dir.name)), (html_, to_html(doc, "memsweep compare"))):
-        with open(path, "x") as f:
-            f.write(data)
+        publish_doc(out_dir, "compare", [plot_dir.name, md.name, html_.name], write)
+    except FileExistsError as exc:
+        where = Path(exc.filename or md)
+        raise ReportExists(f"{where} already exists", where) from None
     return md, html_
 
 

@@ -6,15 +6,16 @@ Nothing here prints or exits: a refusal is an exception (``ReportExists``, ``Swe
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import NamedTuple
 
+from memsweep.conf.contract import remove_stale_temps
 from memsweep.estimator.margin import parse_margin
 
 from ..doc import to_html, to_markdown
 from ..frontier import frontier_table
-from ..outputs import OUTPUTS
+from ..outputs import OUTPUTS, recover_set
+from ..publish import publish_doc, recover_doc, recover_outputs
 from ..tables import build_tables, unique_dirs
 from .build import Report, build_report
 
@@ -74,18 +75,10 @@ def report_paths(out_dir: Path, name: str = "report") -> ReportPaths:
     )
 
 
-def _link_new(data: bytes, path: Path) -> None:
-    """Create ``path`` with ``data``, atomically, failing if it exists (temp file + hard link)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    try:
-        os.link(tmp, path)
-    finally:
-        tmp.unlink()
-
-
 def write_report(report: Report, out_dir: Path, name: str = "report") -> tuple[Path, Path]:
-    """Write ``<name>.md``, ``<name>_plots/*.png`` and ``<name>.html`` into ``out_dir``.
+    """Write ``<name>.md``, ``<name>_plots/*.png``, ``<name>_loads/`` (a report of many loads) and
+    ``<name>.html`` into ``out_dir``, as one set or not at all (``publish.publish_doc``: written into
+    a staging directory, then renamed into place; what a killed writer left is undone first).
 
     Args:
         report: what ``build_report`` returned.
@@ -97,34 +90,68 @@ def write_report(report: Report, out_dir: Path, name: str = "report") -> tuple[P
 
     Raises:
         ReportExists: one of these paths exists already (nothing is written or changed).
+        OSError: the report could not be written (a full disk): nothing of it is published.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path, html_path, plot_dir, loads_dir = report_paths(out_dir, name)
-    existing = [p for p in (md_path, html_path, plot_dir, loads_dir) if p.exists()]
-    if existing:
-        raise ReportExists(
-            f"{existing[0]} already exists: memsweep never overwrites a report; use --out NEW_DIR", existing[0]
-        )
-    try:
-        plot_dir.mkdir()  # claims the name: a concurrent writer fails here or on the links below
-    except FileExistsError:
-        raise ReportExists(f"{plot_dir} already exists: memsweep never overwrites a report", plot_dir) from None
-    for img in report.doc.images:
-        (plot_dir / img.name).write_bytes(img.png)
-    if report.pages:
-        loads_dir.mkdir()
-        for page, doc in report.pages.items():
-            (loads_dir / page).write_text(to_html(doc, f"memsweep report · one load of {html_path.name}"))
     footer = f"memsweep report · {md_path.name} holds the same content with the plots in {plot_dir.name}/"
+
+    def write(staging: Path) -> None:
+        (staging / plot_dir.name).mkdir()
+        for img in report.doc.images:
+            (staging / plot_dir.name / img.name).write_bytes(img.png)
+        if report.pages:
+            (staging / loads_dir.name).mkdir()
+            for page, doc in report.pages.items():
+                page_html = to_html(doc, f"memsweep report · one load of {html_path.name}")
+                (staging / loads_dir.name / page).write_text(page_html, encoding="utf-8")
+        (staging / md_path.name).write_text(to_markdown(report.doc, plot_dir.name), encoding="utf-8")
+        (staging / html_path.name).write_text(to_html(report.doc, footer), encoding="utf-8")
+
+    entries = [plot_dir.name, loads_dir.name, md_path.name, html_path.name]  # the pages last: their plots are there
     try:
-        _link_new(to_markdown(report.doc, plot_dir.name).encode(), md_path)
-        _link_new(to_html(report.doc, footer).encode(), html_path)
+        publish_doc(out_dir, REPORT_KIND, entries, write)
     except FileExistsError as exc:
+        where = Path(exc.filename or md_path)
         raise ReportExists(
-            f"{md_path} or {html_path} appeared while writing: not overwritten", Path(exc.filename or md_path)
+            f"{where} already exists: memsweep never overwrites a report; use --out NEW_DIR", where
         ) from None
     return md_path, html_path
+
+
+REPORT_KIND = "report"
+"""The kind of a report's staging directory and marker (``publish.publish_doc``), whatever its name."""
+
+
+def recover_reports(out_dir: Path) -> list[Path]:
+    """Undo what report writers that died left in ``out_dir`` (``publish.recover_doc``), and the
+    temporary files of an older memsweep's report writer (``.NAME.md.PID.tmp``, ``.NAME.html.PID.tmp``)
+    whose writer is gone. Call it holding ``out_dir``'s ``publish.LOCK``.
+
+    Returns:
+        The paths removed.
+    """
+    removed = recover_doc(out_dir, REPORT_KIND)
+    older = {p.name.split(".")[1] for p in out_dir.glob(".*.md.*.tmp")} | {
+        p.name.split(".")[1] for p in out_dir.glob(".*.html.*.tmp")
+    }
+    for stem in sorted(older):
+        removed += remove_stale_temps(out_dir, (f"{stem}.md", f"{stem}.html"))
+    return removed
+
+
+def recover_sweep_outputs(sweep_dir: Path) -> list[Path]:
+    """At a sweep's end (a resume's included): undo what killed writers of tables and reports left
+    in the sweep directory and in each of its ``analysis/<time>/`` directories (``recover_set``,
+    ``recover_reports``), where no live writer holds the directory (``publish.recover_outputs``).
+
+    Returns:
+        The paths removed.
+    """
+    sweep_dir = Path(sweep_dir)
+    later = [d for d in (sweep_dir / "analysis").glob("*") if d.is_dir() and not d.is_symlink()]
+    return recover_outputs([sweep_dir, *later], (recover_set, recover_reports))
 
 
 def find_analysis_files(sweep_dir: Path) -> list[Path]:

@@ -4,13 +4,13 @@ Standard library only, so that the sweeper (Hydra, no torch), the worker (torch,
 and the analysis (pandas, no torch) all import it. Modules, by job:
 
 * ``vocabulary``: the field's names (axes, dtypes, modes, phases, outcomes, options, isolation);
-* ``units``: bytes, GB and GiB, size texts;
-* ``errors``: SpecError (bad input: field, value, accepted) and RecordError (unreadable file);
+* ``units``: bytes, GB and GiB, size texts; ``errors``: SpecError (bad input) and RecordError;
 * ``checks``, ``workload``, ``spec``: the run spec and its validation;
 * ``record``: the record's and the result envelope's fields, declared once, the JSON files;
 * ``rundir``: the one reader of a run directory and the one definition of the run's peak;
 * ``throughput``: the warm phases' measured rates (record.json's ``throughput``);
-* ``fork``: the fork server's messages; ``exits``: exit statuses; ``host``: /proc readers.
+* ``fork``: the fork server's messages; ``exits``: exit statuses; ``host``: /proc readers;
+  ``reaper``: killing a run's orphans.
 
 This package exports what other packages use; the rest is imported from its submodule.
 """
@@ -45,6 +45,7 @@ from .finetune import (
 from .host import (
     STOPPED_STATES,
     boot_id,
+    child_identity,
     first_line,
     kill_session,
     meminfo_bytes,
@@ -52,6 +53,7 @@ from .host import (
     proc_kb_field,
     proc_kb_fields,
     process_identity,
+    process_started_epoch,
     process_state,
     session_members,
     usable_core_ids,
@@ -59,6 +61,11 @@ from .host import (
 )
 from .parallel import (
     ranks_are_tasks,
+)
+from .reaper import (
+    environment_holds,
+    kill_orphans,
+    set_subreaper,
 )
 from .record import (
     CAPACITY_FIELDS,
@@ -91,7 +98,6 @@ from .record import (
     document_problems,
     field_names,
     read_json,
-    remove_stale_temps,
     write_json_atomic,
 )
 from .rundir import (
@@ -123,6 +129,9 @@ from .sweep import (
     start_manifest,
     sweep_running,
     sweep_runs,
+)
+from .temps import (
+    remove_stale_temps,
 )
 from .throughput import (
     THROUGHPUT_KEYS,
@@ -334,9 +343,14 @@ __all__ = [
     "proc_kb_field",
     "proc_kb_fields",
     "process_identity",
+    "process_started_epoch",
+    "child_identity",
     "process_state",
     "session_members",
     "kill_session",
+    "kill_orphans",
+    "set_subreaper",
+    "environment_holds",
     "usable_core_ids",
     "usable_cores",
     "read_json",

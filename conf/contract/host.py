@@ -115,6 +115,41 @@ def process_identity(pid: int | str = "self") -> str | None:
     return f"{boot}:{fields[19]}"
 
 
+def child_identity(pid: int, parent: int | None) -> str | None:
+    """``process_identity`` of ``pid`` while it is ``parent``'s child (/proc/<pid>/stat field 4),
+    read from one reading of its stat: a pid not yet reaped by its parent names that process,
+    and the identity then tells it from a later process given the same pid.
+
+    Args:
+        pid: the process id.
+        parent: the pid its parent should have; None: unknown (no identity).
+
+    Returns:
+        The identity, or None when ``pid`` is not ``parent``'s child (gone, re-parented, another
+        process's pid now) or /proc cannot be read.
+    """
+    fields, boot = _stat_fields(pid), boot_id()
+    if parent is None or fields is None or boot is None or fields[1] != str(parent):
+        return None
+    return f"{boot}:{fields[19]}"
+
+
+def process_started_epoch(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds since the epoch: the boot's time (/proc/stat
+    ``btime``, whole seconds) plus its start in clock ticks (/proc/<pid>/stat field 22).
+
+    Returns:
+        The time, or None when the process does not exist or /proc cannot be read.
+    """
+    fields = _stat_fields(pid)
+    try:
+        with open("/proc/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK") if fields else None
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 def process_state(pid: int | str) -> str | None:
     """The state letter of a process (/proc/<pid>/stat field 3: ``R`` running, ``S`` sleeping,
     ``D`` disk wait, ``T`` stopped by a signal, ``t`` stopped by a tracer, ``Z`` zombie...).

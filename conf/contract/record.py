@@ -17,7 +17,6 @@ memory figures are integers in bytes, a missing one null, never 0 (``document_pr
 from __future__ import annotations
 
 import functools
-import glob
 import json
 import os
 import stat
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .errors import NewerSchemaError, RecordError
+from .temps import TEMP_SUFFIX, temp_prefix
 from .vocabulary import (
     DEVICE_COUNTERS,
     WORKER_OUTCOMES,
@@ -321,33 +321,6 @@ def document_problems(doc: Mapping, definition: str) -> list[str]:
     return _object_problems(doc, _SCHEMA["$defs"][definition], "")
 
 
-ATOMIC_TEMP_SUFFIX = ".tmp"
-"""``write_json_atomic``'s temporary file for ``NAME`` is ``.NAME.<random>.tmp`` beside it."""
-
-
-def remove_stale_temps(directory: Path | str, names: tuple[str, ...]) -> list[Path]:
-    """Remove the temporary files ``write_json_atomic`` left for ``names`` in ``directory`` when its
-    writer was killed mid-write (SIGKILL: a timeout, a handler dying with its server), which no
-    ``finally`` can clean. Call it only when no writer of these files can still run.
-
-    Args:
-        directory: the directory (a run directory).
-        names: the files whose temporaries are removed (``RECORD_FILE``...).
-
-    Returns:
-        The files removed.
-    """
-    removed = []
-    for name in names:
-        for tmp in Path(directory).glob(f".{glob.escape(name)}.*{ATOMIC_TEMP_SUFFIX}"):
-            try:
-                tmp.unlink()
-                removed.append(tmp)
-            except FileNotFoundError:
-                pass
-    return removed
-
-
 def write_json_atomic(path: Path | str, data: Any) -> None:
     """Write JSON through a temporary file in the same directory, then rename over ``path``.
 
@@ -363,7 +336,7 @@ def write_json_atomic(path: Path | str, data: Any) -> None:
         ValueError, TypeError: ``data`` is not JSON-able (the temporary file is removed).
     """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=ATOMIC_TEMP_SUFFIX, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path.name), suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w") as f:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import RecordError, SpecError
-from .record import SPEC_FILE, read_json, remove_stale_temps, write_json_atomic
+from .record import SPEC_FILE, read_json, write_json_atomic
 from .rundir import find_run_dirs
+from .temps import remove_stale_temps
 
 SWEEP_FILE = "sweep.json"
 """The sweep's manifest in its sweep directory: the run directories it launched."""

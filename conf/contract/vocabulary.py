@@ -136,7 +136,8 @@ def axis_direction(axis: str, parallel: str | None = None) -> str:
 
 FAULT_KINDS = ("raise", "oom", "sigkill", "segfault", "hang", "garbage", "orphans")
 """Failures a spec's ``fault`` may inject into one phase (for testing memsweep itself); ``orphans``:
-the worker starts children (one forked, one a new program) that sleep, then kills itself."""
+the worker starts children (one forked, one a new program, one a new program in a session of its
+own) that sleep, then kills itself."""
 
 # ---- phases ----------------------------------------------------------------------------
 # A training step and a generation are split into sub-phases, each its own protocol window,
