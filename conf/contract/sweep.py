@@ -192,9 +192,10 @@ def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
     present: list[Path] = []
     missing: list[Path] = []
     running = sweep_running(sweep_dir)
+    base = str(sweep_dir)
     for run_id in dict.fromkeys(r["run_id"] for r in data["runs"]):
         run_dir = sweep_dir / run_id
-        if (run_dir / SPEC_FILE).is_file():
+        if os.path.isfile(os.path.join(base, run_id, SPEC_FILE)):  # (a str: one stat, no Path made)
             present.append(run_dir)
         elif not (running and run_dir.is_dir()):  # a run of a running sweep may not have written it yet
             missing.append(run_dir)
