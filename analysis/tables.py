@@ -190,12 +190,22 @@ def _load_columns(run: Run, sweep_dir: Path) -> dict:
     }
 
 
+def path_below(path: Path, top: Path) -> str | None:
+    """``path.relative_to(top)`` as text (``.`` for ``top`` itself), or None when ``path`` is not
+    below ``top``: worked out on the paths' text (a Path's has no ``//`` nor ``.`` part), no Path made."""
+    whole, base = str(path), str(top)
+    if base == ".":  # a relative path lies below the current directory's ".", an absolute one does not
+        return None if whole.startswith("/") else whole
+    if whole == base:
+        return "."
+    prefix = base if base.endswith("/") else base + "/"  # "/" itself ends with one
+    return whole[len(prefix) :] if whole.startswith(prefix) else None
+
+
 def run_id_of(run_dir: Path, sweep_dir: Path) -> str:
-    """A run's id: its directory's path below ``sweep_dir`` (``Path.relative_to``), else the whole path."""
-    whole, prefix = str(run_dir), str(sweep_dir) + "/"
-    if whole.startswith(prefix) and prefix != "//":  # below it, as a Path's text has no "//" nor "/./"
-        return whole[len(prefix) :]
-    return str(run_dir.relative_to(sweep_dir)) if run_dir.is_relative_to(sweep_dir) else whole
+    """A run's id: its directory's path below ``sweep_dir`` (``path_below``), else the whole path."""
+    below = path_below(run_dir, sweep_dir)
+    return str(run_dir) if below is None else below
 
 
 def _outcome_columns(record: dict, result: dict, phases: list[dict]) -> dict:
@@ -517,10 +527,10 @@ def real_path(run_dir: Path, sweep_dir: Path, real_sweep: str) -> str:
     Returns:
         The real path, as ``os.path.realpath`` gives it.
     """
-    try:
-        parts = run_dir.relative_to(sweep_dir).parts
-    except ValueError:
+    below = path_below(run_dir, sweep_dir)
+    if below is None:
         return os.path.realpath(run_dir)
+    parts = [] if below == "." else below.split("/")
     path = str(sweep_dir)
     for part in parts:
         path = os.path.join(path, part)
@@ -578,6 +588,8 @@ def read_runs(items: Iterable[tuple[Path, Path]]) -> Tables:
     chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
     # fork re-imports nothing; with other threads alive (a fork would copy their locks) a fresh server
     method = "fork" if threading.active_count() == 1 and "fork" in mp.get_all_start_methods() else "spawn"
+    if method == "fork":  # pyarrow imports pandas at its first list it converts: once here, not in each worker
+        pa.array([], type=pa.int64())
     with ProcessPoolExecutor(workers, mp_context=mp.get_context(method)) as pool:
         parts = list(pool.map(_read_chunk, chunks))
     return Tables(

@@ -214,19 +214,17 @@ def _run_dirs_under(top: str) -> list[str]:
         except OSError:
             continue
         for entry in listed:
-            if entry.name == SPEC_FILE and (not entry.is_symlink() or os.path.exists(entry.path)):
+            name = entry.name
+            if name == SPEC_FILE and (not entry.is_symlink() or os.path.exists(entry.path)):
                 found.append(directory)
-            if not entry.name.startswith(".") and _is_real_dir(entry):
-                todo.append(entry.path)
+            if name.startswith("."):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):  # a directory, not a link to one
+                    todo.append(entry.path)
+            except OSError:  # gone since it was listed
+                pass
     return found
-
-
-def _is_real_dir(entry: os.DirEntry) -> bool:
-    """A directory, not a symbolic link to one (``DirEntry.is_dir`` without following links)."""
-    try:
-        return entry.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
 
 
 def record_phases(record: Mapping | None) -> list[dict]:
