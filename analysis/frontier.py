@@ -409,7 +409,7 @@ def frontier_rows(runs: list[dict]) -> list[dict]:
             groups.setdefault(pick(identity), []).append(r)
         found = []  # the groups that can give a row: two values or more, or a search's
         for key, group in groups.items():
-            several = len({r.get(axis) for r in group} - {None}) > 1
+            several = len(group) > 1 and len({r.get(axis) for r in group} - {None}) > 1
             if several or searched:
                 fixed = dict(zip(keys, key))
                 search = _search_of(searched, axis, fixed) if searched else None

@@ -584,6 +584,11 @@ def _read_items(items: list[tuple[Path, Path]]) -> Tables:
     return Tables(coerce_table(runs, RUNS_SCHEMA), phases_table(read), problems)
 
 
+def _path(path: Path | str) -> Path:
+    """``path`` as a Path (one given is kept: making it again would parse it again)."""
+    return path if isinstance(path, Path) else Path(path)
+
+
 def _workers(n_items: int) -> int:
     """How many processes read ``n_items`` run directories: one below ``PARALLEL_FROM``, else one
     per CPU this process may use (at most 8)."""
@@ -603,7 +608,7 @@ def read_runs(items: Iterable[tuple[Path, Path]]) -> Tables:
     Returns:
         (the runs table, RUNS_SCHEMA; the phases table, PHASES_SCHEMA; the problems met, one line each).
     """
-    items = [(Path(r), Path(d)) for r, d in items]
+    items = [(_path(r), _path(d)) for r, d in items]
     workers = _workers(len(items))
     if workers == 1:
         return _read_chunk(items)
