@@ -57,7 +57,7 @@ def test_a_valid_document_of_each_definition_passes_both_checks():
         agree(doc, definition)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(data=st.data(), definition=st.sampled_from(OBJECTS))
 def test_the_compiled_check_says_valid_exactly_when_no_problem_is_found(data, definition):
     doc = valid_document(DEFS[definition])
@@ -68,7 +68,7 @@ def test_the_compiled_check_says_valid_exactly_when_no_problem_is_found(data, de
     agree(doc, definition)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(name=st.sampled_from(list(DEFS["phase"]["properties"])), value=TRICKY, at=st.integers(0, 2))
 def test_a_bad_value_deep_in_a_record_is_found(name, value, at):
     """A phase's (or one of its devices') value: the record's check reaches it through the lists."""
