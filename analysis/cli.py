@@ -15,19 +15,33 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
 import pyarrow as pa
 
-from memsweep.conf.contract import SPEC_FILE, RecordError, SpecError, check_writable, sweep_running, sweep_runs
+from memsweep.conf.contract import (
+    SPEC_FILE,
+    RecordError,
+    SpecError,
+    SweepRuns,
+    check_writable,
+    sweep_running,
+    sweep_runs,
+)
 
 from .outputs import OutputExists, summary_text, write_tables
 
 log = logging.getLogger("memsweep")
 
 
-def analyze(sweep_dirs: list[Path], out_dir: Path, stream: TextIO | None = None) -> dict[str, pa.Table]:
+def analyze(
+    sweep_dirs: list[Path],
+    out_dir: Path,
+    stream: TextIO | None = None,
+    found: Mapping[Path, SweepRuns] | None = None,
+) -> dict[str, pa.Table]:
     """``memsweep analyze``'s work: write the three Parquet tables for ``sweep_dirs`` into
     ``out_dir`` (``analysis.outputs.write_tables``) and print their summary and the frontier
     (``analysis.outputs.summary_text``) to ``stream``. The sweep's end (``sweeper.callbacks``)
@@ -37,6 +51,8 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream: TextIO | None = None)
         sweep_dirs: sweep directories.
         out_dir: the output directory.
         stream: where the summary goes; None: standard output.
+        found: the run directories of some sweeps, as ``check_sweeps`` found them (not looked
+            for again); None: found while reading.
 
     Returns:
         ``OUTPUTS`` name -> table.
@@ -45,7 +61,7 @@ def analyze(sweep_dirs: list[Path], out_dir: Path, stream: TextIO | None = None)
         FileNotFoundError: a sweep directory does not exist.
         OutputExists: one of the output files already exists (nothing is written).
     """
-    tables, problems = write_tables(sweep_dirs, out_dir)
+    tables, problems = write_tables(sweep_dirs, out_dir, found)
     print(summary_text(tables, problems, Path(out_dir)), file=stream or sys.stdout)
     return tables
 
@@ -55,7 +71,7 @@ class NotASweep(ValueError):
     is a whole file system, has an unreadable manifest, or is a sweep still running."""
 
 
-def check_sweeps(sweep_dirs: list[Path], out_dir: Path | None = None) -> None:
+def check_sweeps(sweep_dirs: list[Path], out_dir: Path | None = None) -> dict[Path, SweepRuns]:
     """Refuse, before anything is read or written, a directory that exists but holds no sweep, a
     file system's root (a mount point: every file under it would be searched), a sweep whose
     manifest cannot be read, and a sweep still running (its orchestrator holds its lock,
@@ -67,9 +83,14 @@ def check_sweeps(sweep_dirs: list[Path], out_dir: Path | None = None) -> None:
             error, ``FileNotFoundError``).
         out_dir: where the output goes; None: nowhere checked.
 
+    Returns:
+        directory as given -> its run directories (``conf.contract.sweep_runs``), for the reading
+        (``analyze``'s ``found``), so that a sweep's directory is looked through once.
+
     Raises:
         NotASweep: the first such directory, in words.
     """
+    found: dict[Path, SweepRuns] = {}
     for d in sweep_dirs:
         if not Path(d).is_dir():
             continue
@@ -92,6 +113,8 @@ def check_sweeps(sweep_dirs: list[Path], out_dir: Path | None = None) -> None:
                 f"{d} holds no sweep: {held} (a folder with {SPEC_FILE}) under it; give a sweep "
                 "directory such as results/<sweep>/<time>/ (nothing was written)"
             )
+        found[Path(d)] = runs
+    return found
 
 
 def check_out(out_dir: Path) -> None:
@@ -144,9 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     add_sweep_dir_args(parser, "directory for the Parquet files")
     args = parse_sweep_dir_args(parser, argv)
     try:
-        check_sweeps(args.sweep_dirs, args.out)
+        found = check_sweeps(args.sweep_dirs, args.out)
         check_out(args.out)
-        analyze(args.sweep_dirs, args.out)
+        analyze(args.sweep_dirs, args.out, found=found)
     except NotASweep as exc:
         print(f"memsweep analyze: {exc}", file=sys.stderr)
         return 2

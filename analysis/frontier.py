@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -398,23 +399,34 @@ def frontier_rows(runs: list[dict]) -> list[dict]:
     searched: dict[tuple, dict] = {}
     for sweep_dir in dict.fromkeys(r.get("sweep_dir") for r in runs if r.get("sweep_dir") is not None):
         searched.update(search_results(str(sweep_dir)))
+    identities = [tuple(r.get(k) for k in IDENTITY) for r in runs]  # each run's load, once
     for axis in AXES:
         # precision=auto resolves with the dtype (autocast in 16 bits, pure in float32 for training)
-        keys = [k for k in IDENTITY if k != axis and not (axis == "dtype" and k == "precision")]
+        at = [i for i, k in enumerate(IDENTITY) if k != axis and not (axis == "dtype" and k == "precision")]
+        keys, pick = [IDENTITY[i] for i in at], itemgetter(*at)
         groups: dict[tuple, list[dict]] = {}
-        for r in runs:
-            groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
-        for key in sorted(groups, key=_sort_key):
-            group = groups[key]
-            fixed = dict(zip(keys, key))
-            row_key = tuple(axis if k == "axis" else fixed.get(k) for k in ROW_KEY)
-            search = searched.get(
-                row_key + (fixed.get("warmup"), fixed.get("repeats")), searched.get(row_key + (None, None))
-            )
+        for r, identity in zip(runs, identities):
+            groups.setdefault(pick(identity), []).append(r)
+        found = []  # the groups that can give a row: two values or more, or a search's
+        for key, group in groups.items():
+            several = len(group) > 1 and len({r.get(axis) for r in group} - {None}) > 1
+            if several or searched:
+                fixed = dict(zip(keys, key))
+                search = _search_of(searched, axis, fixed) if searched else None
+                if several or search is not None:
+                    found.append((_sort_key(key), fixed, group, search))
+        for _, fixed, group, search in sorted(found, key=itemgetter(0)):
             row = _group_row(axis, fixed, group, search)
             if row is not None:
                 rows.append(row)
     return rows
+
+
+def _search_of(searched: dict[tuple, dict], axis: str, fixed: dict) -> dict | None:
+    """The search's ``result`` line (``search_results``) of the group of runs along ``axis`` whose
+    other identity fields are ``fixed``: the one of their protocol (warmup, repeats), else one without."""
+    row_key = tuple(axis if k == "axis" else fixed.get(k) for k in ROW_KEY)
+    return searched.get(row_key + (fixed.get("warmup"), fixed.get("repeats")), searched.get(row_key + (None, None)))
 
 
 class _Edge(NamedTuple):
@@ -531,6 +543,30 @@ def fastest_columns(tput: Any) -> dict[str, Any]:
     return {"fastest": tput.get("best"), "fastest_runs": tput.get("runs") if tput else None}
 
 
+FRONTIER_INPUTS = tuple(
+    dict.fromkeys(
+        (
+            *IDENTITY,
+            *ALL_VARIABLES,
+            "source",
+            "run_dir",
+            "outcome",
+            "failed_phase",
+            "failure_class",
+            "train_step",
+            "export",
+            *PEAK_COUNTERS,
+            *(f"completed_{c}" for c in PEAK_COUNTERS),
+            "samples_per_s",  # analysis.throughput.value_rates'
+            "throughput_noise_rel",
+        )
+    )
+)
+"""The runs-table columns ``frontier_rows`` reads (``frontier_table`` hands it these only)."""
+
+
 def frontier_table(runs: pa.Table) -> pa.Table:
-    """Frontier rows (FRONTIER_SCHEMA) from a runs table (analysis.tables.RUNS_SCHEMA)."""
-    return coerce_table(frontier_rows(runs.to_pylist()), FRONTIER_SCHEMA)
+    """Frontier rows (FRONTIER_SCHEMA) from a runs table (analysis.tables.RUNS_SCHEMA): of its
+    ``FRONTIER_INPUTS`` columns, the others left in the table."""
+    used = runs.select([c for c in FRONTIER_INPUTS if c in runs.column_names])
+    return coerce_table(frontier_rows(used.to_pylist()), FRONTIER_SCHEMA)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from memsweep.conf.contract import gib
+from memsweep.conf.contract import SweepRuns, gib
 from memsweep.estimator.labels import load_words
 
 from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
@@ -82,9 +82,32 @@ def publish_set(tables: dict[str, pa.Table], out_dir: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predicted: int = 0) -> str:
-    """The frontier as a text table; sizes in GiB (2^30 bytes). ``n_measured``/``n_predicted``:
-    the runs behind it (a dry run, source predicted, is never a point of the frontier)."""
+FRONTIER_SHOWN = 40
+"""The frontier rows ``memsweep analyze`` prints (``summary_text``); a line then says how many more
+there are, and that every row is in frontier.parquet."""
+
+
+def format_frontier(
+    frontier: pa.Table,
+    n_measured: int | None = None,
+    n_predicted: int = 0,
+    limit: int | None = None,
+    where: Path | None = None,
+) -> str:
+    """The frontier as a text table; sizes in GiB (2^30 bytes).
+
+    Args:
+        frontier: the frontier table (analysis.frontier.FRONTIER_SCHEMA).
+        n_measured, n_predicted: the runs behind it (a dry run, source predicted, is never a point
+            of the frontier).
+        limit: at most this many rows shown, in the table's order, then one line saying how many
+            more there are (and how many of them are not monotonic) and where they are (``where``,
+            the frontier.parquet written); None: every row.
+        where: the file that holds every row, named in that line.
+
+    Returns:
+        The lines, joined by newlines.
+    """
     if frontier.num_rows == 0:
         if n_predicted and not n_measured:
             return (
@@ -106,11 +129,19 @@ def format_frontier(frontier: pa.Table, n_measured: int | None = None, n_predict
         groups.setdefault((r["sweep_dir"], r["axis"]), []).append(r)
     named = tuple(k for k in LOAD_FIELDS if k not in ("mode", "device"))  # in every label already
     differ = {key: differing(group, named) for key, group in groups.items()}
-    cells = [_frontier_cells(r, differ[(r["sweep_dir"], r["axis"])]) for r in rows]
+    shown, hidden = (rows, []) if limit is None else (rows[:limit], rows[limit:])
+    cells = [_frontier_cells(r, differ[(r["sweep_dir"], r["axis"])]) for r in shown]
     table = aligned_lines(FRONTIER_HEADERS, cells, left=2)
     lines = table[:2]
-    for r, line in zip(rows, table[2:]):
+    for r, line in zip(shown, table[2:]):
         lines += [line, *(f"{'':<8} {note}" for note in _frontier_notes(r))]
+    if hidden:
+        odd = sum(r["monotonic"] is False for r in hidden)
+        lines.append(
+            f"... {len(hidden)} more frontier rows ({len(rows)} in all"
+            + (f"; {odd} of them not monotonic" if odd else "")
+            + f"): every row is in {where or 'frontier.parquet'}"
+        )
     return "\n".join(lines)
 
 
@@ -201,13 +232,14 @@ class Written(NamedTuple):
     problems: list[str]  # met reading the runs, one line each
 
 
-def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> Written:
+def write_tables(sweep_dirs: Iterable[Path], out_dir: Path, found: Mapping[Path, SweepRuns] | None = None) -> Written:
     """Read the runs of ``sweep_dirs`` and write the three Parquet tables into ``out_dir``, as one
     set (``publish_set``; a set a killed writer left partial is undone first, ``recover_set``).
 
     Args:
         sweep_dirs: sweep directories (each holds run directories).
         out_dir: the output directory (created when missing).
+        found: the run directories of some of them, already found (``analysis.tables.build_tables``).
 
     Returns:
         (``OUTPUTS`` name -> table, the problems met reading the runs, one line each).
@@ -221,7 +253,7 @@ def write_tables(sweep_dirs: Iterable[Path], out_dir: Path) -> Written:
         if not Path(d).is_dir():
             raise FileNotFoundError(f"sweep directory {d} does not exist")
     out_dir = Path(out_dir)
-    runs, phases, problems = build_tables(sweep_dirs)
+    runs, phases, problems = build_tables(sweep_dirs, found)
     frontier = frontier_table(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
     tables = dict(zip(OUTPUTS, (runs, phases, frontier)))
@@ -239,7 +271,8 @@ def summary_text(tables: dict[str, pa.Table], problems: list[str], out_dir: Path
     apart from dry runs, whose outcome is their verdict: the runs table's ``predicted_outcome``;
     a run with no outcome is ``unreadable`` when it has a ``record_problem``, a newer memsweep's
     files, else ``no outcome yet``), each problem, a note when runs were on the CPU, and the
-    frontier (``format_frontier``; sizes in GiB, 2^30 bytes).
+    frontier (``format_frontier``; sizes in GiB, 2^30 bytes; its first ``FRONTIER_SHOWN`` rows,
+    then a line saying how many more are in frontier.parquet).
 
     Args:
         tables: ``OUTPUTS`` name -> table, as ``write_tables`` returns them.
@@ -280,5 +313,6 @@ def summary_text(tables: dict[str, pa.Table], problems: list[str], out_dir: Path
         lines.append(
             "memsweep: CPU run(s): allocated = tracked live tensor bytes, reserved = process RSS; not a GPU measurement"
         )
-    lines.append(format_frontier(tables["frontier.parquet"], len(measured), len(predicted)))
+    frontier = tables["frontier.parquet"]
+    lines.append(format_frontier(frontier, len(measured), len(predicted), FRONTIER_SHOWN, out_dir / "frontier.parquet"))
     return "\n".join(lines)

@@ -395,19 +395,45 @@ def _list(value) -> list | None:
     return value if isinstance(value, list) else None
 
 
+_NONE = type(None)
+
+EXACT_TYPES: tuple[tuple, ...] = (
+    (pa.types.is_int64, as_int, frozenset({int, _NONE})),
+    (pa.types.is_float64, _float, frozenset({float, int, _NONE})),
+    (pa.types.is_boolean, _bool, frozenset({bool, _NONE})),
+    (pa.types.is_string, _str, frozenset({str, _NONE})),
+    (pa.types.is_list, _list, frozenset({list, _NONE})),
+)
+"""Per kind of column: (its test, the function that nulls a value of the wrong type, the Python
+types pyarrow takes as they are, ``coerce_table``'s fast path)."""
+
+
 def _converter(type_: pa.DataType):
-    """The function that nulls a value of the wrong type for a column of ``type_`` (``coerce_table``);
-    None for a type whose values go to pyarrow as they are."""
-    for test, convert in (
-        (pa.types.is_int64, as_int),
-        (pa.types.is_float64, _float),
-        (pa.types.is_boolean, _bool),
-        (pa.types.is_string, _str),
-        (pa.types.is_list, _list),
-    ):
+    """(the function that nulls a value of the wrong type for a column of ``type_``, the types
+    that need none) for ``coerce_table``; (None, None) for a type whose values go to pyarrow as they are."""
+    for test, convert, exact in EXACT_TYPES:
         if test(type_):
-            return convert
-    return None
+            return convert, exact
+    return None, None
+
+
+def coerce_column(raw: list, type_: pa.DataType) -> pa.Array:
+    """One column of ``coerce_table``: ``raw`` as an array of ``type_``, a value of the wrong type null.
+
+    Values all of the types the column takes as they are (``EXACT_TYPES``) go to pyarrow at once;
+    a value pyarrow refuses then (an int outside int64, one no float64 holds exactly), or any other
+    type, sends the column through the converter, value by value (the same result: null where
+    the converter says so).
+    """
+    convert, exact = _converter(type_)
+    if convert is None:
+        return pa.array(raw, type=type_)
+    if exact.issuperset(map(type, raw)):
+        try:
+            return pa.array(raw, type=type_)
+        except (OverflowError, pa.ArrowInvalid):
+            pass
+    return pa.array([convert(v) for v in raw], type=type_)
 
 
 def coerce_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
@@ -422,9 +448,4 @@ def coerce_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
         A table of ``len(rows)`` rows and exactly ``schema``'s columns, in its order (a
         missing measurement is null, never 0).
     """
-    columns = {}
-    for f in schema:
-        convert = _converter(f.type)
-        raw = [row.get(f.name) for row in rows]
-        columns[f.name] = pa.array(raw if convert is None else [convert(v) for v in raw], type=f.type)
-    return pa.table(columns, schema=schema)
+    return pa.table({f.name: coerce_column([row.get(f.name) for row in rows], f.type) for f in schema}, schema=schema)

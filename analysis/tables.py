@@ -7,12 +7,15 @@ No torch import: the analysis reads JSON files only.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import multiprocessing as mp
+import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -25,17 +28,16 @@ from memsweep.conf.contract import (
     COLD_PHASES,
     DEVICE_COUNTERS,
     ENVIRONMENT_FIELDS,
-    EXTRA_COUNTERS,
     MODEL_FIELDS,
     OOM_DETAIL_FIELDS,
     PEAK_SPLIT_FIELDS,
     PER_DEVICE_EXTRAS,
     RESULT_FILE,
     SPEC_FILE,
-    SUB_PHASE_FIELDS,
     WARM_PHASES,
     Field,
     Run,
+    SweepRuns,
     classify_run,
     field_names,
     phase_peak,
@@ -51,14 +53,12 @@ from memsweep.estimator import estimate_columns, rank_estimate
 
 from .ranks import model_state_columns, rank_rows
 from .schemas import (  # the schemas (analysis.schemas), also imported from here by callers
-    COUNTERS,
     DEVICE_TYPE,
-    OOM_DETAIL,
     OPTIONS,
     PHASES_SCHEMA,
     RUNS_SCHEMA,
-    SIZES,
     as_int,
+    coerce_column,
     coerce_table,
 )
 from .throughput import throughput_columns
@@ -71,7 +71,9 @@ __all__ = [
     "build_tables",
     "coerce_table",
     "load_run",
+    "phase_columns",
     "phase_rows",
+    "phases_table",
     "read_runs",
     "run_row",
     "unique_dirs",
@@ -175,9 +177,7 @@ def _load_columns(run: Run, sweep_dir: Path) -> dict:
     workload = _dict(spec.get("workload"))
     return {
         "sweep_dir": str(sweep_dir),
-        "run_id": str(run.run_dir.relative_to(sweep_dir))
-        if run.run_dir.is_relative_to(sweep_dir)
-        else str(run.run_dir),
+        "run_id": run_id_of(run.run_dir, sweep_dir),
         "run_dir": str(run.run_dir),
         **{k: spec.get(k) for k in ("mode", *AXES, "warmup", "repeats", "seed", "device")},
         "workload": workload.get("name"),
@@ -190,6 +190,24 @@ def _load_columns(run: Run, sweep_dir: Path) -> dict:
         **{k: capacity.get(k) for k in CAPACITY_COLUMNS},
         "capacity_mode": _capacity_mode(record),
     }
+
+
+def path_below(path: Path, top: Path) -> str | None:
+    """``path.relative_to(top)`` as text (``.`` for ``top`` itself), or None when ``path`` is not
+    below ``top``: worked out on the paths' text (a Path's has no ``//`` nor ``.`` part), no Path made."""
+    whole, base = str(path), str(top)
+    if base == ".":  # a relative path lies below the current directory's ".", an absolute one does not
+        return None if whole.startswith("/") else whole
+    if whole == base:
+        return "."
+    prefix = base if base.endswith("/") else base + "/"  # "/" itself ends with one
+    return whole[len(prefix) :] if whole.startswith(prefix) else None
+
+
+def run_id_of(run_dir: Path, sweep_dir: Path) -> str:
+    """A run's id: its directory's path below ``sweep_dir`` (``path_below``), else the whole path."""
+    below = path_below(run_dir, sweep_dir)
+    return str(run_dir) if below is None else below
 
 
 def _outcome_columns(record: dict, result: dict, phases: list[dict]) -> dict:
@@ -327,10 +345,71 @@ def _source(run: Run) -> str:
     return _dict(run.record).get("source") or ("predicted" if _spec(run).get("dry_run") else "measured")
 
 
+PHASE_RUN_COLUMNS = (
+    "sweep_dir",
+    "run_id",
+    "source",
+    *(k for k in (*AXES, "mode", "device") if k in PHASES_SCHEMA.names),
+)
+"""The phases-table columns that are the run's (its ids, the spec's load, its source), alike on each of its phases."""
+
+
+def phase_columns(entries: Iterable[tuple[Run, str, Path]]) -> dict[str, list]:
+    """The columns of the phases table (``PHASES_SCHEMA``) of runs: one value per phase record,
+    in order (sub-phases such as ``forward`` or ``decode`` name their ``parent``); counters in
+    bytes, null when missing; the ``predicted_*`` split only on a dry run's (source predicted) rows.
+
+    Args:
+        entries: (the run as read, ``conf.contract.read_run``; its id, ``run_row``'s; the sweep
+            directory it belongs to), per run.
+
+    Returns:
+        column -> values, in ``PHASES_SCHEMA``'s order; values of a wrong type are nulled later
+        (``analysis.schemas.coerce_column``).
+    """
+    phases: list[dict] = []
+    index: list[int] = []
+    predicted: list[bool] = []
+    of_run: dict[str, list] = {k: [] for k in PHASE_RUN_COLUMNS}
+    for run, run_id, sweep_dir in entries:
+        found = record_phases(run.record)
+        if not found:
+            continue
+        spec, source, n = _spec(run), _source(run), len(found)
+        values = {"sweep_dir": str(sweep_dir), "run_id": run_id, "source": source}
+        for k in PHASE_RUN_COLUMNS:
+            of_run[k] += [values[k] if k in values else spec.get(k)] * n
+        phases += found
+        index += range(n)
+        predicted += [source == "predicted"] * n
+    return {n: of_run[n] if n in of_run else _phase_column(n, phases, index, predicted) for n in PHASES_SCHEMA.names}
+
+
+def _phase_column(name: str, phases: list[dict], index: list[int], predicted: list[bool]) -> list:
+    """One column of ``phase_columns`` that is the phases' own: the field, renamed (``phase``: its
+    ``name``), its place in the run (``phase_index``), a dry run's split or the nested lists as rows."""
+    if name == "phase":
+        return [p.get("name") for p in phases]
+    if name == "phase_index":
+        return index
+    if name in PEAK_SPLIT_FIELDS:
+        return [p.get(name) if dry else None for p, dry in zip(phases, predicted)]
+    if name == "devices":
+        return [_devices(p.get("devices")) for p in phases]
+    if name == "ranks":
+        return [rank_rows(p.get("ranks")) for p in phases]
+    return [p.get(name) for p in phases]
+
+
+def phases_table(entries: Iterable[tuple[Run, str, Path]]) -> pa.Table:
+    """The phases table (``PHASES_SCHEMA``) of runs (``phase_columns``), a value of the wrong type null."""
+    columns = phase_columns(entries)
+    return pa.table({f.name: coerce_column(columns[f.name], f.type) for f in PHASES_SCHEMA}, schema=PHASES_SCHEMA)
+
+
 def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
-    """The rows of the phases table (``PHASES_SCHEMA``) of one run, one per phase record in
-    order (sub-phases such as ``forward`` or ``decode`` name their ``parent``); counters in
-    bytes, null when missing.
+    """The rows of the phases table (``PHASES_SCHEMA``) of one run (``phase_columns``), one per
+    phase record in order.
 
     Args:
         run: the run directory as read (``conf.contract.read_run``).
@@ -338,39 +417,10 @@ def phase_rows(run: Run, run_id: str, sweep_dir: Path) -> list[dict]:
         sweep_dir: the sweep directory it belongs to.
 
     Returns:
-        column -> value, one dict per phase.
+        column -> value, one dict per phase; values of a wrong type are nulled later by ``coerce_table``.
     """
-    rows = []
-    source, spec = _source(run), _spec(run)
-    for index, p in enumerate(record_phases(run.record)):
-        rows.append(
-            {
-                "sweep_dir": str(sweep_dir),
-                "run_id": run_id,
-                **{k: spec.get(k) for k in (*AXES, "mode", "device")},
-                "phase": p.get("name"),
-                "phase_index": index,
-                "status": p.get("status"),
-                "iterations": as_int(p.get("iterations")),
-                "duration_s": p.get("duration_s"),
-                **{name: as_int(p.get(name)) for name in COUNTERS},
-                "error_type": p.get("error_type"),
-                "failure_class": p.get("failure_class"),
-                "failure_wording": p.get("failure_wording"),
-                "dynamo_graphs_compiled": as_int(p.get("dynamo_graphs_compiled")),
-                **{k: p.get(k) for k in SUB_PHASE_FIELDS},
-                **{name: as_int(p.get(name)) for name in EXTRA_COUNTERS + SIZES + OOM_DETAIL},
-                "oom_operator": p.get("oom_operator"),
-                "oom_null_reason": p.get("oom_null_reason"),
-                "source": source,
-                **{name: as_int(p.get(name)) if source == "predicted" else None for name in PEAK_SPLIT_FIELDS},
-                "devices": _devices(p.get("devices")),
-                "rank": as_int(p.get("rank")),
-                "peak_rank": as_int(p.get("peak_rank")),
-                "ranks": rank_rows(p.get("ranks")),
-            }
-        )
-    return rows
+    columns = phase_columns([(run, run_id, sweep_dir)])
+    return [dict(zip(columns, values)) for values in zip(*columns.values())]
 
 
 def _devices(value) -> list[dict] | None:
@@ -448,17 +498,47 @@ def repeated_dirs(sweep_dirs: Iterable[Path]) -> RepeatedDirs:
     return RepeatedDirs(list(kept.values()), repeats)
 
 
-def sweep_run_dirs(sweep_dir: Path, problems: list[str]) -> list[Path]:
+def sweep_run_dirs(sweep_dir: Path, problems: list[str], runs: SweepRuns | None = None) -> list[Path]:
     """The run directories of the sweep in ``sweep_dir`` (``conf.contract.sweep_runs``: those its
     manifest lists), a line added to ``problems`` for each one it launched that is missing.
+
+    Args:
+        sweep_dir: the sweep directory.
+        problems: where the lines go.
+        runs: its ``sweep_runs`` when already found (``analysis.cli.check_sweeps``); None: found here.
 
     Raises:
         RecordError: the sweep's manifest cannot be read.
     """
-    runs = sweep_runs(sweep_dir)
+    runs = sweep_runs(sweep_dir) if runs is None else runs
     for run_dir in runs.missing:
         problems.append(f"{run_dir}: a run of this sweep is missing (no spec.json: deleted, or never started)")
     return runs.run_dirs
+
+
+def real_path(run_dir: Path, sweep_dir: Path, real_sweep: str) -> str:
+    """``os.path.realpath(run_dir)`` (``Path.resolve``'s), from ``real_sweep`` (the real path of
+    ``sweep_dir``) when ``run_dir`` lies below ``sweep_dir`` through no symbolic link: one
+    ``os.lstat`` per folder below it instead of one per folder of the whole path.
+
+    Args:
+        run_dir: a run directory.
+        sweep_dir: the sweep directory it was found in.
+        real_sweep: ``os.path.realpath(sweep_dir)``.
+
+    Returns:
+        The real path, as ``os.path.realpath`` gives it.
+    """
+    below = path_below(run_dir, sweep_dir)
+    if below is None:
+        return os.path.realpath(run_dir)
+    parts = [] if below == "." else below.split("/")
+    path = str(sweep_dir)
+    for part in parts:
+        path = os.path.join(path, part)
+        if part == ".." or os.path.islink(path):
+            return os.path.realpath(run_dir)
+    return os.path.join(real_sweep, *parts)
 
 
 PARALLEL_FROM = 2000
@@ -467,10 +547,30 @@ CHUNK = 500
 """Run directories per task of a parallel read."""
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused (then restored as it was) while runs are read:
+    their documents and rows hold no cycle (reference counting frees what is dropped), and its
+    passes over a heap that grows with every run read would only cost time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _read_chunk(items: list[tuple[Path, Path]]) -> Tables:
     """The tables of ``(run directory, its sweep directory)`` pairs, read in this process."""
+    with _collector_paused():
+        return _read_items(items)
+
+
+def _read_items(items: list[tuple[Path, Path]]) -> Tables:
+    """``_read_chunk``'s work."""
     runs: list[dict] = []
-    phases: list[dict] = []
+    read: list[tuple[Run, str, Path]] = []
     problems: list[str] = []
     for run_dir, sweep_dir in items:
         run = load_run(run_dir)
@@ -480,8 +580,13 @@ def _read_chunk(items: list[tuple[Path, Path]]) -> Tables:
         problems.extend(run.problems)
         row = run_row(run, sweep_dir)
         runs.append(row)
-        phases.extend(phase_rows(run, row["run_id"], sweep_dir))
-    return Tables(coerce_table(runs, RUNS_SCHEMA), coerce_table(phases, PHASES_SCHEMA), problems)
+        read.append((run, row["run_id"], sweep_dir))
+    return Tables(coerce_table(runs, RUNS_SCHEMA), phases_table(read), problems)
+
+
+def _path(path: Path | str) -> Path:
+    """``path`` as a Path (one given is kept: making it again would parse it again)."""
+    return path if isinstance(path, Path) else Path(path)
 
 
 def _workers(n_items: int) -> int:
@@ -503,13 +608,15 @@ def read_runs(items: Iterable[tuple[Path, Path]]) -> Tables:
     Returns:
         (the runs table, RUNS_SCHEMA; the phases table, PHASES_SCHEMA; the problems met, one line each).
     """
-    items = [(Path(r), Path(d)) for r, d in items]
+    items = [(_path(r), _path(d)) for r, d in items]
     workers = _workers(len(items))
     if workers == 1:
         return _read_chunk(items)
     chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
     # fork re-imports nothing; with other threads alive (a fork would copy their locks) a fresh server
     method = "fork" if threading.active_count() == 1 and "fork" in mp.get_all_start_methods() else "spawn"
+    if method == "fork":  # pyarrow imports pandas at its first list it converts: once here, not in each worker
+        pa.array([], type=pa.int64())
     with ProcessPoolExecutor(workers, mp_context=mp.get_context(method)) as pool:
         parts = list(pool.map(_read_chunk, chunks))
     return Tables(
@@ -519,27 +626,30 @@ def read_runs(items: Iterable[tuple[Path, Path]]) -> Tables:
     )
 
 
-def build_tables(sweep_dirs: Iterable[Path]) -> Tables:
+def build_tables(sweep_dirs: Iterable[Path], found: Mapping[Path, SweepRuns] | None = None) -> Tables:
     """(runs, phases, problems) for every run under ``sweep_dirs`` (read by ``read_runs``).
 
     Each directory is read once (``unique_dirs``), its runs those its sweep launched
     (``sweep_run_dirs``: a missing one is a problem line), and each run directory gives one row, under the
     first sweep directory that holds it (a run directory inside two of the directories given,
-    such as a sweep and one of its runs, is one run, not a re-run).
+    such as a sweep and one of its runs, is one run, not a re-run: their real paths, ``real_path``).
 
     Args:
         sweep_dirs: sweep directories (or run directories).
+        found: ``conf.contract.sweep_runs`` of some of them, as given, when already found
+            (``analysis.cli.check_sweeps``): not looked for again.
 
     Returns:
         (the runs table, RUNS_SCHEMA; the phases table, PHASES_SCHEMA; the problems met reading
         them and the notes of what was read once, one line each).
     """
     dirs, problems = unique_dirs(sweep_dirs)
-    seen: dict[Path, Path] = {}
+    seen: dict[str, Path] = {}
     items: list[tuple[Path, Path]] = []
     for sweep_dir in dirs:
-        for run_dir in sweep_run_dirs(sweep_dir, problems):
-            first = seen.setdefault(run_dir.resolve(), sweep_dir)
+        real_sweep = os.path.realpath(sweep_dir)
+        for run_dir in sweep_run_dirs(sweep_dir, problems, (found or {}).get(sweep_dir)):
+            first = seen.setdefault(real_path(run_dir, sweep_dir, real_sweep), sweep_dir)
             if first is not sweep_dir:
                 problems.append(f"{run_dir}: already read under {first}: one run, counted once")
                 continue

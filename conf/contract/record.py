@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -295,6 +296,87 @@ def _object_problems(doc: Mapping, schema: dict, prefix: str) -> list[str]:
     return problems
 
 
+Valid = Callable[[object], bool]
+"""A compiled check of a property (``_valid``): True only when ``_value_problems`` finds nothing."""
+
+_VALID: dict[int, Valid] = {}
+
+
+def _valid(prop: dict) -> Valid:
+    """``prop``'s compiled check, made once (keyed by the schema object's identity, as ``_check``).
+
+    The check is ``_value_problems``'s rules on the exact types ``json.loads`` gives (dict, list,
+    str, int, float, bool, None): True means the value breaks nothing; False means it may, and
+    ``document_problems`` asks ``_value_problems`` for the words (a value of any other type, a
+    subclass or another Mapping, is always sent there)."""
+    found = _VALID.get(id(prop))
+    if found is None:
+        found = _VALID[id(prop)] = _compile(prop)
+    return found
+
+
+def _compile(prop: dict) -> Valid:
+    """``_valid``'s check of one property: of each ``anyOf`` branch, or of its type, enum, range
+    (a NaN is never within one, as in ``_value_problems``), nested object and items."""
+    check = _check(prop)
+    schema = check.schema
+    if "anyOf" in schema:
+        branches = tuple(_valid(b) for b in schema["anyOf"])
+        return lambda v: any(b(v) for b in branches)
+    declared = {_JSON_TYPES[t] for t in check.types}
+    types = frozenset(declared | ({int} if float in declared else set()))  # a number may be an int
+    nullable, enum = check.nullable, schema.get("enum")
+    low, high = schema.get("minimum", -math.inf), schema.get("maximum", math.inf)
+    obj = _object_valid(schema) if "properties" in schema else None
+    items = _valid(schema["items"]) if "items" in schema else None
+    if enum is None and obj is None and items is None and types <= {int, float, bool}:
+        return lambda v: (v is None and nullable) or (type(v) in types and low <= v <= high)  # type: ignore[operator]
+    if enum is None and obj is None and items is None and not types & {int, float, bool}:
+        return lambda v: (v is None and nullable) or type(v) in types
+
+    def valid(v: object) -> bool:
+        if v is None:
+            return nullable
+        t = type(v)
+        if t not in types or (enum is not None and v not in enum):
+            return False
+        if t in (int, float, bool) and not low <= v <= high:  # type: ignore[operator]
+            return False
+        if t is dict:
+            return obj is None or obj(v)
+        return t is not list or items is None or all(items(i) for i in v)  # type: ignore[attr-defined]
+
+    return valid
+
+
+_OBJECTS: dict[int, Valid] = {}
+
+
+def _object_valid(schema: dict) -> Valid:
+    """The compiled check of an object schema (its ``required`` and declared ``properties``, each
+    by ``_valid``; an absent key is not checked), made once per schema; True only when
+    ``_object_problems`` finds nothing."""
+    found = _OBJECTS.get(id(schema))
+    if found is not None:
+        return found
+    required = tuple(schema.get("required", ()))
+    props = tuple((name, _valid(prop)) for name, prop in schema["properties"].items())
+    missing = object()
+
+    def check_object(doc: object) -> bool:
+        get = doc.get  # type: ignore[attr-defined]
+        if any(name not in doc for name in required):  # type: ignore[operator]
+            return False
+        for name, valid in props:
+            v = get(name, missing)
+            if v is not missing and not valid(v):
+                return False
+        return True
+
+    _OBJECTS[id(schema)] = check_object
+    return check_object
+
+
 def document_problems(doc: Mapping, definition: str) -> list[str]:
     """Check a document against its definition in the published schema (SCHEMA_FILE), nested
     objects included, with the standard library only.
@@ -318,7 +400,10 @@ def document_problems(doc: Mapping, definition: str) -> list[str]:
     Raises:
         KeyError: no such definition.
     """
-    return _object_problems(doc, _SCHEMA["$defs"][definition], "")
+    schema = _SCHEMA["$defs"][definition]
+    if type(doc) is dict and _object_valid(schema)(doc):  # the compiled check, for a valid document
+        return []
+    return _object_problems(doc, schema, "")
 
 
 def write_json_atomic(path: Path | str, data: Any) -> None:
@@ -357,7 +442,7 @@ MAX_DOCUMENT_BYTES = 64 * 2**20
 phases and ranks stays far below it; a larger file is refused (``read_json``), never read whole."""
 
 
-def _bounded_bytes(path: Path, kind: str) -> bytes:
+def _bounded_bytes(path: Path | str, kind: str) -> bytes:
     """The bytes of ``path`` when it is a regular file (a symbolic link to one included) of at most
     ``MAX_DOCUMENT_BYTES``.
 
@@ -376,10 +461,17 @@ def _bounded_bytes(path: Path, kind: str) -> bytes:
                 f"{kind} {path}: {st.st_size} bytes, more than the {MAX_DOCUMENT_BYTES} bytes "
                 f"a {kind} may hold (refused)"
             )
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_DOCUMENT_BYTES + 1)
+        chunks, size = [], 0
+        while size <= MAX_DOCUMENT_BYTES:  # the file's size and a byte more (it ends), or past the cap
+            want = st.st_size + 1 - size if size <= st.st_size else 2**16  # grown since fstat: read on
+            chunk = os.read(fd, min(want, MAX_DOCUMENT_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
     finally:
         os.close(fd)
+    data = b"".join(chunks)
     if len(data) > MAX_DOCUMENT_BYTES:  # grew while read
         raise RecordError(f"{kind} {path}: more than the {MAX_DOCUMENT_BYTES} bytes a {kind} may hold (refused)")
     return data
@@ -400,8 +492,7 @@ def read_json(path: Path | str, kind: str) -> dict:
         NewerSchemaError: a schema_version newer than this memsweep understands (upgrade
             memsweep to read it); a subclass of RecordError.
     """
-    path = Path(path)
-    try:
+    try:  # (``path`` as given: a str is not made a Path, whose message reads the same)
         data = json.loads(_bounded_bytes(path, kind))
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordError(f"{kind} {path}: cannot be read ({exc})") from None

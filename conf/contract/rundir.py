@@ -13,6 +13,7 @@ counter with the capacity (``peak_counters``):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,9 +144,10 @@ def read_run(run_dir: Path | str) -> Run:
     """
     run_dir = Path(run_dir)
     run = Run(run_dir, None)
+    base = str(run_dir)
     for name, attr in ((SPEC_FILE, "spec"), (RECORD_FILE, "record"), (RESULT_FILE, "result")):
         try:
-            setattr(run, attr, read_file(run_dir, name))
+            setattr(run, attr, read_json(os.path.join(base, name), FILE_KINDS[name]))  # read_file's, on a str
         except RecordError as exc:
             run.unreadable[name] = str(exc)
             if name == SPEC_FILE or not (run_dir / name).exists():
@@ -181,8 +183,10 @@ def read_run(run_dir: Path | str) -> Run:
 def find_run_dirs(paths: Iterable[Path | str]) -> list[Path]:
     """Find every run directory (one holding a spec.json) under ``paths``.
 
-    Directories whose name starts with a dot below a path (``.attempts/``, ``.dry_run/``) are
-    skipped.
+    One ``os.scandir`` per directory (``_run_dirs_under``). Directories whose name starts with a dot
+    below a path (``.attempts/``, ``.dry_run/``) are skipped, and so is a symbolic link to a
+    directory below a path (as ``Path.rglob`` skips them); a spec.json that is a dangling symbolic
+    link does not count.
 
     Args:
         paths: sweep directories (or run directories).
@@ -191,12 +195,36 @@ def find_run_dirs(paths: Iterable[Path | str]) -> list[Path]:
         The run directories, sorted by parent, then by name length, then by name (so that
         ``2`` comes before ``10``).
     """
-    found = set()
+    found: set[str] = set()
     for path in paths:
-        for spec in Path(path).rglob(SPEC_FILE):
-            if not any(part.startswith(".") for part in spec.relative_to(path).parts[:-1]):
-                found.add(spec.parent)
-    return sorted(found, key=lambda p: (str(p.parent), len(p.name), p.name))
+        found.update(_run_dirs_under(str(Path(path))))
+    return sorted(map(Path, found), key=lambda p: (str(p.parent), len(p.name), p.name))
+
+
+def _run_dirs_under(top: str) -> list[str]:
+    """The directories holding a spec.json at or below ``top`` (not below a dot-folder or a
+    symbolic link), as ``top`` joined with their path below it; a directory that cannot be listed
+    (gone, no permission) holds none."""
+    found, todo = [], [top]
+    while todo:
+        directory = todo.pop()
+        try:
+            with os.scandir(directory) as entries:
+                listed = list(entries)
+        except OSError:
+            continue
+        for entry in listed:
+            name = entry.name
+            if name == SPEC_FILE and (not entry.is_symlink() or os.path.exists(entry.path)):
+                found.append(directory)
+            if name.startswith("."):
+                continue
+            try:
+                if entry.is_dir(follow_symlinks=False):  # a directory, not a link to one
+                    todo.append(entry.path)
+            except OSError:  # gone since it was listed
+                pass
+    return found
 
 
 def record_phases(record: Mapping | None) -> list[dict]:

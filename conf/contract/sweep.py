@@ -75,8 +75,8 @@ def _check_manifest(data: object, path: Path) -> dict:
     runs = data.get("runs")
     if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("run_id"), str) for r in runs):
         raise RecordError(f"{path}: runs must be a list of objects with a string run_id")
-    for r in runs:
-        if Path(r["run_id"]).is_absolute() or ".." in Path(r["run_id"]).parts or r["run_id"] in ("", "."):
+    for r in runs:  # (on the text, as Path would read it on POSIX: no Path made per run)
+        if r["run_id"].startswith("/") or ".." in r["run_id"].split("/") or r["run_id"] in ("", "."):
             raise RecordError(f"{path}: run_id {r['run_id']!r} is not a folder inside the sweep directory")
     return data
 
@@ -193,9 +193,10 @@ def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
     present: list[Path] = []
     missing: list[Path] = []
     running = sweep_running(sweep_dir)
+    base = str(sweep_dir)
     for run_id in dict.fromkeys(r["run_id"] for r in data["runs"]):
         run_dir = sweep_dir / run_id
-        if (run_dir / SPEC_FILE).is_file():
+        if os.path.isfile(os.path.join(base, run_id, SPEC_FILE)):  # (a str: one stat, no Path made)
             present.append(run_dir)
         elif not (running and run_dir.is_dir()):  # a run of a running sweep may not have written it yet
             missing.append(run_dir)

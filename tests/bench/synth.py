@@ -6,7 +6,10 @@ and capacity. Each run is a copy of the real run whose batch ranks alike (the sm
 the real sweep's ok runs, the larger its OOMs), with the spec's and record's batch, context and
 capacity rewritten and its counters scaled by the batch, so the frontier, curves and outliers
 are those of a real sweep, many times over. A few runs are made failures (crash, error) and a few
-peaks outliers, so a report must name them. Used by tests/bench/bench_scale.py and tests.
+peaks outliers, so a report must name them. Like a real sweep's directory, it has a manifest
+(``sweep.json``, conf.contract.sweep) listing every run with its overrides, unless asked for none
+(a sweep made before manifests: its runs are found by a walk). Used by tests/bench/bench_scale.py
+and tests.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import json
 import shutil
 from pathlib import Path
 
-from memsweep.conf.contract import find_run_dirs
+from memsweep.conf.contract import SWEEP_FILE, find_run_dirs, write_json_atomic
+from memsweep.conf.contract.sweep import MANIFEST_VERSION, read_manifest
 
 COUNTER_KEYS = ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved")
 
@@ -49,7 +53,14 @@ def _fault(i: int, record: dict, result: dict) -> None:
         _scale(record, 1.5)
 
 
-def synthesize(real_sweep: Path, out: Path, n_runs: int, per_load: int = 20) -> Path:
+def _overrides(template: list[str], batch: int, context: int, capacity: int) -> list[str]:
+    """A real run's overrides (its manifest entry) with the synthesized run's batch, context and capacity."""
+    new = {"batch": f"batch={batch}", "context": f"context={context}", "capacity": f"capacity={capacity}B"}
+    kept = [o for o in template if o.split("=")[0] not in new]
+    return kept + list(new.values())
+
+
+def synthesize(real_sweep: Path, out: Path, n_runs: int, per_load: int = 20, manifest: bool = True) -> Path:
     """Write a sweep of ``n_runs`` run directories under ``out`` (see the module's docstring).
 
     Args:
@@ -57,13 +68,17 @@ def synthesize(real_sweep: Path, out: Path, n_runs: int, per_load: int = 20) -> 
         out: the new sweep directory (created; must not exist).
         n_runs: how many run directories.
         per_load: runs per load (batch values per context).
+        manifest: write the sweep's manifest (sweep.json) listing every run, as a real sweep has;
+            False: none (the runs are then every run directory found under ``out``).
 
     Returns:
         ``out``.
     """
     templates = _templates(Path(real_sweep))
+    listed = {r["run_id"]: r.get("overrides") or [] for r in (read_manifest(real_sweep) or {"runs": []})["runs"]}
     out = Path(out)
     out.mkdir(parents=True)
+    runs = []
     for i in range(n_runs):
         load, k = divmod(i, per_load)
         batch_t, src, spec, record, result = templates[min(k * len(templates) // per_load, len(templates) - 1)]
@@ -82,4 +97,8 @@ def synthesize(real_sweep: Path, out: Path, n_runs: int, per_load: int = 20) -> 
         for extra in ("stderr.log", "stdout.log"):
             if (src / extra).exists():
                 shutil.copyfile(src / extra, d / extra)
+        overrides = _overrides(listed.get(src.name, []), batch, context, capacity)
+        runs.append({"run_id": str(i), "overrides": overrides, "session": "synthesized"})
+    if manifest:
+        write_json_atomic(out / SWEEP_FILE, {"schema_version": MANIFEST_VERSION, "kind": "sweep", "runs": runs})
     return out
