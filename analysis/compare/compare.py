@@ -13,7 +13,17 @@ from ..publish import publish_doc
 from ..report import ReportExists, report_paths
 from .gate import Regression, Threshold, regressions
 from .load import Sweep, load_sweep
-from .match import GATE_COUNTERS, Comparison, Difference, compare_series, differences, series_index, series_of
+from .match import (
+    GATE_COUNTERS,
+    PHASE_COLUMNS,
+    RUN_COLUMNS,
+    Comparison,
+    Difference,
+    compare_series,
+    differences,
+    series_index,
+    series_of,
+)
 from .render import document, text
 from .speed import Slowdown, rate_changes, slowdowns, speed_lines, speed_section
 
@@ -66,7 +76,8 @@ def compare(
     """
     if counter not in GATE_COUNTERS:
         raise SpecError("--counter", counter, " | ".join(GATE_COUNTERS))
-    sweeps = [load_sweep(p, chr(ord("A") + i) if i < 26 else f"S{i}") for i, p in enumerate(paths)]
+    labels = [chr(ord("A") + i) if i < 26 else f"S{i}" for i in range(len(paths))]
+    sweeps = [load_sweep(p, label, RUN_COLUMNS, PHASE_COLUMNS) for p, label in zip(paths, labels)]
     base_series = series_of(sweeps[0])
     comparisons = []
     for other in sweeps[1:]:

@@ -6,6 +6,7 @@ Parquet written by an older memsweep has fewer columns: a column a file lacks re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,8 +56,9 @@ class Sweep:
         label: its short name in the output (``A``, ``B``, ...).
         path: the directory given.
         source: where the rows came from (the Parquet files, or the run records).
-        runs: the measured run rows (dicts; a dry run, source ``predicted``, is left out).
-        phases: their phase rows (dicts).
+        runs: the measured run rows (dicts; a dry run, source ``predicted``, is left out), of the
+            columns read (``load_sweep``'s ``run_columns``; all by default).
+        phases: their phase rows (dicts), of the columns read (``phase_columns``).
         missing_columns: columns of today's runs/phases schema the Parquet files lack (an older
             memsweep wrote them); their values are null.
         dry_runs: how many dry runs (predictions) were left out.
@@ -88,23 +90,48 @@ class Sweep:
         return self._by_run.get((run.get("sweep_dir"), run.get("run_id")), [])
 
 
-def _read(path: Path) -> tuple[list[dict], list[str]]:
+def rows_of(table: pa.Table) -> list[dict]:
+    """A table's rows as dicts (column name -> Python value), as ``Table.to_pylist``: converted a
+    column at a time, then zipped into rows (faster than row by row for many rows)."""
+    names = table.column_names
+    if not names:
+        return [{} for _ in range(table.num_rows)]
+    return [dict(zip(names, values)) for values in zip(*(c.to_pylist() for c in table.columns))]
+
+
+def _read(path: Path, columns: Sequence[str] | None) -> tuple[list[dict], list[str]]:
+    """The rows of one Parquet table (only ``columns`` of it, those it has; None: all), and the
+    columns of today's schema it lacks."""
     try:
-        table = pq.read_table(path)
+        names = pq.read_schema(path).names
+        table = pq.read_table(path, columns=None if columns is None else [c for c in columns if c in names])
     except (pa.ArrowException, OSError) as exc:  # ArrowInvalid: not Parquet; OSError: unreadable
         first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise UnreadableSweep(f"{path} is not a Parquet table memsweep can read ({first})") from None
     schema = RUNS_SCHEMA if path.name.startswith("runs") else PHASES_SCHEMA
-    return table.to_pylist(), [n for n in schema.names if n not in table.column_names]
+    return rows_of(table), [n for n in schema.names if n not in names]
 
 
-def load_sweep(path: Path, label: str) -> Sweep:
+def _select(table: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    return table if columns is None else table.select([c for c in columns if c in table.column_names])
+
+
+def load_sweep(
+    path: Path,
+    label: str,
+    run_columns: Sequence[str] | None = None,
+    phase_columns: Sequence[str] | None = None,
+) -> Sweep:
     """Read a sweep directory: its newest ``runs.parquet`` and ``phases.parquet`` (those of the
     directory, or of its latest ``analysis/<time>/``), else its run records (as ``memsweep analyze``).
 
     Args:
         path: a sweep directory (or a directory holding the two Parquet files).
         label: its short name in the output.
+        run_columns, phase_columns: the columns to read (of those present; ``sweep_dir``, ``run_id``
+            and ``source`` are needed to pair phases with runs and leave dry runs out); None: all.
+            A comparison reads only what it shows (``match.RUN_COLUMNS``, ``match.PHASE_COLUMNS``):
+            most of a runs table's columns are never compared.
 
     Returns:
         The sweep; a row lacking a column (older Parquet) lacks that key.
@@ -119,13 +146,14 @@ def load_sweep(path: Path, label: str) -> Sweep:
         raise SweepNotFound(path)
     files = {f.name: f for f in find_analysis_files(path)}
     if "runs.parquet" in files and "phases.parquet" in files:
-        runs, missing_r = _read(files["runs.parquet"])
-        phases, missing_p = _read(files["phases.parquet"])
+        runs, missing_r = _read(files["runs.parquet"], run_columns)
+        phases, missing_p = _read(files["phases.parquet"], phase_columns)
         source = f"{files['runs.parquet']} and {files['phases.parquet'].name}"
         missing = missing_r + [f"phases.{n}" for n in missing_p]
     else:
         runs_t, phases_t, _ = build_tables([path])
-        runs, phases, missing = runs_t.to_pylist(), phases_t.to_pylist(), []
+        runs, phases = rows_of(_select(runs_t, run_columns)), rows_of(_select(phases_t, phase_columns))
+        missing = []
         source = "the run records (no Parquet tables found)"
     measured = [r for r in runs if r.get("source") != "predicted"]
     if not measured:

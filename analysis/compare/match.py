@@ -53,6 +53,26 @@ SPEC_FIELDS = (
 """Run fields of the spec (what was asked for) shown when they differ between sweeps."""
 _GROUP = tuple(f for f in SPEC_FIELDS if f not in ("seed", "isolation"))
 
+RUN_COLUMNS = tuple(
+    dict.fromkeys(
+        (
+            "sweep_dir",
+            "run_id",
+            "source",
+            "outcome",
+            *SPEC_FIELDS,
+            *ENV_COLUMNS,
+            *(c for c in COUNTERS if c.startswith("max_")),
+            "samples_per_s",
+            "throughput_noise_rel",
+        )
+    )
+)
+"""The runs-table columns a comparison reads (``load.load_sweep``): the run's identity and outcome,
+its spec and environment (``differences``), its peaks and its measured rate (``speed``)."""
+PHASE_COLUMNS = ("sweep_dir", "run_id", "phase", "phase_index", *COUNTERS)
+"""The phases-table columns a comparison reads: the phase's run, name, order and four counters."""
+
 
 @dataclass
 class Series:
@@ -89,20 +109,23 @@ def series_of(sweep: Sweep) -> list[Series]:
     Returns:
         One series per (axis, fixed load), in axis order.
     """
+    keys = [tuple(map(str, map(r.get, _GROUP))) for r in sweep.runs]  # each run's load as text, once
     out = []
     for axis in SWEPT:
+        i = _GROUP.index(axis) if axis in _GROUP else len(_GROUP)
         groups: dict[tuple, list[dict]] = {}
-        for r in sweep.runs:
-            if r.get(axis) is None:
-                continue
-            groups.setdefault(tuple(str(r.get(k)) for k in _GROUP if k != axis), []).append(r)
+        for r, key in zip(sweep.runs, keys):
+            if r.get(axis) is not None:
+                groups.setdefault(key[:i] + key[i + 1 :], []).append(r)
         for rs in groups.values():
-            values = sorted({r[axis] for r in rs})
-            if len(values) < 2:
+            by_value: dict = {}
+            for r in rs:
+                by_value.setdefault(r[axis], []).append(r)
+            if len(by_value) < 2:
                 continue
-            by_value = {v: [r for r in rs if r[axis] == v] for v in values}
             load = {k: rs[0].get(k) for k in _GROUP if k != axis}
-            kinds = {device_kind_of(r.get("device_kind"), r.get("device")) for r in rs}
+            kinds = {device_kind_of(*pair) for pair in {(r.get("device_kind"), r.get("device")) for r in rs}}
+            by_value = {v: by_value[v] for v in sorted(by_value)}
             out.append(Series(sweep, axis, load, by_value, kinds.pop() if len(kinds) == 1 else "mixed"))
     return out
 
@@ -174,15 +197,21 @@ def _run_of(runs: list[dict], counter: str) -> dict | None:
     return max(ok, key=lambda r: r.get(counter) or 0) if ok else None
 
 
-def _phase_counters(sweep: Sweep, run: dict) -> dict[str, dict]:
-    """phase name -> the four counters (a phase recorded several times: the largest of each)."""
-    out: dict[str, dict] = {}
+def _phase_counters(sweep: Sweep, run: dict) -> dict[str, tuple[int, dict]]:
+    """phase name -> (its ``phase_index``, the four counters: a phase recorded several times keeps
+    its first index and the largest of each counter; None where never recorded)."""
+    out: dict[str, tuple[int, dict]] = {}
     for p in sweep.phases_of(run):
-        cur = out.setdefault(str(p.get("phase")), {"_index": p.get("phase_index") or 0})
+        name = str(p.get("phase"))
+        seen = out.get(name)
+        if seen is None:
+            out[name] = (p.get("phase_index") or 0, {c: p.get(c) for c in COUNTERS})
+            continue
+        cur = seen[1]
         for c in COUNTERS:
             v = p.get(c)
-            if v is not None:
-                cur[c] = v if cur.get(c) is None else max(cur[c], v)
+            if v is not None and (cur[c] is None or v > cur[c]):
+                cur[c] = v
     return out
 
 
@@ -278,20 +307,43 @@ def _compare_value(cmp: Comparison, base: Series, other: Series, v) -> None:
     cmp.rows.append(Row(v, "run peak", {c: a.get(c) for c in peaks}, {c: b.get(c) for c in peaks}))
     pa_, pb = _phase_counters(base.sweep, a), _phase_counters(other.sweep, b)
     # in phase order; at an equal index the baseline's phases first (a stable sort, not a set's order)
-    for name in sorted(dict.fromkeys([*pa_, *pb]), key=lambda n: (pa_[n] if n in pa_ else pb[n])["_index"]):
+    for name in sorted(dict.fromkeys([*pa_, *pb]), key=lambda n: (pa_[n] if n in pa_ else pb[n])[0]):
         if name not in pa_ or name not in pb:
             cmp.not_comparable.append(
                 f"{where} phase {name}: recorded only in {base.sweep.label if name in pa_ else other.sweep.label}"
             )
             continue
-        cmp.rows.append(Row(v, name, {c: pa_[name].get(c) for c in COUNTERS}, {c: pb[name].get(c) for c in COUNTERS}))
+        cmp.rows.append(Row(v, name, pa_[name][1], pb[name][1]))
+
+
+def _distinct(values: list) -> list:
+    """The distinct values of ``values``, told apart by type and value (1, 1.0 and True are three;
+    a set alone would keep one of them); unhashable values (lists) are all kept."""
+    try:
+        if len(set(map(type, values)) - {type(None)}) <= 1:
+            return list(set(values))
+        return [v for _, v in {(type(v), v) for v in values}]
+    except TypeError:
+        return values
 
 
 def _values(sweep: Sweep, key: str) -> list[str]:
+    """The distinct values of a column over the sweep's runs, as JSON text (``null``), sorted."""
     if key in sweep.missing_columns:
         return ["not recorded (older Parquet)"]
-    vals = sorted({json.dumps(r.get(key), default=str) if r.get(key) is not None else "null" for r in sweep.runs})
-    return vals
+    values = _distinct([r.get(key) for r in sweep.runs])
+    return sorted({json.dumps(v, default=str) if v is not None else "null" for v in values})
+
+
+SHOWN_VALUES = 12
+"""The most values of a field shown per sweep in "what differs" (the rest are counted)."""
+
+
+def _shown(values: list[str]) -> str:
+    """Values joined by commas: at most ``SHOWN_VALUES``, then how many there are in all."""
+    if len(values) <= SHOWN_VALUES:
+        return ", ".join(values)
+    return ", ".join(values[:SHOWN_VALUES]) + f", ... ({len(values)} values)"
 
 
 class Difference(NamedTuple):
@@ -311,14 +363,15 @@ def differences(sweeps: list[Sweep], axes: list[str]) -> list[Difference]:
 
     Returns:
         ``(kind, field, [values in each sweep])`` for every spec or environment field whose set of
-        values is not the same in every sweep; kind is ``spec`` or ``environment``.
+        values is not the same in every sweep; kind is ``spec`` or ``environment``; the values of
+        a sweep joined by commas, at most ``SHOWN_VALUES`` of them, then their count.
     """
     out = []
     for kind, fields in (("spec", SPEC_FIELDS), ("environment", ENV_COLUMNS)):
         for f in fields:
             if f in axes:
                 continue
-            per = [", ".join(_values(s, f)) for s in sweeps]
-            if len(set(per)) > 1:
-                out.append(Difference(kind, f, per))
+            per = [_values(s, f) for s in sweeps]
+            if any(p != per[0] for p in per[1:]):
+                out.append(Difference(kind, f, [_shown(p) for p in per]))
     return out

@@ -11,11 +11,10 @@ from ..doc import Doc, Image
 from .gate import Regression, Threshold
 from .load import Sweep
 from .match import COUNTERS, Comparison, Difference
+from .scale import IN_FULL, NAMED, capped, largest_growth, shown_pairs, summary_table
+from .scale import pct as _pct
 
-
-def _pct(row, counter: str) -> str:
-    d, a = row.diff(counter), row.base.get(counter)
-    return "-" if d is None or not a else f"{100 * d / a:+.1f} %"
+__all__ = ["IN_FULL", "NAMED", "document", "text", "verdict"]
 
 
 def _num(v) -> str:
@@ -61,10 +60,12 @@ def text(
     else:
         out.append("  nothing recorded differs (a code change, or the same load measured twice)")
     paired = [c for c in comparisons if c.other is not None and c.rows]
-    for c in paired[IN_FULL:]:
-        value, diff, pct = _largest_growth(c)
-        out.append(f"{c.title}: largest growth of the run peak at {c.base.axis}={value}: {_num(diff)} B ({pct})")
-    for c in paired[:IN_FULL]:
+    in_full = shown_pairs(paired)
+    for c in paired:
+        if not any(c is s for s in in_full):
+            value, diff, pct = largest_growth(c)
+            out.append(f"{c.title}: largest growth of the run peak at {c.base.axis}={value}: {_num(diff)} B ({pct})")
+    for c in in_full:
         assert c.other is not None
         a, b = c.base.sweep.label, c.other.sweep.label
         out.append(f"{c.title}: {a} -> {b}; gate counter {c.gate_counter} (bytes; diff = {b} - {a}, % of {a})")
@@ -92,7 +93,7 @@ def text(
     out.append(
         "not comparable:" if reasons else "not comparable: none (every value and phase of the paired sweeps lined up)"
     )
-    out += [f"  {line}" for line in _capped(reasons)]
+    out += [f"  {line}" for line in capped(reasons)]
     out.append(verdict(comparisons, threshold, failed))
     return "\n".join(out)
 
@@ -105,10 +106,21 @@ def verdict(comparisons: list[Comparison], threshold: Threshold | None, failed: 
         return f"gate --fail-above {threshold.text}: NOTHING COMPARABLE, nothing was checked"
     if failed:
         return f"gate --fail-above {threshold.text}: FAILED, {len(failed)} peak(s) grew beyond it:\n" + "\n".join(
-            f"  {r.text()}" for r in failed
+            f"  {line}" for line in _grown_lines(failed)
         )
     n = sum(1 for c in comparisons for r in c.rows if r.phase == "run peak")
     return f"gate --fail-above {threshold.text}: passed ({n} value(s) compared, no peak grew beyond it)"
+
+
+def _grown_lines(failed: list[Regression]) -> list[str]:
+    """The peaks beyond the gate, one line each: all, in the comparisons' order, when at most
+    ``NAMED``; else the ``NAMED`` that grew most in % of the baseline, then how many more."""
+    if len(failed) <= NAMED:
+        return [r.text() for r in failed]
+    top = sorted(failed, key=lambda r: (r.other - r.base) / r.base if r.base else float("inf"), reverse=True)
+    return [r.text() for r in top[:NAMED]] + [
+        f"... and {len(failed) - NAMED} more (the {NAMED} that grew most, in % of the baseline, are named)"
+    ]
 
 
 def _comparison_tables(doc: Doc, i: int, c: Comparison, plots) -> None:
@@ -187,50 +199,14 @@ def document(
         ["kind", "field"] + [s.label for s in sweeps],
         [[k, f, *per] for k, f, per in diffs] or [["-", "nothing recorded differs", *["" for _ in sweeps]]],
     )
-    paired = [(i, c) for i, c in enumerate(comparisons) if c.other is not None and c.rows]
-    for i, c in paired[:IN_FULL]:
-        _comparison_tables(doc, i, c, plots)
-    if len(paired) > IN_FULL:
-        _summary_table(doc, [c for _, c in paired])
+    paired = [c for c in comparisons if c.other is not None and c.rows]
+    in_full = shown_pairs(paired)
+    for i, c in enumerate(comparisons):  # i: the figure's number, the comparison's place
+        if any(c is s for s in in_full):
+            _comparison_tables(doc, i, c, plots)
+    if len(in_full) < len(paired):
+        summary_table(doc, paired)
     doc.h(1, "Not comparable")
     reasons = [line for c in comparisons for line in c.not_comparable]
-    doc.ul(_capped(reasons) or ["nothing: every value and phase of the paired sweeps lined up"])
+    doc.ul(capped(reasons) or ["nothing: every value and phase of the paired sweeps lined up"])
     return doc
-
-
-IN_FULL = 4
-"""The most pairs of series shown in full (plot, per-phase tables); the others get one row each."""
-NAMED = 60
-"""The most lines of a list (reasons not comparable) shown; the rest are counted."""
-
-
-def _capped(lines: list[str]) -> list[str]:
-    """At most ``NAMED`` lines, then how many more there are."""
-    return lines[:NAMED] + ([f"... and {len(lines) - NAMED} more"] if len(lines) > NAMED else [])
-
-
-def _largest_growth(c: Comparison) -> tuple[object, int | None, str]:
-    """The value whose run peak (gate counter) grew most in ``c``: (value, diff in bytes, diff in %)."""
-    peaks = [r for r in c.rows if r.phase == "run peak" and r.diff(c.gate_counter) is not None]
-    if not peaks:
-        return None, None, "-"
-    top = max(peaks, key=lambda r: r.diff(c.gate_counter) or 0)
-    return top.value, top.diff(c.gate_counter), _pct(top, c.gate_counter)
-
-
-def _summary_table(doc: Doc, paired: list[Comparison]) -> None:
-    """Every pair of series in one row: values compared and the largest growth of the run peak."""
-    doc.h(1, "Every pair of series")
-    doc.table(
-        ["series", "values compared", "largest growth at", "diff B", "diff %"],
-        [
-            [
-                f"{c.title}: {c.base.sweep.label} -> {c.other.sweep.label}" if c.other else c.title,
-                sum(1 for r in c.rows if r.phase == "run peak"),
-                *_largest_growth(c),
-            ]
-            for c in paired
-        ],
-        note=f"{len(paired)} pairs; the first {IN_FULL} are shown in full above. The runs.parquet and "
-        "phases.parquet of each sweep hold every run and phase.",
-    )

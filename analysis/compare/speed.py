@@ -9,6 +9,7 @@ without a measured rate in either sweep is not gated, and said so.
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -17,6 +18,7 @@ from memsweep.conf.contract import SpecError, timed_on
 from ..doc import Doc
 from ..throughput import value_rates
 from .match import Comparison
+from .scale import NAMED
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ def rate_changes(comparisons: list[Comparison]) -> list[Slowdown]:
     for c in comparisons:
         if c.other is None or not c.comparable:
             continue
+        title = None  # the pair's title, made once (load_words per value would dominate)
         for value in dict.fromkeys(row.value for row in c.rows):
             a = value_rates(c.base.by_value.get(value, []), c.base.axis).get(value)
             b = value_rates(c.other.by_value.get(value, []), c.other.axis).get(value)
@@ -88,7 +91,7 @@ def rate_changes(comparisons: list[Comparison]) -> list[Slowdown]:
                 continue
             runs = c.base.by_value[value]
             where = timed_on(runs[0].get("device_kind"), runs[0].get("device_name"))
-            title = f"{c.title}: {c.base.sweep.label} -> {c.other.sweep.label}"
+            title = title or f"{c.title}: {c.base.sweep.label} -> {c.other.sweep.label}"
             out.append(Slowdown(title, f"{c.base.axis}={value}", a[0], b[0], a[1], b[1], where))
     return out
 
@@ -106,8 +109,39 @@ def slowdowns(comparisons: list[Comparison], allowed: Fraction) -> list[Slowdown
     return [s for s in rate_changes(comparisons) if s.base - s.other > float(allowed) * s.base]
 
 
+def _named(rates: list[Slowdown]) -> list[Slowdown]:
+    """The rates named one by one: all, in the comparisons' order, when at most ``NAMED``; else the
+    ``NAMED`` that fell most (relative change, the largest fall first)."""
+    if len(rates) <= NAMED:
+        return list(rates)
+    return sorted(rates, key=lambda s: s.change)[:NAMED]
+
+
+def _summary(rates: list[Slowdown]) -> str:
+    """How many values, the median change and the extremes (for a list too long to name)."""
+    changes = [s.change for s in rates]
+    return (
+        f"{len(rates)} values with a measured rate in both sweeps: median change "
+        f"{100 * statistics.median(changes):+.1f} %, from {100 * min(changes):+.1f} % to "
+        f"{100 * max(changes):+.1f} %; the {NAMED} that fell most are named (runs.parquet holds every rate)"
+    )
+
+
+def _gate(rates: list[Slowdown], slower: str | None, failed: list[Slowdown]) -> str:
+    """The throughput gate's verdict in one line."""
+    if slower is None:
+        return "gate --fail-slower: none (not given)"
+    if not rates:
+        return f"gate --fail-slower {slower}: NOTHING COMPARABLE, no rate was checked"
+    if failed:
+        return f"gate --fail-slower {slower}: FAILED, {len(failed)} value(s) slower beyond it:"
+    return f"gate --fail-slower {slower}: passed ({len(rates)} value(s) compared, none slower beyond it)"
+
+
 def speed_lines(rates: list[Slowdown], slower: str | None, failed: list[Slowdown]) -> list[str]:
-    """The throughput part of the comparison, for a terminal: each value's rates, then the verdict.
+    """The throughput part of the comparison, for a terminal: each value's rates (past ``NAMED``,
+    a summary and those that fell most), then the verdict and the values slower beyond the gate
+    (past ``NAMED``, those that fell most, then how many more).
 
     Args:
         rates: every value's rates (``rate_changes``).
@@ -118,21 +152,20 @@ def speed_lines(rates: list[Slowdown], slower: str | None, failed: list[Slowdown
         The lines.
     """
     out = ["throughput (samples/s, medians over the warm iterations; measured):"]
-    out += [f"  {s.text()}" for s in rates] or ["  no value has a measured rate in both sweeps"]
-    if slower is None:
-        out.append("gate --fail-slower: none (not given)")
-    elif not rates:
-        out.append(f"gate --fail-slower {slower}: NOTHING COMPARABLE, no rate was checked")
-    elif failed:
-        out.append(f"gate --fail-slower {slower}: FAILED, {len(failed)} value(s) slower beyond it:")
-        out += [f"  {s.text()}" for s in failed]
-    else:
-        out.append(f"gate --fail-slower {slower}: passed ({len(rates)} value(s) compared, none slower beyond it)")
+    if len(rates) > NAMED:
+        out.append(f"  {_summary(rates)}:")
+    out += [f"  {s.text()}" for s in _named(rates)] or ["  no value has a measured rate in both sweeps"]
+    out.append(_gate(rates, slower, failed))
+    if slower is not None and failed:
+        out += [f"  {s.text()}" for s in _named(failed)]
+        if len(failed) > NAMED:
+            out.append(f"  ... and {len(failed) - NAMED} more")
     return out
 
 
 def speed_section(doc: Doc, rates: list[Slowdown], slower: str | None, failed: list[Slowdown]) -> None:
-    """Append "Throughput" to the comparison's document: each value's rates and the gate's verdict.
+    """Append "Throughput" to the comparison's document: each value's rates (past ``NAMED``, a
+    summary and those that fell most) and the gate's verdict.
 
     Args:
         doc: the comparison's document.
@@ -144,7 +177,11 @@ def speed_section(doc: Doc, rates: list[Slowdown], slower: str | None, failed: l
     doc.p(
         "Samples per second of each value compared, the median over the warm iterations of its ok runs "
         "(measured; noise: median absolute deviation / median), and where they were timed."
+        + (f" {_summary(rates)}." if len(rates) > NAMED else "")
     )
-    rows = [[s.title, s.value, f"{s.base:.4g}", f"{s.other:.4g}", f"{100 * s.change:+.1f} %", s.timed] for s in rates]
+    rows = [
+        [s.title, s.value, f"{s.base:.4g}", f"{s.other:.4g}", f"{100 * s.change:+.1f} %", s.timed]
+        for s in _named(rates)
+    ]
     doc.table(["series", "value", "baseline samples/s", "other samples/s", "change", "timed"], rows)
-    doc.p(speed_lines(rates, slower, failed)[-1 - len(failed) if failed else -1])
+    doc.p(_gate(rates, slower, failed))
