@@ -697,3 +697,49 @@ def test_a_frontier_search_floors_the_fits_limits_to_its_multiple_of(tmp_path, p
     (axis,) = report_of(runs, phases).axes
     assert axis.step == 8 and (axis.frontier.get("strategy") == "model" or protocol != (1, 1))
     assert axis.limits == {"capacity": 40, "capacity - margin": 32} and axis.margin_limit_unmeasured == 32
+
+
+def _edge_sweep():
+    """A batch sweep over 4 values, the last out of memory: plots of every kind the report draws."""
+    return make("s", [(b, "ok" if b < 8 else "oom", b * 64 * MiB, b * 48 * MiB) for b in (1, 2, 4, 8)])
+
+
+def test_figures_drawn_by_worker_processes_are_the_bytes_drawn_in_place(monkeypatch):
+    """The report's figures handed to forked workers (``figures.FigurePool``) come back as the PNG
+    bytes drawing them in this process gives, in the same places of the document."""
+    from memsweep.analysis.report import figures
+
+    monkeypatch.setattr(figures, "_workers", lambda: 1)
+    here = report_of(*_edge_sweep(), plots=True)
+    monkeypatch.setattr(figures, "_workers", lambda: 2)
+    there = report_of(*_edge_sweep(), plots=True)
+    assert len(here.doc.images) >= 3 and all(i.png.startswith(b"\x89PNG") for i in here.doc.images)
+    assert [(i.name, i.png) for i in there.doc.images] == [(i.name, i.png) for i in here.doc.images]
+
+
+def test_a_figure_failing_in_a_worker_fails_where_its_bytes_are_wanted(monkeypatch):
+    from memsweep.analysis import plots
+    from memsweep.analysis.doc import Doc, Image
+    from memsweep.analysis.report import figures
+
+    monkeypatch.setattr(figures, "_workers", lambda: 2)
+    doc = Doc("t")
+    with figures.figure_pool(plots) as pool:
+        assert isinstance(pool, figures.FigurePool)
+        doc.image(Image("x.png", pool.no_such_figure(1), "x"))
+        assert doc.images[0].png.startswith(figures.PLACEHOLDER)
+        with pytest.raises(AttributeError, match="no_such_figure"):
+            figures.fill_figures(pool, doc)
+
+
+def test_figures_are_drawn_in_place_on_one_core_or_beside_another_thread(monkeypatch):
+    """A fork copies the locks other threads hold: with one alive (or one core) nothing is forked."""
+    from memsweep.analysis.report import figures
+
+    monkeypatch.setattr(figures, "usable_cores", lambda: 1)
+    assert figures._workers() == 1
+    monkeypatch.setattr(figures, "usable_cores", lambda: 64)
+    monkeypatch.setattr(figures.threading, "active_count", lambda: 1)
+    assert figures._workers() == figures.MAX_WORKERS
+    monkeypatch.setattr(figures.threading, "active_count", lambda: 2)
+    assert figures._workers() == 1

@@ -27,7 +27,7 @@ class ValueStat:
 
     Attributes:
         value: the value of the swept axis (an int; a dtype name for the dtype axis).
-        runs: the run rows at this value (enriched by ``enrich_runs``).
+        runs: the run rows at this value (enriched by ``enrich_runs``, ``attach_phases``).
         outcomes: how many of them ended with each outcome (``ok``, ``oom``, ``error``, ...).
         used: the peak compared with the capacity (``basis``): the largest over the runs that
             ran ok, else over all runs (a partial peak, before the failure).
@@ -221,30 +221,20 @@ def record_unread(run: dict) -> bool:
     return bool(run.get("record_problem")) and run.get("outcome") is None
 
 
-def enrich_runs(runs: list[dict], phases: list[dict]) -> None:
+def enrich_runs(runs: list[dict], starts: dict[tuple, int | None]) -> None:
     """Add to each run row, in place, what the report reads from it besides the runs table.
 
     Args:
         runs: run rows (RUNS_SCHEMA as dicts). Each gets ``kind`` (``device_kind``),
             ``used``/``other`` (the peaks of ``basis``'s two counters, bytes), ``rss_start`` (CPU:
             the first phase's ``memory_reserved_start``, bytes), ``above_start`` (CPU: peak
-            resident set minus ``rss_start``, bytes), ``_phases`` (its phase rows, by
-            ``phase_index``) and ``_last_phase`` (the last of them, or None).
-        phases: phase rows (PHASES_SCHEMA as dicts), matched to runs by (sweep_dir, run_id).
+            resident set minus ``rss_start``, bytes), and no phase rows yet (``_phases`` empty,
+            ``_last_phase`` None: ``attach_phases`` adds them).
+        starts: each run's first phase's ``memory_reserved_start`` by (sweep_dir, run_id)
+            (``rows.phase_starts``).
     """
-    first: dict[tuple, dict] = {}
-    for p in phases:
-        key = (p["sweep_dir"], p["run_id"])
-        if p.get("phase_index") is not None and (key not in first or p["phase_index"] < first[key]["phase_index"]):
-            first[key] = p
-    by_run: dict[tuple, list[dict]] = {}
-    for p in phases:
-        by_run.setdefault((p["sweep_dir"], p["run_id"]), []).append(p)
     for r in runs:
-        ps = sorted(by_run.get((r["sweep_dir"], r["run_id"]), []), key=lambda p: p.get("phase_index") or 0)
-        r["_phases"] = ps
-        r["_last_phase"] = ps[-1] if ps else None
-        start = first.get((r["sweep_dir"], r["run_id"]), {}).get("memory_reserved_start")
+        start = starts.get((r["sweep_dir"], r["run_id"]))
         kind = device_kind(r)
         used_key, other_key = basis(kind)
         r["kind"] = kind
@@ -253,6 +243,24 @@ def enrich_runs(runs: list[dict], phases: list[dict]) -> None:
         r["other"] = r.get(other_key)
         peak = r.get("max_memory_reserved")
         r["above_start"] = peak - start if kind == "cpu" and peak is not None and start is not None else None
+        r["_phases"], r["_last_phase"] = [], None
+
+
+def attach_phases(runs: list[dict], phases: list[dict]) -> None:
+    """Give each run row, in place, its phase rows: ``_phases`` (by ``phase_index``) and
+    ``_last_phase`` (the last of them, or None).
+
+    Args:
+        runs: run rows (RUNS_SCHEMA as dicts).
+        phases: phase rows (PHASES_SCHEMA as dicts), matched to runs by (sweep_dir, run_id).
+    """
+    by_run: dict[tuple, list[dict]] = {}
+    for p in phases:
+        by_run.setdefault((p["sweep_dir"], p["run_id"]), []).append(p)
+    for r in runs:
+        ps = sorted(by_run.get((r["sweep_dir"], r["run_id"]), []), key=lambda p: p.get("phase_index") or 0)
+        r["_phases"] = ps
+        r["_last_phase"] = ps[-1] if ps else None
 
 
 def _max(values: Iterable[int | None]) -> int | None:

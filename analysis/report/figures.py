@@ -1,0 +1,110 @@
+"""The report's figures, drawn while its document is built: in worker processes when this process
+may use more than one core, else in place.
+
+The sections call ``plots.<figure>(...)`` and put the bytes returned into an ``analysis.doc.Image``.
+Given a ``FigurePool``, such a call hands the figure to a worker and returns a placeholder at
+once (bytes that are no PNG); ``FigurePool.fill`` then puts each figure's PNG bytes in the place
+of its placeholder. The figures are the same bytes either way: the same ``analysis.plots``
+functions draw them, only elsewhere.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+from memsweep.conf.contract import usable_cores
+
+from ..doc import Doc
+
+MAX_WORKERS = 4
+"""The most processes drawing a report's figures (a report has about a dozen)."""
+
+PLACEHOLDER = b"memsweep: figure being drawn "
+"""The start of a placeholder's bytes (followed by its number); never the start of a PNG."""
+
+
+def _draw(name: str, args: tuple, kwargs: dict) -> bytes:
+    """In a worker: the PNG bytes of ``analysis.plots.<name>(*args, **kwargs)``."""
+    from .. import plots
+
+    return getattr(plots, name)(*args, **kwargs)
+
+
+class FigurePool:
+    """Stands in for ``analysis.plots``: each figure is drawn in one of the worker processes of
+    ``pool``; what a figure function returns here is a placeholder until ``fill``.
+
+    Args:
+        pool: the executor whose processes draw (each imports ``analysis.plots``, or has it from
+            the fork).
+    """
+
+    def __init__(self, pool: ProcessPoolExecutor):
+        self._pool = pool
+        self._pending: dict[bytes, Future[bytes]] = {}
+
+    def __getattr__(self, name: str) -> Callable[..., bytes]:
+        if name.startswith("_"):  # a figure function's name, never a special method's
+            raise AttributeError(name)
+
+        def submit(*args: Any, **kwargs: Any) -> bytes:
+            token = PLACEHOLDER + str(len(self._pending)).encode()
+            self._pending[token] = self._pool.submit(_draw, name, args, kwargs)
+            return token
+
+        return submit
+
+    def fill(self, doc: Doc) -> None:
+        """Put the PNG bytes of each figure of ``doc`` in the place of its placeholder, waiting for
+        the figures still being drawn.
+
+        Raises:
+            Exception: what drawing a figure raised (as drawing it in place would have).
+        """
+        for image in doc.images:
+            future = self._pending.pop(image.png, None)
+            if future is not None:
+                image.png = future.result()
+
+
+def _workers() -> int:
+    """How many processes draw the figures: one per usable core (``conf.contract.usable_cores``),
+    at most ``MAX_WORKERS``; 1 (drawn in place) where a fork is not available or not safe (another
+    thread of this process alive: a fork copies the locks it may hold)."""
+    if "fork" not in mp.get_all_start_methods() or threading.active_count() > 1:
+        return 1
+    return min(usable_cores(), MAX_WORKERS)
+
+
+@contextmanager
+def figure_pool(plots: ModuleType) -> Iterator[Any]:
+    """``plots`` (``analysis.plots``, imported) or, when several cores may be used, a
+    ``FigurePool`` whose forked workers draw with it; the workers end when the block ends.
+
+    Yields:
+        What the sections call the figure functions on; fill the document with ``fill_figures``.
+    """
+    workers = _workers()
+    if workers == 1:
+        yield plots
+        return
+    # forked now, before the report's rows fill this process's memory; the workers inherit matplotlib
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
+    try:
+        pool.submit(int).result()  # a fork starts every worker at the first task
+        yield FigurePool(pool)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def fill_figures(plots: Any, doc: Doc) -> None:
+    """The figures of ``doc`` drawn: ``FigurePool.fill`` where ``plots`` is a pool; nothing to do
+    where they were drawn in place."""
+    if isinstance(plots, FigurePool):
+        plots.fill(doc)
