@@ -270,7 +270,8 @@ def _max(values: Iterable[int | None]) -> int | None:
 
 class RunIndex:
     """The runs of each frontier row's load, found by one dictionary look-up: the runs grouped once
-    per (axis, fields compared), so that finding the runs of every row stays linear in the runs.
+    per (axis, fields compared), so that finding the runs of every row stays linear in the runs;
+    and each sweep's search log, read once for all its rows (``searches``).
 
     Args:
         runs: the measured run rows.
@@ -279,6 +280,13 @@ class RunIndex:
     def __init__(self, runs: list[dict]):
         self.runs = runs
         self._groups: dict[tuple, dict[tuple, list[dict]]] = {}
+        self._searches: dict[str, dict[tuple, dict]] = {}
+
+    def searches(self, sweep_dir: str) -> dict[tuple, dict]:
+        """``analysis.frontier.search_results`` of ``sweep_dir``, read the first time it is asked for."""
+        if sweep_dir not in self._searches:
+            self._searches[sweep_dir] = search_results(sweep_dir)
+        return self._searches[sweep_dir]
 
     def of(self, row: dict) -> list[dict]:
         """The runs of one frontier row: its whole fixed load (analysis.frontier.IDENTITY, the
@@ -321,7 +329,8 @@ def analyse_axis(row: dict, runs: list[dict] | RunIndex, policy: MarginPolicy) -
         The axis's result, with ``recommended`` and ``reason`` filled in.
     """
     axis = row["axis"]
-    group = (runs if isinstance(runs, RunIndex) else RunIndex(runs)).of(row)
+    index = runs if isinstance(runs, RunIndex) else RunIndex(runs)
+    group = index.of(row)
     kind = device_kind(group[0]) if group else "unknown"
     capacity = row.get("capacity_bytes")
     margin_bytes = policy.bytes_for(capacity)
@@ -359,7 +368,7 @@ def analyse_axis(row: dict, runs: list[dict] | RunIndex, policy: MarginPolicy) -
             result.used_at_edge = row.get(f"{result.edge_names[0]}_{result.used_counter}")
         if capacity is not None and result.used_at_edge is not None:
             result.margin_at_edge = capacity - result.used_at_edge
-    result.step = _lattice_step(row)
+    result.step = _lattice_step(row, index.searches(str(row.get("sweep_dir"))))
     fitted = [(s.value, s.used) for s in stats if s.all_ok and s.used is not None]
     result.fit = fit_axis(axis, [x for x, _ in fitted], [y for _, y in fitted])
     if result.fit is not None:
@@ -368,12 +377,12 @@ def analyse_axis(row: dict, runs: list[dict] | RunIndex, policy: MarginPolicy) -
     return result
 
 
-def _lattice_step(row: dict) -> int:
+def _lattice_step(row: dict, found: dict[tuple, dict]) -> int:
     """The distance between the values the frontier sweeper could probe for ``row`` (its
     ``multiple_of`` in the ``result`` line of ``search.jsonl``, matched as
     ``analysis.frontier.frontier_rows`` matches it; a row of light probes takes its search's,
-    logged with the full protocol's warmup and repeats); 1 for a sweep over values given by hand."""
-    found = search_results(str(row.get("sweep_dir")))
+    logged with the full protocol's warmup and repeats); 1 for a sweep over values given by hand.
+    ``found``: the search results of the row's sweep (``RunIndex.searches``)."""
     key = tuple(row.get(k) for k in ROW_KEY)
     event = found.get(key + (row.get("warmup"), row.get("repeats")), found.get(key + (None, None)))
     if event is None:  # light probes (hydra.sweeper.light): the search's lattice, logged for the full protocol
