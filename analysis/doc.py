@@ -153,8 +153,14 @@ _LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")  # a Markdown link
 _BOLD = re.compile(r"\*\*([^*]+)\*\*")
 
 
+_SPECIAL = re.compile(r"[&<>`*\[]")
+"""A character that escaping or inline markup changes: text without any is its own HTML."""
+
+
 def _inline(text: str) -> str:
     """Text as HTML: escaped, with its inline markup (code, links, bold) as elements."""
+    if not _SPECIAL.search(text):
+        return text
     text = html.escape(text, quote=False)
     if "`" in text:
         text = _CODE.sub(r"<code>\1</code>", text)
