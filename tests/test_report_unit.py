@@ -718,13 +718,12 @@ def test_figures_drawn_by_worker_processes_are_the_bytes_drawn_in_place(monkeypa
 
 
 def test_a_figure_failing_in_a_worker_fails_where_its_bytes_are_wanted(monkeypatch):
-    from memsweep.analysis import plots
     from memsweep.analysis.doc import Doc, Image
     from memsweep.analysis.report import figures
 
     monkeypatch.setattr(figures, "_workers", lambda: 2)
     doc = Doc("t")
-    with figures.figure_pool(plots) as pool:
+    with figures.figure_pool() as pool:
         assert isinstance(pool, figures.FigurePool)
         doc.image(Image("x.png", pool.no_such_figure(1), "x"))
         assert doc.images[0].png.startswith(figures.PLACEHOLDER)

@@ -152,9 +152,7 @@ def build_report(
         return _build(
             runs_table, phases_table, frontier_table, policy, sweep_dirs, analysis_files, notes, name, _NoPlots()
         )
-    from .. import plots as plot_mod
-
-    with figure_pool(plot_mod) as plots:
+    with figure_pool() as plots:
         report = _build(
             runs_table, phases_table, frontier_table, policy, sweep_dirs, analysis_files, notes, name, plots
         )

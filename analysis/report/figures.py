@@ -15,7 +15,6 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
-from types import ModuleType
 from typing import Any
 
 from memsweep.conf.contract import usable_cores
@@ -41,8 +40,8 @@ class FigurePool:
     ``pool``; what a figure function returns here is a placeholder until ``fill``.
 
     Args:
-        pool: the executor whose processes draw (each imports ``analysis.plots``, or has it from
-            the fork).
+        pool: the executor whose processes draw (each imports ``analysis.plots`` as it starts, or
+            has it from the fork).
     """
 
     def __init__(self, pool: ProcessPoolExecutor):
@@ -82,22 +81,30 @@ def _workers() -> int:
     return min(usable_cores(), MAX_WORKERS)
 
 
+def _import_plots() -> None:
+    """A worker's start: import ``analysis.plots`` (matplotlib: seconds), while this process goes on."""
+    from .. import plots  # noqa: F401
+
+
 @contextmanager
-def figure_pool(plots: ModuleType) -> Iterator[Any]:
-    """``plots`` (``analysis.plots``, imported) or, when several cores may be used, a
-    ``FigurePool`` whose forked workers draw with it; the workers end when the block ends.
+def figure_pool() -> Iterator[Any]:
+    """``analysis.plots``, imported here, or, when several cores may be used, a ``FigurePool`` of
+    forked workers that import it as they start (while this process reads the rows); the workers
+    end when the block ends.
 
     Yields:
         What the sections call the figure functions on; fill the document with ``fill_figures``.
     """
     workers = _workers()
     if workers == 1:
+        from .. import plots
+
         yield plots
         return
-    # forked now, before the report's rows fill this process's memory; the workers inherit matplotlib
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"))
+    # forked now, before the report's rows fill this process's memory
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_import_plots)
     try:
-        pool.submit(int).result()  # a fork starts every worker at the first task
+        pool.submit(int)  # a fork starts every worker at the first task
         yield FigurePool(pool)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
