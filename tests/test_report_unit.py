@@ -742,3 +742,31 @@ def test_figures_are_drawn_in_place_on_one_core_or_beside_another_thread(monkeyp
     assert figures._workers() == figures.MAX_WORKERS
     monkeypatch.setattr(figures.threading, "active_count", lambda: 2)
     assert figures._workers() == 1
+
+
+def test_the_phase_rows_read_are_those_of_the_runs_asked_for_and_the_first_phase_starts_them():
+    """Phase rows of two sweeps interleaved, a dry run's among them: a run's rows come back in the
+    table's order, its start is that of its smallest phase_index, a dry run's rows never count."""
+    from memsweep.analysis.report.rows import phase_starts, phases_of, split_rows
+
+    def phase(d, run, index, start, source="measured"):
+        return dict(
+            sweep_dir=d, run_id=run, phase=f"p{index}", phase_index=index, memory_reserved_start=start, source=source
+        )
+
+    rows = [
+        phase("a", "0", 1, 11),
+        phase("b", "0", 0, 20),
+        phase("a", "0", 0, 10),
+        phase("a", "1", 0, 30),
+        phase("a", "0", 2, 12),
+        phase("a", "2", 0, 99, "predicted"),
+        phase("a", "1", None, 5),
+    ]
+    table = coerce_table(rows, PHASES_SCHEMA)
+    got = phases_of(table, [{"sweep_dir": "a", "run_id": "0"}, {"sweep_dir": "a", "run_id": "2"}])
+    assert [(p["run_id"], p["phase_index"]) for p in got] == [("0", 1), ("0", 0), ("0", 2)]
+    assert phase_starts(table) == {("a", "0"): 10, ("b", "0"): 20, ("a", "1"): 30}
+    split = split_rows(coerce_table([], RUNS_SCHEMA), table)
+    assert [(p["run_id"], p["memory_reserved_start"]) for p in split.predicted_phases] == [("2", 99)]
+    assert split.phases == []

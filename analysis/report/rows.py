@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .stats import record_unread
 
@@ -30,9 +29,24 @@ class Rows(NamedTuple):
     predicted_phases: list[dict]  # the dry runs' phase rows
 
 
-def _measured(phases: pa.Table) -> pa.Table:
-    """The phase rows not of a dry run (a null ``source`` is measured)."""
-    return phases.filter(pc.fill_null(pc.not_equal(phases["source"], PREDICTED), True))
+def _rows_at(table: pa.Table, indices: list[int]) -> list[dict]:
+    """The rows of ``table`` at ``indices`` (ascending) as dicts: each stretch of consecutive
+    indices sliced (zero-copy) and converted, so that the other rows are never turned into dicts
+    (nor pyarrow.compute imported, slow to import, for a filter)."""
+    out: list[dict] = []
+    i = 0
+    while i < len(indices):
+        j = i
+        while j + 1 < len(indices) and indices[j + 1] == indices[j] + 1:
+            j += 1
+        out += table.slice(indices[i], indices[j] - indices[i] + 1).to_pylist()
+        i = j + 1
+    return out
+
+
+def _predicted(phases: pa.Table) -> list[bool]:
+    """Per phase row, whether it is a dry run's (a null ``source`` is measured)."""
+    return [s == PREDICTED for s in phases.column("source").to_pylist()]
 
 
 def split_rows(runs_table: pa.Table, phases_table: pa.Table) -> Rows:
@@ -47,7 +61,7 @@ def split_rows(runs_table: pa.Table, phases_table: pa.Table) -> Rows:
     runs = [r for r in all_runs if r.get("source") != PREDICTED]
     unread = [r for r in runs if record_unread(r)]
     runs = [r for r in runs if not record_unread(r)]
-    predicted_phases = phases_table.filter(pc.equal(phases_table["source"], PREDICTED)).to_pylist()
+    predicted_phases = _rows_at(phases_table, [i for i, dry in enumerate(_predicted(phases_table)) if dry])
     return Rows(all_runs, runs, predicted, unread, [], predicted_phases)
 
 
@@ -55,11 +69,12 @@ def phase_starts(phases_table: pa.Table) -> dict[tuple, int | None]:
     """Each run's ``memory_reserved_start`` (bytes) of its first phase: the measured phase row of the
     smallest ``phase_index`` (the first such row on a tie), by (sweep_dir, run_id); a run whose
     phases carry no index is left out."""
-    cols = _measured(phases_table).select(["sweep_dir", "run_id", "phase_index", "memory_reserved_start"])
+    names = ["sweep_dir", "run_id", "phase_index", "memory_reserved_start"]
+    columns = [phases_table.column(n).to_pylist() for n in names]
     first: dict[tuple, tuple[int, int | None]] = {}
-    for sweep_dir, run_id, index, start in zip(*(c.to_pylist() for c in cols.columns)):
+    for dry, sweep_dir, run_id, index, start in zip(_predicted(phases_table), *columns):
         key = (sweep_dir, run_id)
-        if index is not None and (key not in first or index < first[key][0]):
+        if not dry and index is not None and (key not in first or index < first[key][0]):
             first[key] = (index, start)
     return {key: start for key, (_, start) in first.items()}
 
@@ -67,7 +82,9 @@ def phase_starts(phases_table: pa.Table) -> dict[tuple, int | None]:
 def phases_of(phases_table: pa.Table, runs: list[dict]) -> list[dict]:
     """The measured phase rows of ``runs`` (matched by sweep_dir and run_id), in the table's order."""
     keys = {(r["sweep_dir"], r["run_id"]) for r in runs}
-    measured = _measured(phases_table)
-    ids = pa.array(sorted({k[1] for k in keys}), measured.schema.field("run_id").type)
-    near = measured.filter(pc.is_in(measured["run_id"], value_set=ids))
-    return [p for p in near.to_pylist() if (p["sweep_dir"], p["run_id"]) in keys]
+    at = zip(
+        _predicted(phases_table),
+        phases_table.column("sweep_dir").to_pylist(),
+        phases_table.column("run_id").to_pylist(),
+    )
+    return _rows_at(phases_table, [i for i, (dry, d, r) in enumerate(at) if not dry and (d, r) in keys])
