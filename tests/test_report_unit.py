@@ -770,3 +770,61 @@ def test_the_phase_rows_read_are_those_of_the_runs_asked_for_and_the_first_phase
     split = split_rows(coerce_table([], RUNS_SCHEMA), table)
     assert [(p["run_id"], p["memory_reserved_start"]) for p in split.predicted_phases] == [("2", 99)]
     assert split.phases == []
+
+
+def test_a_figure_whose_worker_died_is_drawn_in_this_process(monkeypatch):
+    """The pool broken (its worker killed, say out of memory): the figure is drawn here instead, and
+    the figures asked for after it too."""
+    import os
+
+    from memsweep.analysis import plots
+    from memsweep.analysis.doc import Doc, Image
+    from memsweep.analysis.report import figures
+
+    here = os.getpid()
+    monkeypatch.setattr(plots, "axis_plot", lambda *a, **k: b"drawn here" if os.getpid() == here else os._exit(9))
+    monkeypatch.setattr(figures, "_workers", lambda: 2)
+    doc = Doc("t")
+    with figures.figure_pool() as pool:
+        doc.image(Image("a.png", pool.axis_plot(), "a"))
+        figures.fill_figures(pool, doc)
+        doc.image(Image("b.png", pool.axis_plot(), "b"))  # asked of the broken pool
+        figures.fill_figures(pool, doc)
+    assert [i.png for i in doc.images] == [b"drawn here", b"drawn here"]
+
+
+def test_figures_are_drawn_in_place_where_no_process_can_be_forked(monkeypatch):
+    import os
+
+    from memsweep.analysis import plots
+    from memsweep.analysis.report import figures
+
+    fork, forked = os.fork, []
+
+    def one_fork():  # the first worker forks, the second cannot
+        if forked:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        forked.append(fork())
+        return forked[-1]
+
+    monkeypatch.setattr(figures, "_workers", lambda: 2)
+    monkeypatch.setattr(os, "fork", one_fork)
+    with figures.figure_pool() as pool:
+        assert pool is plots
+    assert _ends(forked[0]), "the worker forked first was left waiting"
+
+
+def _ends(pid: int, within_s: float = 30.0) -> bool:
+    """Whether child ``pid`` ends (or was reaped already) within ``within_s`` seconds."""
+    import os
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:  # reaped by multiprocessing: it ended
+            return True
+        time.sleep(0.05)
+    return False

@@ -10,12 +10,14 @@ functions draw them, only elsewhere.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from memsweep.conf.contract import usable_cores
 
@@ -35,9 +37,19 @@ def _draw(name: str, args: tuple, kwargs: dict) -> bytes:
     return getattr(plots, name)(*args, **kwargs)
 
 
+class _Job(NamedTuple):
+    """A figure handed to a worker: its future and the call, to draw it here if the pool breaks."""
+
+    future: Future[bytes]
+    name: str
+    args: tuple
+    kwargs: dict
+
+
 class FigurePool:
     """Stands in for ``analysis.plots``: each figure is drawn in one of the worker processes of
-    ``pool``; what a figure function returns here is a placeholder until ``fill``.
+    ``pool``; what a figure function returns here is a placeholder until ``fill``. A figure whose
+    worker died (the pool broken: killed, out of memory) is drawn in this process instead.
 
     Args:
         pool: the executor whose processes draw (each imports ``analysis.plots`` as it starts, or
@@ -46,15 +58,20 @@ class FigurePool:
 
     def __init__(self, pool: ProcessPoolExecutor):
         self._pool = pool
-        self._pending: dict[bytes, Future[bytes]] = {}
+        self._pending: dict[bytes, _Job] = {}
+        self._count = itertools.count()
 
     def __getattr__(self, name: str) -> Callable[..., bytes]:
         if name.startswith("_"):  # a figure function's name, never a special method's
             raise AttributeError(name)
 
         def submit(*args: Any, **kwargs: Any) -> bytes:
-            token = PLACEHOLDER + str(len(self._pending)).encode()
-            self._pending[token] = self._pool.submit(_draw, name, args, kwargs)
+            try:
+                future = self._pool.submit(_draw, name, args, kwargs)
+            except BrokenProcessPool:
+                return _draw(name, args, kwargs)
+            token = PLACEHOLDER + str(next(self._count)).encode()
+            self._pending[token] = _Job(future, name, args, kwargs)
             return token
 
         return submit
@@ -67,9 +84,13 @@ class FigurePool:
             Exception: what drawing a figure raised (as drawing it in place would have).
         """
         for image in doc.images:
-            future = self._pending.pop(image.png, None)
-            if future is not None:
-                image.png = future.result()
+            job = self._pending.pop(image.png, None)
+            if job is None:
+                continue
+            try:
+                image.png = job.future.result()
+            except BrokenProcessPool:
+                image.png = _draw(job.name, job.args, job.kwargs)
 
 
 def _workers() -> int:
@@ -95,19 +116,34 @@ def figure_pool() -> Iterator[Any]:
     Yields:
         What the sections call the figure functions on; fill the document with ``fill_figures``.
     """
-    workers = _workers()
-    if workers == 1:
+    pool = _forked(_workers())
+    if pool is None:
         from .. import plots
 
         yield plots
         return
-    # forked now, before the report's rows fill this process's memory
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_import_plots)
     try:
-        pool.submit(int)  # a fork starts every worker at the first task
         yield FigurePool(pool)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _forked(workers: int) -> ProcessPoolExecutor | None:
+    """``workers`` processes forked now (before the report's rows fill this process's memory),
+    importing ``analysis.plots`` as they start; None for one worker, or where no process could be
+    forked (a process limit, no memory: the figures are then drawn in place)."""
+    if workers == 1:
+        return None
+    before = set(mp.active_children())
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_import_plots)
+    try:
+        pool.submit(int)  # a fork starts every worker at the first task
+    except OSError:
+        for started in set(mp.active_children()) - before:  # those forked before the one that failed
+            started.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        return None
+    return pool
 
 
 def fill_figures(plots: Any, doc: Doc) -> None:
