@@ -306,9 +306,20 @@ class RunIndex:
             groups = {}
             for r in self.runs:
                 if r.get(axis) is not None:
-                    groups.setdefault(tuple(_hashable(r.get(k)) for k in keys), []).append(r)
+                    groups.setdefault(_key([r.get(k) for k in keys]), []).append(r)
             self._groups[(axis, keys)] = groups
-        return groups.get(tuple(_hashable(row.get(k)) for k in keys), [])
+        return groups.get(_key([row.get(k) for k in keys]), [])
+
+
+def _key(values: list) -> tuple:
+    """Fields' values as a dictionary key: as they are, or, where one is a list or mapping, each
+    such one as its text (``_hashable``)."""
+    key = tuple(values)
+    try:
+        hash(key)
+    except TypeError:
+        return tuple(_hashable(v) for v in values)
+    return key
 
 
 def _hashable(value):
