@@ -148,11 +148,25 @@ def _numeric_column(rows: list[list[str]], i: int) -> bool:
     return bool(cells) and all(_NUM.match(c) for c in cells)
 
 
+_CODE = re.compile(r"`([^`]+)`")
+_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")  # a Markdown link
+_BOLD = re.compile(r"\*\*([^*]+)\*\*")
+
+
+_SPECIAL = re.compile(r"[&<>`*\[]")
+"""A character that escaping or inline markup changes: text without any is its own HTML."""
+
+
 def _inline(text: str) -> str:
+    """Text as HTML: escaped, with its inline markup (code, links, bold) as elements."""
+    if not _SPECIAL.search(text):
+        return text
     text = html.escape(text, quote=False)
-    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", text)
-    text = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", r'<a href="\2">\1</a>', text)  # a Markdown link
-    return re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", text)
+    if "`" in text:
+        text = _CODE.sub(r"<code>\1</code>", text)
+    if "](" in text:
+        text = _LINK.sub(r'<a href="\2">\1</a>', text)
+    return _BOLD.sub(r"<strong>\1</strong>", text) if "**" in text else text
 
 
 _CSS = """

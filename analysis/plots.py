@@ -42,10 +42,16 @@ def png_bytes(fig) -> bytes:
 
 
 def _png(fig) -> bytes:
+    """The figure as PNG bytes at ``_DPI``, cropped to what it draws (matplotlib's
+    ``bbox_inches="tight"`` box, measured here at the figure's layout so that saving draws it once
+    instead of twice), its x tick labels thinned (``thin_xticklabels``); the figure is closed."""
+    fig.set_dpi(_DPI)
     for ax in fig.axes:
         thin_xticklabels(ax)
+    box = fig.get_tightbbox(fig.canvas.get_renderer())
+    pad = matplotlib.rcParams["savefig.pad_inches"]
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=_DPI, bbox_inches=box.padded(pad, pad))
     plt.close(fig)
     return buf.getvalue()
 
@@ -58,19 +64,19 @@ def thin_xticklabels(ax, first: Sequence = ()) -> None:
     """Hide the x tick labels that would overlap another: the labels whose text is in ``first``
     are kept first, then the two ends, then the others from left to right, each only where it
     clears every label kept (by ``_LABEL_GAP_PX``); the tick marks stay. Measured with the
-    figure's renderer, at its final layout; rotated labels are left as they are.
+    figure's renderer at its current layout, without drawing the figure (``Axis.get_ticklabels``
+    places the labels); rotated labels are left as they are.
 
     Args:
-        ax: the axes (its figure is drawn to measure the labels).
+        ax: the axes (its layout set: limits, scale, ticks and the figure's margins).
         first: values whose labels matter most (e.g. the frontier's two edges).
     """
     from matplotlib.transforms import Bbox
 
-    if sum(1 for t in ax.get_xticklabels() if t.get_text()) < 2:
-        return
-    ax.figure.canvas.draw()  # the labels' positions are set when the figure is drawn
     # rotated labels (the split plot's phase names) are set apart by their angle, their boxes not
     labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text() and not t.get_rotation()]
+    if len(labels) < 2:
+        return
     renderer = ax.figure.canvas.get_renderer()
     wanted = {str(v) for v in first}
     order = sorted(

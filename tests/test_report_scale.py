@@ -41,7 +41,12 @@ def test_a_report_of_many_loads_is_bounded_and_reaches_every_load(many, tmp_path
         r"\b160\b", " ".join(b[1] for b in report.doc.blocks if b[0] == "p" and "failed otherwise" in b[1])
     )
     # the synthesized crash (run 5) is named on the page, with its directory
-    assert "`5` (crash" in md.read_text()
+    text = md.read_text()
+    assert "`5` (crash" in text
+    # the loads shown in full have their runs' phases (read for them alone): the rise of the peak
+    # by phase, and the current counters at the end of the edge run's last phase
+    assert text.count("#### Phases (") == FULL_LOADS, text
+    assert len(re.findall(r"^\| memory_allocated \| \d+ \|", text, re.M)) == FULL_LOADS, text
     # ... and in its load's runs table, as a crash with the signal that ended it
     assert any("<td>crash</td>" in p.read_text() and "killed by signal 9 (synthesized)" in p.read_text() for p in pages)
 

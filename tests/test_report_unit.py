@@ -697,3 +697,134 @@ def test_a_frontier_search_floors_the_fits_limits_to_its_multiple_of(tmp_path, p
     (axis,) = report_of(runs, phases).axes
     assert axis.step == 8 and (axis.frontier.get("strategy") == "model" or protocol != (1, 1))
     assert axis.limits == {"capacity": 40, "capacity - margin": 32} and axis.margin_limit_unmeasured == 32
+
+
+def _edge_sweep():
+    """A batch sweep over 4 values, the last out of memory: plots of every kind the report draws."""
+    return make("s", [(b, "ok" if b < 8 else "oom", b * 64 * MiB, b * 48 * MiB) for b in (1, 2, 4, 8)])
+
+
+def test_figures_drawn_by_worker_processes_are_the_bytes_drawn_in_place(monkeypatch):
+    """The report's figures handed to forked workers (``figures.FigurePool``) come back as the PNG
+    bytes drawing them in this process gives, in the same places of the document."""
+    from memsweep.analysis.report import figures
+
+    monkeypatch.setattr(figures, "_workers", lambda: 1)
+    here = report_of(*_edge_sweep(), plots=True)
+    monkeypatch.setattr(figures, "_workers", lambda: 2)
+    there = report_of(*_edge_sweep(), plots=True)
+    assert len(here.doc.images) >= 3 and all(i.png.startswith(b"\x89PNG") for i in here.doc.images)
+    assert [(i.name, i.png) for i in there.doc.images] == [(i.name, i.png) for i in here.doc.images]
+
+
+def test_a_figure_failing_in_a_worker_fails_where_its_bytes_are_wanted(monkeypatch):
+    from memsweep.analysis.doc import Doc, Image
+    from memsweep.analysis.report import figures
+
+    monkeypatch.setattr(figures, "_workers", lambda: 2)
+    doc = Doc("t")
+    with figures.figure_pool() as pool:
+        assert isinstance(pool, figures.FigurePool)
+        doc.image(Image("x.png", pool.no_such_figure(1), "x"))
+        assert doc.images[0].png.startswith(figures.PLACEHOLDER)
+        with pytest.raises(AttributeError, match="no_such_figure"):
+            figures.fill_figures(pool, doc)
+
+
+def test_figures_are_drawn_in_place_on_one_core_or_beside_another_thread(monkeypatch):
+    """A fork copies the locks other threads hold: with one alive (or one core) nothing is forked."""
+    from memsweep.analysis.report import figures
+
+    monkeypatch.setattr(figures, "usable_cores", lambda: 1)
+    assert figures._workers() == 1
+    monkeypatch.setattr(figures, "usable_cores", lambda: 64)
+    monkeypatch.setattr(figures.threading, "active_count", lambda: 1)
+    assert figures._workers() == figures.MAX_WORKERS
+    monkeypatch.setattr(figures.threading, "active_count", lambda: 2)
+    assert figures._workers() == 1
+
+
+def test_the_phase_rows_read_are_those_of_the_runs_asked_for_and_the_first_phase_starts_them():
+    """Phase rows of two sweeps interleaved, a dry run's among them: a run's rows come back in the
+    table's order, its start is that of its smallest phase_index, a dry run's rows never count."""
+    from memsweep.analysis.report.rows import phase_starts, phases_of, split_rows
+
+    def phase(d, run, index, start, source="measured"):
+        return dict(
+            sweep_dir=d, run_id=run, phase=f"p{index}", phase_index=index, memory_reserved_start=start, source=source
+        )
+
+    rows = [
+        phase("a", "0", 1, 11),
+        phase("b", "0", 0, 20),
+        phase("a", "0", 0, 10),
+        phase("a", "1", 0, 30),
+        phase("a", "0", 2, 12),
+        phase("a", "2", 0, 99, "predicted"),
+        phase("a", "1", None, 5),
+    ]
+    table = coerce_table(rows, PHASES_SCHEMA)
+    got = phases_of(table, [{"sweep_dir": "a", "run_id": "0"}, {"sweep_dir": "a", "run_id": "2"}])
+    assert [(p["run_id"], p["phase_index"]) for p in got] == [("0", 1), ("0", 0), ("0", 2)]
+    assert phase_starts(table) == {("a", "0"): 10, ("b", "0"): 20, ("a", "1"): 30}
+    split = split_rows(coerce_table([], RUNS_SCHEMA), table)
+    assert [(p["run_id"], p["memory_reserved_start"]) for p in split.predicted_phases] == [("2", 99)]
+    assert split.phases == []
+
+
+def test_a_figure_whose_worker_died_is_drawn_in_this_process(monkeypatch):
+    """The pool broken (its worker killed, say out of memory): the figure is drawn here instead, and
+    the figures asked for after it too."""
+    import os
+
+    from memsweep.analysis import plots
+    from memsweep.analysis.doc import Doc, Image
+    from memsweep.analysis.report import figures
+
+    here = os.getpid()
+    monkeypatch.setattr(plots, "axis_plot", lambda *a, **k: b"drawn here" if os.getpid() == here else os._exit(9))
+    monkeypatch.setattr(figures, "_workers", lambda: 2)
+    doc = Doc("t")
+    with figures.figure_pool() as pool:
+        doc.image(Image("a.png", pool.axis_plot(), "a"))
+        figures.fill_figures(pool, doc)
+        doc.image(Image("b.png", pool.axis_plot(), "b"))  # asked of the broken pool
+        figures.fill_figures(pool, doc)
+    assert [i.png for i in doc.images] == [b"drawn here", b"drawn here"]
+
+
+def test_figures_are_drawn_in_place_where_no_process_can_be_forked(monkeypatch):
+    import os
+
+    from memsweep.analysis import plots
+    from memsweep.analysis.report import figures
+
+    fork, forked = os.fork, []
+
+    def one_fork():  # the first worker forks, the second cannot
+        if forked:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        forked.append(fork())
+        return forked[-1]
+
+    monkeypatch.setattr(figures, "_workers", lambda: 2)
+    monkeypatch.setattr(os, "fork", one_fork)
+    with figures.figure_pool() as pool:
+        assert pool is plots
+    assert _ends(forked[0]), "the worker forked first was left waiting"
+
+
+def _ends(pid: int, within_s: float = 30.0) -> bool:
+    """Whether child ``pid`` ends (or was reaped already) within ``within_s`` seconds."""
+    import os
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:  # reaped by multiprocessing: it ended
+            return True
+        time.sleep(0.05)
+    return False

@@ -5,23 +5,24 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 import pyarrow as pa
 
 from memsweep.estimator.margin import MarginPolicy, parse_margin
 
 from ..doc import Doc
+from .figures import figure_pool, fill_figures
 from .fmt import dry_runs_text, unread_text
 from .loading import loading_section
 from .model_states import model_states_section
+from .rows import Rows, phase_starts, phases_of, split_rows
 from .sections_answer import answer_section
 from .sections_calculated import calculated_section
 from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
 from .sections_observed import observed_section
 from .sections_scale import failures_section, load_page, loads_section, page_name, shown_axes
 from .sections_summary import summary_card
-from .stats import AxisResult, RunIndex, analyse_axis, enrich_runs, record_unread, tell_loads_apart
+from .stats import AxisResult, RunIndex, analyse_axis, attach_phases, enrich_runs, tell_loads_apart
 from .throughput import throughput_section
 
 
@@ -33,7 +34,8 @@ class Report:
         doc: the document (analysis.doc.Doc), plots included as PNG bytes.
         axes: one result per frontier row (``stats.AxisResult``).
         policy: the margin policy applied.
-        runs: the measured run rows, enriched (``stats.enrich_runs``); a dry run is in ``predicted``.
+        runs: the measured run rows, enriched (``stats.enrich_runs``; their phase rows attached,
+            ``stats.attach_phases``, where shown in full); a dry run is in ``predicted``.
         has_estimate: True when the runs table has an ``est_*`` column holding a value.
         predicted: the dry runs (source ``predicted``), never part of an observed figure.
         notes: what was given twice and read once (``analysis.tables.unique_dirs``), one line each.
@@ -60,31 +62,6 @@ class _NoPlots:
         return lambda *args, **kwargs: b""
 
 
-class _Rows(NamedTuple):
-    """The rows of the analysis tables, kept apart by what they are."""
-
-    all_runs: list[dict]  # every run row, dry runs and unread records included
-    runs: list[dict]  # the measured runs whose record was read
-    predicted: list[dict]  # the dry runs (source "predicted")
-    unread: list[dict]  # runs whose record could not be read
-    phases: list[dict]  # the measured phase rows
-    predicted_phases: list[dict]  # the dry runs' phase rows
-
-
-def _rows(runs_table: pa.Table, phases_table: pa.Table) -> _Rows:
-    """Split the tables' rows: a dry run (source "predicted": fake tensors, nothing measured) is never
-    an observation, and a run whose record could not be read is neither measured nor unfinished."""
-    all_runs = runs_table.to_pylist()
-    predicted = [r for r in all_runs if r.get("source") == "predicted"]
-    runs = [r for r in all_runs if r.get("source") != "predicted"]
-    unread = [r for r in runs if record_unread(r)]
-    runs = [r for r in runs if not record_unread(r)]
-    all_phases = phases_table.to_pylist()
-    phases = [p for p in all_phases if p.get("source") != "predicted"]
-    predicted_phases = [p for p in all_phases if p.get("source") == "predicted"]
-    return _Rows(all_runs, runs, predicted, unread, phases, predicted_phases)
-
-
 def _title(all_runs: list[dict]) -> str:
     """The report's title: its workloads, modes and devices."""
     if not all_runs:
@@ -100,7 +77,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
-def _intro(doc: Doc, rows: _Rows, sweep_dirs: list[Path] | None, notes: list[str], kinds: list[str]) -> None:
+def _intro(doc: Doc, rows: Rows, sweep_dirs: list[Path] | None, notes: list[str], kinds: list[str]) -> None:
     """The paragraph after the answer (when generated, from what) and its notes: what was read once,
     unread records, dry runs, CPU counters."""
     runs, predicted, unread = rows.runs, rows.predicted, rows.unread
@@ -171,13 +148,35 @@ def build_report(
         The report: its document (plots rendered here, as PNG bytes) and what it computed.
     """
     # matplotlib (behind analysis.plots) takes seconds to import: only when plots are drawn
-    from .. import plots as plot_mod
+    if not render_plots:
+        return _build(
+            runs_table, phases_table, frontier_table, policy, sweep_dirs, analysis_files, notes, name, _NoPlots()
+        )
+    with figure_pool() as plots:
+        report = _build(
+            runs_table, phases_table, frontier_table, policy, sweep_dirs, analysis_files, notes, name, plots
+        )
+        fill_figures(plots, report.doc)
+    return report
 
-    plots = plot_mod if render_plots else _NoPlots()
+
+def _build(
+    runs_table: pa.Table,
+    phases_table: pa.Table,
+    frontier_table: pa.Table,
+    policy: MarginPolicy | None,
+    sweep_dirs: list[Path] | None,
+    analysis_files: list[Path] | None,
+    notes: list[str] | None,
+    name: str,
+    plots,
+) -> Report:
+    """``build_report``'s work, its figures drawn by ``plots`` (``analysis.plots``, a
+    ``figures.FigurePool`` or ``_NoPlots``)."""
     policy = policy or parse_margin(None)
-    rows = _rows(runs_table, phases_table)
+    rows = split_rows(runs_table, phases_table)
     runs, predicted = rows.runs, rows.predicted
-    axes = _axes(frontier_table, rows, policy)
+    axes = _axes(frontier_table, rows, phase_starts(phases_table), policy)
     # the estimator's columns, when it filled any (a column of nulls is no estimate)
     est_cols = [c for c in runs_table.column_names if c.startswith("est_") and any(r.get(c) is not None for r in runs)]
     kinds, notes = sorted({r["kind"] for r in runs}), list(notes or [])
@@ -198,12 +197,14 @@ def build_report(
     if len(shown) < len(axes):
         _scale_sections(doc, report, rows, axes, name)
         rows = _rows_of(rows, shown)
+    rows = rows._replace(phases=phases_of(phases_table, rows.runs))
+    attach_phases(rows.runs, rows.phases)
     _sections(doc, rows, shown, policy, est_cols, kinds, plots)
     raw_section(doc, rows.all_runs, shown, sweep_dirs, analysis_files)
     return report
 
 
-def _scale_sections(doc: Doc, report: Report, rows: _Rows, axes: list[AxisResult], name: str) -> None:
+def _scale_sections(doc: Doc, report: Report, rows: Rows, axes: list[AxisResult], name: str) -> None:
     """A sweep of many loads: every load in one table, failures and outliers named, one page per load
     (in ``<name>_loads/``, ``write.report_paths``)."""
     loads_section(doc, axes, f"{name}_loads")
@@ -211,20 +212,19 @@ def _scale_sections(doc: Doc, report: Report, rows: _Rows, axes: list[AxisResult
     report.pages = {page_name(i): load_page(a, f"{name}.html") for i, a in enumerate(axes)}
 
 
-def _rows_of(rows: _Rows, axes: list[AxisResult]) -> _Rows:
-    """The rows of the runs of ``axes`` only (and their phases), for the sections shown in full."""
+def _rows_of(rows: Rows, axes: list[AxisResult]) -> Rows:
+    """The rows of the runs of ``axes`` only, for the sections shown in full."""
     ids = {id(r) for a in axes for r in a.runs}
-    runs = [r for r in rows.runs if id(r) in ids]
-    keys = {(r["sweep_dir"], r["run_id"]) for r in runs}
-    phases = [p for p in rows.phases if (p["sweep_dir"], p["run_id"]) in keys]
-    return rows._replace(runs=runs, phases=phases)
+    return rows._replace(runs=[r for r in rows.runs if id(r) in ids])
 
 
-def _axes(frontier_table: pa.Table, rows: _Rows, policy: MarginPolicy) -> list[AxisResult]:
-    """One result per frontier row; the measured runs are enriched (``stats.enrich_runs``) in place.
-    Loads that would carry the same title are told apart, and the sweep directory is named when
-    there are several."""
-    enrich_runs(rows.runs, rows.phases)
+def _axes(
+    frontier_table: pa.Table, rows: Rows, starts: dict[tuple, int | None], policy: MarginPolicy
+) -> list[AxisResult]:
+    """One result per frontier row; the measured runs are enriched (``stats.enrich_runs``, with their
+    first phases' ``starts``) in place. Loads that would carry the same title are told apart, and the
+    sweep directory is named when there are several."""
+    enrich_runs(rows.runs, starts)
     index = RunIndex(rows.runs)
     axes = [analyse_axis(row, index, policy) for row in frontier_table.to_pylist()]
     tell_loads_apart(axes)
@@ -236,7 +236,7 @@ def _axes(frontier_table: pa.Table, rows: _Rows, policy: MarginPolicy) -> list[A
 
 def _sections(
     doc: Doc,
-    rows: _Rows,
+    rows: Rows,
     axes: list[AxisResult],
     policy: MarginPolicy,
     est_cols: list[str],

@@ -27,7 +27,7 @@ class ValueStat:
 
     Attributes:
         value: the value of the swept axis (an int; a dtype name for the dtype axis).
-        runs: the run rows at this value (enriched by ``enrich_runs``).
+        runs: the run rows at this value (enriched by ``enrich_runs``, ``attach_phases``).
         outcomes: how many of them ended with each outcome (``ok``, ``oom``, ``error``, ...).
         used: the peak compared with the capacity (``basis``): the largest over the runs that
             ran ok, else over all runs (a partial peak, before the failure).
@@ -221,30 +221,20 @@ def record_unread(run: dict) -> bool:
     return bool(run.get("record_problem")) and run.get("outcome") is None
 
 
-def enrich_runs(runs: list[dict], phases: list[dict]) -> None:
+def enrich_runs(runs: list[dict], starts: dict[tuple, int | None]) -> None:
     """Add to each run row, in place, what the report reads from it besides the runs table.
 
     Args:
         runs: run rows (RUNS_SCHEMA as dicts). Each gets ``kind`` (``device_kind``),
             ``used``/``other`` (the peaks of ``basis``'s two counters, bytes), ``rss_start`` (CPU:
             the first phase's ``memory_reserved_start``, bytes), ``above_start`` (CPU: peak
-            resident set minus ``rss_start``, bytes), ``_phases`` (its phase rows, by
-            ``phase_index``) and ``_last_phase`` (the last of them, or None).
-        phases: phase rows (PHASES_SCHEMA as dicts), matched to runs by (sweep_dir, run_id).
+            resident set minus ``rss_start``, bytes), and no phase rows yet (``_phases`` empty,
+            ``_last_phase`` None: ``attach_phases`` adds them).
+        starts: each run's first phase's ``memory_reserved_start`` by (sweep_dir, run_id)
+            (``rows.phase_starts``).
     """
-    first: dict[tuple, dict] = {}
-    for p in phases:
-        key = (p["sweep_dir"], p["run_id"])
-        if p.get("phase_index") is not None and (key not in first or p["phase_index"] < first[key]["phase_index"]):
-            first[key] = p
-    by_run: dict[tuple, list[dict]] = {}
-    for p in phases:
-        by_run.setdefault((p["sweep_dir"], p["run_id"]), []).append(p)
     for r in runs:
-        ps = sorted(by_run.get((r["sweep_dir"], r["run_id"]), []), key=lambda p: p.get("phase_index") or 0)
-        r["_phases"] = ps
-        r["_last_phase"] = ps[-1] if ps else None
-        start = first.get((r["sweep_dir"], r["run_id"]), {}).get("memory_reserved_start")
+        start = starts.get((r["sweep_dir"], r["run_id"]))
         kind = device_kind(r)
         used_key, other_key = basis(kind)
         r["kind"] = kind
@@ -253,6 +243,24 @@ def enrich_runs(runs: list[dict], phases: list[dict]) -> None:
         r["other"] = r.get(other_key)
         peak = r.get("max_memory_reserved")
         r["above_start"] = peak - start if kind == "cpu" and peak is not None and start is not None else None
+        r["_phases"], r["_last_phase"] = [], None
+
+
+def attach_phases(runs: list[dict], phases: list[dict]) -> None:
+    """Give each run row, in place, its phase rows: ``_phases`` (by ``phase_index``) and
+    ``_last_phase`` (the last of them, or None).
+
+    Args:
+        runs: run rows (RUNS_SCHEMA as dicts).
+        phases: phase rows (PHASES_SCHEMA as dicts), matched to runs by (sweep_dir, run_id).
+    """
+    by_run: dict[tuple, list[dict]] = {}
+    for p in phases:
+        by_run.setdefault((p["sweep_dir"], p["run_id"]), []).append(p)
+    for r in runs:
+        ps = sorted(by_run.get((r["sweep_dir"], r["run_id"]), []), key=lambda p: p.get("phase_index") or 0)
+        r["_phases"] = ps
+        r["_last_phase"] = ps[-1] if ps else None
 
 
 def _max(values: Iterable[int | None]) -> int | None:
@@ -262,7 +270,8 @@ def _max(values: Iterable[int | None]) -> int | None:
 
 class RunIndex:
     """The runs of each frontier row's load, found by one dictionary look-up: the runs grouped once
-    per (axis, fields compared), so that finding the runs of every row stays linear in the runs.
+    per (axis, fields compared), so that finding the runs of every row stays linear in the runs;
+    and each sweep's search log, read once for all its rows (``searches``).
 
     Args:
         runs: the measured run rows.
@@ -271,6 +280,13 @@ class RunIndex:
     def __init__(self, runs: list[dict]):
         self.runs = runs
         self._groups: dict[tuple, dict[tuple, list[dict]]] = {}
+        self._searches: dict[str, dict[tuple, dict]] = {}
+
+    def searches(self, sweep_dir: str) -> dict[tuple, dict]:
+        """``analysis.frontier.search_results`` of ``sweep_dir``, read the first time it is asked for."""
+        if sweep_dir not in self._searches:
+            self._searches[sweep_dir] = search_results(sweep_dir)
+        return self._searches[sweep_dir]
 
     def of(self, row: dict) -> list[dict]:
         """The runs of one frontier row: its whole fixed load (analysis.frontier.IDENTITY, the
@@ -290,9 +306,20 @@ class RunIndex:
             groups = {}
             for r in self.runs:
                 if r.get(axis) is not None:
-                    groups.setdefault(tuple(_hashable(r.get(k)) for k in keys), []).append(r)
+                    groups.setdefault(_key([r.get(k) for k in keys]), []).append(r)
             self._groups[(axis, keys)] = groups
-        return groups.get(tuple(_hashable(row.get(k)) for k in keys), [])
+        return groups.get(_key([row.get(k) for k in keys]), [])
+
+
+def _key(values: list) -> tuple:
+    """Fields' values as a dictionary key: as they are, or, where one is a list or mapping, each
+    such one as its text (``_hashable``)."""
+    key = tuple(values)
+    try:
+        hash(key)
+    except TypeError:
+        return tuple(_hashable(v) for v in values)
+    return key
 
 
 def _hashable(value):
@@ -313,7 +340,8 @@ def analyse_axis(row: dict, runs: list[dict] | RunIndex, policy: MarginPolicy) -
         The axis's result, with ``recommended`` and ``reason`` filled in.
     """
     axis = row["axis"]
-    group = (runs if isinstance(runs, RunIndex) else RunIndex(runs)).of(row)
+    index = runs if isinstance(runs, RunIndex) else RunIndex(runs)
+    group = index.of(row)
     kind = device_kind(group[0]) if group else "unknown"
     capacity = row.get("capacity_bytes")
     margin_bytes = policy.bytes_for(capacity)
@@ -351,7 +379,7 @@ def analyse_axis(row: dict, runs: list[dict] | RunIndex, policy: MarginPolicy) -
             result.used_at_edge = row.get(f"{result.edge_names[0]}_{result.used_counter}")
         if capacity is not None and result.used_at_edge is not None:
             result.margin_at_edge = capacity - result.used_at_edge
-    result.step = _lattice_step(row)
+    result.step = _lattice_step(row, index.searches(str(row.get("sweep_dir"))))
     fitted = [(s.value, s.used) for s in stats if s.all_ok and s.used is not None]
     result.fit = fit_axis(axis, [x for x, _ in fitted], [y for _, y in fitted])
     if result.fit is not None:
@@ -360,12 +388,12 @@ def analyse_axis(row: dict, runs: list[dict] | RunIndex, policy: MarginPolicy) -
     return result
 
 
-def _lattice_step(row: dict) -> int:
+def _lattice_step(row: dict, found: dict[tuple, dict]) -> int:
     """The distance between the values the frontier sweeper could probe for ``row`` (its
     ``multiple_of`` in the ``result`` line of ``search.jsonl``, matched as
     ``analysis.frontier.frontier_rows`` matches it; a row of light probes takes its search's,
-    logged with the full protocol's warmup and repeats); 1 for a sweep over values given by hand."""
-    found = search_results(str(row.get("sweep_dir")))
+    logged with the full protocol's warmup and repeats); 1 for a sweep over values given by hand.
+    ``found``: the search results of the row's sweep (``RunIndex.searches``)."""
     key = tuple(row.get(k) for k in ROW_KEY)
     event = found.get(key + (row.get("warmup"), row.get("repeats")), found.get(key + (None, None)))
     if event is None:  # light probes (hydra.sweeper.light): the search's lattice, logged for the full protocol
