@@ -68,6 +68,18 @@ def tiny():
 
 
 @pytest.fixture(scope="session")
+def forked_memsweep():
+    """``forked_memsweep.run(argv, cwd)``: ``memsweep ARGV`` as a process of its own, forked from a
+    server that imported the command line once (tests/forked_cli.py), answered as ``subprocess.run``
+    answers; for the tables of commands that are refused before any worker starts."""
+    from tests.forked_cli import ForkedCLI
+
+    cli = ForkedCLI()
+    yield cli
+    cli.close()
+
+
+@pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory):
     """A real one-node SLURM cluster (tests/slurm_cluster.py), started once per session; the tests
     that use it skip, saying why, where it cannot start (not root, SLURM not installed). Its
