@@ -1,5 +1,9 @@
 """Bad input, table-driven: each case fails with a message naming the field (and what is
-accepted), a non-zero exit, and nothing written or overwritten. Parsers fuzzed with hypothesis."""
+accepted), a non-zero exit, and nothing written or overwritten. Parsers fuzzed with hypothesis.
+
+The tables' commands are each a process of their own forked from one server that imported the
+command line once (the ``forked_memsweep`` fixture, tests/forked_cli.py); the console script itself
+runs the other commands here and the refusals of tests/test_cli.py."""
 
 import dataclasses
 import json
@@ -155,18 +159,14 @@ def case_id(case):
 
 
 @pytest.mark.parametrize("args, message", CASES, ids=[case_id(c) for c in CASES])
-def test_bad_sweep_input(tmp_path, args, message):
+def test_bad_sweep_input(tmp_path, forked_memsweep, args, message):
     results = tmp_path / "res"
     sentinel = results / "keep.txt"
     sentinel.parent.mkdir()
     sentinel.write_text("earlier results")
     # sweep=none and tiny sizes: were a case wrongly accepted, it would cost one small run, not a sweep.
-    proc = subprocess.run(
-        [MEMSWEEP, "sweep", "sweep=none", f"results_dir={results}", *TINY, *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = forked_memsweep.run(
+        ["sweep", "sweep=none", f"results_dir={results}", *TINY, *args], cwd=tmp_path, timeout=300
     )
     assert proc.returncode in (1, 2), proc.returncode  # documented: 2 refused, 1 Hydra could not compose
     assert message in proc.stderr, proc.stderr[-2000:]
@@ -341,8 +341,8 @@ def test_at_least_thirty_cases():
         (["analyze"], 2, "SWEEP_DIR"),
     ],
 )
-def test_bad_command_lines(tmp_path, argv, code, message):
-    proc = subprocess.run([MEMSWEEP, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+def test_bad_command_lines(tmp_path, forked_memsweep, argv, code, message):
+    proc = forked_memsweep.run(argv, cwd=tmp_path)
     assert proc.returncode == code and message in proc.stderr
 
 
@@ -362,14 +362,8 @@ def test_bad_command_lines(tmp_path, argv, code, message):
         (["hydra.run.dir=/etc"], "invalid hydra.run.dir='/etc': expected a new or empty directory"),
     ],
 )
-def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, args, message):
-    proc = subprocess.run(
-        [MEMSWEEP, "predict", "capacity=1GiB", "context=8", "width=16", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, forked_memsweep, args, message):
+    proc = forked_memsweep.run(["predict", "capacity=1GiB", "context=8", "width=16", *args], cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.rglob("*")), "nothing written"
@@ -403,14 +397,8 @@ def test_predict_refuses_in_one_line_before_any_dry_run(tmp_path, args, message)
         ),
     ],
 )
-def test_run_refuses_before_any_worker_and_leaves_nothing(tmp_path, args, message):
-    proc = subprocess.run(
-        [MEMSWEEP, "run", f"hydra.run.dir={tmp_path / 'run'}", *TINY, *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_run_refuses_before_any_worker_and_leaves_nothing(tmp_path, forked_memsweep, args, message):
+    proc = forked_memsweep.run(["run", f"hydra.run.dir={tmp_path / 'run'}", *TINY, *args], cwd=tmp_path)
     assert proc.returncode == 2 and message in proc.stderr, (proc.returncode, proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.rglob("*")), "nothing written"
@@ -589,9 +577,9 @@ def test_a_record_nested_too_deeply_is_an_unreadable_record_not_a_traceback(tmp_
 
 
 @pytest.mark.parametrize("command", ["analyze", "report"])
-def test_an_empty_directory_and_a_whole_file_system_are_no_sweep(tmp_path, command):
+def test_an_empty_directory_and_a_whole_file_system_are_no_sweep(tmp_path, forked_memsweep, command):
     for target in (tmp_path, "/"):
-        proc = subprocess.run([MEMSWEEP, command, str(target)], capture_output=True, text=True, timeout=120)
+        proc = forked_memsweep.run([command, str(target)], cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
