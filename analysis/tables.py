@@ -498,6 +498,10 @@ def repeated_dirs(sweep_dirs: Iterable[Path]) -> RepeatedDirs:
     return RepeatedDirs(list(kept.values()), repeats)
 
 
+MISSING_SHOWN = 20
+"""The missing runs of one sweep named one line each (``sweep_run_dirs``); one line counts the rest."""
+
+
 def sweep_run_dirs(sweep_dir: Path, problems: list[str], runs: SweepRuns | None = None) -> list[Path]:
     """The run directories of the sweep in ``sweep_dir`` (``conf.contract.sweep_runs``: those its
     manifest lists), a line added to ``problems`` for each one it launched that is missing.
@@ -511,8 +515,15 @@ def sweep_run_dirs(sweep_dir: Path, problems: list[str], runs: SweepRuns | None 
         RecordError: the sweep's manifest cannot be read.
     """
     runs = sweep_runs(sweep_dir) if runs is None else runs
-    for run_dir in runs.missing:
-        problems.append(f"{run_dir}: a run of this sweep is missing (no spec.json: deleted, or never started)")
+    for run_dir in runs.missing[:MISSING_SHOWN]:
+        problems.append(
+            f"{run_dir}: a run of this sweep is missing (no spec.json of its own: deleted, never started, "
+            "or a link put in its place)"
+        )
+    if len(runs.missing) > MISSING_SHOWN:
+        problems.append(
+            f"{sweep_dir}: {len(runs.missing) - MISSING_SHOWN} more runs of this sweep's manifest are missing"
+        )
     return runs.run_dirs
 
 

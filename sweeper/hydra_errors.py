@@ -17,10 +17,7 @@ import os
 import traceback
 from collections.abc import Iterator
 
-from memsweep.conf.contract import EXIT_BAD_INPUT, SpecError
-
-EXIT_STOPPED = 1
-"""The exit status of a sweep or run that could not go on (a file it could not write or read)."""
+from memsweep.conf.contract import EXIT_BAD_INPUT, EXIT_STOPPED, SpecError
 
 FULL_ERROR_ENV = "HYDRA_FULL_ERROR"
 

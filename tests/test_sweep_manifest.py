@@ -56,6 +56,45 @@ def test_a_sweep_reads_exactly_its_listed_runs_and_names_a_missing_one(tmp_path)
     assert any("1: a run of this sweep is missing" in p for p in tables.problems), tables.problems
 
 
+def test_a_running_sweeps_ended_run_without_its_spec_and_a_linked_run_are_missing(tmp_path):
+    """While the sweep runs (its lock held, as during its own end-of-sweep analysis), a run folder
+    without spec.json is starting only while it has no result.json; one that ended without it was
+    deleted mid-run and is named. A run folder replaced by a link to another sweep's run is not read."""
+    sweep, other = tmp_path / "s", tmp_path / "other"
+    sweep.mkdir()
+    fd = hold_sweep_lock(sweep, "this sweep")
+    try:
+        for name in ("0", "1", "2", "3"):
+            register_run(sweep, _run_dir(sweep, name), [f"batch={name}"], "sess")
+        (sweep / "1" / "spec.json").unlink()  # starting: no spec.json yet, no result.json
+        (sweep / "2" / "spec.json").unlink()  # deleted mid-run: the worker wrote its result after
+        (sweep / "2" / "result.json").write_text("{}")
+        (sweep / "3" / "spec.json").unlink()
+        (sweep / "3").rmdir()
+        (sweep / "3").symlink_to(_run_dir(other, "0"), target_is_directory=True)  # a foreign run put in place
+        assert sweep_running(sweep)
+        runs = sweep_runs(sweep)
+        assert [p.name for p in runs.run_dirs] == ["0"]
+        assert sorted(p.name for p in runs.missing) == ["2", "3"]
+    finally:
+        os.close(fd)
+
+
+def test_a_manifest_of_very_many_missing_runs_names_a_few_and_counts_the_rest(tmp_path):
+    from memsweep.analysis.tables import MISSING_SHOWN, sweep_run_dirs
+
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    start_manifest(sweep)
+    register_run(sweep, _run_dir(sweep, "0"), ["batch=1"], "sess")
+    data = json.loads((sweep / SWEEP_FILE).read_text())
+    data["runs"] += [{"run_id": str(i), "overrides": [], "session": "sess"} for i in range(1, 1001)]
+    (sweep / SWEEP_FILE).write_text(json.dumps(data))
+    problems: list[str] = []
+    assert [p.name for p in sweep_run_dirs(sweep, problems)] == ["0"]
+    assert len(problems) == MISSING_SHOWN + 1 and f"{1000 - MISSING_SHOWN} more runs" in problems[-1]
+
+
 def test_without_a_manifest_every_run_below_is_read(tmp_path):
     _run_dir(tmp_path, "a")
     _run_dir(tmp_path, "b/c")

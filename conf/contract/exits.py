@@ -27,6 +27,11 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 """A memsweep command interrupted (Ctrl-C, SIGTERM, SIGHUP); a sweep resumes when started again."""
 
+EXIT_STOPPED = 1
+"""``memsweep sweep`` / ``run``: stopped midway by a file it could not write or read (a disk that
+fills, a run directory removed while its run ran): one line says which; the finished runs are
+kept and the same command resumes once the cause is gone."""
+
 EXIT_AFTER_RUNS = 8
 """``memsweep sweep``: the runs ended but a step after them failed (the analysis or the report at
 the sweep's end; one line says which and why): the runs are kept, ``memsweep analyze DIR`` tries

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import RecordError, SpecError
-from .record import SPEC_FILE, read_json, write_json_atomic
+from .record import RESULT_FILE, SPEC_FILE, read_json, write_json_atomic
 from .rundir import find_run_dirs
 from .temps import remove_stale_temps
 
@@ -174,7 +174,9 @@ def register_run(sweep_dir: Path | str, run_dir: Path | str, overrides: list[str
 def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
     """The run directories that belong to the sweep in ``sweep_dir``: those its manifest lists
     (each once, in order; one without a spec.json is ``missing``, never silently dropped, unless
-    its folder is there and the sweep still runs: it is starting); without a manifest, every run
+    its folder is there without a result.json and the sweep still runs: it is starting; one whose
+    folder is a symbolic link, a run put in place from elsewhere, is ``missing`` too, never read
+    as this sweep's); without a manifest, every run
     directory under it (``find_run_dirs``).
 
     Args:
@@ -192,15 +194,19 @@ def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
         return SweepRuns(find_run_dirs([sweep_dir]), [], False)
     present: list[Path] = []
     missing: list[Path] = []
+    foreign: list[Path] = []
     running = sweep_running(sweep_dir)
     base = str(sweep_dir)
     for run_id in dict.fromkeys(r["run_id"] for r in data["runs"]):
         run_dir = sweep_dir / run_id
-        if os.path.isfile(os.path.join(base, run_id, SPEC_FILE)):  # (a str: one stat, no Path made)
+        path = os.path.join(base, run_id)
+        if os.path.islink(path):  # a run put in place from elsewhere is not this sweep's run
+            foreign.append(run_dir)
+        elif os.path.isfile(os.path.join(path, SPEC_FILE)):  # (a str: one stat, no Path made)
             present.append(run_dir)
-        elif not (running and run_dir.is_dir()):  # a run of a running sweep may not have written it yet
-            missing.append(run_dir)
-    return SweepRuns(present, missing, True)
+        elif not (running and run_dir.is_dir() and not os.path.exists(os.path.join(path, RESULT_FILE))):
+            missing.append(run_dir)  # a run of a running sweep may not have written it yet; one that ended has
+    return SweepRuns(present, missing + foreign, True)
 
 
 def hold_sweep_lock(sweep_dir: Path | str, identity: str | None = None) -> int:
