@@ -18,7 +18,7 @@ from pathlib import Path
 from memsweep.conf.contract.ask import ask_worker
 
 from .attention import UnknownAttention, read_attention, shared_cache_layers
-from .hf_config import load_hf_config
+from .hf_config import load_hf_config, read_config_json
 from .kv_cache import resolve_head_dim
 from .transformer import LinearModule, ParamTensor, TransformerConfig
 
@@ -216,6 +216,5 @@ def describe_config(path: str | Path, counter: str = "auto") -> TransformerConfi
         raise ValueError(f"unknown counter {counter!r}: expected one of {', '.join(COUNTERS)}")
     if counter == "parser" or (counter == "auto" and not transformers_installed()):
         return load_hf_config(path)
-    if not Path(path).exists():
-        raise FileNotFoundError(f"{path}: no such file or directory")
+    read_config_json(path)  # a file the worker may read: regular, bounded, JSON (else refused here)
     return model_from_count(count_with_transformers([path])[0])

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from memsweep.conf.contract import RecordError, bounded_bytes
+
 from .attention import UnknownAttention, read_attention
 from .kv_cache import resolve_head_dim
 from .transformer import TransformerConfig
@@ -209,15 +211,22 @@ def read_config_json(path: str | Path) -> dict:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not JSON.
+        ValueError: not JSON, not a regular file (a FIFO, a device) or larger than
+            ``conf.contract.record.MAX_DOCUMENT_BYTES``.
     """
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    try:  # a regular file of at most MAX_DOCUMENT_BYTES (never a FIFO, never /dev/zero read whole)
+        data = json.loads(bounded_bytes(path, "config.json"))
+    except RecordError as exc:
+        raise ValueError(str(exc)) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to be a config.json (refused)") from None
     if isinstance(data, dict) and "text_config" in data and "num_hidden_layers" not in data:
         data = {**data["text_config"], "model_type": data["text_config"].get("model_type", data.get("model_type"))}
     return data

@@ -7,6 +7,7 @@ runs the other commands here and the refusals of tests/test_cli.py."""
 
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 
@@ -583,3 +584,15 @@ def test_an_empty_directory_and_a_whole_file_system_are_no_sweep(tmp_path, forke
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("counter", ["parser", "auto"])
+def test_estimate_refuses_a_fifo_and_a_device_as_its_config_without_reading_them(tmp_path, counter):
+    from memsweep.estimator.counted import describe_config
+
+    fifo, zero = tmp_path / "fifo.json", tmp_path / "zero.json"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    for path in (fifo, zero):
+        with pytest.raises(ValueError, match="not a regular file"):
+            describe_config(path, counter)

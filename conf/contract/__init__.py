@@ -95,6 +95,7 @@ from .record import (
     SUB_PHASE_FIELDS,
     THROUGHPUT_FIELDS,
     Field,
+    bounded_bytes,
     classify_run,
     document_problems,
     field_names,
@@ -211,6 +212,7 @@ from .workload import (
 )
 
 __all__ = [
+    "bounded_bytes",
     "SESSION_ENV",
     "SWEEP_FILE",
     "SweepBusy",

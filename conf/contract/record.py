@@ -442,7 +442,7 @@ MAX_DOCUMENT_BYTES = 64 * 2**20
 phases and ranks stays far below it; a larger file is refused (``read_json``), never read whole."""
 
 
-def _bounded_bytes(path: Path | str, kind: str) -> bytes:
+def bounded_bytes(path: Path | str, kind: str) -> bytes:
     """The bytes of ``path`` when it is a regular file (a symbolic link to one included) of at most
     ``MAX_DOCUMENT_BYTES``.
 
@@ -493,7 +493,7 @@ def read_json(path: Path | str, kind: str) -> dict:
             memsweep to read it); a subclass of RecordError.
     """
     try:  # (``path`` as given: a str is not made a Path, whose message reads the same)
-        data = json.loads(_bounded_bytes(path, kind))
+        data = json.loads(bounded_bytes(path, kind))
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordError(f"{kind} {path}: cannot be read ({exc})") from None
     except json.JSONDecodeError as exc:
