@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,11 +149,7 @@ def build_report(
         The report: its document (plots rendered here, as PNG bytes) and what it computed.
     """
     # matplotlib (behind analysis.plots) takes seconds to import: only when plots are drawn
-    if not render_plots:
-        return _build(
-            runs_table, phases_table, frontier_table, policy, sweep_dirs, analysis_files, notes, name, _NoPlots()
-        )
-    with figure_pool() as plots:
+    with figure_pool() if render_plots else nullcontext(_NoPlots()) as plots:
         report = _build(
             runs_table, phases_table, frontier_table, policy, sweep_dirs, analysis_files, notes, name, plots
         )
