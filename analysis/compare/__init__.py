@@ -10,6 +10,7 @@ Modules, in the order the data flows:
 * ``speed``: ``--fail-slower 5%`` on each value's measured samples per second.
 * ``compare``: all of it for a list of sweep directories (the first is the baseline); writing the document.
 * ``render``: the text and the document; ``plot``: the four counters against the axis (matplotlib).
+* ``scale``: a comparison of many series bounded: the pairs shown in full, lists named up to a bound.
 * ``cli``: the command line (the only module that prints or chooses an exit status).
 """
 
