@@ -112,6 +112,26 @@ def _nested_run(sweep_dir: Path) -> Path | None:
     return None
 
 
+def _resolved_subdir(config: Any, subdir: str) -> str:
+    """``subdir`` with its interpolations resolved in ``config`` (``${oc.env:HOME}`` included), each
+    per-job key (``PER_JOB_KEYS``, known only once a job runs) read as ``0``: what a job's folder
+    would be, checked before Hydra makes it.
+
+    Raises:
+        SpecError: an interpolation that cannot be resolved (field ``hydra.sweep.subdir``).
+    """
+    text = subdir
+    for key in PER_JOB_KEYS:
+        text = text.replace("${" + key + "}", "0")
+    if "${" not in text:
+        return text
+    probe = OmegaConf.create({"hydra": OmegaConf.to_container(config.hydra, resolve=False), "subdir_probe": text})
+    try:
+        return str(OmegaConf.select(probe, "subdir_probe", throw_on_resolution_failure=True))
+    except Exception as exc:  # omegaconf's resolution errors have no common public base
+        raise SpecError("hydra.sweep.subdir", subdir, f"a folder name whose interpolations resolve ({exc})") from None
+
+
 def check_sweep_layout(config: Any, per_job_subdir: bool) -> Path:
     """Refuse a sweep directory that cannot hold one clean sweep, before anything is written.
 
@@ -136,8 +156,9 @@ def check_sweep_layout(config: Any, per_job_subdir: bool) -> Path:
     if not given.strip() or Path(os.path.realpath(sweep_dir)) in (cwd, *cwd.parents):
         raise SpecError("hydra.sweep.dir", given, "a folder of its own for the sweep, not the working directory")
     subdir = str(plain_dict(config.hydra.sweep, resolve=False).get("subdir") or "")
-    if Path(subdir).is_absolute() or ".." in Path(subdir).parts:
-        raise SpecError("hydra.sweep.subdir", subdir, "a folder inside the sweep directory (not absolute, no '..')")
+    for text in (subdir, _resolved_subdir(config, subdir)):
+        if Path(text).is_absolute() or ".." in Path(text).parts:
+            raise SpecError("hydra.sweep.subdir", subdir, "a folder inside the sweep directory (not absolute, no '..')")
     if per_job_subdir and not any(key in subdir for key in PER_JOB_KEYS):
         raise SpecError(
             "hydra.sweep.subdir", subdir, "a folder of its own for each job: ${hydra.job.num} (the default)"

@@ -157,6 +157,9 @@ def _config(sweep_dir: str, subdir: str = "${hydra.job.num}", name: str = "memsw
         ("s", "../../x${hydra.job.num}", "memsweep", "hydra.sweep.subdir"),
         ("s", "/abs/${hydra.job.num}", "memsweep", "hydra.sweep.subdir"),
         ("s", "same", "memsweep", "hydra.sweep.subdir"),
+        ("s", "${oc.env:HOME}/x${hydra.job.num}", "memsweep", "hydra.sweep.subdir"),  # absolute once resolved
+        ("s", "${oc.env:MEMSWEEP_TEST_UP}${hydra.job.num}", "memsweep", "hydra.sweep.subdir"),  # '..' once resolved
+        ("s", "${oc.env:MEMSWEEP_TEST_UNSET}${hydra.job.num}", "memsweep", "hydra.sweep.subdir"),  # unresolvable
         ("s", "${hydra.job.num}", "../../x", "hydra.job.name"),
         ("s", "${hydra.job.num}", "/abs/log", "hydra.job.name"),
         ("s", "${hydra.job.num}", "", "hydra.job.name"),
@@ -166,9 +169,18 @@ def test_a_sweep_directory_that_cannot_hold_one_clean_sweep_is_refused(
     tmp_path, monkeypatch, sweep_dir, subdir, name, field
 ):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMSWEEP_TEST_UP", "../../evil")
+    monkeypatch.delenv("MEMSWEEP_TEST_UNSET", raising=False)
     with pytest.raises(SpecError) as info:
         check_sweep_layout(_config(sweep_dir, subdir, name), per_job_subdir=True)
     assert info.value.field == field
+
+
+def test_a_subdir_whose_interpolations_stay_inside_is_accepted(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMSWEEP_TEST_PREFIX", "run_")
+    config = _config("s", "${oc.env:MEMSWEEP_TEST_PREFIX}${hydra.job.num}")
+    assert check_sweep_layout(config, per_job_subdir=True) == tmp_path / "s"
 
 
 def test_a_sweep_directory_holding_another_sweep_below_its_first_level_is_refused(tmp_path, monkeypatch):
