@@ -222,3 +222,39 @@ def test_the_throughput_section_and_compare_table_fit_1280_px(tmp_path):
     _, cmp_html = write_doc(compare_document(result, None, "5%", plot), tmp_path / "cmp")
     assert "gate --fail-slower 5%: FAILED" in cmp_html.read_text()
     _assert_fits_the_window(cmp_html.as_uri(), tmp_path, "compare")
+
+
+def _axis(rates: dict, noise: float | None, recommended: int):
+    """An AxisResult stand-in of a batch axis timed on the CPU: ``rates`` value -> samples/s."""
+    from types import SimpleNamespace
+
+    runs = [
+        {"batch": v, "outcome": "ok", "samples_per_s": r, "throughput_noise_rel": noise, "device_name": None}
+        for v, r in rates.items()
+    ]
+    best = max(rates, key=rates.__getitem__)
+    return SimpleNamespace(
+        runs=runs,
+        axis="batch",
+        kind="cpu",
+        capacity=None,
+        recommended=recommended,
+        frontier={"fastest_label": str(best), "fastest_samples_per_s": rates[best]},
+        stat=lambda value: None,
+    )
+
+
+@pytest.mark.parametrize(
+    "rates, noise, same",
+    [
+        ({11: 788.5, 14: 788.5}, None, True),  # a tie, noise not measured
+        ({11: 800.0, 14: 790.0}, 0.02, True),  # 1.3 % faster, within a 2 % noise
+        ({11: 900.0, 14: 790.0}, 0.02, False),  # 14 % faster: beyond the noise
+    ],
+)
+def test_the_answer_says_as_fast_when_the_fastest_is_within_the_noise(rates, noise, same):
+    from memsweep.analysis.report.throughput import throughput_answer
+
+    (sentence,) = throughput_answer(_axis(rates, noise, recommended=14))
+    assert ("is as fast as the fastest measured" in sentence) is same
+    assert ("x faster than" in sentence) is not same

@@ -46,8 +46,9 @@ def throughput_answer(a: AxisResult) -> list[str]:
 
     Returns:
         One sentence naming the recommended value (the largest inside the margin) and the
-        fastest measured one, their ratio of samples per second and the fastest one's headroom;
-        empty when no run of the axis was timed.
+        fastest measured one, their ratio of samples per second (or, when the fastest is faster by
+        less than 0.5 % or than either value's ``throughput_noise_rel``, that the two are as fast)
+        and the fastest one's headroom; empty when no run of the axis was timed.
     """
     best = fastest(a)
     if best is None:
@@ -66,6 +67,13 @@ def throughput_answer(a: AxisResult) -> list[str]:
             f"measured, {rate:.4g} samples/s{room}."
         ]
     ratio = rate / rates[rec][0]
+    noises = [n for n in (rates[value][1], rates[rec][1]) if n is not None]
+    if ratio - 1 < 0.005 or (noises and ratio - 1 <= max(noises)):  # no faster than the noise says
+        return [
+            f"Throughput (measured, {where}): the recommended **{axis_label(ax, rec)}** is as fast as the "
+            f"fastest measured, {axis_label(ax, value)} ({rates[rec][0]:.4g} vs {rate:.4g} samples/s: a "
+            f"difference within the noise, {_noise(rates[value][1])} and {_noise(rates[rec][1])}){room}."
+        ]
     return [
         f"Throughput (measured, {where}): **{axis_label(ax, value)} is {ratio:.2f}x faster than "
         f"{axis_label(ax, rec)}** (the largest inside the margin; {rate:.4g} vs {rates[rec][0]:.4g} "
