@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from memsweep.conf.contract import SweepRuns, gib
+from memsweep.conf.contract import SweepRuns, gib, timed_on
 from memsweep.estimator.labels import load_words
 
 from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
@@ -222,6 +222,23 @@ def _frontier_notes(r: dict) -> list[str]:
         )
     if r.get("search_status"):  # the frontier sweeper searched this axis
         notes.append(f"search ({r['strategy']}, {r['runs_used']} runs): {r['search_status']}")
+    notes.extend(_answer_notes(r))
+    return notes
+
+
+def _answer_notes(r: dict) -> list[str]:
+    """The margin's edge (a searched row's) and the fastest value measured inside it, where known."""
+    notes = []
+    if r.get("margin_edge") is not None:
+        notes.append(f"margin edge: {r['axis']}={r['margin_edge']} (the largest whose measured peak leaves the margin)")
+    if r.get("fastest_label") is not None and isinstance(r.get("fastest_samples_per_s"), (int, float)):
+        device = str(r.get("device") or "")
+        where = timed_on(device.split(":")[0] or None, None)
+        inside = "inside the margin" if r.get("margin_edge") is not None else "among the ok runs"
+        notes.append(
+            f"fastest {inside}: {r['axis']}={r['fastest_label']}, {r['fastest_samples_per_s']:.4g} samples/s "
+            f"(measured, {where})"
+        )
     return notes
 
 

@@ -167,3 +167,16 @@ def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_never_read_alike():
     )
     (load_row,) = [b for b in report.doc.blocks if b[0] == "table" and "load (observed)" in str(b)]
     assert "precision `bf16-mixed`, parallel `fsdp`" in str(load_row)
+
+
+def test_the_console_frontier_names_the_margin_edge_and_the_fastest_value_where_known():
+    from memsweep.analysis.outputs import _answer_notes
+
+    row = {"axis": "batch", "device": "cpu", "margin_edge": 96, "fastest_label": "64", "fastest_samples_per_s": 812.0}
+    edge, fast = _answer_notes(row)
+    assert edge.startswith("margin edge: batch=96")
+    assert fast == "fastest inside the margin: batch=64, 812 samples/s (measured, timed on CPU)"
+    row.update(margin_edge=None, device="cuda:0")
+    (fast,) = _answer_notes(row)
+    assert fast.startswith("fastest among the ok runs: batch=64") and "timed on cuda" in fast
+    assert _answer_notes({"axis": "batch", "margin_edge": None, "fastest_label": None}) == []
