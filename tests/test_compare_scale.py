@@ -157,3 +157,10 @@ def test_rows_of_is_to_pylist(n):
     t = pa.table({"a": list(range(n)), "b": [[i] for i in range(n)], "c": [None] * n})
     assert load.rows_of(t) == t.to_pylist()
     assert load.rows_of(t.select([])) == [{} for _ in range(n)]
+
+
+def test_a_regression_from_a_zero_byte_peak_reads_without_a_percentage():
+    from memsweep.analysis.compare.gate import Regression
+
+    assert "(from 0 B), 0 B -> 512 B" in Regression("batch sweep", 8, "max_memory_allocated", 0, 512).text()
+    assert "(+50.0 %)" in Regression("batch sweep", 8, "max_memory_allocated", 1024, 1536).text()
