@@ -81,7 +81,10 @@ class Regression:
         """The regression in one line: bytes and percent of growth."""
         grew = self.other - self.base
         percent = f"{100 * grew / self.base:+.1f} %" if self.base else "from 0 B"
-        return f"{self.title} at {self.value}: peak {self.counter} grew {grew} B ({percent}), {self.base} B -> {self.other} B"
+        return (
+            f"{self.title} at {self.value}: peak {self.counter} grew {grew} B ({percent}), "
+            f"{self.base} B -> {self.other} B"
+        )
 
 
 def regressions(comparisons: list[Comparison], threshold: Threshold) -> list[Regression]:
