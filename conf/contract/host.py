@@ -138,6 +138,9 @@ def process_started_epoch(pid: int) -> float | None:
     """When process ``pid`` started, in seconds since the epoch: the boot's time (/proc/stat
     ``btime``, whole seconds) plus its start in clock ticks (/proc/<pid>/stat field 22).
 
+    Args:
+        pid: the process.
+
     Returns:
         The time, or None when the process does not exist or /proc cannot be read.
     """

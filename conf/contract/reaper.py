@@ -33,6 +33,9 @@ def set_subreaper(on: bool = True) -> bool:
     The setting is the process's (all its threads), kept across execve(2) and not inherited by
     children created by fork(2).
 
+    Args:
+        on: True to become a subreaper, False to stop being one.
+
     Returns:
         Whether prctl accepted it (False where there is no prctl: not Linux).
     """
@@ -87,8 +90,15 @@ def _scanned_children(parent: int) -> list[int]:
 
 
 def environment_holds(pid: int, entry: str) -> bool:
-    """Whether process ``pid`` was started with ``entry`` (``NAME=VALUE``) in its environment
-    (/proc/<pid>/environ); False when it cannot be read (a zombie, another user's process)."""
+    """Whether process ``pid`` was started with ``entry`` in its environment (/proc/<pid>/environ).
+
+    Args:
+        pid: the process.
+        entry: ``NAME=VALUE``.
+
+    Returns:
+        Whether it holds it; False when it cannot be read (a zombie, another user's process).
+    """
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             return entry.encode() in f.read().split(b"\0")

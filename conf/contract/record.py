@@ -446,6 +446,10 @@ def bounded_bytes(path: Path | str, kind: str) -> bytes:
     """The bytes of ``path`` when it is a regular file (a symbolic link to one included) of at most
     ``MAX_DOCUMENT_BYTES``.
 
+    Args:
+        path: the file.
+        kind: what it holds (``spec``, ``record``, ``config.json``), for the error message.
+
     Raises:
         RecordError: not a regular file (a FIFO, a device such as /dev/zero, a directory), or larger
             than the cap; the message names the file.

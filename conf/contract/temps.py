@@ -38,8 +38,15 @@ def temp_prefix(name: str, pid: int | None = None) -> str:
 
 
 def temp_writer(tmp: Path, name: str) -> int | None:
-    """The writer's pid a temporary file of ``name`` is named with (``temp_prefix``), or None (a
-    name without one: an older memsweep's)."""
+    """The writer's pid a temporary file of ``name`` is named with (``temp_prefix``).
+
+    Args:
+        tmp: the temporary file.
+        name: the name of the file it stands in for.
+
+    Returns:
+        The pid, or None (a name without one: an older memsweep's).
+    """
     rest = tmp.name[len(name) + 2 :] if tmp.name.startswith(f".{name}.") else ""
     pid = rest.partition(".")[0]
     return int(pid) if pid.isdigit() and 0 < int(pid) < 2**22 else None  # Linux pids: at most 4194304
