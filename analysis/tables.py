@@ -12,7 +12,6 @@ import json
 import logging
 import multiprocessing as mp
 import os
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ from memsweep.conf.contract import (
     SweepRuns,
     classify_run,
     field_names,
+    fork_is_safe,
     phase_peak,
     predicted_outcome,
     read_run,
@@ -625,7 +625,7 @@ def read_runs(items: Iterable[tuple[Path, Path]]) -> Tables:
         return _read_chunk(items)
     chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
     # fork re-imports nothing; with other threads alive (a fork would copy their locks) a fresh server
-    method = "fork" if threading.active_count() == 1 and "fork" in mp.get_all_start_methods() else "spawn"
+    method = "fork" if fork_is_safe() else "spawn"
     if method == "fork":  # pyarrow imports pandas at its first list it converts: once here, not in each worker
         pa.array([], type=pa.int64())
     with ProcessPoolExecutor(workers, mp_context=mp.get_context(method)) as pool:

@@ -35,6 +35,7 @@ from memsweep.conf.contract import (
     STDOUT_FILE,
     child_identity,
     peer_pid,
+    pid_exists,
     process_identity,
 )
 from memsweep.conf.contract.fork import ForkRequest
@@ -48,7 +49,6 @@ from .forkserver_wait import (
     wait_until_ready,
 )
 from .launch import WorkerExit, kill_process_group, worker_env
-from .liveness import pid_exists
 
 log = logging.getLogger("memsweep")
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import os
 import time
 from collections.abc import Mapping
 
-from memsweep.conf.contract import process_identity, process_started_epoch
+from memsweep.conf.contract import pid_exists, process_identity, process_started_epoch
 
 log = logging.getLogger("memsweep")
 
@@ -24,26 +23,6 @@ POLL_S = 0.2
 START_SLACK_S = 2.0
 """A process that started more than this after a record's ``started_at`` is not its writer
 (seconds; the record is written after its process started, clocks read at ~10 ms)."""
-
-
-def pid_exists(pid: int | None) -> bool:
-    """Tell whether a process with this pid exists on this host (any process: see ``is_process``).
-
-    Args:
-        pid: the process id, or None.
-
-    Returns:
-        True when signal 0 reaches it (or it exists but belongs to another user).
-    """
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def is_process(pid: int | None, identity: str | None, started_at: str | None = None) -> bool:

@@ -733,14 +733,16 @@ def test_a_figure_failing_in_a_worker_fails_where_its_bytes_are_wanted(monkeypat
 
 def test_figures_are_drawn_in_place_on_one_core_or_beside_another_thread(monkeypatch):
     """A fork copies the locks other threads hold: with one alive (or one core) nothing is forked."""
+    import threading
+
     from memsweep.analysis.report import figures
 
     monkeypatch.setattr(figures, "usable_cores", lambda: 1)
     assert figures._workers() == 1
     monkeypatch.setattr(figures, "usable_cores", lambda: 64)
-    monkeypatch.setattr(figures.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
     assert figures._workers() == figures.MAX_WORKERS
-    monkeypatch.setattr(figures.threading, "active_count", lambda: 2)
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
     assert figures._workers() == 1
 
 

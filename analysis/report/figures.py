@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing as mp
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from memsweep.conf.contract import usable_cores
+from memsweep.conf.contract import fork_is_safe, usable_cores
 
 from ..doc import Doc
 
@@ -97,7 +96,7 @@ def _workers() -> int:
     """How many processes draw the figures: one per usable core (``conf.contract.usable_cores``),
     at most ``MAX_WORKERS``; 1 (drawn in place) where a fork is not available or not safe (another
     thread of this process alive: a fork copies the locks it may hold)."""
-    if "fork" not in mp.get_all_start_methods() or threading.active_count() > 1:
+    if not fork_is_safe():
         return 1
     return min(usable_cores(), MAX_WORKERS)
 

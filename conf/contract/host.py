@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import struct
+from collections.abc import Iterator
 
 
 def proc_kb_fields(path: str, keys: tuple[str, ...]) -> dict[str, int | None]:
@@ -109,10 +110,13 @@ def process_identity(pid: int | str = "self") -> str | None:
     Returns:
         The identity, or None when the process does not exist here or /proc cannot be read.
     """
-    fields, boot = _stat_fields(pid), boot_id()
-    if fields is None or boot is None:
-        return None
-    return f"{boot}:{fields[19]}"
+    return _identity(_stat_fields(pid))
+
+
+def _identity(fields: list[str] | None) -> str | None:
+    """``BOOT_ID:START`` of a process from its /proc/<pid>/stat ``fields`` (``_stat_fields``), or None."""
+    boot = boot_id()
+    return None if fields is None or boot is None else f"{boot}:{fields[19]}"
 
 
 def child_identity(pid: int, parent: int | None) -> str | None:
@@ -128,10 +132,10 @@ def child_identity(pid: int, parent: int | None) -> str | None:
         The identity, or None when ``pid`` is not ``parent``'s child (gone, re-parented, another
         process's pid now) or /proc cannot be read.
     """
-    fields, boot = _stat_fields(pid), boot_id()
-    if parent is None or fields is None or boot is None or fields[1] != str(parent):
+    fields = _stat_fields(pid)
+    if parent is None or fields is None or fields[1] != str(parent):
         return None
-    return f"{boot}:{fields[19]}"
+    return _identity(fields)
 
 
 def process_started_epoch(pid: int) -> float | None:
@@ -151,6 +155,40 @@ def process_started_epoch(pid: int) -> float | None:
         return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK") if fields else None
     except (OSError, ValueError, IndexError, StopIteration):
         return None
+
+
+def pid_exists(pid: int | None) -> bool:
+    """Tell whether a process with this pid exists on this host (any process: its identity is
+    ``process_identity``'s to tell).
+
+    Args:
+        pid: the process id, or None.
+
+    Returns:
+        True when signal 0 reaches it (or it exists but belongs to another user).
+    """
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fork_is_safe() -> bool:
+    """Whether this process may fork workers that go on running Python: the platform has ``fork`` and
+    no other thread of this process is alive (a fork copies the locks another thread may hold).
+
+    Returns:
+        True when both hold.
+    """
+    import multiprocessing
+    import threading
+
+    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
 
 
 def process_state(pid: int | str) -> str | None:
@@ -199,16 +237,29 @@ def session_members(leader: int) -> list[int]:
     Returns:
         Their pids, the leader itself excluded; [] where /proc cannot be read.
     """
-    members = []
+    return [
+        pid
+        for pid, fields in process_stats()
+        if pid != leader and fields[0] not in ("Z", "X") and str(leader) in (fields[2], fields[3])
+    ]
+
+
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """Every process of this host with its /proc/<pid>/stat fields (``_stat_fields``: from the state
+    on), one reading each; a process gone meanwhile is passed over, and none where /proc cannot be
+    listed.
+
+    Yields:
+        (pid, its fields).
+    """
     try:
         names = os.listdir("/proc")
     except OSError:
-        return []
+        return
     for name in names:
-        fields = _stat_fields(name) if name.isdigit() and int(name) != leader else None
-        if fields is not None and fields[0] not in ("Z", "X") and str(leader) in (fields[2], fields[3]):
-            members.append(int(name))
-    return members
+        fields = _stat_fields(name) if name.isdigit() else None
+        if fields is not None:
+            yield int(name), fields
 
 
 def kill_session(leader: int) -> None:

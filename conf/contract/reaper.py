@@ -19,6 +19,8 @@ import signal
 import time
 from collections.abc import Callable
 
+from .host import process_stats
+
 PR_SET_CHILD_SUBREAPER = 36
 """prctl(2)'s option that makes the calling process a subreaper of its descendants (Linux 3.4)."""
 
@@ -70,23 +72,8 @@ def child_pids(parent: int | None = None) -> list[int]:
 
 
 def _scanned_children(parent: int) -> list[int]:
-    """``child_pids`` by reading every process's /proc/<pid>/stat."""
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    found = []
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if len(fields) > 1 and fields[1] == str(parent):
-            found.append(int(name))
-    return found
+    """``child_pids`` by reading every process's /proc/<pid>/stat (``host.process_stats``)."""
+    return [pid for pid, fields in process_stats() if fields[1] == str(parent)]
 
 
 def environment_holds(pid: int, entry: str) -> bool:

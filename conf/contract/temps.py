@@ -17,7 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .host import process_started_epoch
+from .host import pid_exists, process_started_epoch
 
 TEMP_SUFFIX = ".tmp"
 """The suffix of every temporary file (and directory) of an atomic write."""
@@ -72,20 +72,10 @@ def writer_gone(tmp: Path, name: str, min_age_s: float = 0.0) -> bool:
     except OSError:
         return False
     pid = temp_writer(tmp, name)
-    if pid is None or not _pid_exists(pid):
+    if pid is None or not pid_exists(pid):
         return time.time() - written >= min_age_s
     began = process_started_epoch(pid)
     return began is not None and began > written + START_SLACK_S
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 def remove_stale_temps(directory: Path | str, names: tuple[str, ...], min_age_s: float = 0.0) -> list[Path]:
