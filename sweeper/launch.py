@@ -103,7 +103,7 @@ def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> WorkerExit:
         Its ``WorkerExit``.
     """
     timed_out = False
-    token = f"{RUN_TOKEN_ENV}={uuid.uuid4().hex}"
+    token = uuid.uuid4().hex
     with subreaper(), open(run_dir / STDOUT_FILE, "wb") as out, open(run_dir / STDERR_FILE, "wb") as err:
         t0 = time.monotonic()
         proc = subprocess.Popen(
@@ -113,7 +113,7 @@ def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> WorkerExit:
             stdin=subprocess.DEVNULL,
             cwd=run_dir,
             # the worker dies with this process; the token names its descendants
-            env={**env, PARENT_ENV: str(os.getpid()), RUN_TOKEN_ENV: token.partition("=")[2]},
+            env={**env, PARENT_ENV: str(os.getpid()), RUN_TOKEN_ENV: token},
             start_new_session=True,
         )
         if not ended_within(proc.pid, t0 + spec.timeout_s):
@@ -122,7 +122,7 @@ def run_spawn(run_dir: Path, env: dict[str, str], spec: RunSpec) -> WorkerExit:
             ended_within(proc.pid, None)
         kill_session(proc.pid)  # whatever ended it, what it started dies with it (not yet reaped)
         returncode = proc.wait()
-        kill_orphans(lambda pid: environment_holds(pid, token))  # and what left its session
+        kill_orphans(lambda pid: environment_holds(pid, f"{RUN_TOKEN_ENV}={token}"))  # and what left its session
     return WorkerExit(returncode, timed_out, proc.pid, time.monotonic() - t0)
 
 
