@@ -52,7 +52,7 @@ def read_file(run_dir: Path | str, name: str) -> dict:
         RecordError: missing, unreadable, corrupt, or of an unknown version
             (``NewerSchemaError`` when written by a newer memsweep).
     """
-    return read_json(Path(run_dir) / name, FILE_KINDS[name])
+    return read_json(os.path.join(run_dir, name), FILE_KINDS[name])  # (a str path: no Path made per file)
 
 
 def try_read(run_dir: Path | str, name: str) -> tuple[dict | None, str | None]:
@@ -144,10 +144,9 @@ def read_run(run_dir: Path | str) -> Run:
     """
     run_dir = Path(run_dir)
     run = Run(run_dir, None)
-    base = str(run_dir)
     for name, attr in ((SPEC_FILE, "spec"), (RECORD_FILE, "record"), (RESULT_FILE, "result")):
         try:
-            setattr(run, attr, read_json(os.path.join(base, name), FILE_KINDS[name]))  # read_file's, on a str
+            setattr(run, attr, read_file(run_dir, name))
         except RecordError as exc:
             run.unreadable[name] = str(exc)
             if name == SPEC_FILE or not (run_dir / name).exists():

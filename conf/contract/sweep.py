@@ -194,19 +194,18 @@ def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
         return SweepRuns(find_run_dirs([sweep_dir]), [], False)
     present: list[Path] = []
     missing: list[Path] = []
-    foreign: list[Path] = []
     running = sweep_running(sweep_dir)
     base = str(sweep_dir)
     for run_id in dict.fromkeys(r["run_id"] for r in data["runs"]):
         run_dir = sweep_dir / run_id
         path = os.path.join(base, run_id)
         if os.path.islink(path):  # a run put in place from elsewhere is not this sweep's run
-            foreign.append(run_dir)
+            missing.append(run_dir)
         elif os.path.isfile(os.path.join(path, SPEC_FILE)):  # (a str: one stat, no Path made)
             present.append(run_dir)
         elif not (running and run_dir.is_dir() and not os.path.exists(os.path.join(path, RESULT_FILE))):
             missing.append(run_dir)  # a run of a running sweep may not have written it yet; one that ended has
-    return SweepRuns(present, missing + foreign, True)
+    return SweepRuns(present, missing, True)
 
 
 def hold_sweep_lock(sweep_dir: Path | str, identity: str | None = None) -> int:
