@@ -11,6 +11,7 @@ and ``sweeper.api.hydra_jobs`` (the end: ``release_sweep_dirs``).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,24 +113,31 @@ def _nested_run(sweep_dir: Path) -> Path | None:
     return None
 
 
+JOB_KEY = re.compile(r"\$\{hydra\.job\.[A-Za-z_][A-Za-z_0-9.]*\}")
+"""An interpolation of the job's own fields (``${hydra.job.num}``, ``${hydra.job.id}``...), known
+only once a job runs."""
+
+
 def _resolved_subdir(config: Any, subdir: str) -> str:
-    """``subdir`` with its interpolations resolved in ``config`` (``${oc.env:HOME}`` included), each
-    per-job key (``PER_JOB_KEYS``, known only once a job runs) read as ``0``: what a job's folder
-    would be, checked before Hydra makes it.
+    """``subdir`` with its interpolations resolved in ``config`` (the sweep's settings, ``hydra.*`` and
+    resolvers such as ``${oc.env:HOME}``), each of the job's own fields (``JOB_KEY``) read as ``0``:
+    what a job's folder would be, checked before Hydra makes it.
 
     Raises:
         SpecError: an interpolation that cannot be resolved (field ``hydra.sweep.subdir``).
     """
-    text = subdir
-    for key in PER_JOB_KEYS:
-        text = text.replace("${" + key + "}", "0")
+    text = JOB_KEY.sub("0", subdir)
     if "${" not in text:
         return text
-    probe = OmegaConf.create({"hydra": OmegaConf.to_container(config.hydra, resolve=False), "subdir_probe": text})
+    probe = OmegaConf.create({**OmegaConf.to_container(config, resolve=False), SUBDIR_PROBE: text})
     try:
-        return str(OmegaConf.select(probe, "subdir_probe", throw_on_resolution_failure=True))
+        return str(OmegaConf.select(probe, SUBDIR_PROBE, throw_on_resolution_failure=True))
     except Exception as exc:  # omegaconf's resolution errors have no common public base
         raise SpecError("hydra.sweep.subdir", subdir, f"a folder name whose interpolations resolve ({exc})") from None
+
+
+SUBDIR_PROBE = "_memsweep_subdir_probe"
+"""The key ``_resolved_subdir`` resolves the subdir under, beside the config's own keys."""
 
 
 def check_sweep_layout(config: Any, per_job_subdir: bool) -> Path:

@@ -176,10 +176,20 @@ def test_a_sweep_directory_that_cannot_hold_one_clean_sweep_is_refused(
     assert info.value.field == field
 
 
-def test_a_subdir_whose_interpolations_stay_inside_is_accepted(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "subdir",
+    [
+        "${oc.env:MEMSWEEP_TEST_PREFIX}${hydra.job.num}",  # an environment variable
+        "b${batch}_${hydra.job.num}",  # a setting of the sweep's config
+        "${hydra.job.id}_${hydra.job.num}",  # another field of the job, known once it runs
+    ],
+)
+def test_a_subdir_whose_interpolations_stay_inside_is_accepted(tmp_path, monkeypatch, subdir):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MEMSWEEP_TEST_PREFIX", "run_")
-    config = _config("s", "${oc.env:MEMSWEEP_TEST_PREFIX}${hydra.job.num}")
+    config = _config("s", subdir)
+    config.batch = 4
+    config.hydra.job.id = "???"  # as in a multirun's config before any job
     assert check_sweep_layout(config, per_job_subdir=True) == tmp_path / "s"
 
 
