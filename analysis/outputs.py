@@ -8,7 +8,6 @@ refusal is an exception (``OutputExists``, ``FileNotFoundError``).
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -18,11 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from memsweep.conf.contract import SweepRuns, gib, timed_on
+from memsweep.conf.contract import SweepRuns, gib, remove_stale_temps, timed_on
 from memsweep.estimator.labels import load_words
 
 from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
-from .publish import LOCK, MARKER, rename_set, undo_partial
+from .publish import LOCK, MARKER, markers, rename_set, undo_partial
 from .tables import build_tables
 
 OUTPUTS = ("runs.parquet", "phases.parquet", "frontier.parquet")
@@ -50,15 +49,9 @@ def recover_set(out_dir: Path) -> list[Path]:
         The files removed.
     """
     removed = []
-    for marker in out_dir.glob(PUBLISHING.format(pid="*")):
-        pid = marker.name.split(".")[2]
-        if pid.isdigit():
-            removed += undo_partial(marker, out_dir, f".{{name}}.{pid}.tmp")
-    for name in OUTPUTS:
-        for tmp in out_dir.glob(f".{glob.escape(name)}.*.tmp"):
-            tmp.unlink(missing_ok=True)
-            removed.append(tmp)
-    return removed
+    for marker, pid in markers(out_dir, "tables"):
+        removed += undo_partial(marker, out_dir, f".{{name}}.{pid}.tmp")
+    return removed + remove_stale_temps(out_dir, OUTPUTS)  # under the lock: no writer of them lives
 
 
 def publish_set(tables: dict[str, pa.Table], out_dir: Path) -> None:

@@ -11,6 +11,7 @@ directory's ``LOCK`` while it writes or recovers.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -124,6 +125,25 @@ def undo_partial(marker: Path, source_dir: Path, source_name: str = "{name}") ->
     return [*removed, marker]
 
 
+def markers(out_dir: Path, kind: str) -> list[tuple[Path, int]]:
+    """The markers (``MARKER``) of ``kind`` sets in ``out_dir`` with the pid of the writer each names;
+    a marker not named by a pid is left out (and alone).
+
+    Args:
+        out_dir: the output directory.
+        kind: ``tables``, ``report``, ``compare``.
+
+    Returns:
+        (marker, writer's pid) pairs.
+    """
+    found = []
+    for marker in Path(out_dir).glob(MARKER.format(kind=glob.escape(kind), pid="*")):
+        pid = marker.name[len(kind) + 2 :].partition(".")[0]
+        if pid.isdigit():
+            found.append((marker, int(pid)))
+    return found
+
+
 def recover_doc(out_dir: Path, kind: str) -> list[Path]:
     """Undo what writers of ``kind`` documents (``report``, ``compare``) that died left in
     ``out_dir``: a half published set (``undo_partial``), and their staging directories. Call it
@@ -133,10 +153,8 @@ def recover_doc(out_dir: Path, kind: str) -> list[Path]:
         The paths removed.
     """
     removed = []
-    for marker in Path(out_dir).glob(MARKER.format(kind=kind, pid="*")):
-        pid = marker.name[len(kind) + 2 :].partition(".")[0]
-        if pid.isdigit():
-            removed += undo_partial(marker, marker.with_name(STAGING.format(kind=kind, pid=pid)))
+    for marker, pid in markers(out_dir, kind):
+        removed += undo_partial(marker, marker.with_name(STAGING.format(kind=kind, pid=pid)))
     return removed + remove_stale_temps(out_dir, (kind,))  # under the lock: no writer of them lives
 
 
