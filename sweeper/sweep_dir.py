@@ -129,7 +129,9 @@ def _resolved_subdir(config: Any, subdir: str) -> str:
     text = JOB_KEY.sub("0", subdir)
     if "${" not in text:
         return text
-    probe = OmegaConf.create({**OmegaConf.to_container(config, resolve=False), SUBDIR_PROBE: text})
+    settings = OmegaConf.to_container(config, resolve=False)
+    assert isinstance(settings, dict)  # a multirun's config is a mapping
+    probe = OmegaConf.create({**settings, SUBDIR_PROBE: text})
     try:
         return str(OmegaConf.select(probe, SUBDIR_PROBE, throw_on_resolution_failure=True))
     except Exception as exc:  # omegaconf's resolution errors have no common public base
