@@ -5,11 +5,7 @@ matplotlib (Agg), PNG bytes; bytes converted once, to MiB or GiB, named on the a
 
 from __future__ import annotations
 
-import io
-
-import matplotlib
-
-from ..plots import _DPI, GiB, MiB, doubling, pyplot, thin_xticklabels
+from ..plots import GiB, MiB, doubling, png_bytes, pyplot
 from .match import COUNTERS, Series
 
 _STYLES = ("o-", "s--", "^-.", "D:", "v-", "P--")
@@ -111,25 +107,4 @@ def counters_plot(series: list[Series], title: str) -> bytes:
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 0.96))
-    return _png(fig, axes)
-
-
-def _png(fig, axes) -> bytes:
-    """The figure as PNG bytes (closed), as ``analysis.plots.png_bytes`` saves one (x tick labels
-    thinned where they would overlap, ``thin_xticklabels``; cropped to what is drawn, as
-    ``bbox_inches="tight"``), drawn twice rather than four times: the labels are measured on the
-    bottom-left panel only (the top row shares the axis and shows none; the bottom-right one has
-    the same ticks and width, and hides the same labels), and the crop is measured on that drawing
-    (savefig would draw the figure once more to find it).
-    """
-    left, right = axes[1]
-    thin_xticklabels(left)  # draws the figure at its final layout
-    kept = {t.get_text() for t in left.get_xticklabels()}  # the visible labels
-    for t in right.get_xticklabels():
-        t.set_visible(t.get_text() in kept)
-    crop = fig.get_tightbbox(fig.canvas.get_renderer()).padded(matplotlib.rcParams["savefig.pad_inches"])
-    fig.set_layout_engine(None)  # laid out already (tight_layout); savefig would lay it out again
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, bbox_inches=crop)
-    pyplot().close(fig)
-    return buf.getvalue()
+    return png_bytes(fig)  # x tick labels thinned where they would overlap, cropped to what is drawn
