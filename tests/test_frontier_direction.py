@@ -180,3 +180,52 @@ def test_the_console_frontier_names_the_margin_edge_and_the_fastest_value_where_
     (fast,) = _answer_notes(row)
     assert fast.startswith("fastest among the ok runs: batch=64") and "timed on cuda" in fast
     assert _answer_notes({"axis": "batch", "margin_edge": None, "fastest_label": None}) == []
+
+
+class _Reads(dict):
+    """A run row that notes every key read from it (``get``, ``[]``, ``in``)."""
+
+    read: set[str] = set()
+
+    def get(self, key, default=None):
+        _Reads.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        _Reads.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        _Reads.read.add(key)
+        return super().__contains__(key)
+
+
+def _varied_rows() -> list[dict]:
+    """Runs of two loads, with every outcome the frontier tells apart and measured rates."""
+    from tests.test_report_unit import make
+
+    runs, _ = make("/s", [(v, "ok" if v <= 8 else "oom", v << 24, v << 23) for v in (1, 2, 4, 8, 16, 32)])
+    more, _ = make("/s", [(v, "ok" if v <= 4 else "oom", v << 24, v << 23) for v in (1, 2, 4, 8)], axis="context")
+    runs += [dict(r, run_id=f"c{r['run_id']}", run_dir=f"/s/c{r['run_id']}") for r in more]
+    runs[1].update(outcome="error", failed_phase="warm_forward", failure_class="memory_suspect")
+    runs[2].update(outcome="crash", failed_phase=None)
+    runs[5].update(failed_phase="optimizer_step")  # an OOM in a phase the axis does not size
+    for r in runs:
+        ok = r["outcome"] == "ok"
+        r.update(samples_per_s=100.0 * r["batch"] if ok else None, throughput_noise_rel=0.02 if ok else None)
+    return runs
+
+
+def test_the_frontier_reads_only_the_runs_columns_it_is_handed():
+    """frontier_table hands frontier_rows only FRONTIER_INPUTS (to convert fewer columns): every
+    runs-table column the frontier reads must be one of them, and the frontier be the same as from
+    every column."""
+    from memsweep.analysis.frontier import FRONTIER_INPUTS, frontier_rows
+
+    table = coerce_table(_varied_rows(), RUNS_SCHEMA)
+    _Reads.read = set()
+    whole = frontier_rows([_Reads(r) for r in table.to_pylist()])
+    assert len(whole) >= 2, whole  # both loads gave a row
+    unlisted = (_Reads.read & set(RUNS_SCHEMA.names)) - set(FRONTIER_INPUTS)
+    assert not unlisted, f"read by the frontier but not handed to it: {sorted(unlisted)}"
+    assert frontier_table(table).to_pylist() == coerce_table(whole, FRONTIER_SCHEMA).to_pylist()
