@@ -267,7 +267,8 @@ def test_what_stops_hydra_is_said_in_one_line():
     import yaml
 
     from memsweep.conf.contract import EXIT_BAD_INPUT
-    from memsweep.sweeper.hydra_errors import EXIT_STOPPED, stopped
+    from memsweep.conf.contract import EXIT_STOPPED
+    from memsweep.sweeper.hydra_errors import stopped
 
     full = stopped(OSError(errno.ENOSPC, "No space left on device", "/s/0/record.json"))
     assert full.code == EXIT_STOPPED and "No space left on device: /s/0/record.json" in str(full)
