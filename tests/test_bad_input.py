@@ -266,8 +266,7 @@ def test_what_stops_hydra_is_said_in_one_line():
 
     import yaml
 
-    from memsweep.conf.contract import EXIT_BAD_INPUT
-    from memsweep.conf.contract import EXIT_STOPPED
+    from memsweep.conf.contract import EXIT_BAD_INPUT, EXIT_STOPPED
     from memsweep.sweeper.hydra_errors import stopped
 
     full = stopped(OSError(errno.ENOSPC, "No space left on device", "/s/0/record.json"))
