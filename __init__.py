@@ -1,7 +1,21 @@
 """memsweep: does this PyTorch load fit on this device, and where exactly is the edge?
 
-The Python API is imported lazily from ``memsweep.sweeper.api`` (PEP 562), so that importing
-``memsweep``, which every worker process does, imports nothing more.
+Every measured run is a fresh worker process; sizes are bytes (integers), None where nothing was
+measured. The functions (documented in docs/api.md)::
+
+    import memsweep
+
+    one = memsweep.run(batch=8, capacity="2GiB")            # one condition (memsweep run)
+    swept = memsweep.sweep(sweep="none", batch=[8, 16, 32])  # one variable at a time (memsweep sweep)
+    edge = memsweep.frontier("batch", capacity="2GiB")       # the success/OOM edge: edge.max_ok, edge.min_oom
+    guess = memsweep.predict("batch", capacity="2GiB")       # predicted on fake tensors (no device)
+    calc = memsweep.estimate(parameters=7_000_000_000, bits=16, train=True)  # calculated, nothing runs
+    diff = memsweep.compare("results/batch/A", "results/batch/B", fail_above="5%")
+    tables = memsweep.load_tables("results/batch/A")         # runs, phases, frontier (pandas)
+
+On the CPU give a ``capacity``; on a GPU the card's memory is the capacity. The API is imported
+lazily from ``memsweep.sweeper.api`` (PEP 562), so that importing ``memsweep``, which every
+worker process does, imports nothing more.
 """
 
 from __future__ import annotations
