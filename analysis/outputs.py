@@ -220,7 +220,8 @@ def _frontier_notes(r: dict) -> list[str]:
 
 
 def _answer_notes(r: dict) -> list[str]:
-    """The margin's edge (a searched row's) and the fastest value measured inside it, where known."""
+    """The margin's edge (a searched row's) and the fastest value measured inside it, where known, with
+    its noise (``throughput_noise_rel``: the spread of its timed iterations, not between runs)."""
     notes = []
     if r.get("margin_edge") is not None:
         notes.append(f"margin edge: {r['axis']}={r['margin_edge']} (the largest whose measured peak leaves the margin)")
@@ -228,9 +229,11 @@ def _answer_notes(r: dict) -> list[str]:
         device = str(r.get("device") or "")
         where = timed_on(device.split(":")[0] or None, None)
         inside = "inside the margin" if r.get("margin_edge") is not None else "among the ok runs"
+        noise = r.get("fastest_noise_rel")
+        spread = f"; noise {100 * noise:.1f} % within its run" if isinstance(noise, (int, float)) else ""
         notes.append(
             f"fastest {inside}: {r['axis']}={r['fastest_label']}, {r['fastest_samples_per_s']:.4g} samples/s "
-            f"(measured, {where})"
+            f"(measured, {where}{spread}; another run of the sweep may time them otherwise)"
         )
     return notes
 

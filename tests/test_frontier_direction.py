@@ -175,7 +175,9 @@ def test_the_console_frontier_names_the_margin_edge_and_the_fastest_value_where_
     row = {"axis": "batch", "device": "cpu", "margin_edge": 96, "fastest_label": "64", "fastest_samples_per_s": 812.0}
     edge, fast = _answer_notes(row)
     assert edge.startswith("margin edge: batch=96")
-    assert fast == "fastest inside the margin: batch=64, 812 samples/s (measured, timed on CPU)"
+    assert fast.startswith("fastest inside the margin: batch=64, 812 samples/s (measured, timed on CPU; another")
+    (_, noisy) = _answer_notes({**row, "fastest_noise_rel": 0.068})
+    assert "timed on CPU; noise 6.8 % within its run;" in noisy
     row.update(margin_edge=None, device="cuda:0")
     (fast,) = _answer_notes(row)
     assert fast.startswith("fastest among the ok runs: batch=64") and "timed on cuda" in fast
