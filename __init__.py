@@ -1,7 +1,6 @@
 """memsweep: does this PyTorch load fit on this device, and where exactly is the edge?
 
-Every measured run is a fresh worker process; sizes are bytes (integers), None where nothing was
-measured. The functions (documented in docs/api.md)::
+Every run is a fresh worker process; sizes are bytes (int), None where unmeasured (docs/api.md)::
 
     import memsweep
 
@@ -13,9 +12,7 @@ measured. The functions (documented in docs/api.md)::
     diff = memsweep.compare("results/batch/A", "results/batch/B", fail_above="5%")
     tables = memsweep.load_tables("results/batch/A")         # runs, phases, frontier (pandas)
 
-On the CPU give a ``capacity``; on a GPU the card's memory is the capacity. The API is imported
-lazily from ``memsweep.sweeper.api`` (PEP 562), so that importing ``memsweep``, which every
-worker process does, imports nothing more.
+On the CPU give a ``capacity``; on a GPU it is the card's memory. Imports are lazy (PEP 562).
 """
 
 from __future__ import annotations
