@@ -20,6 +20,7 @@ from filelock import FileLock
 from memsweep.conf.contract import SweepRuns, gib, remove_stale_temps, timed_on
 from memsweep.estimator.labels import load_words
 
+from .current import stamp
 from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
 from .publish import LOCK, MARKER, markers, rename_set, undo_partial
 from .tables import build_tables
@@ -58,7 +59,7 @@ def publish_set(tables: dict[str, pa.Table], out_dir: Path) -> None:
     """Write the tables into ``out_dir`` as one set: each to a temporary file first, then all
     renamed into place with SIGINT, SIGTERM and SIGHUP held back (``publish.rename_set``: a reader
     never sees part of a set; a writer killed outright leaves a ``PUBLISHING`` marker that
-    ``recover_set`` undoes).
+    ``recover_set`` undoes). Each is stamped with the reader that built it (``current.stamp``).
 
     Raises:
         OSError: a table could not be written (a full disk): nothing is published, no temporary
@@ -68,7 +69,7 @@ def publish_set(tables: dict[str, pa.Table], out_dir: Path) -> None:
     tmps = {name: out_dir / f".{name}.{pid}.tmp" for name in tables}
     try:
         for name, table in tables.items():
-            pq.write_table(table, tmps[name])
+            pq.write_table(stamp(table), tmps[name])
         rename_set([(tmps[n], out_dir / n) for n in tables], out_dir / PUBLISHING.format(pid=pid), replace=True)
     finally:
         for tmp in tmps.values():

@@ -19,7 +19,14 @@ from .model_states import model_states_section
 from .rows import Rows, phase_starts, phases_of, split_rows
 from .sections_answer import answer_section
 from .sections_calculated import calculated_section
-from .sections_closing import assumed_section, comparable_section, decision_section, predicted_section, raw_section
+from .sections_closing import (
+    RawFiles,
+    assumed_section,
+    comparable_section,
+    decision_section,
+    predicted_section,
+    raw_section,
+)
 from .sections_observed import observed_section
 from .sections_scale import failures_section, load_page, loads_section, page_name, shown_axes
 from .sections_summary import summary_card
@@ -129,6 +136,7 @@ def build_report(
     render_plots: bool = True,
     notes: list[str] | None = None,
     name: str = "report",
+    tables_read: bool = False,
 ) -> Report:
     """Compute the report of the analysis tables.
 
@@ -144,15 +152,16 @@ def build_report(
             text alone).
         notes: what was given twice and read once (``analysis.tables.unique_dirs``), shown as a note.
         name: the report's file name (``write.report_paths``), for the links of its load pages.
+        tables_read: the tables are ``analysis_files``, read in the place of the run directories
+            (``analysis.current.current_tables``); said under "Raw results".
 
     Returns:
         The report: its document (plots rendered here, as PNG bytes) and what it computed.
     """
     # matplotlib (behind analysis.plots) takes seconds to import: only when plots are drawn
     with figure_pool() if render_plots else nullcontext(_NoPlots()) as plots:
-        report = _build(
-            runs_table, phases_table, frontier_table, policy, sweep_dirs, analysis_files, notes, name, plots
-        )
+        files = RawFiles(analysis_files or [], tables_read)
+        report = _build(runs_table, phases_table, frontier_table, policy, sweep_dirs, files, notes, name, plots)
         fill_figures(plots, report.doc)
     return report
 
@@ -163,7 +172,7 @@ def _build(
     frontier_table: pa.Table,
     policy: MarginPolicy | None,
     sweep_dirs: list[Path] | None,
-    analysis_files: list[Path] | None,
+    files: RawFiles,
     notes: list[str] | None,
     name: str,
     plots,
@@ -197,7 +206,7 @@ def _build(
     rows = rows._replace(phases=phases_of(phases_table, rows.runs))
     attach_phases(rows.runs, rows.phases)
     _sections(doc, rows, shown, policy, est_cols, kinds, plots)
-    raw_section(doc, rows.all_runs, shown, sweep_dirs, analysis_files)
+    raw_section(doc, rows.all_runs, shown, sweep_dirs, files)
     return report
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 from memsweep.conf.contract import AXES, gib, predicted_outcome
 from memsweep.estimator import cards as cards_mod
@@ -240,8 +241,15 @@ def predicted_section(doc: Doc, predicted: list[dict]) -> None:
     )
 
 
+class RawFiles(NamedTuple):
+    """The Parquet tables found beside the runs, and whether the report read them (``raw_section``)."""
+
+    files: list[Path]  # empty: none found
+    read: bool  # True: read in the place of the run directories (``analysis.current.current_tables``)
+
+
 def raw_section(
-    doc: Doc, runs: list[dict], axes: list[AxisResult], sweep_dirs: list[Path] | None, analysis_files: list[Path] | None
+    doc: Doc, runs: list[dict], axes: list[AxisResult], sweep_dirs: list[Path] | None, tables: RawFiles
 ) -> None:
     """Append "Raw results": where the run directories and Parquet tables are, and the run at the
     edge of each axis (max_ok; min_ok on a decreasing axis).
@@ -251,7 +259,7 @@ def raw_section(
         runs: every run row, dry runs included (their count is given per directory).
         axes: the axis results.
         sweep_dirs: the sweep directories of the report; None: those of ``runs``.
-        analysis_files: the Parquet tables beside the runs; None or empty: none found.
+        tables: the Parquet tables beside the runs, and whether they were read for the report.
     """
     doc.h(1, "Raw results")
     items = []
@@ -263,9 +271,14 @@ def raw_section(
             + ", each with "
             "spec.json, record.json (all counters of every phase), result.json, stdout.log, stderr.log"
         )
-    for f in analysis_files or []:
+    for f in tables.files:
         items.append(f"`{f}`")
-    if not analysis_files:
+    if tables.read:
+        items.append(
+            "this report read those tables, not the run directories: they were written by this memsweep "
+            "after every file of every run (none added, removed or changed since)"
+        )
+    if not tables.files:
         items.append("no Parquet tables found beside the runs: `memsweep analyze SWEEP_DIR` writes them")
     for a in axes:
         st = a.stat(a.edge)

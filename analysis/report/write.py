@@ -12,6 +12,7 @@ from typing import NamedTuple
 from memsweep.conf.contract import remove_stale_temps
 from memsweep.estimator.margin import parse_margin
 
+from ..current import current_tables
 from ..doc import to_html, to_markdown
 from ..frontier import frontier_table
 from ..outputs import OUTPUTS, recover_set
@@ -177,8 +178,9 @@ def find_analysis_files(sweep_dir: Path) -> list[Path]:
 def report_for_dirs(
     sweep_dirs: list[Path], out_dir: Path, margin: str | None = None, name: str = "report"
 ) -> WrittenReport:
-    """Build the tables from the run records of ``sweep_dirs`` (as ``memsweep analyze`` does),
-    then write the report into ``out_dir``.
+    """Build the tables from the run records of ``sweep_dirs`` (as ``memsweep analyze`` does), or,
+    for one sweep whose newest tables are current with its run directories (``current_tables``),
+    read those instead; then write the report into ``out_dir``.
 
     Args:
         sweep_dirs: the sweep directories reported on; one given twice (the same resolved path) is
@@ -204,9 +206,15 @@ def report_for_dirs(
         if p.exists():
             raise ReportExists(f"{p} already exists: memsweep never overwrites a report; use --out NEW_DIR", p)
     sweep_dirs, notes = unique_dirs(sweep_dirs)  # a directory given twice is one sweep
-    runs, phases, _ = build_tables(sweep_dirs)
-    frontier = frontier_table(runs)
     files = [f for d in sweep_dirs for f in find_analysis_files(Path(d))]
-    report = build_report(runs, phases, frontier, policy, sweep_dirs, files, notes=notes, name=name)
+    current = current_tables(sweep_dirs[0], files) if len(sweep_dirs) == 1 else None
+    if current is None:
+        runs, phases, _ = build_tables(sweep_dirs)
+    else:
+        runs, phases = current.runs, current.phases
+    frontier = frontier_table(runs)
+    report = build_report(
+        runs, phases, frontier, policy, sweep_dirs, files, notes=notes, name=name, tables_read=current is not None
+    )
     md, html_ = write_report(report, out_dir, name)
     return WrittenReport(report, md, html_)

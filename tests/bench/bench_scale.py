@@ -1,7 +1,8 @@
 """`make bench BENCH=scale`: analyze, report and compare of synthesized sweeps of 1,000, 4,000 and
 10,000 runs (copies of a real tiny sweep's runs, tests/bench/synth.py): CPU and wall seconds,
-output sizes, and the growth from 1,000 to 10,000 (goals: analyze and report at most 10 s and
-the report's HTML at most 2 MB at 10,000 runs, growth at most 10x). Prints; asserts nothing.
+output sizes, the report again once the sweep's own tables are in it, and the growth from 1,000 to
+10,000 (goals: analyze and report at most 10 s and the report's HTML at most 2 MB at 10,000 runs,
+growth at most 10x). Prints; asserts nothing.
 """
 
 import os
@@ -47,7 +48,7 @@ def main() -> int:
     )
     print(
         f"{'runs':>6} {'analyze s':>10} {'cpu':>6} {'report s':>9} {'cpu':>6} {'html MB':>8} {'plots':>6} "
-        f"{'compare s':>10} {'cpu':>6} {'compare html MB':>15}"
+        f"{'compare s':>10} {'cpu':>6} {'compare html MB':>15} {'report, tables s':>16} {'cpu':>6}"
     )
     seen = {}
     for n in SIZES:
@@ -58,18 +59,23 @@ def main() -> int:
         html = (root / f"r{n}" / "report.html").stat().st_size / 1e6
         plots = len(list((root / f"r{n}" / "report_plots").iterdir()))
         chtml = (root / f"c{n}" / "compare.html").stat().st_size / 1e6
-        seen[n] = (a[0], r[0], c[0])
+        # the sweep's own tables written into it (as a sweep's end does), then the report reads them
+        _timed(["analyze", str(sweep)])
+        t = _timed(["report", str(sweep), "--out", str(root / f"t{n}")])
+        seen[n] = (a[0], r[0], c[0], t[0])
         print(
             f"{n:>6} {a[0]:>10.1f} {a[1]:>6.1f} {r[0]:>9.1f} {r[1]:>6.1f} {html:>8.2f} {plots:>6} "
-            f"{c[0]:>10.1f} {c[1]:>6.1f} {chtml:>15.2f}",
+            f"{c[0]:>10.1f} {c[1]:>6.1f} {chtml:>15.2f} {t[0]:>16.1f} {t[1]:>6.1f}",
             flush=True,
         )
     lo, hi = seen[SIZES[0]], seen[SIZES[-1]]
-    print(
-        "growth 1,000 -> 10,000 (wall): "
-        + ", ".join(f"{name} {b / a:.1f}x" for name, a, b in zip(("analyze", "report", "compare"), lo, hi))
-    )
+    names = ("analyze", "report", "compare", "report from tables")
+    print("growth 1,000 -> 10,000 (wall): " + ", ".join(f"{name} {b / a:.1f}x" for name, a, b in zip(names, lo, hi)))
     print("goals at 10,000 runs: analyze <= 10 s, report <= 10 s and <= 2 MB of HTML, growth <= 10x")
+    print(
+        "report: of the run directories (no tables in the sweep); report, tables: of the same sweep once "
+        "its own current tables are in it (analysis/current.py)"
+    )
     print(f"(sweeps left in {root})")
     return 0
 

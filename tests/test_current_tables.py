@@ -1,0 +1,103 @@
+"""A sweep's tables read in the place of its run directories only while they are current
+(analysis/current.py): the same report either way, and every change to the runs sends the
+report back to the run directories."""
+
+import os
+from contextlib import nullcontext
+
+import pyarrow.parquet as pq
+import pytest
+
+from memsweep.analysis.current import READER_KEY, current_tables
+from memsweep.analysis.outputs import write_tables
+from memsweep.analysis.report import build, find_analysis_files, report_for_dirs
+from memsweep.analysis.tables import build_tables
+from tests.test_analysis_honesty import write_run
+
+READ_LINE = "this report read those tables, not the run directories"
+
+
+@pytest.fixture
+def analysed(tmp_path):
+    """A sweep of 4 runs (batch 1..8; the last one an OOM) whose tables were written into it."""
+    sweep = tmp_path / "sweep"
+    for i, batch in enumerate((1, 2, 4, 8)):
+        write_run(sweep / str(i), batch=batch, outcome="oom" if batch == 8 else "ok")
+    _age(sweep)
+    write_tables([sweep], sweep)
+    return sweep
+
+
+def _age(sweep, seconds=60):
+    """Every run directory and file of ``sweep`` modified ``seconds`` ago (before tables written now)."""
+    past = os.stat(sweep).st_mtime - seconds
+    for root, dirs, files in os.walk(sweep):
+        for name in dirs + files:
+            os.utime(os.path.join(root, name), (past, past))
+
+
+def _current(sweep):
+    return current_tables(sweep, find_analysis_files(sweep))
+
+
+def test_current_tables_are_the_tables_the_runs_give(analysed):
+    found = _current(analysed)
+    assert found is not None
+    runs, phases, _ = build_tables([analysed])
+    assert found.runs.equals(runs) and found.phases.equals(phases)
+    assert found.files == [analysed / "runs.parquet", analysed / "phases.parquet"]
+
+
+def test_the_report_of_current_tables_is_the_report_of_the_runs(analysed, tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "figure_pool", lambda: nullcontext(build._NoPlots()))  # the text is compared
+    from_tables = report_for_dirs([analysed], tmp_path / "a").md.read_text()
+    (analysed / "runs.parquet").unlink()  # no tables: the runs are read
+    from_runs = report_for_dirs([analysed], tmp_path / "b").md.read_text()
+
+    def body(text):  # the time it was generated and the raw section's list of tables differ
+        return [line for line in text.splitlines() if not line.startswith(("Generated ", "- `", "- this report"))]
+
+    assert READ_LINE in from_tables and READ_LINE not in from_runs
+    assert body(from_tables) == body(from_runs)
+
+
+def _touch_record(sweep):
+    os.utime(sweep / "1" / "record.json")
+
+
+def _remove_run(sweep):
+    for name in os.listdir(sweep / "3"):
+        os.unlink(sweep / "3" / name)
+    os.rmdir(sweep / "3")
+
+
+def _add_run(sweep):
+    write_run(sweep / "4", batch=16)
+
+
+def _rewrite_result_keeping_time(sweep):
+    path = sweep / "2" / "result.json"
+    before = os.stat(path)
+    path.write_text(path.read_text().replace('"wall_s": 1.0', '"wall_s": 2.0'))
+    os.utime(sweep / "2", ns=(before.st_atime_ns, before.st_mtime_ns))  # only the file's own time moves
+
+
+@pytest.mark.parametrize("change", [_touch_record, _remove_run, _add_run, _rewrite_result_keeping_time])
+def test_a_run_changed_since_the_tables_were_written_is_read_again(analysed, change):
+    change(analysed)
+    assert _current(analysed) is None
+
+
+def test_tables_of_another_reader_are_not_read(analysed):
+    path = analysed / "runs.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.replace_schema_metadata({READER_KEY: b"0" * 64}), path)
+    assert _current(analysed) is None
+
+
+def test_tables_of_the_sweep_named_otherwise_are_not_read(analysed, monkeypatch):
+    """The tables' sweep_dir column is the path the analysis was given: another spelling of it
+    would give other rows (its run_dir column), so they are read again."""
+    monkeypatch.chdir(analysed.parent)
+    assert _current(analysed.relative_to(analysed.parent)) is None
+    assert _current(analysed) is not None
