@@ -175,9 +175,10 @@ def aligned_lines(headers: tuple[tuple[str, str, int], ...], rows: list[list[str
 
 
 def _frontier_cells(r: dict, differ) -> list[str]:
-    """One frontier row's cells, in ``FRONTIER_HEADERS``' order: the axes, a non-default
-    workload/precision/parallel (analysis.labels), then what differs from the rows beside it."""
-    fixed = " ".join([r["mode"], r["device"], *load_words(r, differ)])
+    """One frontier row's cells, in ``FRONTIER_HEADERS``' order: the workload, mode and device, the
+    axes, a precision/parallel (analysis.labels), then what differs from the rows beside it."""
+    words = [w for w in load_words(r, differ) if not w.startswith("workload=")]  # named first
+    fixed = " ".join([str(r.get("workload") or "workload?"), r["mode"], r["device"], *words])
     return [
         r["axis"],
         fixed,

@@ -145,8 +145,8 @@ def test_a_ddp_and_an_fsdp_load_of_the_same_sizes_never_read_alike():
     text = format_frontier(frontier_table(coerce_table(runs, RUNS_SCHEMA)))
     lines = [line for line in text.splitlines() if line.startswith("batch")]
     assert [line.split("      ")[0] for line in lines] == [
-        "batch    train cpu context=8 width=64 dtype=float32 precision=32-true parallel=ddp world_size=2",
-        "batch    train cpu context=8 width=64 dtype=bfloat16 precision=bf16-mixed parallel=fsdp world_size=2",
+        "batch    mlp train cpu context=8 width=64 dtype=float32 precision=32-true parallel=ddp world_size=2",
+        "batch    mlp train cpu context=8 width=64 dtype=bfloat16 precision=bf16-mixed parallel=fsdp world_size=2",
     ]
     assert load_words(dict(BASE, mode="inference", parallel="none", world_size=1, precision="pure")) == [
         "batch=2",
