@@ -118,6 +118,7 @@ from .rundir import (
     try_read,
 )
 from .spec import (
+    SWEEP_TOKEN_KEY,
     RunSpec,
     needs_dynamo,
     validate_device,
@@ -215,6 +216,7 @@ from .workload import (
 
 __all__ = [
     "bounded_bytes",
+    "SWEEP_TOKEN_KEY",
     "SESSION_ENV",
     "SWEEP_FILE",
     "SweepBusy",
