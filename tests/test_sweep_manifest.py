@@ -362,6 +362,35 @@ def test_sigterm_and_sighup_interrupt_as_ctrl_c_does(signum):
     assert signal.getsignal(signum) == before
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_an_analysis_ended_by_a_signal_says_so_in_one_line_and_exits_130(tmp_path, monkeypatch, capsys, signum):
+    """``memsweep analyze DIR`` sent SIGTERM (or SIGHUP) while it reads: one line naming the signal,
+    exit 130 as a sweep's, nothing published (not a silent 143)."""
+    import time
+
+    from memsweep.analysis import cli as analysis_cli
+    from memsweep.conf.contract import EXIT_INTERRUPTED
+    from memsweep.sweeper.cli import main
+
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    start_manifest(sweep)
+    _launched(sweep, "0", 1)
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # (interrupted at once: the handler raises in this thread)
+        raise AssertionError("not interrupted")
+
+    monkeypatch.setattr(analysis_cli, "analyze", signalled)
+    before = signal.getsignal(signum)
+    assert main(["analyze", str(sweep)]) == EXIT_INTERRUPTED
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"memsweep analyze: interrupted ({signum.name})"), lines
+    assert "Traceback" not in lines[0] and not (sweep / "runs.parquet").exists()
+    assert signal.getsignal(signum) == before
+
+
 def _report(pages: int = 0):
     """A small report with two plots (and ``pages`` load pages), built without tables."""
     from memsweep.analysis.doc import Doc, Image
