@@ -41,6 +41,7 @@ from memsweep.conf.contract import (
     classify_run,
     field_names,
     fork_is_safe,
+    path_kind,
     phase_peak,
     predicted_outcome,
     read_run,
@@ -80,6 +81,7 @@ __all__ = [
     "unique_dirs",
     "repeated_dirs",
     "RunItem",
+    "no_sweep_dir",
 ]
 
 log = logging.getLogger("memsweep")
@@ -442,6 +444,15 @@ def _devices(value) -> list[dict] | None:
         for d in value
         if isinstance(d, dict)
     ]
+
+
+def no_sweep_dir(path: Path | str) -> str:
+    """The message for a sweep directory given that is none: ``sweep directory X does not exist``,
+    or, for something else there (a FIFO, a file), what it is."""
+    kind = path_kind(path)
+    if kind is None:
+        return f"sweep directory {path} does not exist"
+    return f"sweep directory {path} is not a directory ({kind}): give a sweep directory"
 
 
 class UniqueDirs(NamedTuple):

@@ -101,6 +101,7 @@ from .record import (
     classify_run,
     document_problems,
     field_names,
+    path_kind,
     read_json,
     write_json_atomic,
 )
@@ -216,6 +217,7 @@ from .workload import (
 
 __all__ = [
     "bounded_bytes",
+    "path_kind",
     "SWEEP_TOKEN_KEY",
     "SESSION_ENV",
     "SWEEP_FILE",
