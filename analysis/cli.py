@@ -27,11 +27,13 @@ from memsweep.conf.contract import (
     SpecError,
     SweepRuns,
     check_writable,
+    path_kind,
     sweep_running,
     sweep_runs,
 )
 
 from .outputs import OutputExists, summary_text, write_tables
+from .tables import no_sweep_dir
 
 log = logging.getLogger("memsweep")
 
@@ -140,12 +142,15 @@ def add_sweep_dir_args(parser: argparse.ArgumentParser, out_help: str) -> None:
 def parse_sweep_dir_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """Parse, defaulting --out to the single sweep directory (an error with several)."""
     args = parser.parse_args(argv)
-    if args.out is None:
+    given = args.out is not None
+    if not given:
         if len(args.sweep_dirs) > 1:
             parser.error("--out is required when several sweep directories are given")
         args.out = args.sweep_dirs[0]
     if Path(args.out).exists() and not Path(args.out).is_dir():
-        parser.error(f"--out {args.out} is a file, not a directory (give a new or existing directory)")
+        if not given:  # the sweep directory itself is none
+            parser.error(no_sweep_dir(args.out))
+        parser.error(f"--out {args.out} is {path_kind(args.out)}, not a directory (give a new or existing directory)")
     return args
 
 

@@ -23,7 +23,7 @@ from memsweep.estimator.labels import load_words
 from .current import stamp
 from .frontier import LOAD_FIELDS, differing, direction_words, frontier_table
 from .publish import LOCK, MARKER, markers, rename_set, undo_partial
-from .tables import build_tables
+from .tables import build_tables, no_sweep_dir
 
 OUTPUTS = ("runs.parquet", "phases.parquet", "frontier.parquet")
 
@@ -266,7 +266,7 @@ def write_tables(sweep_dirs: Iterable[Path], out_dir: Path, found: Mapping[Path,
     """
     for d in sweep_dirs:
         if not Path(d).is_dir():
-            raise FileNotFoundError(f"sweep directory {d} does not exist")
+            raise FileNotFoundError(no_sweep_dir(d))
     out_dir = Path(out_dir)
     runs, phases, problems = build_tables(sweep_dirs, found)
     frontier = frontier_table(runs)

@@ -33,6 +33,7 @@ from memsweep.conf.contract import (
     PER_DEVICE_EXTRAS,
     RESULT_FILE,
     SPEC_FILE,
+    SWEEP_TOKEN_KEY,
     WARM_PHASES,
     Field,
     Run,
@@ -40,6 +41,7 @@ from memsweep.conf.contract import (
     classify_run,
     field_names,
     fork_is_safe,
+    path_kind,
     phase_peak,
     predicted_outcome,
     read_run,
@@ -78,6 +80,8 @@ __all__ = [
     "run_row",
     "unique_dirs",
     "repeated_dirs",
+    "RunItem",
+    "no_sweep_dir",
 ]
 
 log = logging.getLogger("memsweep")
@@ -89,7 +93,11 @@ def load_run(run_dir: Path) -> Run | None:
     Returns:
         The run, or None (with a warning) when its spec cannot be read.
     """
-    run = read_run(run_dir)
+    return _logged(read_run(run_dir))
+
+
+def _logged(run: Run) -> Run | None:
+    """``load_run`` of a run already read: what cannot be read logged; None without a spec."""
     if run.spec is None:
         log.warning("skipped: %s", run.unreadable[SPEC_FILE])
         return None
@@ -438,6 +446,15 @@ def _devices(value) -> list[dict] | None:
     ]
 
 
+def no_sweep_dir(path: Path | str) -> str:
+    """The message for a sweep directory given that is none: ``sweep directory X does not exist``,
+    or, for something else there (a FIFO, a file), what it is."""
+    kind = path_kind(path)
+    if kind is None:
+        return f"sweep directory {path} does not exist"
+    return f"sweep directory {path} is not a directory ({kind}): give a sweep directory"
+
+
 class UniqueDirs(NamedTuple):
     """Directories given, each once (``unique_dirs``)."""
 
@@ -450,6 +467,14 @@ class RepeatedDirs(NamedTuple):
 
     kept: list[Path]  # in the order given, a repeated one left out
     repeats: list[tuple[Path, Path]]  # (the one kept, the repeat) per directory left out
+
+
+class RunItem(NamedTuple):
+    """One run directory to read (``read_runs``)."""
+
+    run_dir: Path
+    sweep_dir: Path  # the sweep directory it belongs to
+    token: str | None = None  # its manifest entry's token, which its spec.json must hold; None: not checked
 
 
 class Tables(NamedTuple):
@@ -572,19 +597,33 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _read_chunk(items: list[tuple[Path, Path]]) -> Tables:
-    """The tables of ``(run directory, its sweep directory)`` pairs, read in this process."""
+def _read_chunk(items: list[RunItem]) -> Tables:
+    """The tables of the run directories given (``RunItem``), read in this process."""
     with _collector_paused():
         return _read_items(items)
 
 
-def _read_items(items: list[tuple[Path, Path]]) -> Tables:
-    """``_read_chunk``'s work."""
+def foreign_line(run_dir: Path) -> str:
+    """The problem line of a run folder that holds another sweep's run (its spec.json's token is
+    not its manifest entry's: copied in from elsewhere), left out of the tables."""
+    return (
+        f"{run_dir}: not this sweep's run (its spec.json holds another {SWEEP_TOKEN_KEY} than the sweep's "
+        "manifest gave it: copied in from another sweep or run); left out, as a missing run"
+    )
+
+
+def _read_items(items: list[RunItem]) -> Tables:
+    """``_read_chunk``'s work: a run whose spec.json lacks its manifest entry's token is left
+    out with a problem line (``foreign_line``), checked on the spec read anyway."""
     runs: list[dict] = []
     read: list[tuple[Run, str, Path]] = []
     problems: list[str] = []
-    for run_dir, sweep_dir in items:
-        run = load_run(run_dir)
+    for run_dir, sweep_dir, token in items:
+        found = read_run(run_dir)
+        if token is not None and found.spec is not None and found.spec.get(SWEEP_TOKEN_KEY) != token:
+            problems.append(foreign_line(run_dir))
+            continue
+        run = _logged(found)
         if run is None:
             problems.append(f"{run_dir}: unreadable spec.json, run skipped")
             continue
@@ -608,22 +647,24 @@ def _workers(n_items: int) -> int:
     return max(1, min(usable_cores(), 8))
 
 
-def read_runs(items: Iterable[tuple[Path, Path]]) -> Tables:
+def read_runs(items: Iterable[tuple[Path, Path] | RunItem]) -> Tables:
     """(runs, phases, problems) of the run directories given, each file read once, in several
     processes when there are many (``PARALLEL_FROM``); the rows are in the order given either way.
 
     Args:
-        items: ``(run directory, the sweep directory it belongs to)`` pairs, each run once: the
-            directories a sweep found (``conf.contract.find_run_dirs``) or listed as launched.
+        items: ``(run directory, the sweep directory it belongs to[, its manifest token])``
+            (``RunItem``), each run once: the directories a sweep found
+            (``conf.contract.find_run_dirs``) or listed as launched. A run whose spec.json does
+            not hold the token given is another sweep's: left out, with a problem line.
 
     Returns:
         (the runs table, RUNS_SCHEMA; the phases table, PHASES_SCHEMA; the problems met, one line each).
     """
-    items = [(_path(r), _path(d)) for r, d in items]
-    workers = _workers(len(items))
+    runs = [RunItem(_path(i[0]), _path(i[1]), i.token if isinstance(i, RunItem) else None) for i in items]
+    workers = _workers(len(runs))
     if workers == 1:
-        return _read_chunk(items)
-    chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
+        return _read_chunk(runs)
+    chunks = [runs[i : i + CHUNK] for i in range(0, len(runs), CHUNK)]
     # fork re-imports nothing; with other threads alive (a fork would copy their locks) a fresh server
     method = "fork" if fork_is_safe() else "spawn"
     if method == "fork":  # pyarrow imports pandas at its first list it converts: once here, not in each worker
@@ -641,7 +682,9 @@ def build_tables(sweep_dirs: Iterable[Path], found: Mapping[Path, SweepRuns] | N
     """(runs, phases, problems) for every run under ``sweep_dirs`` (read by ``read_runs``).
 
     Each directory is read once (``unique_dirs``), its runs those its sweep launched
-    (``sweep_run_dirs``: a missing one is a problem line), and each run directory gives one row, under the
+    (``sweep_run_dirs``: a missing one is a problem line; one whose spec.json lacks its manifest
+    entry's token, another sweep's run copied in, is left out with a problem line, ``read_runs``),
+    and each run directory gives one row, under the
     first sweep directory that holds it (a run directory inside two of the directories given,
     such as a sweep and one of its runs, is one run, not a re-run: their real paths, ``real_path``).
 
@@ -656,14 +699,15 @@ def build_tables(sweep_dirs: Iterable[Path], found: Mapping[Path, SweepRuns] | N
     """
     dirs, problems = unique_dirs(sweep_dirs)
     seen: dict[str, Path] = {}
-    items: list[tuple[Path, Path]] = []
+    items: list[RunItem] = []
     for sweep_dir in dirs:
         real_sweep = os.path.realpath(sweep_dir)
-        for run_dir in sweep_run_dirs(sweep_dir, problems, (found or {}).get(sweep_dir)):
+        runs = (found or {}).get(sweep_dir) or sweep_runs(sweep_dir)
+        for run_dir in sweep_run_dirs(sweep_dir, problems, runs):
             first = seen.setdefault(real_path(run_dir, sweep_dir, real_sweep), sweep_dir)
             if first is not sweep_dir:
                 problems.append(f"{run_dir}: already read under {first}: one run, counted once")
                 continue
-            items.append((run_dir, sweep_dir))
+            items.append(RunItem(run_dir, sweep_dir, runs.tokens.get(run_dir)))
     runs, phases, read_problems = read_runs(items)
     return Tables(runs, phases, problems + read_problems)

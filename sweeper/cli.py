@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from memsweep.conf.contract import (
@@ -56,7 +56,8 @@ its data), 4 when no run ended ok or oom (every run an error, crash or timeout),
 analysis or the report at its end failed (its runs kept), 2 bad input, 1 stopped (a file it
 could not write or read: the disk full, a directory removed; resumable), 130 interrupted (Ctrl-C,
 SIGTERM, SIGHUP; resumable). ``memsweep predict``: 0 edge predicted, 3 nothing
-fits, 4 a dry run failed, 2 bad input (``memsweep.conf.contract.PREDICT_EXIT``).
+fits, 4 a dry run failed, 2 bad input (``memsweep.conf.contract.PREDICT_EXIT``). Every command
+interrupted (Ctrl-C, SIGTERM, SIGHUP) says so in one line and exits 130.
 """
 
 
@@ -509,6 +510,27 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _interruptible(command: str, run: Callable[[], int]) -> int:
+    """``run()`` (a subcommand other than ``run``/``sweep``) with SIGTERM and SIGHUP handled as
+    Ctrl-C (``interrupted_by_signals``): interrupted, it says so in one line, naming the signal, and
+    exits 130 (``EXIT_INTERRUPTED``), as ``memsweep sweep`` does, instead of dying silently (143) or
+    with a traceback. The analysis commands publish their tables and reports whole or not at all
+    (``analysis.publish``: the renames hold these signals back), which the line says."""
+    try:
+        with interrupted_by_signals():
+            return run()
+    except KeyboardInterrupt as exc:
+        how = f" ({exc.args[0]})" if exc.args else " (Ctrl-C)"
+        kept = (
+            "; nothing is left half-written (tables and reports are published whole or not at all): "
+            "the same command starts again"
+            if command in ANALYSIS_COMMANDS
+            else ""
+        )
+        print(f"memsweep {command}: interrupted{how}{kept}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
 def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
@@ -519,11 +541,11 @@ def _dispatch(argv: list[str]) -> int:
     if command == "sweep":
         return _hydra_main(rest, multirun=True)
     if command in ANALYSIS_COMMANDS:
-        return importlib.import_module(ANALYSIS_COMMANDS[command]).main(rest)
+        return _interruptible(command, lambda: importlib.import_module(ANALYSIS_COMMANDS[command]).main(rest))
     if command == "predict":
-        return predict_command(rest)
+        return _interruptible(command, lambda: predict_command(rest))
     if command == "env":
-        return env_command(rest)
+        return _interruptible(command, lambda: env_command(rest))
     print(
         f"memsweep: unknown command {command!r}; expected one of run, sweep, analyze, report, compare, estimate, "
         f"predict, env\n{USAGE}",

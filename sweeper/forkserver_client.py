@@ -39,6 +39,7 @@ from memsweep.conf.contract import (
     process_identity,
 )
 from memsweep.conf.contract.fork import ForkRequest
+from memsweep.conf.contract.reaper import ORPHAN_REAP_S
 
 from .forkserver_wait import (
     ANSWER_S,
@@ -105,6 +106,10 @@ def remove_stale_socket_dirs(tmp: str | None = None) -> list[str]:
             removed.append(path)
     return removed
 
+
+STOP_WAIT_S = ORPHAN_REAP_S + 1.0
+"""How long ``ForkServer.close`` waits for its server to end after SIGTERM (seconds): its runs'
+processes killed and reaped (at most ``conf.contract.reaper.ORPHAN_REAP_S``), then its own exit."""
 
 SHARED_FORKSERVER_ENV = "MEMSWEEP_FORKSERVER"
 SHARED_WAIT_S = 300.0  # how long a client waits for the shared server to finish starting
@@ -279,12 +284,18 @@ class ForkServer:
         return self._socket_path()
 
     def close(self) -> None:
-        """Kill this process's own server, if it runs, and remove its socket directory (registered
-        with atexit, so also on Ctrl-C; a shared server belongs to its owner and is left alone)."""
+        """Stop this process's own server, if it runs, and remove its socket directory (registered
+        with atexit, so also on Ctrl-C; a shared server belongs to its owner and is left alone):
+        SIGTERM, on which it kills and reaps every process of its runs (``worker.forkserver``),
+        then SIGKILL if it has not ended within ``STOP_WAIT_S``."""
         # not under self._lock: at exit a pool thread may hold it, waiting for a server to start
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:  # stopped (SIGSTOP) or wedged: killed, its runs with it
+                self.proc.kill()
+                self.proc.wait()
         if self.path is not None and os.environ.get(SHARED_FORKSERVER_ENV) == shared_name(self.path):
             del os.environ[SHARED_FORKSERVER_ENV]  # shared no more: processes started from now start their own
         self._remove_dir()

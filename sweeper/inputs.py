@@ -17,7 +17,7 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
-from memsweep.conf.contract import SpecError, check_writable, hf_config_kind, ranks_are_tasks
+from memsweep.conf.contract import SpecError, check_writable, hf_config_kind, path_kind, ranks_are_tasks
 
 # Top-level keys of a composed config that memsweep reads besides the load's (sweeper.spec.LOAD_KEYS):
 # the config groups, how runs are started, where results go.
@@ -271,7 +271,9 @@ def check_workload_sources(workload: dict) -> dict:
         path = Path(workload["config"]).expanduser().absolute()
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
-            raise SpecError("workload.config", workload["config"], f"a config.json that exists ({file} does not)")
+            kind = path_kind(file)  # (a FIFO, a device: not read)
+            what = "does not exist" if kind is None else f"is {kind}"
+            raise SpecError("workload.config", workload["config"], f"a config.json, a regular file ({file} {what})")
         check_config_json(workload["config"], file)
         return {**workload, "config": str(path)}
     if workload["name"] == "user":

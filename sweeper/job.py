@@ -72,8 +72,9 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
     task = rank_task(spec)
     if task is not None:  # ranks as SLURM tasks: this task runs its rank only; task 0 runs the run
         return run_rank_task(spec, run_dir, task)
-    if hydra_cfg.mode == RunMode.MULTIRUN:  # the sweep's manifest names its run before its worker starts
-        register_job(Path(str(hydra_cfg.sweep.dir)), run_dir, list(hydra_cfg.overrides.task))
+    token = None  # the sweep's manifest names its run before its worker starts; its spec.json holds the token
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        token = register_job(Path(str(hydra_cfg.sweep.dir)), run_dir, list(hydra_cfg.overrides.task))
     # A sweep started again on its directory resumes (finished runs are not run twice);
     # a single `memsweep run` never reuses a directory.
     launch = launch_settings(cfg)
@@ -86,7 +87,7 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
         pool, spec.device, launch["cores_per_run"], probe, devices=max(spec.devices, spec.ranks_per_node)
     ) as extra_env:
         resume = hydra_cfg.mode == RunMode.MULTIRUN  # a SLURM job ended mid-run is no crash of the load:
-        result = ended_by_slurm(run_dir, lambda: execute(spec, run_dir, resume, launch["isolation"], extra_env))
+        result = ended_by_slurm(run_dir, lambda: execute(spec, run_dir, resume, launch["isolation"], extra_env, token))
     if result.get("resumed"):
         log.info("%s: already ran (%s), not run again", run_dir, result["outcome"])
         return result

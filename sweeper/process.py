@@ -33,6 +33,7 @@ from memsweep.conf.contract import (
     SPEC_FILE,
     STDERR_FILE,
     STDOUT_FILE,
+    SWEEP_TOKEN_KEY,
     RecordError,
     RunSpec,
     SpecError,
@@ -221,7 +222,12 @@ def _set_attempt_aside(run_dir: Path) -> Path:
 
 
 def execute(
-    spec: RunSpec, run_dir: Path, resume: bool = True, isolation: str = DEFAULT_ISOLATION, extra_env: dict | None = None
+    spec: RunSpec,
+    run_dir: Path,
+    resume: bool = True,
+    isolation: str = DEFAULT_ISOLATION,
+    extra_env: dict | None = None,
+    sweep_token: str | None = None,
 ) -> dict:
     """Run ``spec`` in a fresh ``python -m memsweep.worker`` process inside ``run_dir``.
 
@@ -240,7 +246,10 @@ def execute(
     from a server process that imported torch but never touched a device (every run is
     still a new process with its own CUDA context and allocator; the worker checks that no
     CUDA context exists when it starts). ``extra_env``: variables for the worker only
-    (a device lease's CUDA_VISIBLE_DEVICES, MEMSWEEP_CPU_CORES).
+    (a device lease's CUDA_VISIBLE_DEVICES, MEMSWEEP_CPU_CORES). ``sweep_token``: the token of
+    the run's entry in its sweep's manifest (``conf.contract.register_run``), written into a new
+    spec.json beside the spec's fields (``conf.contract.SWEEP_TOKEN_KEY``; a resumed run's spec.json
+    already holds it); None: none written.
 
     Raises:
         RunDirError: run_dir already holds a run of another spec, or any run when not
@@ -251,10 +260,12 @@ def execute(
     # Two orchestrators on one directory (a sweep started twice, a requeued cluster job): the
     # second waits for the first's run to end, then finds its result instead of running it again.
     with FileLock(run_dir / LOCK_FILE):
-        return _execute_locked(spec, run_dir, resume, isolation, extra_env)
+        return _execute_locked(spec, run_dir, resume, isolation, extra_env, sweep_token)
 
 
-def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, extra_env: dict | None) -> dict:
+def _execute_locked(
+    spec: RunSpec, run_dir: Path, resume: bool, isolation: str, extra_env: dict | None, sweep_token: str | None
+) -> dict:
     if isolation not in ISOLATIONS:
         raise ValueError(f"isolation={isolation!r}: expected one of {', '.join(ISOLATIONS)}")
     if resume and (run_dir / SPEC_FILE).exists():
@@ -263,7 +274,8 @@ def _execute_locked(spec: RunSpec, run_dir: Path, resume: bool, isolation: str, 
             return found
     else:
         check_run_dir_free(run_dir)
-        write_json_atomic(run_dir / SPEC_FILE, spec.to_dict())
+        token = {SWEEP_TOKEN_KEY: sweep_token} if sweep_token is not None else {}
+        write_json_atomic(run_dir / SPEC_FILE, {**spec.to_dict(), **token})
     env = worker_env({**(extra_env or {}), ISOLATION_ENV: isolation})
     start = _run_forkserver if isolation == ISOLATION_FORKSERVER else _run_spawn
     try:

@@ -241,8 +241,11 @@ def release_sweep_dirs(refused: bool) -> None:
     os.environ.pop(SESSION_ENV, None)
 
 
-def register_job(sweep_dir: Path, run_dir: Path, overrides: list[str]) -> None:
+def register_job(sweep_dir: Path, run_dir: Path, overrides: list[str]) -> str | None:
     """Add a job's run to its sweep's manifest before its worker starts (``conf.contract.register_run``).
+
+    Returns:
+        The token of the run's manifest entry, for its spec.json (None: the entry has none).
 
     Raises:
         InputRefused: field ``hydra.sweep.subdir``: the run directory is outside the sweep
@@ -251,6 +254,6 @@ def register_job(sweep_dir: Path, run_dir: Path, overrides: list[str]) -> None:
     from .errors import InputRefused
 
     try:
-        register_run(sweep_dir, run_dir, overrides, os.environ.get(SESSION_ENV))
+        return register_run(sweep_dir, run_dir, overrides, os.environ.get(SESSION_ENV))
     except SpecError as exc:
         raise InputRefused(exc) from None

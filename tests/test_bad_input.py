@@ -239,6 +239,40 @@ def test_config_json_contents_are_checked(tmp_path, content, message):
     assert err.value.field == "workload.config"
 
 
+def test_a_fifo_as_the_hf_config_is_named_a_fifo_not_missing(tmp_path):
+    """A FIFO given as workload.config is refused without being read, called what it is (a FIFO, not
+    a regular file), not said not to exist; a missing one still does not exist."""
+    from memsweep.sweeper.inputs import check_workload_sources
+
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    with pytest.raises(SpecError) as err:
+        check_workload_sources({"name": "hf", "config": str(fifo)})
+    assert err.value.field == "workload.config" and "a regular file" in err.value.accepted
+    assert f"{fifo} is a FIFO" in err.value.accepted and "does not exist" not in err.value.accepted, err.value
+    with pytest.raises(SpecError, match="does not exist"):
+        check_workload_sources({"name": "hf", "config": str(tmp_path / "none.json")})
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["analyze", "{fifo}"],
+        ["analyze", "{fifo}", "--out", "o"],
+        ["report", "{fifo}", "--out", "o"],
+        ["compare", "{fifo}", "{fifo}"],
+    ],
+)
+def test_a_fifo_given_as_a_sweep_directory_is_named_a_fifo(tmp_path, forked_memsweep, argv):
+    fifo = tmp_path / "s"
+    os.mkfifo(fifo)
+    proc = forked_memsweep.run([a.format(fifo=fifo) for a in argv], cwd=tmp_path)
+    line = [x for x in proc.stderr.splitlines() if x.startswith("memsweep")]
+    assert proc.returncode == 2 and "is not a directory (a FIFO)" in line[-1], proc.stderr
+    assert "does not exist" not in proc.stderr and "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"], "nothing written"
+
+
 def test_a_python_tag_in_a_config_file_is_refused_in_one_line(tmp_path):
     """A YAML tag that would run code (!!python/object/apply) is never constructed: exit 2, one line."""
     (tmp_path / "conf" / "workload").mkdir(parents=True)

@@ -237,6 +237,11 @@ def test_a_sweep_analyses_only_its_own_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = pq.read_table(sweep_dir / "runs.parquet").to_pylist()
     assert sorted(r["batch"] for r in runs) == [1, 2], "nothing foreign mixed in"
+    entries = json.loads((sweep_dir / "sweep.json").read_text())["runs"]
+    for entry in entries:  # each run's spec.json holds its manifest entry's token (a copy of another's would not)
+        spec = json.loads((sweep_dir / entry["run_id"] / "spec.json").read_text())
+        assert entry["token"] and spec["sweep_token"] == entry["token"], (entry, spec)
+    assert len({e["token"] for e in entries}) == 2
 
 
 def test_a_run_directory_deleted_mid_run_stops_the_sweep_in_one_line(tmp_path):

@@ -199,6 +199,38 @@ def test_children_that_left_the_workers_session_die_with_the_run(tmp_path, tiny,
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.parametrize("isolation", ["forkserver", "spawn"])
+def test_killing_the_orchestrator_mid_run_kills_what_the_run_started_outside_its_session(tmp_path, isolation):
+    """``kill -9`` of the orchestrator while a run's forward has started a child in a session of
+    its own and a daemon, and then hangs: the fork server (a subreaper, told of its owner's death by
+    SIGTERM) kills its handler, whose worker dies with it, and then those children, re-parented to
+    it; nothing is left within 5 s, with either isolation (a spawned run is its handler's too)."""
+    (tmp_path / "escaping_load.py").write_text(ESCAPING_LOAD)
+    pids, tag = tmp_path / "pids", uuid.uuid4().hex
+    load = [
+        "workload=user",
+        f"workload.model={{_target_:escaping_load.build,pids:'{pids}',crash:false}}",
+        "workload.inputs={_target_:escaping_load.inputs}",
+        *(o for o in SMALLEST_CPU if not o.startswith("workload.")),
+    ]
+    cmd = [MEMSWEEP, "sweep", "sweep=none", f"hydra.sweep.dir={tmp_path / 's'}", "batch=1,2", HANG, *load]
+    env = {**os.environ, TAG: tag, "MEMSWEEP_PROGRESS": "0"}
+    proc = subprocess.Popen(
+        [*cmd, f"isolation={isolation}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        _wait(lambda: pids.exists() and len(pids.read_text().split()) >= 2, 180, "the forward's children")
+        started = [int(p) for p in pids.read_text().split()]
+        assert all(_state(p) not in (None, "Z") for p in started), "both run, beyond the worker's session"
+        proc.kill()  # only the orchestrator, as `kill -9 PID` does
+        proc.wait()
+        _wait(lambda: not _tagged(tag), 5.0, f"no process of the sweep left (left: {_tagged(tag)})")
+        assert all(_state(p) is None for p in started), [(p, _state(p)) for p in started]
+    finally:
+        for pid, _ in _tagged(tag):
+            os.kill(pid, signal.SIGKILL)
+
+
 IDLE_POOL = """
 import os, sys, time
 from joblib import Parallel, delayed

@@ -19,6 +19,7 @@ from memsweep.analysis.outputs import OUTPUTS, PUBLISHING, publish_set, recover_
 from memsweep.analysis.tables import build_tables
 from memsweep.conf.contract import (
     SWEEP_FILE,
+    SWEEP_TOKEN_KEY,
     RecordError,
     SpecError,
     hold_sweep_lock,
@@ -80,6 +81,57 @@ def test_a_running_sweeps_ended_run_without_its_spec_and_a_linked_run_are_missin
         os.close(fd)
 
 
+def _launched(sweep: Path, name: str, batch: int) -> Path:
+    """A run as a job of the sweep leaves it: registered first, then its spec.json holding its token."""
+    from tests.test_analysis_honesty import write_run
+
+    token = register_run(sweep, sweep / name, [f"batch={batch}"], "sess")
+    write_run(sweep / name, batch=batch)
+    spec = json.loads((sweep / name / "spec.json").read_text())
+    (sweep / name / "spec.json").write_text(json.dumps({**spec, SWEEP_TOKEN_KEY: token}))
+    return sweep / name
+
+
+def test_a_run_folder_copied_in_from_another_sweep_is_named_and_not_read(tmp_path):
+    """A real folder (spec, record, result) of another sweep copied into a run's place: its spec.json
+    holds the other sweep's token, so it is left out with a line naming it; the sweep's own runs,
+    re-registered by a resume, keep their token and are read; an older memsweep's run (no token in its
+    manifest entry nor in its spec) is read as before."""
+    import shutil
+
+    this, other = tmp_path / "this", tmp_path / "other"
+    for sweep in (this, other):
+        sweep.mkdir()
+        start_manifest(sweep)
+        for name, batch in (("0", 1), ("1", 2)):
+            _launched(sweep, name, batch * (1 if sweep is this else 16))
+    assert register_run(this, this / "0", ["batch=1"], "resumed") is not None  # a resume keeps the token
+    shutil.rmtree(this / "1")
+    shutil.copytree(other / "1", this / "1")  # batch 32, of the other sweep
+    tables = build_tables([this])
+    assert tables.runs.column("run_id").to_pylist() == ["0"] and tables.runs.column("batch").to_pylist() == [1]
+    foreign = [p for p in tables.problems if "not this sweep's run" in p]
+    assert len(foreign) == 1 and foreign[0].startswith(f"{this / '1'}:"), tables.problems
+    assert tables.runs.column("outcome").to_pylist() == ["ok"], "the token is no spec field: the spec is valid"
+
+    spec = json.loads((this / "1" / "spec.json").read_text())  # a copy from an older sweep: no token
+    (this / "1" / "spec.json").write_text(json.dumps({k: v for k, v in spec.items() if k != SWEEP_TOKEN_KEY}))
+    assert any("not this sweep's run" in p for p in build_tables([this]).problems)
+
+    data = json.loads((this / SWEEP_FILE).read_text())  # the manifest of an older memsweep: no tokens
+    (this / SWEEP_FILE).write_text(json.dumps({**data, "runs": [{**r, "token": None} for r in data["runs"]]}))
+    assert sorted(build_tables([this]).runs.column("run_id").to_pylist()) == ["0", "1"]
+
+
+def test_a_run_registered_where_a_spec_already_is_gets_no_token(tmp_path):
+    """A folder that holds a spec.json before its entry exists (a sweep of an older memsweep resumed,
+    its manifest new) cannot carry a token: its entry has none, and it is read."""
+    _run_dir(tmp_path, "0")
+    assert register_run(tmp_path, tmp_path / "0", ["batch=1"], "sess") is None
+    assert register_run(tmp_path, tmp_path / "1", ["batch=2"], "sess") is not None  # a new run: a token
+    assert sweep_runs(tmp_path).tokens == {}  # (1 has no spec.json yet)
+
+
 def test_a_manifest_of_very_many_missing_runs_names_a_few_and_counts_the_rest(tmp_path):
     from memsweep.analysis.tables import MISSING_SHOWN, sweep_run_dirs
 
@@ -134,7 +186,13 @@ def test_two_jobs_of_one_session_in_one_directory_collide(tmp_path):
 
 @pytest.mark.parametrize(
     "content",
-    ["{", json.dumps({"kind": "sweep", "schema_version": 1, "runs": [{"run_id": "../../etc"}]}), "[1]", "[" * 100000],
+    [
+        "{",
+        json.dumps({"kind": "sweep", "schema_version": 1, "runs": [{"run_id": "../../etc"}]}),
+        json.dumps({"kind": "sweep", "schema_version": 1, "runs": [{"run_id": "0", "token": 5}]}),
+        "[1]",
+        "[" * 100000,
+    ],
 )
 def test_a_bad_manifest_is_refused_in_words(tmp_path, content):
     (tmp_path / SWEEP_FILE).write_text(content)
@@ -301,6 +359,35 @@ def test_sigterm_and_sighup_interrupt_as_ctrl_c_does(signum):
             os.kill(os.getpid(), signum)
             for _ in range(100):
                 pass
+    assert signal.getsignal(signum) == before
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_an_analysis_ended_by_a_signal_says_so_in_one_line_and_exits_130(tmp_path, monkeypatch, capsys, signum):
+    """``memsweep analyze DIR`` sent SIGTERM (or SIGHUP) while it reads: one line naming the signal,
+    exit 130 as a sweep's, nothing published (not a silent 143)."""
+    import time
+
+    from memsweep.analysis import cli as analysis_cli
+    from memsweep.conf.contract import EXIT_INTERRUPTED
+    from memsweep.sweeper.cli import main
+
+    sweep = tmp_path / "s"
+    sweep.mkdir()
+    start_manifest(sweep)
+    _launched(sweep, "0", 1)
+
+    def signalled(*args, **kwargs):
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # (interrupted at once: the handler raises in this thread)
+        raise AssertionError("not interrupted")
+
+    monkeypatch.setattr(analysis_cli, "analyze", signalled)
+    before = signal.getsignal(signum)
+    assert main(["analyze", str(sweep)]) == EXIT_INTERRUPTED
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"memsweep analyze: interrupted ({signum.name})"), lines
+    assert "Traceback" not in lines[0] and not (sweep / "runs.parquet").exists()
     assert signal.getsignal(signum) == before
 
 

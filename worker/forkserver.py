@@ -7,8 +7,13 @@ request a handler process forks the worker (every run is still a new process, it
 created after the fork) or, for ``isolation=spawn``, starts ``python -m memsweep.worker SPEC``;
 it answers ``ForkStarted`` at once and ``ForkEnded`` when the worker has ended.
 
-Death propagates down (Linux PR_SET_PDEATHSIG): orchestrator -> server -> handler -> worker. A
-run belongs to the orchestrator, not to the client that asked for it: a handler whose client
+Death propagates down (Linux PR_SET_PDEATHSIG): orchestrator -> server -> handler -> worker. The
+server is a child subreaper (``conf.contract.reaper``) and takes its owner's death as SIGTERM
+(SIGHUP and SIGTERM from elsewhere alike): it then kills its handlers and, round after round,
+every process re-parented to it as they die (their workers, and what those started that left
+their session: a ``setsid`` child, a daemon), reaps them, and exits (``_end_runs``); nothing of
+its runs outlives it, even when its owner was killed outright. A run belongs to the
+orchestrator, not to the client that asked for it: a handler whose client
 goes away keeps the run, bounded by its ``timeout_s``, and writes its exit status into the run
 directory (``conf.contract.EXIT_STATUS_FILE``) for the sweeper that takes the run over.
 """
@@ -46,6 +51,20 @@ from .lifecycle import die_with_parent  # stdlib-only at import: torch is import
 KILL_REQUEST = FORKSERVER_KILL_REQUEST.encode()
 REQUEST_TIMEOUT_S = 10.0  # a connected client that sends no request line is dropped
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+"""Signals that end the server, its runs killed first (``_end_runs``); SIGTERM is also what its
+owner's death sends it (PR_SET_PDEATHSIG). Its handlers and their workers take them as before (the
+default: they die)."""
+
+
+class _Stopping(BaseException):
+    """The server was told to stop (``STOP_SIGNALS``: its owner died, or it was sent one)."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stopping(signum)
+
+
 LEASE_TAKEOVER_S = 5.0
 """How long a handler whose client went away tries to take the run's device lease over (seconds;
 the dead client's locks are released as it exits, within milliseconds)."""
@@ -69,6 +88,8 @@ def _handle(conn: socket.socket, request: ForkRequest, server: int) -> None:
     ended, whatever ended it, its session and then every process re-parented to the handler
     (children that left the worker's session: ``os.setsid()``, a double fork) are killed before
     the end is answered."""
+    for signum in STOP_SIGNALS:  # the server's own way to end is not a handler's
+        signal.signal(signum, signal.SIG_DFL)
     die_with_parent(server)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     set_subreaper()  # the run's orphans (a setsid child, a daemon) are re-parented to this handler
@@ -233,7 +254,8 @@ def _preload(dynamo: bool) -> None:
 
 
 def serve(path: str, parent: int | None = None, preload: bool = True) -> None:
-    """Serve worker forks (and spawns) on the Unix socket ``path`` until killed (never returns).
+    """Serve worker forks (and spawns) on the Unix socket ``path`` until told to stop (its owner's
+    death, SIGTERM, SIGHUP: every process of its runs killed first, ``_end_runs``) or killed.
 
     Imports torch and the worker's modules once (``preload``; else at the first request to fork),
     binds ``path + ".new"`` and renames it to ``path`` once it listens, prints ``ready``, then
@@ -250,12 +272,40 @@ def serve(path: str, parent: int | None = None, preload: bool = True) -> None:
     Raises:
         OSError: the socket cannot be bound or renamed.
     """
-    die_with_parent(parent)  # before the long import: a client killed meanwhile leaves no server
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _stop)
+    set_subreaper()  # a run's processes whose handler died are re-parented here, not to init
+    try:  # before the long import: a client killed meanwhile leaves no server
+        die_with_parent(parent, signal.SIGTERM)
+        _serve(path, preload)
+    except _Stopping:
+        _end_runs()
+        os._exit(0)  # (no interpreter clean-up: torch's exit hooks have nothing to do here)
+    except BaseException:
+        _end_runs()
+        raise
+
+
+def _end_runs() -> None:
+    """The server's end: SIGKILL every child (its handlers) and, round after round, every process
+    re-parented to it as its parent dies (a handler's worker, which dies with it, and the worker's
+    own children, of its session or not), each reaped here (``conf.contract.kill_orphans``:
+    children only, so nothing that is not the server's descendant is signalled). SIGCHLD is no
+    longer ignored from here on: a child that ends stays a zombie until reaped here, so its pid
+    names it while it is signalled."""
+    for signum in STOP_SIGNALS:  # a second signal does not cut the killing short
+        signal.signal(signum, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    kill_orphans()
+
+
+def _serve(path: str, preload: bool) -> None:
+    """``serve``'s work once it is bound to its owner: import, bind, answer (never returns)."""
     if preload:
         _preload(dynamo=False)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     # Ctrl-C reaches the whole foreground process group: the orchestrator says what happened and
-    # exits, and the server and its handlers die with it (PR_SET_PDEATHSIG), without tracebacks.
+    # exits, and the server ends its runs and itself after it (PR_SET_PDEATHSIG), without tracebacks.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path + ".new")

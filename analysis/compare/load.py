@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..report import find_analysis_files
-from ..tables import PHASES_SCHEMA, RUNS_SCHEMA, build_tables
+from ..tables import PHASES_SCHEMA, RUNS_SCHEMA, build_tables, no_sweep_dir
 
 
 class SweepNotFound(FileNotFoundError):
@@ -25,7 +25,7 @@ class SweepNotFound(FileNotFoundError):
     """
 
     def __init__(self, path: Path):
-        super().__init__(f"sweep directory {path} does not exist")
+        super().__init__(no_sweep_dir(path))
         self.path = Path(path)
 
 

@@ -17,7 +17,7 @@ from ..doc import to_html, to_markdown
 from ..frontier import frontier_table
 from ..outputs import OUTPUTS, recover_set
 from ..publish import publish_doc, recover_doc, recover_outputs
-from ..tables import build_tables, unique_dirs
+from ..tables import build_tables, no_sweep_dir, unique_dirs
 from .build import Report, build_report
 
 
@@ -42,7 +42,7 @@ class SweepDirNotFound(FileNotFoundError):
     """
 
     def __init__(self, path: Path):
-        super().__init__(f"sweep directory {path} does not exist")
+        super().__init__(no_sweep_dir(path))
         self.path = Path(path)
 
 

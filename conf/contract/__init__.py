@@ -101,6 +101,7 @@ from .record import (
     classify_run,
     document_problems,
     field_names,
+    path_kind,
     read_json,
     write_json_atomic,
 )
@@ -118,6 +119,7 @@ from .rundir import (
     try_read,
 )
 from .spec import (
+    SWEEP_TOKEN_KEY,
     RunSpec,
     needs_dynamo,
     validate_device,
@@ -215,6 +217,8 @@ from .workload import (
 
 __all__ = [
     "bounded_bytes",
+    "path_kind",
+    "SWEEP_TOKEN_KEY",
     "SESSION_ENV",
     "SWEEP_FILE",
     "SweepBusy",

@@ -25,7 +25,8 @@ EXIT_BAD_INPUT = 2
 """A memsweep command refused its input (a SpecError) before anything ran."""
 
 EXIT_INTERRUPTED = 130
-"""A memsweep command interrupted (Ctrl-C, SIGTERM, SIGHUP); a sweep resumes when started again."""
+"""A memsweep command interrupted (Ctrl-C, SIGTERM, SIGHUP), said in one line; a sweep resumes when
+started again, and what ``analyze``, ``report`` and ``compare`` publish is whole or nothing."""
 
 EXIT_STOPPED = 1
 """``memsweep sweep`` / ``run``: stopped midway by a file it could not write or read (a disk that

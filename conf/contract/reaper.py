@@ -6,7 +6,9 @@ fork) are beyond ``host.kill_session``; once their parent dies the kernel re-par
 nearest living ancestor that is a subreaper instead of to init. The process that waits for a
 worker (a fork server's handler, the orchestrator's direct spawn) marks itself one, and once the
 worker has ended kills and reaps its own children of the run (``kill_orphans``), round after
-round, as each one's children are re-parented to it in turn. Only children of the calling
+round, as each one's children are re-parented to it in turn. The fork server is one too: when its
+owner dies it kills its handlers, and so their workers, and then what was re-parented to it
+(``worker.forkserver``), since a handler killed with its server can no longer. Only children of the calling
 process are signalled, and each is reaped by it: a pid that is its unreaped child cannot name
 another process meanwhile, so nothing that is not a descendant is ever killed.
 """

@@ -442,6 +442,35 @@ MAX_DOCUMENT_BYTES = 64 * 2**20
 phases and ranks stays far below it; a larger file is refused (``read_json``), never read whole."""
 
 
+_KINDS = (
+    (stat.S_ISREG, "a regular file"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def path_kind(path: Path | str) -> str | None:
+    """What ``path`` is, in words, for a message that refuses it (``a FIFO``, ``a directory``, ``a
+    regular file``...; a symbolic link is what it points to); None when nothing is there.
+
+    Args:
+        path: the path given.
+
+    Returns:
+        The words, or None (no such file; a link to nothing is ``a symbolic link to nothing``).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a symbolic link to nothing" if os.path.islink(path) else None
+    except OSError as exc:  # a path through a file, a loop of links, no permission
+        return f"not reachable ({exc.strerror})"
+    return next((words for test, words in _KINDS if test(mode)), "not a regular file")
+
+
 def bounded_bytes(path: Path | str, kind: str) -> bytes:
     """The bytes of ``path`` when it is a regular file (a symbolic link to one included) of at most
     ``MAX_DOCUMENT_BYTES``.

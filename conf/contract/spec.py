@@ -121,6 +121,12 @@ def validate_device(value: Any) -> str:
     raise SpecError("device", value, "one of auto, cpu, cuda, cuda:N")
 
 
+SWEEP_TOKEN_KEY = "sweep_token"
+"""The key of spec.json that is no field of the spec: the token the sweep's manifest gave the run's
+entry (``conf.contract.sweep.register_run``), which tells the sweep's own run from one copied in
+from elsewhere; absent from a run outside a sweep and from a run written by an older memsweep."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
     """One condition to measure: everything the worker needs, as plain JSON-able values.
@@ -477,7 +483,8 @@ class RunSpec:
     def from_dict(cls, data: Any) -> RunSpec:
         """Build and validate a spec from a mapping (spec.json's content).
 
-        Fields a spec written before them lacks take their defaults (additive changes).
+        Fields a spec written before them lacks take their defaults (additive changes); spec.json's
+        ``SWEEP_TOKEN_KEY`` is no field and is left out.
 
         Args:
             data: field -> value; ``batch``, ``context`` and ``width`` are required.
@@ -490,6 +497,8 @@ class RunSpec:
         """
         if not isinstance(data, Mapping):
             raise SpecError("spec", type(data).__name__, "a JSON object")
+        if SWEEP_TOKEN_KEY in data:  # spec.json's bookkeeping, not a field of the condition
+            data = {k: v for k, v in data.items() if k != SWEEP_TOKEN_KEY}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:

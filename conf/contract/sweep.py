@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import RecordError, SpecError
@@ -54,11 +55,15 @@ class SweepRuns:
         missing: those it launched that no longer hold one (deleted, or never started).
         listed: whether the sweep has a manifest (False: an older sweep or a hand-made
             directory, whose run directories are every one found under it).
+        tokens: run directory -> the token its manifest entry holds, which its spec.json must
+            hold too (``spec.SWEEP_TOKEN_KEY``; else it is another sweep's run, copied in); a run whose
+            entry has none (written by an older memsweep) is not in it.
     """
 
     run_dirs: list[Path]
     missing: list[Path]
     listed: bool
+    tokens: dict[Path, str] = field(default_factory=dict)
 
 
 def _check_manifest(data: object, path: Path) -> dict:
@@ -75,6 +80,8 @@ def _check_manifest(data: object, path: Path) -> dict:
     runs = data.get("runs")
     if not isinstance(runs, list) or not all(isinstance(r, dict) and isinstance(r.get("run_id"), str) for r in runs):
         raise RecordError(f"{path}: runs must be a list of objects with a string run_id")
+    if not all(isinstance(r.get("token"), str | None) for r in runs):
+        raise RecordError(f"{path}: a run's token must be a string or null")
     for r in runs:  # (on the text, as Path would read it on POSIX: no Path made per run)
         if r["run_id"].startswith("/") or ".." in r["run_id"].split("/") or r["run_id"] in ("", "."):
             raise RecordError(f"{path}: run_id {r['run_id']!r} is not a folder inside the sweep directory")
@@ -135,14 +142,24 @@ def _start_manifest(sweep_dir: Path, identity: str | None) -> None:
         write_json_atomic(sweep_dir / SWEEP_FILE, {**data, "sweep": identity})
 
 
-def register_run(sweep_dir: Path | str, run_dir: Path | str, overrides: list[str], session: str | None) -> None:
+def register_run(sweep_dir: Path | str, run_dir: Path | str, overrides: list[str], session: str | None) -> str | None:
     """Add a run to its sweep's manifest before its worker starts (atomically, under a lock).
+
+    Its entry holds a token (random, ``secrets.token_hex``) that the job writes into the run's
+    spec.json (``spec.SWEEP_TOKEN_KEY``), so that a run folder copied in from another sweep is told
+    from the sweep's own (``sweep_runs``). An entry keeps its token when the run is registered
+    again (a resumed sweep, another orchestrator of the same sweep); a new entry for a folder that
+    already holds a spec.json (a sweep of an older memsweep, or one whose manifest was lost) gets
+    none: its spec could not carry it.
 
     Args:
         sweep_dir: the sweep directory.
         run_dir: the job's directory; it must lie inside ``sweep_dir``.
         overrides: the job's overrides (what condition it runs).
         session: the orchestrator's session id (``SESSION_ENV``), or None.
+
+    Returns:
+        The entry's token, to write into the run's spec.json; None when it has none.
 
     Raises:
         SpecError: field ``hydra.sweep.subdir``: the run directory is not inside the sweep
@@ -165,10 +182,15 @@ def register_run(sweep_dir: Path | str, run_dir: Path | str, overrides: list[str
                     "a folder of its own for each job (such as ${hydra.job.num}); two jobs of this sweep "
                     f"({' '.join(entry.get('overrides') or [])} and {' '.join(overrides)}) got this one",
                 )
-            return
-        new = {"run_id": run_id, "overrides": list(overrides), "session": session}
+            return entry.get("token")
+        if entry is not None:
+            token = entry.get("token")
+        else:
+            token = None if os.path.isfile(run_real / SPEC_FILE) else secrets.token_hex(16)
+        new = {"run_id": run_id, "overrides": list(overrides), "session": session, "token": token}
         data["runs"] = [r for r in data["runs"] if r["run_id"] != run_id] + [new]
         write_json_atomic(sweep_dir / SWEEP_FILE, data)
+        return token
 
 
 def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
@@ -177,13 +199,15 @@ def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
     its folder is there without a result.json and the sweep still runs: it is starting; one whose
     folder is a symbolic link, a run put in place from elsewhere, is ``missing`` too, never read
     as this sweep's); without a manifest, every run
-    directory under it (``find_run_dirs``).
+    directory under it (``find_run_dirs``). No file of a run is read here: whether a real folder
+    holds the sweep's own run or one copied in from another sweep is told by its spec.json's token
+    (``SweepRuns.tokens``), checked where the spec is read (``analysis.tables``).
 
     Args:
         sweep_dir: the sweep directory.
 
     Returns:
-        ``SweepRuns``: the runs present, those missing, whether a manifest listed them.
+        ``SweepRuns``: the runs present, those missing, whether a manifest listed them, their tokens.
 
     Raises:
         RecordError: a manifest that cannot be read.
@@ -194,18 +218,22 @@ def sweep_runs(sweep_dir: Path | str) -> SweepRuns:
         return SweepRuns(find_run_dirs([sweep_dir]), [], False)
     present: list[Path] = []
     missing: list[Path] = []
+    tokens: dict[Path, str] = {}
     running = sweep_running(sweep_dir)
     base = str(sweep_dir)
-    for run_id in dict.fromkeys(r["run_id"] for r in data["runs"]):
+    entries = {r["run_id"]: r.get("token") for r in data["runs"]}  # (one entry per run: register_run)
+    for run_id, token in entries.items():
         run_dir = sweep_dir / run_id
         path = os.path.join(base, run_id)
         if os.path.islink(path):  # a run put in place from elsewhere is not this sweep's run
             missing.append(run_dir)
         elif os.path.isfile(os.path.join(path, SPEC_FILE)):  # (a str: one stat, no Path made)
             present.append(run_dir)
+            if token is not None:
+                tokens[run_dir] = token
         elif not (running and run_dir.is_dir() and not os.path.exists(os.path.join(path, RESULT_FILE))):
             missing.append(run_dir)  # a run of a running sweep may not have written it yet; one that ended has
-    return SweepRuns(present, missing, True)
+    return SweepRuns(present, missing, True, tokens)
 
 
 def hold_sweep_lock(sweep_dir: Path | str, identity: str | None = None) -> int:
