@@ -7,15 +7,11 @@ request a handler process forks the worker (every run is still a new process, it
 created after the fork) or, for ``isolation=spawn``, starts ``python -m memsweep.worker SPEC``;
 it answers ``ForkStarted`` at once and ``ForkEnded`` when the worker has ended.
 
-Death propagates down (Linux PR_SET_PDEATHSIG): orchestrator -> server -> handler -> worker. The
-server is a child subreaper (``conf.contract.reaper``) and takes its owner's death as SIGTERM
-(SIGHUP and SIGTERM from elsewhere alike): it then kills its handlers and, round after round,
-every process re-parented to it as they die (their workers, and what those started that left
-their session: a ``setsid`` child, a daemon), reaps them, and exits (``_end_runs``); nothing of
-its runs outlives it, even when its owner was killed outright. A run belongs to the
-orchestrator, not to the client that asked for it: a handler whose client
-goes away keeps the run, bounded by its ``timeout_s``, and writes its exit status into the run
-directory (``conf.contract.EXIT_STATUS_FILE``) for the sweeper that takes the run over.
+Death propagates down (PR_SET_PDEATHSIG): orchestrator -> server -> handler -> worker. The server
+is a child subreaper (``conf.contract.reaper``): on its owner's death (SIGTERM; SIGHUP alike) it kills
+its handlers and every process re-parented to it, reaps them and exits (``_end_runs``). A run belongs
+to the orchestrator: a handler whose client goes away keeps it, bounded by ``timeout_s``, and writes
+its exit status into the run directory (``conf.contract.EXIT_STATUS_FILE``) for the next sweeper.
 """
 
 from __future__ import annotations
