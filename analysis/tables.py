@@ -647,20 +647,20 @@ def _workers(n_items: int) -> int:
     return max(1, min(usable_cores(), 8))
 
 
-def read_runs(items: Iterable[tuple[Path, Path] | RunItem]) -> Tables:
+def read_runs(items: Iterable[RunItem]) -> Tables:
     """(runs, phases, problems) of the run directories given, each file read once, in several
     processes when there are many (``PARALLEL_FROM``); the rows are in the order given either way.
 
     Args:
-        items: ``(run directory, the sweep directory it belongs to[, its manifest token])``
-            (``RunItem``), each run once: the directories a sweep found
+        items: the run directories (``RunItem``: with the sweep directory each belongs to and its
+            manifest token), each run once: the directories a sweep found
             (``conf.contract.find_run_dirs``) or listed as launched. A run whose spec.json does
             not hold the token given is another sweep's: left out, with a problem line.
 
     Returns:
         (the runs table, RUNS_SCHEMA; the phases table, PHASES_SCHEMA; the problems met, one line each).
     """
-    runs = [RunItem(_path(i[0]), _path(i[1]), i.token if isinstance(i, RunItem) else None) for i in items]
+    runs = [RunItem(_path(i.run_dir), _path(i.sweep_dir), i.token) for i in items]
     workers = _workers(len(runs))
     if workers == 1:
         return _read_chunk(runs)
@@ -702,12 +702,12 @@ def build_tables(sweep_dirs: Iterable[Path], found: Mapping[Path, SweepRuns] | N
     items: list[RunItem] = []
     for sweep_dir in dirs:
         real_sweep = os.path.realpath(sweep_dir)
-        runs = (found or {}).get(sweep_dir) or sweep_runs(sweep_dir)
-        for run_dir in sweep_run_dirs(sweep_dir, problems, runs):
+        launched = (found or {}).get(sweep_dir) or sweep_runs(sweep_dir)
+        for run_dir in sweep_run_dirs(sweep_dir, problems, launched):
             first = seen.setdefault(real_path(run_dir, sweep_dir, real_sweep), sweep_dir)
             if first is not sweep_dir:
                 problems.append(f"{run_dir}: already read under {first}: one run, counted once")
                 continue
-            items.append(RunItem(run_dir, sweep_dir, runs.tokens.get(run_dir)))
+            items.append(RunItem(run_dir, sweep_dir, launched.tokens.get(run_dir)))
     runs, phases, read_problems = read_runs(items)
     return Tables(runs, phases, problems + read_problems)
