@@ -4,8 +4,8 @@ current: written by this memsweep's reader after every file of every run the swe
 ``stamp`` marks a table with the reader that built it (``READER_KEY`` in its Parquet metadata) as
 the tables are published; ``current_tables`` finds a sweep's newest set and returns it only when
 that stamp is this reader's, the sweep is not running, its runs are exactly the rows of the table,
-and no run directory nor file of theirs changed since the tables were written (modification times
-in nanoseconds, ``os.stat``); otherwise None, and the caller reads the run directories.
+and no run directory nor file of theirs changed since the reading began (``READ_SINCE_KEY``) or
+the tables were written (modification times in ns); otherwise None: the runs are read again.
 """
 
 from __future__ import annotations
@@ -46,10 +46,17 @@ def reader_fingerprint() -> bytes:
     return digest.hexdigest().encode()
 
 
-def stamp(table: pa.Table) -> pa.Table:
-    """``table`` with ``READER_KEY`` (this reader's fingerprint) added to its schema's metadata."""
+READ_SINCE_KEY = b"memsweep.read_since_ns"
+"""The Parquet metadata key of when the reading of the runs began (``time.time_ns()``, decimal)."""
+
+
+def stamp(table: pa.Table, read_since_ns: int | None = None) -> pa.Table:
+    """``table`` with ``READER_KEY`` (this reader's fingerprint) and, when given, ``READ_SINCE_KEY``
+    (when its runs began to be read, ns) added to its schema's metadata."""
     metadata = dict(table.schema.metadata or {})
     metadata[READER_KEY] = reader_fingerprint()
+    if read_since_ns is not None:
+        metadata[READ_SINCE_KEY] = str(read_since_ns).encode()
     return table.replace_schema_metadata(metadata)
 
 
@@ -78,9 +85,13 @@ def current_tables(sweep_dir: Path, files: list[Path]) -> CurrentTables | None:
         return None
     paths = [by_name["runs.parquet"], by_name["phases.parquet"]]
     try:
-        written = min(os.stat(p).st_mtime_ns for p in paths)
-        if any(_stamp_of(p) != reader_fingerprint() for p in paths):
+        stamps = [(pq.read_schema(p).metadata or {}) for p in paths]  # (the footers only)
+        if any(m.get(READER_KEY) != reader_fingerprint() for m in stamps):
             return None
+        # a run changed while the tables were being built is in them as it was before: the time the
+        # reading began, where recorded, else the tables' own
+        since = [int(m[READ_SINCE_KEY]) for m in stamps if READ_SINCE_KEY in m]
+        written = min([os.stat(p).st_mtime_ns for p in paths] + since)
         run_dirs = sweep_runs(sweep_dir).run_dirs
         if not _unchanged_since(run_dirs, written):
             return None
@@ -90,11 +101,6 @@ def current_tables(sweep_dir: Path, files: list[Path]) -> CurrentTables | None:
     if not _same_runs(runs, sweep_dir, run_dirs):
         return None
     return CurrentTables(runs, phases, paths)
-
-
-def _stamp_of(path: Path) -> bytes | None:
-    """The ``READER_KEY`` of a Parquet file's schema (its footer only is read), or None."""
-    return (pq.read_schema(path).metadata or {}).get(READER_KEY)
 
 
 def _unchanged_since(run_dirs: list[Path], written: int) -> bool:

@@ -9,6 +9,7 @@ refusal is an exception (``OutputExists``, ``FileNotFoundError``).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -55,11 +56,12 @@ def recover_set(out_dir: Path) -> list[Path]:
     return removed + remove_stale_temps(out_dir, OUTPUTS)  # under the lock: no writer of them lives
 
 
-def publish_set(tables: dict[str, pa.Table], out_dir: Path) -> None:
+def publish_set(tables: dict[str, pa.Table], out_dir: Path, read_since_ns: int | None = None) -> None:
     """Write the tables into ``out_dir`` as one set: each to a temporary file first, then all
     renamed into place with SIGINT, SIGTERM and SIGHUP held back (``publish.rename_set``: a reader
     never sees part of a set; a writer killed outright leaves a ``PUBLISHING`` marker that
-    ``recover_set`` undoes). Each is stamped with the reader that built it (``current.stamp``).
+    ``recover_set`` undoes). Each is stamped with the reader that built it and ``read_since_ns``,
+    when its runs began to be read (``time.time_ns()``; ``current.stamp``).
 
     Raises:
         OSError: a table could not be written (a full disk): nothing is published, no temporary
@@ -69,7 +71,7 @@ def publish_set(tables: dict[str, pa.Table], out_dir: Path) -> None:
     tmps = {name: out_dir / f".{name}.{pid}.tmp" for name in tables}
     try:
         for name, table in tables.items():
-            pq.write_table(stamp(table), tmps[name])
+            pq.write_table(stamp(table, read_since_ns), tmps[name])
         rename_set([(tmps[n], out_dir / n) for n in tables], out_dir / PUBLISHING.format(pid=pid), replace=True)
     finally:
         for tmp in tmps.values():
@@ -268,6 +270,7 @@ def write_tables(sweep_dirs: Iterable[Path], out_dir: Path, found: Mapping[Path,
         if not Path(d).is_dir():
             raise FileNotFoundError(no_sweep_dir(d))
     out_dir = Path(out_dir)
+    read_since = time.time_ns()  # (``current.current_tables``: a run changed from now on is read again)
     runs, phases, problems = build_tables(sweep_dirs, found)
     frontier = frontier_table(runs)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -277,7 +280,7 @@ def write_tables(sweep_dirs: Iterable[Path], out_dir: Path, found: Mapping[Path,
         existing = [out_dir / n for n in OUTPUTS if (out_dir / n).exists()]
         if existing:
             raise OutputExists(f"{existing[0]} already exists: memsweep never overwrites a result; use --out NEW_DIR")
-        publish_set(tables, out_dir)
+        publish_set(tables, out_dir, read_since)
     return Written(tables, problems)
 
 

@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import pyarrow.parquet as pq
 import pytest
 
-from memsweep.analysis.current import READER_KEY, current_tables
+from memsweep.analysis.current import READ_SINCE_KEY, READER_KEY, current_tables
 from memsweep.analysis.outputs import write_tables
 from memsweep.analysis.report import build, find_analysis_files, report_for_dirs
 from memsweep.analysis.tables import build_tables
@@ -101,3 +101,14 @@ def test_tables_of_the_sweep_named_otherwise_are_not_read(analysed, monkeypatch)
     monkeypatch.chdir(analysed.parent)
     assert _current(analysed.relative_to(analysed.parent)) is None
     assert _current(analysed) is not None
+
+
+def test_a_run_changed_while_the_tables_were_built_is_read_again(analysed):
+    """A record rewritten after the reading began but before the tables were written is in them as
+    it was: the time the reading began (in the tables' metadata) is what the runs must predate."""
+    meta = pq.read_schema(analysed / "runs.parquet").metadata
+    since = int(meta[READ_SINCE_KEY])
+    written = os.stat(analysed / "runs.parquet").st_mtime_ns
+    assert since < written
+    os.utime(analysed / "1" / "record.json", ns=(since + 1, since + 1))  # before the tables' own time
+    assert _current(analysed) is None
