@@ -73,7 +73,8 @@ def current_tables(sweep_dir: Path, files: list[Path]) -> CurrentTables | None:
     ``analysis.report.find_analysis_files`` finds it), when they are current (see the module).
 
     Args:
-        sweep_dir: the sweep directory, as given (the tables' ``sweep_dir`` column must be it).
+        sweep_dir: the sweep directory, as given (the tables' ``sweep_dir`` column must be it, or an
+            absolute name of it: ``_named_as``).
         files: the Parquet tables found for it.
 
     Returns:
@@ -95,12 +96,39 @@ def current_tables(sweep_dir: Path, files: list[Path]) -> CurrentTables | None:
         run_dirs = sweep_runs(sweep_dir).run_dirs
         if not _unchanged_since(run_dirs, written):
             return None
-        runs, phases = (pq.read_table(p) for p in paths)
+        runs, phases = (_named_as(pq.read_table(p), sweep_dir) for p in paths)
     except (OSError, pa.ArrowException, ValueError):
         return None
-    if not _same_runs(runs, sweep_dir, run_dirs):
+    if runs is None or phases is None or not _same_runs(runs, sweep_dir, run_dirs):
         return None
     return CurrentTables(runs, phases, paths)
+
+
+def _named_as(table: pa.Table, sweep_dir: Path) -> pa.Table | None:
+    """``table`` with the sweep directory named as given: its ``sweep_dir`` column (and ``run_dir``,
+    the sweep directory joined with ``run_id``, as reading the runs names it) rewritten when it holds
+    one absolute name of the same directory (its real path); the table as it is when it already
+    names it so; None when it names another (or a relative name, whose working directory is unknown).
+    The sweep's own analysis names its directory absolute; a user types it relative."""
+    names = set(table.column("sweep_dir").to_pylist()) if "sweep_dir" in table.column_names else set()
+    if names <= {str(sweep_dir)}:
+        return table
+    (name,) = names if len(names) == 1 else (None,)
+    if not isinstance(name, str) or not os.path.isabs(name) or os.path.realpath(name) != os.path.realpath(sweep_dir):
+        return None
+    ids = table.column("run_id").to_pylist()
+    if any(not isinstance(i, str) or i.startswith("/") for i in ids):
+        return None
+    table = _set(table, "sweep_dir", [str(sweep_dir)] * table.num_rows)
+    if "run_dir" in table.column_names:
+        table = _set(table, "run_dir", [str(Path(sweep_dir) / i) for i in ids])
+    return table
+
+
+def _set(table: pa.Table, name: str, values: list[str]) -> pa.Table:
+    """``table`` with its string column ``name`` replaced by ``values`` (the same field)."""
+    i = table.column_names.index(name)
+    return table.set_column(i, table.schema.field(i), pa.array(values, pa.string()))
 
 
 def _unchanged_since(run_dirs: list[Path], written: int) -> bool:

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from memsweep.analysis.current import READ_SINCE_KEY, READER_KEY, current_tables
-from memsweep.analysis.outputs import write_tables
+from memsweep.analysis.outputs import OUTPUTS, write_tables
 from memsweep.analysis.report import build, find_analysis_files, report_for_dirs
 from memsweep.analysis.tables import build_tables
 from tests.test_analysis_honesty import write_run
@@ -95,12 +95,28 @@ def test_tables_of_another_reader_are_not_read(analysed):
     assert _current(analysed) is None
 
 
-def test_tables_of_the_sweep_named_otherwise_are_not_read(analysed, monkeypatch):
-    """The tables' sweep_dir column is the path the analysis was given: another spelling of it
-    would give other rows (its run_dir column), so they are read again."""
+def test_tables_of_the_sweep_named_absolute_are_read_under_the_name_given(analysed, monkeypatch):
+    """The sweep's own analysis names its directory absolute; a user types it relative: the tables
+    are read, their sweep_dir and run_dir in the name given, equal to what reading the runs gives."""
     monkeypatch.chdir(analysed.parent)
-    assert _current(analysed.relative_to(analysed.parent)) is None
-    assert _current(analysed) is not None
+    relative = analysed.relative_to(analysed.parent)
+    found = _current(relative)
+    assert found is not None
+    runs, phases, _ = build_tables([relative])
+    assert found.runs.equals(runs) and found.phases.equals(phases)
+    assert set(found.runs.column("run_dir").to_pylist()) == {f"sweep/{i}" for i in range(4)}
+
+
+def test_tables_of_a_relative_name_are_read_under_that_name_only(analysed, monkeypatch):
+    """A relative name in the tables (``memsweep analyze sweep`` from its parent) says nothing of the
+    directory it was relative to: read under that same name only, not under another name of it."""
+    monkeypatch.chdir(analysed.parent)
+    for name in OUTPUTS:
+        (analysed / name).unlink()
+    relative = analysed.relative_to(analysed.parent)
+    write_tables([relative], relative)
+    assert _current(analysed) is None
+    assert _current(relative) is not None
 
 
 def test_a_run_changed_while_the_tables_were_built_is_read_again(analysed):
