@@ -59,6 +59,21 @@ IDENTITY = (
     *SPREAD,
 )
 
+
+def group_keys(axis: str) -> tuple[str, ...]:
+    """The fields that are one load along ``axis``: ``IDENTITY`` but the axis, and, along ``dtype``,
+    but ``precision`` too (precision=auto resolves with the dtype: autocast in 16 bits, pure in
+    float32 for training). The frontier groups runs by them; the report finds a row's runs by them.
+
+    Args:
+        axis: a swept axis (``conf.contract.AXES``).
+
+    Returns:
+        The field names, in ``IDENTITY``'s order.
+    """
+    return tuple(k for k in IDENTITY if k != axis and not (axis == "dtype" and k == "precision"))
+
+
 FRONTIER_SCHEMA = table_schema(
     "sweep_dir",
     ("axis", pa.string()),
@@ -401,9 +416,8 @@ def frontier_rows(runs: list[dict]) -> list[dict]:
         searched.update(search_results(str(sweep_dir)))
     identities = [tuple(r.get(k) for k in IDENTITY) for r in runs]  # each run's load, once
     for axis in AXES:
-        # precision=auto resolves with the dtype (autocast in 16 bits, pure in float32 for training)
-        at = [i for i, k in enumerate(IDENTITY) if k != axis and not (axis == "dtype" and k == "precision")]
-        keys, pick = [IDENTITY[i] for i in at], itemgetter(*at)
+        keys = group_keys(axis)
+        pick = itemgetter(*(IDENTITY.index(k) for k in keys))
         groups: dict[tuple, list[dict]] = {}
         for r, identity in zip(runs, identities):
             groups.setdefault(pick(identity), []).append(r)

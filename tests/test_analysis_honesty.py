@@ -304,3 +304,17 @@ def test_a_dry_run_row_carries_its_verdict_beside_the_workers_ok(tmp_path):
     report, md = report_md([tmp_path])  # the report: the verdict, never a measured ok
     assert [r["run_id"] for r in report.runs] == ["3"]
     assert "| does not fit |" in md.split("# Predicted (dry runs)")[1]
+
+
+def test_a_dtype_sweep_whose_runs_all_fit_is_reported_as_fitting(tmp_path):
+    """Along dtype the frontier groups runs whatever their precision (it resolves with the dtype);
+    the report finds the row's runs by the same fields: every value ran ok, so one is recommended
+    and the per-value table has a row per dtype (a new user saw 'no value of dtype ran ok')."""
+    for i, dtype in enumerate(("float32", "float16", "bfloat16")):
+        write_run(tmp_path / str(i), batch=8)
+        spec = json.loads((tmp_path / str(i) / "spec.json").read_text())
+        (tmp_path / str(i) / "spec.json").write_text(json.dumps({**spec, "dtype": dtype, "precision": "pure"}))
+    report, md = report_md([tmp_path])
+    (axis,) = [a for a in report.axes if a.axis == "dtype"]
+    assert axis.recommended is not None, axis.reason
+    assert "none can be recommended" not in md and "none of the values ran ok" not in md

@@ -16,7 +16,7 @@ from memsweep.conf.contract import AXES, gib
 from memsweep.estimator.labels import load_words
 from memsweep.estimator.margin import MarginPolicy, basis, device_kind, margin_leaves_nothing
 
-from ..frontier import IDENTITY, ROW_KEY, differing, direction_words, edge_columns, order_key, search_results
+from ..frontier import ROW_KEY, differing, direction_words, edge_columns, group_keys, order_key, search_results
 from .fit import capacity_limits, fit_axis
 from .fmt import axis_label, pct
 
@@ -289,7 +289,7 @@ class RunIndex:
         return self._searches[sweep_dir]
 
     def of(self, row: dict) -> list[dict]:
-        """The runs of one frontier row: its whole fixed load (analysis.frontier.IDENTITY, the
+        """The runs of one frontier row: its whole fixed load (``analysis.frontier.group_keys``, the
         grouping that made the row), never the runs of another load that only shares the axes. A
         field the row does not carry (a frontier table written before it had it) is not compared.
 
@@ -300,7 +300,7 @@ class RunIndex:
             Its runs with a value of the row's axis, in the order of ``runs``.
         """
         axis = row["axis"]
-        keys = tuple(k for k in IDENTITY if k != axis and k in row)
+        keys = tuple(k for k in group_keys(axis) if k in row)
         groups = self._groups.get((axis, keys))
         if groups is None:
             groups = {}
