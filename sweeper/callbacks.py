@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from memsweep.conf.contract import AXES, EXIT_ERROR, RESULT_FILE, RecordError, sweep_runs, try_read
@@ -323,6 +324,8 @@ class Progress(Callback):
             outcome = value["outcome"] + (f" in {value['failed_phase']}" if value.get("failed_phase") else "")
         if watching is not None:
             watching.job_end(self._condition(config), outcome)
+            return
+        if config.hydra.mode != RunMode.MULTIRUN:  # ``memsweep run``: its answer says how it ended
             return
         print(
             f"memsweep: [{self._counts(config)}] {self._condition(config)} -> {outcome} · elapsed {self._elapsed()}",

@@ -274,6 +274,24 @@ def test_progress_words_give_done_left_and_time_left():
     assert counts_text(3, None, 30.0).startswith("3 done, time left not known")
 
 
+@pytest.mark.parametrize("mode", ["RUN", "MULTIRUN"])
+def test_a_job_end_line_is_a_sweeps_not_a_single_runs(tmp_path, monkeypatch, capsys, mode):
+    """``memsweep sweep`` prints one line per finished job; ``memsweep run`` (one job, no multirun)
+    none: its answer says how it ended (a new user saw ``[1 done, time left not known (the search
+    picks...)] job ?: ... elapsed -`` after every run)."""
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from memsweep.sweeper.callbacks import Progress
+
+    monkeypatch.setenv("MEMSWEEP_PROGRESS", "1")
+    hydra = {"mode": getattr(RunMode, mode), "sweep": {"dir": str(tmp_path)}, "job": {"num": 0}}
+    config = OmegaConf.create({"hydra": hydra, "batch": 2, "mode": "inference", "device": "cpu"})
+    Progress().on_job_end(config)
+    out = capsys.readouterr().out
+    assert ("job 0: batch=2" in out) == (mode == "MULTIRUN"), out
+
+
 def test_each_dry_run_is_reported_as_it_ends(capsys):
     from memsweep.sweeper.callbacks import report_dry_run
 
