@@ -6,7 +6,6 @@ Every figure plots bytes converted once, to GiB (2^30 B) or, when everything plo
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -18,6 +17,8 @@ matplotlib.use("Agg")  # before pyplot: no display, same output everywhere
 import matplotlib.pyplot as plt  # noqa: E402
 
 from memsweep.conf.contract import PEAK_CATEGORY_WORDS  # noqa: E402
+
+from .png import figure_png  # noqa: E402
 
 GiB = 2**30
 MiB = 2**20
@@ -42,18 +43,16 @@ def png_bytes(fig) -> bytes:
 
 
 def _png(fig) -> bytes:
-    """The figure as PNG bytes at ``_DPI``, cropped to what it draws (matplotlib's
-    ``bbox_inches="tight"`` box, measured here at the figure's layout so that saving draws it once
-    instead of twice), its x tick labels thinned (``thin_xticklabels``); the figure is closed."""
+    """The figure as PNG bytes at ``_DPI``, its x tick labels thinned (``thin_xticklabels``),
+    cropped to what it draws (``analysis.png.figure_png``: drawn once, not measured first); the
+    figure is closed."""
     fig.set_dpi(_DPI)
     for ax in fig.axes:
         thin_xticklabels(ax)
-    box = fig.get_tightbbox(fig.canvas.get_renderer())
-    pad = matplotlib.rcParams["savefig.pad_inches"]
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, bbox_inches=box.padded(pad, pad))
-    plt.close(fig)
-    return buf.getvalue()
+    try:
+        return figure_png(fig, _DPI)
+    finally:
+        plt.close(fig)
 
 
 _LABEL_GAP_PX = 4
