@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import matplotlib
 import numpy as np
@@ -275,6 +275,48 @@ def axis_plot(
     return _png(fig)
 
 
+class _Bars(NamedTuple):
+    """What ``_stacked_bars`` drew: the top of each stack and one legend handle per layer."""
+
+    tops: list[float]
+    handles: list[Any]
+
+
+def _stacked_bars(ax, xs: Sequence[float], layers: Sequence[Sequence[float]], width: float, colors, labels, **style):
+    """Stacked bars, one ``PolyCollection`` per layer (one artist drawn at once, where ``Axes.bar``
+    adds one patch per bar): layer j's bar at ``xs[i]`` is ``layers[j][i]`` tall (axis units),
+    ``width`` wide, on top of the layers before it; zero-height bars are kept as ``Axes.bar`` keeps
+    them. The y axis's autoscale stops at 0, as it does for bars.
+
+    Args:
+        ax: the axes.
+        xs: the bars' centres.
+        layers: the heights, one sequence per layer (bottom first), one height per x.
+        width: the bars' width (axis units).
+        colors, labels: one face colour and one legend label per layer.
+        style: further ``PolyCollection`` properties (``edgecolors``, ``linewidths``).
+
+    Returns:
+        The stacks' tops and the collections (legend handles), in layer order.
+    """
+    from matplotlib.collections import PolyCollection
+
+    x = np.asarray(xs, dtype=float)
+    left, right = x - width / 2, x + width / 2
+    bottom = np.zeros(len(x))
+    handles = []
+    for heights, color, label in zip(layers, colors, labels):
+        top = bottom + np.asarray(heights, dtype=float)
+        corners = [(left, bottom), (left, top), (right, top), (right, bottom)]
+        verts = np.stack([np.column_stack(c) for c in corners], axis=1)  # (bars, 4 corners, xy)
+        bars = PolyCollection(list(verts), facecolors=[color], label=label, **({"edgecolors": "none"} | style))
+        bars.sticky_edges.y.append(0)
+        ax.add_collection(bars)
+        handles.append(bars)
+        bottom = top
+    return _Bars(bottom.tolist(), handles)
+
+
 def phases_plot(
     axis: str,
     values: Sequence,
@@ -298,13 +340,11 @@ def phases_plot(
     totals = [sum(i for i in inc if i is not None) for inc in increments]
     unit, unit_name = _unit(capacity, *totals)
     xs = list(range(len(values)))
-    bottom = [0.0] * len(values)
     cmap = plt.get_cmap("tab20" if len(phases) > 10 else "tab10")
-    for j, phase in enumerate(phases):
-        heights = [0.0 if (v := inc[j]) is None else v / unit for inc in increments]
-        ax.bar(xs, heights, bottom=bottom, color=cmap(j % cmap.N), label=phase, edgecolor="white", linewidth=0.5)
-        bottom = [b + h for b, h in zip(bottom, heights)]
-    for x, top, outcome in zip(xs, bottom, outcomes):
+    layers = [[0.0 if (v := inc[j]) is None else v / unit for inc in increments] for j in range(len(phases))]
+    colors = [cmap(j % cmap.N) for j in range(len(phases))]
+    bars = _stacked_bars(ax, xs, layers, 0.8, colors, list(phases), edgecolors="white", linewidths=0.5)
+    for x, top, outcome in zip(xs, bars.tops, outcomes):
         if outcome != "ok":
             ax.annotate(outcome, (x, top), ha="center", va="bottom", fontsize=8, color="#d62728")
     if capacity:
@@ -315,7 +355,9 @@ def phases_plot(
     ax.set_ylabel(f"{counter}, {unit_name}")
     ax.set_title(f"rise of the peak {counter} by phase", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    # the lines first, then the phases (as Axes.bar's containers came after the lines)
+    legend = [*ax.get_lines(), *bars.handles]
+    ax.legend(handles=legend, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _png(fig)
 
 
@@ -421,13 +463,19 @@ def split_plot(
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     unit, unit_name = _unit(capacity, *totals, *observed)
     xs = list(range(len(phases)))
-    bottom = [0.0] * len(phases)
-    for (name, vals), color in zip(parts.items(), split_colors(list(parts))):
-        heights = [0.0 if v is None else v / unit for v in vals]
-        if not any(heights):
-            continue
-        ax.bar(xs, heights, bottom=bottom, width=0.6, color=color, label=f"{name} (calculated)")
-        bottom = [b + h for b, h in zip(bottom, heights)]
+    drawn = [
+        (name, [0.0 if v is None else v / unit for v in vals], color)
+        for (name, vals), color in zip(parts.items(), split_colors(list(parts)))
+    ]
+    drawn = [(name, heights, color) for name, heights, color in drawn if any(heights)]
+    bars = _stacked_bars(
+        ax,
+        xs,
+        [heights for _, heights, _ in drawn],
+        0.6,
+        [color for _, _, color in drawn],
+        [f"{name} (calculated)" for name, _, _ in drawn],
+    )
     if any(v is not None for v in observed):
         ax.plot(
             [x + 0.38 for x, v in zip(xs, observed) if v is not None],
@@ -447,7 +495,8 @@ def split_plot(
     ax.set_ylabel(unit_name)
     ax.set_title(title, fontsize=9)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
+    legend = [*ax.get_lines(), *bars.handles]  # the lines first, as with Axes.bar's containers
+    ax.legend(handles=legend, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     return _png(fig)
 
 

@@ -96,3 +96,45 @@ def test_png_is_rgb_where_opaque_and_rgba_where_not():
 
     assert mode(False) == "RGB"
     assert mode(True) == "RGBA"
+
+
+def test_stacked_bars_stand_where_axes_bar_puts_them():
+    """The same layers by ``_stacked_bars`` and by ``Axes.bar`` with ``bottom``: the same rectangles,
+    the same tops and the same autoscaled limits (the y axis from 0)."""
+    plt = plots.pyplot()
+    xs, layers = [0, 1, 2], [[1.0, 0.0, 2.0], [0.5, 3.0, 0.0]]
+    fig, ax = plt.subplots()
+    bars = plots._stacked_bars(ax, xs, layers, 0.6, ["C0", "C1"], ["a", "b"])
+    ours = [coll.get_paths() for coll in bars.handles]
+    ref_fig, ref = plt.subplots()
+    bottom = np.zeros(3)
+    theirs = []
+    for heights in layers:
+        theirs.append(ref.bar(xs, heights, bottom=bottom, width=0.6).patches)
+        bottom = bottom + heights
+    for paths, patches in zip(ours, theirs):
+        for path, patch in zip(paths, patches):
+            corners = patch.get_bbox().get_points()
+            assert np.allclose(path.get_extents().get_points(), corners)
+    assert bars.tops == bottom.tolist() == [1.5, 3.0, 2.0]
+    ax.autoscale_view()
+    ref.autoscale_view()
+    assert np.allclose(ax.get_ylim(), ref.get_ylim()) and ax.get_ylim()[0] == 0
+    assert np.allclose(ax.get_xlim(), ref.get_xlim())
+    assert [h.get_label() for h in bars.handles] == ["a", "b"]
+    plt.close(fig)
+    plt.close(ref_fig)
+
+
+def test_phases_plot_legend_names_the_capacity_then_each_phase(monkeypatch):
+    """The legend as when the bars were ``Axes.bar`` containers: the capacity line, then the phases
+    in order, each box in its layer's colour."""
+    seen, save = [], plots._png
+    monkeypatch.setattr(plots, "_png", lambda fig: seen.append(fig) or save(fig))
+    png = plots.phases_plot("batch", [1, 2], ["load", "step"], [[1, 2], [3, None]], ["ok", "oom"], 8, "c")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    (ax,) = seen[0].axes
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["capacity", "load", "step"]
+    for handle, coll in zip(legend.legend_handles[1:], ax.collections):
+        assert np.allclose(handle.get_facecolor(), coll.get_facecolor()[0])
