@@ -23,6 +23,9 @@ from .png import figure_png  # noqa: E402
 GiB = 2**30
 MiB = 2**20
 _DPI = 100
+_TITLE_Y = 1.0
+"""Where an axes' title sits (axes fraction): just above the axes, the x tick labels being below it;
+given, matplotlib does not measure the tick labels to place it (``Axes.set_title``'s ``y``)."""
 
 
 def _unit(*byte_values) -> tuple[int, str]:
@@ -213,7 +216,7 @@ def _label_axes(ax, axis: str, values: list, xs: list, numeric: bool, unit_name:
     ax.set_xlabel(axis + (" (log2 axis)" if numeric and doubling(values) else ""))
     ax.set_ylabel(unit_name)
     ax.set_ylim(bottom=0)
-    ax.set_title(title or f"peak memory vs {axis}", fontsize=10)
+    ax.set_title(title or f"peak memory vs {axis}", fontsize=10, y=_TITLE_Y)
     ax.grid(True, alpha=0.3)
 
 
@@ -353,7 +356,7 @@ def phases_plot(
     ax.set_xticklabels([str(v) for v in values])
     ax.set_xlabel(axis)
     ax.set_ylabel(f"{counter}, {unit_name}")
-    ax.set_title(f"rise of the peak {counter} by phase", fontsize=10)
+    ax.set_title(f"rise of the peak {counter} by phase", fontsize=10, y=_TITLE_Y)
     ax.grid(True, axis="y", alpha=0.3)
     # the lines first, then the phases (as Axes.bar's containers came after the lines)
     legend = [*ax.get_lines(), *bars.handles]
@@ -398,7 +401,7 @@ def fit_plot(
                 ax.annotate(f"{name}: largest {limit}", (x, 0), rotation=90, fontsize=7, va="bottom", ha="right")
     ax.set_xlabel(x_label)
     ax.set_ylabel(f"{y_label}, {unit_name}")
-    ax.set_title(f"{y_label} vs {x_label}: quadratic fit", fontsize=10)
+    ax.set_title(f"{y_label} vs {x_label}: quadratic fit", fontsize=10, y=_TITLE_Y)
     ax.grid(True, alpha=0.3)
     _legend_below(ax)
     return _png(fig)
@@ -493,7 +496,7 @@ def split_plot(
     ax.set_xticks(xs)
     ax.set_xticklabels(list(phases), rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(unit_name)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=9, y=_TITLE_Y)
     ax.grid(True, axis="y", alpha=0.3)
     legend = [*ax.get_lines(), *bars.handles]  # the lines first, as with Axes.bar's containers
     ax.legend(handles=legend, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
@@ -533,11 +536,11 @@ def cards_plot(cards: Sequence[str], values: Sequence, status: list[list[str]], 
     ax.set_yticks(range(len(cards)))
     ax.set_yticklabels(list(cards), fontsize=7)
     ax.set_xlabel(axis)
-    ax.set_xticks(np.arange(-0.5, len(values)), minor=True)
-    ax.set_yticks(np.arange(-0.5, len(cards)), minor=True)
-    ax.grid(which="minor", color="white", linewidth=1.5)
-    ax.tick_params(which="minor", length=0)
-    ax.set_title(title, fontsize=9)
+    # white lines between the cells: two line collections (minor ticks' grid lines: a Tick, its lines and labels, each)
+    cell: dict[str, Any] = {"color": "white", "linewidth": 1.5, "zorder": 1.5}
+    ax.vlines(np.arange(0.5, len(values) - 1), -0.5, len(cards) - 0.5, **cell)
+    ax.hlines(np.arange(0.5, len(cards) - 1), -0.5, len(values) - 0.5, **cell)
+    ax.set_title(title, fontsize=9, y=_TITLE_Y)
     ax.legend(
         handles=[Patch(color=CARD_STATUS[k][0], label=CARD_STATUS[k][1]) for k in keys],
         fontsize=7,

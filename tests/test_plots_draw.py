@@ -138,3 +138,18 @@ def test_phases_plot_legend_names_the_capacity_then_each_phase(monkeypatch):
     assert [t.get_text() for t in legend.get_texts()] == ["capacity", "load", "step"]
     for handle, coll in zip(legend.legend_handles[1:], ax.collections):
         assert np.allclose(handle.get_facecolor(), coll.get_facecolor()[0])
+
+
+def test_cards_plot_draws_a_white_line_between_each_two_cells(monkeypatch):
+    """Two line collections: one vertical line between each two columns, one horizontal line
+    between each two rows, each across the whole grid."""
+    seen, save = [], plots._png
+    monkeypatch.setattr(plots, "_png", lambda fig: seen.append(fig) or save(fig))
+    status = [["fits", "tight", "no"], ["fits", "fits", "tight"]]
+    plots.cards_plot(["small", "large"], [1, 2, 4], status, "batch", "cards")
+    (ax,) = seen[0].axes
+    vertical, horizontal = (c.get_segments() for c in ax.collections)
+    assert sorted(s[0][0] for s in vertical) == [0.5, 1.5]
+    assert [s[0][1] for s in horizontal] == [0.5]
+    assert all((s[0][1], s[1][1]) == (-0.5, 1.5) for s in vertical)
+    assert all((s[0][0], s[1][0]) == (-0.5, 2.5) for s in horizontal)
