@@ -6,10 +6,9 @@ Every figure plots bytes converted once, to GiB (2^30 B) or, when everything plo
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import matplotlib
 import numpy as np
@@ -19,9 +18,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from memsweep.conf.contract import PEAK_CATEGORY_WORDS  # noqa: E402
 
+from .png import figure_png  # noqa: E402
+
 GiB = 2**30
 MiB = 2**20
 _DPI = 100
+_TITLE_Y = 1.0
+"""Where an axes' title sits (axes fraction): just above the axes, the x tick labels being below it;
+given, matplotlib does not measure the tick labels to place it (``Axes.set_title``'s ``y``)."""
 
 
 def _unit(*byte_values) -> tuple[int, str]:
@@ -41,19 +45,24 @@ def png_bytes(fig) -> bytes:
     return _png(fig)
 
 
+_TEXT_RC: dict[Any, Any] = {"text.hinting": "no_hinting"}
+"""How texts are laid out and drawn (measured and drawn alike): FreeType's glyph outlines unhinted,
+instead of run through the font's hinting program for every glyph drawn (a sixth of drawing a
+report's figures), the letters' shapes the same, their edges a little softer."""
+
+
 def _png(fig) -> bytes:
-    """The figure as PNG bytes at ``_DPI``, cropped to what it draws (matplotlib's
-    ``bbox_inches="tight"`` box, measured here at the figure's layout so that saving draws it once
-    instead of twice), its x tick labels thinned (``thin_xticklabels``); the figure is closed."""
+    """The figure as PNG bytes at ``_DPI``, its x tick labels thinned (``thin_xticklabels``),
+    cropped to what it draws (``analysis.png.figure_png``: drawn once, not measured first), its
+    texts as ``_TEXT_RC`` says; the figure is closed."""
     fig.set_dpi(_DPI)
-    for ax in fig.axes:
-        thin_xticklabels(ax)
-    box = fig.get_tightbbox(fig.canvas.get_renderer())
-    pad = matplotlib.rcParams["savefig.pad_inches"]
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, bbox_inches=box.padded(pad, pad))
-    plt.close(fig)
-    return buf.getvalue()
+    try:
+        with matplotlib.rc_context(_TEXT_RC):
+            for ax in fig.axes:
+                thin_xticklabels(ax)
+            return figure_png(fig, _DPI)
+    finally:
+        plt.close(fig)
 
 
 _LABEL_GAP_PX = 4
@@ -214,7 +223,7 @@ def _label_axes(ax, axis: str, values: list, xs: list, numeric: bool, unit_name:
     ax.set_xlabel(axis + (" (log2 axis)" if numeric and doubling(values) else ""))
     ax.set_ylabel(unit_name)
     ax.set_ylim(bottom=0)
-    ax.set_title(title or f"peak memory vs {axis}", fontsize=10)
+    ax.set_title(title or f"peak memory vs {axis}", fontsize=10, y=_TITLE_Y)
     ax.grid(True, alpha=0.3)
 
 
@@ -276,6 +285,48 @@ def axis_plot(
     return _png(fig)
 
 
+class _Bars(NamedTuple):
+    """What ``_stacked_bars`` drew: the top of each stack and one legend handle per layer."""
+
+    tops: list[float]
+    handles: list[Any]
+
+
+def _stacked_bars(ax, xs: Sequence[float], layers: Sequence[Sequence[float]], width: float, colors, labels, **style):
+    """Stacked bars, one ``PolyCollection`` per layer (one artist drawn at once, where ``Axes.bar``
+    adds one patch per bar): layer j's bar at ``xs[i]`` is ``layers[j][i]`` tall (axis units),
+    ``width`` wide, on top of the layers before it; zero-height bars are kept as ``Axes.bar`` keeps
+    them. The y axis's autoscale stops at 0, as it does for bars.
+
+    Args:
+        ax: the axes.
+        xs: the bars' centres.
+        layers: the heights, one sequence per layer (bottom first), one height per x.
+        width: the bars' width (axis units).
+        colors, labels: one face colour and one legend label per layer.
+        style: further ``PolyCollection`` properties (``edgecolors``, ``linewidths``).
+
+    Returns:
+        The stacks' tops and the collections (legend handles), in layer order.
+    """
+    from matplotlib.collections import PolyCollection
+
+    x = np.asarray(xs, dtype=float)
+    left, right = x - width / 2, x + width / 2
+    bottom = np.zeros(len(x))
+    handles = []
+    for heights, color, label in zip(layers, colors, labels):
+        top = bottom + np.asarray(heights, dtype=float)
+        corners = [(left, bottom), (left, top), (right, top), (right, bottom)]
+        verts = np.stack([np.column_stack(c) for c in corners], axis=1)  # (bars, 4 corners, xy)
+        bars = PolyCollection(list(verts), facecolors=[color], label=label, **({"edgecolors": "none"} | style))
+        bars.sticky_edges.y.append(0)
+        ax.add_collection(bars)
+        handles.append(bars)
+        bottom = top
+    return _Bars(bottom.tolist(), handles)
+
+
 def phases_plot(
     axis: str,
     values: Sequence,
@@ -299,13 +350,11 @@ def phases_plot(
     totals = [sum(i for i in inc if i is not None) for inc in increments]
     unit, unit_name = _unit(capacity, *totals)
     xs = list(range(len(values)))
-    bottom = [0.0] * len(values)
     cmap = plt.get_cmap("tab20" if len(phases) > 10 else "tab10")
-    for j, phase in enumerate(phases):
-        heights = [0.0 if (v := inc[j]) is None else v / unit for inc in increments]
-        ax.bar(xs, heights, bottom=bottom, color=cmap(j % cmap.N), label=phase, edgecolor="white", linewidth=0.5)
-        bottom = [b + h for b, h in zip(bottom, heights)]
-    for x, top, outcome in zip(xs, bottom, outcomes):
+    layers = [[0.0 if (v := inc[j]) is None else v / unit for inc in increments] for j in range(len(phases))]
+    colors = [cmap(j % cmap.N) for j in range(len(phases))]
+    bars = _stacked_bars(ax, xs, layers, 0.8, colors, list(phases), edgecolors="white", linewidths=0.5)
+    for x, top, outcome in zip(xs, bars.tops, outcomes):
         if outcome != "ok":
             ax.annotate(outcome, (x, top), ha="center", va="bottom", fontsize=8, color="#d62728")
     if capacity:
@@ -314,9 +363,11 @@ def phases_plot(
     ax.set_xticklabels([str(v) for v in values])
     ax.set_xlabel(axis)
     ax.set_ylabel(f"{counter}, {unit_name}")
-    ax.set_title(f"rise of the peak {counter} by phase", fontsize=10)
+    ax.set_title(f"rise of the peak {counter} by phase", fontsize=10, y=_TITLE_Y)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    # the lines first, then the phases (as Axes.bar's containers came after the lines)
+    legend = [*ax.get_lines(), *bars.handles]
+    ax.legend(handles=legend, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _png(fig)
 
 
@@ -357,7 +408,7 @@ def fit_plot(
                 ax.annotate(f"{name}: largest {limit}", (x, 0), rotation=90, fontsize=7, va="bottom", ha="right")
     ax.set_xlabel(x_label)
     ax.set_ylabel(f"{y_label}, {unit_name}")
-    ax.set_title(f"{y_label} vs {x_label}: quadratic fit", fontsize=10)
+    ax.set_title(f"{y_label} vs {x_label}: quadratic fit", fontsize=10, y=_TITLE_Y)
     ax.grid(True, alpha=0.3)
     _legend_below(ax)
     return _png(fig)
@@ -422,13 +473,19 @@ def split_plot(
     fig, ax = plt.subplots(figsize=(7.5, 4.4))
     unit, unit_name = _unit(capacity, *totals, *observed)
     xs = list(range(len(phases)))
-    bottom = [0.0] * len(phases)
-    for (name, vals), color in zip(parts.items(), split_colors(list(parts))):
-        heights = [0.0 if v is None else v / unit for v in vals]
-        if not any(heights):
-            continue
-        ax.bar(xs, heights, bottom=bottom, width=0.6, color=color, label=f"{name} (calculated)")
-        bottom = [b + h for b, h in zip(bottom, heights)]
+    drawn = [
+        (name, [0.0 if v is None else v / unit for v in vals], color)
+        for (name, vals), color in zip(parts.items(), split_colors(list(parts)))
+    ]
+    drawn = [(name, heights, color) for name, heights, color in drawn if any(heights)]
+    bars = _stacked_bars(
+        ax,
+        xs,
+        [heights for _, heights, _ in drawn],
+        0.6,
+        [color for _, _, color in drawn],
+        [f"{name} (calculated)" for name, _, _ in drawn],
+    )
     if any(v is not None for v in observed):
         ax.plot(
             [x + 0.38 for x, v in zip(xs, observed) if v is not None],
@@ -446,9 +503,10 @@ def split_plot(
     ax.set_xticks(xs)
     ax.set_xticklabels(list(phases), rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(unit_name)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=9, y=_TITLE_Y)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
+    legend = [*ax.get_lines(), *bars.handles]  # the lines first, as with Axes.bar's containers
+    ax.legend(handles=legend, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     return _png(fig)
 
 
@@ -485,11 +543,11 @@ def cards_plot(cards: Sequence[str], values: Sequence, status: list[list[str]], 
     ax.set_yticks(range(len(cards)))
     ax.set_yticklabels(list(cards), fontsize=7)
     ax.set_xlabel(axis)
-    ax.set_xticks(np.arange(-0.5, len(values)), minor=True)
-    ax.set_yticks(np.arange(-0.5, len(cards)), minor=True)
-    ax.grid(which="minor", color="white", linewidth=1.5)
-    ax.tick_params(which="minor", length=0)
-    ax.set_title(title, fontsize=9)
+    # white lines between the cells: two line collections (minor ticks' grid lines: a Tick, its lines and labels, each)
+    cell: dict[str, Any] = {"color": "white", "linewidth": 1.5, "zorder": 1.5}
+    ax.vlines(np.arange(0.5, len(values) - 1), -0.5, len(cards) - 0.5, **cell)
+    ax.hlines(np.arange(0.5, len(cards) - 1), -0.5, len(values) - 0.5, **cell)
+    ax.set_title(title, fontsize=9, y=_TITLE_Y)
     ax.legend(
         handles=[Patch(color=CARD_STATUS[k][0], label=CARD_STATUS[k][1]) for k in keys],
         fontsize=7,

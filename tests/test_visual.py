@@ -107,8 +107,8 @@ def test_each_part_of_the_split_plot_has_its_own_colour(monkeypatch):
     assert len(set(colours.values())) == len(PARTS), colours
     import matplotlib.colors as mcolors
 
-    for container, name in zip(ax.containers, PARTS):
-        bar = tuple(round(255 * c) for c in mcolors.to_rgb(container.patches[0].get_facecolor()))
+    for bars, name in zip(ax.collections, PARTS):  # one collection per part, stacked in order
+        bar = tuple(round(255 * c) for c in mcolors.to_rgb(bars.get_facecolor()[0]))
         assert bar == colours[name], (name, bar, colours[name])
 
 
