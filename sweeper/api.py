@@ -531,7 +531,8 @@ class SweepResult:
         sweep_dir: the sweep directory.
         tables: its tables (``load_tables``), written when the sweep ended.
         runs: the runs ended in this process, in order (none when a launcher ran them elsewhere).
-        report: the report's HTML file beside the tables, or None (``analyze={"report": False}``).
+        report: the report's HTML file beside the tables, or None
+            (``overrides=["hydra.callbacks.analyze.report=false"]``).
     """
 
     sweep_dir: Path

@@ -8,7 +8,7 @@ import pytest
 
 from memsweep.conf.contract import EXIT_ERROR, SpecError, parse_size
 from memsweep.sweeper.answer import load_terms, run_answer
-from tests.data.loads import MEMSWEEP, SMALLEST_CPU, TINY_LLAMA_OVERRIDES
+from tests.data.loads import MEMSWEEP, NO_REPORT, SMALLEST_CPU, TINY_LLAMA_OVERRIDES
 
 MiB = 2**20
 
@@ -237,7 +237,7 @@ def test_a_sweep_whose_every_run_fails_in_setup_exits_non_zero(tmp_path, launche
             *SMALLEST_CPU,
             "fault={phase:model_load,kind:raise}",
             f"hydra.sweep.dir={tmp_path / 's'}",
-            "hydra.callbacks.analyze.report=false",
+            *NO_REPORT,
         ],
         cwd=tmp_path,
         capture_output=True,

@@ -21,7 +21,7 @@ from memsweep.conf.contract import RUN_EXIT, SpecError, read_json
 from memsweep.sweeper import api
 from memsweep.sweeper.process import RunDirError
 from tests.conftest import ROOT, TINY
-from tests.data.loads import search_events
+from tests.data.loads import NO_REPORT, search_events
 
 LOAD = {**{k: v for k, v in TINY.items() if k not in ("workload", "timeout_s")}, "workload": {"depth": 2}}
 """tests/conftest.py's TINY load as the API's keyword settings (batch 2, mlp of depth 2, CPU)."""
@@ -128,7 +128,14 @@ def test_sweep_result_holds_the_sweeps_tables(swept, results):
 
 def test_frontier_is_the_searched_row(results):
     edge = memsweep.frontier(
-        "batch", capacity="128KiB", upper=64, confirm=0, sweep_dir=results / "edge", progress=False, **LOAD
+        "batch",
+        capacity="128KiB",
+        upper=64,
+        confirm=0,
+        sweep_dir=results / "edge",
+        progress=False,
+        overrides=NO_REPORT,  # the search's row is read, not the report
+        **LOAD,
     )
     (row,) = [r for r in pq.read_table(edge.sweep.sweep_dir / "frontier.parquet").to_pylist() if r["axis"] == "batch"]
     (logged,) = search_events(edge.sweep.sweep_dir, "result")
@@ -174,8 +181,10 @@ def test_compare_is_what_the_command_prints(swept):
         sweep="none",
         sweep_dir=swept.sweep_dir.parent / "wider",
         progress=False,
+        overrides=NO_REPORT,  # compared by its tables
         **{**LOAD, "batch": [1, 2], "width": 512},
     )
+    assert wider.report is None and not (wider.sweep_dir / "report.md").exists()  # the override reached the sweep
     c = memsweep.compare(swept.sweep_dir, wider.sweep_dir, fail_above="5%")
     printed = io.StringIO()
     with redirect_stdout(printed):

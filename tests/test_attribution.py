@@ -21,7 +21,7 @@ from memsweep.conf.contract import (
     run_peak,
 )
 from memsweep.sweeper.frontier_runs import axis_reading
-from tests.data.loads import MEMSWEEP, TINY_CPU
+from tests.data.loads import MEMSWEEP, NO_REPORT, TINY_CPU
 
 TRAIN = planned_phases("train", 4096, False)
 
@@ -178,7 +178,7 @@ def test_the_issue_case_names_the_eval_failure(issue_sweep):
 def test_eval_batch_is_swept_like_any_axis(tmp_path):
     proc = subprocess.run(
         [MEMSWEEP, "sweep", "sweep=none", "mode=train", "batch=4", "eval_batch=16,4096", "capacity=128MiB",
-         f"hydra.sweep.dir={tmp_path}/s", *TINY_CPU],
+         f"hydra.sweep.dir={tmp_path}/s", *TINY_CPU, *NO_REPORT],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

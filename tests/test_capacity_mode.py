@@ -15,7 +15,7 @@ import torch
 from memsweep.conf.contract import RunSpec, SpecError
 from memsweep.worker.classify import classify_failure
 from memsweep.worker.counters import LiveTensorTracker
-from tests.data.loads import MEMSWEEP, search_events
+from tests.data.loads import MEMSWEEP, NO_REPORT, search_events
 
 F32 = 4
 
@@ -90,6 +90,7 @@ def search(sweep_dir, env, *args):
             "hydra.sweeper.lower=256",
             "hydra.sweeper.upper=1024",
             "hydra.sweeper.confirm=0",
+            *NO_REPORT,  # the search's log and the records are read, not the report
             *args,
             f"hydra.sweep.dir={sweep_dir}",
         ],

@@ -9,7 +9,7 @@ import pytest
 from memsweep.analysis.frontier import FRONTIER_SCHEMA
 from memsweep.analysis.tables import PHASES_SCHEMA, RUNS_SCHEMA
 from memsweep.worker.environment import cpu_name
-from tests.data.loads import MEMSWEEP, TINY_CPU
+from tests.data.loads import MEMSWEEP, NO_REPORT, TINY_CPU
 
 
 def run(cmd, cwd):
@@ -18,7 +18,8 @@ def run(cmd, cwd):
 
 @pytest.fixture(scope="module")
 def crash_sweep(tmp_path_factory):
-    """A 4-run sweep: batch 4 fits and batch 64 does not at 8 MiB; half the runs are SIGKILLed in warmup."""
+    """A 4-run sweep: batch 4 fits and batch 64 does not at 8 MiB; half the runs are SIGKILLed in warmup.
+    Its tables are read, not its report (a report of crashed runs: tests/test_faults.py's matrix)."""
     root = tmp_path_factory.mktemp("sweep")
     proc = run(
         [
@@ -30,6 +31,7 @@ def crash_sweep(tmp_path_factory):
             "capacity=8MiB",
             f"hydra.sweep.dir={root}/s",
             *TINY_CPU,
+            *NO_REPORT,
         ],
         cwd=root,
     )
@@ -208,7 +210,7 @@ def test_resuming_a_directory_with_another_sweep_is_refused_before_anything_is_w
     assert "already exists for another condition" in other.stderr and "Traceback" not in other.stderr
     assert {p: p.read_bytes() for p in sweep_dir.rglob("*") if p.is_file()} == before  # multirun.yaml too
     # started in the given order, resumed largest first: both runs already ran, the job numbers are kept
-    resumed = run([*sweep, "batch=1,2"], cwd=tmp_path)
+    resumed = run([*sweep, "batch=1,2", *NO_REPORT], cwd=tmp_path)  # its report is not read
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0 and out.count("already ran") == 2, out[-2000:]
     specs = {p: b for p, b in before.items() if p.name == "spec.json"}

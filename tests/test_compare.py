@@ -12,9 +12,9 @@ import pytest
 
 from memsweep.analysis.compare import EXIT_BAD_INPUT, EXIT_NOTHING_COMPARABLE, EXIT_OK, EXIT_REGRESSION, main
 from memsweep.sweeper.cli import main as memsweep
-from tests.data.loads import TINY_CPU
+from tests.data.loads import NO_REPORT, TINY_CPU
 
-TINY = ["sweep=none", "batch=4,8,16", "capacity=64MiB", *TINY_CPU, "hydra.callbacks.analyze.report=false"]
+TINY = ["sweep=none", "batch=4,8,16", "capacity=64MiB", *TINY_CPU, *NO_REPORT]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 from memsweep.conf.contract import RunSpec, SpecError
 from memsweep.sweeper.process import execute
-from tests.data.loads import MEMSWEEP, search_events
+from tests.data.loads import MEMSWEEP, NO_REPORT, search_events
 
 HERE = Path(__file__).resolve().parent
 BASE = dict(context=16, width=32, dtype="float32", device="cpu", warmup=1, repeats=1, timeout_s=300, threads=1)
@@ -410,6 +410,7 @@ def test_frontier_sweeper_seeded_from_dry_runs_lands_on_the_edge(tmp_path):
             *RANGE,
             "hydra.sweeper.confirm=0",
             "hydra.sweeper.seed_from_dry_run=true",
+            *NO_REPORT,
             f"hydra.sweep.dir={sweep_dir}",
         ],
         cwd=tmp_path,

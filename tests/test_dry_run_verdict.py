@@ -6,7 +6,7 @@ import json
 import subprocess
 
 from memsweep.conf.contract import RESULT_FILE
-from tests.data.loads import MEMSWEEP, search_events
+from tests.data.loads import MEMSWEEP, NO_REPORT, search_events
 
 # The mlp at context=8 width=16 predicts tens of KiB at batch 1: 4 KiB is below every value.
 TINY = ["device=cpu", "context=8", "width=16", "capacity=4KiB"]
@@ -28,6 +28,7 @@ def test_a_dry_run_frontier_search_below_every_predicted_peak_reports_nothing_fi
         *TINY,
         "hydra.sweeper.upper=64",
         "hydra.sweeper.confirm=0",
+        *NO_REPORT,
         f"hydra.sweep.dir={sweep_dir}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from memsweep.conf.contract import INFERENCE_PHASES
-from tests.data.loads import MEMSWEEP, SMALLEST_CPU
+from tests.data.loads import MEMSWEEP, NO_REPORT, SMALLEST_CPU
 from tests.test_process_faults import TAG, _tagged
 
 MATRIX_TAG = uuid.uuid4().hex
@@ -109,6 +109,7 @@ def _wait_for(path_glob, root, count, timeout=300):
 def test_orchestrator_killed_mid_sweep_resumes_without_running_a_finished_run_twice(tmp_path):
     sweep_dir = tmp_path / "s"
     cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=1,2,3,4", f"hydra.sweep.dir={sweep_dir}", *SMALLEST_CPU]
+    cmd += NO_REPORT  # killed mid-run, then resumed: the runs are checked, not the report
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for("*/result.json", sweep_dir, 2)
     _wait_for("2/record.json", sweep_dir, 1)  # the third run's worker is going
@@ -232,7 +233,15 @@ def test_a_sweep_analyses_only_its_own_runs(tmp_path):
     sweep_dir = tmp_path / "s"
     (sweep_dir / "7").mkdir(parents=True)  # a run directory this sweep never launched
     (sweep_dir / "7" / "spec.json").write_text('{"schema_version": 1, "batch": 4096}')
-    cmd = [MEMSWEEP, "sweep", "hydra/sweeper=basic", "batch=1,2", f"hydra.sweep.dir={sweep_dir}", *SMALLEST_CPU]
+    cmd = [
+        MEMSWEEP,
+        "sweep",
+        "hydra/sweeper=basic",
+        "batch=1,2",
+        f"hydra.sweep.dir={sweep_dir}",
+        *SMALLEST_CPU,
+        *NO_REPORT,
+    ]
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = pq.read_table(sweep_dir / "runs.parquet").to_pylist()

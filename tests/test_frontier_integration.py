@@ -17,7 +17,7 @@ import pytest
 from memsweep.conf.contract import RunSpec, read_json
 from memsweep.sweeper.process import execute
 from memsweep.sweeper.search import ERRORS_IN_A_ROW
-from tests.data.loads import MEMSWEEP, TINY_CPU, search_events
+from tests.data.loads import MEMSWEEP, NO_REPORT, TINY_CPU, search_events
 
 LOAD = ["capacity=64MiB", *TINY_CPU]
 LATTICE = (352, 384, 416, 448)
@@ -25,8 +25,19 @@ RANGE = ["hydra.sweeper.lower=352", "hydra.sweeper.upper=448", "hydra.sweeper.mu
 
 
 def sweep(sweep_dir, *args, timeout=300, bounds=RANGE):
+    """``memsweep sweep`` of the frontier sweeper on LOAD in ``sweep_dir``, without the report (the
+    tests here read the search's log, the tables and the printed lines)."""
     return subprocess.run(
-        [MEMSWEEP, "sweep", "hydra/sweeper=frontier", *LOAD, *bounds, *args, f"hydra.sweep.dir={sweep_dir}"],
+        [
+            MEMSWEEP,
+            "sweep",
+            "hydra/sweeper=frontier",
+            *LOAD,
+            *bounds,
+            *args,
+            *NO_REPORT,
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
         cwd=sweep_dir.parent,
         capture_output=True,
         text=True,

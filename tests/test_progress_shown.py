@@ -12,7 +12,7 @@ import subprocess
 import termios
 import time
 
-from tests.data.loads import MEMSWEEP, SMALLEST_CPU
+from tests.data.loads import MEMSWEEP, NO_REPORT, SMALLEST_CPU
 
 
 def _run_on_a_terminal(args: list[str], cwd, timeout_s: float = 300) -> tuple[int, str]:
@@ -46,8 +46,7 @@ def _run_on_a_terminal(args: list[str], cwd, timeout_s: float = 300) -> tuple[in
 
 def test_a_sweep_on_a_terminal_shows_a_live_bar(tmp_path):
     rc, out = _run_on_a_terminal(
-        [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", *SMALLEST_CPU, "hydra.callbacks.analyze.report=false"]
-        + [f"hydra.sweep.dir={tmp_path}/s"],
+        [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", *SMALLEST_CPU, *NO_REPORT] + [f"hydra.sweep.dir={tmp_path}/s"],
         tmp_path,
     )
     assert rc == 0, out[-3000:]

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from memsweep.conf.contract import RunSpec, SpecError
-from tests.data.loads import MEMSWEEP
+from tests.data.loads import MEMSWEEP, NO_REPORT
 
 WIDTH, HIDDEN, DEPTH = 64, 128, 2
 LOAD = {
@@ -165,7 +165,7 @@ def test_a_world_size_sweep_end_to_end(tmp_path):
         "warmup=1",
         "repeats=1",
         f"capacity={EDGE_CAPACITY}",
-        "hydra.callbacks.analyze.report=false",
+        *NO_REPORT,
         f"hydra.sweep.dir={sweep_dir}",
     ]
     proc = subprocess.run([MEMSWEEP, *args], cwd=tmp_path, capture_output=True, text=True, timeout=2 * HANG_S)

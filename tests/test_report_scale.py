@@ -17,13 +17,14 @@ from memsweep.analysis.report import report_for_dirs
 from memsweep.analysis.report.sections_scale import FULL_LOADS
 from memsweep.conf.contract import RecordError, read_json
 from tests.bench.synth import synthesize
-from tests.data.loads import MEMSWEEP, TINY_CPU
+from tests.data.loads import MEMSWEEP, NO_REPORT, TINY_CPU
 
 
 @pytest.fixture(scope="module")
 def many(tmp_path_factory):
     root = tmp_path_factory.mktemp("scale")
-    cmd = [MEMSWEEP, "sweep", "sweep=none", "batch=4,64", "capacity=8MiB", *TINY_CPU, f"hydra.sweep.dir={root}/real"]
+    real = ["sweep=none", "batch=4,64", "capacity=8MiB", *TINY_CPU, *NO_REPORT]  # its runs are copied, not its report
+    cmd = [MEMSWEEP, "sweep", *real, f"hydra.sweep.dir={root}/real"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=600)
     return synthesize(root / "real", root / "many", 160)
 

@@ -15,9 +15,10 @@ import pytest
 
 from memsweep.conf.contract import LEASE_LOCKS_ENV, SpecError
 from memsweep.sweeper.pool import core_slots, lease, placement
-from tests.data.loads import MEMSWEEP, TINY_CPU
+from tests.data.loads import MEMSWEEP, NO_REPORT, TINY_CPU
 
-EDGE = ["batch=4,64", "capacity=8MiB", *TINY_CPU, "sweep=none"]
+EDGE = ["batch=4,64", "capacity=8MiB", *TINY_CPU, "sweep=none", *NO_REPORT]
+"""A two-run sweep whose frontier is batch 4 ok, 64 out of memory; its tables are read, not its report."""
 
 
 def test_a_lease_is_exclusive_and_freed_when_its_holder_is_killed(tmp_path):
@@ -116,6 +117,7 @@ def test_concurrent_runs_never_share_a_lease(tmp_path):
             "pool=cores",
             "hydra/launcher=joblib",
             "hydra.launcher.n_jobs=2",
+            *NO_REPORT,
             f"hydra.sweep.dir={sweep_dir}",
         ],
         cwd=tmp_path,
@@ -134,23 +136,33 @@ def test_concurrent_runs_never_share_a_lease(tmp_path):
                 assert a[2] != b[2], (a, b)
 
 
+def _edge_frontier(sweep_dir, *args):
+    """The frontier rows (axis, max_ok, min_oom, exact) of the EDGE sweep run into ``sweep_dir``."""
+    proc = subprocess.run(
+        [MEMSWEEP, "sweep", *EDGE, *args, f"hydra.sweep.dir={sweep_dir}"],
+        cwd=sweep_dir.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    frontier = pq.read_table(sweep_dir / "frontier.parquet").to_pylist()
+    return [(r["axis"], r["max_ok"], r["min_oom"], r["exact"]) for r in frontier]
+
+
+@pytest.fixture(scope="module")
+def spawn_frontier(tmp_path_factory):
+    """The EDGE sweep's frontier with spawned workers and the basic launcher, run once for the
+    comparisons below."""
+    return _edge_frontier(tmp_path_factory.mktemp("spawn") / "basic", "isolation=spawn")
+
+
 @pytest.mark.parametrize(
     "extra", [["isolation=forkserver"], ["hydra/launcher=submitit_local"]], ids=["forkserver", "submitit_local"]
 )
-def test_same_frontier_as_spawn_with_the_basic_launcher(tmp_path, extra):
-    results = {}
-    for name, args in (("basic", ["isolation=spawn"]), ("other", extra)):
-        proc = subprocess.run(
-            [MEMSWEEP, "sweep", *EDGE, *args, f"hydra.sweep.dir={tmp_path}/{name}"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        frontier = pq.read_table(tmp_path / name / "frontier.parquet").to_pylist()
-        results[name] = [(r["axis"], r["max_ok"], r["min_oom"], r["exact"]) for r in frontier]
-    assert results["basic"] == results["other"] == [("batch", 4, 64, True)]
+def test_same_frontier_as_spawn_with_the_basic_launcher(tmp_path, spawn_frontier, extra):
+    other = _edge_frontier(tmp_path / "other", *extra)
+    assert spawn_frontier == other == [("batch", 4, 64, True)]
     if extra == ["isolation=forkserver"]:
         assert {r[4] for r in _intervals(tmp_path / "other")} == {"forkserver"}
 

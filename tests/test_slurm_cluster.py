@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from memsweep.conf.contract import read_json
-from tests.data.loads import MEMSWEEP, TINY_CPU, search_events
+from tests.data.loads import MEMSWEEP, NO_REPORT, TINY_CPU, search_events
 from tests.slurm_cluster import PARTITION
 
 # Every job on one CPU with no GPU: the node of tests/slurm_cluster.py has this machine's CPUs only.
@@ -93,7 +93,7 @@ def test_an_ovat_sweep_through_slurm_equals_the_same_sweep_run_here(slurm_cluste
 def test_a_frontier_search_probes_as_slurm_jobs(slurm_cluster, tmp_path):
     bounds = ["hydra.sweeper.lower=352", "hydra.sweeper.upper=448", "hydra.sweeper.multiple_of=32"]
     rounds = ["hydra.sweeper.confirm=0", "hydra.sweeper.parallel=2"]  # two probes a round, the node's 2 CPUs
-    args = ["sweep", "hydra/sweeper=frontier", *rounds, *bounds, *LOAD, *ON_THIS_NODE]
+    args = ["sweep", "hydra/sweeper=frontier", *rounds, *bounds, *LOAD, *ON_THIS_NODE, *NO_REPORT]
     proc = memsweep(slurm_cluster, *args, f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (result,) = search_events(tmp_path / "s", "result")
@@ -106,7 +106,7 @@ def test_a_frontier_search_probes_as_slurm_jobs(slurm_cluster, tmp_path):
 
 def test_ddp_ranks_are_the_tasks_of_one_slurm_job(slurm_cluster, tmp_path):
     args = ["sweep", "sweep=none", "batch=choice(2)", "mode=train", "parallel=ddp", "world_size=2", "nodes=1"]
-    args += ["tasks_per_node=2", *TINY_CPU, *ON_THIS_NODE]
+    args += ["tasks_per_node=2", *TINY_CPU, *ON_THIS_NODE, *NO_REPORT]
     proc = memsweep(slurm_cluster, *args, f"hydra.sweep.dir={tmp_path / 's'}", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (record_path,) = (tmp_path / "s").glob("*/record.json")
@@ -165,7 +165,7 @@ def wait_until(condition, timeout: float) -> None:
 def test_a_cancelled_job_is_run_again_once_and_nothing_twice(slurm_cluster, tmp_path):
     sweep_dir = tmp_path / "s"
     slower = [w for w in TINY_CPU if not w.startswith("repeats=")] + ["repeats=200"]  # mid-run for longer
-    args = ["sweep=none", "batch=4,8", *slower, *ON_THIS_NODE]
+    args = ["sweep=none", "batch=4,8", *slower, *ON_THIS_NODE, *NO_REPORT]
     args.append(f"hydra.sweep.dir={sweep_dir}")
     first = start_sweep(slurm_cluster, tmp_path, *args)
     wait_for_file(sweep_dir / "1" / "spec.json", first)  # its job started the run: cancel it mid-run
@@ -186,7 +186,8 @@ def test_a_cancelled_job_is_run_again_once_and_nothing_twice(slurm_cluster, tmp_
 def test_a_job_slurm_ends_at_its_time_limit_is_a_timeout(slurm_cluster, tmp_path):
     sweep_dir = tmp_path / "s"
     limit = ["hydra.launcher.timeout_min=1", "+hydra.launcher.additional_parameters.time='0:15'"]
-    args = ["sweep=none", "batch=choice(4)", HANG, *TINY_CPU, *ON_THIS_NODE, *limit, f"hydra.sweep.dir={sweep_dir}"]
+    args = ["sweep=none", "batch=choice(4)", HANG, *TINY_CPU, *ON_THIS_NODE, *limit, *NO_REPORT]
+    args.append(f"hydra.sweep.dir={sweep_dir}")
     proc = memsweep(slurm_cluster, "sweep", *args, cwd=tmp_path)
     assert proc.returncode == 4, proc.stderr[-3000:]  # a sweep that measured nothing that answers
     result = json.loads((sweep_dir / "0" / "result.json").read_text())

@@ -17,7 +17,7 @@ from memsweep.sweeper.frontier_settings import check_search_load
 from memsweep.sweeper.frontier_throughput import search_timing, throughput_upper
 from memsweep.sweeper.search import Lattice
 from memsweep.sweeper.search.throughput import ThroughputSearch, parabola_peak, search_throughput
-from tests.data.loads import MEMSWEEP, TINY_CPU, search_events
+from tests.data.loads import MEMSWEEP, NO_REPORT, TINY_CPU, search_events
 from tests.test_frontier_sweeper import edge_at, make
 
 
@@ -226,7 +226,7 @@ def test_a_tiny_cpu_sweep_answers_a_measured_run(tmp_path):
     proc = subprocess.run(
         [MEMSWEEP, "sweep", "hydra/sweeper=frontier", "capacity=64MiB", *TINY_CPU, "hydra.sweeper.lower=1"]
         + ["hydra.sweeper.upper=8", "hydra.sweeper.confirm=0", "hydra.sweeper.objective=throughput"]
-        + [f"hydra.sweep.dir={sweep_dir}"],
+        + [f"hydra.sweep.dir={sweep_dir}", *NO_REPORT],
         cwd=tmp_path,
         capture_output=True,
         text=True,

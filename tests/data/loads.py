@@ -1,6 +1,7 @@
 """Loads the tests share and the ways they start memsweep, written once: Hydra overrides of the
-tiny CPU load, tiny transformers configs (random weights, nothing downloaded), the console
-script, a worker process on a written spec, the frontier sweeper's log."""
+tiny CPU load and the one that skips a sweep's report, tiny transformers configs (random weights,
+nothing downloaded), the console script, a worker process on a written spec, the frontier
+sweeper's log."""
 
 import json
 import subprocess
@@ -15,6 +16,12 @@ TINY_CPU = ["context=64", "width=64", "workload.depth=2", "warmup=1", "repeats=1
 SMALLEST_CPU = ["context=8", "width=16", "workload.depth=2", "warmup=1", "repeats=1", "threads=1", "device=cpu"]
 """The same with context 8 and width 16 (the sizes of tests/conftest.py's ``TINY``): for runs
 whose memory does not matter, only that they run, fail or are killed."""
+
+NO_REPORT = ["hydra.callbacks.analyze.report=false"]
+"""The override that ends a sweep with its tables only, no report (``memsweep sweep`` on the command
+line, ``overrides=`` of the API): for tests that never read the report, which costs a sweep
+seconds of CPU (matplotlib, its figures). Tests of the report, its files, its path printed, or of
+what the report step could change (exit status, processes, published or recovered files) keep it."""
 
 MEMSWEEP = str(Path(sys.executable).with_name("memsweep"))
 """The installed console script beside this Python (``pip install -e .``), run as a user runs it."""
