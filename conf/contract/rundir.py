@@ -286,25 +286,67 @@ def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | N
         phases: phase objects (``record_phases``).
         counter: a counter field (``max_memory_allocated``...).
         names: only the phases of these names, or whose ``parent`` is one of them
-            (``COLD_PHASES``, ``WARM_PHASES``); None for every phase.
+            (``COLD_PHASES``, ``WARM_PHASES``: ``phase_in``); None for every phase.
 
     Returns:
         The largest integer value, in bytes; None when no phase has one (missing is null, never 0).
         A phase of a run on several devices (a ``devices`` list) counts with the largest value
         over its devices: the capacity caps every device, so the fullest one is compared with it;
-        likewise a phase of a DDP/FSDP run (a ``ranks`` list) with its fullest rank.
+        likewise a phase of a DDP/FSDP run (a ``ranks`` list) with its fullest rank
+        (``phase_value``).
     """
-    values: list[object] = []
-    for p in phases:
-        if names is None or p.get("name") in names or p.get("parent") in names:
-            values.append(p.get(counter))
-            devices = p.get("devices")
-            if isinstance(devices, list):
-                values += [d.get(counter) for d in devices if isinstance(d, Mapping)]
-            ranks = p.get("ranks")
-            if isinstance(ranks, list):
-                values += [r.get(counter) for r in ranks if isinstance(r, Mapping)]
-    counts: list[int] = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    values = [phase_value(p, counter) for p in phases if names is None or phase_in(p, names)]
+    return largest(values)
+
+
+def phase_in(phase: Mapping, names: Sequence[str]) -> bool:
+    """Tell whether a phase is one of ``names``, or a sub-phase of one (its ``parent``).
+
+    Args:
+        phase: a phase object (``record_phases``).
+        names: phase names (``COLD_PHASES``, ``WARM_PHASES``).
+
+    Returns:
+        True when its ``name`` or its ``parent`` is one of them.
+    """
+    return phase.get("name") in names or phase.get("parent") in names
+
+
+def phase_value(phase: Mapping, counter: str) -> int | None:
+    """The largest integer value of a counter on one phase: its own and, on a run of several
+    devices or ranks (a ``devices`` or ``ranks`` list), theirs; None when none is an integer.
+
+    Args:
+        phase: a phase object (``record_phases``).
+        counter: a counter field (``max_memory_allocated``...).
+
+    Returns:
+        The value in bytes, or None (missing is null, never 0; a bool is not a count).
+    """
+    value, devices, ranks = phase.get(counter), phase.get("devices"), phase.get("ranks")
+    if not isinstance(devices, list) and not isinstance(ranks, list):  # one device, one process
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    values = [value]
+    for entries in (devices, ranks):
+        if isinstance(entries, list):
+            values += [e.get(counter) for e in entries if isinstance(e, Mapping)]
+    return largest([v if isinstance(v, int) and not isinstance(v, bool) else None for v in values])
+
+
+def largest(values: Iterable[int | None], keep: Iterable[bool] | None = None) -> int | None:
+    """Find the largest of some phases' values (``phase_value``'s, one per phase).
+
+    Args:
+        values: one value per phase (bytes), None where it has none.
+        keep: one flag per phase: only the values whose flag is true count; None: every one.
+
+    Returns:
+        The largest value that is not None and counts; None when there is none (never 0).
+    """
+    if keep is None:
+        counts = [v for v in values if v is not None]
+    else:
+        counts = [v for v, k in zip(values, keep) if k and v is not None]
     return max(counts) if counts else None
 
 

@@ -8,10 +8,12 @@ Standard library only: the sweeper builds specs without torch.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import typing
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from .attribution import planned_phases
@@ -119,6 +121,20 @@ def validate_device(value: Any) -> str:
     if isinstance(value, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
         return value
     raise SpecError("device", value, "one of auto, cpu, cuda, cuda:N")
+
+
+@functools.cache
+def _field_defaults(cls: type) -> MappingProxyType[str, Any]:
+    """A dataclass's fields, each with its default (``dataclasses.MISSING`` where it has none or a
+    factory), worked out once per class: a spec read per run asks every time.
+
+    Args:
+        cls: a dataclass (``RunSpec``).
+
+    Returns:
+        field name -> default, in declaration order (read-only).
+    """
+    return MappingProxyType({f.name: f.default for f in dataclasses.fields(cls)})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,7 +380,7 @@ class RunSpec:
             "train": ("optimizer", "checkpointing", "micro_steps", "eval_batch"),
             "generate": ("new_tokens", "kv_cache"),
         }
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        defaults = _field_defaults(type(self))
         for mode, options in only.items():
             if self.mode == mode:
                 continue
@@ -490,8 +506,8 @@ class RunSpec:
         """
         if not isinstance(data, Mapping):
             raise SpecError("spec", type(data).__name__, "a JSON object")
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
+        names = _field_defaults(cls).keys()
+        unknown = sorted(set(data).difference(names))
         if unknown:
             raise SpecError(unknown[0], data[unknown[0]], "one of the spec fields " + ", ".join(sorted(names)))
         missing = [n for n in ("batch", "context", "width") if n not in data]
