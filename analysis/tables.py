@@ -41,9 +41,9 @@ from memsweep.conf.contract import (
     field_names,
     fork_is_safe,
     largest,
-    phase_in,
     phase_peak,
-    phase_value,
+    phase_values,
+    phases_in,
     predicted_outcome,
     read_run,
     record_phases,
@@ -250,20 +250,21 @@ def _peak_columns(run: Run, record: dict, result: dict, phases: list[dict]) -> d
     kept = {
         "": None,
         "completed_": [p.get("status") == "ok" for p in phases],
-        "cold_": [phase_in(p, COLD_PHASES) for p in phases],
-        "warm_": [phase_in(p, WARM_PHASES) for p in phases],
+        "cold_": phases_in(phases, COLD_PHASES),
+        "warm_": phases_in(phases, WARM_PHASES),
     }
     peaks = {}
     for counter in ("max_memory_allocated", "max_memory_reserved"):
-        values = [phase_value(p, counter) for p in phases]
+        values = phase_values(phases, counter)
         peaks.update({f"{prefix}{counter}": largest(values, keep) for prefix, keep in kept.items()})
+    source = _source(run)
     return {
         **peaks,
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
-        "source": _source(run),
+        "source": source,
         "predicted_outcome": predicted_outcome(result.get("outcome"), run_peak(record)[0], _capacity(run))
-        if _source(run) == "predicted"
+        if source == "predicted"
         else None,
     }
 
@@ -317,12 +318,10 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     spec, record = _spec(run), _dict(run.record)
     result = _dict(_outcome(run))
     phases = record_phases(record)
-    row = {
-        **_load_columns(run, sweep_dir),
-        **_outcome_columns(record, result, phases),
-        **_peak_columns(run, record, result, phases),
-        **_setup_columns(run, result, phases),
-    }
+    row = _load_columns(run, sweep_dir)
+    row.update(_outcome_columns(record, result, phases))
+    row.update(_peak_columns(run, record, result, phases))
+    row.update(_setup_columns(run, result, phases))
     # a DDP/FSDP run's estimate per rank, as its max_memory_allocated is the fullest rank's
     estimate = rank_estimate(spec.get("estimate"), row["parallel"], row["world_size"])
     row.update(estimate_columns(estimate, row["max_memory_allocated"], row["outcome"], row["source"]))
@@ -410,10 +409,10 @@ def _phase_column(name: str, raw: list, predicted: list[bool]) -> list:
     as they are, a dry run's split (null on a measured phase) or the nested lists as rows."""
     if name in PEAK_SPLIT_FIELDS:
         return [v if dry else None for v, dry in zip(raw, predicted)]
-    if name == "devices":
-        return [_devices(v) for v in raw]
-    if name == "ranks":
-        return [rank_rows(v) for v in raw]
+    if name == "devices":  # (a null is null: a phase of one device)
+        return [None if v is None else _devices(v) for v in raw]
+    if name == "ranks":  # (a null is null: a phase of one process)
+        return [None if v is None else rank_rows(v) for v in raw]
     return raw
 
 

@@ -14,7 +14,7 @@ import re
 import typing
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from .attribution import planned_phases
 from .checks import check_process_capacity, choice, int_in_range, positive_int
@@ -106,6 +106,10 @@ def resolve_precision(precision: Any, mode: Any, dtype: Any, workload: Mapping |
     return "autocast" if mode == "train" and dtype in ("float16", "bfloat16") and own_weights else "pure"
 
 
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+"""The device strings a spec takes (``validate_device``)."""
+
+
 def validate_device(value: Any) -> str:
     """Check a device string.
 
@@ -118,7 +122,7 @@ def validate_device(value: Any) -> str:
     Raises:
         SpecError: anything else.
     """
-    if isinstance(value, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+    if isinstance(value, str) and _DEVICE.fullmatch(value):
         return value
     raise SpecError("device", value, "one of auto, cpu, cuda, cuda:N")
 
@@ -135,6 +139,38 @@ def _field_defaults(cls: type) -> MappingProxyType[str, Any]:
         field name -> default, in declaration order (read-only).
     """
     return MappingProxyType({f.name: f.default for f in dataclasses.fields(cls)})
+
+
+class _InitField(NamedTuple):
+    """One parameter of a dataclass's ``__init__``, as ``_arguments`` fills it."""
+
+    name: str
+    default: Any  # dataclasses.MISSING when it has none
+    factory: Any  # the default_factory, or dataclasses.MISSING
+
+
+@functools.cache
+def _init_fields(cls: type) -> tuple[_InitField, ...]:
+    """The parameters of a dataclass's ``__init__`` in order (its fields), worked out once per class."""
+    return tuple(_InitField(f.name, f.default, f.default_factory) for f in dataclasses.fields(cls))
+
+
+def _arguments(cls: type, data: Mapping) -> list | None:
+    """``cls(**data)``'s arguments in order: what ``data`` gives, else the field's default (its
+    factory called); None when a field without any is missing (``cls(**data)`` says which). Passed
+    by place, they need no matching of keyword to parameter, which a JSON key (a string of its
+    own, not the parameter's) makes a comparison of text per parameter tried."""
+    args = []
+    for f in _init_fields(cls):
+        if f.name in data:
+            args.append(data[f.name])
+        elif f.default is not dataclasses.MISSING:
+            args.append(f.default)
+        elif f.factory is not dataclasses.MISSING:
+            args.append(f.factory())
+        else:
+            return None
+    return args
 
 
 @dataclasses.dataclass(frozen=True)
@@ -513,8 +549,9 @@ class RunSpec:
         missing = [n for n in ("batch", "context", "width") if n not in data]
         if missing:
             raise SpecError(missing[0], None, "a value (required)")
+        args = _arguments(cls, data)
         try:
-            return cls(**data)
+            return cls(**data) if args is None else cls(*args)
         except TypeError as exc:  # e.g. an unhashable where a string was expected
             raise SpecError("spec", dict(data), str(exc)) from None
 
