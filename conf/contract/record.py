@@ -23,6 +23,7 @@ import operator
 import os
 import stat
 import tempfile
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -353,7 +354,7 @@ def _compile(prop: dict) -> Valid:
             return False
         if t is dict:
             return obj is None or obj(v)
-        return t is not list or items is None or all(map(items, v))  # type: ignore[arg-type]
+        return t is not list or items is None or all(map(items, v))  # type: ignore[call-overload]
 
     return valid
 
@@ -461,8 +462,9 @@ def _object_valid(schema: dict) -> Valid:
     missing = object()
 
     def check_object(doc: object) -> bool:
-        values = tuple(doc.values())  # type: ignore[attr-defined]
-        shape = (tuple(doc), tuple(map(type, values)))  # type: ignore[call-overload]
+        obj = typing.cast(dict, doc)  # (a dict: document_problems and _compile give no other type)
+        values = tuple(obj.values())
+        shape = (tuple(obj), tuple(map(type, values)))
         plan = plans.get(shape, missing)
         if plan is missing:
             plan = _plan(schema, *shape)

@@ -8,7 +8,6 @@ Standard library only: the sweeper builds specs without torch.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import re
 import typing
@@ -127,20 +126,6 @@ def validate_device(value: Any) -> str:
     raise SpecError("device", value, "one of auto, cpu, cuda, cuda:N")
 
 
-@functools.cache
-def _field_defaults(cls: type) -> MappingProxyType[str, Any]:
-    """A dataclass's fields, each with its default (``dataclasses.MISSING`` where it has none or a
-    factory), worked out once per class: a spec read per run asks every time.
-
-    Args:
-        cls: a dataclass (``RunSpec``).
-
-    Returns:
-        field name -> default, in declaration order (read-only).
-    """
-    return MappingProxyType({f.name: f.default for f in dataclasses.fields(cls)})
-
-
 class _InitField(NamedTuple):
     """One parameter of a dataclass's ``__init__``, as ``_arguments`` fills it."""
 
@@ -149,10 +134,23 @@ class _InitField(NamedTuple):
     factory: Any  # the default_factory, or dataclasses.MISSING
 
 
-@functools.cache
-def _init_fields(cls: type) -> tuple[_InitField, ...]:
-    """The parameters of a dataclass's ``__init__`` in order (its fields), worked out once per class."""
-    return tuple(_InitField(f.name, f.default, f.default_factory) for f in dataclasses.fields(cls))
+class _Fields(NamedTuple):
+    """A dataclass's fields, worked out once per class (``_fields``)."""
+
+    params: tuple[_InitField, ...]  # its ``__init__``'s parameters, in order
+    defaults: Mapping[str, Any]  # name -> default (dataclasses.MISSING where it has none or a factory)
+
+
+_FIELDS: dict[type, _Fields] = {}
+
+
+def _fields(cls: type) -> _Fields:
+    """A dataclass's fields, worked out once per class (a spec read per run asks every time)."""
+    found = _FIELDS.get(cls)
+    if found is None:
+        params = tuple(_InitField(f.name, f.default, f.default_factory) for f in dataclasses.fields(cls))
+        found = _FIELDS[cls] = _Fields(params, MappingProxyType({f.name: f.default for f in params}))
+    return found
 
 
 def _arguments(cls: type, data: Mapping) -> list | None:
@@ -161,7 +159,7 @@ def _arguments(cls: type, data: Mapping) -> list | None:
     by place, they need no matching of keyword to parameter, which a JSON key (a string of its
     own, not the parameter's) makes a comparison of text per parameter tried."""
     args = []
-    for f in _init_fields(cls):
+    for f in _fields(cls).params:
         if f.name in data:
             args.append(data[f.name])
         elif f.default is not dataclasses.MISSING:
@@ -416,7 +414,7 @@ class RunSpec:
             "train": ("optimizer", "checkpointing", "micro_steps", "eval_batch"),
             "generate": ("new_tokens", "kv_cache"),
         }
-        defaults = _field_defaults(type(self))
+        defaults = _fields(type(self)).defaults
         for mode, options in only.items():
             if self.mode == mode:
                 continue
@@ -542,7 +540,7 @@ class RunSpec:
         """
         if not isinstance(data, Mapping):
             raise SpecError("spec", type(data).__name__, "a JSON object")
-        names = _field_defaults(cls).keys()
+        names = _fields(cls).defaults.keys()
         unknown = sorted(set(data).difference(names))
         if unknown:
             raise SpecError(unknown[0], data[unknown[0]], "one of the spec fields " + ", ".join(sorted(names)))
