@@ -343,6 +343,10 @@ def _compile(prop: dict) -> Valid:
         return lambda v: (v is None and nullable) or (type(v) in types and low <= v <= high)  # type: ignore[operator]
     if enum is None and obj is None and items is None and not types & {int, float, bool}:
         return lambda v: (v is None and nullable) or type(v) in types
+    if enum is None and obj is not None and types == {dict}:  # a nested object (or null)
+        return lambda v: (v is None and nullable) or (type(v) is dict and obj(v))
+    if enum is None and items is not None and types == {list}:  # a list of items (or null)
+        return lambda v: (v is None and nullable) or (type(v) is list and all(map(items, v)))
 
     def valid(v: object) -> bool:
         if v is None:
