@@ -478,24 +478,9 @@ def split_plot(
         for (name, vals), color in zip(parts.items(), split_colors(list(parts)))
     ]
     drawn = [(name, heights, color) for name, heights, color in drawn if any(heights)]
-    bars = _stacked_bars(
-        ax,
-        xs,
-        [heights for _, heights, _ in drawn],
-        0.6,
-        [color for _, _, color in drawn],
-        [f"{name} (calculated)" for name, _, _ in drawn],
-    )
-    if any(v is not None for v in observed):
-        ax.plot(
-            [x + 0.38 for x, v in zip(xs, observed) if v is not None],
-            [v / unit for v in observed if v is not None],
-            "D",
-            color="black",
-            markersize=5,
-            linestyle="none",
-            label=observed_label,
-        )
+    names, heights, colors = zip(*drawn) if drawn else ((), (), ())
+    bars = _stacked_bars(ax, xs, list(heights), 0.6, list(colors), [f"{n} (calculated)" for n in names])
+    _observed_markers(ax, [x + 0.38 for x in xs], observed, unit, observed_label)
     if capacity:
         ax.axhline(capacity / unit, color="#d62728", linewidth=1.5, label="capacity")
         if margin and margin < capacity:  # a margin not below the capacity leaves no level to draw
@@ -508,6 +493,20 @@ def split_plot(
     legend = [*ax.get_lines(), *bars.handles]  # the lines first, as with Axes.bar's containers
     ax.legend(handles=legend, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     return _png(fig)
+
+
+def _observed_markers(ax: Any, xs: Sequence[float], observed: Sequence[int | None], unit: float, label: str) -> None:
+    """Black diamonds at the measured peaks (``observed``, bytes; None: none drawn) beside the bars."""
+    if any(v is not None for v in observed):
+        ax.plot(
+            [x for x, v in zip(xs, observed) if v is not None],
+            [v / unit for v in observed if v is not None],
+            "D",
+            color="black",
+            markersize=5,
+            linestyle="none",
+            label=label,
+        )
 
 
 CARD_STATUS = {

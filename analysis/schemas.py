@@ -448,4 +448,7 @@ def coerce_table(rows: list[dict], schema: pa.Schema) -> pa.Table:
         A table of ``len(rows)`` rows and exactly ``schema``'s columns, in its order (a
         missing measurement is null, never 0).
     """
-    return pa.table({f.name: coerce_column([row.get(f.name) for row in rows], f.type) for f in schema}, schema=schema)
+    names = schema.names
+    # a row's values read at once, then turned into columns (zip): fewer steps than a column at a time
+    columns = zip(*[tuple(map(row.get, names)) for row in rows]) if rows else ((),) * len(names)
+    return pa.table({f.name: coerce_column(list(raw), f.type) for f, raw in zip(schema, columns)}, schema=schema)

@@ -41,8 +41,11 @@ from memsweep.conf.contract import (
     classify_run,
     field_names,
     fork_is_safe,
+    largest,
     path_kind,
     phase_peak,
+    phase_values,
+    phases_in,
     predicted_outcome,
     read_run,
     record_phases,
@@ -177,6 +180,12 @@ CAPACITY_COLUMNS = recorded_columns(CAPACITY_FIELDS, "capacity_mode")  # _capaci
 MODEL_COLUMNS = recorded_columns(MODEL_FIELDS, "compile", "optimizer")  # the spec's mode options
 
 
+_JSON = json.JSONEncoder(default=str)
+"""``json.dumps(value, default=str)``, its encoder made once (a row asks for it every run)."""
+_SORTED_JSON = json.JSONEncoder(sort_keys=True, default=str)
+"""``json.dumps(value, sort_keys=True, default=str)``, its encoder made once."""
+
+
 def _load_columns(run: Run, sweep_dir: Path) -> dict:
     """The runs-table columns that name the run and its load: ids, the spec's axes and workload,
     the device and the capacity."""
@@ -189,7 +198,7 @@ def _load_columns(run: Run, sweep_dir: Path) -> dict:
         "run_dir": str(run.run_dir),
         **{k: spec.get(k) for k in ("mode", *AXES, "warmup", "repeats", "seed", "device")},
         "workload": workload.get("name"),
-        "workload_params": json.dumps({k: v for k, v in workload.items() if k != "name"}, sort_keys=True, default=str)
+        "workload_params": _SORTED_JSON.encode({k: v for k, v in workload.items() if k != "name"})
         if workload
         else None,
         "device_kind": record.get("device_kind"),
@@ -243,24 +252,27 @@ def _outcome_columns(record: dict, result: dict, phases: list[dict]) -> dict:
 
 def _peak_columns(run: Run, record: dict, result: dict, phases: list[dict]) -> dict:
     """The runs-table columns of the peaks (bytes; null when no phase has one): over all, completed,
-    cold and warm phases, the counters' sources, and a dry run's verdict."""
+    cold and warm phases (``conf.contract.phase_peak``'s, each phase's value worked out once), the
+    counters' sources, and a dry run's verdict."""
     sources = _dict(record.get("counter_sources"))
+    kept = {
+        "": None,
+        "completed_": [p.get("status") == "ok" for p in phases],
+        "cold_": phases_in(phases, COLD_PHASES),
+        "warm_": phases_in(phases, WARM_PHASES),
+    }
+    peaks = {}
+    for counter in ("max_memory_allocated", "max_memory_reserved"):
+        values = phase_values(phases, counter)
+        peaks.update({f"{prefix}{counter}": largest(values, keep) for prefix, keep in kept.items()})
+    source = _source(run)
     return {
-        "max_memory_allocated": phase_peak(phases, "max_memory_allocated"),
-        "max_memory_reserved": phase_peak(phases, "max_memory_reserved"),
-        **{
-            f"completed_{c}": phase_peak([p for p in phases if p.get("status") == "ok"], c)
-            for c in ("max_memory_allocated", "max_memory_reserved")
-        },
-        "cold_max_memory_allocated": phase_peak(phases, "max_memory_allocated", COLD_PHASES),
-        "cold_max_memory_reserved": phase_peak(phases, "max_memory_reserved", COLD_PHASES),
-        "warm_max_memory_allocated": phase_peak(phases, "max_memory_allocated", WARM_PHASES),
-        "warm_max_memory_reserved": phase_peak(phases, "max_memory_reserved", WARM_PHASES),
+        **peaks,
         "source_allocated": sources.get("max_memory_allocated"),
         "source_reserved": sources.get("max_memory_reserved"),
-        "source": _source(run),
+        "source": source,
         "predicted_outcome": predicted_outcome(result.get("outcome"), run_peak(record)[0], _capacity(run))
-        if _source(run) == "predicted"
+        if source == "predicted"
         else None,
     }
 
@@ -272,7 +284,7 @@ def _setup_columns(run: Run, result: dict, phases: list[dict]) -> dict:
     env, model = _dict(record.get("environment")), _dict(record.get("model"))
     return {
         **{k: env.get(k) for k in ENVIRONMENT_COLUMNS},  # (coerce_table nulls a wrong type)
-        "alloc_conf": json.dumps(env.get("alloc_conf"), default=str) if env.get("alloc_conf") is not None else None,
+        "alloc_conf": _JSON.encode(env.get("alloc_conf")) if env.get("alloc_conf") is not None else None,
         "started_at": record.get("started_at"),
         "schema_version": as_int(record.get("schema_version")),
         "record_problem": "; ".join(run.problems) or result.get("record_problem"),
@@ -314,12 +326,10 @@ def run_row(run: Run, sweep_dir: Path) -> dict:
     spec, record = _spec(run), _dict(run.record)
     result = _dict(_outcome(run))
     phases = record_phases(record)
-    row = {
-        **_load_columns(run, sweep_dir),
-        **_outcome_columns(record, result, phases),
-        **_peak_columns(run, record, result, phases),
-        **_setup_columns(run, result, phases),
-    }
+    row = _load_columns(run, sweep_dir)
+    row.update(_outcome_columns(record, result, phases))
+    row.update(_peak_columns(run, record, result, phases))
+    row.update(_setup_columns(run, result, phases))
     # a DDP/FSDP run's estimate per rank, as its max_memory_allocated is the fullest rank's
     estimate = rank_estimate(spec.get("estimate"), row["parallel"], row["world_size"])
     row.update(estimate_columns(estimate, row["max_memory_allocated"], row["outcome"], row["source"]))
@@ -362,6 +372,12 @@ PHASE_RUN_COLUMNS = (
 """The phases-table columns that are the run's (its ids, the spec's load, its source), alike on each of its phases."""
 
 
+PHASE_OWN_COLUMNS = tuple(n for n in PHASES_SCHEMA.names if n not in PHASE_RUN_COLUMNS and n != "phase_index")
+"""The phases-table columns read from each phase record (``_phase_column``): its fields."""
+_PHASE_KEYS = tuple("name" if n == "phase" else n for n in PHASE_OWN_COLUMNS)
+"""The phase record's key of each of ``PHASE_OWN_COLUMNS`` (``phase`` is its ``name``)."""
+
+
 def phase_columns(entries: Iterable[tuple[Run, str, Path]]) -> dict[str, list]:
     """The columns of the phases table (``PHASES_SCHEMA``) of runs: one value per phase record,
     in order (sub-phases such as ``forward`` or ``decode`` name their ``parent``); counters in
@@ -390,23 +406,22 @@ def phase_columns(entries: Iterable[tuple[Run, str, Path]]) -> dict[str, list]:
         phases += found
         index += range(n)
         predicted += [source == "predicted"] * n
-    return {n: of_run[n] if n in of_run else _phase_column(n, phases, index, predicted) for n in PHASES_SCHEMA.names}
+    # the phases' own fields read a phase at a time, then turned into columns (zip)
+    fields = zip(*[tuple(map(p.get, _PHASE_KEYS)) for p in phases]) if phases else ((),) * len(_PHASE_KEYS)
+    own = {n: _phase_column(n, list(raw), predicted) for n, raw in zip(PHASE_OWN_COLUMNS, fields)}
+    return {n: index if n == "phase_index" else of_run[n] if n in of_run else own[n] for n in PHASES_SCHEMA.names}
 
 
-def _phase_column(name: str, phases: list[dict], index: list[int], predicted: list[bool]) -> list:
-    """One column of ``phase_columns`` that is the phases' own: the field, renamed (``phase``: its
-    ``name``), its place in the run (``phase_index``), a dry run's split or the nested lists as rows."""
-    if name == "phase":
-        return [p.get("name") for p in phases]
-    if name == "phase_index":
-        return index
+def _phase_column(name: str, raw: list, predicted: list[bool]) -> list:
+    """One column of ``phase_columns`` that is the phases' own, from their field's values (``raw``):
+    as they are, a dry run's split (null on a measured phase) or the nested lists as rows."""
     if name in PEAK_SPLIT_FIELDS:
-        return [p.get(name) if dry else None for p, dry in zip(phases, predicted)]
-    if name == "devices":
-        return [_devices(p.get("devices")) for p in phases]
-    if name == "ranks":
-        return [rank_rows(p.get("ranks")) for p in phases]
-    return [p.get(name) for p in phases]
+        return [v if dry else None for v, dry in zip(raw, predicted)]
+    if name == "devices":  # (a null is null: a phase of one device)
+        return [None if v is None else _devices(v) for v in raw]
+    if name == "ranks":  # (a null is null: a phase of one process)
+        return [None if v is None else rank_rows(v) for v in raw]
+    return raw
 
 
 def phases_table(entries: Iterable[tuple[Run, str, Path]]) -> pa.Table:

@@ -19,9 +19,11 @@ from __future__ import annotations
 import functools
 import json
 import math
+import operator
 import os
 import stat
 import tempfile
+import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -315,6 +317,12 @@ def _valid(prop: dict) -> Valid:
     return found
 
 
+def _accepted(check: _Check) -> frozenset[type]:
+    """The exact Python types a present value of a property may have (a number may be an int)."""
+    declared = {_JSON_TYPES[t] for t in check.types}
+    return frozenset(declared | ({int} if float in declared else set()))
+
+
 def _compile(prop: dict) -> Valid:
     """``_valid``'s check of one property: of each ``anyOf`` branch, or of its type, enum, range
     (a NaN is never within one, as in ``_value_problems``), nested object and items."""
@@ -322,9 +330,11 @@ def _compile(prop: dict) -> Valid:
     schema = check.schema
     if "anyOf" in schema:
         branches = tuple(_valid(b) for b in schema["anyOf"])
+        if len(branches) == 2:  # an object or null
+            first, second = branches
+            return lambda v: first(v) or second(v)
         return lambda v: any(b(v) for b in branches)
-    declared = {_JSON_TYPES[t] for t in check.types}
-    types = frozenset(declared | ({int} if float in declared else set()))  # a number may be an int
+    types = _accepted(check)
     nullable, enum = check.nullable, schema.get("enum")
     low, high = schema.get("minimum", -math.inf), schema.get("maximum", math.inf)
     obj = _object_valid(schema) if "properties" in schema else None
@@ -333,6 +343,10 @@ def _compile(prop: dict) -> Valid:
         return lambda v: (v is None and nullable) or (type(v) in types and low <= v <= high)  # type: ignore[operator]
     if enum is None and obj is None and items is None and not types & {int, float, bool}:
         return lambda v: (v is None and nullable) or type(v) in types
+    if enum is None and obj is not None and types == {dict}:  # a nested object (or null)
+        return lambda v: (v is None and nullable) or (type(v) is dict and obj(v))
+    if enum is None and items is not None and types == {list}:  # a list of items (or null)
+        return lambda v: (v is None and nullable) or (type(v) is list and all(map(items, v)))
 
     def valid(v: object) -> bool:
         if v is None:
@@ -344,37 +358,142 @@ def _compile(prop: dict) -> Valid:
             return False
         if t is dict:
             return obj is None or obj(v)
-        return t is not list or items is None or all(items(i) for i in v)  # type: ignore[attr-defined]
+        return t is not list or items is None or all(map(items, v))  # type: ignore[call-overload]
 
     return valid
 
 
+class _Plain(NamedTuple):
+    """A nullable property without ``anyOf``, nested object or items, as ``_plan`` checks it."""
+
+    types: frozenset[type]  # the exact types of its value, None's included
+    enum: tuple | None  # the values it accepts, None included; None when any
+    bounds: tuple[float, float] | None  # (minimum, maximum) of a number; None when unbounded or not one
+    numbers: bool  # it holds numbers only (a float, a NaN, is within no range; an int is not one)
+
+
+_NUMBERS = frozenset({int, float, bool})
+
+
+def _plain(prop: dict) -> _Plain | None:
+    """``prop`` as a ``_Plain``, or None when it is not one (not nullable, an ``anyOf``, a nested
+    object or items, or numbers and other types at once): ``_valid`` checks it."""
+    check = _check(prop)
+    accepted, keywords = _accepted(check), check.schema
+    if not check.nullable or {"anyOf", "properties", "items"} & keywords.keys():
+        return None
+    numbers = accepted <= _NUMBERS
+    if accepted & _NUMBERS and not numbers:
+        return None
+    bounds = (keywords.get("minimum", -math.inf), keywords.get("maximum", math.inf))
+    enum = (*keywords["enum"], None) if "enum" in keywords else None
+    return _Plain(
+        accepted | {type(None)}, enum, bounds if numbers and bounds != (-math.inf, math.inf) else None, numbers
+    )
+
+
+Values = tuple
+"""An object's values, in its keys' order (``tuple(doc.values())``)."""
+
+
+class _Plan(NamedTuple):
+    """What is left to check of an object whose keys and value types are known (its shape):
+    the values ``_object_valid`` looks at, picked by their place."""
+
+    ranges: tuple[tuple[float, float, Callable[[Values], tuple]], ...]  # (minimum, maximum, picker)
+    floats: Callable[[Values], tuple] | None  # the float values (a NaN is never valid)
+    checks: tuple[tuple[int, Valid], ...]  # (place, its check: an enum's, a nested property's ``_valid``)
+
+
+def _picker(places: list[int]) -> Callable[[Values], tuple] | None:
+    """A function that picks the values at ``places`` as a tuple; None when there are none."""
+    if not places:
+        return None
+    if len(places) == 1:
+        (place,) = places
+        return lambda values: (values[place],)
+    return operator.itemgetter(*places)
+
+
+def _plan(schema: dict, keys: tuple, types: tuple) -> _Plan | None:
+    """The checks left for the values of an object of ``schema`` with these keys and value types,
+    in order; None when the shape alone breaks the schema (a required key absent, a value of a
+    type the property does not take, a null where it takes none)."""
+    place = {key: i for i, key in enumerate(keys)}
+    if any(name not in place for name in schema.get("required", ())):
+        return None
+    ranges: dict[tuple[float, float], list[int]] = {}
+    floats, checks = [], []
+    for name, prop in schema["properties"].items():
+        i = place.get(name)
+        if i is None:  # an absent key is not checked
+            continue
+        plain = _plain(prop)
+        if plain is None and types[i] is type(None):  # its check of a null says the same each time
+            if not _valid(prop)(None):
+                return None
+        elif plain is None:
+            checks.append((i, _valid(prop)))
+        elif types[i] not in plain.types:
+            return None
+        elif types[i] is not type(None):
+            if plain.enum is not None:
+                checks.append((i, plain.enum.__contains__))
+            if plain.bounds is not None:
+                ranges.setdefault(plain.bounds, []).append(i)
+            if types[i] is float:
+                floats.append(i)
+    pickers = tuple((low, high, _picker(at)) for (low, high), at in ranges.items())
+    return _Plan(pickers, _picker(floats), tuple(checks))  # type: ignore[arg-type]
+
+
 _OBJECTS: dict[int, Valid] = {}
+
+MAX_SHAPES = 256
+"""The plans (``_plan``) one object schema keeps, one per shape of object met: a record's phases
+and the records of one sweep have a few; the others are worked out each time."""
 
 
 def _object_valid(schema: dict) -> Valid:
-    """The compiled check of an object schema (its ``required`` and declared ``properties``, each
-    by ``_valid``; an absent key is not checked), made once per schema; True only when
-    ``_object_problems`` finds nothing."""
+    """The compiled check of an object schema (its ``required`` and declared ``properties``; an
+    absent key is not checked), made once per schema; True only when ``_object_problems`` finds
+    nothing. What the object's keys and their values' types decide is decided once per shape
+    (``_plan``); then its values' enums, ranges, NaNs and nested objects are checked."""
     found = _OBJECTS.get(id(schema))
     if found is not None:
         return found
-    required = tuple(schema.get("required", ()))
-    props = tuple((name, _valid(prop)) for name, prop in schema["properties"].items())
+    plans: dict[tuple[tuple, tuple], _Plan | None] = {}
     missing = object()
 
     def check_object(doc: object) -> bool:
-        get = doc.get  # type: ignore[attr-defined]
-        if any(name not in doc for name in required):  # type: ignore[operator]
-            return False
-        for name, valid in props:
-            v = get(name, missing)
-            if v is not missing and not valid(v):
-                return False
-        return True
+        obj = typing.cast(dict, doc)  # (a dict: document_problems and _compile give no other type)
+        values = tuple(obj.values())
+        shape = (tuple(obj), tuple(map(type, values)))
+        plan = plans.get(shape, missing)
+        if plan is missing:
+            plan = _plan(schema, *shape)
+            if len(plans) < MAX_SHAPES:
+                plans[shape] = plan
+        return plan is not None and _values_valid(plan, values)  # type: ignore[arg-type]
 
     _OBJECTS[id(schema)] = check_object
     return check_object
+
+
+def _values_valid(plan: _Plan, values: Values) -> bool:
+    """An object's values keep what ``plan`` (its shape's) leaves to check."""
+    for low, high, pick in plan.ranges:
+        picked = pick(values)
+        if not low <= min(picked) <= max(picked) <= high:
+            return False
+    if plan.floats is not None:
+        picked = plan.floats(values)
+        if not all(map(operator.eq, picked, picked)):  # a NaN is not equal to itself
+            return False
+    for i, valid in plan.checks:
+        if not valid(values[i]):
+            return False
+    return True
 
 
 def document_problems(doc: Mapping, definition: str) -> list[str]:

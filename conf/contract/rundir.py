@@ -142,7 +142,7 @@ def read_run(run_dir: Path | str) -> Run:
     Returns:
         The run's files (see ``Run``).
     """
-    run_dir = Path(run_dir)
+    run_dir = run_dir if isinstance(run_dir, Path) else Path(run_dir)  # (a Path given: not parsed again)
     run = Run(run_dir, None)
     for name, attr in ((SPEC_FILE, "spec"), (RECORD_FILE, "record"), (RESULT_FILE, "result")):
         try:
@@ -286,25 +286,75 @@ def phase_peak(phases: Sequence[Mapping], counter: str, names: Sequence[str] | N
         phases: phase objects (``record_phases``).
         counter: a counter field (``max_memory_allocated``...).
         names: only the phases of these names, or whose ``parent`` is one of them
-            (``COLD_PHASES``, ``WARM_PHASES``); None for every phase.
+            (``COLD_PHASES``, ``WARM_PHASES``: ``phases_in``); None for every phase.
 
     Returns:
         The largest integer value, in bytes; None when no phase has one (missing is null, never 0).
         A phase of a run on several devices (a ``devices`` list) counts with the largest value
         over its devices: the capacity caps every device, so the fullest one is compared with it;
-        likewise a phase of a DDP/FSDP run (a ``ranks`` list) with its fullest rank.
+        likewise a phase of a DDP/FSDP run (a ``ranks`` list) with its fullest rank
+        (``phase_values``).
     """
-    values: list[object] = []
-    for p in phases:
-        if names is None or p.get("name") in names or p.get("parent") in names:
-            values.append(p.get(counter))
-            devices = p.get("devices")
-            if isinstance(devices, list):
-                values += [d.get(counter) for d in devices if isinstance(d, Mapping)]
-            ranks = p.get("ranks")
-            if isinstance(ranks, list):
-                values += [r.get(counter) for r in ranks if isinstance(r, Mapping)]
-    counts: list[int] = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    return largest(phase_values(phases, counter), None if names is None else phases_in(phases, names))
+
+
+def phases_in(phases: Sequence[Mapping], names: Sequence[str]) -> list[bool]:
+    """Tell of each phase whether it is one of ``names``, or a sub-phase of one (its ``parent``).
+
+    Args:
+        phases: phase objects (``record_phases``).
+        names: phase names (``COLD_PHASES``, ``WARM_PHASES``).
+
+    Returns:
+        One flag per phase, in order: True when its ``name`` or its ``parent`` is one of them.
+    """
+    return [p.get("name") in names or p.get("parent") in names for p in phases]
+
+
+def phase_values(phases: Sequence[Mapping], counter: str) -> list[int | None]:
+    """The value of a counter on each phase: its own and, on a run of several devices or ranks
+    (a ``devices`` or ``ranks`` list), the largest of its own and theirs (``_fullest``).
+
+    Args:
+        phases: phase objects (``record_phases``).
+        counter: a counter field (``max_memory_allocated``...).
+
+    Returns:
+        One value per phase, in order: bytes, or None where none is an integer (missing is
+        null, never 0; a bool is not a count).
+    """
+    return [
+        _fullest(p, counter)
+        if isinstance(p.get("devices"), list) or isinstance(p.get("ranks"), list)
+        else (v if isinstance(v := p.get(counter), int) and not isinstance(v, bool) else None)
+        for p in phases
+    ]
+
+
+def _fullest(phase: Mapping, counter: str) -> int | None:
+    """The largest integer value of a counter on a phase, its devices and its ranks (None: none)."""
+    found = [phase.get(counter)]
+    for entries in (phase.get("devices"), phase.get("ranks")):
+        if isinstance(entries, list):
+            found += [e.get(counter) for e in entries if isinstance(e, Mapping)]
+    return largest([v if isinstance(v, int) and not isinstance(v, bool) else None for v in found])
+
+
+def largest(values: Iterable[int | None], keep: Iterable[bool] | None = None) -> int | None:
+    """Find the largest of some phases' values (``phase_values``', one per phase).
+
+    Args:
+        values: one value per phase (bytes), None where it has none.
+        keep: one flag per phase (``phases_in``): only the values whose flag is true count;
+            None: every one.
+
+    Returns:
+        The largest value that is not None and counts; None when there is none (never 0).
+    """
+    if keep is None:
+        counts = [v for v in values if v is not None]
+    else:
+        counts = [v for v, k in zip(values, keep) if k and v is not None]
     return max(counts) if counts else None
 
 

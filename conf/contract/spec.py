@@ -12,7 +12,8 @@ import json
 import re
 import typing
 from collections.abc import Mapping
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 from .attribution import planned_phases
 from .checks import check_process_capacity, choice, int_in_range, positive_int
@@ -104,6 +105,10 @@ def resolve_precision(precision: Any, mode: Any, dtype: Any, workload: Mapping |
     return "autocast" if mode == "train" and dtype in ("float16", "bfloat16") and own_weights else "pure"
 
 
+_DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+"""The device strings a spec takes (``validate_device``)."""
+
+
 def validate_device(value: Any) -> str:
     """Check a device string.
 
@@ -116,7 +121,7 @@ def validate_device(value: Any) -> str:
     Raises:
         SpecError: anything else.
     """
-    if isinstance(value, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+    if isinstance(value, str) and _DEVICE.fullmatch(value):
         return value
     raise SpecError("device", value, "one of auto, cpu, cuda, cuda:N")
 
@@ -125,6 +130,51 @@ SWEEP_TOKEN_KEY = "sweep_token"
 """The key of spec.json that is no field of the spec: the token the sweep's manifest gave the run's
 entry (``conf.contract.sweep.register_run``), which tells the sweep's own run from one copied in
 from elsewhere; absent from a run outside a sweep and from a run written by an older memsweep."""
+
+
+class _InitField(NamedTuple):
+    """One parameter of a dataclass's ``__init__``, as ``_arguments`` fills it."""
+
+    name: str
+    default: Any  # dataclasses.MISSING when it has none
+    factory: Any  # the default_factory, or dataclasses.MISSING
+
+
+class _Fields(NamedTuple):
+    """A dataclass's fields, worked out once per class (``_fields``)."""
+
+    params: tuple[_InitField, ...]  # its ``__init__``'s parameters, in order
+    defaults: Mapping[str, Any]  # name -> default (dataclasses.MISSING where it has none or a factory)
+
+
+_FIELDS: dict[type, _Fields] = {}
+
+
+def _fields(cls: type) -> _Fields:
+    """A dataclass's fields, worked out once per class (a spec read per run asks every time)."""
+    found = _FIELDS.get(cls)
+    if found is None:
+        params = tuple(_InitField(f.name, f.default, f.default_factory) for f in dataclasses.fields(cls))
+        found = _FIELDS[cls] = _Fields(params, MappingProxyType({f.name: f.default for f in params}))
+    return found
+
+
+def _arguments(cls: type, data: Mapping) -> list | None:
+    """``cls(**data)``'s arguments in order: what ``data`` gives, else the field's default (its
+    factory called); None when a field without any is missing (``cls(**data)`` says which). Passed
+    by place, they need no matching of keyword to parameter, which a JSON key (a string of its
+    own, not the parameter's) makes a comparison of text per parameter tried."""
+    args = []
+    for f in _fields(cls).params:
+        if f.name in data:
+            args.append(data[f.name])
+        elif f.default is not dataclasses.MISSING:
+            args.append(f.default)
+        elif f.factory is not dataclasses.MISSING:
+            args.append(f.factory())
+        else:
+            return None
+    return args
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,7 +420,7 @@ class RunSpec:
             "train": ("optimizer", "checkpointing", "micro_steps", "eval_batch"),
             "generate": ("new_tokens", "kv_cache"),
         }
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        defaults = _fields(type(self)).defaults
         for mode, options in only.items():
             if self.mode == mode:
                 continue
@@ -499,15 +549,16 @@ class RunSpec:
             raise SpecError("spec", type(data).__name__, "a JSON object")
         if SWEEP_TOKEN_KEY in data:  # spec.json's bookkeeping, not a field of the condition
             data = {k: v for k, v in data.items() if k != SWEEP_TOKEN_KEY}
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
+        names = _fields(cls).defaults.keys()
+        unknown = sorted(set(data).difference(names))
         if unknown:
             raise SpecError(unknown[0], data[unknown[0]], "one of the spec fields " + ", ".join(sorted(names)))
         missing = [n for n in ("batch", "context", "width") if n not in data]
         if missing:
             raise SpecError(missing[0], None, "a value (required)")
+        args = _arguments(cls, data)
         try:
-            return cls(**data)
+            return cls(**data) if args is None else cls(*args)
         except TypeError as exc:  # e.g. an unhashable where a string was expected
             raise SpecError("spec", dict(data), str(exc)) from None
 
