@@ -421,7 +421,7 @@ class RunResult:
 
     def answer(self) -> list[str]:
         """The run's answer as ``memsweep run`` prints it (``sweeper.answer.run_answer``): both
-        peaks, the capacity and the headroom, and the load it answered for."""
+        peaks, the capacity and the headroom (an ok run's only), and the load it answered for."""
         from .answer import run_answer
 
         return run_answer(self.spec, self.record)
