@@ -127,6 +127,30 @@ def margin_leaves_nothing(capacity: int | None, margin_bytes: int | None) -> boo
     return capacity is not None and margin_bytes is not None and margin_bytes >= capacity
 
 
+def refuse_margin_at_capacity(policy: MarginPolicy, capacity: int | None, field: str, of: str = "") -> None:
+    """Refuse a margin that keeps the whole capacity free (``margin_leaves_nothing``): bad input,
+    since no load can fit under it.
+
+    Args:
+        policy: the margin policy (``parse_margin``).
+        capacity: the capacity compared with the peak (bytes); None when not known (nothing checked).
+        field: the setting's name for the error (``margin``, ``hydra.callbacks.analyze.margin``).
+        of: what the capacity is, for the message (``" of /path/to/sweep"``); may be empty.
+
+    Raises:
+        SpecError: field ``field``, the margin as given, expecting a margin below the capacity
+            (bytes and GiB).
+    """
+    if margin_leaves_nothing(capacity, policy.bytes_for(capacity)):
+        assert capacity is not None  # margin_leaves_nothing: known
+        raise SpecError(
+            field,
+            policy.text,
+            f"a margin below the capacity {capacity} B ({gib(capacity)} GiB){of}: one of at least the "
+            "capacity leaves no room for any peak, so nothing could fit",
+        )
+
+
 def device_kind(run: dict) -> str:
     """The kind of device a run measured on: ``cpu``, ``cuda`` (ROCm included) or ``unknown``.
 

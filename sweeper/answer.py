@@ -55,6 +55,10 @@ def run_answer(spec: Mapping[str, Any], record: Mapping[str, Any] | None) -> lis
         spec: the run's spec (a mapping).
         record: its record.json, or None when it left none.
 
+    A run that did not end ok (``oom``, ``error``, ``crash``, ``timeout``, or no outcome recorded)
+    gets no headroom: its peaks are partial, up to the failure, so capacity minus them says nothing
+    of the load's fit; the lines say so instead.
+
     Returns:
         Three lines (peaks, capacity and headroom, load), the measured throughput before the load
         when the run was timed (``conf.contract.throughput_words``, naming the device); only the
@@ -69,11 +73,17 @@ def run_answer(spec: Mapping[str, Any], record: Mapping[str, Any] | None) -> lis
     alloc, resv = phase_peak(phases, "max_memory_allocated"), phase_peak(phases, "max_memory_reserved")
     peak, counter = run_peak(record)
     capacity = record.get("capacity_bytes") or spec.get("capacity_bytes")
-    headroom = None if capacity is None or peak is None else capacity - peak
-    lines = [f"  peak on {where}: max_memory_allocated {size_words(alloc)}, max_memory_reserved {size_words(resv)}"]
+    ended = failure_words(record)
+    partial = "" if ended is None else ", up to the failure"
+    lines = [
+        f"  peak on {where}{partial}: max_memory_allocated {size_words(alloc)}, max_memory_reserved {size_words(resv)}"
+    ]
     if capacity is None:
         lines.append("  capacity: not recorded; headroom: unknown")
+    elif ended is not None:
+        lines.append(f"  capacity {size_words(capacity)}; headroom: none ({ended})")
     else:
+        headroom = None if peak is None else capacity - peak
         lines.append(
             f"  capacity {size_words(capacity)}; headroom = capacity - {counter} = {size_words(headroom)}"
             + (" (above the capacity)" if headroom is not None and headroom < 0 else "")
@@ -82,3 +92,24 @@ def run_answer(spec: Mapping[str, Any], record: Mapping[str, Any] | None) -> lis
     name = environment.get("device_name") if isinstance(environment, Mapping) else None
     rate = throughput_words(run_throughput(record, record.get("outcome")), timed_on(kind, name))
     return [*lines, *([f"  {rate}"] if rate else []), load]
+
+
+def failure_words(record: Mapping[str, Any]) -> str | None:
+    """Why a run that did not end ok has no headroom, in words, for its answer; None for an ``ok`` run.
+
+    Args:
+        record: the run's record.json.
+
+    Returns:
+        ``"ran out of memory in cold_forward: the load does not fit"`` for an ``oom``; ``"ended
+        error in cold_forward: its peaks are partial, up to the failure, and say nothing of the
+        load's fit"`` for another outcome; ``"did not complete: ..."`` without one.
+    """
+    outcome, phase = record.get("outcome"), record.get("failed_phase")
+    if outcome == "ok":
+        return None
+    where = f" in {phase}" if phase else ""
+    if outcome == "oom":
+        return f"ran out of memory{where}: the load does not fit"
+    ended = f"ended {outcome}{where}" if outcome else "did not complete"
+    return f"{ended}: its peaks are partial, up to the failure, and say nothing of the load's fit"

@@ -421,7 +421,7 @@ class RunResult:
 
     def answer(self) -> list[str]:
         """The run's answer as ``memsweep run`` prints it (``sweeper.answer.run_answer``): both
-        peaks, the capacity and the headroom, and the load it answered for."""
+        peaks, the capacity and the headroom (an ok run's only), and the load it answered for."""
         from .answer import run_answer
 
         return run_answer(self.spec, self.record)
@@ -507,7 +507,8 @@ def load_tables(sweep_dir: str | os.PathLike) -> Tables:
             latest ``analysis/<time>/`` when it holds several (``tables_dir``).
 
     Raises:
-        FileNotFoundError: the directory holds no tables.
+        FileNotFoundError: the directory does not exist or holds no tables (no ``SpecError``: the
+            command line's exit 2 all the same).
     """
     import pandas as pd
     import pyarrow as pa
@@ -1017,8 +1018,8 @@ def compare(
     Raises:
         SpecError: no other sweep (field ``others``), a ``fail_above`` that is neither, a
             ``counter`` not allocated or reserved, a ``fail_slower`` that is no percentage.
-        analysis.compare.SweepNotFound: a directory that does not exist.
-        analysis.compare.EmptySweep: a directory without a measured run.
+        analysis.compare.SweepNotFound: a directory that does not exist (a FileNotFoundError).
+        analysis.compare.EmptySweep: a directory without a measured run (a ValueError).
         analysis.report.ReportExists: ``out`` already holds a comparison.
     """
     from memsweep.analysis.compare import compare as compare_sweeps

@@ -17,7 +17,7 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
-from memsweep.conf.contract import SpecError, check_writable, hf_config_kind, path_kind, ranks_are_tasks
+from memsweep.conf.contract import SpecError, check_writable, hf_config_kind, parse_size, path_kind, ranks_are_tasks
 
 # Top-level keys of a composed config that memsweep reads besides the load's (sweeper.spec.LOAD_KEYS):
 # the config groups, how runs are started, where results go.
@@ -207,7 +207,7 @@ def check_sweep_config(config: Any) -> None:
     check_launcher(
         OmegaConf.select(config, "hydra.launcher._target_"), OmegaConf.select(config, "hydra.launcher.partition")
     )
-    check_report_margin(OmegaConf.select(config, "hydra.callbacks.analyze.margin"))
+    check_report_margin(OmegaConf.select(config, "hydra.callbacks.analyze.margin"), config.get("capacity"))
     mine = sweeper_kind(OmegaConf.select(config, "hydra.sweeper._target_"))
     earlier = sweep_dir / "multirun.yaml"
     if earlier.is_file():
@@ -325,23 +325,30 @@ def check_config_json(given: Any, file: Path) -> None:
         raise SpecError("workload.config", given, f"{accepted}: {file} holds a JSON {type(data).__name__}")
 
 
-def check_report_margin(margin: Any) -> None:
+def check_report_margin(margin: Any, capacity: Any = None) -> None:
     """Check the sweep's report margin (``hydra.callbacks.analyze.margin``) before any run, not
     after the last one.
 
     Args:
         margin: the setting (None: the default).
+        capacity: the sweep's ``capacity`` setting (``"8MiB"``; None: the device's own, not known
+            before a run; a value that does not parse is left to the spec's own check).
 
     Raises:
         SpecError: field ``hydra.callbacks.analyze.margin``, a margin ``analysis.report``
-            does not read.
+            does not read, or a fixed one not below the emulated capacity (nothing could fit).
     """
-    from memsweep.estimator.margin import parse_margin
+    from memsweep.estimator.margin import parse_margin, refuse_margin_at_capacity
 
     try:
-        parse_margin(margin)
+        policy = parse_margin(margin)
     except SpecError as exc:
         raise SpecError("hydra.callbacks.analyze.margin", margin, exc.accepted) from None
+    try:
+        capacity_bytes = None if capacity is None else parse_size(capacity, "capacity")
+    except SpecError:
+        return
+    refuse_margin_at_capacity(policy, capacity_bytes, "hydra.callbacks.analyze.margin", f" (capacity={capacity})")
 
 
 POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")

@@ -96,8 +96,9 @@ def run_condition(cfg: DictConfig, new_run_dir: bool = False, existed: Path | No
 
 
 def log_outcome(spec: RunSpec, run_dir: Path, result: dict, single: bool) -> None:
-    """Log a finished run's console line; for a single measured ``memsweep run`` also its answer
-    (both peaks, the capacity, the headroom, the load); and the cause of a failed DDP/FSDP run.
+    """Log a finished run's console line; the cause of an error, crash or timeout (``cause_line``:
+    the ERROR line, before any answer); for a single measured ``memsweep run`` its answer (both
+    peaks, the capacity, the headroom of an ok run, the load).
 
     Args:
         spec: the run's spec; run_dir: its directory; result: its result envelope.
@@ -106,12 +107,12 @@ def log_outcome(spec: RunSpec, run_dir: Path, result: dict, single: bool) -> Non
     # read once: the line and a dry run's verdict, or the rank whose failure ended a DDP/FSDP run
     record = try_read(run_dir, RECORD_FILE)[0] if spec.dry_run or spec.world_size > 1 or single else None
     log.info("%s", outcome_line(spec, run_dir, result, record))
+    cause = cause_line(run_dir, result)
+    if cause is not None:  # the error first, before the answer's (partial) peaks
+        log.error("%s", cause)
     if single and not spec.dry_run:
         for line in run_answer(spec.to_dict(), record):
             log.info("%s", line)
-    cause = cause_line(run_dir, result)
-    if cause is not None:
-        log.error("%s", cause)
 
 
 RANK_TASK_WAIT_S = 600.0

@@ -70,6 +70,7 @@ def _record(kind, alloc, resv, capacity):
         "device": "cpu" if kind == "cpu" else "cuda:0",
         "capacity_bytes": capacity,
         "phases": phases,
+        "outcome": "ok",
     }
 
 
@@ -92,6 +93,24 @@ def test_cuda_headroom_is_on_the_reserved_peak_and_can_be_negative():
     assert "peak on cuda" in text and "CPU" not in text
     assert f"headroom = capacity - max_memory_reserved = {-44 * MiB} B" in text and "above the capacity" in text
     assert load_terms(spec) == "mode=inference dtype=bfloat16 capacity=device"
+
+
+@pytest.mark.parametrize(
+    "outcome, phase, why",
+    [
+        ("error", "cold_forward", "headroom: none (ended error in cold_forward: its peaks are partial"),
+        ("oom", "inputs", "headroom: none (ran out of memory in inputs: the load does not fit)"),
+        ("crash", None, "headroom: none (ended crash: its peaks are partial"),
+        (None, None, "headroom: none (did not complete: its peaks are partial"),
+    ],
+)
+def test_a_run_that_did_not_end_ok_gives_no_headroom_its_peaks_partial(outcome, phase, why):
+    """capacity - a peak that stopped at the failure is no headroom: the answer says why there is none."""
+    record = {**_record("cpu", 100 * MiB, 300 * MiB, 256 * MiB), "outcome": outcome, "failed_phase": phase}
+    lines = run_answer({"mode": "inference", "dtype": "float32", "capacity_bytes": 256 * MiB}, record)
+    assert "up to the failure: max_memory_allocated" in lines[0] and f"{100 * MiB} B" in lines[0]
+    assert lines[1].startswith(f"  capacity {256 * MiB} B (0.250 GiB); ") and why in lines[1]
+    assert "headroom =" not in "\n".join(lines) and f"{156 * MiB} B" not in "\n".join(lines)
 
 
 def test_a_run_without_a_record_says_so_never_zero():

@@ -250,6 +250,45 @@ def test_estimate_and_compare_refusals(tmp_path):
         memsweep.compare(tmp_path / "no", tmp_path / "such")
 
 
+def test_a_missing_sweep_directory_raises_what_the_api_page_and_the_docstrings_name(tmp_path):
+    """A sweep directory that is missing, or holds no tables or no measured run, raises the exception
+    docs/api.md and the function's Raises section name (not SpecError, which the page gives for bad
+    settings), by its public dotted name."""
+    from memsweep.analysis.compare import EmptySweep, SweepNotFound
+
+    page = " ".join((ROOT / "docs" / "api.md").read_text().split())
+    (tmp_path / "empty").mkdir()
+    cases = [
+        (lambda: memsweep.load_tables(tmp_path / "no"), memsweep.load_tables, FileNotFoundError, "FileNotFoundError"),
+        (
+            lambda: memsweep.load_tables(tmp_path / "empty"),
+            memsweep.load_tables,
+            FileNotFoundError,
+            "FileNotFoundError",
+        ),
+        (
+            lambda: memsweep.compare(tmp_path / "no", tmp_path / "empty"),
+            memsweep.compare,
+            SweepNotFound,
+            "memsweep.analysis.compare.SweepNotFound",
+        ),
+        (
+            lambda: memsweep.compare(tmp_path / "empty", tmp_path / "empty"),
+            memsweep.compare,
+            EmptySweep,
+            "memsweep.analysis.compare.EmptySweep",
+        ),
+    ]
+    for call, function, raised, name in cases:
+        with pytest.raises(Exception) as info:
+            call()
+        assert type(info.value) is raised and not isinstance(info.value, SpecError), (name, info.value)
+        assert f"`{function.__name__}`" in page and f"`{name}`" in page, name
+        raises = (function.__doc__ or "").split("Raises:", 1)[1]
+        assert name.removeprefix("memsweep.") + ":" in raises, (function.__name__, name)
+    assert "`memsweep.sweeper.process.RunDirError`" in page
+
+
 def _nested():
     def build(load):
         return load

@@ -91,6 +91,10 @@ CASES = [
     (["workload=hf", "workload.config=gpt2", "context=2048"], "invalid context=2048: expected at most the model's"),
     (["batch=1,2", "hydra.callbacks.analyze.margin=10"], "invalid hydra.callbacks.analyze.margin=10"),
     (["batch=1,2", "hydra.callbacks.analyze.margin=lots"], "invalid hydra.callbacks.analyze.margin='lots'"),
+    (  # a margin that keeps the whole emulated capacity free: nothing could fit under it
+        ["batch=1,2", "capacity=8MiB", "hydra.callbacks.analyze.margin=1GiB"],
+        "invalid hydra.callbacks.analyze.margin='1GiB': expected a margin below the capacity 8388608 B",
+    ),
     (["batch=1,2", "results_dir=/dev/null/results"], "invalid results_dir='/dev/null/results'"),
     (["batch=1,2", "hydra.sweep.dir=/dev/null/sweep"], "invalid hydra.sweep.dir='/dev/null/sweep'"),
     (["batch=1,2", "hydra/launcher=submitit_slurm"], "invalid hydra/launcher='submitit_slurm'"),

@@ -115,7 +115,9 @@ def test_refused_run_leaves_no_directory_of_its_own_and_keeps_yours(tmp_path):
 
 
 def test_run_exits_with_its_outcome(tmp_path):
-    """`memsweep run ... && echo fits` can be trusted: ok 0, out of memory 3, error 4."""
+    """`memsweep run ... && echo fits` can be trusted: ok 0, out of memory 3, error 4. Only the ok
+    run's answer gives a headroom: an oom or an error has partial peaks, up to the failure, and an
+    error's ERROR line comes first, before the answer."""
     cases = {
         "ok": (["batch=2"], 0),
         "oom": (["batch=1024", "capacity=8MiB"], 3),
@@ -126,6 +128,14 @@ def test_run_exits_with_its_outcome(tmp_path):
         proc = run([MEMSWEEP, "run", *args, f"hydra.run.dir={run_dir}", *TINY_CPU], cwd=tmp_path)
         assert json.loads((run_dir / "result.json").read_text())["outcome"] == outcome
         assert proc.returncode == code, (outcome, proc.returncode, proc.stderr[-1000:])
+        lines = (proc.stdout + proc.stderr).splitlines()
+        answer = [i for i, line in enumerate(lines) if "  peak on " in line or "; headroom" in line]
+        assert len(answer) == 2, (outcome, lines[-8:])
+        assert ("headroom = capacity - " in lines[answer[1]]) == (outcome == "ok"), lines[answer[1]]
+        if outcome != "ok":
+            assert "headroom: none (" in lines[answer[1]] and "up to the failure" in lines[answer[0]]
+        errors = [i for i, line in enumerate(lines) if "[ERROR]" in line]
+        assert bool(errors) == (outcome == "error") and all(i < answer[0] for i in errors), lines[-8:]
 
 
 @pytest.mark.parametrize(

@@ -118,6 +118,10 @@ def test_report_refuses_to_overwrite_and_writes_elsewhere_with_another_margin(sw
         assert "no setting recommended" in md
     proc = run([MEMSWEEP, "report", str(sweep_dir), "--out", str(tmp_path / "x"), "--margin", "lots"], cwd=tmp_path)
     assert proc.returncode == 2 and "invalid margin='lots'" in proc.stderr
+    # a margin of at least the capacity: refused (no load could fit under it), naming it and the capacity
+    proc = run([MEMSWEEP, "report", str(sweep_dir), "--out", str(tmp_path / "y"), "--margin", "1GiB"], cwd=tmp_path)
+    assert proc.returncode == 2 and not (tmp_path / "y").exists() and len(proc.stderr.strip().splitlines()) == 1
+    assert f"invalid margin='1GiB': expected a margin below the capacity {CAPACITY} B" in proc.stderr
 
 
 def test_html_is_self_contained(sweep):

@@ -830,3 +830,31 @@ def _ends(pid: int, within_s: float = 30.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_at_the_hosts_own_ram_the_fits_limit_is_an_extrapolation_never_a_run_to_confirm(tmp_path):
+    """A CPU sweep without an emulated capacity (the host's whole RAM, ``device total_memory``): the
+    fit's much larger value under the margin is named an extrapolation, and no ``memsweep run`` of it
+    is offered (it could fill the host's RAM: swap, the OOM killer); a frontier search under an
+    emulated capacity is offered instead, with the load's overrides."""
+    peak, _ = _linear_sweep(str(tmp_path), (), oom_at=99)
+    runs, phases = make(str(tmp_path), [(b, "ok", peak(b), peak(b)) for b in (1, 2, 4)], kind="cpu", capacity=4_000_000)
+    for r in runs:
+        r["capacity_method"] = "device total_memory"
+        hydra = tmp_path / r["run_id"] / ".hydra"
+        hydra.mkdir(parents=True)
+        (hydra / "overrides.yaml").write_text(f"- device=cpu\n- sweep=batch\n- batch={r['batch']}\n")
+    rep = report_of(runs, phases)
+    (axis,) = rep.axes
+    assert axis.recommended == 4 and axis.margin_limit_unmeasured == 38
+    md = markdown(rep)
+    assert "memsweep run" not in md and "confirm with" not in md
+    note = (
+        "the fit puts the largest value under the margin at batch=38 (an extrapolation of the fit, not a measurement;"
+    )
+    assert note in md.split("## Answer", 1)[1].split("##", 1)[0]
+    assert "`memsweep sweep hydra/sweeper=frontier hydra.sweeper.axis=batch device=cpu capacity=1GiB`" in md
+    runs[0]["capacity_method"] = "live tensor storage bytes <= capacity (worker tracker raises torch.OutOfMemoryError)"
+    for r in runs[1:]:
+        r["capacity_method"] = runs[0]["capacity_method"]
+    assert "confirm with `memsweep run device=cpu batch=38`" in markdown(report_of(runs, phases))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from .cli import EXIT_BAD_INPUT, EXIT_NOTHING_COMPARABLE, EXIT_OK, EXIT_REGRESSION, main
 from .compare import CompareResult, compare, compare_document, compare_text, write_doc
 from .gate import Regression, Threshold, parse_threshold, regressions
-from .load import Sweep, SweepNotFound, load_sweep
+from .load import EmptySweep, Sweep, SweepNotFound, load_sweep
 from .match import COUNTERS, GATE_COUNTERS, Comparison, Difference, Row, Series, compare_series, differences, series_of
 from .speed import Slowdown, parse_slower, rate_changes, slowdowns
 
@@ -33,6 +33,7 @@ __all__ = [
     "CompareResult",
     "Comparison",
     "Difference",
+    "EmptySweep",
     "Regression",
     "Row",
     "Slowdown",

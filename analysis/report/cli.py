@@ -20,9 +20,8 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
         The exit status: 0 written (its paths printed), 1 a report already there, 2 bad input: a
-        sweep directory missing or holding no run, or a bad ``--margin`` (the message on stderr;
-        nothing written). argparse exits 2 itself on
-        bad arguments.
+        sweep directory missing or holding no run, a bad ``--margin`` or one not below the runs'
+        capacity (the message on stderr; nothing written). argparse exits 2 itself on bad arguments.
     """
     parser = argparse.ArgumentParser(
         prog="memsweep report",

@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+import pyarrow as pa
+
 from memsweep.conf.contract import remove_stale_temps
-from memsweep.estimator.margin import parse_margin
+from memsweep.estimator.margin import parse_margin, refuse_margin_at_capacity
 
 from ..current import current_tables
 from ..doc import to_html, to_markdown
@@ -175,6 +177,17 @@ def find_analysis_files(sweep_dir: Path) -> list[Path]:
     return [sweep_dir / n for n in names if (sweep_dir / n).exists()]
 
 
+def smallest_capacity(runs: pa.Table) -> tuple[str, int] | None:
+    """The smallest capacity recorded in a runs table (``capacity_bytes``, bytes) and the sweep
+    directory of a run that has it; None when no run records one."""
+    pairs = zip(runs["sweep_dir"].to_pylist(), runs["capacity_bytes"].to_pylist())
+    known = [(cap, str(d)) for d, cap in pairs if cap is not None]
+    if not known:
+        return None
+    cap, sweep_dir = min(known)
+    return sweep_dir, cap
+
+
 def report_for_dirs(
     sweep_dirs: list[Path], out_dir: Path, margin: str | None = None, name: str = "report"
 ) -> WrittenReport:
@@ -194,7 +207,8 @@ def report_for_dirs(
 
     Raises:
         SweepDirNotFound: a sweep directory does not exist (a FileNotFoundError).
-        SpecError: a bad ``margin`` (field ``margin``, with the accepted forms).
+        SpecError: a bad ``margin`` (field ``margin``, with the accepted forms), or a fixed one not
+            below the smallest capacity of the runs (``refuse_margin_at_capacity``: nothing could fit).
         ReportExists: a report of that name exists in ``out_dir``; checked before any work.
     """
     policy = parse_margin(margin)
@@ -212,6 +226,9 @@ def report_for_dirs(
         runs, phases, _ = build_tables(sweep_dirs)
     else:
         runs, phases = current.runs, current.phases
+    smallest = smallest_capacity(runs)
+    if smallest is not None:
+        refuse_margin_at_capacity(policy, smallest[1], "margin", f" of {smallest[0]}")
     frontier = frontier_table(runs)
     report = build_report(
         runs, phases, frontier, policy, sweep_dirs, files, notes=notes, name=name, tables_read=current is not None
