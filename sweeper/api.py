@@ -337,7 +337,8 @@ def refusal(exc: BaseException) -> Exception:
 
 def _hydra(argv: list[str], multirun: bool, progress: bool) -> tuple[list[Job], Path | None]:
     """``hydra_jobs`` for an API call: its observer (``sweeper.progress``: the bar, the sweep
-    directory), errors raised as the typed refusals.
+    directory), errors raised as the typed refusals. Without ``progress``, quiet: Hydra's console
+    logging kept to warnings and errors (``sweeper.progress.quiet_overrides``), no summary printed.
 
     Returns:
         (the jobs run in this process, the sweep directory of a multirun or None).
@@ -354,11 +355,12 @@ def _hydra(argv: list[str], multirun: bool, progress: bool) -> tuple[list[Job], 
     from .errors import InputRefused
     from .hydra_errors import full_errors
     from .predict import first_line
-    from .progress import observing
+    from .progress import observing, quiet_overrides
 
+    quiet = [] if progress else quiet_overrides(argv)
     with observing(progress, None if multirun else 1) as watching, full_errors():
         try:
-            jobs = hydra_jobs(argv, multirun)
+            jobs = hydra_jobs([*quiet, *argv], multirun)
         except InputRefused as exc:
             raise refusal(exc) from None
         except (HydraException, OmegaConfBaseException) as exc:
@@ -612,7 +614,7 @@ def run(
         overrides: Hydra overrides, after the keyword settings (``["workload=transformer"]``).
         run_dir: the run directory (``hydra.run.dir``; it must not hold a run); None:
             ``<results_dir>/run/<time>``, as the command's.
-        progress: show a progress bar; False: none.
+        progress: show a progress bar; False: quiet, only warnings and errors shown (docs/api.md).
         model, inputs, loss, optimizer, train_step: a user workload's functions (module docstring).
         settings: memsweep's settings (``batch=2, device="cpu", capacity="256MiB"``).
 
@@ -666,7 +668,7 @@ def sweep(
         overrides: Hydra overrides, after the keyword settings (``["hydra/launcher=joblib"]``).
         sweep_dir: the sweep directory (``hydra.sweep.dir``; the same one again resumes it);
             None: ``<results_dir>/<sweep>/<time>``, as the command's.
-        progress: show a progress bar; False: none.
+        progress: show a progress bar; False: quiet, only warnings and errors shown (docs/api.md).
         model, inputs, loss, optimizer, train_step: a user workload's functions (module docstring).
         settings: memsweep's settings; a list is swept (``sweep="none", batch=[1, 2, 4]``).
 
@@ -708,7 +710,7 @@ def frontier(
         confirm: ok runs repeated at the edge (``hydra.sweeper.confirm``); None: its default.
         overrides: Hydra overrides, after the keyword settings (``["hydra.sweeper.strategy=bisect"]``).
         sweep_dir: the sweep directory; None: the config's.
-        progress: show a progress bar; False: none.
+        progress: show a progress bar; False: quiet, only warnings and errors shown (docs/api.md).
         model, inputs, loss, optimizer, train_step: a user workload's functions (module docstring).
         settings: memsweep's settings (``capacity="256MiB", device="cpu"``).
 

@@ -396,6 +396,38 @@ def test_progress_bar_shown_or_not(results, capsys):
     assert "1/1" not in capsys.readouterr().err
 
 
+def test_progress_false_is_quiet_but_for_errors(tmp_path, capfd):
+    """No Hydra line (``[HYDRA] Launching jobs``, ``#0 : ...``), no per-run INFO line, no summary or
+    report path on the console; the job's log file keeps its lines; an error is still shown."""
+    swept = memsweep.sweep(sweep="none", sweep_dir=tmp_path / "s", progress=False, **{**LOAD, "batch": [1, 2]})
+    failed = memsweep.run(
+        run_dir=tmp_path / "r", progress=False, overrides=["fault={phase:cold_forward,kind:raise}"], **LOAD
+    )
+    out = capfd.readouterr()
+    shown = out.out + out.err
+    assert failed.outcome == "error" and swept.report is not None
+    for noise in ("HYDRA", "Launching", "#0 :", "[INFO]", "memsweep: report", "runs (ok: 2)", "max_ok"):
+        assert noise not in shown, shown
+    assert "[ERROR]" in shown and "injected fault in phase cold_forward" in shown, shown
+    assert "-> ok" in (tmp_path / "s" / "0" / "memsweep.log").read_text()
+
+
+def test_quiet_overrides_leave_the_callers_own_choices():
+    from omegaconf import OmegaConf
+
+    from memsweep.sweeper.callbacks import Progress
+    from memsweep.sweeper.progress import QUIET_OVERRIDES, quiet_overrides
+
+    assert quiet_overrides(["batch=2"]) == list(QUIET_OVERRIDES.values())
+    assert quiet_overrides(["hydra/job_logging=disabled", "batch=2"]) == [
+        QUIET_OVERRIDES["hydra/hydra_logging"],
+        QUIET_OVERRIDES["hydra.job.env_set.MEMSWEEP_PROGRESS"],
+    ]
+    # a job a launcher runs in another process (joblib) prints no progress line when its config says so
+    job = OmegaConf.create({"hydra": {"job": {"env_set": {"MEMSWEEP_PROGRESS": "0"}}}})
+    assert Progress.mode(job) == "off" and not Progress.enabled(job)
+
+
 def api_examples() -> list[tuple[str, str]]:
     """(file, code) of every python block of README.md and docs/*.md that imports memsweep."""
     found = []
