@@ -15,6 +15,7 @@ importable functions, imported by name in the worker (nothing is pickled).
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -905,7 +906,8 @@ def estimate_argv(parser: Any, options: Mapping[str, Any]) -> list[str]:
     ``dropout=False`` is ``--no-dropout``).
 
     Raises:
-        SpecError: an option the command does not have (field ``option``).
+        SpecError: an option the command does not have (field ``option``), a flag given other than
+            True or False (field: the flag's name).
     """
     actions: dict[tuple[str, Any], Any] = {}
     for action in parser._actions:  # argparse's public surface has no mapping of destinations
@@ -921,12 +923,71 @@ def estimate_argv(parser: Any, options: Mapping[str, Any]) -> list[str]:
             continue
         if isinstance(value, bool) and (name, not value) in actions:
             continue  # the flag's default (train=False)
-        action = actions[(name, None)]
+        action = actions.get((name, None))
+        if action is None:  # a flag (train, mixed...) takes no value of its own
+            raise SpecError(name, value, "True or False")
         if isinstance(value, (list, tuple)):
             argv += [x for v in value for x in (action.option_strings[0], str(v))]
         elif value is not None:
             argv += [action.option_strings[0], str(value)]
     return argv
+
+
+def estimate_args(parser: argparse.ArgumentParser, options: Mapping[str, Any]) -> argparse.Namespace:
+    """``parser``'s options parsed from keyword ``options`` (``estimate_argv``), a refusal raised
+    rather than an exit.
+
+    Raises:
+        SpecError: an option the command does not have; a value its option refuses (an ``int``
+            option given ``"many"``, a choice it does not offer), field: the option's keyword,
+            accepted: its choices or its type.
+    """
+    from memsweep.estimator.errors import UsageError
+
+    def refuse(message: str) -> Any:
+        raise UsageError(message)
+
+    parser.error = refuse  # type: ignore[method-assign]  # what argparse still reports this way
+    parser.exit_on_error = False  # a bad value: argparse.ArgumentError, naming its option
+    argv = estimate_argv(parser, options)
+    try:
+        return parser.parse_args(argv)
+    except argparse.ArgumentError as exc:
+        names = {"/".join(a.option_strings): a for a in parser._actions} | {
+            s: a for a in parser._actions for s in a.option_strings
+        }
+        action = names.get(str(exc.argument_name))
+        if action is None:
+            raise estimate_refusal(exc, parser, options) from None
+        types: dict[Any, str] = {int: "an integer", float: "a number"}
+        # a type of the estimator's own (device_arg) says in its message what it takes
+        accepted = types.get(action.type, exc.message.split("expected ", 1)[-1])
+        if action.choices:
+            accepted = "one of " + ", ".join(str(c) for c in action.choices)
+        raise SpecError(action.dest, options.get(action.dest), accepted) from None
+    except UsageError as exc:
+        raise estimate_refusal(exc, parser, options) from None
+
+
+def estimate_refusal(exc: Exception, parser: argparse.ArgumentParser, options: Mapping[str, Any]) -> SpecError:
+    """The ``SpecError`` of options the estimator refuses (``UsageError``: options that do not
+    describe one load; a ``ValueError``: a value it rejects), its reason kept in what is accepted.
+
+    Returns:
+        ``SpecError`` of the option given that the reason starts with (``parameters must be...``,
+        ``--zero-stage partitions...``) or whose text it quotes (``unknown storage format 'xml'``),
+        else of field ``options`` (all of them, as given).
+    """
+    reason = " ".join(str(exc).split())
+    accepted = f"options that describe one load ({reason})"
+    for name, value in options.items():
+        spellings = {name, *(s for a in parser._actions if a.dest == name for s in a.option_strings)}
+        if any(reason.startswith((f"{s} ", f"{s}:")) for s in spellings):
+            return SpecError(name, value, accepted)
+    for name, value in options.items():
+        if isinstance(value, str) and repr(value) in reason:
+            return SpecError(name, value, accepted)
+    return SpecError("options", dict(options), accepted)
 
 
 def estimate(**options: Any) -> EstimateResult:
@@ -941,23 +1002,22 @@ def estimate(**options: Any) -> EstimateResult:
         The estimate.
 
     Raises:
-        SpecError: an option the command does not have.
-        ValueError: options that do not describe one load (``UsageError``, a ``ValueError``), or a
-            value the estimator rejects.
+        SpecError: an option the command does not have, a value its option refuses
+            (``estimate_args``), options that do not describe one load or a value the estimator
+            rejects (``estimate_refusal``): what ``memsweep estimate`` exits 2 for.
         FileNotFoundError: a ``config`` that does not exist.
     """
     from memsweep.estimator.cli import build_parser, estimate_load
     from memsweep.estimator.cli_output import estimate_text
-    from memsweep.estimator.errors import UsageError
 
     parser = build_parser()
-
-    def refuse(message: str) -> Any:
-        raise UsageError(message)
-
-    parser.error = refuse  # type: ignore[method-assign]  # a bad value raises instead of exiting
-    args = parser.parse_args(estimate_argv(parser, options))
-    b, title, phases = estimate_load(args)
+    args = estimate_args(parser, options)
+    try:
+        b, title, phases = estimate_load(args)
+    except SpecError:
+        raise
+    except ValueError as exc:  # UsageError too: the command's exit 2
+        raise estimate_refusal(exc, parser, options) from None
     text = estimate_text(b, title, phases, json_output=args.json, decimals=args.decimals)
     return EstimateResult(b, title, tuple(phases), text)
 

@@ -237,11 +237,29 @@ def test_a_run_directory_is_never_reused(one_run):
         memsweep.run(run_dir=one_run.run_dir, progress=False, **LOAD)
 
 
+@pytest.mark.parametrize(
+    "options, field, accepted",
+    [
+        ({"parameters": 10, "bits": "many"}, "bits", "an integer"),  # argparse's refusal raised, not an exit
+        ({"parameters": 10, "bits": 16, "optimizer": "adam9"}, "optimizer", "one of adamw, adam,"),
+        ({"workload": "nope"}, "workload", "one of mlp"),
+        ({"parameters": 10, "bits": 16, "train": "yes"}, "train", "True or False"),
+        ({"parameters": 10, "bits": 16, "device": "tpu0"}, "device", "cpu (the worker's tracker), cuda or cuda:N"),
+        ({"parameters": -5, "bits": 16}, "parameters", "integer >= 0"),  # the estimator's own refusal
+        ({"parameters": 10, "fmt": "xml"}, "fmt", "one of bf16, fp16"),
+        ({"parameters": 10, "bits": 16, "zero_stage": 2}, "zero_stage", "add --train"),
+        ({"bits": 16}, "options", "nothing to estimate"),  # no option alone is at fault
+    ],
+)
+def test_estimate_refusals_are_spec_errors(options, field, accepted):
+    with pytest.raises(SpecError) as info:
+        memsweep.estimate(**options)
+    assert info.value.field == field and accepted in info.value.accepted, info.value
+    assert info.value.value == (options if field == "options" else options[field])
+    assert str(info.value).startswith(f"invalid {field}=") and "\n" not in str(info.value)
+
+
 def test_estimate_and_compare_refusals(tmp_path):
-    with pytest.raises(ValueError, match="nothing to estimate"):
-        memsweep.estimate(bits=16)
-    with pytest.raises(ValueError, match="--bits"):  # argparse's refusal raised, not an exit
-        memsweep.estimate(parameters=10, bits="many")
     with pytest.raises(SpecError):
         memsweep.compare(tmp_path, tmp_path, fail_above="lots")
     from memsweep.analysis.compare import SweepNotFound
