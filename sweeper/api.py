@@ -31,6 +31,7 @@ from memsweep.conf.contract import (
     RESULT_FILE,
     RUN_EXIT,
     SPEC_FILE,
+    SWEEP_TOKEN_KEY,
     SpecError,
     device_kind_of,
     peak_counters,
@@ -396,7 +397,8 @@ class RunResult:
         dry_run: a prediction on fake tensors (nothing measured).
         predicted_outcome: a dry run's verdict (ok, oom; None without a capacity or when measured).
         wall_s: the worker's wall time (seconds), or None.
-        spec, record, result: the three files as read (``record`` None when the worker wrote none).
+        spec, record, result: the three files as read (``record`` None when the worker wrote none;
+            ``spec`` without the sweep's bookkeeping, ``conf.contract.SWEEP_TOKEN_KEY``).
         throughput: the warm phases' measured rates (``conf.contract.THROUGHPUT_KEYS``:
             ``samples_per_s``, ``tokens_per_s``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``
             per second, ``noise_rel``, ``iterations``), timed on the run's device
@@ -440,7 +442,7 @@ class RunResult:
         result, problem = try_read(run_dir, RESULT_FILE)
         if result is None:
             raise FileNotFoundError(f"{run_dir}: no readable {RESULT_FILE} ({problem})")
-        spec = try_read(run_dir, SPEC_FILE)[0] or {}
+        spec = {k: v for k, v in (try_read(run_dir, SPEC_FILE)[0] or {}).items() if k != SWEEP_TOKEN_KEY}
         record = try_read(run_dir, RECORD_FILE)[0]
         peak, counter = run_peak(record)
         phases = record_phases(record)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import memsweep
-from memsweep.conf.contract import RUN_EXIT, SpecError, read_json
+from memsweep.conf.contract import RUN_EXIT, SWEEP_TOKEN_KEY, SpecError, read_json
 from memsweep.sweeper import api
 from memsweep.sweeper.process import RunDirError
 from tests.conftest import ROOT, TINY
@@ -115,6 +115,9 @@ def test_sweep_result_holds_the_sweeps_tables(swept, results):
     rows = pq.read_table(swept.sweep_dir / "runs.parquet").to_pylist()
     assert sorted(r["batch"] for r in rows) == [1, 2]
     by_batch = {r.spec["batch"]: r for r in swept.runs}
+    # spec.json's sweep bookkeeping is no setting of the run: not shown (the file keeps it)
+    assert all(SWEEP_TOKEN_KEY in read_json(r.run_dir / "spec.json", "spec") for r in swept.runs)
+    assert not any(SWEEP_TOKEN_KEY in r.spec for r in swept.runs)
     for row in rows:  # the runs ended here, the same numbers as the table's
         assert by_batch[row["batch"]].max_memory_allocated == row["max_memory_allocated"]
         assert list(swept.tables.runs.loc[swept.tables.runs["batch"] == row["batch"], "max_memory_allocated"]) == [
