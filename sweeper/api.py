@@ -424,12 +424,17 @@ class RunResult:
     result: Mapping[str, Any]
     throughput: Mapping[str, Any] = field(default_factory=dict)
 
-    def answer(self) -> list[str]:
+    def answer(self) -> str:
         """The run's answer as ``memsweep run`` prints it (``sweeper.answer.run_answer``): both
-        peaks, the capacity and the headroom (an ok run's only), and the load it answered for."""
+        peaks, the capacity and the headroom (an ok run's only), and the load it answered for.
+
+        Returns:
+            Its lines joined by newlines, no newline at the end: ``print(result.answer())``;
+            ``.splitlines()`` gives the lines.
+        """
         from .answer import run_answer
 
-        return run_answer(self.spec, self.record)
+        return "\n".join(run_answer(self.spec, self.record))
 
     @classmethod
     def read(cls, run_dir: Path) -> RunResult:
