@@ -15,6 +15,7 @@ importable functions, imported by name in the worker (nothing is pickled).
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -30,6 +31,7 @@ from memsweep.conf.contract import (
     RESULT_FILE,
     RUN_EXIT,
     SPEC_FILE,
+    SWEEP_TOKEN_KEY,
     SpecError,
     device_kind_of,
     peak_counters,
@@ -337,7 +339,8 @@ def refusal(exc: BaseException) -> Exception:
 
 def _hydra(argv: list[str], multirun: bool, progress: bool) -> tuple[list[Job], Path | None]:
     """``hydra_jobs`` for an API call: its observer (``sweeper.progress``: the bar, the sweep
-    directory), errors raised as the typed refusals.
+    directory), errors raised as the typed refusals. Without ``progress``, quiet: Hydra's console
+    logging kept to warnings and errors (``sweeper.progress.quiet_overrides``), no summary printed.
 
     Returns:
         (the jobs run in this process, the sweep directory of a multirun or None).
@@ -354,11 +357,12 @@ def _hydra(argv: list[str], multirun: bool, progress: bool) -> tuple[list[Job], 
     from .errors import InputRefused
     from .hydra_errors import full_errors
     from .predict import first_line
-    from .progress import observing
+    from .progress import observing, quiet_overrides
 
+    quiet = [] if progress else quiet_overrides(argv)
     with observing(progress, None if multirun else 1) as watching, full_errors():
         try:
-            jobs = hydra_jobs(argv, multirun)
+            jobs = hydra_jobs([*quiet, *argv], multirun)
         except InputRefused as exc:
             raise refusal(exc) from None
         except (HydraException, OmegaConfBaseException) as exc:
@@ -393,7 +397,8 @@ class RunResult:
         dry_run: a prediction on fake tensors (nothing measured).
         predicted_outcome: a dry run's verdict (ok, oom; None without a capacity or when measured).
         wall_s: the worker's wall time (seconds), or None.
-        spec, record, result: the three files as read (``record`` None when the worker wrote none).
+        spec, record, result: the three files as read (``record`` None when the worker wrote none;
+            ``spec`` without the sweep's bookkeeping, ``conf.contract.SWEEP_TOKEN_KEY``).
         throughput: the warm phases' measured rates (``conf.contract.THROUGHPUT_KEYS``:
             ``samples_per_s``, ``tokens_per_s``, ``prefill_tokens_per_s``, ``decode_tokens_per_s``
             per second, ``noise_rel``, ``iterations``), timed on the run's device
@@ -419,12 +424,17 @@ class RunResult:
     result: Mapping[str, Any]
     throughput: Mapping[str, Any] = field(default_factory=dict)
 
-    def answer(self) -> list[str]:
+    def answer(self) -> str:
         """The run's answer as ``memsweep run`` prints it (``sweeper.answer.run_answer``): both
-        peaks, the capacity and the headroom (an ok run's only), and the load it answered for."""
+        peaks, the capacity and the headroom (an ok run's only), and the load it answered for.
+
+        Returns:
+            Its lines joined by newlines, no newline at the end: ``print(result.answer())``;
+            ``.splitlines()`` gives the lines.
+        """
         from .answer import run_answer
 
-        return run_answer(self.spec, self.record)
+        return "\n".join(run_answer(self.spec, self.record))
 
     @classmethod
     def read(cls, run_dir: Path) -> RunResult:
@@ -437,7 +447,7 @@ class RunResult:
         result, problem = try_read(run_dir, RESULT_FILE)
         if result is None:
             raise FileNotFoundError(f"{run_dir}: no readable {RESULT_FILE} ({problem})")
-        spec = try_read(run_dir, SPEC_FILE)[0] or {}
+        spec = {k: v for k, v in (try_read(run_dir, SPEC_FILE)[0] or {}).items() if k != SWEEP_TOKEN_KEY}
         record = try_read(run_dir, RECORD_FILE)[0]
         peak, counter = run_peak(record)
         phases = record_phases(record)
@@ -612,7 +622,7 @@ def run(
         overrides: Hydra overrides, after the keyword settings (``["workload=transformer"]``).
         run_dir: the run directory (``hydra.run.dir``; it must not hold a run); None:
             ``<results_dir>/run/<time>``, as the command's.
-        progress: show a progress bar; False: none.
+        progress: show a progress bar; False: quiet, only warnings and errors shown (docs/api.md).
         model, inputs, loss, optimizer, train_step: a user workload's functions (module docstring).
         settings: memsweep's settings (``batch=2, device="cpu", capacity="256MiB"``).
 
@@ -666,7 +676,7 @@ def sweep(
         overrides: Hydra overrides, after the keyword settings (``["hydra/launcher=joblib"]``).
         sweep_dir: the sweep directory (``hydra.sweep.dir``; the same one again resumes it);
             None: ``<results_dir>/<sweep>/<time>``, as the command's.
-        progress: show a progress bar; False: none.
+        progress: show a progress bar; False: quiet, only warnings and errors shown (docs/api.md).
         model, inputs, loss, optimizer, train_step: a user workload's functions (module docstring).
         settings: memsweep's settings; a list is swept (``sweep="none", batch=[1, 2, 4]``).
 
@@ -708,7 +718,7 @@ def frontier(
         confirm: ok runs repeated at the edge (``hydra.sweeper.confirm``); None: its default.
         overrides: Hydra overrides, after the keyword settings (``["hydra.sweeper.strategy=bisect"]``).
         sweep_dir: the sweep directory; None: the config's.
-        progress: show a progress bar; False: none.
+        progress: show a progress bar; False: quiet, only warnings and errors shown (docs/api.md).
         model, inputs, loss, optimizer, train_step: a user workload's functions (module docstring).
         settings: memsweep's settings (``capacity="256MiB", device="cpu"``).
 
@@ -903,7 +913,8 @@ def estimate_argv(parser: Any, options: Mapping[str, Any]) -> list[str]:
     ``dropout=False`` is ``--no-dropout``).
 
     Raises:
-        SpecError: an option the command does not have (field ``option``).
+        SpecError: an option the command does not have (field ``option``), a flag given other than
+            True or False (field: the flag's name).
     """
     actions: dict[tuple[str, Any], Any] = {}
     for action in parser._actions:  # argparse's public surface has no mapping of destinations
@@ -919,12 +930,71 @@ def estimate_argv(parser: Any, options: Mapping[str, Any]) -> list[str]:
             continue
         if isinstance(value, bool) and (name, not value) in actions:
             continue  # the flag's default (train=False)
-        action = actions[(name, None)]
+        action = actions.get((name, None))
+        if action is None:  # a flag (train, mixed...) takes no value of its own
+            raise SpecError(name, value, "True or False")
         if isinstance(value, (list, tuple)):
             argv += [x for v in value for x in (action.option_strings[0], str(v))]
         elif value is not None:
             argv += [action.option_strings[0], str(value)]
     return argv
+
+
+def estimate_args(parser: argparse.ArgumentParser, options: Mapping[str, Any]) -> argparse.Namespace:
+    """``parser``'s options parsed from keyword ``options`` (``estimate_argv``), a refusal raised
+    rather than an exit.
+
+    Raises:
+        SpecError: an option the command does not have; a value its option refuses (an ``int``
+            option given ``"many"``, a choice it does not offer), field: the option's keyword,
+            accepted: its choices or its type.
+    """
+    from memsweep.estimator.errors import UsageError
+
+    def refuse(message: str) -> Any:
+        raise UsageError(message)
+
+    parser.error = refuse  # type: ignore[method-assign]  # what argparse still reports this way
+    parser.exit_on_error = False  # a bad value: argparse.ArgumentError, naming its option
+    argv = estimate_argv(parser, options)
+    try:
+        return parser.parse_args(argv)
+    except argparse.ArgumentError as exc:
+        names = {"/".join(a.option_strings): a for a in parser._actions} | {
+            s: a for a in parser._actions for s in a.option_strings
+        }
+        action = names.get(str(exc.argument_name))
+        if action is None:
+            raise estimate_refusal(exc, parser, options) from None
+        types: dict[Any, str] = {int: "an integer", float: "a number"}
+        # a type of the estimator's own (device_arg) says in its message what it takes
+        accepted = types.get(action.type, exc.message.split("expected ", 1)[-1])
+        if action.choices:
+            accepted = "one of " + ", ".join(str(c) for c in action.choices)
+        raise SpecError(action.dest, options.get(action.dest), accepted) from None
+    except UsageError as exc:
+        raise estimate_refusal(exc, parser, options) from None
+
+
+def estimate_refusal(exc: Exception, parser: argparse.ArgumentParser, options: Mapping[str, Any]) -> SpecError:
+    """The ``SpecError`` of options the estimator refuses (``UsageError``: options that do not
+    describe one load; a ``ValueError``: a value it rejects), its reason kept in what is accepted.
+
+    Returns:
+        ``SpecError`` of the option given that the reason starts with (``parameters must be...``,
+        ``--zero-stage partitions...``) or whose text it quotes (``unknown storage format 'xml'``),
+        else of field ``options`` (all of them, as given).
+    """
+    reason = " ".join(str(exc).split())
+    accepted = f"options that describe one load ({reason})"
+    for name, value in options.items():
+        spellings = {name, *(s for a in parser._actions if a.dest == name for s in a.option_strings)}
+        if any(reason.startswith((f"{s} ", f"{s}:")) for s in spellings):
+            return SpecError(name, value, accepted)
+    for name, value in options.items():
+        if isinstance(value, str) and repr(value) in reason:
+            return SpecError(name, value, accepted)
+    return SpecError("options", dict(options), accepted)
 
 
 def estimate(**options: Any) -> EstimateResult:
@@ -939,23 +1009,22 @@ def estimate(**options: Any) -> EstimateResult:
         The estimate.
 
     Raises:
-        SpecError: an option the command does not have.
-        ValueError: options that do not describe one load (``UsageError``, a ``ValueError``), or a
-            value the estimator rejects.
+        SpecError: an option the command does not have, a value its option refuses
+            (``estimate_args``), options that do not describe one load or a value the estimator
+            rejects (``estimate_refusal``): what ``memsweep estimate`` exits 2 for.
         FileNotFoundError: a ``config`` that does not exist.
     """
     from memsweep.estimator.cli import build_parser, estimate_load
     from memsweep.estimator.cli_output import estimate_text
-    from memsweep.estimator.errors import UsageError
 
     parser = build_parser()
-
-    def refuse(message: str) -> Any:
-        raise UsageError(message)
-
-    parser.error = refuse  # type: ignore[method-assign]  # a bad value raises instead of exiting
-    args = parser.parse_args(estimate_argv(parser, options))
-    b, title, phases = estimate_load(args)
+    args = estimate_args(parser, options)
+    try:
+        b, title, phases = estimate_load(args)
+    except SpecError:
+        raise
+    except ValueError as exc:  # UsageError too: the command's exit 2
+        raise estimate_refusal(exc, parser, options) from None
     text = estimate_text(b, title, phases, json_output=args.json, decimals=args.decimals)
     return EstimateResult(b, title, tuple(phases), text)
 

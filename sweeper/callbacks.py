@@ -10,6 +10,7 @@ nothing."""
 from __future__ import annotations
 
 import datetime
+import io
 import logging
 import os
 import sys
@@ -19,14 +20,14 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from memsweep.conf.contract import AXES, EXIT_ERROR, RESULT_FILE, RecordError, sweep_runs, try_read
 from memsweep.estimator.labels import SHOWN_WHEN_SET, load_words
 
 from .answer import size_words
 from .plain import plain_dict
-from .progress import Observer, counts_text, observer
+from .progress import Observer, counts_text, observer, quiet
 
 log = logging.getLogger("memsweep")
 
@@ -78,12 +79,13 @@ class AnalyzeAtEnd(Callback):
         from memsweep.analysis.cli import analyze
         from memsweep.analysis.outputs import OutputExists
 
+        stream = io.StringIO() if quiet() else None  # progress=False: the SweepResult holds the summary
         try:
-            return sweep_dir, analyze([sweep_dir], out_dir=sweep_dir)
+            return sweep_dir, analyze([sweep_dir], out_dir=sweep_dir, stream=stream)
         except OutputExists:  # a resumed sweep, or a second orchestrator on the same directory
             out_dir = sweep_dir / "analysis" / datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
             log.info("%s already holds an analysis; this one goes to %s", sweep_dir, out_dir)
-            return out_dir, analyze([sweep_dir], out_dir=out_dir)
+            return out_dir, analyze([sweep_dir], out_dir=out_dir, stream=stream)
 
 
 def end_failure(step: str, exc: BaseException, sweep_dir: Path) -> str:
@@ -97,8 +99,13 @@ def end_failure(step: str, exc: BaseException, sweep_dir: Path) -> str:
 
 
 def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any = None) -> Path | None:
-    """Write the report of a finished sweep into ``out_dir`` and print its path. An existing
-    report is never overwritten: this one then gets a timestamped name beside it."""
+    """Write the report of a finished sweep into ``out_dir`` and print its path (not in a quiet API
+    call, ``sweeper.progress.quiet``). An existing report is never overwritten: this one then gets
+    a timestamped name beside it.
+
+    Returns:
+        The report's HTML file.
+    """
     from memsweep.analysis.outputs import OUTPUTS
     from memsweep.analysis.report import ReportExists, build_report, parse_margin, write_report
 
@@ -116,7 +123,8 @@ def write_sweep_report(sweep_dir: Path, out_dir: Path, tables: dict, margin: Any
         name = "report-" + datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
         log.info("%s already holds a report; this one is %s", out_dir, name)
         md, html = write_report(report, out_dir, name)
-    print(f"memsweep: report -> {html}  (and {md})", flush=True)
+    if not quiet():  # progress=False: SweepResult.report names it
+        print(f"memsweep: report -> {html}  (and {md})", flush=True)
     return html
 
 
@@ -217,19 +225,23 @@ class Progress(Callback):
         self.bar: Observer | None = None
 
     @staticmethod
-    def mode() -> str:
-        """How progress is shown: ``MEMSWEEP_PROGRESS`` when set (``0``, empty, ``false``, ``no``:
-        ``"off"``; ``bar``: ``"bar"``; anything else ``"lines"``), else ``"bar"`` when stdout is a
-        terminal and ``"lines"`` when it is not."""
+    def mode(config: DictConfig | None = None) -> str:
+        """How progress is shown: ``MEMSWEEP_PROGRESS`` when set, in the job's
+        ``hydra.job.env_set`` (``config``'s; an API call with ``progress=False``) or else in the
+        environment (``0``, empty, ``false``, ``no``: ``"off"``; ``bar``: ``"bar"``; anything else
+        ``"lines"``), else ``"bar"`` when stdout is a terminal and ``"lines"`` when it is not."""
         forced = os.environ.get("MEMSWEEP_PROGRESS")
+        if config is not None:
+            forced = OmegaConf.select(config, "hydra.job.env_set.MEMSWEEP_PROGRESS", default=forced)
         if forced is not None:
+            forced = str(forced)
             return "off" if forced in ("0", "", "false", "no") else "bar" if forced == "bar" else "lines"
         return "bar" if sys.stdout.isatty() else "lines"
 
     @classmethod
-    def enabled(cls) -> bool:
-        """Whether any progress is shown (``mode`` is not ``"off"``)."""
-        return cls.mode() != "off"
+    def enabled(cls, config: DictConfig | None = None) -> bool:
+        """Whether any progress is shown (``mode`` of ``config`` is not ``"off"``)."""
+        return cls.mode(config) != "off"
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """Hydra's start of the multirun: note its sweep directory (``SWEEPS_STARTED``), start the
@@ -316,7 +328,7 @@ class Progress(Callback):
         """
         self.done += 1
         watching = observer() or self.bar
-        if watching is None and not self.enabled():
+        if watching is None and not self.enabled(config):
             return
         outcome = "failed"
         value = getattr(job_return, "_return_value", None)

@@ -8,9 +8,9 @@ predict`` says each dry run as it ends (``sweeper.callbacks.report_dry_run``). A
 (``memsweep.run``, ``memsweep.sweep``...) runs the same Hydra callbacks in its own process; while
 it runs, an ``Observer`` is installed here (``observing``), and ``Progress`` hands it what it would
 have printed: the observer shows a bar (tqdm's ``tqdm.auto``: a widget in a notebook, a text bar on
-a terminal) or nothing (``progress=False``), and keeps the sweep directory Hydra chose. Jobs that a
-launcher runs in other processes (joblib, submitit) have no observer there and print
-``Progress``'s lines as on the command line."""
+a terminal) or nothing (``progress=False``, quiet: ``quiet_overrides``, ``quiet``), and keeps the
+sweep directory Hydra chose. Jobs that a launcher runs in other processes (joblib, submitit) have no
+observer there and print ``Progress``'s lines as on the command line."""
 
 from __future__ import annotations
 
@@ -86,6 +86,38 @@ _OBSERVER: Observer | None = None
 def observer() -> Observer | None:
     """The observer of the API call running in this process, or None (the command line)."""
     return _OBSERVER
+
+
+def quiet() -> bool:
+    """Whether an API call with ``progress=False`` is running in this process: its callbacks print
+    nothing then (the sweep's summary, the report's path: the result holds them)."""
+    return _OBSERVER is not None and not _OBSERVER.show
+
+
+QUIET_OVERRIDES = {
+    "hydra/hydra_logging": "++hydra.hydra_logging.handlers.console.level=WARNING",
+    "hydra/job_logging": "++hydra.job_logging.handlers.console.level=WARNING",
+    "hydra.job.env_set.MEMSWEEP_PROGRESS": "++hydra.job.env_set.MEMSWEEP_PROGRESS=0",
+}
+"""What a caller may choose itself -> the override that makes a call with ``progress=False`` quiet:
+the console handler of Hydra's default logging configs (Hydra's own lines, ``[HYDRA] Launching
+jobs...``, and memsweep's ``INFO`` lines of each job) kept to warnings and errors, the job's log
+file (``memsweep.log``) keeping every line; no progress lines from jobs that a launcher runs in
+other processes (joblib, submitit: ``sweeper.callbacks.Progress.mode``)."""
+
+
+def quiet_overrides(argv: list[str]) -> list[str]:
+    """The overrides that make a call with ``progress=False`` quiet (``QUIET_OVERRIDES``), but for
+    what the caller chose itself in ``argv`` (``hydra/job_logging=disabled``: theirs).
+
+    Args:
+        argv: the call's overrides.
+
+    Returns:
+        The overrides, to go before ``argv`` (so that the caller's own settings win).
+    """
+    chosen = {a.split("=", 1)[0].lstrip("+~") for a in argv if "=" in a}
+    return [override for key, override in QUIET_OVERRIDES.items() if key not in chosen]
 
 
 @contextlib.contextmanager

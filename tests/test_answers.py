@@ -143,7 +143,10 @@ def test_the_api_run_result_gives_the_same_answer(tmp_path):
 
     load = dict(context=8, width=16, workload={"depth": 2}, warmup=1, repeats=1, threads=1, device="cpu")
     one = memsweep.run(batch=2, capacity="256MiB", results_dir=str(tmp_path), progress=False, **load)
-    lines = one.answer()
+    text = one.answer()  # printable as it is, in a notebook too
+    assert isinstance(text, str) and not text.endswith("\n")
+    lines = text.splitlines()
+    assert len(lines) > 2 and lines[-1].lstrip().startswith("answered for: "), lines
     assert f"max_memory_allocated {one.max_memory_allocated} B (" in lines[0] and "the CPU" in lines[0]
     assert f"= {256 * MiB - one.peak} B (" in lines[1] and one.peak_counter == "max_memory_allocated"
     with pytest.raises(SpecError, match="capacity"):

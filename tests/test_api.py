@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import memsweep
-from memsweep.conf.contract import RUN_EXIT, SpecError, read_json
+from memsweep.conf.contract import RUN_EXIT, SWEEP_TOKEN_KEY, SpecError, read_json
 from memsweep.sweeper import api
 from memsweep.sweeper.process import RunDirError
 from tests.conftest import ROOT, TINY
@@ -115,6 +115,9 @@ def test_sweep_result_holds_the_sweeps_tables(swept, results):
     rows = pq.read_table(swept.sweep_dir / "runs.parquet").to_pylist()
     assert sorted(r["batch"] for r in rows) == [1, 2]
     by_batch = {r.spec["batch"]: r for r in swept.runs}
+    # spec.json's sweep bookkeeping is no setting of the run: not shown (the file keeps it)
+    assert all(SWEEP_TOKEN_KEY in read_json(r.run_dir / "spec.json", "spec") for r in swept.runs)
+    assert not any(SWEEP_TOKEN_KEY in r.spec for r in swept.runs)
     for row in rows:  # the runs ended here, the same numbers as the table's
         assert by_batch[row["batch"]].max_memory_allocated == row["max_memory_allocated"]
         assert list(swept.tables.runs.loc[swept.tables.runs["batch"] == row["batch"], "max_memory_allocated"]) == [
@@ -237,11 +240,29 @@ def test_a_run_directory_is_never_reused(one_run):
         memsweep.run(run_dir=one_run.run_dir, progress=False, **LOAD)
 
 
+@pytest.mark.parametrize(
+    "options, field, accepted",
+    [
+        ({"parameters": 10, "bits": "many"}, "bits", "an integer"),  # argparse's refusal raised, not an exit
+        ({"parameters": 10, "bits": 16, "optimizer": "adam9"}, "optimizer", "one of adamw, adam,"),
+        ({"workload": "nope"}, "workload", "one of mlp"),
+        ({"parameters": 10, "bits": 16, "train": "yes"}, "train", "True or False"),
+        ({"parameters": 10, "bits": 16, "device": "tpu0"}, "device", "cpu (the worker's tracker), cuda or cuda:N"),
+        ({"parameters": -5, "bits": 16}, "parameters", "integer >= 0"),  # the estimator's own refusal
+        ({"parameters": 10, "fmt": "xml"}, "fmt", "one of bf16, fp16"),
+        ({"parameters": 10, "bits": 16, "zero_stage": 2}, "zero_stage", "add --train"),
+        ({"bits": 16}, "options", "nothing to estimate"),  # no option alone is at fault
+    ],
+)
+def test_estimate_refusals_are_spec_errors(options, field, accepted):
+    with pytest.raises(SpecError) as info:
+        memsweep.estimate(**options)
+    assert info.value.field == field and accepted in info.value.accepted, info.value
+    assert info.value.value == (options if field == "options" else options[field])
+    assert str(info.value).startswith(f"invalid {field}=") and "\n" not in str(info.value)
+
+
 def test_estimate_and_compare_refusals(tmp_path):
-    with pytest.raises(ValueError, match="nothing to estimate"):
-        memsweep.estimate(bits=16)
-    with pytest.raises(ValueError, match="--bits"):  # argparse's refusal raised, not an exit
-        memsweep.estimate(parameters=10, bits="many")
     with pytest.raises(SpecError):
         memsweep.compare(tmp_path, tmp_path, fail_above="lots")
     from memsweep.analysis.compare import SweepNotFound
@@ -394,6 +415,38 @@ def test_progress_bar_shown_or_not(results, capsys):
     assert re.search(r"memsweep: 100%.*1/1", shown), shown
     memsweep.run(results_dir=str(results), progress=False, **LOAD)
     assert "1/1" not in capsys.readouterr().err
+
+
+def test_progress_false_is_quiet_but_for_errors(tmp_path, capfd):
+    """No Hydra line (``[HYDRA] Launching jobs``, ``#0 : ...``), no per-run INFO line, no summary or
+    report path on the console; the job's log file keeps its lines; an error is still shown."""
+    swept = memsweep.sweep(sweep="none", sweep_dir=tmp_path / "s", progress=False, **{**LOAD, "batch": [1, 2]})
+    failed = memsweep.run(
+        run_dir=tmp_path / "r", progress=False, overrides=["fault={phase:cold_forward,kind:raise}"], **LOAD
+    )
+    out = capfd.readouterr()
+    shown = out.out + out.err
+    assert failed.outcome == "error" and swept.report is not None
+    for noise in ("HYDRA", "Launching", "#0 :", "[INFO]", "memsweep: report", "runs (ok: 2)", "max_ok"):
+        assert noise not in shown, shown
+    assert "[ERROR]" in shown and "injected fault in phase cold_forward" in shown, shown
+    assert "-> ok" in (tmp_path / "s" / "0" / "memsweep.log").read_text()
+
+
+def test_quiet_overrides_leave_the_callers_own_choices():
+    from omegaconf import OmegaConf
+
+    from memsweep.sweeper.callbacks import Progress
+    from memsweep.sweeper.progress import QUIET_OVERRIDES, quiet_overrides
+
+    assert quiet_overrides(["batch=2"]) == list(QUIET_OVERRIDES.values())
+    assert quiet_overrides(["hydra/job_logging=disabled", "batch=2"]) == [
+        QUIET_OVERRIDES["hydra/hydra_logging"],
+        QUIET_OVERRIDES["hydra.job.env_set.MEMSWEEP_PROGRESS"],
+    ]
+    # a job a launcher runs in another process (joblib) prints no progress line when its config says so
+    job = OmegaConf.create({"hydra": {"job": {"env_set": {"MEMSWEEP_PROGRESS": "0"}}}})
+    assert Progress.mode(job) == "off" and not Progress.enabled(job)
 
 
 def api_examples() -> list[tuple[str, str]]:
