@@ -145,7 +145,8 @@ process; null without an emulated capacity): the rest of the row's fixed load, a
 them a row names its whole load (IDENTITY), so its runs can be found again without mixing loads.
 ``max_ok_samples_per_s`` (``min_ok_`` on a decreasing axis), ``margin_edge_samples_per_s``,
 ``fastest_label``, ``fastest_samples_per_s``, ``fastest_noise_rel``: measured throughput
-(analysis.throughput.FRONTIER_THROUGHPUT), null where no ok run of that value was timed."""
+(analysis.throughput.FRONTIER_THROUGHPUT), null where no ok run of that value was timed; along
+context the fastest is the value with the most tokens per second (its column: its samples/s)."""
 
 ROW_KEY = ("sweep_dir", "axis", "workload", "mode", "device", "capacity_bytes", *AXES)
 
@@ -572,6 +573,7 @@ FRONTIER_INPUTS = tuple(
             *PEAK_COUNTERS,
             *(f"completed_{c}" for c in PEAK_COUNTERS),
             "samples_per_s",  # analysis.throughput.value_rates'
+            "tokens_per_s",  # and rate_column's, along context
             "throughput_noise_rel",
         )
     )

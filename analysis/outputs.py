@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from memsweep.conf.contract import SweepRuns, gib, remove_stale_temps, timed_on
+from memsweep.conf.contract import SweepRuns, gib, remove_stale_temps, timed_on, tokens_per_sample
 from memsweep.estimator.labels import load_words
 
 from .current import stamp
@@ -225,7 +225,8 @@ def _frontier_notes(r: dict) -> list[str]:
 
 def _answer_notes(r: dict) -> list[str]:
     """The margin's edge (a searched row's) and the fastest value measured inside it, where known, with
-    its noise (``throughput_noise_rel``: the spread of its timed iterations, not between runs)."""
+    its noise (``throughput_noise_rel``: the spread of its timed iterations, not between runs); along
+    context in tokens per second (``_fastest_rate``)."""
     notes = []
     if r.get("margin_edge") is not None:
         notes.append(f"margin edge: {r['axis']}={r['margin_edge']} (the largest whose measured peak leaves the margin)")
@@ -235,11 +236,33 @@ def _answer_notes(r: dict) -> list[str]:
         inside = "inside the margin" if r.get("margin_edge") is not None else "among the ok runs"
         noise = r.get("fastest_noise_rel")
         spread = f"; noise {100 * noise:.1f} % within its run" if isinstance(noise, (int, float)) else ""
+        by, rate = _fastest_rate(r)
         notes.append(
-            f"fastest {inside}: {r['axis']}={r['fastest_label']}, {r['fastest_samples_per_s']:.4g} samples/s "
+            f"fastest {inside}{by}: {r['axis']}={r['fastest_label']}, {rate} "
             f"(measured, {where}{spread}; another run of the sweep may time them otherwise)"
         )
     return notes
+
+
+def _fastest_rate(r: dict) -> tuple[str, str]:
+    """How the fastest value of frontier row ``r`` was chosen and its rate, in words.
+
+    Returns:
+        (``""`` and ``"812.3 samples/s"`` on batch and on loads that count no tokens; along context,
+        where a sample holds ``context`` tokens, ``" (by tokens/s)"`` and ``"1.912e+05 tokens/s = 5976
+        samples/s x 32 tokens"``; a throughput search's answer (``fastest`` set) was chosen by
+        samples/s, and says so).
+    """
+    samples = float(r["fastest_samples_per_s"])
+    label = str(r["fastest_label"])
+    context = int(label) if r.get("axis") == "context" and label.isdigit() else None
+    tokens = tokens_per_sample(r.get("workload"), r.get("mode"), context, r.get("new_tokens"))
+    if tokens is None:
+        return "", f"{samples:.4g} samples/s"
+    both = f"{samples * tokens:.4g} tokens/s = {samples:.4g} samples/s x {tokens} tokens"
+    if r.get("fastest") is not None:  # hydra.sweeper.objective=throughput: the search's answer
+        return " (by samples/s, the throughput search's measure)", both
+    return " (by tokens/s)", both
 
 
 class Written(NamedTuple):

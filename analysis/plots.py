@@ -567,6 +567,7 @@ def throughput_plot(
     recommended=None,
     fastest=None,
     title: str = "",
+    rate_unit: str = "samples/s",
 ) -> bytes:
     """Peak memory and throughput against the swept variable, side by side (one x axis each).
 
@@ -574,11 +575,12 @@ def throughput_plot(
         axis: the swept variable's name (the x label).
         values: the swept values, in order.
         used: the peak compared with the capacity at each value (bytes; None where no run was ok).
-        samples_per_s: the measured samples per second at each value (None where not timed).
+        samples_per_s: the measured rate at each value, in ``rate_unit`` (None where not timed).
         capacity, margin: bytes; the capacity line and the line ``capacity - margin`` (None: none).
         recommended: the value inside the margin, marked on both panels (None: none).
-        fastest: the value with the most samples per second, marked on both panels (None: none).
+        fastest: the fastest value, marked on both panels (None: none).
         title: the figure's title.
+        rate_unit: the rate's unit, ``samples/s`` or ``tokens/s`` (along context).
 
     Returns:
         The figure as PNG bytes.
@@ -594,7 +596,11 @@ def throughput_plot(
                 (capacity - margin) / unit, color="#ff7f0e", linestyle="--", linewidth=1, label="capacity - margin"
             )
     rate.plot(
-        xs, [math.nan if r is None else r for r in samples_per_s], "s-", color="#2ca02c", label="samples/s (measured)"
+        xs,
+        [math.nan if r is None else r for r in samples_per_s],
+        "s-",
+        color="#2ca02c",
+        label=f"{rate_unit} (measured)",
     )
     pos = dict(zip(values, xs))
     for ax in (mem, rate):
@@ -603,7 +609,8 @@ def throughput_plot(
         if fastest in pos and fastest != recommended:
             ax.axvline(pos[fastest], color="#9467bd", alpha=0.3, linewidth=5, label=f"fastest = {fastest}")
     _label_axes(mem, axis, list(values), xs, numeric, unit_name, "peak memory")
-    _label_axes(rate, axis, list(values), xs, numeric, "samples per second", "throughput")
+    per = {"samples/s": "samples per second", "tokens/s": "tokens per second"}.get(rate_unit, rate_unit)
+    _label_axes(rate, axis, list(values), xs, numeric, per, "throughput")
     for ax in (mem, rate):
         _legend_below(ax, ncol=2)
     fig.subplots_adjust(wspace=0.32)  # room for the right panel's y label

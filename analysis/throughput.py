@@ -60,23 +60,52 @@ FRONTIER_THROUGHPUT = (
 """The frontier table's throughput columns (samples per second, medians over a value's ok runs):
 at the edge that fits (``max_ok``; ``min_ok`` on a decreasing axis), at the search's
 ``margin_edge``, and the fastest value measured (its label, rate and ``throughput_noise_rel``),
-at most the margin edge when one was searched (the fastest inside the margin)."""
+at most the margin edge when one was searched (the fastest inside the margin). Along ``context``
+the fastest is the one with the most tokens per second (``rate_column``); its column still holds
+its samples per second (tokens per second: that times ``conf.contract.tokens_per_sample``)."""
 
 
-def value_rates(rows: Iterable[Mapping], axis: str) -> dict[Any, tuple[float, float | None]]:
-    """The measured rate of each value of ``axis``: the median ``samples_per_s`` of its ok runs.
+RATE_UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s"}
+"""A rate column -> its unit in words."""
+
+
+def rate_column(rows: Iterable[Mapping], axis: str) -> str:
+    """The rate that says which value of ``axis`` is fastest: ``tokens_per_s`` along ``context``
+    (a sample holds more tokens at each value, so samples per second fall by construction) where
+    an ok run measured one; ``samples_per_s`` elsewhere, and for loads whose context counts no
+    tokens (a user workload: its token rates are null).
+
+    Args:
+        rows: runs-table rows of one load, differing only in ``axis``.
+        axis: the swept column.
+
+    Returns:
+        A key of ``RATE_UNITS``.
+    """
+    if axis == "context" and any(
+        r.get("outcome") == "ok" and isinstance(r.get("tokens_per_s"), (int, float)) for r in rows
+    ):
+        return "tokens_per_s"
+    return "samples_per_s"
+
+
+def value_rates(
+    rows: Iterable[Mapping], axis: str, column: str = "samples_per_s"
+) -> dict[Any, tuple[float, float | None]]:
+    """The measured rate of each value of ``axis``: the median ``column`` of its ok runs.
 
     Args:
         rows: runs-table rows (mappings) of one load, differing only in ``axis``.
         axis: the swept column.
+        column: the rate, ``samples_per_s`` or ``tokens_per_s`` (``rate_column``).
 
     Returns:
-        value -> (samples per second, the median ``throughput_noise_rel`` of those runs or None);
+        value -> (that rate per second, the median ``throughput_noise_rel`` of those runs or None);
         values without a measured ok run are left out.
     """
     rates: dict[Any, list[tuple[float, float | None]]] = {}
     for r in rows:
-        rate = r.get("samples_per_s")
+        rate = r.get(column)
         if r.get("outcome") == "ok" and isinstance(rate, (int, float)) and rate == rate and rate > 0:
             noise = r.get("throughput_noise_rel")
             noise = noise if isinstance(noise, (int, float)) and noise == noise else None
@@ -108,13 +137,20 @@ def frontier_throughput(rows: Iterable[Mapping], axis: str, edge_of: str, fit: A
 
     Returns:
         column -> samples per second (null where that value has no measured ok run), the
-        fastest value's label, rate and noise.
+        fastest value's label, rate (samples per second) and noise; the fastest is the one with
+        the most ``rate_column`` (tokens per second along ``context``, else samples per second).
     """
+    rows = list(rows)
     rates = value_rates(rows, axis)
     out = dict.fromkeys(name for name, _ in FRONTIER_THROUGHPUT)
     out[f"{edge_of}_samples_per_s"] = rates.get(fit, (None,))[0] if fit is not None else None
     out["margin_edge_samples_per_s"] = rates.get(margin_edge, (None,))[0] if margin_edge is not None else None
-    inside = {v: r for v, r in rates.items() if margin_edge is None or edge_of != "max_ok" or _le(v, margin_edge)}
+    by = value_rates(rows, axis, rate_column(rows, axis))
+    inside = {
+        v: r
+        for v, r in by.items()
+        if v in rates and (margin_edge is None or edge_of != "max_ok" or _le(v, margin_edge))
+    }
     if inside:
         fastest = max(inside, key=lambda v: inside[v][0])
         out.update(

@@ -576,8 +576,9 @@ class FrontierResult:
         max_ok_samples_per_s: the max_ok value's measured samples per second (the median of its ok
             runs, timed on the row's device), or None.
         margin_edge_samples_per_s: the margin edge's measured samples per second, or None.
-        fastest: the value with the most measured samples per second (its label), or None.
-        fastest_samples_per_s: that rate, or None.
+        fastest: the value with the most measured samples per second (tokens per second along context),
+            its label; or None.
+        fastest_samples_per_s: its samples per second, or None.
     """
 
     axis: str

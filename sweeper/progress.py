@@ -16,9 +16,40 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+FALLBACK_SIZE = (80, 24)
+"""The bar's width and the screen's height (characters, lines) on a terminal that reports no size:
+a pseudo-terminal whose size was never set (``script -qc``, some CI runners) says 0 x 0, and tqdm
+sized by it draws nothing at all."""
+
+
+def bar_size(stream: Any = None) -> dict[str, Any]:
+    """How tqdm sizes the bar on ``stream``: with the terminal (``dynamic_ncols``), or, on a
+    terminal that reports no usable size, ``FALLBACK_SIZE``.
+
+    Args:
+        stream: the bar's stream; None: ``sys.stderr`` (tqdm's).
+
+    Returns:
+        tqdm keyword arguments: ``{"dynamic_ncols": True}``, or ``{"ncols": 80, "nrows": 24}`` on a
+        terminal of fewer than 2 columns or no lines. Not a terminal (a notebook, a pipe): the former.
+    """
+    stream = sys.stderr if stream is None else stream
+    try:
+        fd = stream.fileno()
+        if not os.isatty(fd):
+            return {"dynamic_ncols": True}
+        size = os.get_terminal_size(fd)
+    except (AttributeError, OSError, ValueError):  # no file descriptor (a notebook's stream), closed
+        return {"dynamic_ncols": True}
+    if size.columns >= 2 and size.lines >= 1:
+        return {"dynamic_ncols": True}
+    return {"ncols": FALLBACK_SIZE[0], "nrows": FALLBACK_SIZE[1]}
 
 
 class Observer:
@@ -42,11 +73,12 @@ class Observer:
         self._bar: Any = None
 
     def _tqdm(self) -> Any:
-        """The bar, made on first use (tqdm imported only then); None when not shown."""
+        """The bar, made on first use (tqdm imported only then; sized by ``bar_size``); None when not
+        shown."""
         if self.show and self._bar is None:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=self.total, desc="memsweep", unit="run", dynamic_ncols=True)
+            self._bar = tqdm(total=self.total, desc="memsweep", unit="run", **bar_size())
         return self._bar
 
     def multirun_start(self, sweep_dir: str, total: int | None) -> None:

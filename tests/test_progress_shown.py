@@ -12,13 +12,16 @@ import subprocess
 import termios
 import time
 
+import pytest
+
 from tests.data.loads import MEMSWEEP, NO_REPORT, SMALLEST_CPU
 
 
-def _run_on_a_terminal(args: list[str], cwd, timeout_s: float = 300) -> tuple[int, str]:
-    """Run ``args`` with stdout and stderr on a pseudo-terminal; its exit status and all it wrote."""
+def _run_on_a_terminal(args: list[str], cwd, timeout_s: float = 300, size=(40, 160)) -> tuple[int, str]:
+    """Run ``args`` with stdout and stderr on a pseudo-terminal of ``size`` (lines, columns; (0, 0):
+    a size never set, as under ``script -qc``); its exit status and all it wrote."""
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # a terminal's size: 160 columns
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
     env = {k: v for k, v in os.environ.items() if k != "MEMSWEEP_PROGRESS"}
     proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env)
     os.close(slave)
@@ -44,10 +47,13 @@ def _run_on_a_terminal(args: list[str], cwd, timeout_s: float = 300) -> tuple[in
     return rc, out.decode(errors="replace")
 
 
-def test_a_sweep_on_a_terminal_shows_a_live_bar(tmp_path):
+@pytest.mark.parametrize("size", [(40, 160), (0, 0)], ids=["160 columns", "no size"])
+def test_a_sweep_on_a_terminal_shows_a_live_bar(tmp_path, size):
+    """A terminal that reports no size (0 x 0) gets a bar 80 columns wide (tqdm sized by it drew nothing)."""
     rc, out = _run_on_a_terminal(
         [MEMSWEEP, "sweep", "sweep=none", "batch=1,2", *SMALLEST_CPU, *NO_REPORT] + [f"hydra.sweep.dir={tmp_path}/s"],
         tmp_path,
+        size=size,
     )
     assert rc == 0, out[-3000:]
     assert "\r" in out and "2/2" in out and "memsweep:" in out, out[-3000:]  # the bar, redrawn in place
@@ -65,3 +71,18 @@ def test_each_card_is_reported_as_it_is_predicted(capsys):
     assert line.endswith("(predicted)")
     report_card(1, 5, dict(row, max_fit=None, min_miss=1, error="boom"), "batch")
     assert "nothing fits, batch=1 does not; a dry run failed: boom" in capsys.readouterr().err
+
+
+def test_the_bar_falls_back_to_80_columns_only_on_a_terminal_without_a_size():
+    import io
+
+    from memsweep.sweeper.progress import FALLBACK_SIZE, bar_size
+
+    assert bar_size(io.StringIO()) == {"dynamic_ncols": True}  # a notebook's stream: tqdm sizes its widget
+    for size, expected in (((0, 0), {"ncols": 80, "nrows": 24}), ((40, 160), {"dynamic_ncols": True})):
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))
+        with os.fdopen(slave, "w") as stream:
+            assert bar_size(stream) == expected, size
+        os.close(master)
+    assert FALLBACK_SIZE == (80, 24)

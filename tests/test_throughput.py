@@ -111,6 +111,50 @@ def test_frontier_throughput_at_the_edges_and_the_fastest_value():
     assert frontier_throughput([_row(4, None)], "batch", "max_ok", 4, None)["fastest_label"] is None
 
 
+def _ctx(context, samples, workload="mlp", tokens=True):
+    """A context-sweep run row: ``samples`` samples/s, each sample ``context`` tokens (none: a user
+    workload's context counts no tokens)."""
+    return {
+        "context": context, "outcome": "ok", "workload": workload, "samples_per_s": samples,
+        "tokens_per_s": samples * context if tokens else None, "throughput_noise_rel": 0.01,
+    }  # fmt: skip
+
+
+def test_along_context_the_fastest_is_the_most_tokens_per_second():
+    rows = [_ctx(8, 7000.0), _ctx(16, 5600.0), _ctx(32, 6000.0)]  # samples/s fall, tokens/s rise
+    out = frontier_throughput(rows, "context", "max_ok", 32, None)
+    assert out["fastest_label"] == "32" and out["fastest_samples_per_s"] == 6000.0  # the column: samples/s
+    user = [_ctx(v, r, "user", tokens=False) for v, r in ((8, 7000.0), (16, 5600.0), (32, 6000.0))]
+    assert frontier_throughput(user, "context", "max_ok", 32, None)["fastest_label"] == "8"  # no tokens: samples
+    batch = [{**_ctx(8, r), "batch": b} for b, r in ((2, 7000.0), (4, 6000.0))]
+    assert frontier_throughput(batch, "batch", "max_ok", 4, None)["fastest_label"] == "2"
+
+
+def test_the_console_and_the_report_give_tokens_per_second_along_context():
+    from memsweep.analysis.outputs import _answer_notes
+    from memsweep.analysis.report.throughput import throughput_answer
+
+    row = {
+        "axis": "context", "device": "cpu", "workload": "mlp", "mode": "inference", "margin_edge": None,
+        "fastest_label": "32", "fastest_samples_per_s": 6000.0,
+    }  # fmt: skip
+    (fast,) = _answer_notes(row)
+    assert fast.startswith("fastest among the ok runs (by tokens/s): context=32, 1.92e+05 tokens/s = 6000 samples/s")
+    (gen,) = _answer_notes({**row, "mode": "generate", "new_tokens": 8})
+    assert "context=32, 2.4e+05 tokens/s = 6000 samples/s x 40 tokens" in gen
+    (searched,) = _answer_notes({**row, "fastest": 32})
+    assert "(by samples/s, the throughput search's measure): context=32, 1.92e+05 tokens/s" in searched
+    (user,) = _answer_notes({**row, "workload": "user"})
+    assert user.startswith("fastest among the ok runs: context=32, 6000 samples/s (measured")
+    runs = [_ctx(8, 7000.0), _ctx(16, 5600.0), _ctx(32, 6000.0)]
+    axis = SimpleNamespace(
+        runs=runs, axis="context", kind="cpu", capacity=None, recommended=16, stat=lambda value: None,
+        frontier={"fastest_label": "32", "fastest_samples_per_s": 6000.0},
+    )  # fmt: skip
+    (sentence,) = throughput_answer(axis)
+    assert "**context=32 is 2.14x faster than context=16**" in sentence and "1.92e+05 vs 8.96e+04 tokens/s" in sentence
+
+
 def test_a_cpu_timing_says_so():
     assert timed_on("cpu", "x86_64") == "timed on CPU"
     assert timed_on("cuda", "NVIDIA H100") == "timed on NVIDIA H100 (cuda)"

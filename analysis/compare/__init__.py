@@ -6,6 +6,7 @@ Modules, in the order the data flows:
   else its run records.
 * ``match``: series (one swept axis of one load), pairing with the other sweep's closest load,
   per value and phase the four counters, what differs, what was not comparable and why.
+* ``names``: a load's workload parameters named compactly (those that differ, or a digest).
 * ``gate``: ``--fail-above 5%`` / ``64MiB`` on each value's run peak (``--counter``: which peak).
 * ``speed``: ``--fail-slower 5%`` on each value's measured samples per second.
 * ``compare``: all of it for a list of sweep directories (the first is the baseline); writing the document.

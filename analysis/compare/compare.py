@@ -21,6 +21,7 @@ from .match import (
     Difference,
     compare_series,
     differences,
+    name_series,
     series_index,
     series_of,
 )
@@ -79,9 +80,10 @@ def compare(
     labels = [chr(ord("A") + i) if i < 26 else f"S{i}" for i in range(len(paths))]
     sweeps = [load_sweep(p, label, RUN_COLUMNS, PHASE_COLUMNS) for p, label in zip(paths, labels)]
     base_series = series_of(sweeps[0])
+    others = [series_of(other) for other in sweeps[1:]]
+    name_series([*base_series, *(s for candidates in others for s in candidates)])
     comparisons = []
-    for other in sweeps[1:]:
-        candidates = series_of(other)
+    for candidates in others:
         if not base_series:
             cmp = Comparison(None, None, GATE_COUNTERS[counter], comparable=False)  # type: ignore[arg-type]
             cmp.not_comparable.append(

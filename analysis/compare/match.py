@@ -19,6 +19,7 @@ from memsweep.estimator.labels import load_words
 from ..frontier import SPREAD, order_key
 from ..schemas import ENV_COLUMNS, OPTIONS
 from .load import Sweep
+from .names import digest, name_of, param_names
 
 COUNTERS = ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved")
 """The four counters compared, per phase (PyTorch's names)."""
@@ -84,6 +85,8 @@ class Series:
         load: the fixed load (``_GROUP`` fields but the axis) of its runs.
         by_value: value -> its runs.
         kind: the device kind (``cpu``, ``cuda``, ``unknown``).
+        params_name: its workload parameters' name among the loads compared (``name_series``:
+            the differing ones, or a digest; ``""`` none needed); None: not named.
     """
 
     sweep: Sweep
@@ -91,13 +94,31 @@ class Series:
     load: dict
     by_value: dict
     kind: str
+    params_name: str | None = None
 
     @property
     def title(self) -> str:
         """``"batch sweep (context=64 width=64 dtype=float32)"``: the fixed load as
-        ``analysis.labels.load_words`` names it (parallel and world_size of a DDP/FSDP load)."""
-        fixed = " ".join(load_words({k: v for k, v in self.load.items() if k != self.axis}))
-        return f"{self.axis} sweep ({fixed})"
+        ``analysis.labels.load_words`` names it (parallel and world_size of a DDP/FSDP load), then
+        its ``params_name`` (``workload=user model.blocks=2``)."""
+        return self.titled(self.params_name)
+
+    def titled(self, params_name: str | None) -> str:
+        """The title with ``params_name`` as its workload parameters' name (None or ``""``: none)."""
+        words = load_words({k: v for k, v in self.load.items() if k != self.axis})
+        return f"{self.axis} sweep ({' '.join([*words, params_name] if params_name else words)})"
+
+
+def name_series(series: list[Series]) -> None:
+    """Name the workload parameters of every series compared (``Series.params_name``), so that two
+    loads of one workload read apart by what differs between them, never by their whole JSON.
+
+    Args:
+        series: every series of the sweeps compared (``series_of`` of each); changed in place.
+    """
+    names = param_names(s.load for s in series)
+    for s in series:
+        s.params_name = name_of(names, s.load)
 
 
 def series_of(sweep: Sweep) -> list[Series]:
@@ -187,8 +208,14 @@ class Comparison:
         differ = [k for k in _GROUP if k != base.axis and str(base.load.get(k)) != str(other.load.get(k))]
         if not differ:
             return base.title
-        there = " ".join(f"{k}={other.load.get(k)}" for k in differ)
-        return f"{base.title} in {base.sweep.label}; {there} in {other.sweep.label}"
+        named = (base.params_name, other.params_name)
+        if None in named:  # not named by name_series: the pair's own differences
+            pair = param_names([base.load, other.load])
+            named = (name_of(pair, base.load), name_of(pair, other.load))
+        there = [f"{k}={other.load.get(k)}" for k in differ if k != "workload_params"]
+        if "workload_params" in differ and (named[1] or "workload" not in differ):
+            there.append(named[1] or digest(other.load.get("workload_params")))
+        return f"{base.titled(named[0])} in {base.sweep.label}; {' '.join(there)} in {other.sweep.label}"
 
 
 def _run_of(runs: list[dict], counter: str) -> dict | None:
@@ -327,10 +354,20 @@ def _distinct(values: list) -> list:
         return values
 
 
-def _values(sweep: Sweep, key: str) -> list[str]:
-    """The distinct values of a column over the sweep's runs, as JSON text (``null``), sorted."""
+def _values(sweep: Sweep, key: str, names: dict | None = None) -> list[str]:
+    """The distinct values of a column over the sweep's runs, as JSON text (``null``), sorted;
+    ``workload_params`` by their name in ``names`` (``names.param_names`` of every sweep's runs),
+    else their digest, after the workload's name when the sweeps ran several workloads."""
     if key in sweep.missing_columns:
         return ["not recorded (older Parquet)"]
+    if key == "workload_params" and names is not None:
+        several = len({w for w, _ in names}) > 1
+        return sorted(
+            {
+                (f"{r.get('workload')}: " if several else "") + (name_of(names, r) or digest(r.get(key)))
+                for r in sweep.runs
+            }
+        )
     values = _distinct([r.get(key) for r in sweep.runs])
     return sorted({json.dumps(v, default=str) if v is not None else "null" for v in values})
 
@@ -364,14 +401,16 @@ def differences(sweeps: list[Sweep], axes: list[str]) -> list[Difference]:
     Returns:
         ``(kind, field, [values in each sweep])`` for every spec or environment field whose set of
         values is not the same in every sweep; kind is ``spec`` or ``environment``; the values of
-        a sweep joined by commas, at most ``SHOWN_VALUES`` of them, then their count.
+        a sweep joined by commas, at most ``SHOWN_VALUES`` of them, then their count. The workload
+        parameters are named compactly (``names.param_names``: those that differ, or a digest).
     """
+    names = param_names(r for s in sweeps if "workload_params" not in s.missing_columns for r in s.runs)
     out = []
     for kind, fields in (("spec", SPEC_FIELDS), ("environment", ENV_COLUMNS)):
         for f in fields:
             if f in axes:
                 continue
-            per = [_values(s, f) for s in sweeps]
+            per = [_values(s, f, names) for s in sweeps]
             if any(p != per[0] for p in per[1:]):
                 out.append(Difference(kind, f, [_shown(p) for p in per]))
     return out

@@ -1,7 +1,7 @@
 """The report's throughput beside memory: the answer's sentence that names the largest value
 inside the margin and the fastest measured one with their ratio, and the section "Throughput
 beside memory" (a table per axis and a figure: peak memory and samples per second against the
-swept value).
+swept value; tokens per second along context, where a sample grows with the value).
 
 The rates are runs.parquet's ``samples_per_s`` ... (analysis.throughput): medians over the warm
 iterations, timed on the device the runs ran on, which every sentence and caption names (a CPU
@@ -15,7 +15,7 @@ import statistics
 from memsweep.conf.contract import gib, timed_on
 
 from ..doc import Doc, Image
-from ..throughput import value_rates
+from ..throughput import RATE_UNITS, rate_column, value_rates
 from .fmt import axis_label, nbytes, pct
 from .stats import AxisResult
 
@@ -32,10 +32,14 @@ def _noise(noise: float | None) -> str:
 
 def fastest(a: AxisResult) -> tuple[object, float] | None:
     """The frontier row's fastest value (``fastest_label``: the fastest measured inside the margin,
-    or the throughput search's answer) and its rate; None when no run of it was timed."""
+    or the throughput search's answer) and its rate in ``rate_column``'s unit (tokens per second
+    along context); None when no run of it was timed."""
     label, rate = a.frontier.get("fastest_label"), a.frontier.get("fastest_samples_per_s")
-    value = next((v for v in value_rates(a.runs, a.axis) if str(v) == label), None)
-    return None if value is None or not isinstance(rate, (int, float)) else (value, float(rate))
+    rates = value_rates(a.runs, a.axis, rate_column(a.runs, a.axis))
+    value = next((v for v in rates if str(v) == label), None)
+    if value is None or not isinstance(rate, (int, float)):
+        return None
+    return value, rates[value][0] if rate_column(a.runs, a.axis) != "samples_per_s" else float(rate)
 
 
 def throughput_answer(a: AxisResult) -> list[str]:
@@ -46,38 +50,40 @@ def throughput_answer(a: AxisResult) -> list[str]:
 
     Returns:
         One sentence naming the recommended value (the largest inside the margin) and the
-        fastest measured one, their ratio of samples per second (or, when the fastest is faster by
-        less than 0.5 % or than either value's ``throughput_noise_rel``, that the two are as fast)
-        and the fastest one's headroom; empty when no run of the axis was timed.
+        fastest measured one, their ratio of samples per second (tokens per second along context,
+        said so; or, when the fastest is faster by less than 0.5 % or than either value's
+        ``throughput_noise_rel``, that the two are as fast) and the fastest one's headroom; empty
+        when no run of the axis was timed.
     """
     best = fastest(a)
     if best is None:
         return []
     value, rate = best
-    rates = value_rates(a.runs, a.axis)
+    column = rate_column(a.runs, a.axis)
+    rates, unit = value_rates(a.runs, a.axis, column), RATE_UNITS[column]
     where, ax, cap = _device_words(a), a.axis, a.capacity
     st = a.stat(value)
     room = f", {pct(cap - st.used, cap)} headroom" if st is not None and st.used is not None and cap else ""
     rec = a.recommended
     if rec is None or rec not in rates:
-        return [f"Throughput (measured, {where}): fastest **{axis_label(ax, value)}**, {rate:.4g} samples/s{room}."]
+        return [f"Throughput (measured, {where}): fastest **{axis_label(ax, value)}**, {rate:.4g} {unit}{room}."]
     if rec == value:
         return [
             f"Throughput (measured, {where}): the recommended **{axis_label(ax, rec)}** is also the fastest "
-            f"measured, {rate:.4g} samples/s{room}."
+            f"measured, {rate:.4g} {unit}{room}."
         ]
     ratio = rate / rates[rec][0]
     noises = [n for n in (rates[value][1], rates[rec][1]) if n is not None]
     if ratio - 1 < 0.005 or (noises and ratio - 1 <= max(noises)):  # no faster than the noise says
         return [
             f"Throughput (measured, {where}): the recommended **{axis_label(ax, rec)}** is as fast as the "
-            f"fastest measured, {axis_label(ax, value)} ({rates[rec][0]:.4g} vs {rate:.4g} samples/s: a "
+            f"fastest measured, {axis_label(ax, value)} ({rates[rec][0]:.4g} vs {rate:.4g} {unit}: a "
             f"difference within the noise, {_noise(rates[value][1])} and {_noise(rates[rec][1])}){room}."
         ]
     return [
         f"Throughput (measured, {where}): **{axis_label(ax, value)} is {ratio:.2f}x faster than "
         f"{axis_label(ax, rec)}** (the largest inside the margin; {rate:.4g} vs {rates[rec][0]:.4g} "
-        f"samples/s, noise {_noise(rates[value][1])} and {_noise(rates[rec][1])}){room}."
+        f"{unit}, noise {_noise(rates[value][1])} and {_noise(rates[rec][1])}){room}."
     ]
 
 
@@ -109,8 +115,10 @@ def _median_of(runs: list[dict], column: str) -> float | None:
 
 
 def throughput_image(a: AxisResult, plots, name: str) -> Image:
-    """The figure of one axis: peak memory (ok runs) and samples per second against the value."""
-    rates = value_rates(a.runs, a.axis)
+    """The figure of one axis: peak memory (ok runs) and samples per second (tokens per second along
+    context, ``rate_column``) against the value."""
+    column = rate_column(a.runs, a.axis)
+    rates, unit = value_rates(a.runs, a.axis, column), RATE_UNITS[column]
     values = [s.value for s in a.values]
     best = fastest(a)
     png = plots.throughput_plot(
@@ -123,11 +131,13 @@ def throughput_image(a: AxisResult, plots, name: str) -> Image:
         a.recommended,
         best[0] if best else None,
         f"{a.title}: memory and throughput ({_device_words(a)})",
+        unit,
     )
+    per = "tokens per second" if column == "tokens_per_s" else "samples per second"
     return Image(
         name,
         png,
-        f"Peak `{a.used_counter}` (observed) and samples per second (measured, the median over the warm "
+        f"Peak `{a.used_counter}` (observed) and {per} (measured, the median over the warm "
         f"iterations, {_device_words(a)}) against {a.axis}; the recommended value (inside the margin, "
         "assumed) and the fastest measured one are marked.",
     )
@@ -150,7 +160,9 @@ def throughput_section(doc: Doc, axes: list[AxisResult], plots) -> None:
         "Samples per second of each value, the median over the warm iterations (inference: warm forwards; "
         "train: optimizer steps of the global batch; generate: whole generations, prefill and decode tokens "
         "apart), each iteration timed between two synchronizations of the device; noise: median absolute "
-        "deviation / median. A rate is as fast as the device it was timed on, named in each heading."
+        "deviation / median. Along context a sample holds more tokens at each value, so its fastest value "
+        "is the one with the most tokens per second (a workload whose context counts no tokens: samples). "
+        "A rate is as fast as the device it was timed on, named in each heading."
     )
     for i, a in enumerate(timed):
         doc.h(2, f"{a.title} ({_device_words(a)})")

@@ -150,6 +150,7 @@ from .throughput import (
     run_throughput,
     throughput_words,
     timed_on,
+    tokens_per_sample,
 )
 from .units import (
     GB,
@@ -289,6 +290,7 @@ __all__ = [
     "run_throughput",
     "throughput_words",
     "timed_on",
+    "tokens_per_sample",
     "MODES",
     "INTEGER_AXES",
     "NUMERIC_AXES",

@@ -26,6 +26,27 @@ TOKEN_WORKLOADS = ("mlp", "transformer", "hf")
 """Built-in workloads whose ``context`` is a sequence length: one sample holds ``context`` tokens."""
 
 
+def tokens_per_sample(workload: object, mode: object, context: object, new_tokens: object = None) -> int | None:
+    """The tokens one sample holds, as ``tokens_per_s`` counts them (samples per second times it).
+
+    Args:
+        workload: the workload's name (``TOKEN_WORKLOADS`` count tokens; a user workload's
+            ``context`` need not).
+        mode: the spec's mode; in ``generate`` a sample is its prompt and its new tokens.
+        context: the sequence length (tokens).
+        new_tokens: the tokens generated per sample (``generate`` only).
+
+    Returns:
+        ``context`` (``context + new_tokens`` in generate), or None when the load counts no tokens
+        (a user workload, no positive integer context, a generation without ``new_tokens``).
+    """
+    if workload not in TOKEN_WORKLOADS or isinstance(context, bool) or not isinstance(context, int) or context <= 0:
+        return None
+    if mode != "generate":
+        return context
+    return context + new_tokens if isinstance(new_tokens, int) and new_tokens > 0 else None
+
+
 def empty_throughput() -> dict:
     """The ``throughput`` of a run that measured none: every key null."""
     return dict.fromkeys(THROUGHPUT_KEYS)
@@ -98,6 +119,7 @@ def measured_throughput(record: Mapping) -> dict:
     workload = spec.get("workload")
     name = workload.get("name") if isinstance(workload, Mapping) else None
     context = spec.get("context") if name in TOKEN_WORKLOADS else None
+    tokens = tokens_per_sample(name, mode, spec.get("context"), spec.get("new_tokens"))
     out = empty_throughput()
     if mode == "train":
         times = _step_times(phases, "warm_step")
@@ -112,7 +134,6 @@ def measured_throughput(record: Mapping) -> dict:
         out["decode_tokens_per_s"] = _median_rate(
             batch * new if context and new else None, _step_times(phases, "warm_generate", "decode")
         )
-        context = context + new if context and new else None
     else:
         warm = [p for p in phases if p.get("name") == "warm_forward"]
         times = _times(warm[-1].get("iteration_s")) if warm else None
@@ -120,7 +141,7 @@ def measured_throughput(record: Mapping) -> dict:
     if not times or not isinstance(samples, int) or samples <= 0:
         return empty_throughput()
     out["samples_per_s"], out["noise_rel"] = rate_summary([samples / t for t in times])
-    out["tokens_per_s"] = out["samples_per_s"] * context if context else None
+    out["tokens_per_s"] = out["samples_per_s"] * tokens if tokens else None
     out["iterations"] = len(times)
     return out
 
