@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from memsweep.conf.contract import PEAK_CATEGORY_WORDS  # noqa: E402
 
 from .png import figure_png  # noqa: E402
+from .throughput import RATE_WORDS  # noqa: E402
 
 GiB = 2**30
 MiB = 2**20
@@ -609,7 +610,7 @@ def throughput_plot(
         if fastest in pos and fastest != recommended:
             ax.axvline(pos[fastest], color="#9467bd", alpha=0.3, linewidth=5, label=f"fastest = {fastest}")
     _label_axes(mem, axis, list(values), xs, numeric, unit_name, "peak memory")
-    per = {"samples/s": "samples per second", "tokens/s": "tokens per second"}.get(rate_unit, rate_unit)
+    per = RATE_WORDS.get(rate_unit, rate_unit)
     _label_axes(rate, axis, list(values), xs, numeric, per, "throughput")
     for ax in (mem, rate):
         _legend_below(ax, ncol=2)

@@ -67,6 +67,8 @@ its samples per second (tokens per second: that times ``conf.contract.tokens_per
 
 RATE_UNITS = {"samples_per_s": "samples/s", "tokens_per_s": "tokens/s"}
 """A rate column -> its unit in words."""
+RATE_WORDS = {"samples/s": "samples per second", "tokens/s": "tokens per second"}
+"""A rate's unit (``RATE_UNITS``' values) -> the same spelt out (an axis label, a caption)."""
 
 
 def rate_column(rows: Iterable[Mapping], axis: str) -> str:
@@ -142,10 +144,11 @@ def frontier_throughput(rows: Iterable[Mapping], axis: str, edge_of: str, fit: A
     """
     rows = list(rows)
     rates = value_rates(rows, axis)
+    column = rate_column(rows, axis)
     out = dict.fromkeys(name for name, _ in FRONTIER_THROUGHPUT)
     out[f"{edge_of}_samples_per_s"] = rates.get(fit, (None,))[0] if fit is not None else None
     out["margin_edge_samples_per_s"] = rates.get(margin_edge, (None,))[0] if margin_edge is not None else None
-    by = value_rates(rows, axis, rate_column(rows, axis))
+    by = rates if column == "samples_per_s" else value_rates(rows, axis, column)
     inside = {
         v: r
         for v, r in by.items()

@@ -11,11 +11,12 @@ timing is no GPU figure). Nothing is shown for an axis without a measured rate.
 from __future__ import annotations
 
 import statistics
+from typing import NamedTuple
 
 from memsweep.conf.contract import gib, timed_on
 
 from ..doc import Doc, Image
-from ..throughput import RATE_UNITS, rate_column, value_rates
+from ..throughput import RATE_UNITS, RATE_WORDS, rate_column, value_rates
 from .fmt import axis_label, nbytes, pct
 from .stats import AxisResult
 
@@ -30,16 +31,29 @@ def _noise(noise: float | None) -> str:
     return "-" if noise is None else f"{100 * noise:.1f} %"
 
 
-def fastest(a: AxisResult) -> tuple[object, float] | None:
+class Rates(NamedTuple):
+    """The rates of one axis's values, in the unit that says which is fastest (``axis_rates``)."""
+
+    column: str  # analysis.throughput.rate_column's: tokens_per_s along context, else samples_per_s
+    unit: str  # its unit (RATE_UNITS)
+    of: dict  # value -> (rate, noise): analysis.throughput.value_rates of that column
+
+
+def axis_rates(a: AxisResult) -> Rates:
+    """The measured rates of the values of ``a`` (``rate_column``, ``value_rates``), worked out once."""
+    column = rate_column(a.runs, a.axis)
+    return Rates(column, RATE_UNITS[column], value_rates(a.runs, a.axis, column))
+
+
+def fastest(a: AxisResult, rates: Rates) -> tuple[object, float] | None:
     """The frontier row's fastest value (``fastest_label``: the fastest measured inside the margin,
-    or the throughput search's answer) and its rate in ``rate_column``'s unit (tokens per second
-    along context); None when no run of it was timed."""
+    or the throughput search's answer) and its rate in ``rates``' unit (tokens per second along
+    context); None when no run of it was timed."""
     label, rate = a.frontier.get("fastest_label"), a.frontier.get("fastest_samples_per_s")
-    rates = value_rates(a.runs, a.axis, rate_column(a.runs, a.axis))
-    value = next((v for v in rates if str(v) == label), None)
+    value = next((v for v in rates.of if str(v) == label), None)
     if value is None or not isinstance(rate, (int, float)):
         return None
-    return value, rates[value][0] if rate_column(a.runs, a.axis) != "samples_per_s" else float(rate)
+    return value, float(rate) if rates.column == "samples_per_s" else rates.of[value][0]
 
 
 def throughput_answer(a: AxisResult) -> list[str]:
@@ -55,12 +69,12 @@ def throughput_answer(a: AxisResult) -> list[str]:
         ``throughput_noise_rel``, that the two are as fast) and the fastest one's headroom; empty
         when no run of the axis was timed.
     """
-    best = fastest(a)
+    measured = axis_rates(a)
+    best = fastest(a, measured)
     if best is None:
         return []
     value, rate = best
-    column = rate_column(a.runs, a.axis)
-    rates, unit = value_rates(a.runs, a.axis, column), RATE_UNITS[column]
+    rates, unit = measured.of, measured.unit
     where, ax, cap = _device_words(a), a.axis, a.capacity
     st = a.stat(value)
     room = f", {pct(cap - st.used, cap)} headroom" if st is not None and st.used is not None and cap else ""
@@ -117,10 +131,10 @@ def _median_of(runs: list[dict], column: str) -> float | None:
 def throughput_image(a: AxisResult, plots, name: str) -> Image:
     """The figure of one axis: peak memory (ok runs) and samples per second (tokens per second along
     context, ``rate_column``) against the value."""
-    column = rate_column(a.runs, a.axis)
-    rates, unit = value_rates(a.runs, a.axis, column), RATE_UNITS[column]
+    measured = axis_rates(a)
+    rates, unit = measured.of, measured.unit
     values = [s.value for s in a.values]
-    best = fastest(a)
+    best = fastest(a, measured)
     png = plots.throughput_plot(
         a.axis,
         values,
@@ -133,11 +147,10 @@ def throughput_image(a: AxisResult, plots, name: str) -> Image:
         f"{a.title}: memory and throughput ({_device_words(a)})",
         unit,
     )
-    per = "tokens per second" if column == "tokens_per_s" else "samples per second"
     return Image(
         name,
         png,
-        f"Peak `{a.used_counter}` (observed) and {per} (measured, the median over the warm "
+        f"Peak `{a.used_counter}` (observed) and {RATE_WORDS[unit]} (measured, the median over the warm "
         f"iterations, {_device_words(a)}) against {a.axis}; the recommended value (inside the margin, "
         "assumed) and the fastest measured one are marked.",
     )
