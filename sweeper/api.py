@@ -31,7 +31,6 @@ from memsweep.conf.contract import (
     RESULT_FILE,
     RUN_EXIT,
     SPEC_FILE,
-    SWEEP_TOKEN_KEY,
     SpecError,
     device_kind_of,
     peak_counters,
@@ -39,6 +38,7 @@ from memsweep.conf.contract import (
     record_phases,
     run_peak,
     run_throughput,
+    spec_settings,
     try_read,
 )
 
@@ -447,7 +447,7 @@ class RunResult:
         result, problem = try_read(run_dir, RESULT_FILE)
         if result is None:
             raise FileNotFoundError(f"{run_dir}: no readable {RESULT_FILE} ({problem})")
-        spec = {k: v for k, v in (try_read(run_dir, SPEC_FILE)[0] or {}).items() if k != SWEEP_TOKEN_KEY}
+        spec = dict(spec_settings(try_read(run_dir, SPEC_FILE)[0] or {}))
         record = try_read(run_dir, RECORD_FILE)[0]
         peak, counter = run_peak(record)
         phases = record_phases(record)

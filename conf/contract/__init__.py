@@ -125,6 +125,7 @@ from .spec import (
     SWEEP_TOKEN_KEY,
     RunSpec,
     needs_dynamo,
+    spec_settings,
     validate_device,
 )
 from .sweep import (
@@ -223,6 +224,7 @@ __all__ = [
     "bounded_bytes",
     "path_kind",
     "SWEEP_TOKEN_KEY",
+    "spec_settings",
     "SESSION_ENV",
     "SWEEP_FILE",
     "SweepBusy",

@@ -132,6 +132,18 @@ entry (``conf.contract.sweep.register_run``), which tells the sweep's own run fr
 from elsewhere; absent from a run outside a sweep and from a run written by an older memsweep."""
 
 
+def spec_settings(data: Mapping) -> Mapping:
+    """spec.json's settings: its document without the sweep's bookkeeping (``SWEEP_TOKEN_KEY``).
+
+    Args:
+        data: a spec.json document, as read.
+
+    Returns:
+        ``data`` itself when it holds no token, else a copy without it.
+    """
+    return {k: v for k, v in data.items() if k != SWEEP_TOKEN_KEY} if SWEEP_TOKEN_KEY in data else data
+
+
 class _InitField(NamedTuple):
     """One parameter of a dataclass's ``__init__``, as ``_arguments`` fills it."""
 
@@ -547,8 +559,7 @@ class RunSpec:
         """
         if not isinstance(data, Mapping):
             raise SpecError("spec", type(data).__name__, "a JSON object")
-        if SWEEP_TOKEN_KEY in data:  # spec.json's bookkeeping, not a field of the condition
-            data = {k: v for k, v in data.items() if k != SWEEP_TOKEN_KEY}
+        data = spec_settings(data)  # spec.json's bookkeeping is no field of the condition
         names = _fields(cls).defaults.keys()
         unknown = sorted(set(data).difference(names))
         if unknown:
