@@ -211,7 +211,7 @@ def test_the_start_page_renders_and_its_navigation_works(site, tmp_path):
         dom = subprocess.run(
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
             # a real-time stop, not --virtual-time-budget: with the site's search worker, a virtual
-            # time budget left Chromium 156 waiting for ever, now and then (5 of 8 tries on one site)
+            # time budget left Chromium 156 waiting for ever, now and then (about half the tries, here)
             + ["--disable-background-networking", "--disable-component-update", "--timeout=60000"]
             + ["--window-size=1300,1000", f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom"]
             + [f"http://127.0.0.1:{server.server_address[1]}/_check.html"],
