@@ -114,6 +114,13 @@ def test_values_without_a_throughput_are_never_the_answer():
     )
 
 
+@pytest.mark.parametrize("noise", [None, math.nan])
+def test_an_answer_without_a_measured_noise_says_so(noise):
+    """One warm iteration gives no spread: the answer says it was not measured (was 'noise nan%')."""
+    answer = search_throughput(Lattice(1, 8, 1), 8, lambda x: (float(x), noise))
+    assert answer.best is not None and "(noise not measured)" in answer.status and "nan" not in answer.status
+
+
 def test_the_run_budget_bounds_the_search():
     rng = random.Random(3)
     answer = search_throughput(Lattice(1, 4096, 1), 4096, lambda x: (rng.uniform(1, 2), 0.0), max_runs=5)

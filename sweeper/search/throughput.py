@@ -317,10 +317,11 @@ class ThroughputSearch:
         if best is None:
             status = f"no run measured a throughput; stopped: {self.stop_reason or 'not finished'}"
         else:
+            noise = best.noise_rel
+            spread = "not measured" if noise is None or noise != noise else f"{noise:.1%}"  # (a NaN: none)
             status = (
-                f"fastest measured: {best.value} at {best.samples_per_s:.4g} samples/s "
-                f"(noise {best.noise_rel if best.noise_rel is not None else float('nan'):.1%}) after {self.runs()} "
-                f"run(s) and {known} known; stopped: {self.stop_reason or 'not finished'}"
+                f"fastest measured: {best.value} at {best.samples_per_s:.4g} samples/s (noise {spread}) after "
+                f"{self.runs()} run(s) and {known} known; stopped: {self.stop_reason or 'not finished'}"
             )
         return ThroughputAnswer(
             best=None if best is None else best.value,
