@@ -302,3 +302,23 @@ def test_the_answer_says_as_fast_when_the_fastest_is_within_the_noise(rates, noi
     (sentence,) = throughput_answer(_axis(rates, noise, recommended=14))
     assert ("is as fast as the fastest measured" in sentence) is same
     assert ("x faster than" in sentence) is not same
+
+
+def test_the_answer_never_calls_a_slower_value_the_fastest():
+    """A report of another margin recommends a value the sweep's row did not weigh: measured faster
+    than the row's fastest, it is said to be faster (a new user read 'batch=181 is as fast as the
+    fastest measured, batch=180 (1.404e+05 vs 1.194e+05 samples/s: a difference within the noise,
+    - and -)'), and the fastest of a searched margin is named as the fastest inside it."""
+    from memsweep.analysis.report.throughput import throughput_answer
+
+    axis = _axis({180: 1.194e5, 181: 1.404e5}, None, recommended=181)
+    axis.frontier["fastest_label"], axis.frontier["fastest_samples_per_s"] = "180", 1.194e5
+    (sentence,) = throughput_answer(axis)
+    assert "**batch=181** is faster than the fastest the sweep measured among the ok runs, batch=180" in sentence
+    assert "1.404e+05 vs 1.194e+05 samples/s" in sentence and "as fast as" not in sentence and "noise" not in sentence
+    axis.recommended, axis.frontier["margin_edge"] = 180, 180
+    (same,) = throughput_answer(axis)
+    assert "the recommended **batch=180** is also the fastest measured inside the margin, 1.194e+05" in same
+    tie = _axis({11: 788.5, 14: 788.5}, None, recommended=14)
+    (sentence,) = throughput_answer(tie)
+    assert "a difference under 0.5 %, the noise not measured" in sentence and "- and -" not in sentence

@@ -64,10 +64,12 @@ def throughput_answer(a: AxisResult) -> list[str]:
 
     Returns:
         One sentence naming the recommended value (the largest inside the margin) and the
-        fastest measured one, their ratio of samples per second (tokens per second along context,
-        said so; or, when the fastest is faster by less than 0.5 % or than either value's
-        ``throughput_noise_rel``, that the two are as fast) and the fastest one's headroom; empty
-        when no run of the axis was timed.
+        fastest measured one (inside the sweep's margin when it searched one, else among the ok
+        runs), their ratio of samples per second (tokens per second along context, said so; or,
+        when the fastest is faster by less than 0.5 % or than either value's measured
+        ``throughput_noise_rel``, that the two are as fast; or, when the recommended value of this
+        report's margin is the faster, that it is) and the fastest one's headroom; empty when no
+        run of the axis was timed.
     """
     measured = axis_rates(a)
     best = fastest(a, measured)
@@ -78,21 +80,34 @@ def throughput_answer(a: AxisResult) -> list[str]:
     where, ax, cap = _device_words(a), a.axis, a.capacity
     st = a.stat(value)
     room = f", {pct(cap - st.used, cap)} headroom" if st is not None and st.used is not None and cap else ""
-    rec = a.recommended
+    rec, scope = (
+        a.recommended,
+        "inside the margin" if a.frontier.get("margin_edge") is not None else "among the ok runs",
+    )
     if rec is None or rec not in rates:
         return [f"Throughput (measured, {where}): fastest **{axis_label(ax, value)}**, {rate:.4g} {unit}{room}."]
     if rec == value:
         return [
             f"Throughput (measured, {where}): the recommended **{axis_label(ax, rec)}** is also the fastest "
-            f"measured, {rate:.4g} {unit}{room}."
+            f"measured {scope}, {rate:.4g} {unit}{room}."
         ]
-    ratio = rate / rates[rec][0]
-    noises = [n for n in (rates[value][1], rates[rec][1]) if n is not None]
+    ratio, noises = rate / rates[rec][0], [n for n in (rates[value][1], rates[rec][1]) if n is not None]
+    if ratio < 1:  # the row's fastest was chosen under the sweep's own margin; this report's is another
+        return [
+            f"Throughput (measured, {where}): the recommended **{axis_label(ax, rec)}** is faster than the "
+            f"fastest the sweep measured {scope}, {axis_label(ax, value)} ({rates[rec][0]:.4g} vs {rate:.4g} "
+            f"{unit}){room}."
+        ]
     if ratio - 1 < 0.005 or (noises and ratio - 1 <= max(noises)):  # no faster than the noise says
+        within = (
+            f"within the noise, {_noise(rates[value][1])} and {_noise(rates[rec][1])}"
+            if noises
+            else "under 0.5 %, the noise not measured"
+        )
         return [
             f"Throughput (measured, {where}): the recommended **{axis_label(ax, rec)}** is as fast as the "
             f"fastest measured, {axis_label(ax, value)} ({rates[rec][0]:.4g} vs {rate:.4g} {unit}: a "
-            f"difference within the noise, {_noise(rates[value][1])} and {_noise(rates[rec][1])}){room}."
+            f"difference {within}){room}."
         ]
     return [
         f"Throughput (measured, {where}): **{axis_label(ax, value)} is {ratio:.2f}x faster than "
