@@ -858,3 +858,16 @@ def test_at_the_hosts_own_ram_the_fits_limit_is_an_extrapolation_never_a_run_to_
     for r in runs[1:]:
         r["capacity_method"] = runs[0]["capacity_method"]
     assert "confirm with `memsweep run device=cpu batch=38`" in markdown(report_of(runs, phases))
+
+
+def test_the_throughput_table_gives_a_failed_value_no_headroom(tmp_path):
+    """A value that ran out of memory has a partial peak (up to the failure): its row in "Throughput
+    beside memory" gives no headroom (a new user's report gave an oom row 9.6 %), the ok rows theirs."""
+    runs, phases = make(str(tmp_path), [(1, "ok", 100_000, 100_000), (2, "ok", 200_000, 200_000), (4, "oom", 300_000, 300_000)], capacity=1_000_000)  # fmt: skip
+    for r in runs:
+        r["samples_per_s"] = 100.0 * r["batch"] if r["outcome"] == "ok" else None
+    md = markdown(report_of(runs, phases))
+    table = md.split("# Throughput beside memory", 1)[1]
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
+    assert "| 80.0 % |" in rows["2"] and "| 90.0 % |" in rows["1"], rows
+    assert "%" not in rows["4"].split("|")[5] and rows["4"].split("|")[5].strip() == "-", rows["4"]

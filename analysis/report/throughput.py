@@ -79,7 +79,7 @@ def throughput_answer(a: AxisResult) -> list[str]:
     rates, unit = measured.of, measured.unit
     where, ax, cap = _device_words(a), a.axis, a.capacity
     st = a.stat(value)
-    room = f", {pct(cap - st.used, cap)} headroom" if st is not None and st.used is not None and cap else ""
+    room = f", {pct(st.margin, cap)} headroom" if st is not None and st.margin is not None and cap else ""
     rec, scope = (
         a.recommended,
         "inside the margin" if a.frontier.get("margin_edge") is not None else "among the ok runs",
@@ -126,7 +126,7 @@ def _row(a: AxisResult, value: object, rates: dict, runs: list[dict]) -> list:
         st.status if st is not None else "-",
         nbytes(used),
         gib(used),
-        pct(a.capacity - used, a.capacity) if used is not None and a.capacity else "-",
+        pct(st.margin if st is not None else None, a.capacity),  # (an ok value's only: a failure's peak is partial)
         None if rate is None else f"{rate:.4g}",
         *(None if (m := _median_of(runs, c)) is None else f"{m:.4g}" for c in _TOKEN_COLUMNS),
         _noise(noise),
