@@ -863,7 +863,8 @@ def test_at_the_hosts_own_ram_the_fits_limit_is_an_extrapolation_never_a_run_to_
 def test_the_throughput_table_gives_a_failed_value_no_headroom(tmp_path):
     """A value that ran out of memory has a partial peak (up to the failure): its row in "Throughput
     beside memory" gives no headroom (a new user's report gave an oom row 9.6 %), the ok rows theirs."""
-    runs, phases = make(str(tmp_path), [(1, "ok", 100_000, 100_000), (2, "ok", 200_000, 200_000), (4, "oom", 300_000, 300_000)], capacity=1_000_000)  # fmt: skip
+    points = [(1, "ok", 100_000, 100_000), (2, "ok", 200_000, 200_000), (4, "oom", 300_000, 300_000)]
+    runs, phases = make(str(tmp_path), points, capacity=1_000_000)
     for r in runs:
         r["samples_per_s"] = 100.0 * r["batch"] if r["outcome"] == "ok" else None
     md = markdown(report_of(runs, phases))
