@@ -872,3 +872,14 @@ def test_the_throughput_table_gives_a_failed_value_no_headroom(tmp_path):
     rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| ")}
     assert "| 80.0 % |" in rows["2"] and "| 90.0 % |" in rows["1"], rows
     assert "%" not in rows["4"].split("|")[5] and rows["4"].split("|")[5].strip() == "-", rows["4"]
+
+
+def test_a_margin_just_short_of_the_policy_is_never_printed_as_reaching_it(tmp_path):
+    """104832 B free of 1048576 B is 9.9975 % of the capacity: 'leaves the margin' says no beside a
+    10 % margin, so its share reads 9.9 %, not the 10.0 % rounding gave (a new user's report)."""
+    capacity = 1_048_576
+    runs, phases = make(str(tmp_path), [(1, "ok", 500_000, 500_000), (2, "ok", 943_744, 943_744)], capacity=capacity)
+    md = markdown(report_of(runs, phases, margin="10%"))
+    table = md.split("Margin at every value whose runs all ran ok:", 1)[1]
+    (row,) = [line for line in table.splitlines() if line.startswith("| ") and "| 2 |" in line]
+    assert "| 104832 |" in row and "| 9.9 % | no |" in row, row

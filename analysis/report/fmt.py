@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from fractions import Fraction
 
 
 def workload_params(run: dict) -> dict:
@@ -21,17 +23,21 @@ def workload_params(run: dict) -> dict:
     return params if isinstance(params, dict) else {}
 
 
-def pct(part: int | None, whole: int | None) -> str:
+def pct(part: int | None, whole: int | None, down: bool = False) -> str:
     """``part`` as a percentage of ``whole``, for printing.
 
     Args:
         part, whole: bytes (or any two numbers in one unit); None where unknown.
+        down: rounded toward zero, not to the nearest (a margin beside a threshold: 9.9975 % of
+            the capacity is ``"9.9 %"``, never ``"10.0 %"`` beside a 10 % margin it does not leave).
 
     Returns:
         ``"12.3 %"`` (one decimal); ``"-"`` when ``part`` is None or ``whole`` is None or 0.
     """
     if part is None or not whole:
         return "-"
+    if down:  # in exact arithmetic: 12.3 % stays 12.3 % (a float's 122.999... tenths would not)
+        return f"{math.trunc(1000 * Fraction(part) / Fraction(whole)) / 10:.1f} %"
     return f"{100 * part / whole:.1f} %"
 
 

@@ -99,7 +99,7 @@ def _margin_tables(doc: Doc, axes: list[AxisResult]) -> None:
             nbytes(s.used),
             nbytes(s.margin),
             gib(s.margin),
-            pct(s.margin, a.capacity),
+            pct(s.margin, a.capacity, down=True),  # (never rounded up to the margin it does not leave)
             "yes" if a.margin_bytes is not None and s.margin >= a.margin_bytes else "no",
         ]
         for a in axes
