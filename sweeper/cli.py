@@ -446,7 +446,8 @@ def _predict_cards_command(argv: list[str], cards: list[str], out) -> int:
     print(
         "  GiB = 2^30 B. max fit: largest value whose largest predicted phase peak fits the card; ? = not exact. "
         "estimator (calculated, memsweep.estimator): weights + gradients + optimizer states, and its own edge "
-        "(train along batch: Korthikanti et al. 2022 activations)",
+        "(train along batch: Korthikanti et al. 2022 activations), of an hf workload (its config.json); "
+        "'-' for another workload, which the estimator does not read",
         file=out,
     )
     print("  A prediction of live tensor bytes, not a measurement on these cards. It cannot see:", file=out)

@@ -90,3 +90,23 @@ def test_a_card_whose_dry_run_failed_prints_dashes_never_none():
         "0.50",
         "none",
     ]
+
+
+def test_the_cards_table_says_why_the_estimator_columns_are_dashes(monkeypatch):
+    """The estimator reads an hf workload's config.json only: the footnote says '-' is another
+    workload's (a new user took the dashes of the README's transformer example for a fault)."""
+    import io
+
+    from memsweep.sweeper import cli, predict_cards
+
+    row = {
+        "card": "NVIDIA T4", "capacity_bytes": 15 * 2**30, "max_fit": 4, "min_miss": 5, "exact": True,
+        "peak_bytes": 2**30, "error": None, "estimator_fixed_bytes": None, "estimator_edge": None,
+    }  # fmt: skip
+    summary = {"load": {"batch": 1, "workload": {"name": "transformer"}}, "device": "cpu", "dry_runs": 3}
+    summary.update(out_dir="d", cards=[row])
+    monkeypatch.setattr(predict_cards, "predict_cards", lambda *a, **k: summary)
+    out = io.StringIO()
+    assert cli._predict_cards_command(["workload=transformer"], [], out) == 0
+    text = " ".join(out.getvalue().split())
+    assert "of an hf workload (its config.json); '-' for another workload, which the estimator does not read" in text
